@@ -1,0 +1,12 @@
+#pragma once
+// Each subcommand of `tandem` registers itself on the CLI11 app and returns the exit code of
+// its run through the callback it installs. Errors are tandem::Error, printed by main.
+
+#include <CLI/CLI.hpp>
+
+namespace tandem::cli {
+
+void addInfoCommand(CLI::App& app);
+void addInspectCommand(CLI::App& app);
+
+}  // namespace tandem::cli

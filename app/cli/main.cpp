@@ -1,0 +1,27 @@
+// tandem: the command-line face of the engine. Subcommands live in *_command.cpp.
+
+#include <cstdio>
+#include <exception>
+
+#include "app/cli/commands.h"
+#include "engine/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Tandem: LoRA fine-tuning of huge MoE models by CPU/GPU co-computation", "tandem"};
+  app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION);
+  app.require_subcommand(1);
+  tandem::cli::addInfoCommand(app);
+  tandem::cli::addInspectCommand(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const tandem::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "internal error: %s\n  what to do: please report this as a bug\n", e.what());
+    return 2;
+  }
+  return 0;
+}

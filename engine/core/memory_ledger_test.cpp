@@ -1,0 +1,77 @@
+#include "engine/core/memory_ledger.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+namespace tandem {
+namespace {
+
+TEST(MemoryLedger, ChargesAndPeaksPerDeviceAndCategory) {
+  MemoryLedger ledger;
+  ledger.charge("cuda:0", MemoryCategory::Weights, 1000);
+  ledger.charge("cuda:0", MemoryCategory::Activations, 500);
+  ledger.charge("cpu:numa0", MemoryCategory::Weights, 7);
+  ledger.release("cuda:0", MemoryCategory::Activations, 300);
+
+  const DeviceMemoryUsage gpu = ledger.usage("cuda:0");
+  EXPECT_EQ(gpu.current(MemoryCategory::Weights), 1000u);
+  EXPECT_EQ(gpu.current(MemoryCategory::Activations), 200u);
+  EXPECT_EQ(gpu.peak(MemoryCategory::Activations), 500u);
+  EXPECT_EQ(gpu.peak_total_bytes, 1500u);
+  EXPECT_EQ(gpu.currentTotal(), 1200u);
+
+  const auto all = ledger.snapshot();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].device, "cpu:numa0");
+  EXPECT_EQ(all[1].device, "cuda:0");
+
+  ledger.resetPeaks();
+  EXPECT_EQ(ledger.usage("cuda:0").peak_total_bytes, 1200u);
+  EXPECT_EQ(ledger.usage("nowhere").currentTotal(), 0u);
+}
+
+TEST(MemoryLedger, OverReleaseClampsToZero) {
+  MemoryLedger ledger;
+  ledger.charge("cpu", MemoryCategory::Scratch, 10);
+  ledger.release("cpu", MemoryCategory::Scratch, 20);
+  EXPECT_EQ(ledger.usage("cpu").current(MemoryCategory::Scratch), 0u);
+}
+
+TEST(MemoryLedger, ChargeIsRaiiAndMovable) {
+  MemoryLedger ledger;
+  {
+    MemoryCharge a(ledger, "cpu", MemoryCategory::Lora, 64);
+    MemoryCharge b = std::move(a);
+    EXPECT_EQ(ledger.usage("cpu").current(MemoryCategory::Lora), 64u);
+    MemoryCharge c(ledger, "cpu", MemoryCategory::Lora, 16);
+    c = std::move(b);  // releases c's 16, takes b's 64
+    EXPECT_EQ(ledger.usage("cpu").current(MemoryCategory::Lora), 64u);
+  }
+  EXPECT_EQ(ledger.usage("cpu").current(MemoryCategory::Lora), 0u);
+  EXPECT_EQ(ledger.usage("cpu").peak(MemoryCategory::Lora), 80u);
+}
+
+TEST(MemoryLedger, ConcurrentChargesBalance) {
+  MemoryLedger ledger;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10000; ++i) {
+        MemoryCharge charge(ledger, "cpu", MemoryCategory::Scratch, 3);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ledger.usage("cpu").currentTotal(), 0u);
+  EXPECT_GE(ledger.usage("cpu").peak(MemoryCategory::Scratch), 3u);
+}
+
+TEST(MemoryLedger, CategoryNames) {
+  EXPECT_EQ(memoryCategoryName(MemoryCategory::Optimizer), "optimizer");
+  EXPECT_EQ(memoryCategoryName(MemoryCategory::Cache), "cache");
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,87 @@
+#include "engine/gpu/torch_runtime.h"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/util/Exception.h>
+
+#ifdef TANDEM_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace tandem::gpu {
+
+namespace {
+
+#ifdef TANDEM_WITH_CUDA
+// Asks the CUDA runtime directly: it also tells *why* there is no GPU (no driver, no device).
+void listGpus(TorchRuntimeInfo& info) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    info.gpu_status = std::string("no usable GPU: ") + cudaGetErrorString(status);
+    cudaGetLastError();  // clear the sticky error so later calls start clean
+    return;
+  }
+  int runtime_version = 0;
+  if (cudaRuntimeGetVersion(&runtime_version) == cudaSuccess) {
+    info.cuda_runtime_version =
+        std::to_string(runtime_version / 1000) + "." + std::to_string(runtime_version % 1000 / 10);
+  }
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp props{};
+    if (cudaGetDeviceProperties(&props, i) != cudaSuccess) continue;
+    GpuInfo gpu;
+    gpu.index = i;
+    gpu.name = props.name;
+    gpu.total_bytes = props.totalGlobalMem;
+    gpu.compute_major = props.major;
+    gpu.compute_minor = props.minor;
+    gpu.multiprocessors = props.multiProcessorCount;
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+      gpu.free_bytes = free_bytes;
+    }
+    info.gpus.push_back(std::move(gpu));
+  }
+  if (info.gpus.empty()) info.gpu_status = "no GPU found";
+}
+#else
+void listGpus(TorchRuntimeInfo& info) {
+  if (!info.torch_has_cuda) {
+    info.gpu_status = "this libtorch is CPU-only";
+    return;
+  }
+  try {
+    const int count = at::detail::getCUDAHooks().getNumGPUs();
+    info.gpu_status = count > 0 ? "libtorch sees " + std::to_string(count) +
+                                      " GPU(s), but Tandem was built without the CUDA toolkit: "
+                                      "rebuild with nvcc installed to use them"
+                                : "no GPU found";
+  } catch (const c10::Error&) {
+    info.gpu_status = "no GPU found";
+  }
+}
+#endif
+
+}  // namespace
+
+TorchRuntimeInfo probeTorchRuntime() {
+  TorchRuntimeInfo info;
+  info.torch_version = TANDEM_TORCH_VERSION;
+#ifdef TANDEM_WITH_CUDA
+  info.built_with_cuda = true;
+#endif
+  try {
+    info.torch_has_cuda = at::detail::getCUDAHooks().hasCUDART() || at::hasCUDA();
+  } catch (const c10::Error&) {
+    info.torch_has_cuda = false;
+  }
+  listGpus(info);
+  info.intra_op_threads = at::get_num_threads();
+  return info;
+}
+
+void setTorchThreads(int n_threads) { at::set_num_threads(n_threads); }
+
+}  // namespace tandem::gpu

@@ -1,0 +1,36 @@
+#pragma once
+// What the linked libtorch offers: its version, whether it has CUDA, and the GPUs it can see.
+// No libtorch types in here, so the CLI and the planner can include it cheaply.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem::gpu {
+
+struct GpuInfo {
+  int index = 0;
+  std::string name;
+  uint64_t total_bytes = 0;
+  uint64_t free_bytes = 0;
+  int compute_major = 0;
+  int compute_minor = 0;
+  int multiprocessors = 0;
+};
+
+struct TorchRuntimeInfo {
+  std::string torch_version;
+  bool torch_has_cuda = false;  // the libtorch build has CUDA support
+  bool built_with_cuda = false; // Tandem's own CUDA parts are compiled in (TANDEM_WITH_CUDA)
+  std::string cuda_runtime_version;  // e.g. "13.0", empty when none
+  std::string gpu_status;            // why no GPU is listed, when none is
+  std::vector<GpuInfo> gpus;
+  int intra_op_threads = 0;
+};
+
+TorchRuntimeInfo probeTorchRuntime();
+
+// Limits libtorch's intra-op threads so they do not fight the expert engine's pools.
+void setTorchThreads(int n_threads);
+
+}  // namespace tandem::gpu
