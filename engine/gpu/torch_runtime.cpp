@@ -19,7 +19,14 @@ void listGpus(TorchRuntimeInfo& info) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
-    info.gpu_status = std::string("no usable GPU: ") + cudaGetErrorString(status);
+    // The two common cases get a plain sentence; anything else shows CUDA's own words.
+    if (status == cudaErrorInsufficientDriver) {
+      info.gpu_status = "no NVIDIA driver, or one too old for this CUDA runtime";
+    } else if (status == cudaErrorNoDevice) {
+      info.gpu_status = "no NVIDIA GPU found";
+    } else {
+      info.gpu_status = std::string("no usable GPU: ") + cudaGetErrorString(status);
+    }
     cudaGetLastError();  // clear the sticky error so later calls start clean
     return;
   }
