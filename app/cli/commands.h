@@ -8,5 +8,6 @@ namespace tandem::cli {
 
 void addInfoCommand(CLI::App& app);
 void addInspectCommand(CLI::App& app);
+void addDebugCommand(CLI::App& app);
 
 }  // namespace tandem::cli

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   tandem::cli::addInfoCommand(app);
   tandem::cli::addInspectCommand(app);
+  tandem::cli::addDebugCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

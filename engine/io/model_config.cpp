@@ -231,6 +231,14 @@ void readBody(const Fields& f, ModelConfig& c) {
     default: c.attention_bias = f.boolOr("attention_bias", false); break;
   }
   c.qk_norm = c.architecture == Architecture::Qwen3 || c.architecture == Architecture::Qwen3Moe;
+  c.mlp_bias = f.boolOr("mlp_bias", false);
+  c.rope_interleave = c.architecture == Architecture::DeepseekV3 ? f.boolOr("rope_interleave", true)
+                                                                  : c.architecture == Architecture::DeepseekV2;
+  const std::string act = f.optString("hidden_act").value_or("silu");
+  if (act != "silu") {
+    f.fail("hidden_act", "is \"" + act + "\"; Tandem's experts and MLPs implement \"silu\" only",
+           "use a model with SiLU-gated MLPs");
+  }
   if (mla) {
     c.q_lora_rank = f.has("q_lora_rank") ? std::optional(f.positive("q_lora_rank", f.optInt("q_lora_rank")))
                                          : std::nullopt;

@@ -80,6 +80,10 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v biases (qwen2: always; qwen2_moe: "qkv_bias")
   bool qk_norm = false;         // per-head RMSNorm on q and k (qwen3, qwen3_moe)
+  bool mlp_bias = false;        // biases on gate/up/down (deepseek "mlp_bias")
+  // DeepSeek-V3 checkpoints pair rope dims as neighbours (true, the default) or halves.
+  // DeepSeek-V2 always pairs neighbours; the GQA architectures always use halves.
+  bool rope_interleave = true;
   std::optional<int64_t> sliding_window;  // read and reported, not used by the math yet
   bool use_sliding_window = false;
 

@@ -1,0 +1,108 @@
+// Every available backend against generic on ragged shapes, routings, dtypes and LoRA targets;
+// and backend selection under a capped ISA.
+
+#include <gtest/gtest.h>
+
+#include "engine/core/cpu_features.h"
+#include "engine/core/error.h"
+#include "engine/core/thread_pool.h"
+#include "engine/experts/expert_test_util.h"
+#include "engine/experts/kernels/expert_kernels.h"
+
+namespace tandem::experts {
+namespace {
+
+using testing::ProblemSpec;
+using testing::Routing;
+
+ThreadPool& testPool() {
+  static ThreadPool pool(2);
+  return pool;
+}
+
+std::vector<ProblemSpec> sweep() {
+  struct Shape {
+    ExpertLayerSpec layer;
+    int64_t n_tokens;
+    int top_k;
+    Routing routing;
+  };
+  const Shape shapes[] = {
+      {{6, 33, 19}, 1, 1, Routing::Random},    // one token, top-1
+      {{16, 70, 45}, 11, 8, Routing::Sparse},  // top-8, half the experts get nothing
+      {{8, 33, 19}, 40, 2, Routing::Skewed},   // one expert gets every token
+      {{4, 17, 64}, 5, 4, Routing::Random},    // every expert, I a multiple of 16
+      {{8, 96, 80}, 150, 2, Routing::Skewed},  // the hot expert splits into 5 stealable tasks
+  };
+  const ExpertLoraSpec loras[] = {
+      {0, 0.0f, false, false, false}, {1, 2.0f, true, true, true},
+      {8, 0.25f, false, true, false}, {8, 0.5f, true, false, true}};
+  std::vector<ProblemSpec> specs;
+  uint64_t seed = 100;
+  for (const Shape& shape : shapes) {
+    for (const ActivationType act : {ActivationType::F32, ActivationType::BF16}) {
+      for (const WeightType wt : {WeightType::F32, WeightType::BF16, WeightType::F16}) {
+        ProblemSpec spec;
+        spec.layer = shape.layer;
+        spec.n_tokens = shape.n_tokens;
+        spec.top_k = shape.top_k;
+        spec.routing = shape.routing;
+        spec.act_type = act;
+        spec.weight_type = wt;
+        spec.lora = loras[seed % 4];
+        spec.seed = seed++;
+        specs.push_back(spec);
+      }
+    }
+  }
+  return specs;
+}
+
+TEST(ExpertBackends, MatchGenericOnRaggedShapes) {
+  const std::vector<std::string> backends = kernels::availableBackends(cpuFeatures());
+  if (backends.size() == 1) GTEST_SKIP() << "only the generic backend is available here";
+  for (const std::string& backend : backends) {
+    if (backend == "generic") continue;
+    for (const ProblemSpec& spec : sweep()) {
+      const testing::Problem problem = testing::makeProblem(spec);
+      auto generic = testing::makeLayer(problem, "generic", testPool());
+      auto fast = testing::makeLayer(problem, backend, testPool());
+      ASSERT_EQ(fast->backendName(), backend);
+      // bf16 outputs may differ by one bf16 ulp (2^-8) where summation order moves a rounding.
+      const testing::Tolerance tol = spec.act_type == ActivationType::F32
+                                         ? testing::Tolerance{1e-5, 1e-4}
+                                         : testing::Tolerance{3e-3, 1e-2};
+      EXPECT_TRUE(testing::gradsClose(problem, testing::runLayer(problem, *fast),
+                                      testing::runLayer(problem, *generic), tol))
+          << "backend " << backend;
+    }
+  }
+}
+
+TEST(ExpertBackends, AutoPicksTheBestAndGenericAlwaysWorks) {
+  const CpuFeatures& features = cpuFeatures();
+  EXPECT_EQ(std::string(kernels::selectKernels("auto", features).name),
+            kernels::availableBackends(features).front());
+  EXPECT_STREQ(kernels::selectKernels("generic", features).name, "generic");
+}
+
+TEST(ExpertBackends, Avx512UnderAGenericCapIsAnError) {
+  const CpuFeatures capped = detectCpuFeatures(IsaLevel::Generic);
+  EXPECT_EQ(kernels::availableBackends(capped), std::vector<std::string>{"generic"});
+  EXPECT_STREQ(kernels::selectKernels("auto", capped).name, "generic");
+  try {
+    kernels::selectKernels("avx512", capped);
+    FAIL() << "avx512 must not be selectable under a generic cap";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.whatToDo()).find("generic"), std::string::npos) << error.what();
+  }
+  // Through the public entry, when this process itself runs capped (TANDEM_CPU_ISA=generic).
+  if (!cpuFeatures().canUseAvx512()) {
+    const testing::Problem problem = testing::makeProblem(ProblemSpec{});
+    EXPECT_THROW(testing::makeLayer(problem, "avx512", testPool()), Error);
+    EXPECT_EQ(testing::makeLayer(problem, "auto", testPool())->backendName(), "generic");
+  }
+}
+
+}  // namespace
+}  // namespace tandem::experts

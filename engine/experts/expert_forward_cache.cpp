@@ -1,0 +1,34 @@
+#include "engine/experts/expert_forward_cache.h"
+
+namespace tandem::experts {
+
+namespace {
+template <typename T>
+uint64_t byteSize(const std::vector<T>& v) {
+  return v.capacity() * sizeof(T);
+}
+}  // namespace
+
+void ExpertForwardCache::release() {
+  // swap-with-empty frees the memory (clear() would keep the capacity).
+  ExpertForwardCache empty;
+  std::swap(*this, empty);
+}
+
+void ExpertForwardCache::chargeLedger() {
+  const uint64_t bytes = byteSize(x_) + byteSize(weights_) + byteSize(gate_) + byteSize(up_) +
+                         byteSize(routing_.offsets) + byteSize(routing_.slot_of_pos) +
+                         byteSize(routing_.pos_of_slot);
+  charge_ = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Activations, bytes);
+}
+
+std::string_view cacheStateName(ExpertForwardCache::State state) {
+  switch (state) {
+    case ExpertForwardCache::State::Empty: return "empty";
+    case ExpertForwardCache::State::Cached: return "cached";
+    case ExpertForwardCache::State::Consumed: return "consumed";
+  }
+  return "?";
+}
+
+}  // namespace tandem::experts

@@ -1,0 +1,57 @@
+#pragma once
+// ExpertForwardCache: what one training forward of an ExpertLayer keeps for its backward.
+//
+// An explicit state machine, never a ring that silently wraps:
+//   Empty ──forward(cache)──► Cached ──backward──► Consumed
+//     ▲                                               │
+//     └──────────────── release() (any state) ◄───────┘
+// backward() needs Cached and throws otherwise. forward() into a Cached cache throws too (its
+// activations would be lost); release() first. Gradient checkpointing is release() after the
+// forward, a second forward(cache) before backward: same inputs give the same gradients.
+// The bytes it holds are charged to MemoryLedger::global() as ("cpu", Activations).
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "engine/core/memory_ledger.h"
+#include "engine/experts/expert_routing.h"
+#include "engine/experts/expert_types.h"
+
+namespace tandem::experts {
+
+class ExpertLayer;
+
+class ExpertForwardCache {
+ public:
+  enum class State { Empty, Cached, Consumed };
+
+  ExpertForwardCache() = default;
+  ExpertForwardCache(ExpertForwardCache&&) noexcept = default;
+  ExpertForwardCache& operator=(ExpertForwardCache&&) noexcept = default;
+  ExpertForwardCache(const ExpertForwardCache&) = delete;
+  ExpertForwardCache& operator=(const ExpertForwardCache&) = delete;
+
+  State state() const { return state_; }
+  uint64_t bytes() const { return charge_.bytes(); }
+  void release();  // frees everything, back to Empty
+
+ private:
+  friend class ExpertLayer;
+  void chargeLedger();  // charges what the buffers now hold
+
+  State state_ = State::Empty;
+  const ExpertLayer* owner_ = nullptr;  // backward must come from the layer that ran forward
+  ActivationType act_type_ = ActivationType::F32;
+  ExpertRouting routing_;
+  std::vector<unsigned char> x_;  // [T, H] the forward input, in its own activation type
+  std::vector<float> weights_;    // [T, k] routing weights
+  // [P, I] pre-activations g and u, in routing (expert-sorted) order. backward overwrites them
+  // in place with dg and du, which is why a cache is good for exactly one backward.
+  std::vector<float> gate_, up_;
+  MemoryCharge charge_;
+};
+
+std::string_view cacheStateName(ExpertForwardCache::State state);
+
+}  // namespace tandem::experts

@@ -1,0 +1,101 @@
+#pragma once
+// ExpertLayer: the routed experts of one MoE layer on the CPU (forward and backward), behind the
+// one autograd node that engine/gpu writes. Plain C++ on raw memory; no libtorch.
+//
+// Math (HF semantics, SiLU-gated experts, as transformers' Qwen3MoeExperts):
+//   g = gate(x_t), u = up(x_t), h = silu(g) ⊙ u, o = down(h),  y_t = Σ_j w[t][j] · o_{t,j}
+// with P(x) = x W_Pᵀ + s · (x A_Pᵀ) B_Pᵀ when LoRA targets P. Backward returns dX, d w[t][j] =
+// ⟨dY_t, o_{t,j}⟩ (the router's gradient) and accumulates the LoRA gradients in lora().
+//
+// Work is grouped by expert (counting sort) and cut into (expert, row-block) tasks on the
+// ThreadPool, so a hot expert is spread over all workers and an expert with no tokens costs
+// nothing; outputs are summed per token afterwards, so nothing races.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/experts/expert_forward_cache.h"
+#include "engine/experts/expert_lora.h"
+#include "engine/experts/expert_routing.h"
+#include "engine/experts/expert_types.h"
+#include "engine/experts/kernels/expert_kernels.h"
+
+namespace tandem {
+class ThreadPool;
+}
+
+namespace tandem::experts {
+
+class ExpertLayer {
+ public:
+  // backend: "auto" (best for this CPU), "generic" or "avx512"; an unavailable one is an Error
+  // naming those available. The weight views must outlive the layer (zero-copy).
+  static std::unique_ptr<ExpertLayer> create(const ExpertLayerSpec& spec,
+                                             ExpertWeightViews weights,
+                                             const ExpertLoraSpec& lora,
+                                             std::string_view backend, ThreadPool& pool);
+  ~ExpertLayer();
+  ExpertLayer(const ExpertLayer&) = delete;
+  ExpertLayer& operator=(const ExpertLayer&) = delete;
+
+  // x [n_tokens, H] act_type row-major; topk_ids [n_tokens, top_k] int32 in [0, E);
+  // topk_weights [n_tokens, top_k] f32; y [n_tokens, H] act_type, written.
+  // cache: nullptr for inference (nothing kept); otherwise Empty or Consumed, and left Cached.
+  void forward(const void* x, ActivationType act_type, int64_t n_tokens, const int32_t* topk_ids,
+               const float* topk_weights, int top_k, void* y, ExpertForwardCache* cache);
+
+  // cache: Cached by this layer's forward, left Consumed (its memory freed).
+  // dy [n_tokens, H] and dx [n_tokens, H] in the forward's act_type; dx is written.
+  // d_topk_weights [n_tokens, top_k] f32, written (nullptr: not wanted).
+  // LoRA gradients are accumulated (+=) into lora().
+  void backward(ExpertForwardCache& cache, const void* dy, void* dx, float* d_topk_weights);
+
+  ExpertLora& lora() { return lora_; }
+  const ExpertLora& lora() const { return lora_; }
+  const ExpertLayerSpec& spec() const { return spec_; }
+  const std::string& backendName() const { return backend_name_; }
+
+ private:
+  struct ForwardPass;
+  struct BackwardPass;
+
+  ExpertLayer(const ExpertLayerSpec& spec, ExpertWeightViews weights, const ExpertLoraSpec& lora,
+              const kernels::ExpertKernels& kernels, ThreadPool& pool);
+
+  const void* weight(ExpertProj proj, int64_t expert) const;
+  int64_t inFeatures(ExpertProj proj) const;
+  int64_t outFeatures(ExpertProj proj) const;
+  void validateRouting(const int32_t* topk_ids, int64_t n_tokens, int top_k) const;
+
+  // out [m, out] = in [m, in] · W_Pᵀ + s · (in A_Pᵀ) B_Pᵀ;  lora_tmp [m, r] scratch.
+  void projectForward(ExpertProj proj, int64_t expert, const float* in, int64_t m, float* out,
+                      float* lora_tmp) const;
+  // d_in [m, in] (= | +=) d_out [m, out] · W_P + s · (d_out B_P) A_P;
+  // lora_t [m, r] receives d_out B_P (what dA_P needs).
+  void projectBackward(ExpertProj proj, int64_t expert, const float* d_out, int64_t m,
+                       float* d_in, bool accumulate, float* lora_t) const;
+
+  void forwardRows(const ForwardPass& pass, const ExpertTask& task) const;
+  void backwardRows(const BackwardPass& pass, const ExpertTask& task) const;
+  void loraGradGateUp(const BackwardPass& pass, ExpertProj proj, int64_t expert);
+  void loraGradDown(const BackwardPass& pass, int64_t expert);
+  void runLoraGradTasks(const BackwardPass& pass);
+  // out [T, H] act_type = per token, Σ_j weights[t][j] (or 1) · pairs [P, H] f32 rows.
+  void sumPerToken(const ExpertRouting& routing, const float* pairs, const float* weights,
+                   ActivationType act_type, void* out) const;
+  void runTasks(const std::vector<ExpertTask>& tasks,
+                const std::function<void(const ExpertTask&)>& body) const;
+
+  ExpertLayerSpec spec_;
+  ExpertWeightViews weights_;
+  ExpertLora lora_;
+  const kernels::ExpertKernels& kernels_;
+  std::string backend_name_;
+  ThreadPool& pool_;
+};
+
+}  // namespace tandem::experts

@@ -1,0 +1,194 @@
+// ExpertLayer::backward. Each line differentiates a forward line (quoted), per routed pair:
+//   forward: o = down(h), y_t += w · o  →  dO = w · dY,
+//                                          d w = ⟨dY, o⟩ = ⟨dY W_down + s (dY B) A, h⟩
+//   forward: h = silu(g) ⊙ u            →  dg = dh ⊙ u ⊙ silu'(g),  du = dh ⊙ silu(g)
+//   forward: g = gate(x), u = up(x)     →  dx += dg W_gate + du W_up (+ the LoRA paths)
+// Stage A (per expert row block) does all of that and keeps what the LoRA gradients need; stage B
+// (per expert and projection) sums the LoRA gradients over the expert's rows, so every gradient
+// buffer has exactly one writer; stage C sums dx over each token's k slots.
+
+#include <algorithm>
+#include <string>
+
+#include "engine/core/error.h"
+#include "engine/core/thread_pool.h"
+#include "engine/experts/expert_layer.h"
+#include "engine/experts/expert_layer_detail.h"
+
+namespace tandem::experts {
+
+using detail::kRowBlock;
+
+// What one backward call shares between its tasks. Buffers are [P, ·] in sorted order.
+struct ExpertLayer::BackwardPass {
+  const ExpertForwardCache* cache = nullptr;
+  const void* dy = nullptr;                // [T, H] act_type
+  float* d_topk_weights = nullptr;         // [T, k] or nullptr
+  float* dgate = nullptr;                  // [P, I] g in, dg out (the cache's buffer, reused)
+  float* dup = nullptr;                    // [P, I] u in, du out
+  float* hidden = nullptr;                 // [P, I] h, kept only when LoRA targets down_proj
+  float* lora_t[kExpertProjCount] = {};    // [P, r] dP · B_P (down: already weighted by w)
+  float* dx_pairs = nullptr;               // [P, H] dx contribution of every pair
+};
+
+// Stage A for one row block of one expert.
+void ExpertLayer::backwardRows(const BackwardPass& pass, const ExpertTask& task) const {
+  const int64_t H = spec_.hidden, I = spec_.intermediate, m = task.end - task.begin;
+  const int64_t r = std::max(lora_.rank(), 1);
+  const ExpertRouting& routing = pass.cache->routing_;
+  float* dy = detail::threadScratch(m * (H + 2 * I + r));  // [m, H]
+  float* dh = dy + m * H;                                   // [m, I]
+  float* h = pass.hidden ? pass.hidden + task.begin * I : dy + m * (H + I);  // [m, I]
+  float* t_scratch = dy + m * (H + 2 * I);                  // [m, r]
+  auto loraT = [&](ExpertProj proj) {
+    float* kept = pass.lora_t[static_cast<int>(proj)];
+    return kept ? kept + task.begin * r : t_scratch;
+  };
+  float* g = pass.dgate + task.begin * I;
+  float* u = pass.dup + task.begin * I;
+
+  detail::gatherRows(pass.dy, pass.cache->act_type_, routing, task.begin, task.end, H, dy);
+  // dh (unweighted) = dY W_down + s (dY B_down) A_down: by linearity w can be applied after,
+  // and d w = ⟨dY, o⟩ = ⟨dh_unweighted, h⟩ needs no stored o.
+  float* t_down = loraT(ExpertProj::Down);
+  projectBackward(ExpertProj::Down, task.expert, dy, m, dh, false, t_down);
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t slot = routing.slot_of_pos[task.begin + i];
+    const float w = pass.cache->weights_[slot];
+    float dot = 0.0f;
+    for (int64_t c = 0; c < I; ++c) {
+      const int64_t at = i * I + c;
+      const float sig = detail::sigmoid(g[at]);
+      h[at] = g[at] * sig * u[at];
+      dot += dh[at] * h[at];
+      const float dh_w = w * dh[at];
+      // silu'(g) = σ(g) (1 + g (1 − σ(g)))
+      const float dg = dh_w * u[at] * sig * (1.0f + g[at] * (1.0f - sig));
+      u[at] = dh_w * g[at] * sig;  // du = dh ⊙ silu(g)
+      g[at] = dg;
+    }
+    if (pass.d_topk_weights) pass.d_topk_weights[slot] = dot;
+    if (lora_.targets(ExpertProj::Down)) {
+      for (int64_t q = 0; q < lora_.rank(); ++q) t_down[i * r + q] *= w;  // (w dY) B_down
+    }
+  }
+  float* dx = pass.dx_pairs + task.begin * H;
+  projectBackward(ExpertProj::Gate, task.expert, g, m, dx, false, loraT(ExpertProj::Gate));
+  projectBackward(ExpertProj::Up, task.expert, u, m, dx, true, loraT(ExpertProj::Up));
+}
+
+// Stage B for gate or up of one expert: dB_P += s · dPᵀ (x A_Pᵀ),  dA_P += s · (dP B_P)ᵀ x.
+void ExpertLayer::loraGradGateUp(const BackwardPass& pass, ExpertProj proj, int64_t expert) {
+  const int64_t H = spec_.hidden, I = spec_.intermediate, r = lora_.rank();
+  const float s = lora_.scale();
+  const ExpertRouting& routing = pass.cache->routing_;
+  const float* d_proj = proj == ExpertProj::Gate ? pass.dgate : pass.dup;  // [P, I]
+  const float* t = pass.lora_t[static_cast<int>(proj)];                    // [P, r]
+  float* grad_a = lora_.gradA(proj, expert).data();  // [r, H]
+  float* grad_b = lora_.gradB(proj, expert).data();  // [I, r]
+  const float* a = lora_.a(proj, expert).data();     // [r, H]
+  for (int64_t begin = routing.offsets[expert]; begin < routing.offsets[expert + 1];
+       begin += kRowBlock) {
+    const int64_t end = std::min(begin + kRowBlock, routing.offsets[expert + 1]), m = end - begin;
+    float* x = detail::threadScratch(m * (H + r));  // [m, H]
+    float* z = x + m * H;                           // [m, r] = x A_Pᵀ
+    detail::gatherRows(pass.cache->x_.data(), pass.cache->act_type_, routing, begin, end, H, x);
+    kernels_.matmulNT(m, r, H, 1.0f, x, H, a, WeightType::F32, H, z, r, false);
+    kernels_.matmulTN(m, r, I, s, d_proj + begin * I, I, z, r, grad_b, r);
+    kernels_.matmulTN(m, H, r, s, t + begin * r, r, x, H, grad_a, H);
+  }
+}
+
+// Stage B for down of one expert, input h and output grad dO = w · dY.
+void ExpertLayer::loraGradDown(const BackwardPass& pass, int64_t expert) {
+  const int64_t H = spec_.hidden, I = spec_.intermediate, r = lora_.rank();
+  const float s = lora_.scale();
+  const ExpertRouting& routing = pass.cache->routing_;
+  const float* t = pass.lora_t[static_cast<int>(ExpertProj::Down)];  // [P, r] (w dY) B_down
+  float* grad_a = lora_.gradA(ExpertProj::Down, expert).data();     // [r, I]
+  float* grad_b = lora_.gradB(ExpertProj::Down, expert).data();     // [H, r]
+  const float* a = lora_.a(ExpertProj::Down, expert).data();        // [r, I]
+  for (int64_t begin = routing.offsets[expert]; begin < routing.offsets[expert + 1];
+       begin += kRowBlock) {
+    const int64_t end = std::min(begin + kRowBlock, routing.offsets[expert + 1]), m = end - begin;
+    float* d_out = detail::threadScratch(m * (H + r));  // [m, H] = w · dY rows
+    float* z = d_out + m * H;                           // [m, r] = h A_downᵀ
+    detail::gatherRows(pass.dy, pass.cache->act_type_, routing, begin, end, H, d_out);
+    for (int64_t i = 0; i < m; ++i) {
+      const float w = pass.cache->weights_[routing.slot_of_pos[begin + i]];
+      for (int64_t c = 0; c < H; ++c) d_out[i * H + c] *= w;
+    }
+    const float* h = pass.hidden + begin * I;
+    kernels_.matmulNT(m, r, I, 1.0f, h, I, a, WeightType::F32, I, z, r, false);
+    kernels_.matmulTN(m, r, H, s, d_out, H, z, r, grad_b, r);
+    kernels_.matmulTN(m, I, r, s, t + begin * r, r, h, I, grad_a, I);
+  }
+}
+
+void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
+                           float* d_topk_weights) {
+  using State = ExpertForwardCache::State;
+  if (cache.state_ != State::Cached) {
+    throw Error("expert backward: the forward cache is " +
+                    std::string(cacheStateName(cache.state_)) + ", not cached",
+                "run forward with this cache before each backward (again after release())");
+  }
+  if (cache.owner_ != this) throw Error("expert backward: the cache belongs to another layer");
+  const ExpertRouting& routing = cache.routing_;
+  const int64_t H = spec_.hidden, I = spec_.intermediate, T = routing.n_tokens;
+  if (T > 0 && (!dy || !dx)) throw Error("expert backward: dy and dx must not be null");
+  // From here on the cache's g/u become dg/du: it can never serve a second backward.
+  cache.state_ = State::Consumed;
+
+  const int64_t n_pairs = routing.pairs(), r = lora_.rank();
+  std::vector<float> dx_pairs(static_cast<size_t>(n_pairs * H));
+  std::vector<float> hidden, lora_t[kExpertProjCount];
+  BackwardPass pass{&cache, dy, d_topk_weights, cache.gate_.data(), cache.up_.data()};
+  if (lora_.targets(ExpertProj::Down)) {
+    hidden.resize(static_cast<size_t>(n_pairs * I));
+    pass.hidden = hidden.data();
+  }
+  uint64_t scratch_bytes = (dx_pairs.size() + hidden.size()) * sizeof(float);
+  for (int p = 0; p < kExpertProjCount; ++p) {
+    if (!lora_.targets(static_cast<ExpertProj>(p))) continue;
+    lora_t[p].resize(static_cast<size_t>(n_pairs * r));
+    pass.lora_t[p] = lora_t[p].data();
+    scratch_bytes += lora_t[p].size() * sizeof(float);
+  }
+  pass.dx_pairs = dx_pairs.data();
+  MemoryCharge scratch_charge(MemoryLedger::global(), "cpu", MemoryCategory::Scratch,
+                              scratch_bytes);
+
+  runTasks(cutIntoTasks(routing, kRowBlock),
+           [&](const ExpertTask& task) { backwardRows(pass, task); });
+  runLoraGradTasks(pass);
+
+  sumPerToken(routing, dx_pairs.data(), nullptr, cache.act_type_, dx);  // dx_t = Σ_j dx_{t,j}
+  // Consumed keeps nothing: free the activations now rather than at the next forward.
+  cache.release();
+  cache.state_ = State::Consumed;
+}
+
+// Stage B: one task per (expert with tokens, targeted projection).
+void ExpertLayer::runLoraGradTasks(const BackwardPass& pass) {
+  std::vector<std::pair<int64_t, ExpertProj>> jobs;
+  for (int64_t e = 0; e < spec_.num_experts; ++e) {
+    if (pass.cache->routing_.rows(e) == 0) continue;
+    for (int p = 0; p < kExpertProjCount; ++p) {
+      const auto proj = static_cast<ExpertProj>(p);
+      if (lora_.targets(proj)) jobs.emplace_back(e, proj);
+    }
+  }
+  pool_.parallelFor(0, static_cast<int64_t>(jobs.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const auto [expert, proj] = jobs[i];
+      if (proj == ExpertProj::Down) {
+        loraGradDown(pass, expert);
+      } else {
+        loraGradGateUp(pass, proj, expert);
+      }
+    }
+  });
+}
+
+}  // namespace tandem::experts

@@ -1,0 +1,175 @@
+// AVX-512 (F/BW/VL/DQ + FMA) expert matmuls. Compiled with those flags on this file only; the
+// dispatcher calls in only when cpuFeatures().canUseAvx512(). Everything but the three entry
+// points sits in an anonymous namespace so ISA-specific inline code cannot leak into other
+// translation units at link time.
+//
+// Weights are converted to fp32 sixteen at a time inside the load (bf16: shift left 16;
+// f16: vcvtph2ps), so the checkpoint's memory is read zero-copy. Ragged edges use masked loads,
+// which never touch masked-out memory, so no padding is required anywhere.
+
+// GCC 12 flags its own _mm512_undefined_* helpers (self-initialised on purpose) as
+// maybe-uninitialized once inlined (GCC PR 105593, fixed in 13); the warning is about the header.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+
+#include "engine/experts/kernels/expert_kernels.h"
+
+namespace tandem::experts::kernels::avx512 {
+
+namespace {
+
+// Register block geometry of the two micro-kernels.
+struct DotTile {        // matmulNT: kM rows of a against kN rows of b, dot products along k
+  static constexpr int kM = 4;
+  static constexpr int kN = 4;
+};
+struct BroadcastTile {  // matmulNN/TN: kM rows of c, kVecs × 16 columns, rank-1 updates along k
+  static constexpr int kM = 4;
+  static constexpr int kVecs = 4;
+  static constexpr int kCols = kVecs * 16;
+};
+
+__mmask16 tailMask(int64_t remaining) {
+  return remaining >= 16 ? static_cast<__mmask16>(0xffff)
+                         : static_cast<__mmask16>((1u << std::max<int64_t>(remaining, 0)) - 1u);
+}
+
+// 16 weights starting at element `index`, converted to fp32; lanes outside `mask` are 0.
+template <WeightType kType>
+__m512 loadWeights(const void* base, int64_t index, __mmask16 mask) {
+  const auto* bytes = static_cast<const char*>(base);
+  if constexpr (kType == WeightType::F32) {
+    return _mm512_maskz_loadu_ps(mask, bytes + index * 4);
+  } else {
+    const __m256i bits = _mm256_maskz_loadu_epi16(mask, bytes + index * 2);
+    if constexpr (kType == WeightType::BF16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+    } else {
+      return _mm512_cvtph_ps(bits);
+    }
+  }
+}
+
+void storeRow(float* c, __m512 sum, float alpha, bool accumulate, __mmask16 mask) {
+  __m512 value = _mm512_mul_ps(_mm512_set1_ps(alpha), sum);
+  if (accumulate) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, c));
+  _mm512_mask_storeu_ps(c, mask, value);
+}
+
+// c [m, n] (= | +=) alpha · a [m, k] · bᵀ, b [n, k]. Rows past the edge of a or b alias the last
+// valid row (computed, never stored), which keeps the 4 × 4 tile free of branches.
+template <WeightType kType>
+void matmulNtImpl(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                  const void* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  constexpr int kM = DotTile::kM, kN = DotTile::kN;
+  // b outer: its kN rows (one block of weights) stay in L1 while every row block of a passes.
+  for (int64_t j0 = 0; j0 < n; j0 += kN) {
+    int64_t b_row[kN];
+    for (int jj = 0; jj < kN; ++jj) b_row[jj] = std::min(j0 + jj, n - 1) * ldb;
+    for (int64_t i0 = 0; i0 < m; i0 += kM) {
+      const float* a_row[kM];
+      for (int ii = 0; ii < kM; ++ii) a_row[ii] = a + std::min(i0 + ii, m - 1) * lda;
+      __m512 acc[kM][kN];
+      for (auto& row : acc)
+        for (auto& v : row) v = _mm512_setzero_ps();
+      for (int64_t p = 0; p < k; p += 16) {
+        const __mmask16 mask = tailMask(k - p);
+        __m512 bv[kN];
+        for (int jj = 0; jj < kN; ++jj) bv[jj] = loadWeights<kType>(b, b_row[jj] + p, mask);
+        for (int ii = 0; ii < kM; ++ii) {
+          const __m512 av = _mm512_maskz_loadu_ps(mask, a_row[ii] + p);
+          for (int jj = 0; jj < kN; ++jj) acc[ii][jj] = _mm512_fmadd_ps(av, bv[jj], acc[ii][jj]);
+        }
+      }
+      for (int ii = 0; ii < kM && i0 + ii < m; ++ii) {
+        for (int jj = 0; jj < kN && j0 + jj < n; ++jj) {
+          float* out = c + (i0 + ii) * ldc + j0 + jj;
+          const float sum = alpha * _mm512_reduce_add_ps(acc[ii][jj]);
+          *out = accumulate ? *out + sum : sum;
+        }
+      }
+    }
+  }
+}
+
+// c [m, n] (= | +=) alpha · Σ_p A(i, p) · b [p, n], with A(i, p) = a[i · a_rs + p · a_cs], so one
+// kernel serves a · b (a_rs = lda, a_cs = 1) and aᵀ · b (a_rs = 1, a_cs = lda).
+template <WeightType kType>
+void matmulBroadcastImpl(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                         int64_t a_rs, int64_t a_cs, const void* b, int64_t ldb, float* c,
+                         int64_t ldc, bool accumulate) {
+  constexpr int kM = BroadcastTile::kM, kVecs = BroadcastTile::kVecs;
+  for (int64_t n0 = 0; n0 < n; n0 += BroadcastTile::kCols) {
+    __mmask16 mask[kVecs];
+    for (int q = 0; q < kVecs; ++q) mask[q] = tailMask(n - n0 - 16 * q);
+    for (int64_t i0 = 0; i0 < m; i0 += kM) {
+      const float* a_row[kM];
+      for (int ii = 0; ii < kM; ++ii) a_row[ii] = a + std::min(i0 + ii, m - 1) * a_rs;
+      __m512 acc[kM][kVecs];
+      for (auto& row : acc)
+        for (auto& v : row) v = _mm512_setzero_ps();
+      for (int64_t p = 0; p < k; ++p) {
+        __m512 bv[kVecs];
+        for (int q = 0; q < kVecs; ++q) {
+          bv[q] = loadWeights<kType>(b, p * ldb + n0 + 16 * q, mask[q]);
+        }
+        for (int ii = 0; ii < kM; ++ii) {
+          const __m512 av = _mm512_set1_ps(a_row[ii][p * a_cs]);
+          for (int q = 0; q < kVecs; ++q) acc[ii][q] = _mm512_fmadd_ps(av, bv[q], acc[ii][q]);
+        }
+      }
+      for (int ii = 0; ii < kM && i0 + ii < m; ++ii) {
+        for (int q = 0; q < kVecs; ++q) {
+          if (mask[q] == 0) break;
+          storeRow(c + (i0 + ii) * ldc + n0 + 16 * q, acc[ii][q], alpha, accumulate, mask[q]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void matmulNT(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
+              bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  switch (b_type) {
+    case WeightType::F32:
+      return matmulNtImpl<WeightType::F32>(m, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
+    case WeightType::BF16:
+      return matmulNtImpl<WeightType::BF16>(m, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
+    case WeightType::F16:
+      return matmulNtImpl<WeightType::F16>(m, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
+  }
+}
+
+void matmulNN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
+              bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  switch (b_type) {
+    case WeightType::F32:
+      return matmulBroadcastImpl<WeightType::F32>(m, n, k, alpha, a, lda, 1, b, ldb, c, ldc,
+                                                  accumulate);
+    case WeightType::BF16:
+      return matmulBroadcastImpl<WeightType::BF16>(m, n, k, alpha, a, lda, 1, b, ldb, c, ldc,
+                                                   accumulate);
+    case WeightType::F16:
+      return matmulBroadcastImpl<WeightType::F16>(m, n, k, alpha, a, lda, 1, b, ldb, c, ldc,
+                                                  accumulate);
+  }
+}
+
+void matmulTN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float* c, int64_t ldc) {
+  if (k <= 0 || n <= 0) return;
+  // c [k, n] is the output: its rows run over a's columns, the sum over a's m rows.
+  matmulBroadcastImpl<WeightType::F32>(k, n, m, alpha, a, 1, lda, b, ldb, c, ldc, true);
+}
+
+}  // namespace tandem::experts::kernels::avx512

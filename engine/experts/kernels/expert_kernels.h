@@ -1,0 +1,76 @@
+#pragma once
+// The expert engine's kernel table: one signature per op, one implementation per backend.
+//
+// ref/     plain loops, the specification, always compiled (backend "generic").
+// avx512/  AVX-512 F/BW/VL/DQ + FMA, flags on those files only (backend "avx512").
+// The table is picked once, at ExpertLayer creation, from cpuFeatures() (TANDEM_CPU_ISA caps
+// it); asking for a backend the CPU cannot run is an Error, never an illegal instruction.
+// Future backends (amx_bf16, ...) that need packed weights get per-backend state; these
+// zero-copy kernels read the checkpoint's weights directly and convert bf16/f16 on the fly.
+//
+// All matrices are row-major with an explicit leading dimension in elements. `a`, `c` are fp32;
+// a weight operand `b` is F32, BF16 or F16 raw bits and may be aligned to only 2 bytes.
+// Accumulation is fp32. With accumulate = false, c is overwritten (its old contents unread).
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/experts/expert_types.h"
+
+namespace tandem {
+struct CpuFeatures;
+}
+
+namespace tandem::experts::kernels {
+
+// c [m, n] (= | +=) alpha · a [m, k] · bᵀ, b [n, k] of b_type.   (x Wᵀ: the forward projection)
+using MatmulNtFn = void (*)(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                            int64_t lda, const void* b, WeightType b_type, int64_t ldb, float* c,
+                            int64_t ldc, bool accumulate);
+// c [m, n] (= | +=) alpha · a [m, k] · b, b [k, n] of b_type.   (dY W: the input gradient)
+using MatmulNnFn = MatmulNtFn;
+// c [k, n] += alpha · aᵀ · b, a [m, k] f32, b [m, n] f32.   (LoRA weight gradients, summed over m)
+using MatmulTnFn = void (*)(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                            int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc);
+
+struct ExpertKernels {
+  const char* name = "";
+  MatmulNtFn matmulNT = nullptr;
+  MatmulNnFn matmulNN = nullptr;
+  MatmulTnFn matmulTN = nullptr;
+};
+
+namespace ref {
+void matmulNT(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
+              bool accumulate);
+void matmulNN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
+              bool accumulate);
+void matmulTN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float* c, int64_t ldc);
+}  // namespace ref
+
+#ifdef TANDEM_EXPERTS_HAVE_AVX512
+namespace avx512 {
+void matmulNT(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
+              bool accumulate);
+void matmulNN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
+              bool accumulate);
+void matmulTN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float* c, int64_t ldc);
+}  // namespace avx512
+#endif
+
+// Backends this build and CPU can run, best first ("avx512", "generic").
+std::vector<std::string> availableBackends(const CpuFeatures& features);
+
+// "auto" picks the best available; "generic" always works; anything else must be available,
+// otherwise Error names the available ones. Returns a table with static lifetime.
+const ExpertKernels& selectKernels(std::string_view backend, const CpuFeatures& features);
+
+}  // namespace tandem::experts::kernels

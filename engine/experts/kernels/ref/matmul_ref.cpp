@@ -1,0 +1,68 @@
+// The reference kernels: plain loops, the specification the vector backends are tested against.
+// fp32 accumulation in the natural summation order; weights converted element by element.
+
+#include <cstring>
+
+#include "engine/core/float_convert.h"
+#include "engine/experts/kernels/expert_kernels.h"
+
+namespace tandem::experts::kernels::ref {
+
+namespace {
+// Element `index` of a weight matrix. memcpy because views may be aligned to only 2 bytes.
+float loadWeight(const void* base, WeightType type, int64_t index) {
+  const auto* bytes = static_cast<const unsigned char*>(base);
+  if (type == WeightType::F32) {
+    float value;
+    std::memcpy(&value, bytes + index * 4, sizeof value);
+    return value;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, bytes + index * 2, sizeof bits);
+  return type == WeightType::BF16 ? bf16ToFloat(bits) : fp16ToFloat(bits);
+}
+
+void store(float* c, float alpha, float sum, bool accumulate) {
+  *c = accumulate ? *c + alpha * sum : alpha * sum;
+}
+}  // namespace
+
+// c [m, n] (= | +=) alpha · a [m, k] · bᵀ, b [n, k] of b_type.
+void matmulNT(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
+              bool accumulate) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      float sum = 0.0f;
+      for (int64_t p = 0; p < k; ++p) sum += a[i * lda + p] * loadWeight(b, b_type, j * ldb + p);
+      store(&c[i * ldc + j], alpha, sum, accumulate);
+    }
+  }
+}
+
+// c [m, n] (= | +=) alpha · a [m, k] · b, b [k, n] of b_type.
+void matmulNN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
+              bool accumulate) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      float sum = 0.0f;
+      for (int64_t p = 0; p < k; ++p) sum += a[i * lda + p] * loadWeight(b, b_type, p * ldb + j);
+      store(&c[i * ldc + j], alpha, sum, accumulate);
+    }
+  }
+}
+
+// c [k, n] += alpha · aᵀ · b, a [m, k] f32, b [m, n] f32.
+void matmulTN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float* c, int64_t ldc) {
+  for (int64_t q = 0; q < k; ++q) {
+    for (int64_t j = 0; j < n; ++j) {
+      float sum = 0.0f;
+      for (int64_t i = 0; i < m; ++i) sum += a[i * lda + q] * b[i * ldb + j];
+      c[q * ldc + j] += alpha * sum;
+    }
+  }
+}
+
+}  // namespace tandem::experts::kernels::ref

@@ -1,0 +1,87 @@
+#include "engine/gpu/attention.h"
+
+#include <ATen/ATen.h>
+
+#include "engine/gpu/norm.h"
+
+namespace tandem::gpu {
+
+at::Tensor causalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           double scaling) {
+  const int64_t groups = q.size(1) / k.size(1);
+  // repeat_kv: each key/value head serves `groups` query heads.
+  auto repeat = [groups](const at::Tensor& t) {
+    if (groups == 1) return t;
+    return t.unsqueeze(2).expand({t.size(0), t.size(1), groups, t.size(2), t.size(3)})
+        .reshape({t.size(0), t.size(1) * groups, t.size(2), t.size(3)});
+  };
+  const at::Tensor out = at::scaled_dot_product_attention(q, repeat(k), repeat(v), /*attn_mask=*/{},
+                                                          /*dropout_p=*/0.0, /*is_causal=*/true,
+                                                          scaling);
+  // [B, heads, S, dv] -> [B, S, heads * dv]
+  return out.transpose(1, 2).reshape({q.size(0), q.size(2), -1});
+}
+
+at::Tensor GqaAttention::forward(const at::Tensor& x, const RopeTables& rope, bool training) const {
+  const int64_t batch = x.size(0), seq = x.size(1);
+  auto heads = [&](const LoraLinear& proj, int n, const at::Tensor& norm) {
+    at::Tensor t = proj.forward(x, training).view({batch, seq, n, head_dim});
+    if (norm.defined()) t = rmsNorm(t, norm, rms_norm_eps);  // qwen3: per head, before rope
+    return t.transpose(1, 2);  // [B, n, S, head_dim]
+  };
+  const at::Tensor q = Rope::apply(heads(q_proj, num_heads, q_norm), rope, RopeLayout::Halves);
+  const at::Tensor k = Rope::apply(heads(k_proj, num_kv_heads, k_norm), rope, RopeLayout::Halves);
+  const at::Tensor v = heads(v_proj, num_kv_heads, at::Tensor());
+  return o_proj.forward(causalAttention(q, k, v, scaling), training);
+}
+
+void GqaAttention::visitProjections(const ProjectionVisitor& visit) {
+  visit("q_proj", q_proj);
+  visit("k_proj", k_proj);
+  visit("v_proj", v_proj);
+  visit("o_proj", o_proj);
+}
+
+at::Tensor MlaAttention::forward(const at::Tensor& x, const RopeTables& rope, bool training) const {
+  const int64_t batch = x.size(0), seq = x.size(1);
+  const int64_t qk_head_dim = qk_nope_head_dim + qk_rope_head_dim;
+  at::Tensor q = q_proj.defined()
+                     ? q_proj.forward(x, training)
+                     : q_b_proj.forward(rmsNorm(q_a_proj.forward(x, training), q_a_layernorm,
+                                                rms_norm_eps),
+                                        training);
+  q = q.view({batch, seq, num_heads, qk_head_dim}).transpose(1, 2);  // [B, heads, S, qk]
+  const at::Tensor q_nope = q.narrow(-1, 0, qk_nope_head_dim);
+  const at::Tensor q_rope = q.narrow(-1, qk_nope_head_dim, qk_rope_head_dim);
+
+  const at::Tensor compressed = kv_a_proj_with_mqa.forward(x, training);
+  const at::Tensor kv_latent =
+      rmsNorm(compressed.narrow(-1, 0, kv_lora_rank), kv_a_layernorm, rms_norm_eps);
+  // The rope key is one head shared by all query heads: [B, 1, S, rope].
+  const at::Tensor k_rope_shared =
+      compressed.narrow(-1, kv_lora_rank, qk_rope_head_dim).view({batch, 1, seq, qk_rope_head_dim});
+
+  const at::Tensor q_rot = Rope::apply(q_rope, rope, rope_layout);
+  const at::Tensor k_rot = Rope::apply(k_rope_shared, rope, rope_layout);
+
+  const at::Tensor kv = kv_b_proj.forward(kv_latent, training)
+                            .view({batch, seq, num_heads, qk_nope_head_dim + v_head_dim})
+                            .transpose(1, 2);  // [B, heads, S, nope + v]
+  const at::Tensor k_nope = kv.narrow(-1, 0, qk_nope_head_dim);
+  const at::Tensor value = kv.narrow(-1, qk_nope_head_dim, v_head_dim);
+  const at::Tensor key =
+      at::cat({k_nope, k_rot.expand({batch, num_heads, seq, qk_rope_head_dim})}, -1);
+  const at::Tensor query = at::cat({q_nope, q_rot}, -1);
+  return o_proj.forward(causalAttention(query, key, value, scaling), training);
+}
+
+void MlaAttention::visitProjections(const ProjectionVisitor& visit) {
+  if (q_proj.defined()) visit("q_proj", q_proj);
+  if (q_a_proj.defined()) visit("q_a_proj", q_a_proj);
+  if (q_b_proj.defined()) visit("q_b_proj", q_b_proj);
+  visit("kv_a_proj_with_mqa", kv_a_proj_with_mqa);
+  visit("kv_b_proj", kv_b_proj);
+  visit("o_proj", o_proj);
+}
+
+}  // namespace tandem::gpu

@@ -1,0 +1,95 @@
+#pragma once
+// A causal language model of any supported architecture, built from an HF model dir: embeddings,
+// decoder layers (GQA or MLA attention; dense MLP or MoE block), final norm, lm_head. Dense parts
+// run as libtorch ops on the model's device; routed experts on the CPU expert engine.
+// Module names follow HF (model.layers.N.self_attn.q_proj, ...), and LoRA attaches by them.
+
+#include <ATen/core/Tensor.h>
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/gpu/attention.h"
+#include "engine/gpu/lora_linear.h"
+#include "engine/gpu/mlp.h"
+#include "engine/gpu/moe_block.h"
+#include "engine/gpu/rope.h"
+#include "engine/gpu/weight_loader.h"
+#include "engine/io/model_config.h"
+
+namespace tandem {
+class ThreadPool;
+}
+
+namespace tandem::gpu {
+
+// Which modules get a LoRA adapter, and with what settings. Module names are full HF names
+// ("model.layers.0.self_attn.q_proj"); routed experts are asked per projection with the name
+// "model.layers.N.mlp.experts.gate_proj" (one adapter per expert, all experts alike).
+struct LoraPlan {
+  LoraSettings settings;
+  int expert_rank = 0;  // routed experts' rank when it differs (general fused PEFT adapters)
+  std::function<bool(const std::string& module_name)> targets;
+};
+
+struct ModelOptions {
+  at::ScalarType dtype = at::kFloat;
+  at::Device device = at::kCPU;
+  std::string experts_backend = "auto";
+  bool gradient_checkpointing = false;
+  int64_t loss_chunk_tokens = 1024;  // rows of logits materialised at once by the loss
+};
+
+struct DecoderLayer {
+  at::Tensor input_layernorm;
+  at::Tensor post_attention_layernorm;
+  std::unique_ptr<GqaAttention> gqa;
+  std::unique_ptr<MlaAttention> mla;
+  GatedMlp dense_mlp;
+  std::unique_ptr<MoeBlock> moe;
+
+  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, double eps, bool training) const;
+};
+
+class CausalLm {
+ public:
+  static std::unique_ptr<CausalLm> load(const std::filesystem::path& model_dir,
+                                        const ModelOptions& options, const LoraPlan* lora,
+                                        ThreadPool& pool);
+  ~CausalLm();
+
+  // input_ids [B, S] int64 (right-padded) -> hidden states after the final norm [B, S, hidden].
+  at::Tensor forwardHidden(const at::Tensor& input_ids, bool training) const;
+  // [B, S, vocab] fp32 (materialises every logit: for inspection and short sequences).
+  at::Tensor logits(const at::Tensor& hidden) const;
+  // Causal-LM cross entropy as transformers computes it: labels [B, S] shifted inside, -100
+  // ignored, mean over the kept tokens; logits computed chunk by chunk, never all at once.
+  at::Tensor loss(const at::Tensor& hidden, const at::Tensor& labels) const;
+
+  // Every LoRA-capable linear with its HF module name.
+  void visitLinears(const std::function<void(const std::string& name, LoraLinear&)>& visit);
+  // Every MoE block with the HF name of its mlp ("model.layers.N.mlp").
+  void visitMoeBlocks(const std::function<void(const std::string& name, MoeBlock&)>& visit);
+
+  const io::ModelConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
+
+ private:
+  CausalLm() = default;
+
+  io::ModelConfig config_;
+  ModelOptions options_;
+  std::unique_ptr<WeightLoader> weights_;  // keeps the mapped files the experts read
+  at::Tensor embed_tokens;   // [vocab, hidden]
+  at::Tensor final_norm;     // [hidden]
+  at::Tensor lm_head;        // [vocab, hidden] (the embeddings when tied)
+  std::vector<DecoderLayer> layers_;
+  Rope rope_;
+
+  friend class CausalLmBuilder;
+};
+
+}  // namespace tandem::gpu

@@ -1,0 +1,281 @@
+// Builds a CausalLm from config.json and the safetensors files: the per-architecture tensor
+// names and shapes live here, and nowhere else.
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <string>
+
+#include "engine/core/error.h"
+#include "engine/core/thread_pool.h"
+#include "engine/gpu/causal_lm.h"
+
+namespace tandem::gpu {
+
+namespace {
+
+using io::Architecture;
+using Shape = std::vector<int64_t>;
+
+bool isDeepseek(Architecture a) {
+  return a == Architecture::DeepseekV2 || a == Architecture::DeepseekV3;
+}
+
+experts::WeightType expertWeightType(at::ScalarType t) {
+  return t == at::kBFloat16 ? experts::WeightType::BF16 : experts::WeightType::F32;
+}
+
+}  // namespace
+
+class CausalLmBuilder {
+ public:
+  CausalLmBuilder(CausalLm& model, const LoraPlan* lora, ThreadPool& pool)
+      : m_(model), c_(model.config_), w_(*model.weights_), lora_(lora), pool_(pool) {}
+
+  void build() {
+    const int64_t hidden = c_.hidden_size;
+    m_.embed_tokens = w_.load("model.embed_tokens.weight", {c_.vocab_size, hidden});
+    m_.final_norm = w_.load("model.norm.weight", {hidden});
+    m_.lm_head = (c_.tie_word_embeddings || !w_.has("lm_head.weight"))
+                     ? m_.embed_tokens
+                     : w_.load("lm_head.weight", {c_.vocab_size, hidden});
+    if (!c_.tie_word_embeddings && !w_.has("lm_head.weight")) {
+      throw Error("tensor lm_head.weight is missing from " + w_.dir().string() +
+                      " and tie_word_embeddings is false",
+                  "the download may be incomplete");
+    }
+    m_.rope_ = Rope(c_, c_.isMla() ? c_.qk_rope_head_dim : c_.head_dim);
+    for (int i = 0; i < c_.num_hidden_layers; ++i) m_.layers_.push_back(buildLayer(i));
+  }
+
+ private:
+  std::string layerPrefix(int i) const { return "model.layers." + std::to_string(i) + "."; }
+
+  // Loads name.weight (and name.bias when `bias`), attaches LoRA when the plan targets `name`.
+  LoraLinear linear(const std::string& name, int64_t out, int64_t in, bool bias = false) {
+    LoraLinear l(w_.load(name + ".weight", {out, in}),
+                 bias ? w_.load(name + ".bias", {out}) : at::Tensor());
+    if (lora_ && lora_->targets(name)) l.attachFreshLora(lora_->settings, ++lora_seed_);
+    return l;
+  }
+
+  DecoderLayer buildLayer(int i) {
+    const std::string p = layerPrefix(i);
+    DecoderLayer layer;
+    layer.input_layernorm = w_.load(p + "input_layernorm.weight", {c_.hidden_size});
+    layer.post_attention_layernorm = w_.load(p + "post_attention_layernorm.weight", {c_.hidden_size});
+    if (c_.isMla()) {
+      layer.mla = buildMla(p + "self_attn.");
+    } else {
+      layer.gqa = buildGqa(p + "self_attn.");
+    }
+    if (c_.isMoeLayer(i)) {
+      layer.moe = buildMoe(i);
+    } else {
+      layer.dense_mlp = buildMlp(p + "mlp.", c_.intermediate_size);
+    }
+    return layer;
+  }
+
+  std::unique_ptr<GqaAttention> buildGqa(const std::string& p) {
+    auto a = std::make_unique<GqaAttention>();
+    a->num_heads = c_.num_attention_heads;
+    a->num_kv_heads = c_.num_key_value_heads;
+    a->head_dim = c_.head_dim;
+    a->rms_norm_eps = c_.rms_norm_eps;
+    a->scaling = 1.0 / std::sqrt(static_cast<double>(c_.head_dim));
+    const int64_t q_out = c_.num_attention_heads * c_.head_dim;
+    const int64_t kv_out = c_.num_key_value_heads * c_.head_dim;
+    a->q_proj = linear(p + "q_proj", q_out, c_.hidden_size, c_.attention_bias);
+    a->k_proj = linear(p + "k_proj", kv_out, c_.hidden_size, c_.attention_bias);
+    a->v_proj = linear(p + "v_proj", kv_out, c_.hidden_size, c_.attention_bias);
+    a->o_proj = linear(p + "o_proj", c_.hidden_size, q_out);
+    if (c_.qk_norm) {
+      a->q_norm = w_.load(p + "q_norm.weight", {c_.head_dim});
+      a->k_norm = w_.load(p + "k_norm.weight", {c_.head_dim});
+    }
+    return a;
+  }
+
+  std::unique_ptr<MlaAttention> buildMla(const std::string& p) {
+    auto a = std::make_unique<MlaAttention>();
+    a->num_heads = c_.num_attention_heads;
+    a->kv_lora_rank = c_.kv_lora_rank;
+    a->qk_nope_head_dim = c_.qk_nope_head_dim;
+    a->qk_rope_head_dim = c_.qk_rope_head_dim;
+    a->v_head_dim = c_.v_head_dim;
+    a->rms_norm_eps = c_.rms_norm_eps;
+    a->rope_layout = c_.rope_interleave ? RopeLayout::Interleaved : RopeLayout::Halves;
+    const int64_t qk = c_.qk_nope_head_dim + c_.qk_rope_head_dim;
+    a->scaling = 1.0 / std::sqrt(static_cast<double>(qk));
+    // yarn_apply_mscale: DeepSeek scales the softmax by mscale(factor, mscale_all_dim)².
+    if (c_.rope.type != io::RopeType::Default && c_.rope.mscale_all_dim.value_or(0) != 0 &&
+        c_.rope.factor > 1) {
+      const double mscale = 0.1 * *c_.rope.mscale_all_dim * std::log(c_.rope.factor) + 1.0;
+      a->scaling *= mscale * mscale;
+    }
+    const int64_t heads = c_.num_attention_heads;
+    if (c_.q_lora_rank) {
+      a->q_a_proj = linear(p + "q_a_proj", *c_.q_lora_rank, c_.hidden_size, c_.attention_bias);
+      a->q_a_layernorm = w_.load(p + "q_a_layernorm.weight", {*c_.q_lora_rank});
+      a->q_b_proj = linear(p + "q_b_proj", heads * qk, *c_.q_lora_rank);
+    } else {
+      a->q_proj = linear(p + "q_proj", heads * qk, c_.hidden_size);
+    }
+    a->kv_a_proj_with_mqa = linear(p + "kv_a_proj_with_mqa", c_.kv_lora_rank + c_.qk_rope_head_dim,
+                                   c_.hidden_size, c_.attention_bias);
+    a->kv_a_layernorm = w_.load(p + "kv_a_layernorm.weight", {c_.kv_lora_rank});
+    a->kv_b_proj = linear(p + "kv_b_proj", heads * (c_.qk_nope_head_dim + c_.v_head_dim),
+                          c_.kv_lora_rank);
+    a->o_proj = linear(p + "o_proj", c_.hidden_size, heads * c_.v_head_dim, c_.attention_bias);
+    return a;
+  }
+
+  GatedMlp buildMlp(const std::string& p, int64_t intermediate) {
+    GatedMlp mlp;
+    const bool bias = isDeepseek(c_.architecture) && c_.mlp_bias;
+    mlp.gate_proj = linear(p + "gate_proj", intermediate, c_.hidden_size, bias);
+    mlp.up_proj = linear(p + "up_proj", intermediate, c_.hidden_size, bias);
+    mlp.down_proj = linear(p + "down_proj", c_.hidden_size, intermediate, bias);
+    return mlp;
+  }
+
+  Router buildRouter(const std::string& gate_name) {
+    Router r;
+    r.weight = w_.load(gate_name + ".weight", {c_.num_experts, c_.hidden_size});
+    r.top_k = c_.num_experts_per_tok;
+    r.norm_topk_prob = c_.norm_topk_prob;
+    r.routed_scaling_factor = c_.routed_scaling_factor;
+    r.topk_method = c_.topk_method;
+    r.n_group = c_.n_group.value_or(1);
+    r.topk_group = c_.topk_group.value_or(1);
+    switch (c_.architecture) {
+      case Architecture::Mixtral: r.kind = RouterKind::MixtralSoftmax; break;
+      case Architecture::DeepseekV2: r.kind = RouterKind::DeepseekV2; break;
+      case Architecture::DeepseekV3:
+        r.kind = RouterKind::DeepseekV3;
+        r.correction_bias = w_.loadFloat(gate_name + ".e_score_correction_bias", {c_.num_experts});
+        break;
+      default: r.kind = RouterKind::QwenSoftmax; break;
+    }
+    return r;
+  }
+
+  std::unique_ptr<MoeBlock> buildMoe(int i);
+  experts::ExpertWeightViews expertWeights(int i, MoeBlock& block);
+  const void* expertPointer(const io::TensorView& tensor, int64_t element_offset, MoeBlock& block,
+                            const std::string& name, const Shape& shape);
+
+  CausalLm& m_;
+  const io::ModelConfig& c_;
+  const WeightLoader& w_;
+  const LoraPlan* lora_;
+  ThreadPool& pool_;
+  uint64_t lora_seed_ = 0;
+};
+
+// The mixtral checkpoints name the block "block_sparse_moe" and the experts w1/w3/w2; transformers
+// 5 calls them mlp / gate_up_proj / down_proj. Both are read; module names follow the latter.
+std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
+  const std::string p = layerPrefix(i);
+  auto block = std::make_unique<MoeBlock>();
+  const bool legacy_mixtral =
+      c_.architecture == Architecture::Mixtral && w_.has(p + "block_sparse_moe.gate.weight");
+  block->router = buildRouter(p + (legacy_mixtral ? "block_sparse_moe.gate" : "mlp.gate"));
+
+  experts::ExpertLayerSpec spec{c_.num_experts, c_.hidden_size,
+                                c_.architecture == Architecture::Mixtral ? c_.intermediate_size
+                                                                         : c_.moe_intermediate_size};
+  experts::ExpertLoraSpec lora_spec;
+  if (lora_) {
+    const std::string experts_name = p + "mlp.experts.";
+    lora_spec.gate = lora_->targets(experts_name + "gate_proj");
+    lora_spec.up = lora_->targets(experts_name + "up_proj");
+    lora_spec.down = lora_->targets(experts_name + "down_proj");
+    if (lora_spec.gate || lora_spec.up || lora_spec.down) {
+      lora_spec.rank = lora_->expert_rank > 0 ? lora_->expert_rank : lora_->settings.rank;
+      lora_spec.scale = static_cast<float>(lora_->settings.scale());
+    }
+  }
+  block->experts = experts::ExpertLayer::create(spec, expertWeights(i, *block), lora_spec,
+                                                m_.options_.experts_backend, pool_);
+  if (lora_spec.any()) {
+    block->experts->lora().initPeft(++lora_seed_);
+    block->lora_anchor = at::zeros({}, at::kFloat).requires_grad_(true);
+  }
+  if (c_.architecture == Architecture::Qwen2Moe) {
+    block->shared = buildMlp(p + "mlp.shared_expert.", c_.shared_expert_intermediate_size);
+    block->shared_gate = linear(p + "mlp.shared_expert_gate", 1, c_.hidden_size);
+  } else if (isDeepseek(c_.architecture) && c_.n_shared_experts > 0) {
+    block->shared = buildMlp(p + "mlp.shared_experts.", c_.moe_intermediate_size * c_.n_shared_experts);
+  }
+  return block;
+}
+
+const void* CausalLmBuilder::expertPointer(const io::TensorView& tensor, int64_t element_offset,
+                                           MoeBlock& block, const std::string& name,
+                                           const Shape& shape) {
+  const at::ScalarType stored = scalarTypeOf(tensor.info->dtype, name);
+  const int64_t numel = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+  const std::byte* data = tensor.bytes.data() + element_offset * at::elementSize(stored);
+  if (stored == w_.dtype()) return data;  // zero copy from the mapped file
+  // Another dtype than the model's: convert once, keep the copy alive in the block.
+  at::Tensor converted =
+      at::from_blob(const_cast<std::byte*>(data), {numel}, at::TensorOptions().dtype(stored))
+          .to(w_.dtype(), /*non_blocking=*/false, /*copy=*/true);
+  block.expert_weight_owners.push_back(converted);
+  return converted.data_ptr();
+}
+
+experts::ExpertWeightViews CausalLmBuilder::expertWeights(int i, MoeBlock& block) {
+  const std::string p = layerPrefix(i);
+  const int64_t n = c_.num_experts, h = c_.hidden_size;
+  const int64_t inter =
+      c_.architecture == Architecture::Mixtral ? c_.intermediate_size : c_.moe_intermediate_size;
+  experts::ExpertWeightViews views;
+  views.type = expertWeightType(w_.dtype());
+  const std::string fused_gate_up = p + "mlp.experts.gate_up_proj";
+  if (w_.has(fused_gate_up)) {  // transformers 5 fused layout: [E, 2I, H] and [E, H, I]
+    const io::TensorView gate_up = w_.view(fused_gate_up, {n, 2 * inter, h});
+    const io::TensorView down = w_.view(p + "mlp.experts.down_proj", {n, h, inter});
+    for (int64_t e = 0; e < n; ++e) {
+      views.gate.push_back(expertPointer(gate_up, e * 2 * inter * h, block, fused_gate_up, {inter, h}));
+      views.up.push_back(expertPointer(gate_up, (e * 2 + 1) * inter * h, block, fused_gate_up, {inter, h}));
+      views.down.push_back(expertPointer(down, e * h * inter, block, p + "mlp.experts.down_proj", {h, inter}));
+    }
+    return views;
+  }
+  const bool legacy_mixtral = c_.architecture == Architecture::Mixtral &&
+                              w_.has(p + "block_sparse_moe.experts.0.w1.weight");
+  for (int64_t e = 0; e < n; ++e) {
+    const std::string base = legacy_mixtral
+                                 ? p + "block_sparse_moe.experts." + std::to_string(e) + "."
+                                 : p + "mlp.experts." + std::to_string(e) + ".";
+    auto one = [&](const std::string& leaf, const Shape& shape) {
+      const std::string name = base + leaf + ".weight";
+      return expertPointer(w_.view(name, shape), 0, block, name, shape);
+    };
+    views.gate.push_back(one(legacy_mixtral ? "w1" : "gate_proj", {inter, h}));
+    views.up.push_back(one(legacy_mixtral ? "w3" : "up_proj", {inter, h}));
+    views.down.push_back(one(legacy_mixtral ? "w2" : "down_proj", {h, inter}));
+  }
+  return views;
+}
+
+std::unique_ptr<CausalLm> CausalLm::load(const std::filesystem::path& model_dir,
+                                         const ModelOptions& options, const LoraPlan* lora,
+                                         ThreadPool& pool) {
+  if (options.dtype != at::kFloat && options.dtype != at::kBFloat16) {
+    throw Error("models run in fp32 or bf16", "pass --dtype fp32 or --dtype bf16");
+  }
+  std::unique_ptr<CausalLm> model(new CausalLm());
+  model->config_ = io::readModelConfig(model_dir);
+  model->options_ = options;
+  model->weights_ = std::make_unique<WeightLoader>(model_dir, options.dtype, options.device);
+  CausalLmBuilder(*model, lora, pool).build();
+  return model;
+}
+
+}  // namespace tandem::gpu

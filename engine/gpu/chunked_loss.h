@@ -1,0 +1,24 @@
+#pragma once
+// Causal-LM cross entropy without materialising [tokens × vocab] logits: the forward and the
+// backward each walk the tokens in chunks, recomputing one chunk of logits at a time.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+
+namespace tandem::gpu {
+
+// hidden [N, H] model dtype (after the final norm), lm_head [V, H] (frozen), targets [N] int64
+// (already shifted; -100 = ignored). Returns the mean loss over kept targets as a 0-dim fp32
+// tensor (NaN when none is kept, as torch's mean over nothing), differentiable in hidden.
+// Logits are computed in the model dtype and upcast to fp32, as transformers does.
+at::Tensor chunkedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
+                               const at::Tensor& targets, int64_t chunk_tokens);
+
+// Runs `layer` without keeping its activations, and again (with grad) during the backward:
+// gradient checkpointing for one decoder layer. x [B, S, H] must require grad.
+at::Tensor checkpointed(const std::function<at::Tensor(const at::Tensor&)>& layer,
+                        const at::Tensor& x);
+
+}  // namespace tandem::gpu

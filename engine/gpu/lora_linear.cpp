@@ -1,0 +1,55 @@
+#include "engine/gpu/lora_linear.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "engine/core/error.h"
+
+namespace tandem::gpu {
+
+double LoraSettings::scale() const {
+  if (rank <= 0) return 0;
+  return rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / rank;
+}
+
+LoraLinear::LoraLinear(at::Tensor weight, at::Tensor bias)
+    : weight_(std::move(weight)), bias_(std::move(bias)) {}
+
+int64_t LoraLinear::inFeatures() const { return weight_.size(1); }
+int64_t LoraLinear::outFeatures() const { return weight_.size(0); }
+
+void LoraLinear::attachLora(const LoraSettings& settings, at::Tensor a, at::Tensor b) {
+  if (a.dim() != 2 || b.dim() != 2 || a.size(0) != settings.rank || b.size(1) != settings.rank ||
+      a.size(1) != inFeatures() || b.size(0) != outFeatures()) {
+    throw Error("LoRA shapes do not fit the layer: A must be [" + std::to_string(settings.rank) +
+                    ", " +
+                    std::to_string(inFeatures()) + "] and B [" + std::to_string(outFeatures()) +
+                    ", " + std::to_string(settings.rank) + "]",
+                "check the adapter's rank (r) against its weights");
+  }
+  const auto options = at::TensorOptions().dtype(at::kFloat).device(weight_.device());
+  lora_a_ = a.to(options).contiguous().detach().requires_grad_(true);
+  lora_b_ = b.to(options).contiguous().detach().requires_grad_(true);
+  scale_ = settings.scale();
+  dropout_ = settings.dropout;
+}
+
+void LoraLinear::attachFreshLora(const LoraSettings& settings, uint64_t seed) {
+  at::Generator generator = at::detail::createCPUGenerator(seed);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(inFeatures()));
+  at::Tensor a = at::empty({settings.rank, inFeatures()}, at::kFloat);
+  a.uniform_(-bound, bound, generator);
+  attachLora(settings, a, at::zeros({outFeatures(), settings.rank}, at::kFloat));
+}
+
+at::Tensor LoraLinear::forward(const at::Tensor& x, bool training) const {
+  at::Tensor y = at::linear(x, weight_, bias_);
+  if (!hasLora()) return y;
+  at::Tensor x_lora = x.to(at::kFloat);
+  if (training && dropout_ > 0) x_lora = at::dropout(x_lora, dropout_, /*train=*/true);
+  const at::Tensor delta = at::linear(at::linear(x_lora, lora_a_), lora_b_) * scale_;
+  return (y + delta).to(y.scalar_type());
+}
+
+}  // namespace tandem::gpu

@@ -1,0 +1,56 @@
+#pragma once
+// A frozen linear layer with an optional LoRA adapter, with PEFT's semantics:
+//   y = x Wᵀ + b + scale · (dropout(x) Aᵀ) Bᵀ
+// W [out, in] and b in the model dtype (frozen); A [r, in] and B [out, r] are fp32 master
+// weights (autograd leaves). As PEFT does, the LoRA branch runs in fp32 and the sum is cast
+// back to the model dtype.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+
+namespace tandem::gpu {
+
+struct LoraSettings {
+  int rank = 0;
+  double alpha = 0;
+  bool rslora = false;  // scale = alpha / sqrt(r) instead of alpha / r
+  double dropout = 0;
+
+  double scale() const;
+};
+
+class LoraLinear {
+ public:
+  LoraLinear() = default;
+  // weight [out, in], bias [out] or undefined; both already on their device and dtype.
+  LoraLinear(at::Tensor weight, at::Tensor bias);
+
+  // Adds an adapter. a [r, in] and b [out, r] fp32 on the weight's device; they become leaves
+  // that require grad.
+  void attachLora(const LoraSettings& settings, at::Tensor a, at::Tensor b);
+  // PEFT's init: A ~ kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), B = 0.
+  void attachFreshLora(const LoraSettings& settings, uint64_t seed);
+
+  // x [..., in] model dtype -> [..., out] model dtype.
+  at::Tensor forward(const at::Tensor& x, bool training) const;
+
+  bool defined() const { return weight_.defined(); }
+  bool hasLora() const { return lora_a_.defined(); }
+  const at::Tensor& weight() const { return weight_; }
+  at::Tensor& loraA() { return lora_a_; }
+  at::Tensor& loraB() { return lora_b_; }
+  int64_t inFeatures() const;
+  int64_t outFeatures() const;
+
+ private:
+  at::Tensor weight_;
+  at::Tensor bias_;
+  at::Tensor lora_a_;
+  at::Tensor lora_b_;
+  double scale_ = 0;
+  double dropout_ = 0;
+};
+
+}  // namespace tandem::gpu

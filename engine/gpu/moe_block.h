@@ -1,0 +1,32 @@
+#pragma once
+// One MoE feed-forward block: the router and shared experts on the layer's torch device, the
+// routed experts on the CPU expert engine.
+//   qwen3_moe / mixtral:  y = routed(x)
+//   qwen2_moe:            y = routed(x) + sigmoid(shared_expert_gate(x)) * shared_expert(x)
+//   deepseek_v2 / v3:     y = routed(x) + shared_experts(x)
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+#include "engine/experts/expert_layer.h"
+#include "engine/gpu/lora_linear.h"
+#include "engine/gpu/mlp.h"
+#include "engine/gpu/router.h"
+
+namespace tandem::gpu {
+
+struct MoeBlock {
+  Router router;
+  std::unique_ptr<experts::ExpertLayer> experts;
+  std::vector<at::Tensor> expert_weight_owners;  // CPU tensors the expert views point into
+  GatedMlp shared;                               // undefined when the model has none
+  LoraLinear shared_gate;                        // qwen2_moe: [1, hidden]
+  at::Tensor lora_anchor;                        // see routedExperts()
+
+  // x [B, S, hidden] -> [B, S, hidden]
+  at::Tensor forward(const at::Tensor& x, bool training) const;
+};
+
+}  // namespace tandem::gpu

@@ -1,0 +1,97 @@
+#include "engine/gpu/moe_function.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+
+#include <memory>
+
+#include "engine/core/error.h"
+#include "engine/experts/expert_layer.h"
+
+namespace tandem::gpu {
+
+namespace {
+
+experts::ActivationType activationType(const at::Tensor& t) {
+  if (t.scalar_type() == at::kFloat) return experts::ActivationType::F32;
+  if (t.scalar_type() == at::kBFloat16) return experts::ActivationType::BF16;
+  throw Error(std::string("routed experts run in fp32 or bf16, not ") +
+                  c10::toString(t.scalar_type()),
+              "load the model with --dtype fp32 or bf16");
+}
+
+class RoutedExpertsBackward : public torch::autograd::Node {
+ public:
+  RoutedExpertsBackward(experts::ExpertLayer& layer,
+                        std::unique_ptr<experts::ExpertForwardCache> cache, at::Device device,
+                        at::ScalarType dtype, int64_t n_tokens, int64_t top_k)
+      : layer_(layer), cache_(std::move(cache)), device_(device), dtype_(dtype),
+        n_tokens_(n_tokens), top_k_(top_k) {}
+
+  std::string name() const override { return "tandem::RoutedExpertsBackward"; }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    const int64_t hidden = layer_.spec().hidden;
+    at::Tensor d_out = grads[0];
+    if (!d_out.defined()) d_out = at::zeros({n_tokens_, hidden}, at::TensorOptions().dtype(dtype_));
+    const at::Tensor dy = d_out.to(at::kCPU, dtype_).contiguous();
+    at::Tensor dx = at::empty({n_tokens_, hidden}, dy.options());
+    at::Tensor d_weights = at::empty({n_tokens_, top_k_}, at::TensorOptions().dtype(at::kFloat));
+    layer_.backward(*cache_, dy.data_ptr(), dx.data_ptr(), d_weights.data_ptr<float>());
+    cache_.reset();
+    torch::autograd::variable_list result(3);
+    if (should_compute_output(0)) result[0] = dx.to(device_);
+    if (should_compute_output(1)) result[1] = d_weights.to(device_);
+    return result;  // the anchor gets no gradient: the LoRA grads live in the engine
+  }
+
+  void release_variables() override { cache_.reset(); }
+
+ private:
+  experts::ExpertLayer& layer_;
+  std::unique_ptr<experts::ExpertForwardCache> cache_;
+  at::Device device_;
+  at::ScalarType dtype_;
+  int64_t n_tokens_;
+  int64_t top_k_;
+};
+
+}  // namespace
+
+at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
+                         const at::Tensor& topk_ids, const at::Tensor& topk_weights,
+                         const at::Tensor& lora_anchor) {
+  const experts::ActivationType act = activationType(hidden);
+  const int64_t n_tokens = hidden.size(0);
+  const int64_t top_k = topk_ids.size(1);
+  at::Tensor x_cpu, ids_cpu, weights_cpu;
+  {
+    at::NoGradGuard no_grad;
+    x_cpu = hidden.detach().to(at::kCPU).contiguous();
+    ids_cpu = topk_ids.to(at::kCPU, at::kInt).contiguous();
+    weights_cpu = topk_weights.detach().to(at::kCPU, at::kFloat).contiguous();
+  }
+  const bool needs_graph =
+      torch::autograd::compute_requires_grad(hidden, topk_weights, lora_anchor);
+  auto cache = needs_graph ? std::make_unique<experts::ExpertForwardCache>() : nullptr;
+  at::Tensor y_cpu = at::empty_like(x_cpu);
+  layer.forward(x_cpu.data_ptr(), act, n_tokens, ids_cpu.data_ptr<int32_t>(),
+                weights_cpu.data_ptr<float>(), static_cast<int>(top_k), y_cpu.data_ptr(),
+                cache.get());
+  at::Tensor y;
+  {
+    at::NoGradGuard no_grad;
+    y = y_cpu.to(hidden.device());
+  }
+  if (!needs_graph) return y;
+  std::shared_ptr<RoutedExpertsBackward> node(
+      new RoutedExpertsBackward(layer, std::move(cache), hidden.device(), hidden.scalar_type(),
+                                n_tokens, top_k),
+      torch::autograd::deleteNode);
+  node->set_next_edges(torch::autograd::collect_next_edges(hidden, topk_weights, lora_anchor));
+  torch::autograd::set_history(y, node);
+  return y;
+}
+
+}  // namespace tandem::gpu

@@ -1,0 +1,45 @@
+#pragma once
+// Reads a model's tensors by HF name from its safetensors files, checks every shape against what
+// config.json implies, and puts them where the math needs them: torch tensors on a device for
+// the dense parts, zero-copy CPU views for the routed experts.
+
+#include <ATen/core/Tensor.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/io/safetensors.h"
+
+namespace tandem::gpu {
+
+class WeightLoader {
+ public:
+  WeightLoader(const std::filesystem::path& model_dir, at::ScalarType dtype, at::Device device);
+
+  bool has(const std::string& name) const { return files_.contains(name); }
+  // A copy on the device in the model dtype. Missing tensor or wrong shape: Error naming both.
+  at::Tensor load(const std::string& name, const std::vector<int64_t>& shape) const;
+  // Same, in fp32 (router biases and other tensors HF keeps in fp32).
+  at::Tensor loadFloat(const std::string& name, const std::vector<int64_t>& shape) const;
+  // The tensor's bytes as stored (no copy) after the same checks; valid while this loader lives.
+  io::TensorView view(const std::string& name, const std::vector<int64_t>& shape) const;
+
+  const std::filesystem::path& dir() const { return dir_; }
+  at::ScalarType dtype() const { return dtype_; }
+  at::Device device() const { return device_; }
+
+ private:
+  at::Tensor cpuTensor(const std::string& name, const std::vector<int64_t>& shape) const;
+
+  std::filesystem::path dir_;
+  io::SafetensorsModel files_;
+  at::ScalarType dtype_;
+  at::Device device_;
+};
+
+// torch's type for a file dtype; Error for types the model math does not take (ints, fp8 for now).
+at::ScalarType scalarTypeOf(io::DType dtype, const std::string& tensor_name);
+
+}  // namespace tandem::gpu
