@@ -161,6 +161,25 @@ void addVariant(CLI::App& debug, const char* name, const char* help, bool gradie
   command->callback([o, gradients] { runDebug(*o, gradients); });
 }
 
+struct ExportOptions {
+  std::string model, adapter, out, format = "fused";
+};
+
+// Re-writes an adapter (either expert form) in the chosen form: what training will call to save.
+void runExport(const ExportOptions& o) {
+  if (o.format != "fused" && o.format != "per-expert") {
+    throw Error("--format must be fused or per-expert");
+  }
+  const io::ModelConfig config = io::readModelConfig(o.model);
+  const gpu::PeftAdapter adapter = gpu::readPeftAdapter(o.adapter, config);
+  const gpu::LoraPlan plan = gpu::loraPlanFor(adapter);
+  auto model = gpu::CausalLm::load(o.model, gpu::ModelOptions{}, &plan, ThreadPool::global());
+  gpu::applyPeftAdapter(adapter, *model);
+  gpu::writePeftAdapter(*model, adapter.settings, o.out,
+                        o.format == "fused" ? gpu::ExpertAdapterForm::Fused : gpu::ExpertAdapterForm::PerExpert,
+                        o.model);
+}
+
 }  // namespace
 
 void addDebugCommand(CLI::App& app) {
@@ -168,6 +187,13 @@ void addDebugCommand(CLI::App& app) {
   debug->require_subcommand(1);
   addVariant(*debug, "forward", "Write logits (and loss with --labels) to a .safetensors file", false);
   addVariant(*debug, "grad", "Also write the gradient of every LoRA weight under PEFT's names", true);
+  auto* command = debug->add_subcommand("export-adapter", "Re-write a LoRA adapter with routed experts per expert or fused (PEFT)");
+  auto o = std::make_shared<ExportOptions>();
+  command->add_option("--model", o->model, "HF model dir the adapter belongs to")->required();
+  command->add_option("--adapter", o->adapter, "PEFT LoRA adapter dir to read")->required();
+  command->add_option("--out", o->out, "adapter dir to write")->required();
+  command->add_option("--format", o->format, "fused (loads in PEFT >= 0.18) or per-expert")->capture_default_str();
+  command->callback([o] { runExport(*o); });
 }
 
 }  // namespace tandem::cli

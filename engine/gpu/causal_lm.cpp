@@ -10,6 +10,13 @@ namespace tandem::gpu {
 
 CausalLm::~CausalLm() = default;
 
+LoraPlan loraPlanFromTarget(const model::LoraTarget& target, const LoraSettings& settings) {
+  LoraPlan plan;
+  plan.settings = settings;
+  plan.targets = [target](const std::string& name) { return target.matches(name); };
+  return plan;
+}
+
 at::Tensor DecoderLayer::forward(const at::Tensor& x, const RopeTables& rope, double eps,
                                  bool training) const {
   const at::Tensor normed = rmsNorm(x, input_layernorm, eps);
@@ -73,6 +80,7 @@ void CausalLm::visitLinears(const std::function<void(const std::string&, LoraLin
     if (layer.mla) layer.mla->visitProjections(under(p + "self_attn."));
     if (layer.dense_mlp.defined()) layer.dense_mlp.visitProjections(under(p + "mlp."));
     if (layer.moe) {
+      visit(p + "mlp.gate", layer.moe->router.gate);
       const std::string shared = config_.architecture == io::Architecture::Qwen2Moe
                                      ? p + "mlp.shared_expert."
                                      : p + "mlp.shared_experts.";

@@ -19,6 +19,7 @@
 #include "engine/gpu/rope.h"
 #include "engine/gpu/weight_loader.h"
 #include "engine/io/model_config.h"
+#include "engine/model/lora_target.h"
 
 namespace tandem {
 class ThreadPool;
@@ -34,6 +35,9 @@ struct LoraPlan {
   int expert_rank = 0;  // routed experts' rank when it differs (general fused PEFT adapters)
   std::function<bool(const std::string& module_name)> targets;
 };
+
+// The plan for fresh adapters from LLaMA-Factory's lora_target.
+LoraPlan loraPlanFromTarget(const model::LoraTarget& target, const LoraSettings& settings);
 
 struct ModelOptions {
   at::ScalarType dtype = at::kFloat;

@@ -142,9 +142,11 @@ class CausalLmBuilder {
     return mlp;
   }
 
-  Router buildRouter(const std::string& gate_name) {
+  // gate_name: where the weights are stored; module_name: the HF (transformers 5) module name.
+  Router buildRouter(const std::string& gate_name, const std::string& module_name) {
     Router r;
-    r.weight = w_.load(gate_name + ".weight", {c_.num_experts, c_.hidden_size});
+    r.gate = LoraLinear(w_.load(gate_name + ".weight", {c_.num_experts, c_.hidden_size}), at::Tensor());
+    if (lora_ && lora_->targets(module_name)) r.gate.attachFreshLora(lora_->settings, ++lora_seed_);
     r.top_k = c_.num_experts_per_tok;
     r.norm_topk_prob = c_.norm_topk_prob;
     r.routed_scaling_factor = c_.routed_scaling_factor;
@@ -183,7 +185,7 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
   auto block = std::make_unique<MoeBlock>();
   const bool legacy_mixtral =
       c_.architecture == Architecture::Mixtral && w_.has(p + "block_sparse_moe.gate.weight");
-  block->router = buildRouter(p + (legacy_mixtral ? "block_sparse_moe.gate" : "mlp.gate"));
+  block->router = buildRouter(p + (legacy_mixtral ? "block_sparse_moe.gate" : "mlp.gate"), p + "mlp.gate");
 
   experts::ExpertLayerSpec spec{c_.num_experts, c_.hidden_size,
                                 c_.architecture == Architecture::Mixtral ? c_.intermediate_size

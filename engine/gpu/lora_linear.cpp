@@ -53,3 +53,12 @@ at::Tensor LoraLinear::forward(const at::Tensor& x, bool training) const {
 }
 
 }  // namespace tandem::gpu
+
+namespace tandem::gpu {
+
+at::Tensor LoraLinear::mergedWeight() const {
+  if (!hasLora()) return weight_;
+  return weight_ + (at::matmul(lora_b_, lora_a_) * scale_).to(weight_.scalar_type());
+}
+
+}  // namespace tandem::gpu

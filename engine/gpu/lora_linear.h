@@ -35,6 +35,9 @@ class LoraLinear {
 
   // x [..., in] model dtype -> [..., out] model dtype.
   at::Tensor forward(const at::Tensor& x, bool training) const;
+  // W + scale · B A in W's dtype, the delta computed in fp32: how PEFT applies LoRA to a bare
+  // weight parameter (target_parameters), e.g. an MoE router. Differentiable in A and B.
+  at::Tensor mergedWeight() const;
 
   bool defined() const { return weight_.defined(); }
   bool hasLora() const { return lora_a_.defined(); }

@@ -11,6 +11,8 @@
 
 #include "engine/core/error.h"
 #include "engine/gpu/weight_loader.h"
+#include "engine/io/atomic_file.h"
+#include "engine/io/safetensors.h"
 
 namespace tandem::gpu {
 
@@ -67,7 +69,39 @@ int64_t expertIntermediate(const io::ModelConfig& c) {
 
 struct FusedLayer {
   at::Tensor gate_up_a, gate_up_b, down_a, down_b;  // PEFT's stacked tensors
+  std::string gate_up_a_key, gate_up_b_key, down_a_key, down_b_key;
 };
+
+std::string shapeText(const at::Tensor& t) {
+  std::string text = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) text += (d ? ", " : "") + std::to_string(t.size(d));
+  return text + "]";
+}
+
+// Checks a fused layer's four shapes against the model: [E*R, 2I], [H, R*E], [E*r, H], [I, r*E].
+void checkFusedShapes(const FusedLayer& f, const io::ModelConfig& c, const std::string& file) {
+  const int64_t experts = c.num_experts, hidden = c.hidden_size, inter = expertIntermediate(c);
+  auto fail = [&](const std::string& key, const at::Tensor& t, const std::string& want) {
+    throw Error(file + ": tensor " + key + " has shape " + shapeText(t) + ", expected " + want +
+                    " for " + std::to_string(experts) + " experts (hidden " + std::to_string(hidden) +
+                    ", intermediate " + std::to_string(inter) + ")",
+                "the adapter was made for another model, or the file is damaged");
+  };
+  const bool ok_a = f.gate_up_a.dim() == 2 && f.gate_up_a.size(0) % experts == 0 &&
+                    f.gate_up_a.size(1) == 2 * inter;
+  if (!ok_a) fail(f.gate_up_a_key, f.gate_up_a, "[E*R, 2I]");
+  const int64_t big_rank = f.gate_up_a.size(0) / experts;
+  if (f.gate_up_b.dim() != 2 || f.gate_up_b.size(0) != hidden || f.gate_up_b.size(1) != big_rank * experts) {
+    fail(f.gate_up_b_key, f.gate_up_b, "[" + std::to_string(hidden) + ", " + std::to_string(big_rank * experts) + "]");
+  }
+  if (f.down_a.dim() != 2 || f.down_a.size(0) % experts != 0 || f.down_a.size(1) != hidden) {
+    fail(f.down_a_key, f.down_a, "[E*r, " + std::to_string(hidden) + "]");
+  }
+  const int64_t rank = f.down_a.size(0) / experts;
+  if (f.down_b.dim() != 2 || f.down_b.size(0) != inter || f.down_b.size(1) != rank * experts) {
+    fail(f.down_b_key, f.down_b, "[" + std::to_string(inter) + ", " + std::to_string(rank * experts) + "]");
+  }
+}
 
 // Splits PEFT's fused tensors (docs/peft_formats.md) into per-expert LoRA.
 //   gate_up: lora_A [E*R, 2I] (expert-major rows), lora_B [H, R*E] (rank-major columns);
@@ -175,6 +209,8 @@ PeftAdapter readPeftAdapter(const std::filesystem::path& dir, const io::ModelCon
       const bool gate_up = is_a ? (2 * inter != config.hidden_size ? t.size(1) == 2 * inter : inner)
                                 : (inter != config.hidden_size ? t.size(0) == config.hidden_size : inner);
       (is_a ? (gate_up ? layer.gate_up_a : layer.down_a) : (gate_up ? layer.gate_up_b : layer.down_b)) = t;
+      (is_a ? (gate_up ? layer.gate_up_a_key : layer.down_a_key)
+            : (gate_up ? layer.gate_up_b_key : layer.down_b_key)) = key;
       continue;
     }
     const bool is_a = key.ends_with(".lora_A.weight");
@@ -188,6 +224,7 @@ PeftAdapter readPeftAdapter(const std::filesystem::path& dir, const io::ModelCon
                       "mlp.experts is incomplete (needs gate_up_proj and down_proj, A and B)",
                   "target both mlp.experts.gate_up_proj and mlp.experts.down_proj");
     }
+    checkFusedShapes(layer, config, weights_path.string());
     const double scale_gu = loraScale(alphaFor(cfg, "mlp.experts.gate_up_proj", adapter.settings.alpha),
                                       static_cast<int>(layer.gate_up_a.size(0) / config.num_experts),
                                       adapter.settings.rslora);
@@ -236,11 +273,19 @@ void applyPeftAdapter(const PeftAdapter& adapter, CausalLm& model) {
   model.visitLinears([&](const std::string& name, LoraLinear& linear) {
     auto a = adapter.a.find(name);
     if (a == adapter.a.end()) return;
-    try {
-      linear.attachLora(adapter.settings, a->second, adapter.b.at(name));
-    } catch (const Error& e) {
-      throw Error(adapter.dir.string() + ": " + name + ": " + e.message(), e.whatToDo());
+    const at::Tensor& b = adapter.b.at(name);
+    const int64_t r = adapter.settings.rank;
+    const bool a_fits = a->second.dim() == 2 && a->second.size(0) == r && a->second.size(1) == linear.inFeatures();
+    const bool b_fits = b.dim() == 2 && b.size(0) == linear.outFeatures() && b.size(1) == r;
+    if (!a_fits || !b_fits) {
+      const std::string key = kPrefix + name + (a_fits ? ".lora_B.weight" : ".lora_A.weight");
+      throw Error(adapter.dir.string() + ": tensor " + key + " has shape " +
+                      shapeText(a_fits ? b : a->second) + ", but " + name + " needs A [" +
+                      std::to_string(r) + ", " + std::to_string(linear.inFeatures()) + "] and B [" +
+                      std::to_string(linear.outFeatures()) + ", " + std::to_string(r) + "]",
+                  "the adapter was made for another model, or the file is damaged");
     }
+    linear.attachLora(adapter.settings, a->second, b);
     used.insert(name);
   });
   model.visitMoeBlocks([&](const std::string& mlp, MoeBlock& block) {
@@ -259,8 +304,9 @@ void applyPeftAdapter(const PeftAdapter& adapter, CausalLm& model) {
         const at::Tensor& b = adapter.b.at(name);
         if (a->second.size(0) != lora.rank() || a->second.size(1) != lora.inFeatures(proj) ||
             b.size(0) != lora.outFeatures(proj) || b.size(1) != lora.rank()) {
-          throw Error(adapter.dir.string() + ": " + name + " has LoRA shapes that do not fit the expert",
-                      "the adapter was made for another model");
+          throw Error(adapter.dir.string() + ": tensors " + kPrefix + name + ".lora_A/B.weight have shapes " +
+                          shapeText(a->second) + " and " + shapeText(b) + ", which do not fit the expert",
+                      "the adapter was made for another model, or the file is damaged");
         }
         lora.loadExpert(proj, e, a->second.contiguous().data_ptr<float>(), b.contiguous().data_ptr<float>());
         used.insert(name);
@@ -309,6 +355,113 @@ std::map<std::string, at::Tensor> loraTensors(CausalLm& model, bool gradients) {
     }
   });
   return out;
+}
+
+namespace {
+
+// One MoE layer's per-expert LoRA in PEFT's fused layout (docs/peft_formats.md, section 2):
+//   gate_up lora_A [E*2r, 2I]: rows e*2r + j hold B_gateᵀ (cols < I), rows e*2r + r + j B_upᵀ;
+//   gate_up lora_B [H, 2r*E]: column j*E + e holds A_gate row j, column (r + j)*E + e A_up's;
+//   down lora_A [E*r, H] holds B_downᵀ, down lora_B [I, r*E] A_down, with the same strides.
+FusedLayer fuseExperts(const experts::ExpertLora& lora) {
+  const int64_t experts = lora.numExperts(), r = lora.rank();
+  const int64_t hidden = lora.inFeatures(experts::ExpertProj::Gate);
+  const int64_t inter = lora.outFeatures(experts::ExpertProj::Gate);
+  FusedLayer f;
+  f.gate_up_a = at::zeros({experts * 2 * r, 2 * inter});
+  f.gate_up_b = at::zeros({hidden, 2 * r * experts});
+  f.down_a = at::zeros({experts * r, hidden});
+  f.down_b = at::zeros({inter, r * experts});
+  auto matrix = [](std::span<const float> s, int64_t rows, int64_t cols) {
+    return at::from_blob(const_cast<float*>(s.data()), {rows, cols}, at::kFloat);
+  };
+  for (int64_t e = 0; e < experts; ++e) {
+    for (int half = 0; half < 2; ++half) {
+      const auto proj = half == 0 ? experts::ExpertProj::Gate : experts::ExpertProj::Up;
+      if (!lora.targets(proj)) continue;
+      const at::Tensor a = matrix(lora.a(proj, e), r, hidden);  // [r, H]
+      const at::Tensor b = matrix(lora.b(proj, e), inter, r);   // [I, r]
+      f.gate_up_a.narrow(0, e * 2 * r + half * r, r).narrow(1, half * inter, inter).copy_(b.t());
+      for (int64_t j = 0; j < r; ++j) f.gate_up_b.select(1, (half * r + j) * experts + e).copy_(a[j]);
+    }
+    if (lora.targets(experts::ExpertProj::Down)) {
+      const at::Tensor a = matrix(lora.a(experts::ExpertProj::Down, e), r, inter);   // [r, I]
+      const at::Tensor b = matrix(lora.b(experts::ExpertProj::Down, e), hidden, r);  // [H, r]
+      f.down_a.narrow(0, e * r, r).copy_(b.t());
+      for (int64_t j = 0; j < r; ++j) f.down_b.select(1, j * experts + e).copy_(a[j]);
+    }
+  }
+  return f;
+}
+
+std::string leafOf(const std::string& name) { return name.substr(name.rfind('.') + 1); }
+
+}  // namespace
+
+void writePeftAdapter(CausalLm& model, const LoraSettings& settings,
+                      const std::filesystem::path& dir, ExpertAdapterForm form,
+                      const std::string& base_model_name) {
+  std::filesystem::create_directories(dir);
+  std::map<std::string, at::Tensor> tensors;
+  std::set<std::string> target_modules;
+  bool router_lora = false, expert_lora = false;
+  for (auto& [key, t] : loraTensors(model, /*gradients=*/false)) {
+    const std::string module = key.substr(kPrefix.size(), key.size() - kPrefix.size() - std::string(".lora_A.weight").size());
+    const bool is_expert = module.find(".mlp.experts.") != std::string::npos;
+    expert_lora |= is_expert;
+    if (module.ends_with(".mlp.gate")) {
+      router_lora = true;
+    } else if (!(is_expert && form == ExpertAdapterForm::Fused)) {
+      // In the fused form the experts are target_parameters; their leaf names in
+      // target_modules would make PEFT wrap dense MLPs the adapter does not train.
+      target_modules.insert(leafOf(module));
+    }
+    if (!(is_expert && form == ExpertAdapterForm::Fused)) tensors[key] = t;
+  }
+  nlohmann::json target_parameters = nlohmann::json::array();
+  nlohmann::json rank_pattern = nlohmann::json::object(), alpha_pattern = nlohmann::json::object();
+  if (expert_lora && form == ExpertAdapterForm::Fused) {
+    model.visitMoeBlocks([&](const std::string& mlp, MoeBlock& block) {
+      const FusedLayer f = fuseExperts(block.experts->lora());
+      const std::string base = kPrefix + mlp + ".experts.";
+      tensors[base + "base_layer.lora_A.weight"] = f.gate_up_a;
+      tensors[base + "base_layer.lora_B.weight"] = f.gate_up_b;
+      tensors[base + "lora_A.weight"] = f.down_a;
+      tensors[base + "lora_B.weight"] = f.down_b;
+    });
+    target_parameters = {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
+    rank_pattern["mlp.experts.gate_up_proj"] = 2 * settings.rank;
+    // Same scale at rank 2r: alpha/r = alpha'/(2r), or alpha/sqrt(r) = alpha'/sqrt(2r).
+    alpha_pattern["mlp.experts.gate_up_proj"] =
+        settings.rslora ? settings.alpha * std::sqrt(2.0) : 2 * settings.alpha;
+  }
+  if (router_lora) target_parameters.push_back("mlp.gate.weight");
+  const nlohmann::json config = {
+      {"peft_type", "LORA"},
+      {"task_type", "CAUSAL_LM"},
+      {"base_model_name_or_path", base_model_name},
+      {"r", settings.rank},
+      {"lora_alpha", settings.alpha},
+      {"lora_dropout", settings.dropout},
+      {"use_rslora", settings.rslora},
+      {"bias", "none"},
+      {"fan_in_fan_out", false},
+      {"init_lora_weights", true},
+      {"target_modules", std::vector<std::string>(target_modules.begin(), target_modules.end())},
+      {"target_parameters", target_parameters.empty() ? nlohmann::json(nullptr) : target_parameters},
+      {"rank_pattern", rank_pattern},
+      {"alpha_pattern", alpha_pattern},
+      {"modules_to_save", nullptr},
+      {"use_dora", false},
+  };
+  std::vector<io::TensorToWrite> to_write;
+  for (auto& [key, t] : tensors) {
+    t = t.contiguous();
+    to_write.push_back({key, io::DType::F32, t.sizes().vec(),
+                        {reinterpret_cast<const std::byte*>(t.data_ptr()), t.nbytes()}});
+  }
+  io::writeSafetensors(dir / "adapter_model.safetensors", to_write, {{"format", "pt"}});
+  io::writeFileAtomically(dir / "adapter_config.json", config.dump(2) + "\n");
 }
 
 }  // namespace tandem::gpu

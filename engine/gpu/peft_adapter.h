@@ -38,6 +38,18 @@ LoraPlan loraPlanFor(const PeftAdapter& adapter);
 // Copies the adapter's weights into a model loaded with loraPlanFor(adapter).
 void applyPeftAdapter(const PeftAdapter& adapter, CausalLm& model);
 
+enum class ExpertAdapterForm {
+  PerExpert,  // ...mlp.experts.E.{gate,up,down}_proj.lora_{A,B}.weight (Tandem's own)
+  Fused,      // PEFT >= 0.18 target_parameters on gate_up_proj / down_proj: loads in PEFT
+};
+
+// Writes the model's LoRA weights as a PEFT adapter dir (adapter_config.json +
+// adapter_model.safetensors, each written atomically). The fused form stores every expert's
+// gate/up pair block-structured (rank 2r, alpha chosen so the scale is unchanged).
+void writePeftAdapter(CausalLm& model, const LoraSettings& settings,
+                      const std::filesystem::path& dir, ExpertAdapterForm form,
+                      const std::string& base_model_name);
+
 // Every LoRA tensor of the model under PEFT's names (routed experts per expert): the weights,
 // or their gradients. fp32 CPU tensors.
 std::map<std::string, at::Tensor> loraTensors(CausalLm& model, bool gradients);

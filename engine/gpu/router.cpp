@@ -22,7 +22,7 @@ at::Tensor maskToBestGroups(const at::Tensor& scores, const at::Tensor& group_sc
 
 Router::Choice routeQwen(const Router& r, const at::Tensor& x, bool always_normalise,
                          bool round_to_model_dtype) {
-  const at::Tensor logits = at::linear(x, r.weight);
+  const at::Tensor logits = at::linear(x, r.gate.mergedWeight());
   const at::Tensor probs = at::softmax(logits.to(at::kFloat), -1);
   auto [values, ids] = at::topk(probs, r.top_k, -1);
   if (always_normalise || r.norm_topk_prob) values = values / values.sum(-1, true);
@@ -32,7 +32,7 @@ Router::Choice routeQwen(const Router& r, const at::Tensor& x, bool always_norma
 }
 
 Router::Choice routeDeepseekV2(const Router& r, const at::Tensor& x) {
-  const at::Tensor logits = at::linear(x.to(at::kFloat), r.weight.to(at::kFloat));
+  const at::Tensor logits = at::linear(x.to(at::kFloat), r.gate.mergedWeight().to(at::kFloat));
   at::Tensor scores = at::softmax(logits, -1);
   if (r.topk_method == io::TopkMethod::GroupLimitedGreedy) {
     const int64_t tokens = scores.size(0), experts = scores.size(1);
@@ -45,7 +45,7 @@ Router::Choice routeDeepseekV2(const Router& r, const at::Tensor& x) {
 }
 
 Router::Choice routeDeepseekV3(const Router& r, const at::Tensor& x) {
-  const at::Tensor logits = at::linear(x.to(at::kFloat), r.weight.to(at::kFloat));
+  const at::Tensor logits = at::linear(x.to(at::kFloat), r.gate.mergedWeight().to(at::kFloat));
   const at::Tensor scores = logits.sigmoid();
   // The bias only steers the choice (aux-loss-free balancing); weights use the raw scores.
   at::Tensor choice = scores.detach() + r.correction_bias;

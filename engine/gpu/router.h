@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "engine/gpu/lora_linear.h"
 #include "engine/io/model_config.h"
 
 namespace tandem::gpu {
@@ -18,7 +19,7 @@ enum class RouterKind {
 
 struct Router {
   RouterKind kind = RouterKind::QwenSoftmax;
-  at::Tensor weight;           // [experts, hidden], model dtype, frozen
+  LoraLinear gate;             // weight [experts, hidden], model dtype, frozen; LoRA optional
   at::Tensor correction_bias;  // [experts] fp32, DeepSeek-V3 only
   int top_k = 1;
   bool norm_topk_prob = false;
