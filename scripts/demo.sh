@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Sets up, builds the tandem CLI and runs the main job. Until training lands that is
-# `tandem info`: what this machine offers Tandem.
+# Sets up, builds the tandem CLI and runs the built-in demo: a small Qwen3-MoE made on first run
+# (no download, no GPU), fine-tuned with LoRA on the bundled identity dataset, then asked
+# "Who are you?" with and without the adapter. `tandem info` shows what this machine offers.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 "$repo/scripts/setup.sh"
 "$repo/scripts/build.sh" tandem
-exec "$repo/build/bin/tandem" info "$@"
+"$repo/build/bin/tandem" info
+exec "$repo/build/bin/tandem" demo "$@"

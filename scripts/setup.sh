@@ -16,7 +16,7 @@ debian_packages=(
   clang libclang-rt-14-dev
   qt6-base-dev qt6-charts-dev qt6-tools-dev libqt6opengl6-dev libxkbcommon-dev
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers
-  libyaml-cpp-dev libsqlite3-dev nlohmann-json3-dev libnuma-dev libcpp-httplib-dev libcli11-dev
+  libyaml-cpp-dev libsqlite3-dev libpcre2-dev nlohmann-json3-dev libnuma-dev libcpp-httplib-dev libcli11-dev
   libgtest-dev xvfb xauth imagemagick
 )
 

@@ -9,5 +9,8 @@ namespace tandem::cli {
 void addInfoCommand(CLI::App& app);
 void addInspectCommand(CLI::App& app);
 void addDebugCommand(CLI::App& app);
+void addRunsCommand(CLI::App& app);
+void addTrainCommand(CLI::App& app);
+void addDemoCommand(CLI::App& app);
 
 }  // namespace tandem::cli

@@ -13,6 +13,9 @@ int main(int argc, char** argv) {
   tandem::cli::addInfoCommand(app);
   tandem::cli::addInspectCommand(app);
   tandem::cli::addDebugCommand(app);
+  tandem::cli::addRunsCommand(app);
+  tandem::cli::addTrainCommand(app);
+  tandem::cli::addDemoCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

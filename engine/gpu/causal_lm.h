@@ -33,6 +33,7 @@ namespace tandem::gpu {
 struct LoraPlan {
   LoraSettings settings;
   int expert_rank = 0;  // routed experts' rank when it differs (general fused PEFT adapters)
+  uint64_t seed = 0;    // fresh adapters' init: the same seed gives the same A matrices
   std::function<bool(const std::string& module_name)> targets;
 };
 
@@ -63,6 +64,11 @@ class CausalLm {
   static std::unique_ptr<CausalLm> load(const std::filesystem::path& model_dir,
                                         const ModelOptions& options, const LoraPlan* lora,
                                         ThreadPool& pool);
+  // A model of config.json's shapes with random weights (see WeightLoader::synthetic), e.g.
+  // the built-in demo's base model or a benchmark's; writeRandomWeights saves it as a model dir.
+  static std::unique_ptr<CausalLm> random(const io::ModelConfig& config, const ModelOptions& options,
+                                          const LoraPlan* lora, uint64_t seed, ThreadPool& pool);
+  void writeRandomWeights(const std::filesystem::path& file) const;
   ~CausalLm();
 
   // input_ids [B, S] int64 (right-padded) -> hidden states after the final norm [B, S, hidden].

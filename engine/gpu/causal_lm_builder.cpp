@@ -32,7 +32,8 @@ experts::WeightType expertWeightType(at::ScalarType t) {
 class CausalLmBuilder {
  public:
   CausalLmBuilder(CausalLm& model, const LoraPlan* lora, ThreadPool& pool)
-      : m_(model), c_(model.config_), w_(*model.weights_), lora_(lora), pool_(pool) {}
+      : m_(model), c_(model.config_), w_(*model.weights_), lora_(lora), pool_(pool),
+        lora_seed_(lora ? lora->seed * 1000003ull : 0) {}
 
   void build() {
     const int64_t hidden = c_.hidden_size;
@@ -175,7 +176,7 @@ class CausalLmBuilder {
   const WeightLoader& w_;
   const LoraPlan* lora_;
   ThreadPool& pool_;
-  uint64_t lora_seed_ = 0;
+  uint64_t lora_seed_;
 };
 
 // The mixtral checkpoints name the block "block_sparse_moe" and the experts w1/w3/w2; transformers
@@ -264,6 +265,20 @@ experts::ExpertWeightViews CausalLmBuilder::expertWeights(int i, MoeBlock& block
     views.down.push_back(one(legacy_mixtral ? "w2" : "down_proj", {h, inter}));
   }
   return views;
+}
+
+std::unique_ptr<CausalLm> CausalLm::random(const io::ModelConfig& config, const ModelOptions& options,
+                                           const LoraPlan* lora, uint64_t seed, ThreadPool& pool) {
+  std::unique_ptr<CausalLm> model(new CausalLm());
+  model->config_ = config;
+  model->options_ = options;
+  model->weights_ = WeightLoader::synthetic(options.dtype, options.device, seed);
+  CausalLmBuilder(*model, lora, pool).build();
+  return model;
+}
+
+void CausalLm::writeRandomWeights(const std::filesystem::path& file) const {
+  weights_->writeSynthesized(file);
 }
 
 std::unique_ptr<CausalLm> CausalLm::load(const std::filesystem::path& model_dir,

@@ -5,10 +5,18 @@
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "engine/io/safetensors.h"
 
 namespace tandem::gpu {
 
 namespace {
+// FNV-1a: a name hash that is the same on every platform (std::hash is not).
+uint64_t nameHash(const std::string& name) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
 std::string shapeText(const std::vector<int64_t>& shape) {
   std::ostringstream out;
   out << '[';
@@ -35,7 +43,60 @@ WeightLoader::WeightLoader(const std::filesystem::path& model_dir, at::ScalarTyp
                            at::Device device)
     : dir_(model_dir), files_(io::SafetensorsModel::open(model_dir)), dtype_(dtype), device_(device) {}
 
+std::unique_ptr<WeightLoader> WeightLoader::synthetic(at::ScalarType dtype, at::Device device,
+                                                     uint64_t seed, double std) {
+  std::unique_ptr<WeightLoader> loader(new WeightLoader(dtype, device));
+  loader->dir_ = "<random weights>";
+  loader->synthetic_ = true;
+  loader->seed_ = seed;
+  loader->std_ = std;
+  return loader;
+}
+
+bool WeightLoader::has(const std::string& name) const {
+  if (!synthetic_) return files_.contains(name);
+  return name.find("gate_up_proj") == std::string::npos && name.find("block_sparse_moe") == std::string::npos;
+}
+
+void WeightLoader::writeSynthesized(const std::filesystem::path& file) const {
+  std::vector<io::TensorToWrite> list;
+  for (const auto& [name, t] : invented_) {
+    const io::DType dtype = t.scalar_type() == at::kBFloat16 ? io::DType::BF16 : io::DType::F32;
+    list.push_back({name, dtype, t.sizes().vec(),
+                    {reinterpret_cast<const std::byte*>(t.data_ptr()), t.nbytes()}});
+  }
+  io::writeSafetensors(file, list, {{"format", "pt"}});
+}
+
 io::TensorView WeightLoader::view(const std::string& name, const std::vector<int64_t>& shape) const {
+  if (synthetic_) {
+    auto it = invented_.find(name);
+    if (it == invented_.end()) {
+      // One generator per tensor, seeded from its name: the weights do not depend on the order
+      // in which the builder asks for them.
+      at::Generator gen = at::detail::createCPUGenerator(seed_ ^ nameHash(name));
+      at::Tensor t;
+      if (name.ends_with("norm.weight")) {
+        t = at::ones(shape, at::kFloat);
+      } else if (name.ends_with(".bias") || name.ends_with("e_score_correction_bias")) {
+        t = at::zeros(shape, at::kFloat);
+      } else {
+        t = at::empty(shape, at::kFloat);
+        t.normal_(0.0, std_, gen);
+      }
+      t = t.to(dtype_).contiguous();
+      it = invented_.emplace(name, t).first;
+      io::TensorInfo info;
+      info.name = name;
+      info.dtype = dtype_ == at::kBFloat16 ? io::DType::BF16 : io::DType::F32;
+      info.shape = shape;
+      info.end = t.nbytes();
+      invented_info_[name] = info;
+    }
+    const at::Tensor& t = it->second;
+    return {&invented_info_.at(name),
+            {reinterpret_cast<const std::byte*>(t.data_ptr()), static_cast<size_t>(t.nbytes())}};
+  }
   if (!files_.contains(name)) {
     throw Error("tensor " + name + " is missing from the weights in " + dir_.string(),
                 "the download may be incomplete, or config.json does not describe these weights");

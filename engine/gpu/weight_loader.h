@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,8 +18,15 @@ namespace tandem::gpu {
 class WeightLoader {
  public:
   WeightLoader(const std::filesystem::path& model_dir, at::ScalarType dtype, at::Device device);
+  // A loader that invents every tensor it is asked for (normal(0, std) weights, norms at one,
+  // biases at zero), deterministically from `seed`: random models of real shapes with no file,
+  // for the built-in demo and benchmarks. writeSynthesized() saves what was asked for.
+  static std::unique_ptr<WeightLoader> synthetic(at::ScalarType dtype, at::Device device,
+                                                 uint64_t seed, double std = 0.02);
+  void writeSynthesized(const std::filesystem::path& file) const;
 
-  bool has(const std::string& name) const { return files_.contains(name); }
+  // Synthetic loaders have the per-expert layout (no fused or legacy mixtral names).
+  bool has(const std::string& name) const;
   // A copy on the device in the model dtype. Missing tensor or wrong shape: Error naming both.
   at::Tensor load(const std::string& name, const std::vector<int64_t>& shape) const;
   // Same, in fp32 (router biases and other tensors HF keeps in fp32).
@@ -33,8 +41,16 @@ class WeightLoader {
  private:
   at::Tensor cpuTensor(const std::string& name, const std::vector<int64_t>& shape) const;
 
+  WeightLoader(at::ScalarType dtype, at::Device device) : dtype_(dtype), device_(device) {}
+
   std::filesystem::path dir_;
   io::SafetensorsModel files_;
+  // Synthetic mode: the invented tensors (CPU, model dtype) and their infos, by name.
+  bool synthetic_ = false;
+  uint64_t seed_ = 0;
+  double std_ = 0.02;
+  mutable std::map<std::string, at::Tensor> invented_;
+  mutable std::map<std::string, io::TensorInfo> invented_info_;
   at::ScalarType dtype_;
   at::Device device_;
 };

@@ -1,0 +1,86 @@
+// `tandem train CONFIG.yaml [key=value ...]`: a LLaMA-Factory-style LoRA fine-tune. The job runs
+// on its own thread; this one prints progress and turns Ctrl-C into "stop with a checkpoint"
+// (a second Ctrl-C cancels without one).
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <exception>
+#include <thread>
+
+#include "app/cli/commands.h"
+#include "app/cli/train_progress.h"
+#include "engine/core/error.h"
+#include "engine/store/run_store.h"
+#include "engine/train/train_config.h"
+#include "engine/train/training_run.h"
+
+namespace tandem::cli {
+
+namespace {
+
+std::atomic<int> g_interrupts{0};
+
+extern "C" void onInterrupt(int) { g_interrupts.fetch_add(1); }
+
+}  // namespace
+
+train::TrainingRunOutcome runTrainingInForeground(const train::TrainConfig& config,
+                                                  store::RunStore* store, bool quiet) {
+  ProgressPrinter printer(quiet);
+  std::stop_source stop, cancel;
+  std::exception_ptr error;
+  train::TrainingRunOutcome outcome;
+  std::atomic<bool> done{false};
+  auto previous_int = std::signal(SIGINT, onInterrupt);
+  auto previous_term = std::signal(SIGTERM, onInterrupt);
+  std::jthread job([&] {
+    try {
+      outcome = train::runTraining(config, printer, stop.get_token(), cancel.get_token(), store);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    done.store(true);
+  });
+  int handled = 0;
+  while (!done.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const int interrupts = g_interrupts.load();
+    if (interrupts > handled) {
+      handled = interrupts;
+      if (handled == 1) {
+        std::fprintf(stderr, "\nstopping at the end of this step (with a checkpoint); Ctrl-C again to cancel\n");
+        stop.request_stop();
+      } else {
+        cancel.request_stop();
+      }
+    }
+  }
+  job.join();
+  std::signal(SIGINT, previous_int);
+  std::signal(SIGTERM, previous_term);
+  printer.finish();
+  if (error) std::rethrow_exception(error);
+  return outcome;
+}
+
+void addTrainCommand(CLI::App& app) {
+  auto* command = app.add_subcommand("train", "Fine-tune with LoRA from a LLaMA-Factory-style YAML config");
+  auto config_path = std::make_shared<std::string>();
+  auto overrides = std::make_shared<std::vector<std::string>>();
+  auto db = std::make_shared<std::string>();
+  command->add_option("config", *config_path, "training YAML (LLaMA-Factory keys)")->required();
+  command->add_option("overrides", *overrides, "key=value settings that replace the file's");
+  command->add_option("--db", *db, "run store (default: $TANDEM_HOME/runs.db or ~/.local/share/tandem/runs.db)");
+  command->callback([config_path, overrides, db] {
+    const train::TrainConfig config = train::loadTrainConfig(*config_path, *overrides);
+    store::RunStore store = store::RunStore::open(db->empty() ? store::RunStore::defaultPath() : std::filesystem::path(*db));
+    const train::TrainingRunOutcome outcome = runTrainingInForeground(config, &store, /*quiet=*/false);
+    if (outcome.result.outcome == train::TrainOutcome::Cancelled) throw Error("training cancelled");
+  });
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,681 @@
+#include "engine/store/run_store.h"
+
+#include <pwd.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <system_error>
+#include <utility>
+
+#include "engine/core/error.h"
+#include "engine/core/log.h"
+
+namespace tandem::store {
+
+namespace {
+
+// PRAGMA application_id marks the file as ours ("Tndm"), so a stray --db pointing at another
+// application's SQLite file is refused instead of being migrated into a run store.
+constexpr int32_t kApplicationId = 0x546E646D;
+constexpr int kBusyTimeoutMs = 5000;
+
+// kMigrations[v] takes a database from schema version v to v + 1 (PRAGMA user_version).
+// Append only: a released entry is never edited, so every old file migrates the same way.
+constexpr const char* kMigrations[] = {
+    // v0 -> v1
+    R"sql(
+    CREATE TABLE runs (
+      id INTEGER PRIMARY KEY,
+      name TEXT NOT NULL DEFAULT '',
+      status TEXT NOT NULL CHECK (status IN
+          ('running', 'paused', 'completed', 'stopped', 'failed', 'interrupted')),
+      config_yaml TEXT NOT NULL DEFAULT '',
+      config_fingerprint TEXT NOT NULL DEFAULT '',
+      model TEXT NOT NULL DEFAULT '',
+      dataset TEXT NOT NULL DEFAULT '',
+      output_dir TEXT NOT NULL DEFAULT '',
+      pid INTEGER,
+      host TEXT,
+      boot_id TEXT,
+      created_at REAL NOT NULL,
+      started_at REAL,
+      finished_at REAL,
+      updated_at REAL NOT NULL,
+      total_steps INTEGER NOT NULL DEFAULT 0,
+      last_step INTEGER,
+      final_loss REAL,
+      error TEXT
+    );
+    CREATE INDEX runs_by_output_dir ON runs (output_dir);
+    CREATE INDEX runs_by_status ON runs (status);
+    CREATE TABLE metrics (
+      run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+      step INTEGER NOT NULL,
+      loss REAL,
+      learning_rate REAL,
+      grad_norm REAL,
+      tokens_per_s REAL,
+      elapsed_s REAL,
+      eta_s REAL,
+      extra_json TEXT,
+      PRIMARY KEY (run_id, step)
+    ) WITHOUT ROWID;
+    CREATE TABLE events (
+      id INTEGER PRIMARY KEY,
+      run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+      time REAL NOT NULL,
+      kind TEXT NOT NULL,
+      message TEXT NOT NULL
+    );
+    CREATE INDEX events_by_run ON events (run_id, id);
+    )sql",
+};
+constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
+
+// ---- SQLite plumbing ----------------------------------------------------------------------
+
+std::string dbFile(sqlite3* db) {
+  const char* name = db ? sqlite3_db_filename(db, "main") : nullptr;
+  return name && *name ? name : "(run database)";
+}
+
+// `file` names the database when `db` cannot (it failed to open).
+[[noreturn]] void throwSqlite(sqlite3* db, int rc, std::string_view doing,
+                              const std::string& file_name = {}) {
+  const std::string file = file_name.empty() ? dbFile(db) : file_name;
+  const std::string detail = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  const std::string what = "run database " + file + ": " + std::string(doing) + ": " + detail;
+  switch (rc & 0xff) {
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT:
+      throw Error("run database " + file + " is damaged or is not an SQLite file (" + detail + ")",
+                  "move it away (mv '" + file + "' '" + file + ".damaged') and Tandem will start "
+                  "a new one; checkpoints and adapters in the output directories are not in it");
+    case SQLITE_FULL:
+      throw Error(what, "free disk space on the drive that holds " + file);
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      throw Error(what + " (another process held it locked for more than 5 s)",
+                  "find the process with `fuser " + file + "` and let it finish");
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+    case SQLITE_CANTOPEN:
+      throw Error(what, "check that " + file + " and its directory are writable, or pass "
+                        "another path with --db / TANDEM_HOME");
+    default:
+      throw Error(what);
+  }
+}
+
+struct DbCloser {
+  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+};
+using DbHandle = std::unique_ptr<sqlite3, DbCloser>;
+
+void exec(sqlite3* db, const char* sql) {
+  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) throwSqlite(db, rc, sql);
+}
+
+// One prepared statement. Bind indices are 1-based, column indices 0-based (as in SQLite).
+class Statement {
+ public:
+  Statement(sqlite3* db, std::string_view sql) : db_(db) {
+    const int rc =
+        sqlite3_prepare_v2(db, sql.data(), static_cast<int>(sql.size()), &stmt_, nullptr);
+    if (rc != SQLITE_OK) throwSqlite(db, rc, "preparing a query");
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  Statement& bindInt(int index, int64_t value) {
+    return check(sqlite3_bind_int64(stmt_, index, value));
+  }
+  // NaN becomes NULL: SQLite would store it as NULL anyway, this makes it explicit.
+  Statement& bindReal(int index, double value) {
+    return std::isnan(value) ? bindNull(index) : check(sqlite3_bind_double(stmt_, index, value));
+  }
+  Statement& bindText(int index, std::string_view value) {
+    return check(sqlite3_bind_text64(stmt_, index, value.data(), value.size(), SQLITE_TRANSIENT,
+                                     SQLITE_UTF8));
+  }
+  Statement& bindNull(int index) { return check(sqlite3_bind_null(stmt_, index)); }
+  Statement& bindReal(int index, const std::optional<double>& value) {
+    return value ? bindReal(index, *value) : bindNull(index);
+  }
+  Statement& bindTextOrNull(int index, std::string_view value) {
+    return value.empty() ? bindNull(index) : bindText(index, value);
+  }
+
+  // True when a row is ready; false when the statement is done.
+  bool step() {
+    const int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    throwSqlite(db_, rc, sqlite3_sql(stmt_));
+  }
+  void run() {
+    while (step()) {
+    }
+  }
+
+  bool isNull(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+  int64_t integer(int col) const { return sqlite3_column_int64(stmt_, col); }
+  double real(int col) const { return sqlite3_column_double(stmt_, col); }
+  std::string text(int col) const {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
+    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(stmt_, col))) : "";
+  }
+  std::optional<int64_t> optInteger(int col) const {
+    return isNull(col) ? std::nullopt : std::optional<int64_t>(integer(col));
+  }
+  std::optional<double> optReal(int col) const {
+    return isNull(col) ? std::nullopt : std::optional<double>(real(col));
+  }
+
+ private:
+  Statement& check(int rc) {
+    if (rc != SQLITE_OK) throwSqlite(db_, rc, "binding a query parameter");
+    return *this;
+  }
+
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+// BEGIN IMMEDIATE takes the write lock up front. A deferred transaction that reads and then
+// writes can fail with SQLITE_BUSY_SNAPSHOT when another process committed in between, and
+// busy_timeout does not help there; IMMEDIATE waits in busy_timeout instead.
+class Transaction {
+ public:
+  explicit Transaction(sqlite3* db) : db_(db) { exec(db_, "BEGIN IMMEDIATE"); }
+  ~Transaction() {
+    if (db_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+
+  void commit() {
+    exec(db_, "COMMIT");
+    db_ = nullptr;
+  }
+
+ private:
+  sqlite3* db_;
+};
+
+int64_t pragmaInt(sqlite3* db, const char* pragma) {
+  Statement s(db, pragma);
+  return s.step() ? s.integer(0) : 0;
+}
+
+// ---- facts about this process and machine ------------------------------------------------
+
+double nowS() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string hostName() {
+  char buf[HOST_NAME_MAX + 1] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "";
+  return buf;
+}
+
+// Changes on every boot; tells a pid recorded before a reboot from a live process that happens
+// to have the same pid now.
+std::string bootId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+// Absolute, symlinks resolved where they exist, no trailing separator: so that "out/", "./out"
+// and "/home/me/out" find the same run.
+std::string normalDir(const std::filesystem::path& dir) {
+  if (dir.empty()) return "";
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::weakly_canonical(dir, ec);
+  if (ec) p = std::filesystem::absolute(dir, ec).lexically_normal();
+  if (ec) p = dir.lexically_normal();
+  if (!p.has_filename() && p.has_relative_path()) p = p.parent_path();
+  return p.string();
+}
+
+// ---- rows ----------------------------------------------------------------------------------
+
+constexpr const char* kRunColumns =
+    "id, name, status, config_yaml, config_fingerprint, model, dataset, output_dir, pid, host, "
+    "created_at, started_at, finished_at, total_steps, last_step, final_loss, error, updated_at";
+
+RunRecord readRun(const Statement& s) {
+  RunRecord r;
+  r.id = s.integer(0);
+  r.name = s.text(1);
+  const std::string status = s.text(2);
+  if (auto parsed = parseRunStatus(status)) {
+    r.status = *parsed;
+  } else {  // unreachable through the CHECK constraint; keep listing the other runs
+    r.status = RunStatus::Failed;
+    r.error = "unknown status '" + status + "' in the database";
+  }
+  r.config_yaml = s.text(3);
+  r.config_fingerprint = s.text(4);
+  r.model = s.text(5);
+  r.dataset = s.text(6);
+  r.output_dir = s.text(7);
+  r.pid = s.integer(8);
+  r.host = s.text(9);
+  r.created_at = s.real(10);
+  r.started_at = s.optReal(11);
+  r.finished_at = s.optReal(12);
+  r.total_steps = s.integer(13);
+  r.last_step = s.optInteger(14);
+  if (!s.isNull(14)) r.final_loss = s.isNull(15) ? std::nan("") : s.real(15);
+  if (r.error.empty()) r.error = s.text(16);
+  r.updated_at = s.real(17);
+  return r;
+}
+
+StepMetrics readStep(const Statement& s) {
+  StepMetrics m;
+  m.step = s.integer(0);
+  m.loss = s.isNull(1) ? std::nan("") : s.real(1);
+  m.learning_rate = s.optReal(2);
+  m.grad_norm = s.optReal(3);
+  m.tokens_per_s = s.optReal(4);
+  m.elapsed_s = s.optReal(5);
+  m.eta_s = s.optReal(6);
+  m.extra_json = s.text(7);
+  return m;
+}
+
+}  // namespace
+
+// ---- status names --------------------------------------------------------------------------
+
+std::string_view runStatusName(RunStatus status) {
+  switch (status) {
+    case RunStatus::Running: return "running";
+    case RunStatus::Paused: return "paused";
+    case RunStatus::Completed: return "completed";
+    case RunStatus::Stopped: return "stopped";
+    case RunStatus::Failed: return "failed";
+    case RunStatus::Interrupted: return "interrupted";
+  }
+  return "failed";
+}
+
+std::optional<RunStatus> parseRunStatus(std::string_view name) {
+  for (RunStatus s : {RunStatus::Running, RunStatus::Paused, RunStatus::Completed,
+                      RunStatus::Stopped, RunStatus::Failed, RunStatus::Interrupted}) {
+    if (runStatusName(s) == name) return s;
+  }
+  return std::nullopt;
+}
+
+bool isLive(RunStatus status) {
+  return status == RunStatus::Running || status == RunStatus::Paused;
+}
+
+double RunRecord::durationS(double now_s) const {
+  if (!started_at) return 0;
+  const double end = finished_at ? *finished_at : (isLive(status) ? now_s : updated_at);
+  return std::max(0.0, end - *started_at);
+}
+
+// ---- RunStore ------------------------------------------------------------------------------
+
+struct RunStore::Impl {
+  std::filesystem::path path;
+  DbHandle db;
+  std::string host = hostName();
+  std::string boot_id = bootId();
+  mutable std::mutex mutex;  // one connection, used by one thread at a time
+
+  void checkIdentity();
+  void migrate();
+  void requireRun(int64_t run) const;
+  void addEvent(int64_t run, double time, std::string_view kind, std::string_view message);
+};
+
+// Refuses files that are not ours before anything writes to them (even switching to WAL
+// rewrites the header). The first read is also where a non-SQLite file shows up: NOTADB.
+void RunStore::Impl::checkIdentity() {
+  const int64_t app_id = pragmaInt(db.get(), "PRAGMA application_id");
+  const int64_t version = pragmaInt(db.get(), "PRAGMA user_version");
+  const int64_t objects = pragmaInt(db.get(), "SELECT count(*) FROM sqlite_schema");
+  const bool blank = app_id == 0 && version == 0 && objects == 0;  // new, or an empty file
+  if (app_id != kApplicationId && !blank) {
+    throw Error("run database " + path.string() + " is an SQLite database of another program",
+                "pass another path with --db or TANDEM_HOME, or move the file away");
+  }
+}
+
+void RunStore::Impl::migrate() {
+  // Checked outside a transaction first, so that opening an up-to-date store takes no write lock.
+  if (pragmaInt(db.get(), "PRAGMA user_version") == kSchemaVersion) return;
+  Transaction tx(db.get());
+  // Read again under the write lock: another process may have migrated meanwhile.
+  const int64_t version = pragmaInt(db.get(), "PRAGMA user_version");
+  if (version > kSchemaVersion) {
+    throw Error("run database " + path.string() + " was written by a newer Tandem (schema v" +
+                    std::to_string(version) + "; this build reads up to v" +
+                    std::to_string(kSchemaVersion) + ")",
+                "upgrade Tandem, or use another database with --db or TANDEM_HOME");
+  }
+  if (version == kSchemaVersion) return;
+  for (int64_t v = version; v < kSchemaVersion; ++v) exec(db.get(), kMigrations[v]);
+  exec(db.get(), ("PRAGMA application_id = " + std::to_string(kApplicationId)).c_str());
+  exec(db.get(), ("PRAGMA user_version = " + std::to_string(kSchemaVersion)).c_str());
+  tx.commit();
+  if (version > 0) {
+    logInfo() << "run database " << path.string() << " migrated to schema v" << kSchemaVersion;
+  }
+}
+
+void RunStore::Impl::requireRun(int64_t run) const {
+  Statement s(db.get(), "SELECT 1 FROM runs WHERE id = ?");
+  if (!s.bindInt(1, run).step()) {
+    throw Error("no run " + std::to_string(run) + " in " + path.string(),
+                "list the runs with `tandem runs --all`");
+  }
+}
+
+void RunStore::Impl::addEvent(int64_t run, double time, std::string_view kind,
+                              std::string_view message) {
+  Statement(db.get(), "INSERT INTO events (run_id, time, kind, message) VALUES (?, ?, ?, ?)")
+      .bindInt(1, run)
+      .bindReal(2, time)
+      .bindText(3, kind)
+      .bindText(4, message)
+      .run();
+  Statement(db.get(), "UPDATE runs SET updated_at = ? WHERE id = ?")
+      .bindReal(1, time)
+      .bindInt(2, run)
+      .run();
+}
+
+RunStore RunStore::open(const std::filesystem::path& db_path) {
+  auto impl = std::make_unique<Impl>();
+  impl->path = db_path;
+  std::error_code ec;
+  if (db_path.has_parent_path()) std::filesystem::create_directories(db_path.parent_path(), ec);
+  if (ec) {
+    throw Error("cannot create the directory for the run database " + db_path.string() + ": " +
+                    ec.message(),
+                "pass a writable path with --db, or set TANDEM_HOME");
+  }
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(db_path.c_str(), &raw,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                                 nullptr);
+  impl->db.reset(raw);  // sqlite3_open_v2 returns a handle to close even when it fails
+  if (rc != SQLITE_OK) throwSqlite(raw, rc, "cannot open it", db_path.string());
+  sqlite3* db = impl->db.get();
+  sqlite3_extended_result_codes(db, 1);
+  sqlite3_busy_timeout(db, kBusyTimeoutMs);
+
+  impl->checkIdentity();
+  // WAL: readers never block the writer and see only committed transactions. With
+  // synchronous=NORMAL a commit is durable against a killed process (the WAL is in the page
+  // cache) but not against power loss, which may drop the last few steps; fine for metrics.
+  {
+    Statement wal(db, "PRAGMA journal_mode = WAL");
+    const std::string mode = wal.step() ? wal.text(0) : "";
+    if (mode != "wal") {
+      logWarn() << "run database " << db_path.string() << ": WAL mode unavailable (journal_mode="
+                << mode << "); readers may wait for the writer";
+    }
+  }
+  exec(db, "PRAGMA synchronous = NORMAL");
+  exec(db, "PRAGMA foreign_keys = ON");
+  impl->migrate();
+  return RunStore(std::move(impl));
+}
+
+std::filesystem::path RunStore::defaultPath() {
+  if (const char* home = std::getenv("TANDEM_HOME"); home && *home) {
+    return std::filesystem::path(home) / "runs.db";
+  }
+  if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg == '/') {
+    return std::filesystem::path(xdg) / "tandem" / "runs.db";
+  }
+  std::string user_home;
+  if (const char* h = std::getenv("HOME"); h && *h) {
+    user_home = h;
+  } else {
+    passwd pw{};
+    passwd* found = nullptr;
+    char buf[4096];
+    if (getpwuid_r(getuid(), &pw, buf, sizeof(buf), &found) == 0 && found && found->pw_dir) {
+      user_home = found->pw_dir;
+    }
+  }
+  if (user_home.empty()) {
+    throw Error("cannot find a place for the run database: HOME is not set",
+                "set TANDEM_HOME to a directory, or pass --db PATH");
+  }
+  return std::filesystem::path(user_home) / ".local" / "share" / "tandem" / "runs.db";
+}
+
+RunStore::RunStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RunStore::RunStore(RunStore&&) noexcept = default;
+RunStore& RunStore::operator=(RunStore&&) noexcept = default;
+RunStore::~RunStore() = default;
+
+const std::filesystem::path& RunStore::path() const { return impl_->path; }
+
+int64_t RunStore::createRun(const NewRun& run) {
+  std::lock_guard lock(impl_->mutex);
+  const double now = nowS();
+  Statement s(impl_->db.get(),
+              "INSERT INTO runs (name, status, config_yaml, config_fingerprint, model, dataset, "
+              "output_dir, pid, host, boot_id, created_at, started_at, updated_at, total_steps) "
+              "VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  s.bindText(1, run.name)
+      .bindText(2, run.config_yaml)
+      .bindText(3, run.config_fingerprint)
+      .bindText(4, run.model)
+      .bindText(5, run.dataset)
+      .bindText(6, normalDir(run.output_dir))
+      .bindInt(7, getpid())
+      .bindText(8, impl_->host)
+      .bindTextOrNull(9, impl_->boot_id)
+      .bindReal(10, now)
+      .bindReal(11, now)
+      .bindReal(12, now)
+      .bindInt(13, run.total_steps)
+      .run();
+  return sqlite3_last_insert_rowid(impl_->db.get());
+}
+
+void RunStore::setStatus(int64_t run, RunStatus status, std::optional<std::string> error) {
+  std::lock_guard lock(impl_->mutex);
+  sqlite3* db = impl_->db.get();
+  const double now = nowS();
+  Transaction tx(db);
+  impl_->requireRun(run);
+  if (isLive(status)) {
+    // Whoever (re)starts a run owns it: markInterrupted checks this pid from now on.
+    Statement(db,
+              "UPDATE runs SET status = ?1, pid = ?2, host = ?3, boot_id = ?4, "
+              "finished_at = NULL, error = NULL, started_at = coalesce(started_at, ?5), "
+              "updated_at = ?5 WHERE id = ?6")
+        .bindText(1, runStatusName(status))
+        .bindInt(2, getpid())
+        .bindText(3, impl_->host)
+        .bindTextOrNull(4, impl_->boot_id)
+        .bindReal(5, now)
+        .bindInt(6, run)
+        .run();
+  } else {
+    Statement(db,
+              "UPDATE runs SET status = ?1, finished_at = ?2, updated_at = ?2, "
+              "error = coalesce(?3, error) WHERE id = ?4")
+        .bindText(1, runStatusName(status))
+        .bindReal(2, now)
+        .bindTextOrNull(3, error.value_or(""))
+        .bindInt(4, run)
+        .run();
+  }
+  tx.commit();
+}
+
+void RunStore::recordStep(int64_t run, const StepMetrics& m) {
+  if (m.step < 0) throw Error("step " + std::to_string(m.step) + " is negative");
+  if (!m.extra_json.empty() && !nlohmann::json::accept(m.extra_json)) {
+    throw Error("extra metrics for step " + std::to_string(m.step) + " are not valid JSON");
+  }
+  std::lock_guard lock(impl_->mutex);
+  sqlite3* db = impl_->db.get();
+  Transaction tx(db);
+  Statement update(db,
+                   "UPDATE runs SET last_step = ?, final_loss = ?, updated_at = ? WHERE id = ?");
+  update.bindInt(1, m.step).bindReal(2, m.loss).bindReal(3, nowS()).bindInt(4, run).run();
+  if (sqlite3_changes(db) == 0) impl_->requireRun(run);  // throws: no such run
+  Statement(db,
+            "INSERT INTO metrics (run_id, step, loss, learning_rate, grad_norm, tokens_per_s, "
+            "elapsed_s, eta_s, extra_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (run_id, step) DO UPDATE SET loss = excluded.loss, "
+            "learning_rate = excluded.learning_rate, grad_norm = excluded.grad_norm, "
+            "tokens_per_s = excluded.tokens_per_s, elapsed_s = excluded.elapsed_s, "
+            "eta_s = excluded.eta_s, extra_json = excluded.extra_json")
+      .bindInt(1, run)
+      .bindInt(2, m.step)
+      .bindReal(3, m.loss)
+      .bindReal(4, m.learning_rate)
+      .bindReal(5, m.grad_norm)
+      .bindReal(6, m.tokens_per_s)
+      .bindReal(7, m.elapsed_s)
+      .bindReal(8, m.eta_s)
+      .bindTextOrNull(9, m.extra_json)
+      .run();
+  tx.commit();
+}
+
+void RunStore::recordEvent(int64_t run, std::string_view kind, std::string_view message) {
+  std::lock_guard lock(impl_->mutex);
+  Transaction tx(impl_->db.get());
+  impl_->requireRun(run);
+  impl_->addEvent(run, nowS(), kind, message);
+  tx.commit();
+}
+
+std::vector<RunRecord> RunStore::listRuns(const RunFilter& filter) const {
+  std::string sql = std::string("SELECT ") + kRunColumns + " FROM runs";
+  if (!filter.statuses.empty()) {
+    sql += " WHERE status IN (";
+    for (size_t i = 0; i < filter.statuses.size(); ++i) sql += i ? ", ?" : "?";
+    sql += ")";
+  }
+  sql += " ORDER BY created_at DESC, id DESC";
+  if (filter.limit > 0) sql += " LIMIT " + std::to_string(filter.limit);
+
+  std::lock_guard lock(impl_->mutex);
+  Statement s(impl_->db.get(), sql);
+  for (size_t i = 0; i < filter.statuses.size(); ++i) {
+    s.bindText(static_cast<int>(i) + 1, runStatusName(filter.statuses[i]));
+  }
+  std::vector<RunRecord> runs;
+  while (s.step()) runs.push_back(readRun(s));
+  return runs;
+}
+
+std::optional<RunRecord> RunStore::findRun(int64_t run) const {
+  std::lock_guard lock(impl_->mutex);
+  Statement s(impl_->db.get(), std::string("SELECT ") + kRunColumns + " FROM runs WHERE id = ?");
+  if (!s.bindInt(1, run).step()) return std::nullopt;
+  return readRun(s);
+}
+
+std::optional<RunRecord> RunStore::findByOutputDir(const std::filesystem::path& output_dir) const {
+  const std::string dir = normalDir(output_dir);
+  std::lock_guard lock(impl_->mutex);
+  Statement s(impl_->db.get(), std::string("SELECT ") + kRunColumns +
+                                   " FROM runs WHERE output_dir = ? "
+                                   "ORDER BY created_at DESC, id DESC LIMIT 1");
+  if (!s.bindText(1, dir).step()) return std::nullopt;
+  return readRun(s);
+}
+
+std::vector<StepMetrics> RunStore::metrics(int64_t run, int64_t after_step) const {
+  std::lock_guard lock(impl_->mutex);
+  Statement s(impl_->db.get(),
+              "SELECT step, loss, learning_rate, grad_norm, tokens_per_s, elapsed_s, eta_s, "
+              "extra_json FROM metrics WHERE run_id = ? AND step > ? ORDER BY step");
+  s.bindInt(1, run).bindInt(2, after_step);
+  std::vector<StepMetrics> rows;
+  while (s.step()) rows.push_back(readStep(s));
+  return rows;
+}
+
+std::vector<RunEvent> RunStore::events(int64_t run, size_t last_n) const {
+  std::lock_guard lock(impl_->mutex);
+  Statement s(impl_->db.get(),
+              "SELECT id, run_id, time, kind, message FROM "
+              "(SELECT * FROM events WHERE run_id = ? ORDER BY id DESC LIMIT ?) ORDER BY id");
+  s.bindInt(1, run).bindInt(2, last_n > 0 ? static_cast<int64_t>(last_n) : -1);
+  std::vector<RunEvent> rows;
+  while (s.step()) {
+    rows.push_back({s.integer(0), s.integer(1), s.real(2), s.text(3), s.text(4)});
+  }
+  return rows;
+}
+
+int RunStore::markInterrupted() {
+  std::lock_guard lock(impl_->mutex);
+  sqlite3* db = impl_->db.get();
+  Transaction tx(db);
+  struct Orphan {
+    int64_t id;
+    double last_seen;
+    std::string why;
+  };
+  std::vector<Orphan> orphans;
+  {
+    Statement s(db, "SELECT id, pid, host, boot_id, updated_at FROM runs "
+                    "WHERE status IN ('running', 'paused')");
+    while (s.step()) {
+      const int64_t pid = s.integer(1);
+      const std::string host = s.text(2);
+      const std::string boot = s.text(3);
+      if (host != impl_->host) continue;
+      std::string why;
+      if (!boot.empty() && !impl_->boot_id.empty() && boot != impl_->boot_id) {
+        why = "the machine restarted while the run was live (pid " + std::to_string(pid) + ")";
+      } else if (pid <= 0 || pid > INT_MAX) {
+        why = "the run has no owning process";
+      } else if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+        // EPERM means the process exists but belongs to another user: alive.
+        why = "process " + std::to_string(pid) + " on " + host + " is gone";
+      }
+      if (!why.empty()) orphans.push_back({s.integer(0), s.real(4), std::move(why)});
+    }
+  }
+  for (const Orphan& o : orphans) {
+    // finished_at is when the run was last heard from, not now: the crash may be days old.
+    Statement(db, "UPDATE runs SET status = 'interrupted', finished_at = ? WHERE id = ?")
+        .bindReal(1, o.last_seen)
+        .bindInt(2, o.id)
+        .run();
+    impl_->addEvent(o.id, nowS(), "interrupted", o.why);
+  }
+  tx.commit();
+  return static_cast<int>(orphans.size());
+}
+
+}  // namespace tandem::store

@@ -1,0 +1,73 @@
+#pragma once
+// AdamW over every LoRA weight of a CausalLm, with one global grad-norm clip:
+//   torch-side adapters (attention, MLPs, shared experts, routers) are at::Tensor leaves on their
+//   layer's device and step with ATen ops there (their state stays with them);
+//   routed-expert adapters live in the expert engine's contiguous fp32 buffers and step with one
+//   fused single-pass CPU kernel on the thread pool.
+// Same update as torch.optim.AdamW (decoupled weight decay, bias correction).
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tandem {
+class ThreadPool;
+}
+namespace tandem::gpu {
+class CausalLm;
+}
+
+namespace tandem::train {
+
+struct AdamWSettings {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+// One fused AdamW step on CPU buffers of equal length: param, grad, exp_avg, exp_avg_sq.
+// step is 1-based (after increment). Bias corrections as torch: 1 - beta^step.
+void fusedAdamWStep(std::span<float> param, std::span<const float> grad, std::span<float> exp_avg,
+                    std::span<float> exp_avg_sq, double lr, const AdamWSettings& s, int64_t step,
+                    ThreadPool& pool);
+
+class LoraOptimizer {
+ public:
+  LoraOptimizer(gpu::CausalLm& model, const AdamWSettings& settings, ThreadPool& pool);
+
+  // Global L2 norm of all LoRA gradients; scales them down to max_norm when above (and > 0).
+  double clipGradNorm(double max_norm);
+  void step(double lr);
+  void zeroGrad();
+  int64_t stepCount() const { return step_; }
+  int64_t numParameters() const;
+
+  // Optimizer state by parameter name ("<name>.exp_avg" / ".exp_avg_sq"), fp32 CPU tensors.
+  std::map<std::string, at::Tensor> stateDict() const;
+  void loadStateDict(const std::map<std::string, at::Tensor>& state, int64_t step);
+
+ private:
+  struct TorchParam {
+    std::string name;
+    at::Tensor param;  // leaf, fp32, requires grad
+    at::Tensor exp_avg, exp_avg_sq;
+  };
+  struct CpuParam {
+    std::string name;
+    std::span<float> param, grad;
+    std::vector<float> exp_avg, exp_avg_sq;
+  };
+
+  AdamWSettings settings_;
+  ThreadPool& pool_;
+  std::vector<TorchParam> torch_params_;
+  std::vector<CpuParam> cpu_params_;
+  int64_t step_ = 0;
+};
+
+}  // namespace tandem::train

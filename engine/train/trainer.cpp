@@ -1,0 +1,338 @@
+#include "engine/train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <unistd.h>
+
+#include "engine/core/error.h"
+#include "engine/gpu/causal_lm.h"
+#include "engine/gpu/peft_adapter.h"
+#include "engine/io/atomic_file.h"
+#include "engine/io/safetensors.h"
+
+namespace tandem::train {
+
+namespace {
+
+constexpr int32_t kIgnore = -100;
+
+// Greedy packing in data order: whole samples concatenated up to cutoff_len tokens, as
+// LLaMA-Factory's plain packing does (no attention masking between the packed samples).
+std::vector<EncodedSample> pack(std::vector<EncodedSample> samples, int64_t cutoff_len) {
+  std::vector<EncodedSample> packed;
+  EncodedSample current;
+  for (EncodedSample& s : samples) {
+    if (!current.input_ids.empty() &&
+        static_cast<int64_t>(current.input_ids.size() + s.input_ids.size()) > cutoff_len) {
+      packed.push_back(std::move(current));
+      current = {};
+    }
+    current.input_ids.insert(current.input_ids.end(), s.input_ids.begin(), s.input_ids.end());
+    current.labels.insert(current.labels.end(), s.labels.begin(), s.labels.end());
+  }
+  if (!current.input_ids.empty()) packed.push_back(std::move(current));
+  return packed;
+}
+
+std::string hms(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  char text[32];
+  std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  return text;
+}
+
+at::Tensor bytesTensor(const at::Tensor& state) { return state.to(at::kCPU).contiguous(); }
+
+void writeTensors(const std::filesystem::path& path, std::map<std::string, at::Tensor>& tensors) {
+  std::vector<io::TensorToWrite> list;
+  for (auto& [name, t] : tensors) {
+    t = t.contiguous();
+    const io::DType dtype = t.scalar_type() == at::kByte ? io::DType::U8 : io::DType::F32;
+    list.push_back({name, dtype, t.sizes().vec(), {reinterpret_cast<const std::byte*>(t.data_ptr()), t.nbytes()}});
+  }
+  io::writeSafetensors(path, list);
+}
+
+}  // namespace
+
+Trainer::Trainer(gpu::CausalLm& model, const gpu::LoraSettings& lora, std::vector<EncodedSample> samples,
+                 TrainerSettings settings, ThreadPool& pool)
+    : model_(model), lora_(lora),
+      samples_(settings.packing ? pack(std::move(samples), settings.cutoff_len) : std::move(samples)),
+      settings_(std::move(settings)), optimizer_(model, settings_.adamw, pool) {
+  if (samples_.empty()) throw Error("no training samples", "check the dataset and cutoff_len");
+  settings_.batch_size = std::max<int64_t>(1, settings_.batch_size);
+  settings_.gradient_accumulation_steps = std::max<int64_t>(1, settings_.gradient_accumulation_steps);
+  micro_batches_per_epoch_ =
+      (static_cast<int64_t>(samples_.size()) + settings_.batch_size - 1) / settings_.batch_size;
+  total_steps_ = settings_.max_steps > 0
+                     ? settings_.max_steps
+                     : static_cast<int64_t>(std::ceil(settings_.num_train_epochs * stepsPerEpoch()));
+  total_steps_ = std::max<int64_t>(1, total_steps_);
+  schedule_.type = settings_.schedule;
+  schedule_.base_lr = settings_.learning_rate;
+  schedule_.total_steps = total_steps_;
+  schedule_.warmup_steps = warmupSteps(settings_.warmup_steps, settings_.warmup_ratio, total_steps_);
+  at::manual_seed(settings_.seed);  // LoRA dropout masks
+}
+
+int64_t Trainer::stepsPerEpoch() const {
+  return (micro_batches_per_epoch_ + settings_.gradient_accumulation_steps - 1) /
+         settings_.gradient_accumulation_steps;
+}
+
+// A fixed permutation per (seed, epoch): a resumed run sees the same order. Fisher-Yates with
+// mt19937_64, whose output the C++ standard fixes (std::shuffle's use of it is not fixed).
+std::vector<int64_t> Trainer::epochOrder(int64_t epoch) const {
+  std::vector<int64_t> order(samples_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  std::mt19937_64 rng(settings_.seed * 1000003ull + static_cast<uint64_t>(epoch));
+  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
+  return order;
+}
+
+Trainer::Batch Trainer::makeBatch(const std::vector<int64_t>& order, int64_t first) const {
+  const int64_t n = std::min<int64_t>(settings_.batch_size, static_cast<int64_t>(order.size()) - first);
+  size_t width = 0;
+  for (int64_t i = 0; i < n; ++i) width = std::max(width, samples_[order[first + i]].input_ids.size());
+  Batch b;
+  b.input_ids = at::full({n, static_cast<int64_t>(width)}, settings_.pad_id, at::kLong);
+  b.labels = at::full({n, static_cast<int64_t>(width)}, kIgnore, at::kLong);
+  for (int64_t i = 0; i < n; ++i) {
+    const EncodedSample& s = samples_[order[first + i]];
+    int64_t* ids = b.input_ids[i].data_ptr<int64_t>();
+    int64_t* labels = b.labels[i].data_ptr<int64_t>();
+    std::copy(s.input_ids.begin(), s.input_ids.end(), ids);
+    std::copy(s.labels.begin(), s.labels.end(), labels);
+    b.real_tokens += static_cast<int64_t>(s.input_ids.size());
+    // transformers shifts labels inside: label t+1 is what position t is trained on.
+    for (size_t t = 1; t < s.labels.size(); ++t) b.kept_tokens += s.labels[t] != kIgnore;
+  }
+  return b;
+}
+
+void Trainer::pause() {
+  std::lock_guard lock(pause_mutex_);
+  paused_ = true;
+}
+
+void Trainer::resume() {
+  {
+    std::lock_guard lock(pause_mutex_);
+    paused_ = false;
+  }
+  pause_cv_.notify_all();
+}
+
+void Trainer::waitWhilePaused(std::stop_token stop) {
+  std::unique_lock lock(pause_mutex_);
+  while (paused_ && !stop.stop_requested()) {
+    pause_cv_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+}
+
+TrainResult Trainer::run(std::stop_token stop, std::stop_token cancel, TrainListener& listener) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const int64_t accum = settings_.gradient_accumulation_steps;
+  const int64_t start_step = step_;
+  TrainResult result;
+  while (step_ < total_steps_) {
+    waitWhilePaused(stop);
+    if (cancel.stop_requested()) {
+      result.outcome = TrainOutcome::Cancelled;
+      break;
+    }
+    if (stop.stop_requested()) {
+      saveCheckpoint();
+      listener.onMessage("stopped at step " + std::to_string(step_) + " with a checkpoint");
+      result.outcome = TrainOutcome::Stopped;
+      break;
+    }
+    const auto step_start = Clock::now();
+    const int64_t epoch = micro_done_ / micro_batches_per_epoch_;
+    const int64_t in_epoch = micro_done_ % micro_batches_per_epoch_;
+    const int64_t n_micro = std::min(accum, micro_batches_per_epoch_ - in_epoch);
+    const std::vector<int64_t> order = epochOrder(epoch);
+    std::vector<Batch> batches;
+    int64_t window_kept = 0, window_real = 0;
+    for (int64_t m = 0; m < n_micro; ++m) {
+      batches.push_back(makeBatch(order, (in_epoch + m) * settings_.batch_size));
+      window_kept += batches.back().kept_tokens;
+      window_real += batches.back().real_tokens;
+    }
+    double loss_sum = 0;
+    bool cancelled = false;
+    for (const Batch& b : batches) {
+      if (cancel.stop_requested()) {
+        cancelled = true;
+        break;
+      }
+      if (b.kept_tokens == 0) continue;
+      const at::Tensor hidden = model_.forwardHidden(b.input_ids, /*training=*/true);
+      // Each micro-batch's mean scaled to its share of the window: the step's loss is the mean
+      // over every kept token of the accumulated batch, however the tokens fell into batches.
+      const at::Tensor loss = model_.loss(hidden, b.labels) *
+                              (static_cast<double>(b.kept_tokens) / static_cast<double>(window_kept));
+      torch::autograd::backward({loss});
+      loss_sum += loss.item<double>();
+    }
+    if (cancelled) {
+      optimizer_.zeroGrad();
+      result.outcome = TrainOutcome::Cancelled;
+      break;
+    }
+    const double lr = schedule_.at(step_);
+    const double grad_norm = optimizer_.clipGradNorm(settings_.max_grad_norm);
+    optimizer_.step(lr);
+    optimizer_.zeroGrad();
+    ++step_;
+    micro_done_ += n_micro;
+
+    StepEvent e;
+    e.step = step_;
+    e.total_steps = total_steps_;
+    e.epoch = static_cast<double>(micro_done_) / static_cast<double>(micro_batches_per_epoch_);
+    e.loss = loss_sum;
+    e.learning_rate = lr;
+    e.grad_norm = grad_norm;
+    const double step_s = std::chrono::duration<double>(Clock::now() - step_start).count();
+    e.tokens_per_s = step_s > 0 ? static_cast<double>(window_real) / step_s : 0;
+    e.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+    e.eta_s = e.elapsed_s / static_cast<double>(step_ - start_step) * static_cast<double>(total_steps_ - step_);
+    e.memory = MemoryLedger::global().snapshot();
+    result.final_loss = e.loss;
+    if (step_ % std::max<int64_t>(1, settings_.logging_steps) == 0 || step_ == total_steps_) {
+      const nlohmann::json line = {
+          {"current_steps", step_}, {"total_steps", total_steps_}, {"loss", e.loss},
+          {"lr", lr}, {"grad_norm", grad_norm}, {"epoch", e.epoch},
+          {"percentage", std::round(10000.0 * step_ / total_steps_) / 100.0},
+          {"elapsed_time", hms(e.elapsed_s)}, {"remaining_time", hms(e.eta_s)},
+          {"tokens_per_s", e.tokens_per_s}};
+      log_history_.push_back(line.dump());
+      std::string all;
+      for (const std::string& l : log_history_) all += l + "\n";
+      io::writeFileAtomically(settings_.output_dir / "trainer_log.jsonl", all);
+    }
+    listener.onStep(e);
+    if (settings_.save_steps > 0 && step_ % settings_.save_steps == 0 && step_ < total_steps_) {
+      listener.onCheckpoint(step_, saveCheckpoint());
+    }
+  }
+  result.steps = step_;
+  return result;
+}
+
+void Trainer::writeCheckpointFiles(const std::filesystem::path& dir) const {
+  gpu::writePeftAdapter(model_, lora_, dir, gpu::ExpertAdapterForm::Fused, settings_.base_model_name);
+  std::map<std::string, at::Tensor> state = optimizer_.stateDict();
+  state["rng.cpu"] = bytesTensor(at::detail::getDefaultCPUGenerator().get_state());
+  writeTensors(dir / "optimizer.safetensors", state);
+  nlohmann::json history = nlohmann::json::array();
+  for (const std::string& l : log_history_) history.push_back(nlohmann::json::parse(l));
+  const nlohmann::json trainer_state = {
+      {"global_step", step_}, {"max_steps", total_steps_},
+      {"epoch", static_cast<double>(micro_done_) / static_cast<double>(micro_batches_per_epoch_)},
+      {"micro_batches_done", micro_done_}, {"optimizer_steps", optimizer_.stepCount()},
+      {"num_train_epochs", settings_.num_train_epochs}, {"train_batch_size", settings_.batch_size},
+      {"seed", settings_.seed}, {"config_fingerprint", settings_.config_fingerprint},
+      {"log_history", history}};
+  // Written last: its presence marks the checkpoint complete.
+  io::writeFileAtomically(dir / "trainer_state.json", trainer_state.dump(2) + "\n");
+}
+
+std::filesystem::path Trainer::saveCheckpoint() const {
+  namespace fs = std::filesystem;
+  const fs::path final_dir = settings_.output_dir / ("checkpoint-" + std::to_string(step_));
+  const fs::path tmp_dir = settings_.output_dir / (".checkpoint-" + std::to_string(step_) + ".tmp-" +
+                                                   std::to_string(::getpid()));
+  fs::remove_all(tmp_dir);
+  fs::create_directories(tmp_dir);
+  writeCheckpointFiles(tmp_dir);
+  fs::remove_all(final_dir);
+  fs::rename(tmp_dir, final_dir);  // a directory appears complete or not at all
+  pruneCheckpoints();
+  return final_dir;
+}
+
+void Trainer::pruneCheckpoints() const {
+  if (settings_.save_total_limit <= 0) return;
+  std::vector<std::pair<int64_t, std::filesystem::path>> found;
+  for (const auto& entry : std::filesystem::directory_iterator(settings_.output_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && name.starts_with("checkpoint-")) {
+      found.emplace_back(std::stoll(name.substr(11)), entry.path());
+    }
+  }
+  std::sort(found.begin(), found.end());
+  for (size_t i = 0; i + settings_.save_total_limit < found.size(); ++i) {
+    std::filesystem::remove_all(found[i].second);
+  }
+}
+
+void Trainer::saveFinal(TrainListener& listener) const {
+  gpu::writePeftAdapter(model_, lora_, settings_.output_dir, gpu::ExpertAdapterForm::Fused,
+                        settings_.base_model_name);
+  nlohmann::json history = nlohmann::json::array();
+  for (const std::string& l : log_history_) history.push_back(nlohmann::json::parse(l));
+  io::writeFileAtomically(settings_.output_dir / "trainer_state.json",
+                          nlohmann::json({{"global_step", step_}, {"max_steps", total_steps_},
+                                          {"log_history", history}}).dump(2) + "\n");
+  listener.onMessage("adapter written to " + settings_.output_dir.string());
+}
+
+void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
+  std::ifstream in(checkpoint_dir / "trainer_state.json");
+  const nlohmann::json state = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (state.is_discarded() || !state.contains("global_step")) {
+    throw Error(checkpoint_dir.string() + "/trainer_state.json is unreadable", "delete that checkpoint dir");
+  }
+  if (state.value("config_fingerprint", std::string()) != settings_.config_fingerprint) {
+    throw Error(checkpoint_dir.string() + " was written by a different configuration",
+                "set overwrite_output_dir: true, or use another output_dir");
+  }
+  step_ = state["global_step"].get<int64_t>();
+  micro_done_ = state["micro_batches_done"].get<int64_t>();
+  for (const auto& line : state["log_history"]) log_history_.push_back(line.dump());
+  const io::SafetensorsFile file = io::SafetensorsFile::open(checkpoint_dir / "optimizer.safetensors");
+  std::map<std::string, at::Tensor> tensors;
+  for (const io::TensorInfo& info : file.header().tensors) {
+    const io::TensorView view = file.view(info.name);
+    const at::ScalarType type = info.dtype == io::DType::U8 ? at::kByte : at::kFloat;
+    tensors[info.name] = at::from_blob(const_cast<std::byte*>(view.bytes.data()), info.shape,
+                                       at::TensorOptions().dtype(type)).clone();
+  }
+  optimizer_.loadStateDict(tensors, state["optimizer_steps"].get<int64_t>());
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  generator.set_state(tensors.at("rng.cpu"));
+}
+
+std::filesystem::path lastCheckpoint(const std::filesystem::path& output_dir) {
+  std::filesystem::path best;
+  int64_t best_step = -1;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(output_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || !name.starts_with("checkpoint-")) continue;
+    if (!std::filesystem::exists(entry.path() / "trainer_state.json")) continue;  // incomplete
+    const int64_t step = std::stoll(name.substr(11));
+    if (step > best_step) {
+      best_step = step;
+      best = entry.path();
+    }
+  }
+  return best;
+}
+
+}  // namespace tandem::train

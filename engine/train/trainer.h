@@ -1,0 +1,137 @@
+#pragma once
+// The training loop: batching (padding or packing), gradient accumulation, one global grad-norm
+// clip, AdamW with a warmup schedule, checkpoints that survive a kill, listener events.
+// Deterministic for a seed: data order, LoRA init and dropout masks, also across a resume.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "engine/core/memory_ledger.h"
+#include "engine/train/lora_optimizer.h"
+#include "engine/train/lr_schedule.h"
+#include "engine/train/supervised_encoder.h"
+
+namespace tandem::gpu {
+class CausalLm;
+struct LoraSettings;
+}
+
+namespace tandem::train {
+
+struct TrainerSettings {
+  int64_t batch_size = 1;                  // per_device_train_batch_size
+  int64_t gradient_accumulation_steps = 1;
+  double num_train_epochs = 3.0;
+  int64_t max_steps = -1;                  // > 0 wins over epochs, as in transformers
+  LrSchedulerType schedule = LrSchedulerType::Linear;
+  double learning_rate = 5e-5;
+  int64_t warmup_steps = 0;
+  double warmup_ratio = 0.0;
+  double max_grad_norm = 1.0;
+  AdamWSettings adamw;
+  uint64_t seed = 42;
+  bool packing = false;
+  int64_t cutoff_len = 2048;               // packing: tokens per packed sequence
+  int32_t pad_id = 0;
+  int64_t logging_steps = 10;
+  int64_t save_steps = 500;
+  int64_t save_total_limit = 0;            // 0: keep all checkpoints
+  std::filesystem::path output_dir;
+  std::string base_model_name;             // written into adapter_config.json
+  std::string config_fingerprint;          // written into each checkpoint
+};
+
+struct StepEvent {
+  int64_t step = 0;         // optimizer steps done
+  int64_t total_steps = 0;
+  double epoch = 0;         // fractional, as transformers logs it
+  double loss = 0;          // mean over this step's kept tokens
+  double learning_rate = 0;
+  double grad_norm = 0;
+  double tokens_per_s = 0;  // non-padding tokens of this step / its wall time
+  double elapsed_s = 0;
+  double eta_s = 0;
+  std::vector<DeviceMemoryUsage> memory;
+};
+
+class TrainListener {
+ public:
+  virtual ~TrainListener() = default;
+  virtual void onStep(const StepEvent&) {}
+  virtual void onCheckpoint(int64_t /*step*/, const std::filesystem::path&) {}
+  virtual void onMessage(const std::string&) {}
+};
+
+enum class TrainOutcome { Completed, Stopped, Cancelled };
+
+struct TrainResult {
+  TrainOutcome outcome = TrainOutcome::Completed;
+  int64_t steps = 0;
+  double final_loss = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(gpu::CausalLm& model, const gpu::LoraSettings& lora, std::vector<EncodedSample> samples,
+          TrainerSettings settings, ThreadPool& pool);
+
+  int64_t totalSteps() const { return total_steps_; }
+  int64_t stepsPerEpoch() const;
+
+  // Continues from output_dir/checkpoint-N (adapter weights must already be in the model).
+  void restore(const std::filesystem::path& checkpoint_dir);
+
+  // Runs to the end. `stop`: finish the current step, write a checkpoint, return Stopped.
+  // `cancel`: return at the next micro-batch without a checkpoint.
+  TrainResult run(std::stop_token stop, std::stop_token cancel, TrainListener& listener);
+
+  // Blocks the loop at the next step boundary until resume() (thread-safe).
+  void pause();
+  void resume();
+
+  // Writes the final adapter and trainer_state.json into output_dir.
+  void saveFinal(TrainListener& listener) const;
+  std::filesystem::path saveCheckpoint() const;
+
+ private:
+  struct Batch {
+    at::Tensor input_ids;  // [B, S] int64
+    at::Tensor labels;     // [B, S] int64
+    int64_t kept_tokens = 0;
+    int64_t real_tokens = 0;
+  };
+  std::vector<int64_t> epochOrder(int64_t epoch) const;
+  Batch makeBatch(const std::vector<int64_t>& order, int64_t first) const;
+  void writeCheckpointFiles(const std::filesystem::path& dir) const;
+  void pruneCheckpoints() const;
+  void waitWhilePaused(std::stop_token stop);
+
+  gpu::CausalLm& model_;
+  const gpu::LoraSettings& lora_;
+  std::vector<EncodedSample> samples_;
+  TrainerSettings settings_;
+  LoraOptimizer optimizer_;
+  LrSchedule schedule_;
+  int64_t total_steps_ = 0;
+  int64_t micro_batches_per_epoch_ = 0;
+  // Position: optimizer steps done and micro-batches consumed (the data cursor).
+  int64_t step_ = 0;
+  int64_t micro_done_ = 0;
+  std::vector<std::string> log_history_;  // JSON lines, also in trainer_state.json
+
+  std::mutex pause_mutex_;
+  std::condition_variable pause_cv_;
+  bool paused_ = false;
+};
+
+// The newest complete checkpoint-N in output_dir, or empty.
+std::filesystem::path lastCheckpoint(const std::filesystem::path& output_dir);
+
+}  // namespace tandem::train

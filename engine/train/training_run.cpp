@@ -1,0 +1,292 @@
+#include "engine/train/training_run.h"
+
+#include <ATen/ATen.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <unistd.h>
+
+#include "engine/core/error.h"
+#include "engine/core/log.h"
+#include "engine/core/thread_pool.h"
+#include "engine/gpu/causal_lm.h"
+#include "engine/gpu/peft_adapter.h"
+#include "engine/io/atomic_file.h"
+#include "engine/io/tokenizer.h"
+#include "engine/model/lora_target.h"
+#include "engine/store/run_store.h"
+#include "engine/train/chat_template.h"
+#include "engine/train/dataset.h"
+#include "engine/train/supervised_encoder.h"
+
+namespace tandem::train {
+
+namespace {
+
+namespace fs = std::filesystem;
+const char* const kRunFile = "tandem_run.json";  // marks an output dir as ours, with its config
+
+// The tokenizer as the supervised encoder sees it; with a template that replaces eos, the
+// template's first stop word is the end-of-turn token (LLaMA-Factory's replace_eos).
+class TokenizerEncoder : public TextEncoder {
+ public:
+  TokenizerEncoder(const io::Tokenizer& tokenizer, const ChatTemplate& chat_template)
+      : tokenizer_(tokenizer) {
+    std::optional<int32_t> eos = tokenizer.eosId();
+    if (chat_template.replaceEos() && !chat_template.stopWords().empty()) {
+      eos = tokenizer.tokenToId(chat_template.stopWords().front());
+    }
+    if (!eos) {
+      throw Error("the tokenizer has no end-of-sequence token",
+                  "set eos_token in the model's tokenizer_config.json");
+    }
+    eos_ = *eos;
+  }
+  std::vector<int32_t> encode(std::string_view text) const override { return tokenizer_.encode(text); }
+  int32_t eosId() const override { return eos_; }
+  std::optional<int32_t> bosId() const override { return tokenizer_.bosId(); }
+
+ private:
+  const io::Tokenizer& tokenizer_;
+  int32_t eos_ = 0;
+};
+
+std::string joinTargets(const std::vector<std::string>& targets) {
+  std::string out;
+  for (const std::string& t : targets) out += (out.empty() ? "" : ",") + t;
+  return out;
+}
+
+at::Device pickDevice(const std::string& device) {
+  if (device == "auto") return at::hasCUDA() ? at::Device("cuda:0") : at::Device(at::kCPU);
+  try {
+    return at::Device(device == "cuda" ? "cuda:0" : device);
+  } catch (const c10::Error&) {
+    throw Error("device '" + device + "' is not a device", "use auto, cpu or cuda:N");
+  }
+}
+
+// The expert engine has generic and avx512 kernels today; the AMX and oneDNN backends of the
+// config fall back to the best available one until they land, and say so.
+std::string expertsBackend(const std::string& requested) {
+  if (requested == "auto" || requested == "generic" || requested == "avx512") return requested;
+  if (requested == "avx512_bf16") return "avx512";
+  logWarn() << "experts backend '" << requested << "' is not built yet; using the best available";
+  return "auto";
+}
+
+std::vector<EncodedSample> encodeAll(const TrainConfig& config, const io::Tokenizer& tokenizer,
+                                     const ChatTemplate& chat_template, TrainListener& listener) {
+  DatasetReport report;
+  const std::vector<Conversation> conversations =
+      loadDatasets(config.dataset_dir, config.dataset, config.max_samples, report);
+  listener.onMessage(report.summary());
+  const TokenizerEncoder encoder(tokenizer, chat_template);
+  SupervisedOptions options;
+  options.cutoff_len = config.cutoff_len;
+  options.train_on_prompt = config.train_on_prompt;
+  options.mask_history = config.mask_history;
+  std::vector<EncodedSample> samples;
+  samples.reserve(conversations.size());
+  for (const Conversation& c : conversations) samples.push_back(encodeSupervised(c, chat_template, encoder, options));
+  return samples;
+}
+
+// Decides what to do with an existing output dir before anything is written into it.
+// Returns the checkpoint to resume from (empty: start fresh).
+fs::path prepareOutputDir(const TrainConfig& config, const std::string& fingerprint) {
+  const fs::path& dir = config.output_dir;
+  std::error_code ec;
+  const bool exists_nonempty = fs::exists(dir) && !fs::is_empty(dir, ec);
+  if (!exists_nonempty) return {};
+  const fs::path run_file = dir / kRunFile;
+  std::string theirs;
+  if (fs::exists(run_file)) {
+    std::ifstream in(run_file);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (!j.is_discarded()) theirs = j.value("config_fingerprint", "");
+  }
+  if (config.overwrite_output_dir) {
+    if (!fs::exists(run_file)) {
+      throw Error("output_dir " + dir.string() + " is not empty and was not written by Tandem",
+                  "choose another output_dir; Tandem only overwrites its own runs");
+    }
+    // The marker goes last: a run killed while clearing still owns (and can clear) the dir.
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      if (entry.path().filename() != kRunFile) fs::remove_all(entry.path());
+    }
+    fs::remove(run_file);
+    return {};
+  }
+  if (theirs.empty()) {
+    throw Error("Output directory " + dir.string() + " already exists and is not empty",
+                "set overwrite_output_dir: true, or choose another output_dir");
+  }
+  if (theirs != fingerprint) {
+    throw Error("output_dir " + dir.string() + " holds a run with a different configuration",
+                "set overwrite_output_dir: true to start over there, or choose another output_dir");
+  }
+  if (config.resume == ResumeFrom::Path) return config.resume_path;
+  return lastCheckpoint(dir);
+}
+
+class StoreListener : public TrainListener {
+ public:
+  StoreListener(TrainListener& inner, store::RunStore* store, int64_t run) : inner_(inner), store_(store), run_(run) {}
+  void onStep(const StepEvent& e) override {
+    if (store_) {
+      try {
+        store::StepMetrics m;
+        m.step = e.step;
+        m.loss = e.loss;
+        m.learning_rate = e.learning_rate;
+        m.grad_norm = e.grad_norm;
+        m.tokens_per_s = e.tokens_per_s;
+        m.elapsed_s = e.elapsed_s;
+        m.eta_s = e.eta_s;
+        store_->recordStep(run_, m);
+      } catch (const Error& err) {
+        logWarn() << "run store: " << err.message() << " (training goes on)";
+      }
+    }
+    inner_.onStep(e);
+  }
+  void onCheckpoint(int64_t step, const fs::path& dir) override {
+    if (store_) store_->recordEvent(run_, "checkpoint", dir.string());
+    inner_.onCheckpoint(step, dir);
+  }
+  void onMessage(const std::string& message) override { inner_.onMessage(message); }
+
+ private:
+  TrainListener& inner_;
+  store::RunStore* store_;
+  int64_t run_;
+};
+
+}  // namespace
+
+TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listener,
+                               std::stop_token stop, std::stop_token cancel,
+                               store::RunStore* store) {
+  const std::string fingerprint = configFingerprint(config);
+  const fs::path model_dir = config.model_name_or_path;
+  if (!config.expert_weight_path.empty()) {
+    throw Error("kt_weight_path (pre-converted KTransformers expert weights) is not supported",
+                "remove kt_weight_path: Tandem reads the experts from the model's safetensors");
+  }
+  // 1. Everything that can be wrong with the inputs, before any file is written.
+  const io::ModelConfig model_config = io::readModelConfig(model_dir);
+  const io::Tokenizer tokenizer = io::Tokenizer::load(model_dir);
+  if (config.template_name.empty()) {
+    throw Error("no template given", "set template: (e.g. qwen3, qwen3_nothink, llama3, deepseek3)");
+  }
+  const ChatTemplate& chat_template = templateByName(config.template_name);
+  std::vector<EncodedSample> samples = encodeAll(config, tokenizer, chat_template, listener);
+
+  gpu::LoraSettings lora{static_cast<int>(config.lora_rank), static_cast<double>(config.lora_alpha),
+                         config.use_rslora, config.lora_dropout};
+  const model::LoraTarget target = model::LoraTarget::parse(joinTargets(config.lora_target));
+  gpu::LoraPlan plan;
+  std::unique_ptr<gpu::PeftAdapter> start_adapter;
+  if (!config.adapter_name_or_path.empty()) {
+    start_adapter = std::make_unique<gpu::PeftAdapter>(gpu::readPeftAdapter(config.adapter_name_or_path, model_config));
+    plan = gpu::loraPlanFor(*start_adapter);
+    lora = start_adapter->settings;
+    lora.dropout = config.lora_dropout;
+    plan.settings = lora;
+  } else {
+    plan = gpu::loraPlanFromTarget(target, lora);
+  }
+  plan.seed = static_cast<uint64_t>(config.seed);
+  at::manual_seed(static_cast<uint64_t>(config.seed));
+  gpu::ModelOptions options;
+  options.dtype = config.bf16 ? at::kBFloat16 : at::kFloat;
+  options.device = pickDevice(config.device);
+  options.experts_backend = expertsBackend(config.experts_backend);
+  options.gradient_checkpointing = config.gradient_checkpointing;
+  options.loss_chunk_tokens = config.loss_chunk_tokens;
+  ThreadPool& pool = ThreadPool::global();
+  auto model = gpu::CausalLm::load(model_dir, options, &plan, pool);
+  if (start_adapter) gpu::applyPeftAdapter(*start_adapter, *model);
+  std::set<std::string> leaves;
+  model->visitLinears([&](const std::string& name, gpu::LoraLinear&) { leaves.insert(name.substr(name.rfind('.') + 1)); });
+  if (model_config.isMoe()) leaves.insert({"gate_proj", "up_proj", "down_proj"});
+  target.checkAgainst(leaves);
+
+  TrainerSettings settings;
+  settings.batch_size = config.per_device_train_batch_size;
+  settings.gradient_accumulation_steps = config.gradient_accumulation_steps;
+  settings.num_train_epochs = config.num_train_epochs;
+  settings.max_steps = config.max_steps;
+  settings.schedule = config.lr_scheduler_type;
+  settings.learning_rate = config.learning_rate;
+  settings.warmup_steps = config.warmup_steps;
+  settings.warmup_ratio = config.warmup_ratio;
+  settings.max_grad_norm = config.max_grad_norm;
+  settings.adamw = {config.adam_beta1, config.adam_beta2, config.adam_epsilon, config.weight_decay};
+  settings.seed = static_cast<uint64_t>(config.seed);
+  settings.packing = config.packing;
+  settings.cutoff_len = config.cutoff_len;
+  settings.pad_id = tokenizer.padId().value_or(0);
+  settings.logging_steps = config.logging_steps;
+  settings.save_steps = config.save_steps;
+  settings.save_total_limit = config.save_total_limit.value_or(0);
+  settings.output_dir = config.output_dir;
+  settings.base_model_name = config.model_name_or_path;
+  settings.config_fingerprint = fingerprint;
+  Trainer trainer(*model, lora, std::move(samples), settings, pool);
+
+  // 2. The output dir: refuse someone else's, resume our own.
+  TrainingRunOutcome outcome;
+  outcome.output_dir = config.output_dir;
+  const fs::path checkpoint = prepareOutputDir(config, fingerprint);
+  fs::create_directories(config.output_dir);
+  io::writeFileAtomically(config.output_dir / kRunFile,
+                          nlohmann::json({{"config_fingerprint", fingerprint}, {"config", toYaml(config)}}).dump(2) + "\n");
+  if (!checkpoint.empty()) {
+    gpu::applyPeftAdapter(gpu::readPeftAdapter(checkpoint, model_config), *model);
+    trainer.restore(checkpoint);
+    outcome.resumed = true;
+    outcome.resumed_from_step = trainer.totalSteps() > 0 ? std::stoll(checkpoint.filename().string().substr(11)) : 0;
+    listener.onMessage("resuming from " + checkpoint.string());
+  }
+
+  // 3. Train, recording the run.
+  if (store) {
+    store->markInterrupted();
+    const auto previous = store->findByOutputDir(config.output_dir);
+    if (previous && outcome.resumed) {
+      outcome.run_id = previous->id;
+    } else {
+      store::NewRun run;
+      run.name = config.output_dir.filename().string();
+      run.config_yaml = toYaml(config);
+      run.config_fingerprint = fingerprint;
+      run.model = config.model_name_or_path;
+      run.dataset = joinTargets(config.dataset);
+      run.output_dir = config.output_dir;
+      run.total_steps = trainer.totalSteps();
+      outcome.run_id = store->createRun(run);
+    }
+    store->setStatus(outcome.run_id, store::RunStatus::Running);
+  }
+  StoreListener recorder(listener, store, outcome.run_id);
+  try {
+    outcome.result = trainer.run(stop, cancel, recorder);
+    if (outcome.result.outcome == TrainOutcome::Completed) trainer.saveFinal(recorder);
+  } catch (const std::exception& e) {
+    if (store) store->setStatus(outcome.run_id, store::RunStatus::Failed, e.what());
+    throw;
+  }
+  if (store) {
+    const store::RunStatus status = outcome.result.outcome == TrainOutcome::Completed ? store::RunStatus::Completed
+                                    : outcome.result.outcome == TrainOutcome::Stopped ? store::RunStatus::Stopped
+                                                                                      : store::RunStatus::Interrupted;
+    store->setStatus(outcome.run_id, status);
+  }
+  return outcome;
+}
+
+}  // namespace tandem::train
