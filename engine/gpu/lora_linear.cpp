@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <ATen/core/grad_mode.h>
+
 #include <cmath>
 
 #include "engine/core/error.h"
@@ -29,8 +31,16 @@ void LoraLinear::attachLora(const LoraSettings& settings, at::Tensor a, at::Tens
                 "check the adapter's rank (r) against its weights");
   }
   const auto options = at::TensorOptions().dtype(at::kFloat).device(weight_.device());
-  lora_a_ = a.to(options).contiguous().detach().requires_grad_(true);
-  lora_b_ = b.to(options).contiguous().detach().requires_grad_(true);
+  if (hasLora() && lora_a_.sizes() == a.sizes() && lora_b_.sizes() == b.sizes()) {
+    // Already attached: load the values in place, so whoever holds these leaves (an optimizer
+    // restoring a checkpoint) keeps updating the tensors the model uses.
+    at::NoGradGuard no_grad;
+    lora_a_.copy_(a.to(options));
+    lora_b_.copy_(b.to(options));
+  } else {
+    lora_a_ = a.to(options).contiguous().detach().requires_grad_(true);
+    lora_b_ = b.to(options).contiguous().detach().requires_grad_(true);
+  }
   scale_ = settings.scale();
   dropout_ = settings.dropout;
 }

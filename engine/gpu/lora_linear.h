@@ -28,7 +28,7 @@ class LoraLinear {
   LoraLinear(at::Tensor weight, at::Tensor bias);
 
   // Adds an adapter. a [r, in] and b [out, r] fp32 on the weight's device; they become leaves
-  // that require grad.
+  // that require grad. On a layer that has one of the same shape, copies the values in place.
   void attachLora(const LoraSettings& settings, at::Tensor a, at::Tensor b);
   // PEFT's init: A ~ kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), B = 0.
   void attachFreshLora(const LoraSettings& settings, uint64_t seed);

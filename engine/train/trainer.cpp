@@ -173,6 +173,7 @@ TrainResult Trainer::run(std::stop_token stop, std::stop_token cancel, TrainList
       window_real += batches.back().real_tokens;
     }
     double loss_sum = 0;
+    double model_s = 0;
     bool cancelled = false;
     for (const Batch& b : batches) {
       if (cancel.stop_requested()) {
@@ -180,6 +181,7 @@ TrainResult Trainer::run(std::stop_token stop, std::stop_token cancel, TrainList
         break;
       }
       if (b.kept_tokens == 0) continue;
+      const auto math_start = Clock::now();
       const at::Tensor hidden = model_.forwardHidden(b.input_ids, /*training=*/true);
       // Each micro-batch's mean scaled to its share of the window: the step's loss is the mean
       // over every kept token of the accumulated batch, however the tokens fell into batches.
@@ -187,16 +189,19 @@ TrainResult Trainer::run(std::stop_token stop, std::stop_token cancel, TrainList
                               (static_cast<double>(b.kept_tokens) / static_cast<double>(window_kept));
       torch::autograd::backward({loss});
       loss_sum += loss.item<double>();
+      model_s += std::chrono::duration<double>(Clock::now() - math_start).count();
     }
     if (cancelled) {
       optimizer_.zeroGrad();
       result.outcome = TrainOutcome::Cancelled;
       break;
     }
+    const auto optimizer_start = Clock::now();
     const double lr = schedule_.at(step_);
     const double grad_norm = optimizer_.clipGradNorm(settings_.max_grad_norm);
     optimizer_.step(lr);
     optimizer_.zeroGrad();
+    const double optimizer_s = std::chrono::duration<double>(Clock::now() - optimizer_start).count();
     ++step_;
     micro_done_ += n_micro;
 
@@ -209,6 +214,9 @@ TrainResult Trainer::run(std::stop_token stop, std::stop_token cancel, TrainList
     e.grad_norm = grad_norm;
     const double step_s = std::chrono::duration<double>(Clock::now() - step_start).count();
     e.tokens_per_s = step_s > 0 ? static_cast<double>(window_real) / step_s : 0;
+    e.step_s = step_s;
+    e.model_s = model_s;
+    e.optimizer_s = optimizer_s;
     e.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
     e.eta_s = e.elapsed_s / static_cast<double>(step_ - start_step) * static_cast<double>(total_steps_ - step_);
     e.memory = MemoryLedger::global().snapshot();
@@ -219,7 +227,8 @@ TrainResult Trainer::run(std::stop_token stop, std::stop_token cancel, TrainList
           {"lr", lr}, {"grad_norm", grad_norm}, {"epoch", e.epoch},
           {"percentage", std::round(10000.0 * step_ / total_steps_) / 100.0},
           {"elapsed_time", hms(e.elapsed_s)}, {"remaining_time", hms(e.eta_s)},
-          {"tokens_per_s", e.tokens_per_s}};
+          {"tokens_per_s", e.tokens_per_s}, {"step_s", e.step_s}, {"model_s", e.model_s},
+          {"optimizer_s", e.optimizer_s}};
       log_history_.push_back(line.dump());
       std::string all;
       for (const std::string& l : log_history_) all += l + "\n";

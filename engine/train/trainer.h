@@ -58,6 +58,9 @@ struct StepEvent {
   double tokens_per_s = 0;  // non-padding tokens of this step / its wall time
   double elapsed_s = 0;
   double eta_s = 0;
+  double step_s = 0;       // wall time of this step
+  double model_s = 0;      // of which forward + backward (the model math)
+  double optimizer_s = 0;  // of which grad clip + AdamW
   std::vector<DeviceMemoryUsage> memory;
 };
 

@@ -1,0 +1,229 @@
+"""`tandem train` and `tandem demo` as a user runs them: the loss falls, the adapter loads in PEFT with
+Tandem's logits, a SIGKILLed run resumes to the same adapter, and bad configs and datasets are refused
+without touching an existing output dir."""
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+REPO = Path(__file__).resolve().parents[2]
+TANDEM = os.environ["TANDEM_BIN"]
+DEMO_PRESET = REPO / "presets" / "training" / "demo_lora_sft.yaml"
+DEMO_DATA = REPO / "resources" / "demo"
+
+
+def run(args, home, timeout=600, **kw):
+    env = dict(os.environ, TANDEM_HOME=str(home))
+    return subprocess.run([TANDEM, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env, **kw)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """Runs the built-in demo once: it makes the model and fine-tunes it."""
+    home = tmp_path_factory.mktemp("home")
+    work = home / "demo"
+    result = run(["demo", "--workdir", work], home)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return {"home": home, "work": work, "model": work / "model", "output": work / "output", "stdout": result.stdout}
+
+
+def losses(output_dir):
+    return [json.loads(line)["loss"] for line in (Path(output_dir) / "trainer_log.jsonl").read_text().splitlines()]
+
+
+def peft_vs_tandem(model_dir, adapter_dir, dtype, tmp_path):
+    """Logits of PEFT (transformers + peft) and of `tandem debug forward` on one identity sample."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(Path(model_dir) / "tokenizer.json"))
+    text = "<|im_start|>user\nWho are you?<|im_end|>\n<|im_start|>assistant\nI am Tandem.<|im_end|>\n"
+    ids = tok(text)["input_ids"]
+    (tmp_path / "tokens.json").write_text(json.dumps([ids]))
+    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype)
+    peft_model = PeftModel.from_pretrained(model, str(adapter_dir))
+    with torch.no_grad():
+        ref = peft_model(torch.tensor([ids])).logits.float()
+    out = tmp_path / "out.safetensors"
+    result = subprocess.run([TANDEM, "debug", "forward", "--model", str(model_dir), "--adapter", str(adapter_dir),
+                             "--tokens", str(tmp_path / "tokens.json"), "--out", str(out), "--dtype", dtype],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    ours = load_file(str(out))["logits"]
+    rel = ((ours - ref).norm() / ref.norm()).item()
+    cos = torch.nn.functional.cosine_similarity(ours.flatten().double(), ref.flatten().double(), dim=0).item()
+    return rel, cos
+
+
+def test_demo_learns_the_identity_and_peft_loads_its_adapter(demo, tmp_path):
+    assert "with adapter: I am Tandem" in demo["stdout"]
+    history = losses(demo["output"])
+    assert history[-1] < 0.6 * history[0], history
+    rel, cos = peft_vs_tandem(demo["model"], demo["output"], "fp32", tmp_path)
+    assert rel < 1e-4 and cos > 0.9999
+    runs = run(["runs", "--json"], demo["home"])
+    assert runs.returncode == 0, runs.stderr
+    assert any(r["status"] == "completed" for r in json.loads(runs.stdout))
+
+
+# A config written exactly like LLaMA-Factory's examples/train_lora/qwen3_lora_sft.yaml; the model, the
+# datasets and the output dir point at local files, and max_steps keeps it short.
+LLAMA_FACTORY_QWEN3 = """\
+### model
+model_name_or_path: {model}
+trust_remote_code: true
+
+### method
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_rank: 8
+lora_target: all
+
+### dataset
+dataset: identity,alpaca_local,sharegpt_local
+dataset_dir: {data}
+template: qwen3_nothink
+cutoff_len: 2048
+max_samples: 1000
+overwrite_cache: true
+preprocessing_num_workers: 16
+dataloader_num_workers: 4
+
+### output
+output_dir: {output}
+logging_steps: 10
+save_steps: 500
+plot_loss: true
+overwrite_output_dir: true
+save_only_model: false
+report_to: none  # choices: [none, wandb, tensorboard, swanlab, mlflow]
+
+### train
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+learning_rate: 1.0e-3
+num_train_epochs: 3.0
+lr_scheduler_type: cosine
+warmup_ratio: 0.1
+bf16: true
+ddp_timeout: 180000000
+resume_from_checkpoint: null
+"""
+
+
+def write_local_datasets(data_dir):
+    data_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(DEMO_DATA / "identity.json", data_dir / "identity.json")
+    alpaca = [{"instruction": f"Add {i} and {i + 1}.", "input": "", "output": f"{i} plus {i + 1} is {2 * i + 1}."}
+              for i in range(12)]
+    (data_dir / "alpaca_local.json").write_text(json.dumps(alpaca))
+    sharegpt = [{"conversations": [{"from": "human", "value": f"Name a number above {i}."},
+                                   {"from": "gpt", "value": f"{i + 7} is above {i}."}]} for i in range(12)]
+    (data_dir / "sharegpt_local.jsonl").write_text("\n".join(json.dumps(r) for r in sharegpt))
+    (data_dir / "dataset_info.json").write_text(json.dumps({
+        "identity": {"file_name": "identity.json"},
+        "alpaca_local": {"file_name": "alpaca_local.json"},
+        "sharegpt_local": {"file_name": "sharegpt_local.jsonl", "formatting": "sharegpt"},
+    }))
+
+
+def test_llama_factory_config_trains_in_bf16_and_peft_loads_it(demo, tmp_path):
+    data = tmp_path / "data"
+    write_local_datasets(data)
+    output = tmp_path / "saves"
+    config = tmp_path / "qwen3_lora_sft.yaml"
+    config.write_text(LLAMA_FACTORY_QWEN3.format(model=demo["model"], data=data, output=output))
+    result = run(["train", config, "num_train_epochs=2", "logging_steps=1"], demo["home"])
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    history = losses(output)
+    assert history[-1] < history[0], history
+    assert (output / "adapter_config.json").exists() and (output / "adapter_model.safetensors").exists()
+    rel, cos = peft_vs_tandem(demo["model"], output, "bf16", tmp_path)
+    assert rel < 2e-2 and cos > 0.999, (rel, cos)
+
+
+def adapter_tensors(output):
+    return load_file(str(Path(output) / "adapter_model.safetensors"))
+
+
+def test_sigkill_mid_run_then_rerun_gives_the_same_adapter(demo, tmp_path):
+    common = ["model_name_or_path=" + str(demo["model"]), "dataset_dir=" + str(DEMO_DATA), "max_steps=24",
+              "save_steps=8", "logging_steps=1", "num_train_epochs=100", "overwrite_output_dir=false"]
+    straight = tmp_path / "straight"
+    result = run(["train", DEMO_PRESET, *common, "output_dir=" + str(straight)], demo["home"])
+    assert result.returncode == 0, result.stderr[-2000:]
+
+    killed = tmp_path / "killed"
+    args = [TANDEM, "train", str(DEMO_PRESET), *common, "output_dir=" + str(killed)]
+    env = dict(os.environ, TANDEM_HOME=str(demo["home"]))
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.time() + 300
+    while not (killed / "checkpoint-8" / "trainer_state.json").exists() and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (killed / "checkpoint-8").exists()
+    assert not (killed / "adapter_model.safetensors").exists(), "the run finished before it was killed"
+
+    result = run(["train", DEMO_PRESET, *common, "output_dir=" + str(killed)], demo["home"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "resuming from" in result.stdout
+    a, b = adapter_tensors(straight), adapter_tensors(killed)
+    assert a.keys() == b.keys()
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst <= 1e-6, worst
+    assert losses(straight) == pytest.approx(losses(killed), abs=1e-6)
+
+
+def snapshot(directory):
+    """Every file under `directory` with its hash: to prove nothing was written."""
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(Path(directory).rglob("*")) if p.is_file()}
+
+
+BAD_CASES = [
+    # (name, extra overrides or a config-text transformer, expected phrase in stderr)
+    ("unknown key", ["learning_rat=1e-3"], "did you mean 'learning_rate'"),
+    ("bad value", ["lora_rank=eight"], "lora_rank"),
+    ("bad scheduler", ["lr_scheduler_type=wavy"], "cosine"),
+    ("unknown dataset", ["dataset=nonexistent"], "nonexistent"),
+    ("unknown template", ["template=qwen9"], "qwen9"),
+    ("missing model", ["model_name_or_path=/nonexistent/model"], "/nonexistent/model"),
+    ("full finetuning", ["finetuning_type=full"], "LoRA"),
+    ("lora target not in model", ["lora_target=q_proj,qkv_proj"], "qkv_proj"),
+    ("empty dataset", ["dataset=broken"], "no usable rows"),
+    ("another config's output dir", ["learning_rate=0.5"], "different configuration"),
+]
+
+
+@pytest.mark.parametrize("name,overrides,phrase", BAD_CASES, ids=[c[0] for c in BAD_CASES])
+def test_bad_configs_and_datasets_are_refused_and_nothing_is_written(demo, tmp_path, name, overrides, phrase):
+    data = tmp_path / "data"
+    shutil.copytree(DEMO_DATA, data)
+    (data / "broken.json").write_text(json.dumps([{"instruction": "x"}, "not a row", {"output": "y"}]))
+    info = json.loads((data / "dataset_info.json").read_text())
+    info["broken"] = {"file_name": "broken.json"}
+    (data / "dataset_info.json").write_text(json.dumps(info))
+    output = tmp_path / "out"
+    base = ["model_name_or_path=" + str(demo["model"]), "dataset_dir=" + str(data), "output_dir=" + str(output),
+            "max_steps=2", "save_steps=1"]
+    first = run(["train", DEMO_PRESET, *base], demo["home"])
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = snapshot(output)
+    result = run(["train", DEMO_PRESET, *base, *overrides], demo["home"])
+    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
+    assert "error:" in result.stderr and phrase in result.stderr, result.stderr[-2000:]
+    assert "internal error" not in result.stderr
+    assert snapshot(output) == before
