@@ -40,6 +40,12 @@ create_venv() {
   [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade pip
   "$venv/bin/python" -m pip install -q -r "$requirements"
+  # Second versions the compatibility tests use (e.g. peft 0.21 changed its fused-expert layout).
+  grep '^# compat: ' "$requirements" | sed 's/^# compat: //' | while read -r pin; do
+    local name=${pin%%==*}
+    rm -rf "$venv/compat/$name"
+    "$venv/bin/python" -m pip install -q --no-deps --target "$venv/compat/$name" "$pin"
+  done
   cp "$requirements" "$stamp"
 }
 

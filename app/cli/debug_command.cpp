@@ -167,8 +167,8 @@ struct ExportOptions {
 
 // Re-writes an adapter (either expert form) in the chosen form: what training will call to save.
 void runExport(const ExportOptions& o) {
-  if (o.format != "fused" && o.format != "per-expert") {
-    throw Error("--format must be fused or per-expert");
+  if (o.format != "fused" && o.format != "fused-peft0.21" && o.format != "per-expert") {
+    throw Error("--format must be fused, fused-peft0.21 or per-expert");
   }
   const io::ModelConfig config = io::readModelConfig(o.model);
   const gpu::PeftAdapter adapter = gpu::readPeftAdapter(o.adapter, config);
@@ -176,7 +176,9 @@ void runExport(const ExportOptions& o) {
   auto model = gpu::CausalLm::load(o.model, gpu::ModelOptions{}, &plan, ThreadPool::global());
   gpu::applyPeftAdapter(adapter, *model);
   gpu::writePeftAdapter(*model, adapter.settings, o.out,
-                        o.format == "fused" ? gpu::ExpertAdapterForm::Fused : gpu::ExpertAdapterForm::PerExpert,
+                        o.format == "fused"            ? gpu::ExpertAdapterForm::Fused
+                        : o.format == "fused-peft0.21" ? gpu::ExpertAdapterForm::FusedPeft021
+                                                       : gpu::ExpertAdapterForm::PerExpert,
                         o.model);
 }
 
@@ -192,7 +194,7 @@ void addDebugCommand(CLI::App& app) {
   command->add_option("--model", o->model, "HF model dir the adapter belongs to")->required();
   command->add_option("--adapter", o->adapter, "PEFT LoRA adapter dir to read")->required();
   command->add_option("--out", o->out, "adapter dir to write")->required();
-  command->add_option("--format", o->format, "fused (loads in PEFT >= 0.18) or per-expert")->capture_default_str();
+  command->add_option("--format", o->format, "fused (PEFT 0.18-0.20), fused-peft0.21 (PEFT >= 0.21) or per-expert")->capture_default_str();
   command->callback([o] { runExport(*o); });
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <tuple>
 #include <sstream>
 
 #include "engine/core/error.h"
@@ -146,6 +147,62 @@ void splitFused(const std::string& layer_prefix, const FusedLayer& f, const io::
   }
 }
 
+// Converts one wrapper's (lora_A, lora_B) between PEFT's two fused layouts (an involution):
+//   other_A[e*R + j, :] = B[:, j*E + e],  other_B[:, j*E + e] = A[e*R + j, :].
+std::pair<at::Tensor, at::Tensor> swapFusedLayout(const at::Tensor& a, const at::Tensor& b, int64_t experts) {
+  const int64_t rank = a.size(0) / experts;
+  const int64_t a_cols = a.size(1), b_rows = b.size(0);
+  at::Tensor other_a = b.view({b_rows, rank, experts}).permute({2, 1, 0}).reshape({experts * rank, b_rows});
+  at::Tensor other_b = a.view({experts, rank, a_cols}).permute({2, 1, 0}).reshape({a_cols, rank * experts});
+  return {other_a.contiguous(), other_b.contiguous()};
+}
+
+struct WrapperPair {
+  at::Tensor a, b;
+  std::string a_key, b_key;
+};
+
+// PEFT's ParamWrapper stores a 3-D expert parameter's LoRA in one of two layouts:
+//   PEFT 0.18-0.20 read HF's [E, out, in] as [E, in, out]: lora_A [E*R, out], lora_B [in, R*E];
+//   PEFT >= 0.21 fixed that:                                lora_A [E*R, in],  lora_B [out, R*E].
+// (gate_up_proj: in = H, out = 2I; down_proj: in = I, out = H.) The shapes tell which parameter
+// and which layout a wrapper holds, except when 2I == H, where adapter_config's peft_version
+// decides. Newer-layout tensors are converted to the older one, which splitFused reads:
+//   old_A[e*R + j, :] = new_B[:, j*E + e],  old_B[:, j*E + e] = new_A[e*R + j, :].
+void assignWrapper(const WrapperPair& pair, const io::ModelConfig& c, const nlohmann::json& cfg,
+                   const std::string& file, FusedLayer& layer) {
+  if (!pair.a.defined() || !pair.b.defined() || pair.a.dim() != 2 || pair.b.dim() != 2) {
+    throw Error(file + ": " + (pair.a.defined() ? pair.a_key : pair.b_key) +
+                    " has no matching lora_A/lora_B partner of rank 2",
+                "the adapter file is incomplete or damaged");
+  }
+  const int64_t hidden = c.hidden_size, inter = expertIntermediate(c), experts = c.num_experts;
+  const int64_t cols = pair.a.size(1), rows = pair.b.size(0);
+  const std::string version = cfg.value("peft_version", std::string());
+  const bool newer_peft = !version.empty() && version.rfind("0.18", 0) != 0 && version.rfind("0.19", 0) != 0 &&
+                          version.rfind("0.20", 0) != 0;
+  bool gate_up = false, newer_layout = false;
+  if (cols == 2 * inter && rows == hidden && !(cols == hidden && rows == 2 * inter && newer_peft)) {
+    gate_up = true;
+  } else if (cols == hidden && rows == 2 * inter) {
+    gate_up = newer_layout = true;
+  } else if (cols == hidden && rows == inter) {
+    gate_up = false;
+  } else if (cols == inter && rows == hidden) {
+    newer_layout = true;
+  } else {
+    throw Error(file + ": tensors " + pair.a_key + " " + shapeText(pair.a) + " and " + pair.b_key + " " +
+                    shapeText(pair.b) + " fit neither mlp.experts.gate_up_proj nor down_proj of this model",
+                "the adapter was made for another model, or the file is damaged");
+  }
+  at::Tensor a = pair.a, b = pair.b;
+  if (newer_layout) std::tie(a, b) = swapFusedLayout(pair.a, pair.b, experts);
+  (gate_up ? layer.gate_up_a : layer.down_a) = a.contiguous();
+  (gate_up ? layer.gate_up_b : layer.down_b) = b.contiguous();
+  (gate_up ? layer.gate_up_a_key : layer.down_a_key) = pair.a_key;
+  (gate_up ? layer.gate_up_b_key : layer.down_b_key) = pair.b_key;
+}
+
 // Mixtral's old per-expert names map onto the gate/up/down ones.
 std::string canonicalModule(std::string name) {
   static const std::regex mixtral(R"((model\.layers\.\d+\.)block_sparse_moe\.experts\.(\d+)\.w([123]))");
@@ -186,7 +243,7 @@ PeftAdapter readPeftAdapter(const std::filesystem::path& dir, const io::ModelCon
                     : "the adapter dir is incomplete");
   }
   const io::SafetensorsFile file = io::SafetensorsFile::open(weights_path);
-  std::map<std::string, FusedLayer> fused;
+  std::map<std::string, std::map<size_t, WrapperPair>> wrappers;  // layer prefix -> depth -> A/B
   static const std::regex fused_key(R"((model\.layers\.\d+\.)mlp\.experts\.((?:base_layer\.)*)lora_([AB])\.weight)");
   for (const io::TensorInfo& info : file.header().tensors) {
     const std::string& key = info.name;
@@ -198,24 +255,21 @@ PeftAdapter readPeftAdapter(const std::filesystem::path& dir, const io::ModelCon
     const at::Tensor t = floatTensor(file.view(key), key);
     std::smatch m;
     if (std::regex_match(name, m, fused_key)) {
-      FusedLayer& layer = fused[m[1].str()];
-      // The outer wrapper is down_proj when PEFT wrapped [gate_up_proj, down_proj]; tell them
-      // apart by shape (gate_up's lora_A has 2I columns, down's has H).
-      // PEFT nests the wrapper of the first target parameter (gate_up_proj) inside: the inner
-      // one's keys carry "base_layer.". Shapes decide when they differ (2I vs H, H vs I).
-      const bool is_a = m[3] == "A";
-      const int64_t inter = expertIntermediate(config);
-      const bool inner = m[2].length() > 0;
-      const bool gate_up = is_a ? (2 * inter != config.hidden_size ? t.size(1) == 2 * inter : inner)
-                                : (inter != config.hidden_size ? t.size(0) == config.hidden_size : inner);
-      (is_a ? (gate_up ? layer.gate_up_a : layer.down_a) : (gate_up ? layer.gate_up_b : layer.down_b)) = t;
-      (is_a ? (gate_up ? layer.gate_up_a_key : layer.down_a_key)
-            : (gate_up ? layer.gate_up_b_key : layer.down_b_key)) = key;
+      // Collected per wrapper (nesting depth) first; which parameter each wrapper holds, and
+      // in which PEFT layout, is decided from the pair's shapes below.
+      WrapperPair& pair = wrappers[m[1].str()][m[2].length()];
+      (m[3] == "A" ? pair.a : pair.b) = t;
+      (m[3] == "A" ? pair.a_key : pair.b_key) = key;
       continue;
     }
     const bool is_a = key.ends_with(".lora_A.weight");
     const std::string module = canonicalModule(name.substr(0, name.size() - std::string(".lora_A.weight").size()));
     (is_a ? adapter.a : adapter.b)[module] = t;
+  }
+  std::map<std::string, FusedLayer> fused;
+  for (const auto& [prefix, by_depth] : wrappers) {
+    FusedLayer& layer = fused[prefix];
+    for (const auto& [depth, pair] : by_depth) assignWrapper(pair, config, cfg, weights_path.string(), layer);
   }
   for (const auto& [prefix, layer] : fused) {
     if (!layer.gate_up_a.defined() || !layer.gate_up_b.defined() || !layer.down_a.defined() ||
@@ -396,6 +450,8 @@ FusedLayer fuseExperts(const experts::ExpertLora& lora) {
 
 std::string leafOf(const std::string& name) { return name.substr(name.rfind('.') + 1); }
 
+bool isFused(ExpertAdapterForm form) { return form != ExpertAdapterForm::PerExpert; }
+
 }  // namespace
 
 void writePeftAdapter(CausalLm& model, const LoraSettings& settings,
@@ -411,18 +467,23 @@ void writePeftAdapter(CausalLm& model, const LoraSettings& settings,
     expert_lora |= is_expert;
     if (module.ends_with(".mlp.gate")) {
       router_lora = true;
-    } else if (!(is_expert && form == ExpertAdapterForm::Fused)) {
+    } else if (!(is_expert && isFused(form))) {
       // In the fused form the experts are target_parameters; their leaf names in
       // target_modules would make PEFT wrap dense MLPs the adapter does not train.
       target_modules.insert(leafOf(module));
     }
-    if (!(is_expert && form == ExpertAdapterForm::Fused)) tensors[key] = t;
+    if (!(is_expert && isFused(form))) tensors[key] = t;
   }
   nlohmann::json target_parameters = nlohmann::json::array();
   nlohmann::json rank_pattern = nlohmann::json::object(), alpha_pattern = nlohmann::json::object();
-  if (expert_lora && form == ExpertAdapterForm::Fused) {
+  if (expert_lora && isFused(form)) {
     model.visitMoeBlocks([&](const std::string& mlp, MoeBlock& block) {
-      const FusedLayer f = fuseExperts(block.experts->lora());
+      FusedLayer f = fuseExperts(block.experts->lora());
+      if (form == ExpertAdapterForm::FusedPeft021) {
+        const int64_t experts = block.experts->lora().numExperts();
+        std::tie(f.gate_up_a, f.gate_up_b) = swapFusedLayout(f.gate_up_a, f.gate_up_b, experts);
+        std::tie(f.down_a, f.down_b) = swapFusedLayout(f.down_a, f.down_b, experts);
+      }
       const std::string base = kPrefix + mlp + ".experts.";
       tensors[base + "base_layer.lora_A.weight"] = f.gate_up_a;
       tensors[base + "base_layer.lora_B.weight"] = f.gate_up_b;
@@ -453,6 +514,8 @@ void writePeftAdapter(CausalLm& model, const LoraSettings& settings,
       {"alpha_pattern", alpha_pattern},
       {"modules_to_save", nullptr},
       {"use_dora", false},
+      // Which fused layout this is (PEFT >= 0.21 reads 3-D expert LoRA the other way round).
+      {"peft_version", form == ExpertAdapterForm::FusedPeft021 ? "0.21.0" : "0.18.1"},
   };
   std::vector<io::TensorToWrite> to_write;
   for (auto& [key, t] : tensors) {

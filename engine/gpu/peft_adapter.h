@@ -40,7 +40,8 @@ void applyPeftAdapter(const PeftAdapter& adapter, CausalLm& model);
 
 enum class ExpertAdapterForm {
   PerExpert,  // ...mlp.experts.E.{gate,up,down}_proj.lora_{A,B}.weight (Tandem's own)
-  Fused,      // PEFT >= 0.18 target_parameters on gate_up_proj / down_proj: loads in PEFT
+  Fused,         // PEFT 0.18-0.20 target_parameters layout (the pinned reference PEFT)
+  FusedPeft021,  // PEFT >= 0.21, which reads 3-D expert LoRA in the other orientation
 };
 
 // Writes the model's LoRA weights as a PEFT adapter dir (adapter_config.json +
