@@ -121,6 +121,7 @@ void runDemo(const fs::path& workdir) {
   store::RunStore store = store::RunStore::open(store::RunStore::defaultPath());
   const train::TrainingRunOutcome outcome = runTrainingInForeground(config, &store, /*quiet=*/false);
   if (outcome.result.outcome != train::TrainOutcome::Completed) throw Error("the demo run did not finish");
+  plotIfAsked(config);
 
   const io::Tokenizer tokenizer = io::Tokenizer::load(model_dir);
   const train::ChatTemplate& chat_template = train::templateByName(config.template_name);

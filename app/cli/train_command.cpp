@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "app/cli/commands.h"
+#include "app/cli/loss_plot.h"
 #include "app/cli/train_progress.h"
 #include "engine/core/error.h"
 #include "engine/store/run_store.h"
@@ -67,6 +68,15 @@ train::TrainingRunOutcome runTrainingInForeground(const train::TrainConfig& conf
   return outcome;
 }
 
+void plotIfAsked(const train::TrainConfig& config) {
+  if (!config.plot_loss) return;
+  if (writeLossPlot(config.output_dir)) {
+    std::printf("loss curve: %s\n", (config.output_dir / "training_loss.png").string().c_str());
+  } else {
+    std::printf("plot_loss: this build has no Qt Charts; no training_loss.png written\n");
+  }
+}
+
 void addTrainCommand(CLI::App& app) {
   auto* command = app.add_subcommand("train", "Fine-tune with LoRA from a LLaMA-Factory-style YAML config");
   auto config_path = std::make_shared<std::string>();
@@ -80,6 +90,7 @@ void addTrainCommand(CLI::App& app) {
     store::RunStore store = store::RunStore::open(db->empty() ? store::RunStore::defaultPath() : std::filesystem::path(*db));
     const train::TrainingRunOutcome outcome = runTrainingInForeground(config, &store, /*quiet=*/false);
     if (outcome.result.outcome == train::TrainOutcome::Cancelled) throw Error("training cancelled");
+    plotIfAsked(config);
   });
 }
 

@@ -27,6 +27,9 @@ class ProgressPrinter : public train::TrainListener {
   std::mutex mutex_;
 };
 
+// Writes training_loss.png when the config asks for it (plot_loss).
+void plotIfAsked(const train::TrainConfig& config);
+
 // Runs the job on its own thread, prints progress, maps Ctrl-C to stop / cancel.
 train::TrainingRunOutcome runTrainingInForeground(const train::TrainConfig& config,
                                                   store::RunStore* store, bool quiet);

@@ -12,7 +12,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "engine/core/error.h"
 #include "engine/gpu/causal_lm.h"
@@ -50,6 +54,19 @@ std::string hms(double seconds) {
   std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
                 static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
   return text;
+}
+
+// One write() with O_APPEND: a line is added whole or (after a crash) the file ends with a
+// partial line, which the next run's rewrite from the checkpoint's history removes.
+void appendLine(const std::filesystem::path& path, const std::string& line) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot append to " + path.string() + ": " + std::strerror(errno));
+  const std::string text = line + "\n";
+  const ssize_t written = ::write(fd, text.data(), text.size());
+  ::close(fd);
+  if (written != static_cast<ssize_t>(text.size())) {
+    throw Error("cannot append to " + path.string() + " (disk full?)", "free disk space and resume the run");
+  }
 }
 
 at::Tensor bytesTensor(const at::Tensor& state) { return state.to(at::kCPU).contiguous(); }
@@ -230,9 +247,7 @@ TrainResult Trainer::run(std::stop_token stop, std::stop_token cancel, TrainList
           {"tokens_per_s", e.tokens_per_s}, {"step_s", e.step_s}, {"model_s", e.model_s},
           {"optimizer_s", e.optimizer_s}};
       log_history_.push_back(line.dump());
-      std::string all;
-      for (const std::string& l : log_history_) all += l + "\n";
-      io::writeFileAtomically(settings_.output_dir / "trainer_log.jsonl", all);
+      appendLine(settings_.output_dir / "trainer_log.jsonl", log_history_.back());
     }
     listener.onStep(e);
     if (settings_.save_steps > 0 && step_ % settings_.save_steps == 0 && step_ < total_steps_) {
@@ -314,6 +329,10 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   step_ = state["global_step"].get<int64_t>();
   micro_done_ = state["micro_batches_done"].get<int64_t>();
   for (const auto& line : state["log_history"]) log_history_.push_back(line.dump());
+  // Lines the interrupted run logged after this checkpoint are dropped: they will be redone.
+  std::string all;
+  for (const std::string& l : log_history_) all += l + "\n";
+  io::writeFileAtomically(settings_.output_dir / "trainer_log.jsonl", all);
   const io::SafetensorsFile file = io::SafetensorsFile::open(checkpoint_dir / "optimizer.safetensors");
   std::map<std::string, at::Tensor> tensors;
   for (const io::TensorInfo& info : file.header().tensors) {

@@ -68,6 +68,8 @@ def peft_vs_tandem(model_dir, adapter_dir, dtype, tmp_path):
 
 def test_demo_learns_the_identity_and_peft_loads_its_adapter(demo, tmp_path):
     assert "with adapter: I am Tandem" in demo["stdout"]
+    png = demo["output"] / "training_loss.png"  # plot_loss: true (this build has Qt Charts)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10000
     history = losses(demo["output"])
     assert history[-1] < 0.6 * history[0], history
     rel, cos = peft_vs_tandem(demo["model"], demo["output"], "fp32", tmp_path)

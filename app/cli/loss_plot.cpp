@@ -1,0 +1,99 @@
+#include "app/cli/loss_plot.h"
+
+#ifdef TANDEM_CLI_WITH_QT
+#include <QApplication>
+#include <QtCharts/QChart>
+#include <QtCharts/QChartView>
+#include <QtCharts/QLineSeries>
+#include <QtCharts/QValueAxis>
+#endif
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/core/error.h"
+
+namespace tandem::cli {
+
+#ifdef TANDEM_CLI_WITH_QT
+namespace {
+
+// LLaMA-Factory's smoothing (extras/ploting.py): an EMA whose weight grows with the run length.
+std::vector<double> smooth(const std::vector<double>& values) {
+  std::vector<double> out;
+  if (values.empty()) return out;
+  const double weight = 1.8 * (1.0 / (1.0 + std::exp(-0.05 * static_cast<double>(values.size()))) - 0.5);
+  double last = values.front();
+  for (double v : values) {
+    last = last * weight + (1.0 - weight) * v;
+    out.push_back(last);
+  }
+  return out;
+}
+
+QApplication& offscreenApp() {
+  static int argc = 1;
+  static char name[] = "tandem";
+  static char* argv[] = {name, nullptr};
+  if (std::getenv("QT_QPA_PLATFORM") == nullptr) setenv("QT_QPA_PLATFORM", "offscreen", 1);
+  static QApplication* app = qobject_cast<QApplication*>(QCoreApplication::instance())
+                                 ? qobject_cast<QApplication*>(QCoreApplication::instance())
+                                 : new QApplication(argc, argv);
+  return *app;
+}
+
+}  // namespace
+
+bool writeLossPlot(const std::filesystem::path& output_dir) {
+  std::ifstream in(output_dir / "trainer_log.jsonl");
+  std::vector<double> steps, losses;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.contains("loss")) continue;
+    steps.push_back(j.value("current_steps", 0.0));
+    losses.push_back(j["loss"].get<double>());
+  }
+  if (losses.empty()) return false;
+  offscreenApp();
+  auto* chart = new QChart();
+  auto* raw = new QLineSeries();
+  auto* smoothed = new QLineSeries();
+  raw->setName("original");
+  smoothed->setName("smoothed");
+  const std::vector<double> smooth_losses = smooth(losses);
+  for (size_t i = 0; i < losses.size(); ++i) {
+    raw->append(steps[i], losses[i]);
+    smoothed->append(steps[i], smooth_losses[i]);
+  }
+  QPen light(QColor(31, 119, 180, 90));
+  light.setWidthF(1.5);
+  raw->setPen(light);
+  QPen strong(QColor(31, 119, 180));
+  strong.setWidthF(2.5);
+  smoothed->setPen(strong);
+  chart->addSeries(raw);
+  chart->addSeries(smoothed);
+  chart->createDefaultAxes();
+  chart->axes(Qt::Horizontal).first()->setTitleText("step");
+  chart->axes(Qt::Vertical).first()->setTitleText("loss");
+  chart->setTitle(QString::fromStdString("training loss of " + output_dir.filename().string()));
+  QChartView view(chart);  // takes ownership of the chart
+  view.setRenderHint(QPainter::Antialiasing);
+  view.resize(960, 600);
+  const std::filesystem::path tmp = output_dir / ".training_loss.png.tmp";
+  if (!view.grab().save(QString::fromStdString(tmp.string()), "PNG")) {
+    throw Error("could not write " + tmp.string());
+  }
+  std::filesystem::rename(tmp, output_dir / "training_loss.png");
+  return true;
+}
+#else
+bool writeLossPlot(const std::filesystem::path&) { return false; }
+#endif
+
+}  // namespace tandem::cli
