@@ -52,6 +52,10 @@ option(TANDEM_WITH_CUDA "Build the CUDA parts (needs a CUDA libtorch and the CUD
        ${_tandem_cuda_default})
 
 add_library(tandem::torch INTERFACE IMPORTED GLOBAL)
+# The wheel's libtorch.so exports its own copy of std::filesystem (linked in statically); a binary
+# that finds libtorch before libstdc++ binds our std::filesystem calls to that copy, which
+# crashes (seen: remove_all). Naming libstdc++ first puts it first in the lookup order.
+target_link_libraries(tandem::torch INTERFACE "-Wl,--push-state,--no-as-needed" stdc++ "-Wl,--pop-state")
 if(TANDEM_WITH_CUDA OR NOT TANDEM_TORCH_CUDA_VERSION)
   if(TANDEM_WITH_CUDA)
     set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)  # the static default would link cudart twice

@@ -20,6 +20,7 @@
 #include "engine/train/chat_template.h"
 #include "engine/train/dataset.h"
 #include "engine/train/supervised_encoder.h"
+#include "engine/train/tokenized_cache.h"
 
 namespace tandem::train {
 
@@ -83,6 +84,19 @@ std::vector<EncodedSample> encodeAll(const TrainConfig& config, const io::Tokeni
   const std::vector<Conversation> conversations =
       loadDatasets(config.dataset_dir, config.dataset, config.max_samples, report);
   listener.onMessage(report.summary());
+  // Tokenising is the slow part; a run over the same data and settings reads it back instead.
+  std::vector<fs::path> files = {fs::path(config.model_name_or_path) / "tokenizer.json"};
+  for (const DatasetFileReport& d : report.datasets) files.push_back(d.file);
+  std::ostringstream settings;
+  settings << "template=" << config.template_name << " thinking=" << config.enable_thinking
+           << " cutoff=" << config.cutoff_len << " prompt=" << config.train_on_prompt
+           << " history=" << config.mask_history << " max=" << config.max_samples.value_or(-1)
+           << " datasets=" << joinTargets(config.dataset) << " rows=" << conversations.size();
+  const fs::path cache_file = tokenizedCacheDir() / (tokenizedCacheKey(files, settings.str()) + ".bin");
+  if (auto cached = readTokenizedCache(cache_file)) {
+    listener.onMessage("tokenised data from the cache " + cache_file.string());
+    return std::move(*cached);
+  }
   const TokenizerEncoder encoder(tokenizer, chat_template);
   SupervisedOptions options;
   options.cutoff_len = config.cutoff_len;
@@ -91,6 +105,11 @@ std::vector<EncodedSample> encodeAll(const TrainConfig& config, const io::Tokeni
   std::vector<EncodedSample> samples;
   samples.reserve(conversations.size());
   for (const Conversation& c : conversations) samples.push_back(encodeSupervised(c, chat_template, encoder, options));
+  try {
+    writeTokenizedCache(cache_file, samples);
+  } catch (const Error& e) {
+    logWarn() << "could not cache the tokenised data: " << e.message();
+  }
   return samples;
 }
 

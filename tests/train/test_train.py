@@ -229,3 +229,16 @@ def test_bad_configs_and_datasets_are_refused_and_nothing_is_written(demo, tmp_p
     assert "error:" in result.stderr and phrase in result.stderr, result.stderr[-2000:]
     assert "internal error" not in result.stderr
     assert snapshot(output) == before
+
+
+def test_overwrite_output_dir_clears_our_previous_run(demo, tmp_path):
+    # Clearing goes through std::filesystem: a build that bound those calls to libtorch's own copy
+    # crashed here, so this also guards the link order.
+    base = ["model_name_or_path=" + str(demo["model"]), "dataset_dir=" + str(DEMO_DATA),
+            "output_dir=" + str(tmp_path / "out"), "max_steps=3", "save_steps=1", "overwrite_output_dir=true"]
+    for learning_rate in ("1e-3", "2e-3"):  # the second run has another config: it must clear, not resume
+        result = run(["train", DEMO_PRESET, *base, "learning_rate=" + learning_rate], demo["home"])
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert "resuming" not in result.stdout
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.name.startswith("checkpoint-")) == [
+        "checkpoint-1", "checkpoint-2"]

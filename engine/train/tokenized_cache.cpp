@@ -1,0 +1,97 @@
+#include "engine/train/tokenized_cache.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "engine/io/atomic_file.h"
+
+namespace tandem::train {
+
+namespace {
+
+constexpr char kMagic[8] = {'T', 'N', 'D', 'M', 'T', 'O', 'K', '1'};
+
+struct Fnv1a {
+  uint64_t h = 1469598103934665603ull;
+  void add(const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+  void add(const std::string& s) {
+    const uint64_t n = s.size();
+    add(&n, sizeof n);  // length first: "ab"+"c" and "a"+"bc" hash differently
+    add(s.data(), s.size());
+  }
+};
+
+}  // namespace
+
+std::string tokenizedCacheKey(const std::vector<std::filesystem::path>& files, const std::string& settings) {
+  Fnv1a hash;
+  hash.add(std::string(kMagic, sizeof kMagic));
+  hash.add(settings);
+  for (const auto& file : files) {
+    std::ifstream in(file, std::ios::binary);
+    hash.add(std::string(std::istreambuf_iterator<char>(in), {}));
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash.h));
+  return text;
+}
+
+std::filesystem::path tokenizedCacheDir() {
+  if (const char* home = std::getenv("TANDEM_HOME"); home && *home) {
+    return std::filesystem::path(home) / "cache" / "tokenized";
+  }
+  const char* user_home = std::getenv("HOME");
+  return std::filesystem::path(user_home ? user_home : ".") / ".cache" / "tandem" / "tokenized";
+}
+
+// Layout: magic, u64 count, then per sample u64 n, n int32 ids, n int32 labels (little endian).
+std::optional<std::vector<EncodedSample>> readTokenizedCache(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return std::nullopt;
+  const std::string bytes(std::istreambuf_iterator<char>(in), {});
+  size_t pos = 0;
+  auto take = [&](void* out, size_t n) {
+    if (bytes.size() - pos < n) return false;
+    std::memcpy(out, bytes.data() + pos, n);
+    pos += n;
+    return true;
+  };
+  char magic[8];
+  uint64_t count = 0;
+  if (!take(magic, 8) || std::memcmp(magic, kMagic, 8) != 0 || !take(&count, 8)) return std::nullopt;
+  std::vector<EncodedSample> samples;
+  for (uint64_t i = 0; i < count; ++i) {
+    uint64_t n = 0;
+    if (!take(&n, 8) || n > (bytes.size() - pos) / 8) return std::nullopt;
+    EncodedSample s;
+    s.input_ids.resize(n);
+    s.labels.resize(n);
+    take(s.input_ids.data(), n * 4);
+    take(s.labels.data(), n * 4);
+    samples.push_back(std::move(s));
+  }
+  if (pos != bytes.size()) return std::nullopt;
+  return samples;
+}
+
+void writeTokenizedCache(const std::filesystem::path& file, const std::vector<EncodedSample>& samples) {
+  std::string bytes(kMagic, sizeof kMagic);
+  auto put = [&](const void* data, size_t n) { bytes.append(static_cast<const char*>(data), n); };
+  const uint64_t count = samples.size();
+  put(&count, 8);
+  for (const EncodedSample& s : samples) {
+    const uint64_t n = s.input_ids.size();
+    put(&n, 8);
+    put(s.input_ids.data(), n * 4);
+    put(s.labels.data(), n * 4);
+  }
+  std::filesystem::create_directories(file.parent_path());
+  io::writeFileAtomically(file, bytes);
+}
+
+}  // namespace tandem::train
