@@ -1,5 +1,8 @@
 #include "engine/train/trainer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
@@ -12,8 +15,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -294,9 +295,8 @@ void Trainer::pruneCheckpoints() const {
   if (settings_.save_total_limit <= 0) return;
   std::vector<std::pair<int64_t, std::filesystem::path>> found;
   for (const auto& entry : std::filesystem::directory_iterator(settings_.output_dir)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && name.starts_with("checkpoint-")) {
-      found.emplace_back(std::stoll(name.substr(11)), entry.path());
+    if (const auto step = checkpointStep(entry.path()); entry.is_directory() && step) {
+      found.emplace_back(*step, entry.path());
     }
   }
   std::sort(found.begin(), found.end());
@@ -346,17 +346,30 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   generator.set_state(tensors.at("rng.cpu"));
 }
 
+std::optional<int64_t> checkpointStep(const std::filesystem::path& dir) {
+  const std::string name = dir.filename().string();
+  const std::string prefix = "checkpoint-";
+  if (!name.starts_with(prefix) || name.size() == prefix.size() || name.size() > prefix.size() + 18) {
+    return std::nullopt;
+  }
+  int64_t step = 0;
+  for (char c : name.substr(prefix.size())) {
+    if (c < '0' || c > '9') return std::nullopt;
+    step = step * 10 + (c - '0');
+  }
+  return step;
+}
+
 std::filesystem::path lastCheckpoint(const std::filesystem::path& output_dir) {
   std::filesystem::path best;
   int64_t best_step = -1;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(output_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (!entry.is_directory() || !name.starts_with("checkpoint-")) continue;
+    const auto step = checkpointStep(entry.path());
+    if (!entry.is_directory() || !step) continue;
     if (!std::filesystem::exists(entry.path() / "trainer_state.json")) continue;  // incomplete
-    const int64_t step = std::stoll(name.substr(11));
-    if (step > best_step) {
-      best_step = step;
+    if (*step > best_step) {
+      best_step = *step;
       best = entry.path();
     }
   }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -136,5 +137,8 @@ class Trainer {
 
 // The newest complete checkpoint-N in output_dir, or empty.
 std::filesystem::path lastCheckpoint(const std::filesystem::path& output_dir);
+
+// N of a "checkpoint-N" dir name; nullopt for any other name (user dirs that merely look alike).
+std::optional<int64_t> checkpointStep(const std::filesystem::path& dir);
 
 }  // namespace tandem::train

@@ -268,7 +268,7 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
     gpu::applyPeftAdapter(gpu::readPeftAdapter(checkpoint, model_config), *model);
     trainer.restore(checkpoint);
     outcome.resumed = true;
-    outcome.resumed_from_step = trainer.totalSteps() > 0 ? std::stoll(checkpoint.filename().string().substr(11)) : 0;
+    outcome.resumed_from_step = checkpointStep(checkpoint).value_or(0);
     listener.onMessage("resuming from " + checkpoint.string());
   }
 
