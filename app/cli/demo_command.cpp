@@ -23,6 +23,7 @@
 #include "engine/io/tokenizer.h"
 #include "engine/train/chat_template.h"
 #include "engine/train/supervised_encoder.h"
+#include "engine/train/tokenizer_encoder.h"
 
 namespace tandem::cli {
 
@@ -77,24 +78,12 @@ fs::path ensureDemoModel(const fs::path& workdir, const fs::path& resources) {
   return model_dir;
 }
 
-class DemoEncoder : public train::TextEncoder {
- public:
-  DemoEncoder(const io::Tokenizer& t, int32_t eos) : t_(t), eos_(eos) {}
-  std::vector<int32_t> encode(std::string_view text) const override { return t_.encode(text); }
-  int32_t eosId() const override { return eos_; }
-  std::optional<int32_t> bosId() const override { return t_.bosId(); }
-
- private:
-  const io::Tokenizer& t_;
-  int32_t eos_;
-};
-
 std::string answer(const gpu::CausalLm& model, const io::Tokenizer& tokenizer,
                    const train::ChatTemplate& chat_template, const std::string& question) {
   train::Conversation conversation;
   conversation.messages.push_back({train::Role::User, question});
-  const int32_t eos = tokenizer.tokenToId(chat_template.stopWords().front()).value_or(tokenizer.eosId().value_or(0));
-  const DemoEncoder encoder(tokenizer, eos);
+  const train::TokenizerEncoder encoder(tokenizer, chat_template);
+  const int32_t eos = encoder.eosId();
   const std::vector<int32_t> prompt =
       train::encodePieces(chat_template.renderForGeneration(conversation), encoder);
   infer::GreedySettings settings;

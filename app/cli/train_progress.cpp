@@ -4,16 +4,9 @@
 
 #include <cstdio>
 
-namespace tandem::cli {
+#include "engine/core/units.h"
 
-namespace {
-std::string clock(double seconds) {
-  const long s = static_cast<long>(seconds + 0.5);
-  char text[32];
-  std::snprintf(text, sizeof text, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
-  return text;
-}
-}  // namespace
+namespace tandem::cli {
 
 ProgressPrinter::ProgressPrinter(bool quiet) : quiet_(quiet), tty_(::isatty(STDOUT_FILENO) == 1) {}
 
@@ -26,7 +19,7 @@ void ProgressPrinter::onStep(const train::StepEvent& e) {
   std::printf("%s[%s] step %lld/%lld  loss %.4f  lr %.2e  grad %.3f  %.0f tok/s  %s elapsed  ETA %s%s",
               tty_ ? "\r" : "", bar.c_str(), static_cast<long long>(e.step),
               static_cast<long long>(e.total_steps), e.loss, e.learning_rate, e.grad_norm,
-              e.tokens_per_s, clock(e.elapsed_s).c_str(), clock(e.eta_s).c_str(), tty_ ? "  " : "\n");
+              e.tokens_per_s, formatDuration(e.elapsed_s).c_str(), formatDuration(e.eta_s).c_str(), tty_ ? "  " : "\n");
   line_open_ = tty_;
   std::fflush(stdout);
 }

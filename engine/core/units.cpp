@@ -38,4 +38,17 @@ std::string formatCount(uint64_t count) {
   return scaled(value, kUnits[unit]);
 }
 
+std::string formatDuration(double seconds) {
+  const long long s = seconds > 0 ? static_cast<long long>(seconds + 0.5) : 0;
+  char text[32];
+  std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+  return text;
+}
+
+std::string formatShape(std::span<const int64_t> shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
 }  // namespace tandem

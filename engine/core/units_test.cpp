@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace tandem {
 namespace {
 
@@ -18,6 +20,14 @@ TEST(Units, Counts) {
   EXPECT_EQ(formatCount(12300), "12.3 K");
   EXPECT_EQ(formatCount(30'532'122'624ull), "30.5 B");
   EXPECT_EQ(formatCount(671'000'000'000ull), "671 B");
+}
+
+TEST(Units, DurationsAndShapes) {
+  EXPECT_EQ(formatDuration(0), "0:00:00");
+  EXPECT_EQ(formatDuration(65.4), "0:01:05");
+  EXPECT_EQ(formatDuration(3 * 3600 + 7), "3:00:07");
+  EXPECT_EQ(formatShape(std::vector<int64_t>{}), "[]");
+  EXPECT_EQ(formatShape(std::vector<int64_t>{2, 3}), "[2, 3]");
 }
 
 }  // namespace

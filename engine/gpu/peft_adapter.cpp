@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "engine/core/units.h"
 #include "engine/gpu/weight_loader.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/safetensors.h"
@@ -73,11 +74,7 @@ struct FusedLayer {
   std::string gate_up_a_key, gate_up_b_key, down_a_key, down_b_key;
 };
 
-std::string shapeText(const at::Tensor& t) {
-  std::string text = "[";
-  for (int64_t d = 0; d < t.dim(); ++d) text += (d ? ", " : "") + std::to_string(t.size(d));
-  return text + "]";
-}
+std::string shapeText(const at::Tensor& t) { return formatShape(t.sizes().vec()); }
 
 // Checks a fused layer's four shapes against the model: [E*R, 2I], [H, R*E], [E*r, H], [I, r*E].
 void checkFusedShapes(const FusedLayer& f, const io::ModelConfig& c, const std::string& file) {

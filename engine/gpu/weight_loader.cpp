@@ -5,25 +5,14 @@
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "engine/core/hash.h"
+#include "engine/core/units.h"
 #include "engine/io/safetensors.h"
 
 namespace tandem::gpu {
 
 namespace {
-// FNV-1a: a name hash that is the same on every platform (std::hash is not).
-uint64_t nameHash(const std::string& name) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-std::string shapeText(const std::vector<int64_t>& shape) {
-  std::ostringstream out;
-  out << '[';
-  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << ']';
-  return out.str();
-}
+std::string shapeText(const std::vector<int64_t>& shape) { return formatShape(shape); }
 }  // namespace
 
 at::ScalarType scalarTypeOf(io::DType dtype, const std::string& tensor_name) {
@@ -74,7 +63,7 @@ io::TensorView WeightLoader::view(const std::string& name, const std::vector<int
     if (it == invented_.end()) {
       // One generator per tensor, seeded from its name: the weights do not depend on the order
       // in which the builder asks for them.
-      at::Generator gen = at::detail::createCPUGenerator(seed_ ^ nameHash(name));
+      at::Generator gen = at::detail::createCPUGenerator(seed_ ^ fnv1a64(name));
       at::Tensor t;
       if (name.ends_with("norm.weight")) {
         t = at::ones(shape, at::kFloat);

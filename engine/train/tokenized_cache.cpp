@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "engine/core/hash.h"
 #include "engine/io/atomic_file.h"
 
 namespace tandem::train {
@@ -13,32 +14,17 @@ namespace {
 
 constexpr char kMagic[8] = {'T', 'N', 'D', 'M', 'T', 'O', 'K', '1'};
 
-struct Fnv1a {
-  uint64_t h = 1469598103934665603ull;
-  void add(const void* data, size_t n) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  }
-  void add(const std::string& s) {
-    const uint64_t n = s.size();
-    add(&n, sizeof n);  // length first: "ab"+"c" and "a"+"bc" hash differently
-    add(s.data(), s.size());
-  }
-};
-
 }  // namespace
 
 std::string tokenizedCacheKey(const std::vector<std::filesystem::path>& files, const std::string& settings) {
-  Fnv1a hash;
-  hash.add(std::string(kMagic, sizeof kMagic));
-  hash.add(settings);
+  Fnv1a64 hash;
+  hash.addField(std::string_view(kMagic, sizeof kMagic));
+  hash.addField(settings);
   for (const auto& file : files) {
     std::ifstream in(file, std::ios::binary);
-    hash.add(std::string(std::istreambuf_iterator<char>(in), {}));
+    hash.addField(std::string(std::istreambuf_iterator<char>(in), {}));
   }
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash.h));
-  return text;
+  return hash.hex();
 }
 
 std::filesystem::path tokenizedCacheDir() {

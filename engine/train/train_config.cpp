@@ -12,6 +12,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "engine/core/error.h"
+#include "engine/core/hash.h"
 #include "engine/train/train_config_keys.h"
 
 namespace tandem::train {
@@ -536,12 +537,10 @@ std::string configFingerprint(const TrainConfig& config) {
   c.eval_steps = defaults.eval_steps;
   c.per_device_eval_batch_size = defaults.per_device_eval_batch_size;
   c.expert_threads = defaults.expert_threads;
-  // FNV-1a, 64 bit: this detects "a different config", it is not a security boundary.
-  uint64_t hash = 14695981039346656037ull;
-  for (unsigned char byte : toYaml(c)) hash = (hash ^ byte) * 1099511628211ull;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
-  return hex;
+  // Detects "a different config"; not a security boundary.
+  Fnv1a64 hash;
+  hash.add(toYaml(c));
+  return hash.hex();
 }
 
 }  // namespace tandem::train

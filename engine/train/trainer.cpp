@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "engine/core/error.h"
+#include "engine/core/units.h"
 #include "engine/gpu/causal_lm.h"
 #include "engine/gpu/peft_adapter.h"
 #include "engine/io/atomic_file.h"
@@ -47,14 +48,6 @@ std::vector<EncodedSample> pack(std::vector<EncodedSample> samples, int64_t cuto
   }
   if (!current.input_ids.empty()) packed.push_back(std::move(current));
   return packed;
-}
-
-std::string hms(double seconds) {
-  const int64_t s = static_cast<int64_t>(seconds + 0.5);
-  char text[32];
-  std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
-                static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
-  return text;
 }
 
 // One write() with O_APPEND: a line is added whole or (after a crash) the file ends with a
@@ -244,7 +237,7 @@ TrainResult Trainer::run(std::stop_token stop, std::stop_token cancel, TrainList
           {"current_steps", step_}, {"total_steps", total_steps_}, {"loss", e.loss},
           {"lr", lr}, {"grad_norm", grad_norm}, {"epoch", e.epoch},
           {"percentage", std::round(10000.0 * step_ / total_steps_) / 100.0},
-          {"elapsed_time", hms(e.elapsed_s)}, {"remaining_time", hms(e.eta_s)},
+          {"elapsed_time", formatDuration(e.elapsed_s)}, {"remaining_time", formatDuration(e.eta_s)},
           {"tokens_per_s", e.tokens_per_s}, {"step_s", e.step_s}, {"model_s", e.model_s},
           {"optimizer_s", e.optimizer_s}};
       log_history_.push_back(line.dump());

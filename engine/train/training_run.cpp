@@ -21,6 +21,7 @@
 #include "engine/train/dataset.h"
 #include "engine/train/supervised_encoder.h"
 #include "engine/train/tokenized_cache.h"
+#include "engine/train/tokenizer_encoder.h"
 
 namespace tandem::train {
 
@@ -28,31 +29,6 @@ namespace {
 
 namespace fs = std::filesystem;
 const char* const kRunFile = "tandem_run.json";  // marks an output dir as ours, with its config
-
-// The tokenizer as the supervised encoder sees it; with a template that replaces eos, the
-// template's first stop word is the end-of-turn token (LLaMA-Factory's replace_eos).
-class TokenizerEncoder : public TextEncoder {
- public:
-  TokenizerEncoder(const io::Tokenizer& tokenizer, const ChatTemplate& chat_template)
-      : tokenizer_(tokenizer) {
-    std::optional<int32_t> eos = tokenizer.eosId();
-    if (chat_template.replaceEos() && !chat_template.stopWords().empty()) {
-      eos = tokenizer.tokenToId(chat_template.stopWords().front());
-    }
-    if (!eos) {
-      throw Error("the tokenizer has no end-of-sequence token",
-                  "set eos_token in the model's tokenizer_config.json");
-    }
-    eos_ = *eos;
-  }
-  std::vector<int32_t> encode(std::string_view text) const override { return tokenizer_.encode(text); }
-  int32_t eosId() const override { return eos_; }
-  std::optional<int32_t> bosId() const override { return tokenizer_.bosId(); }
-
- private:
-  const io::Tokenizer& tokenizer_;
-  int32_t eos_ = 0;
-};
 
 std::string joinTargets(const std::vector<std::string>& targets) {
   std::string out;
