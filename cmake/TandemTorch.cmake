@@ -35,6 +35,7 @@ string(REPLACE "\n" ";" _tandem_torch_info "${_tandem_torch_info}")
 list(GET _tandem_torch_info 0 TANDEM_TORCH_CMAKE_PREFIX)
 list(GET _tandem_torch_info 1 TANDEM_TORCH_DIR)
 list(GET _tandem_torch_info 2 Torch_VERSION)
+string(REGEX REPLACE "\\+.*$" "" Torch_VERSION "${Torch_VERSION}")  # "2.11.0+cu130" -> "2.11.0", as TorchConfig says
 list(GET _tandem_torch_info 3 TANDEM_TORCH_CUDA_VERSION)
 list(GET _tandem_torch_info 4 TANDEM_TORCH_CXX11_ABI)
 
