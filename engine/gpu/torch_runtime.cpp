@@ -56,7 +56,8 @@ void listGpus(TorchRuntimeInfo& info) {
 #else
 void listGpus(TorchRuntimeInfo& info) {
   if (!info.torch_has_cuda) {
-    info.gpu_status = "this libtorch is CPU-only";
+    info.gpu_status = "no CUDA in this build (a CPU-only libtorch, or Tandem built without the CUDA "
+                      "toolkit: install nvcc and rebuild to use GPUs)";
     return;
   }
   try {
