@@ -78,9 +78,10 @@ void writeTensors(const std::filesystem::path& path, std::map<std::string, at::T
 }  // namespace
 
 Trainer::Trainer(gpu::CausalLm& model, const gpu::LoraSettings& lora, std::vector<EncodedSample> samples,
-                 TrainerSettings settings, ThreadPool& pool)
+                 TrainerSettings settings, ThreadPool& pool, std::vector<EncodedSample> eval_samples)
     : model_(model), lora_(lora),
       samples_(settings.packing ? pack(std::move(samples), settings.cutoff_len) : std::move(samples)),
+      eval_samples_(std::move(eval_samples)),
       settings_(std::move(settings)), optimizer_(model, settings_.adamw, pool) {
   if (samples_.empty()) throw Error("no training samples", "check the dataset and cutoff_len");
   settings_.batch_size = std::max<int64_t>(1, settings_.batch_size);
@@ -113,15 +114,16 @@ std::vector<int64_t> Trainer::epochOrder(int64_t epoch) const {
   return order;
 }
 
-Trainer::Batch Trainer::makeBatch(const std::vector<int64_t>& order, int64_t first) const {
-  const int64_t n = std::min<int64_t>(settings_.batch_size, static_cast<int64_t>(order.size()) - first);
+Trainer::Batch Trainer::makeBatch(const std::vector<EncodedSample>& samples, const std::vector<int64_t>& order,
+                                  int64_t first, int64_t batch_size) const {
+  const int64_t n = std::min<int64_t>(batch_size, static_cast<int64_t>(order.size()) - first);
   size_t width = 0;
-  for (int64_t i = 0; i < n; ++i) width = std::max(width, samples_[order[first + i]].input_ids.size());
+  for (int64_t i = 0; i < n; ++i) width = std::max(width, samples[order[first + i]].input_ids.size());
   Batch b;
   b.input_ids = at::full({n, static_cast<int64_t>(width)}, settings_.pad_id, at::kLong);
   b.labels = at::full({n, static_cast<int64_t>(width)}, kIgnore, at::kLong);
   for (int64_t i = 0; i < n; ++i) {
-    const EncodedSample& s = samples_[order[first + i]];
+    const EncodedSample& s = samples[order[first + i]];
     int64_t* ids = b.input_ids[i].data_ptr<int64_t>();
     int64_t* labels = b.labels[i].data_ptr<int64_t>();
     std::copy(s.input_ids.begin(), s.input_ids.end(), ids);
@@ -131,6 +133,29 @@ Trainer::Batch Trainer::makeBatch(const std::vector<int64_t>& order, int64_t fir
     for (size_t t = 1; t < s.labels.size(); ++t) b.kept_tokens += s.labels[t] != kIgnore;
   }
   return b;
+}
+
+void Trainer::logLine(nlohmann::json line) {
+  log_history_.push_back(line.dump());
+  appendLine(settings_.output_dir / "trainer_log.jsonl", log_history_.back());
+}
+
+double Trainer::evaluate() const {
+  if (eval_samples_.empty()) return std::nan("");
+  at::NoGradGuard no_grad;
+  std::vector<int64_t> order(eval_samples_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  const int64_t batch_size = std::max<int64_t>(1, settings_.eval_batch_size);
+  double loss_sum = 0;
+  int64_t kept = 0;
+  for (int64_t first = 0; first < static_cast<int64_t>(order.size()); first += batch_size) {
+    const Batch b = makeBatch(eval_samples_, order, first, batch_size);
+    if (b.kept_tokens == 0) continue;
+    const at::Tensor hidden = model_.forwardHidden(b.input_ids, /*training=*/false);
+    loss_sum += model_.loss(hidden, b.labels).item<double>() * static_cast<double>(b.kept_tokens);
+    kept += b.kept_tokens;
+  }
+  return kept > 0 ? loss_sum / static_cast<double>(kept) : std::nan("");
 }
 
 void Trainer::pause() {
@@ -179,7 +204,7 @@ TrainResult Trainer::run(std::stop_token stop, std::stop_token cancel, TrainList
     std::vector<Batch> batches;
     int64_t window_kept = 0, window_real = 0;
     for (int64_t m = 0; m < n_micro; ++m) {
-      batches.push_back(makeBatch(order, (in_epoch + m) * settings_.batch_size));
+      batches.push_back(makeBatch(samples_, order, (in_epoch + m) * settings_.batch_size, settings_.batch_size));
       window_kept += batches.back().kept_tokens;
       window_real += batches.back().real_tokens;
     }
@@ -240,10 +265,19 @@ TrainResult Trainer::run(std::stop_token stop, std::stop_token cancel, TrainList
           {"elapsed_time", formatDuration(e.elapsed_s)}, {"remaining_time", formatDuration(e.eta_s)},
           {"tokens_per_s", e.tokens_per_s}, {"step_s", e.step_s}, {"model_s", e.model_s},
           {"optimizer_s", e.optimizer_s}};
-      log_history_.push_back(line.dump());
-      appendLine(settings_.output_dir / "trainer_log.jsonl", log_history_.back());
+      logLine(line);
     }
     listener.onStep(e);
+    const bool epoch_ended = micro_done_ % micro_batches_per_epoch_ == 0;
+    if (!eval_samples_.empty() && ((settings_.eval_steps > 0 && step_ % settings_.eval_steps == 0) ||
+                                   (settings_.eval_each_epoch && epoch_ended))) {
+      const double eval_loss = evaluate();
+      logLine({{"current_steps", step_}, {"total_steps", total_steps_}, {"eval_loss", eval_loss}, {"epoch", e.epoch}});
+      char text[96];
+      std::snprintf(text, sizeof text, "eval at step %lld: loss %.4f on %zu samples",
+                    static_cast<long long>(step_), eval_loss, eval_samples_.size());
+      listener.onMessage(text);
+    }
     if (settings_.save_steps > 0 && step_ % settings_.save_steps == 0 && step_ < total_steps_) {
       listener.onCheckpoint(step_, saveCheckpoint());
     }

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/core/memory_ledger.h"
 #include "engine/train/lora_optimizer.h"
 #include "engine/train/lr_schedule.h"
@@ -47,6 +49,11 @@ struct TrainerSettings {
   std::filesystem::path output_dir;
   std::string base_model_name;             // written into adapter_config.json
   std::string config_fingerprint;          // written into each checkpoint
+  // Evaluation on held-out samples (val_size / eval_dataset): every eval_steps optimizer steps,
+  // and/or at each epoch end; 0 / false = never. The mean loss goes to the log as eval_loss.
+  int64_t eval_steps = 0;
+  bool eval_each_epoch = false;
+  int64_t eval_batch_size = 8;
 };
 
 struct StepEvent {
@@ -84,7 +91,10 @@ struct TrainResult {
 class Trainer {
  public:
   Trainer(gpu::CausalLm& model, const gpu::LoraSettings& lora, std::vector<EncodedSample> samples,
-          TrainerSettings settings, ThreadPool& pool);
+          TrainerSettings settings, ThreadPool& pool, std::vector<EncodedSample> eval_samples = {});
+
+  // Mean loss over the held-out samples (no gradients); NaN without any.
+  double evaluate() const;
 
   int64_t totalSteps() const { return total_steps_; }
   int64_t stepsPerEpoch() const;
@@ -112,7 +122,9 @@ class Trainer {
     int64_t real_tokens = 0;
   };
   std::vector<int64_t> epochOrder(int64_t epoch) const;
-  Batch makeBatch(const std::vector<int64_t>& order, int64_t first) const;
+  Batch makeBatch(const std::vector<EncodedSample>& samples, const std::vector<int64_t>& order,
+                  int64_t first, int64_t batch_size) const;
+  void logLine(nlohmann::json line);
   void writeCheckpointFiles(const std::filesystem::path& dir) const;
   void pruneCheckpoints() const;
   void waitWhilePaused(std::stop_token stop);
@@ -120,6 +132,7 @@ class Trainer {
   gpu::CausalLm& model_;
   const gpu::LoraSettings& lora_;
   std::vector<EncodedSample> samples_;
+  std::vector<EncodedSample> eval_samples_;
   TrainerSettings settings_;
   LoraOptimizer optimizer_;
   LrSchedule schedule_;

@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -54,11 +56,12 @@ std::string expertsBackend(const std::string& requested) {
   return "auto";
 }
 
-std::vector<EncodedSample> encodeAll(const TrainConfig& config, const io::Tokenizer& tokenizer,
-                                     const ChatTemplate& chat_template, TrainListener& listener) {
+std::vector<EncodedSample> encodeAll(const TrainConfig& config, const std::vector<std::string>& names,
+                                     const io::Tokenizer& tokenizer, const ChatTemplate& chat_template,
+                                     TrainListener& listener) {
   DatasetReport report;
   const std::vector<Conversation> conversations =
-      loadDatasets(config.dataset_dir, config.dataset, config.max_samples, report);
+      loadDatasets(config.dataset_dir, names, config.max_samples, report);
   listener.onMessage(report.summary());
   // Tokenising is the slow part; a run over the same data and settings reads it back instead.
   std::vector<fs::path> files = {fs::path(config.model_name_or_path) / "tokenizer.json"};
@@ -67,7 +70,7 @@ std::vector<EncodedSample> encodeAll(const TrainConfig& config, const io::Tokeni
   settings << "template=" << config.template_name << " thinking=" << config.enable_thinking
            << " cutoff=" << config.cutoff_len << " prompt=" << config.train_on_prompt
            << " history=" << config.mask_history << " max=" << config.max_samples.value_or(-1)
-           << " datasets=" << joinTargets(config.dataset) << " rows=" << conversations.size();
+           << " datasets=" << joinTargets(names) << " rows=" << conversations.size();
   const fs::path cache_file = tokenizedCacheDir() / (tokenizedCacheKey(files, settings.str()) + ".bin");
   if (auto cached = readTokenizedCache(cache_file)) {
     listener.onMessage("tokenised data from the cache " + cache_file.string());
@@ -87,6 +90,26 @@ std::vector<EncodedSample> encodeAll(const TrainConfig& config, const io::Tokeni
     logWarn() << "could not cache the tokenised data: " << e.message();
   }
   return samples;
+}
+
+// val_size held out as LLaMA-Factory does (a fraction, rounded up, or a count), from a shuffle by
+// the seed (our own, so the split is not byte-for-byte `datasets`' train_test_split).
+std::vector<EncodedSample> holdOut(std::vector<EncodedSample>& samples, double val_size, uint64_t seed) {
+  if (val_size <= 0 || samples.empty()) return {};
+  const auto n = static_cast<int64_t>(samples.size());
+  const int64_t n_eval = std::min<int64_t>(
+      n - 1, val_size < 1 ? static_cast<int64_t>(std::ceil(val_size * static_cast<double>(n)))
+                          : static_cast<int64_t>(val_size));
+  if (n_eval <= 0) {
+    throw Error("val_size " + std::to_string(val_size) + " leaves no training samples out of " + std::to_string(n),
+                "lower val_size");
+  }
+  std::mt19937_64 rng(seed);
+  for (int64_t i = n; i > 1; --i) std::swap(samples[i - 1], samples[rng() % i]);
+  std::vector<EncodedSample> eval(std::make_move_iterator(samples.end() - n_eval),
+                                  std::make_move_iterator(samples.end()));
+  samples.resize(n - n_eval);
+  return eval;
 }
 
 // Decides what to do with an existing output dir before anything is written into it.
@@ -178,7 +201,10 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
     throw Error("no template given", "set template: (e.g. qwen3, qwen3_nothink, llama3, deepseek3)");
   }
   const ChatTemplate& chat_template = templateByName(config.template_name);
-  std::vector<EncodedSample> samples = encodeAll(config, tokenizer, chat_template, listener);
+  std::vector<EncodedSample> samples = encodeAll(config, config.dataset, tokenizer, chat_template, listener);
+  std::vector<EncodedSample> eval_samples =
+      config.eval_dataset.empty() ? holdOut(samples, config.val_size, static_cast<uint64_t>(config.seed))
+                                  : encodeAll(config, config.eval_dataset, tokenizer, chat_template, listener);
 
   gpu::LoraSettings lora{static_cast<int>(config.lora_rank), static_cast<double>(config.lora_alpha),
                          config.use_rslora, config.lora_dropout};
@@ -231,7 +257,10 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   settings.output_dir = config.output_dir;
   settings.base_model_name = config.model_name_or_path;
   settings.config_fingerprint = fingerprint;
-  Trainer trainer(*model, lora, std::move(samples), settings, pool);
+  if (config.eval_strategy == EvalStrategy::Steps) settings.eval_steps = config.eval_steps.value_or(config.logging_steps);
+  settings.eval_each_epoch = config.eval_strategy == EvalStrategy::Epoch;
+  settings.eval_batch_size = config.per_device_eval_batch_size;
+  Trainer trainer(*model, lora, std::move(samples), settings, pool, std::move(eval_samples));
 
   // 2. The output dir: refuse someone else's, resume our own.
   TrainingRunOutcome outcome;

@@ -37,8 +37,12 @@ def demo(tmp_path_factory):
     return {"home": home, "work": work, "model": work / "model", "output": work / "output", "stdout": result.stdout}
 
 
+def log_lines(output_dir):
+    return [json.loads(line) for line in (Path(output_dir) / "trainer_log.jsonl").read_text().splitlines()]
+
+
 def losses(output_dir):
-    return [json.loads(line)["loss"] for line in (Path(output_dir) / "trainer_log.jsonl").read_text().splitlines()]
+    return [line["loss"] for line in log_lines(output_dir) if "loss" in line]
 
 
 def peft_vs_tandem(model_dir, adapter_dir, dtype, tmp_path):
@@ -242,3 +246,15 @@ def test_overwrite_output_dir_clears_our_previous_run(demo, tmp_path):
         assert "resuming" not in result.stdout
     assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.name.startswith("checkpoint-")) == [
         "checkpoint-1", "checkpoint-2"]
+
+
+def test_val_size_holds_out_samples_and_evaluates_every_eval_steps(demo, tmp_path):
+    output = tmp_path / "out"
+    result = run(["train", DEMO_PRESET, "model_name_or_path=" + str(demo["model"]), "dataset_dir=" + str(DEMO_DATA),
+                  "output_dir=" + str(output), "max_steps=12", "val_size=0.25", "eval_strategy=steps",
+                  "eval_steps=4", "per_device_eval_batch_size=3"], demo["home"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    evals = [line for line in log_lines(output) if "eval_loss" in line]
+    assert [line["current_steps"] for line in evals] == [4, 8, 12]
+    assert evals[-1]["eval_loss"] < evals[0]["eval_loss"]
+    assert "on 8 samples" in result.stdout  # ceil(0.25 * 32) held out, as LLaMA-Factory
