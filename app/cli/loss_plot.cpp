@@ -8,6 +8,8 @@
 #include <QtCharts/QValueAxis>
 #endif
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -41,6 +43,14 @@ QApplication& offscreenApp() {
   static char name[] = "tandem";
   static char* argv[] = {name, nullptr};
   if (std::getenv("QT_QPA_PLATFORM") == nullptr) setenv("QT_QPA_PLATFORM", "offscreen", 1);
+  // Qt warns on every start when XDG_RUNTIME_DIR is unset (servers, CI); give it a private one.
+  if (std::getenv("XDG_RUNTIME_DIR") == nullptr) {
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / ("tandem-runtime-" + std::to_string(::getuid()));
+    std::filesystem::create_directories(dir);
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all, std::filesystem::perm_options::replace);
+    setenv("XDG_RUNTIME_DIR", dir.c_str(), 1);
+  }
   static QApplication* app = qobject_cast<QApplication*>(QCoreApplication::instance())
                                  ? qobject_cast<QApplication*>(QCoreApplication::instance())
                                  : new QApplication(argc, argv);
