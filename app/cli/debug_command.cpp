@@ -16,7 +16,7 @@
 #include "engine/gpu/causal_lm.h"
 #include "engine/gpu/peft_adapter.h"
 #include "engine/gpu/torch_runtime.h"
-#include "engine/io/safetensors.h"
+#include "engine/gpu/weight_loader.h"
 
 namespace tandem::cli {
 
@@ -136,13 +136,8 @@ void runDebug(const DebugOptions& o, bool gradients) {
     out["logits"] = model->logits(hidden).to(at::kCPU);
     if (labels.defined()) out["loss"] = model->loss(hidden, labels).to(at::kCPU);
   }
-  std::vector<io::TensorToWrite> tensors;
-  for (auto& [name, t] : out) {
-    t = t.to(at::kFloat).contiguous();
-    tensors.push_back({name, io::DType::F32, t.sizes().vec(),
-                       {reinterpret_cast<const std::byte*>(t.data_ptr()), t.nbytes()}});
-  }
-  io::writeSafetensors(o.out, tensors, {{"format", "pt"}});
+  for (auto& [name, t] : out) t = t.to(at::kFloat);
+  gpu::writeTensorFile(o.out, out);
 }
 
 void addVariant(CLI::App& debug, const char* name, const char* help, bool gradients) {

@@ -188,9 +188,7 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
       c_.architecture == Architecture::Mixtral && w_.has(p + "block_sparse_moe.gate.weight");
   block->router = buildRouter(p + (legacy_mixtral ? "block_sparse_moe.gate" : "mlp.gate"), p + "mlp.gate");
 
-  experts::ExpertLayerSpec spec{c_.num_experts, c_.hidden_size,
-                                c_.architecture == Architecture::Mixtral ? c_.intermediate_size
-                                                                         : c_.moe_intermediate_size};
+  experts::ExpertLayerSpec spec{c_.num_experts, c_.hidden_size, c_.moe_intermediate_size};
   experts::ExpertLoraSpec lora_spec;
   if (lora_) {
     const std::string experts_name = p + "mlp.experts.";
@@ -235,8 +233,7 @@ const void* CausalLmBuilder::expertPointer(const io::TensorView& tensor, int64_t
 experts::ExpertWeightViews CausalLmBuilder::expertWeights(int i, MoeBlock& block) {
   const std::string p = layerPrefix(i);
   const int64_t n = c_.num_experts, h = c_.hidden_size;
-  const int64_t inter =
-      c_.architecture == Architecture::Mixtral ? c_.intermediate_size : c_.moe_intermediate_size;
+  const int64_t inter = c_.moe_intermediate_size;  // mixtral's experts: config.json's intermediate_size
   experts::ExpertWeightViews views;
   views.type = expertWeightType(w_.dtype());
   const std::string fused_gate_up = p + "mlp.experts.gate_up_proj";

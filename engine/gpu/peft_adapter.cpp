@@ -21,7 +21,6 @@ namespace tandem::gpu {
 namespace {
 
 const std::string kPrefix = "base_model.model.";
-const char* const kProjections[] = {"gate_proj", "up_proj", "down_proj"};
 
 nlohmann::json readJson(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -65,10 +64,6 @@ at::Tensor floatTensor(const io::TensorView& view, const std::string& name) {
       .to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
 }
 
-int64_t expertIntermediate(const io::ModelConfig& c) {
-  return c.architecture == io::Architecture::Mixtral ? c.intermediate_size : c.moe_intermediate_size;
-}
-
 struct FusedLayer {
   at::Tensor gate_up_a, gate_up_b, down_a, down_b;  // PEFT's stacked tensors
   std::string gate_up_a_key, gate_up_b_key, down_a_key, down_b_key;
@@ -78,7 +73,7 @@ std::string shapeText(const at::Tensor& t) { return formatShape(t.sizes().vec())
 
 // Checks a fused layer's four shapes against the model: [E*R, 2I], [H, R*E], [E*r, H], [I, r*E].
 void checkFusedShapes(const FusedLayer& f, const io::ModelConfig& c, const std::string& file) {
-  const int64_t experts = c.num_experts, hidden = c.hidden_size, inter = expertIntermediate(c);
+  const int64_t experts = c.num_experts, hidden = c.hidden_size, inter = c.moe_intermediate_size;
   auto fail = [&](const std::string& key, const at::Tensor& t, const std::string& want) {
     throw Error(file + ": tensor " + key + " has shape " + shapeText(t) + ", expected " + want +
                     " for " + std::to_string(experts) + " experts (hidden " + std::to_string(hidden) +
@@ -108,7 +103,7 @@ void checkFusedShapes(const FusedLayer& f, const io::ModelConfig& c, const std::
 // (P_e = diag(B_gateᵀ, B_upᵀ)) keep only the diagonal blocks, rank R/2 each.
 void splitFused(const std::string& layer_prefix, const FusedLayer& f, const io::ModelConfig& c,
                 PeftAdapter& out) {
-  const int64_t experts = c.num_experts, hidden = c.hidden_size, inter = expertIntermediate(c);
+  const int64_t experts = c.num_experts, hidden = c.hidden_size, inter = c.moe_intermediate_size;
   const int64_t big_rank = f.gate_up_a.size(0) / experts;
   const int64_t down_rank = f.down_a.size(0) / experts;
   const at::Tensor p = f.gate_up_a.view({experts, big_rank, 2 * inter});
@@ -173,7 +168,7 @@ void assignWrapper(const WrapperPair& pair, const io::ModelConfig& c, const nloh
                     " has no matching lora_A/lora_B partner of rank 2",
                 "the adapter file is incomplete or damaged");
   }
-  const int64_t hidden = c.hidden_size, inter = expertIntermediate(c), experts = c.num_experts;
+  const int64_t hidden = c.hidden_size, inter = c.moe_intermediate_size, experts = c.num_experts;
   const int64_t cols = pair.a.size(1), rows = pair.b.size(0);
   const std::string version = cfg.value("peft_version", std::string());
   const bool newer_peft = !version.empty() && version.rfind("0.18", 0) != 0 && version.rfind("0.19", 0) != 0 &&
@@ -345,7 +340,8 @@ void applyPeftAdapter(const PeftAdapter& adapter, CausalLm& model) {
       const auto proj = static_cast<experts::ExpertProj>(p);
       if (!lora.targets(proj)) continue;
       for (int64_t e = 0; e < lora.numExperts(); ++e) {
-        const std::string name = mlp + ".experts." + std::to_string(e) + "." + kProjections[p];
+        const std::string name =
+            mlp + ".experts." + std::to_string(e) + "." + std::string(experts::expertProjName(proj));
         auto a = adapter.a.find(name);
         if (a == adapter.a.end()) {  // an expert the adapter leaves alone: no delta
           std::fill(lora.a(proj, e).begin(), lora.a(proj, e).end(), 0.0f);
@@ -393,7 +389,8 @@ std::map<std::string, at::Tensor> loraTensors(CausalLm& model, bool gradients) {
       const auto proj = static_cast<experts::ExpertProj>(p);
       if (!lora.targets(proj)) continue;
       for (int64_t e = 0; e < lora.numExperts(); ++e) {
-        const std::string name = kPrefix + mlp + ".experts." + std::to_string(e) + "." + kProjections[p];
+        const std::string name = kPrefix + mlp + ".experts." + std::to_string(e) + "." +
+                                 std::string(experts::expertProjName(proj));
         auto copy = [](std::span<const float> s, std::vector<int64_t> shape) {
           return at::from_blob(const_cast<float*>(s.data()), shape, at::kFloat).clone();
         };
@@ -514,13 +511,7 @@ void writePeftAdapter(CausalLm& model, const LoraSettings& settings,
       // Which fused layout this is (PEFT >= 0.21 reads 3-D expert LoRA the other way round).
       {"peft_version", form == ExpertAdapterForm::FusedPeft021 ? "0.21.0" : "0.18.1"},
   };
-  std::vector<io::TensorToWrite> to_write;
-  for (auto& [key, t] : tensors) {
-    t = t.contiguous();
-    to_write.push_back({key, io::DType::F32, t.sizes().vec(),
-                        {reinterpret_cast<const std::byte*>(t.data_ptr()), t.nbytes()}});
-  }
-  io::writeSafetensors(dir / "adapter_model.safetensors", to_write, {{"format", "pt"}});
+  writeTensorFile(dir / "adapter_model.safetensors", tensors);
   io::writeFileAtomically(dir / "adapter_config.json", config.dump(2) + "\n");
 }
 

@@ -48,13 +48,37 @@ bool WeightLoader::has(const std::string& name) const {
 }
 
 void WeightLoader::writeSynthesized(const std::filesystem::path& file) const {
+  writeTensorFile(file, invented_);
+}
+
+void writeTensorFile(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors,
+                     const std::map<std::string, std::string>& metadata) {
+  std::vector<at::Tensor> keep;  // contiguous copies must outlive the write
   std::vector<io::TensorToWrite> list;
-  for (const auto& [name, t] : invented_) {
-    const io::DType dtype = t.scalar_type() == at::kBFloat16 ? io::DType::BF16 : io::DType::F32;
-    list.push_back({name, dtype, t.sizes().vec(),
-                    {reinterpret_cast<const std::byte*>(t.data_ptr()), t.nbytes()}});
+  for (const auto& [name, tensor] : tensors) {
+    const at::Tensor t = keep.emplace_back(tensor.to(at::kCPU).contiguous());
+    io::DType dtype;
+    switch (t.scalar_type()) {
+      case at::kFloat: dtype = io::DType::F32; break;
+      case at::kBFloat16: dtype = io::DType::BF16; break;
+      case at::kHalf: dtype = io::DType::F16; break;
+      case at::kByte: dtype = io::DType::U8; break;
+      default: throw Error("tensor " + name + " has a type Tandem does not write: " + c10::toString(t.scalar_type()));
+    }
+    list.push_back({name, dtype, t.sizes().vec(), {reinterpret_cast<const std::byte*>(t.data_ptr()), t.nbytes()}});
   }
-  io::writeSafetensors(file, list, {{"format", "pt"}});
+  io::writeSafetensors(path, list, metadata);
+}
+
+std::map<std::string, at::Tensor> readTensorFile(const std::filesystem::path& path) {
+  const io::SafetensorsFile file = io::SafetensorsFile::open(path);
+  std::map<std::string, at::Tensor> tensors;
+  for (const io::TensorInfo& info : file.header().tensors) {
+    const at::ScalarType type = info.dtype == io::DType::U8 ? at::kByte : scalarTypeOf(info.dtype, info.name);
+    tensors[info.name] = at::from_blob(const_cast<std::byte*>(file.view(info.name).bytes.data()), info.shape,
+                                       at::TensorOptions().dtype(type)).clone();
+  }
+  return tensors;
 }
 
 io::TensorView WeightLoader::view(const std::string& name, const std::vector<int64_t>& shape) const {

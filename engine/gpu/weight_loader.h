@@ -58,4 +58,10 @@ class WeightLoader {
 // torch's type for a file dtype; Error for types the model math does not take (ints, fp8 for now).
 at::ScalarType scalarTypeOf(io::DType dtype, const std::string& tensor_name);
 
+// Writes CPU tensors (fp32, bf16, fp16 or uint8) to a .safetensors file, atomically.
+void writeTensorFile(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors,
+                     const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+// Reads every tensor of a .safetensors file into owned CPU tensors (the types above).
+std::map<std::string, at::Tensor> readTensorFile(const std::filesystem::path& path);
+
 }  // namespace tandem::gpu

@@ -14,7 +14,6 @@ namespace tandem::train {
 namespace {
 constexpr int64_t kChunk = 1 << 14;  // elements per task: large enough to amortise scheduling
 
-const char* const kProjNames[] = {"gate_proj", "up_proj", "down_proj"};
 }  // namespace
 
 void fusedAdamWStep(std::span<float> param, std::span<const float> grad, std::span<float> exp_avg,
@@ -53,7 +52,7 @@ LoraOptimizer::LoraOptimizer(gpu::CausalLm& model, const AdamWSettings& settings
     for (int p = 0; p < experts::kExpertProjCount; ++p) {
       const auto proj = static_cast<experts::ExpertProj>(p);
       if (!lora.targets(proj)) continue;
-      const std::string base = mlp + ".experts." + kProjNames[p];
+      const std::string base = mlp + ".experts." + std::string(experts::expertProjName(proj));
       for (bool is_a : {true, false}) {
         CpuParam cp;
         cp.name = base + (is_a ? ".lora_A" : ".lora_B");

@@ -23,8 +23,8 @@
 #include "engine/core/units.h"
 #include "engine/gpu/causal_lm.h"
 #include "engine/gpu/peft_adapter.h"
+#include "engine/gpu/weight_loader.h"
 #include "engine/io/atomic_file.h"
-#include "engine/io/safetensors.h"
 
 namespace tandem::train {
 
@@ -61,18 +61,6 @@ void appendLine(const std::filesystem::path& path, const std::string& line) {
   if (written != static_cast<ssize_t>(text.size())) {
     throw Error("cannot append to " + path.string() + " (disk full?)", "free disk space and resume the run");
   }
-}
-
-at::Tensor bytesTensor(const at::Tensor& state) { return state.to(at::kCPU).contiguous(); }
-
-void writeTensors(const std::filesystem::path& path, std::map<std::string, at::Tensor>& tensors) {
-  std::vector<io::TensorToWrite> list;
-  for (auto& [name, t] : tensors) {
-    t = t.contiguous();
-    const io::DType dtype = t.scalar_type() == at::kByte ? io::DType::U8 : io::DType::F32;
-    list.push_back({name, dtype, t.sizes().vec(), {reinterpret_cast<const std::byte*>(t.data_ptr()), t.nbytes()}});
-  }
-  io::writeSafetensors(path, list);
 }
 
 }  // namespace
@@ -289,8 +277,8 @@ TrainResult Trainer::run(std::stop_token stop, std::stop_token cancel, TrainList
 void Trainer::writeCheckpointFiles(const std::filesystem::path& dir) const {
   gpu::writePeftAdapter(model_, lora_, dir, gpu::ExpertAdapterForm::Fused, settings_.base_model_name);
   std::map<std::string, at::Tensor> state = optimizer_.stateDict();
-  state["rng.cpu"] = bytesTensor(at::detail::getDefaultCPUGenerator().get_state());
-  writeTensors(dir / "optimizer.safetensors", state);
+  state["rng.cpu"] = at::detail::getDefaultCPUGenerator().get_state();
+  gpu::writeTensorFile(dir / "optimizer.safetensors", state, {});
   nlohmann::json history = nlohmann::json::array();
   for (const std::string& l : log_history_) history.push_back(nlohmann::json::parse(l));
   const nlohmann::json trainer_state = {
@@ -360,14 +348,7 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   std::string all;
   for (const std::string& l : log_history_) all += l + "\n";
   io::writeFileAtomically(settings_.output_dir / "trainer_log.jsonl", all);
-  const io::SafetensorsFile file = io::SafetensorsFile::open(checkpoint_dir / "optimizer.safetensors");
-  std::map<std::string, at::Tensor> tensors;
-  for (const io::TensorInfo& info : file.header().tensors) {
-    const io::TensorView view = file.view(info.name);
-    const at::ScalarType type = info.dtype == io::DType::U8 ? at::kByte : at::kFloat;
-    tensors[info.name] = at::from_blob(const_cast<std::byte*>(view.bytes.data()), info.shape,
-                                       at::TensorOptions().dtype(type)).clone();
-  }
+  const std::map<std::string, at::Tensor> tensors = gpu::readTensorFile(checkpoint_dir / "optimizer.safetensors");
   optimizer_.loadStateDict(tensors, state["optimizer_steps"].get<int64_t>());
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   generator.set_state(tensors.at("rng.cpu"));
