@@ -14,6 +14,9 @@
    * Tandem: `tandem debug generate --threads T` (libtorch intra-op threads = T; the expert engine's pool
      is the process-wide pool, one worker per core, and the machine has T = nproc cores). It reports its own
      prefill seconds and decode seconds (from the first decode step to the last token, sampling included).
+   Both sides inherit OMP_WAIT_POLICY from the environment; when it is unset, transformers runs with libgomp's
+   default (spinning workers) and `tandem` sets PASSIVE for itself (app/cli/main.cpp). Run the script with
+   OMP_WAIT_POLICY=PASSIVE to give transformers the same policy.
 3. Prints one JSON object: medians and the ratios Tandem / transformers (> 1: Tandem faster). With fp32 the
    generated ids of both sides are compared too (they should agree; a difference is reported, not hidden).
 """
@@ -49,7 +52,6 @@ def make_model(model_dir, dtype):
         for p in model.parameters():  # std 0.02 everywhere, norms around 1: logits with clear argmaxes
             p.copy_(torch.randn_like(p) * 0.02 + (1.0 if p.dim() == 1 else 0.0))
     model.to(dtype).save_pretrained(str(model_dir))
-    return sum(p.numel() for p in model.parameters())
 
 
 def hf_times(model, prompt, new_tokens):
@@ -93,13 +95,15 @@ def main():
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="tandem_decode_bench_"))
     model_dir = work / f"model_{args.dtype}"
-    params = make_model(model_dir, dtype) if not (model_dir / "config.json").exists() else None
+    if not (model_dir / "config.json").exists():
+        make_model(model_dir, dtype)
     prompt = torch.randint(1, CONFIG["vocab_size"], (args.prompt,), generator=torch.Generator().manual_seed(1)).tolist()
     prompt_file = work / "prompt.json"
     prompt_file.write_text(json.dumps([prompt]))
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
     model.eval()
+    params = sum(p.numel() for p in model.parameters())
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     hf_runs, tandem_runs = [], []
@@ -129,6 +133,8 @@ def main():
         "prefill_ratio": round(ours["prefill_tokens_per_s"] / hf["prefill_tokens_per_s"], 2),
         "same_tokens": hf_runs[0]["tokens"] == tandem_runs[0]["tokens"],
         "torch": torch.__version__,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset: libgomp spins; tandem sets PASSIVE for itself)"),
+        "experts_implementation": getattr(model.config, "experts_implementation", None) or "default",
     }
     print(json.dumps(result, indent=2))
 

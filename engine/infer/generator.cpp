@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <mutex>
 #include <random>
 
@@ -104,7 +105,11 @@ struct Generator::Impl {
   std::vector<int32_t> stop_ids;        // eos and the template's single-token stop words
   std::vector<std::string> stop_texts;  // the template's stop words that are not one token
   std::string model_name;
-  std::mutex mutex;
+  std::mutex mutex;  // one request (or adapter load) at a time
+  // What adapterNames / hasAdapter answer, readable while a request runs.
+  std::mutex catalog_mutex;
+  std::vector<std::string> adapter_names;
+  bool merged = false;
 
   GenerationResult run(const std::string& adapter, const std::vector<int32_t>& prompt,
                        const GenerationSettings& settings, const DeltaCallback& on_delta,
@@ -150,16 +155,26 @@ std::unique_ptr<Generator> Generator::load(const fs::path& model_dir, const Gene
 void Generator::addAdapter(const std::string& name, const fs::path& dir, AdapterMode mode) {
   std::lock_guard lock(impl_->mutex);
   impl_->adapters->add(name, dir, mode);
+  std::lock_guard catalog(impl_->catalog_mutex);
+  impl_->adapter_names = impl_->adapters->names();
+  impl_->merged = impl_->adapters->merged();
 }
 
-std::vector<std::string> Generator::adapterNames() const { return impl_->adapters->names(); }
+std::vector<std::string> Generator::adapterNames() const {
+  std::lock_guard catalog(impl_->catalog_mutex);
+  return impl_->adapter_names;
+}
 
 bool Generator::hasAdapter(std::string_view name) const {
   if (name.empty() || name == "base") return baseAvailable();
-  return impl_->adapters->has(name);
+  std::lock_guard catalog(impl_->catalog_mutex);
+  return std::find(impl_->adapter_names.begin(), impl_->adapter_names.end(), name) != impl_->adapter_names.end();
 }
 
-bool Generator::baseAvailable() const { return !impl_->adapters->merged(); }
+bool Generator::baseAvailable() const {
+  std::lock_guard catalog(impl_->catalog_mutex);
+  return !impl_->merged;
+}
 
 std::vector<int32_t> Generator::encodeChat(const std::vector<ChatMessage>& messages) const {
   const train::Pieces pieces = impl_->chat_template.renderForGeneration(toConversation(messages));

@@ -10,7 +10,8 @@
 // calling `on_delta` with each new piece of text and the token ids behind it, and returns why it
 // ended ("stop", "length" or "cancelled") with the prompt and completion token counts. Requests
 // are served one at a time (a mutex inside; a second caller waits), and one may be cancelled
-// from another thread through its std::stop_token. Errors are tandem::Error. This header has no
+// from another thread through its std::stop_token; adapterNames / hasAdapter / baseAvailable
+// answer at once, even while a request runs. Errors are tandem::Error. This header has no
 // libtorch, so servers and UIs include it cheaply.
 
 #include <cstdint>

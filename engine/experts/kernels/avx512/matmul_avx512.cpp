@@ -61,11 +61,11 @@ void storeRow(float* c, __m512 sum, float alpha, bool accumulate, __mmask16 mask
 }
 
 // c [m, n] (= | +=) alpha · a [m, k] · bᵀ, b [n, k]. Rows past the edge of a or b alias the last
-// valid row (computed, never stored), which keeps the 4 × 4 tile free of branches.
-template <WeightType kType>
-void matmulNtImpl(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+// valid row (computed, never stored), which keeps the kM × 4 tile free of branches.
+template <WeightType kType, int kM>
+void matmulNtRows(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                   const void* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  constexpr int kM = DotTile::kM, kN = DotTile::kN;
+  constexpr int kN = DotTile::kN;
   // b outer: its kN rows (one block of weights) stay in L1 while every row block of a passes.
   for (int64_t j0 = 0; j0 < n; j0 += kN) {
     int64_t b_row[kN];
@@ -93,6 +93,19 @@ void matmulNtImpl(int64_t m, int64_t n, int64_t k, float alpha, const float* a, 
         }
       }
     }
+  }
+}
+
+// Whole kM-row tiles, then the leftover rows one at a time: a decode step sends one token to
+// each expert, and an aliased 4-row tile would do 4× its arithmetic for that one row.
+template <WeightType kType>
+void matmulNtImpl(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                  const void* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  const int64_t tiled = m / DotTile::kM * DotTile::kM;
+  if (tiled > 0) matmulNtRows<kType, DotTile::kM>(tiled, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
+  if (m > tiled) {
+    matmulNtRows<kType, 1>(m - tiled, n, k, alpha, a + tiled * lda, lda, b, ldb, c + tiled * ldc, ldc,
+                           accumulate);
   }
 }
 
