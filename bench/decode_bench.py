@@ -9,8 +9,8 @@
 2. Times, interleaved, `--repeats` times each, greedy decoding of one `--prompt`-token random prompt to
    exactly `--new` tokens (no eos on either side):
    * transformers: `model.generate(do_sample=False, max_new_tokens=N)` with its KV cache, after
-     torch.set_num_threads(threads); prefill = time of generate(max_new_tokens=1),
-     decode tokens/s = (N - 1) / (time(N) - time(1)). Default experts implementation of transformers 5.
+     torch.set_num_threads(threads), timed through a streamer: prefill = call start to the first new token,
+     decode = first to last new token, decode tokens/s = (N - 1) / decode. Default experts implementation.
    * Tandem: `tandem debug generate --threads T` (libtorch intra-op threads = T; the expert engine's pool
      is the process-wide pool, one worker per core, and the machine has T = nproc cores). It reports its own
      prefill seconds and decode seconds (from the first decode step to the last token, sampling included).
@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.generation.streamers import BaseStreamer
 from transformers.utils import logging as hf_logging
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,19 +55,28 @@ def make_model(model_dir, dtype):
     model.to(dtype).save_pretrained(str(model_dir))
 
 
+class _Clock(BaseStreamer):
+    """generate() hands the streamer the prompt, then each new token as it is produced."""
+
+    def __init__(self):
+        self.stamps = []
+
+    def put(self, value):
+        self.stamps.append(time.perf_counter())
+
+    def end(self):
+        pass
+
+
 def hf_times(model, prompt, new_tokens):
+    """One generate call: prefill = start to first new token, decode = first to last new token."""
     ids = torch.tensor([prompt])
-    mask = torch.ones_like(ids)
-
-    def gen(n):
-        start = time.perf_counter()
-        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=n,
-                             min_new_tokens=n, use_cache=True)
-        return time.perf_counter() - start, out[0, len(prompt):].tolist()
-
-    t1, _ = gen(1)
-    tn, tokens = gen(new_tokens)
-    return {"prefill_s": t1, "decode_s": tn - t1, "tokens": tokens}
+    clock = _Clock()
+    start = time.perf_counter()
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                         max_new_tokens=new_tokens, min_new_tokens=new_tokens, use_cache=True, streamer=clock)
+    first, last = clock.stamps[1], clock.stamps[-1]  # stamps[0]: the prompt
+    return {"prefill_s": first - start, "decode_s": last - first, "tokens": out[0, len(prompt):].tolist()}
 
 
 def tandem_times(tandem, model_dir, prompt_file, new_tokens, dtype, threads):
