@@ -16,6 +16,9 @@ int main(int argc, char** argv) {
   tandem::cli::addRunsCommand(app);
   tandem::cli::addTrainCommand(app);
   tandem::cli::addDemoCommand(app);
+#ifdef TANDEM_CLI_WITH_SERVER
+  tandem::cli::addServeCommand(app);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
