@@ -149,6 +149,7 @@ ChatResult ModelChatBackend::generate(const PreparedChat& chat, const TextSink& 
       halt.get_token());
   emit(stream.finish());
   const bool full = static_cast<int64_t>(generated.size()) >= chat.max_new_tokens;
+  result.cancelled = halt.stop_requested() && !stream.stopped();
   result.finish_reason = (ended_by_eos || stream.stopped() || !full) ? openai::FinishReason::Stop : openai::FinishReason::Length;
   result.usage = {static_cast<int64_t>(chat.prompt_ids.size()), static_cast<int64_t>(generated.size())};
   return result;

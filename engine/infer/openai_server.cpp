@@ -68,6 +68,12 @@ struct OpenAiServer::Impl {
   }
 
   void routes();
+  // One line per answered chat, so an operator sees traffic and cancellations.
+  static void logChat(const openai::CompletionId& id, const ChatResult& result, bool stream) {
+    logInfo() << "chat " << id.id << " model=" << id.model << (stream ? " stream" : "") << ": "
+              << result.usage.prompt_tokens << " prompt + " << result.usage.completion_tokens << " completion tokens, "
+              << (result.cancelled ? "cancelled" : openai::finishReasonName(result.finish_reason));
+  }
   void chatCompletions(const httplib::Request& req, httplib::Response& res);
   void answerWhole(std::shared_ptr<const PreparedChat> chat, std::shared_ptr<RequestQueue::Ticket> ticket,
                    httplib::Response& res);
@@ -169,7 +175,9 @@ void OpenAiServer::Impl::answerWhole(std::shared_ptr<const PreparedChat> chat,
     return;
   }
   const ChatResult result = backend.generate(*chat, [](std::string_view) { return true; }, shutdown.get_token());
-  sendJson(res, 200, openai::completionObject(newId(chat->request.model), result.text, result.finish_reason, result.usage));
+  const openai::CompletionId id = newId(chat->request.model);
+  logChat(id, result, /*stream=*/false);
+  sendJson(res, 200, openai::completionObject(id, result.text, result.finish_reason, result.usage));
 }
 
 // The stream is written from the connection thread when httplib sends the body, so the ticket
@@ -203,6 +211,7 @@ void OpenAiServer::Impl::answerStream(std::shared_ptr<const PreparedChat> chat,
           sink.done();
           return true;
         }
+        logChat(id, result, /*stream=*/true);
         if (client_gone.stop_requested()) return false;
         bool ok = write(openai::sseEvent(openai::finishChunk(id, result.finish_reason)));
         if (ok && chat->request.include_usage) ok = write(openai::sseEvent(openai::usageChunk(id, result.usage)));

@@ -32,6 +32,7 @@ struct ChatResult {
   std::string text;  // the whole answer (streaming sinks saw it piece by piece)
   openai::FinishReason finish_reason = openai::FinishReason::Stop;
   openai::Usage usage;
+  bool cancelled = false;  // stopped early: the client left or the server is stopping
 };
 
 // Receives text as it becomes final; returns false to stop generating (the client went away).

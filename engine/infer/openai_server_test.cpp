@@ -40,12 +40,14 @@ class ScriptedBackend : public ChatBackend {
       std::this_thread::sleep_for(delay);
       if (stop.stop_requested()) {
         ++cancelled;
+        result.cancelled = true;
         break;
       }
       const std::string word = "w" + std::to_string(i) + (chat.request.model == "tuned" ? "t " : " ");
       result.text += word;
       if (!on_text(word)) {
         ++cancelled;
+        result.cancelled = true;
         break;
       }
     }
