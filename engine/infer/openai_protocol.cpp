@@ -222,7 +222,7 @@ ChatRequest parseChatRequest(std::string_view body_text, int64_t max_tokens_limi
   json body;
   try {
     body = json::parse(body_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers such as 1e999
     invalid("", std::string("The request body is not valid JSON: ") + e.what(), "invalid_json");
   }
   if (!body.is_object()) invalid("", "The request body must be a JSON object, got " + typeName(body) + ".", "invalid_json");

@@ -59,7 +59,7 @@ TEST(OpenAiProtocol, DefaultsAndSingleStopString) {
 
 TEST(OpenAiProtocol, MalformedBodiesAreInvalidRequests) {
   for (const char* body : {"", "{", "{\"model\": }", "[1, 2]", "42", "null", "\"text\"", "{\"model\": \"base\",}",
-                           "{\"model\": \"\xff\xfe\"}"}) {
+                           "{\"model\": \"\xff\xfe\"}", "{\"max_tokens\": 1e999}"}) {
     const ApiError e = errorOf(body);
     EXPECT_EQ(e.status, 400) << body;
     EXPECT_EQ(e.type, "invalid_request_error") << body;
