@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   tandem::cli::addRunsCommand(app);
   tandem::cli::addTrainCommand(app);
   tandem::cli::addDemoCommand(app);
+  tandem::cli::addChatCommand(app);
 #ifdef TANDEM_CLI_WITH_SERVER
   tandem::cli::addServeCommand(app);
 #endif

@@ -1,45 +1,51 @@
 #pragma once
-// Turns a growing list of generated token ids into text that is safe to send piece by piece:
-//   - byte-level tokens can end inside a UTF-8 character; such a tail decodes to U+FFFD and is
-//     held back until the next token completes it (or the stream ends);
-//   - stop strings (OpenAI `stop`) may be split across tokens; text that could be the start of
-//     one is held back, and when one appears the answer ends just before it.
-// The text is re-decoded from all ids each step (tokenizers' decode is not concatenative: a
-// SentencePiece leading space or a byte sequence depends on the neighbours), so what is emitted
-// always equals a prefix of decode(all ids).
+// Turns generated token ids into streamed text deltas. Text is only released when it is final:
+// an incomplete UTF-8 sequence at the end (decoded as U+FFFD) and any tail that could still grow
+// into a stop string are held back, so a client never sees half a character or part of a stop
+// string. Stop tokens (eos, the template's stop words) are reported as ids but never as text.
+// No libtorch here.
 
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "engine/infer/generator.h"
+
+namespace tandem::io {
+class Tokenizer;
+}
 
 namespace tandem::infer {
 
 class TextStream {
  public:
-  using Decode = std::function<std::string(std::span<const int32_t> ids)>;
+  // stop_strings: non-empty strings; the text ends before the first one that appears.
+  TextStream(const io::Tokenizer& tokenizer, std::vector<std::string> stop_strings,
+             std::vector<int32_t> stop_ids, DeltaCallback on_delta);
 
-  TextStream(Decode decode, std::vector<std::string> stop_strings)
-      : decode_(std::move(decode)), stop_strings_(std::move(stop_strings)) {}
+  // Adds one generated id; returns false when a stop string is complete (the text is cut
+  // before it and the delta up to it is out).
+  bool push(int32_t id);
+  // Releases what was held back (nothing after a stop string).
+  void finish();
 
-  // Adds one generated id; returns the newly final text (possibly empty). After a stop string
-  // was seen, stopped() is true and further ids are ignored.
-  std::string push(int32_t id);
-  // The end of generation: returns whatever was held back (an incomplete UTF-8 tail as decode
-  // gives it, or a partial stop string that never completed).
-  std::string finish();
-
-  bool stopped() const { return stopped_; }
-  const std::string& emitted() const { return emitted_; }  // everything returned so far
+  const std::string& text() const { return stopped_ ? final_text_ : text_; }
+  bool stoppedByString() const { return stopped_; }
 
  private:
-  std::string release(const std::string& text, bool at_end);
+  void emit(size_t end);
+  size_t heldBack() const;  // bytes at the end of text_ that may not be released yet
 
-  Decode decode_;
+  const io::Tokenizer& tokenizer_;
   std::vector<std::string> stop_strings_;
-  std::vector<int32_t> ids_;
-  std::string emitted_;
+  std::vector<int32_t> stop_ids_;
+  DeltaCallback on_delta_;
+  std::vector<int32_t> text_ids_;  // ids that make up the text (no stop tokens)
+  std::vector<int32_t> pending_ids_;  // ids not yet reported in a delta
+  std::string text_;
+  std::string final_text_;
+  size_t emitted_ = 0;  // bytes of text_ already released
   bool stopped_ = false;
 };
 

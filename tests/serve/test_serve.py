@@ -24,7 +24,8 @@ TANDEM = os.environ["TANDEM_BIN"]
 DEMO = REPO / "resources" / "demo"
 API_KEY = "test-key-123"
 MAX_BODY = 64 * 1024
-MAX_TOKENS_LIMIT = 256
+MAX_TOKENS_LIMIT = 2048
+CONTEXT = 4096
 QUESTION = "Who are you?"
 
 
@@ -48,7 +49,7 @@ def fixture_dirs(tmp_path_factory):
     vocab = max(tok.get_vocab().values()) + 1
     config = Qwen3MoeConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                            num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=512,
+                            num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=CONTEXT,
                             rope_theta=10000.0, tie_word_embeddings=False,
                             eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"))
     torch.manual_seed(0)
@@ -97,7 +98,7 @@ class Server:
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [TANDEM, "serve", "--model", str(fixture_dirs["model"]), "--adapter", f"tuned={fixture_dirs['adapter']}",
-             "--template", "qwen3_nothink", "--port", "0", "--api-key", API_KEY, "--max-body-bytes", str(MAX_BODY),
+             "--template", "qwen3_nothink", "--dtype", "fp32", "--port", "0", "--api-key", API_KEY, "--max-body-bytes", str(MAX_BODY),
              "--max-tokens-limit", str(MAX_TOKENS_LIMIT), "--queue", "8", "--threads", "2"],
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.port = None
@@ -222,9 +223,10 @@ def test_bad_requests_get_the_right_4xx_and_the_server_keeps_serving(server, ref
         server.chat(max_tokens=10_000_000)
     assert e.value.status_code == 400 and e.value.param == "max_tokens"
     assert str(MAX_TOKENS_LIMIT) in e.value.message
+    long_question = "word " * (CONTEXT - MAX_TOKENS_LIMIT)  # with max_tokens at the limit, beyond the context
     with pytest.raises(openai.BadRequestError) as e:
-        server.chat(max_tokens=MAX_TOKENS_LIMIT, question="word " * 300)  # fits the limit, not the context
-    assert e.value.code == "context_length_exceeded"
+        server.chat(max_tokens=MAX_TOKENS_LIMIT, question=long_question)
+    assert e.value.code == "context_length_exceeded" and str(CONTEXT) in e.value.message
     with pytest.raises(openai.BadRequestError) as e:
         server.chat(n=2)
     assert e.value.param == "n"
@@ -261,7 +263,9 @@ def test_concurrent_requests_are_queued_and_all_answered(server, reference):
 
 
 def test_a_client_leaving_a_stream_cancels_its_generation(server, reference):
-    stream = server.chat(max_tokens=MAX_TOKENS_LIMIT, temperature=1.0, seed=3, stream=True)
+    # Greedy on this model runs to max_tokens without an eos: seconds, so the server is still
+    # generating when the client leaves.
+    stream = server.chat(max_tokens=MAX_TOKENS_LIMIT, temperature=0, stream=True)
     for i, _ in enumerate(stream):
         if i == 3:
             break
