@@ -168,6 +168,18 @@ def test_greedy_answer_equals_transformers_generate(server, reference, model):
     assert answer.usage.total_tokens == answer.usage.prompt_tokens + answer.usage.completion_tokens
 
 
+def test_greedy_answers_equal_tandem_chat(server, fixture_dirs):
+    """The server and the terminal chat are two faces of one Generator: same prompt, same answer."""
+    script = f"{QUESTION}\n/reset\n/base\n{QUESTION}\n"
+    chat = subprocess.run([TANDEM, "chat", "--model", str(fixture_dirs["model"]), "--adapter",
+                           f"tuned={fixture_dirs['adapter']}", "--template", "qwen3_nothink", "--dtype", "fp32",
+                           "--greedy", "--max-new-tokens", "24", "--threads", "2"],
+                          input=script, capture_output=True, text=True, timeout=300)
+    assert chat.returncode == 0, chat.stderr
+    served = [server.chat(model=m, max_tokens=24, temperature=0).choices[0].message.content for m in ("tuned", "base")]
+    assert chat.stdout == served[0] + "\n" + served[1] + "\n"
+
+
 def test_the_adapter_changes_the_greedy_answer(server, reference):
     assert reference["base"]["ids"] != reference["tuned"]["ids"]  # the fixture makes the comparison meaningful
     base = server.chat(model="base", max_tokens=24, temperature=0).choices[0].message.content
