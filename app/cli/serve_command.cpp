@@ -73,7 +73,7 @@ void addServeCommand(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   command->add_option("--model", o->backend.model_dir, "base model dir (HF: config.json, *.safetensors, tokenizer.json)")
       ->required();
-  command->add_option("--adapter", o->adapters, "NAME=DIR: a PEFT adapter served as model NAME (repeatable)");
+  command->add_option("--adapter", o->adapters, "NAME=DIR: a PEFT adapter, training output or checkpoint dir, served as model NAME (repeatable)");
   command->add_option("--template", o->backend.generator.template_name,
                       "chat template (LLaMA-Factory name: qwen3, llama3, ...; default: from the model type)");
   command->add_option("--host", o->server.host, "address to listen on")->capture_default_str();
@@ -81,6 +81,8 @@ void addServeCommand(CLI::App& app) {
   command->add_option("--api-key", o->server.api_key, "require 'Authorization: Bearer KEY' on /v1");
   command->add_option("--device", o->backend.generator.device, "cpu or cuda:N for the dense parts")->capture_default_str();
   command->add_option("--dtype", o->backend.generator.dtype, "fp32 or bf16")->capture_default_str();
+  command->add_option("--experts-backend", o->backend.generator.experts_backend, "CPU expert kernels: auto, generic or avx512")
+      ->capture_default_str();
   command->add_option("--max-body-bytes", o->server.max_body_bytes, "largest request body")->capture_default_str();
   command->add_option("--max-tokens-limit", o->server.max_tokens_limit, "largest max_tokens a request may ask for (and the default)")
       ->capture_default_str();
