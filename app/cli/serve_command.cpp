@@ -56,7 +56,10 @@ void runServe(ServeOptions o) {
   g_stop_requested.store(false);
   auto previous_int = std::signal(SIGINT, onStopSignal);
   auto previous_term = std::signal(SIGTERM, onStopSignal);
-  std::jthread listener([&server] { server.serve(); });
+  std::jthread listener([&server] {
+    server.serve();
+    g_stop_requested.store(true);  // the listener ended on its own (its socket failed): stop too
+  });
   while (!g_stop_requested.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::printf("stopping: cancelling the running generation, refusing waiting requests\n");
   std::fflush(stdout);
