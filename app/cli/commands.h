@@ -13,5 +13,6 @@ void addRunsCommand(CLI::App& app);
 void addTrainCommand(CLI::App& app);
 void addDemoCommand(CLI::App& app);
 void addChatCommand(CLI::App& app);
+void addServeCommand(CLI::App& app);  // only in builds with TANDEM_WITH_SERVER
 
 }  // namespace tandem::cli

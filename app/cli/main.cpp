@@ -27,6 +27,9 @@ int main(int argc, char** argv) {
   tandem::cli::addTrainCommand(app);
   tandem::cli::addDemoCommand(app);
   tandem::cli::addChatCommand(app);
+#ifdef TANDEM_CLI_WITH_SERVER
+  tandem::cli::addServeCommand(app);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

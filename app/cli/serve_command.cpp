@@ -1,0 +1,98 @@
+// `tandem serve`: an OpenAI-compatible HTTP server for a model and its LoRA adapters
+// (docs/serve.md). Ctrl-C or SIGTERM stops it cleanly: the running generation is cancelled,
+// waiting requests are refused, open connections finish.
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "app/cli/commands.h"
+#include "engine/core/error.h"
+#include "engine/gpu/torch_runtime.h"
+#include "engine/infer/model_chat_backend.h"
+#include "engine/infer/openai_server.h"
+
+namespace tandem::cli {
+
+namespace {
+
+std::atomic<bool> g_stop_requested{false};
+
+extern "C" void onStopSignal(int) { g_stop_requested.store(true); }
+
+struct ServeOptions {
+  infer::ModelChatBackendOptions backend;
+  infer::ServerOptions server;
+  std::vector<std::string> adapters;  // NAME=DIR
+  int threads = 0;
+};
+
+std::pair<std::string, std::filesystem::path> parseAdapter(const std::string& spec) {
+  const size_t eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+    throw Error("--adapter '" + spec + "' is not NAME=DIR", "e.g. --adapter identity=saves/identity-lora");
+  }
+  return {spec.substr(0, eq), spec.substr(eq + 1)};
+}
+
+void runServe(ServeOptions o) {
+  for (const std::string& spec : o.adapters) o.backend.adapters.push_back(parseAdapter(spec));
+  o.backend.max_tokens_limit = o.server.max_tokens_limit;
+  if (o.server.max_tokens_limit < 1) throw Error("--max-tokens-limit must be at least 1");
+  if (o.server.max_body_bytes < 1024) throw Error("--max-body-bytes must be at least 1024");
+  gpu::setTorchThreads(o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  infer::ModelChatBackend backend(o.backend);
+  infer::OpenAiServer server(backend, o.server);
+  const int port = server.bind();
+  std::string models;
+  for (const std::string& id : backend.modelIds()) models += (models.empty() ? "" : ", ") + id;
+  std::printf("serving %s as models: %s\nlistening on http://%s:%d/v1%s\n", o.backend.model_dir.string().c_str(),
+              models.c_str(), o.server.host.c_str(), port, o.server.api_key.empty() ? "" : " (API key required)");
+  std::fflush(stdout);
+
+  g_stop_requested.store(false);
+  auto previous_int = std::signal(SIGINT, onStopSignal);
+  auto previous_term = std::signal(SIGTERM, onStopSignal);
+  std::jthread listener([&server] {
+    server.serve();
+    g_stop_requested.store(true);  // the listener ended on its own (its socket failed): stop too
+  });
+  while (!g_stop_requested.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::printf("stopping: cancelling the running generation, refusing waiting requests\n");
+  std::fflush(stdout);
+  server.stop();
+  listener.join();
+  std::signal(SIGINT, previous_int);
+  std::signal(SIGTERM, previous_term);
+}
+
+}  // namespace
+
+void addServeCommand(CLI::App& app) {
+  auto* command = app.add_subcommand("serve", "Serve a model and its LoRA adapters over an OpenAI-compatible HTTP API");
+  auto o = std::make_shared<ServeOptions>();
+  command->add_option("--model", o->backend.model_dir, "base model dir (HF: config.json, *.safetensors, tokenizer.json)")
+      ->required();
+  command->add_option("--adapter", o->adapters, "NAME=DIR: a PEFT adapter, training output or checkpoint dir, served as model NAME (repeatable)");
+  command->add_option("--template", o->backend.generator.template_name,
+                      "chat template (LLaMA-Factory name: qwen3, llama3, ...; default: from the model type)");
+  command->add_option("--host", o->server.host, "address to listen on")->capture_default_str();
+  command->add_option("--port", o->server.port, "port (0: any free port)")->capture_default_str();
+  command->add_option("--api-key", o->server.api_key, "require 'Authorization: Bearer KEY' on /v1");
+  command->add_option("--device", o->backend.generator.device, "cpu or cuda:N for the dense parts")->capture_default_str();
+  command->add_option("--dtype", o->backend.generator.dtype, "fp32 or bf16")->capture_default_str();
+  command->add_option("--experts-backend", o->backend.generator.experts_backend, "CPU expert kernels: auto, generic or avx512")
+      ->capture_default_str();
+  command->add_option("--max-body-bytes", o->server.max_body_bytes, "largest request body")->capture_default_str();
+  command->add_option("--max-tokens-limit", o->server.max_tokens_limit, "largest max_tokens a request may ask for (and the default)")
+      ->capture_default_str();
+  command->add_option("--queue", o->server.max_waiting, "requests that may wait behind the running one (more: 503)")
+      ->capture_default_str();
+  command->add_option("--threads", o->threads, "CPU threads for the model (0: all)")->capture_default_str();
+  command->callback([o] { runServe(*o); });
+}
+
+}  // namespace tandem::cli
