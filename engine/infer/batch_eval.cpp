@@ -12,8 +12,10 @@ namespace tandem::infer {
 
 namespace {
 
+// indices[k]: the sample number of rows[k] and scores[k] (skipped samples leave gaps).
 void writeOutputs(const BatchEvalSettings& settings, const std::vector<PredictionRow>& rows,
-                  const std::vector<SampleScores>& scores, const nlohmann::json& results) {
+                  const std::vector<SampleScores>& scores, const std::vector<int64_t>& indices,
+                  const nlohmann::json& results) {
   std::error_code ec;
   std::filesystem::create_directories(settings.output_dir, ec);
   if (ec) {
@@ -30,7 +32,7 @@ void writeOutputs(const BatchEvalSettings& settings, const std::vector<Predictio
   }
   io::writeFileAtomically(settings.output_dir / "sample_scores.jsonl", [&](std::FILE* f) {
     for (size_t i = 0; i < scores.size(); ++i) {
-      const std::string line = sampleScoresLine(static_cast<int64_t>(i), scores[i]);
+      const std::string line = sampleScoresLine(indices[i], scores[i]);
       std::fwrite(line.data(), 1, line.size(), f);
     }
   });
@@ -53,6 +55,7 @@ BatchEvalResult runBatchEval(int64_t total, const PredictFn& predict, const Batc
   const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   std::vector<PredictionRow> rows;
   std::vector<SampleScores> scores;
+  std::vector<int64_t> indices;
   MetricsAccumulator accumulator;
   BatchEvalResult result;
   result.total = total;
@@ -63,16 +66,24 @@ BatchEvalResult runBatchEval(int64_t total, const PredictFn& predict, const Batc
       rows.push_back(predict(i, stop));
     } catch (const Cancelled&) {
       break;
+    } catch (const Error& e) {
+      if (result.first_failures.size() < PredictionsFile::kMaxReportedProblems) {
+        result.first_failures.push_back({i + 1, e.message()});
+      }
+      ++result.failed;
+      if (on_progress) on_progress({i + 1, total, elapsed()});
+      continue;
     } catch (...) {
       error = std::current_exception();
       break;
     }
+    indices.push_back(i);
     scores.push_back(scoreSample(jieba, rows.back(), settings.choice_letters));
     accumulator.add(scores.back());
-    if (on_progress) on_progress({static_cast<int64_t>(rows.size()), total, elapsed()});
+    if (on_progress) on_progress({i + 1, total, elapsed()});
   }
   result.samples = static_cast<int64_t>(rows.size());
-  result.stopped = result.samples < total;
+  result.stopped = result.samples + result.failed < total;
   result.runtime_s = elapsed();
   result.results = accumulator.results();
   // The HF Trainer's timing keys, and how many rows were asked for and skipped.
@@ -80,8 +91,8 @@ BatchEvalResult runBatchEval(int64_t total, const PredictFn& predict, const Batc
   result.results["predict_samples_per_second"] =
       result.runtime_s > 0 ? static_cast<double>(result.samples) / result.runtime_s : 0.0;
   result.results["predict_samples_requested"] = total;
-  result.results["predict_bad_rows"] = settings.bad_rows;
-  writeOutputs(settings, rows, scores, result.results);
+  result.results["predict_bad_rows"] = settings.bad_rows + result.failed;
+  writeOutputs(settings, rows, scores, indices, result.results);
   if (error) std::rethrow_exception(error);
   return result;
 }

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <stop_token>
 #include <string>
+#include <vector>
 
 #include "engine/infer/eval_metrics.h"
 
@@ -37,6 +38,8 @@ struct BatchEvalProgress {
 struct BatchEvalResult {
   int64_t samples = 0;  // scored
   int64_t total = 0;    // asked for
+  int64_t failed = 0;   // samples `predict` refused with a tandem::Error (e.g. a prompt too long)
+  std::vector<BadRow> first_failures;  // line: the sample's 1-based number; at most 5
   bool stopped = false;
   double runtime_s = 0;
   nlohmann::json results;  // the content of predict_results.json
@@ -47,8 +50,10 @@ struct BatchEvalResult {
 using PredictFn = std::function<PredictionRow(int64_t index, std::stop_token stop)>;
 
 // Runs samples 0..total-1 through `predict`, in order. `on_progress` (may be empty) is called
-// after each sample on the calling thread. Errors writing the output are tandem::Error; an error
-// from `predict` propagates after the samples done so far are written.
+// after each sample on the calling thread. A sample whose `predict` throws tandem::Error is
+// skipped and counted (in `failed` and in predict_bad_rows); any other exception ends the run and
+// propagates after the samples done so far are written. Errors writing the output are
+// tandem::Error.
 BatchEvalResult runBatchEval(int64_t total, const PredictFn& predict, const BatchEvalSettings& settings,
                              const std::function<void(const BatchEvalProgress&)>& on_progress = {},
                              std::stop_token stop = {});

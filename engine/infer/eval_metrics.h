@@ -68,7 +68,7 @@ class MetricsAccumulator {
   std::vector<double> choice_correct_;  // 1 or 0 per sample whose label names a choice
 };
 
-// One line of sample_scores.jsonl for sample `index` (0-based, the row of the predictions).
+// One line of sample_scores.jsonl for sample `index` (0-based, its row in the dataset or file).
 std::string sampleScoresLine(int64_t index, const SampleScores& sample);
 
 // Scores one prediction: similarity always, the choice letters when `choice_letters` is not empty.

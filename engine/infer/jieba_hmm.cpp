@@ -27,17 +27,6 @@ int stateIndex(std::string_view letter) {
   return -1;
 }
 
-std::vector<std::string_view> splitTabs(std::string_view line) {
-  std::vector<std::string_view> fields;
-  size_t start = 0;
-  while (true) {
-    const size_t tab = line.find('\t', start);
-    fields.push_back(line.substr(start, tab == std::string_view::npos ? std::string_view::npos : tab - start));
-    if (tab == std::string_view::npos) return fields;
-    start = tab + 1;
-  }
-}
-
 double parseDouble(std::string_view text, std::string_view label, size_t line_no) {
   double value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -118,18 +107,25 @@ std::vector<SplitPiece> splitByRegex(const Regex& regex, std::string_view text) 
   return pieces;
 }
 
+std::vector<std::string_view> splitOn(std::string_view text, char separator) {
+  std::vector<std::string_view> fields;
+  size_t start = 0;
+  while (true) {
+    const size_t end = text.find(separator, start);
+    fields.push_back(text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+    if (end == std::string_view::npos) return fields;
+    start = end + 1;
+  }
+}
+
 HmmModel HmmModel::parse(std::string_view text, std::string_view label) {
   HmmModel model;
   for (auto& row : model.trans) row.fill(kMinFloat);
-  size_t line_no = 0, start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(start, end - start);
-    start = end + 1;
-    ++line_no;
+  const std::vector<std::string_view> lines = splitOn(text, '\n');
+  for (size_t line_no = 1; line_no <= lines.size(); ++line_no) {
+    const std::string_view line = lines[line_no - 1];
     if (line.empty()) continue;
-    const std::vector<std::string_view> f = splitTabs(line);
+    const std::vector<std::string_view> f = splitOn(line, '\t');
     const auto bad = [&] {
       return Error(std::string(label) + " line " + std::to_string(line_no) + " is not a start/trans/emit entry",
                    "regenerate the file with resources/jieba/generate.py");

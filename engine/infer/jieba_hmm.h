@@ -20,6 +20,9 @@ struct SplitPiece {
 };
 std::vector<SplitPiece> splitByRegex(const io::tokenizer_detail::Regex& regex, std::string_view text);
 
+// Python's text.split(separator): every field, empty ones included.
+std::vector<std::string_view> splitOn(std::string_view text, char separator);
+
 // States in the order of their letters, so that comparing indices breaks ties the way Python's
 // max() over (probability, letter) tuples does.
 enum State : int { kB = 0, kE = 1, kM = 2, kS = 3 };

@@ -51,13 +51,10 @@ std::string readGzip(const std::filesystem::path& path) {
 // jieba's gen_pfdict over "word freq" lines: the total counts repeated words every time, the
 // map keeps the last count.
 void parseDictionary(std::string_view text, const std::string& label, FrequencyMap& freq, int64_t& total) {
-  size_t start = 0, line_no = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(start, end - start);
-    start = end + 1;
-    ++line_no;
+  const std::vector<std::string_view> lines = jieba::splitOn(text, '\n');
+  for (size_t line_no = 1; line_no <= lines.size(); ++line_no) {
+    const std::string_view line = lines[line_no - 1];
+    if (line.empty()) continue;
     const size_t space = line.find(' ');
     int64_t count = 0;
     const std::string_view count_text = space == std::string_view::npos ? std::string_view{} : line.substr(space + 1);
