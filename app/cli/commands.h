@@ -12,6 +12,7 @@ void addDebugCommand(CLI::App& app);
 void addRunsCommand(CLI::App& app);
 void addTrainCommand(CLI::App& app);
 void addDemoCommand(CLI::App& app);
+void addChatCommand(CLI::App& app);
 void addDebugJiebaCommand(CLI::App& app);  // after addDebugCommand: adds `debug jieba`
 
 }  // namespace tandem::cli
