@@ -13,6 +13,7 @@ void addRunsCommand(CLI::App& app);
 void addTrainCommand(CLI::App& app);
 void addDemoCommand(CLI::App& app);
 void addChatCommand(CLI::App& app);
+void addEvalCommand(CLI::App& app);
 void addDebugJiebaCommand(CLI::App& app);  // after addDebugCommand: adds `debug jieba`
 
 }  // namespace tandem::cli

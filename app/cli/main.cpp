@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   tandem::cli::addTrainCommand(app);
   tandem::cli::addDemoCommand(app);
   tandem::cli::addChatCommand(app);
+  tandem::cli::addEvalCommand(app);
   tandem::cli::addDebugJiebaCommand(app);
   try {
     app.parse(argc, argv);
