@@ -14,5 +14,7 @@ void addTrainCommand(CLI::App& app);
 void addDemoCommand(CLI::App& app);
 void addChatCommand(CLI::App& app);
 void addServeCommand(CLI::App& app);  // only in builds with TANDEM_WITH_SERVER
+void addEvalCommand(CLI::App& app);
+void addDebugJiebaCommand(CLI::App& app);  // after addDebugCommand: adds `debug jieba`
 
 }  // namespace tandem::cli

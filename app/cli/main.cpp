@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
 #ifdef TANDEM_CLI_WITH_SERVER
   tandem::cli::addServeCommand(app);
 #endif
+  tandem::cli::addEvalCommand(app);
+  tandem::cli::addDebugJiebaCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

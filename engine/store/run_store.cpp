@@ -81,6 +81,10 @@ constexpr const char* kMigrations[] = {
     );
     CREATE INDEX events_by_run ON events (run_id, id);
     )sql",
+    // v1 -> v2: evaluation runs (`tandem eval`) beside training runs; old rows are training.
+    R"sql(
+    ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT 'train' CHECK (kind IN ('train', 'eval'));
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -131,7 +135,7 @@ std::string normalDir(const std::filesystem::path& dir) {
 
 constexpr const char* kRunColumns =
     "id, name, status, config_yaml, config_fingerprint, model, dataset, output_dir, pid, host, "
-    "created_at, started_at, finished_at, total_steps, last_step, final_loss, error, updated_at";
+    "created_at, started_at, finished_at, total_steps, last_step, final_loss, error, updated_at, kind";
 
 RunRecord readRun(const Statement& s) {
   RunRecord r;
@@ -159,6 +163,7 @@ RunRecord readRun(const Statement& s) {
   if (!s.isNull(14)) r.final_loss = s.isNull(15) ? std::nan("") : s.real(15);
   if (r.error.empty()) r.error = s.text(16);
   r.updated_at = s.real(17);
+  r.kind = s.text(18) == "eval" ? RunKind::Eval : RunKind::Train;
   return r;
 }
 
@@ -190,6 +195,8 @@ std::string_view runStatusName(RunStatus status) {
   }
   return "failed";
 }
+
+std::string_view runKindName(RunKind kind) { return kind == RunKind::Eval ? "eval" : "train"; }
 
 std::optional<RunStatus> parseRunStatus(std::string_view name) {
   for (RunStatus s : {RunStatus::Running, RunStatus::Paused, RunStatus::Completed,
@@ -356,8 +363,8 @@ int64_t RunStore::createRun(const NewRun& run) {
   const double now = nowS();
   Statement s(impl_->db.get(),
               "INSERT INTO runs (name, status, config_yaml, config_fingerprint, model, dataset, "
-              "output_dir, pid, host, boot_id, created_at, started_at, updated_at, total_steps) "
-              "VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+              "output_dir, pid, host, boot_id, created_at, started_at, updated_at, total_steps, kind) "
+              "VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   s.bindText(1, run.name)
       .bindText(2, run.config_yaml)
       .bindText(3, run.config_fingerprint)
@@ -371,6 +378,7 @@ int64_t RunStore::createRun(const NewRun& run) {
       .bindReal(11, now)
       .bindReal(12, now)
       .bindInt(13, run.total_steps)
+      .bindText(14, runKindName(run.kind))
       .run();
   return sqlite3_last_insert_rowid(impl_->db.get());
 }

@@ -30,9 +30,15 @@ std::string_view runStatusName(RunStatus status);  // "running", ..., as stored
 std::optional<RunStatus> parseRunStatus(std::string_view name);
 bool isLive(RunStatus status);  // running or paused
 
+// A training run (steps are optimizer steps) or an evaluation (`tandem eval`: one step row whose
+// extra_json holds the scores, its step the number of samples scored).
+enum class RunKind { Train, Eval };
+std::string_view runKindName(RunKind kind);  // "train" | "eval", as stored
+
 // What the trainer knows when it starts a run. The store fills in id, status (running),
 // created_at/started_at (now), and the owner: this process's pid, host name and boot id.
 struct NewRun {
+  RunKind kind = RunKind::Train;
   std::string name;
   std::string config_yaml;         // the full config, as the user wrote it
   std::string config_fingerprint;  // hash of the normalised config (resume checks it)
@@ -44,6 +50,7 @@ struct NewRun {
 
 struct RunRecord {
   int64_t id = 0;
+  RunKind kind = RunKind::Train;
   std::string name;
   RunStatus status = RunStatus::Running;
   std::string config_yaml;

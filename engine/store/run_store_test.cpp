@@ -108,7 +108,7 @@ TEST_F(RunStoreTest, CreatesDirectoriesAndSetsUpWal) {
   { RunStore::open(nested); }
   EXPECT_TRUE(fs::exists(nested));
   EXPECT_EQ(rawQuery(nested, "PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(rawQuery(nested, "PRAGMA user_version"), "1");
+  EXPECT_EQ(rawQuery(nested, "PRAGMA user_version"), "2");
   // Opening again is a no-op migration and keeps the data.
   int64_t id = 0;
   { id = RunStore::open(nested).createRun(sampleRun("r", dir_ / "out")); }
@@ -163,6 +163,27 @@ TEST_F(RunStoreTest, CreateListUpdate) {
 
   EXPECT_FALSE(store.findRun(999));
   EXPECT_THROW(store.setStatus(999, RunStatus::Completed), Error);
+}
+
+TEST_F(RunStoreTest, EvalRunsKeepTheirKindAndVersion1FilesMigrate) {
+  {
+    RunStore store = RunStore::open(db_path_);
+    NewRun eval = sampleRun("eval", dir_ / "eval");
+    eval.kind = RunKind::Eval;
+    const int64_t id = store.createRun(eval);
+    const int64_t train = store.createRun(sampleRun("train", dir_ / "train"));
+    EXPECT_EQ(store.findRun(id)->kind, RunKind::Eval);
+    EXPECT_EQ(store.findRun(train)->kind, RunKind::Train);
+  }
+  // A version-1 file (before the kind column): its runs read back as training runs.
+  rawQuery(db_path_, "ALTER TABLE runs DROP COLUMN kind");
+  rawQuery(db_path_, "PRAGMA user_version = 1");
+  RunStore store = RunStore::open(db_path_);
+  EXPECT_EQ(rawQuery(db_path_, "PRAGMA user_version"), "2");
+  const std::vector<RunRecord> runs = store.listRuns();
+  ASSERT_EQ(runs.size(), 2u);
+  for (const RunRecord& run : runs) EXPECT_EQ(run.kind, RunKind::Train);
+  EXPECT_EQ(runKindName(RunKind::Eval), "eval");
 }
 
 TEST_F(RunStoreTest, FindByOutputDirNormalisesThePath) {
