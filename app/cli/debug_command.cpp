@@ -30,6 +30,8 @@ struct DebugOptions {
   std::string dtype = "fp32";
   std::string device = "cpu";
   std::string experts_backend = "auto";
+  std::string layer_devices, head_device;
+  std::string experts = "cpu";
   bool gradient_checkpointing = false;
   int64_t loss_chunk_tokens = 1024;
 };
@@ -73,18 +75,6 @@ at::Tensor padRows(const std::vector<std::vector<int64_t>>& rows, int64_t pad) {
   return t;
 }
 
-at::Device parseDevice(const std::string& text) {
-  try {
-    at::Device device(text);
-    if (device.is_cuda() && !at::hasCUDA()) {
-      throw Error("--device " + text + ": no usable CUDA device", "use --device cpu");
-    }
-    return device;
-  } catch (const c10::Error&) {
-    throw Error("--device " + text + " is not a device", "use cpu or cuda:N");
-  }
-}
-
 void runDebug(const DebugOptions& o, bool gradients) {
   if (o.dtype != "fp32" && o.dtype != "bf16") throw Error("--dtype must be fp32 or bf16");
   const auto token_rows = readRows(o.tokens, "tokens");
@@ -105,12 +95,17 @@ void runDebug(const DebugOptions& o, bool gradients) {
   gpu::setTorchThreads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   gpu::ModelOptions options;
   options.dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
-  options.device = parseDevice(o.device);
+  const io::ModelConfig config = io::readModelConfig(o.model);
+  options.device = gpu::parseDevice(o.device);
+  if (!o.layer_devices.empty()) {
+    options.layer_devices = gpu::parseLayerDevices(o.layer_devices, config.num_hidden_layers, options.device);
+  }
+  if (!o.head_device.empty()) options.head_device = gpu::parseDevice(o.head_device);
+  options.experts = gpu::parseExpertsMode(o.experts);
   options.experts_backend = o.experts_backend;
   options.gradient_checkpointing = o.gradient_checkpointing;
   options.loss_chunk_tokens = o.loss_chunk_tokens;
 
-  const io::ModelConfig config = io::readModelConfig(o.model);
   std::unique_ptr<gpu::PeftAdapter> adapter;
   std::unique_ptr<gpu::LoraPlan> plan;
   if (!o.adapter.empty()) {
@@ -154,6 +149,11 @@ void addVariant(CLI::App& debug, const char* name, const char* help, bool gradie
   command->add_option("--dtype", o->dtype, "fp32 or bf16")->capture_default_str();
   command->add_option("--device", o->device, "cpu or cuda:N for the dense parts")->capture_default_str();
   command->add_option("--experts-backend", o->experts_backend, "auto, generic or avx512")->capture_default_str();
+  command->add_option("--layer-devices", o->layer_devices,
+                      "decoder layers per device, e.g. cuda:0:0-13,cuda:1:14-27 (others: --device)");
+  command->add_option("--head-device", o->head_device, "final norm and lm_head (default: the last layer's)");
+  command->add_option("--experts", o->experts, "cpu (CPU expert engine) or gpu-offload (weights streamed to the layer's device)")
+      ->capture_default_str();
   command->add_flag("--gradient-checkpointing", o->gradient_checkpointing, "recompute each layer in backward");
   command->add_option("--loss-chunk-tokens", o->loss_chunk_tokens, "logit rows per loss chunk")->capture_default_str();
   command->callback([o, gradients] { runDebug(*o, gradients); });

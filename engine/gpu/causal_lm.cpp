@@ -17,6 +17,15 @@ LoraPlan loraPlanFromTarget(const model::LoraTarget& target, const LoraSettings&
   return plan;
 }
 
+at::Device ModelOptions::layerDevice(size_t layer) const {
+  return layer < layer_devices.size() ? layer_devices[layer] : device;
+}
+
+at::Device ModelOptions::headDevice() const {
+  if (head_device) return *head_device;
+  return layer_devices.empty() ? device : layer_devices.back();
+}
+
 at::Tensor DecoderLayer::forward(const at::Tensor& x, const RopeTables& rope, double eps,
                                  bool training) const {
   const at::Tensor normed = rmsNorm(x, input_layernorm, eps);
@@ -34,13 +43,22 @@ at::Tensor CausalLm::forwardHidden(const at::Tensor& input_ids, bool training) c
                 "the tokens do not belong to this model's tokenizer");
   }
   at::Tensor x = at::embedding(embed_tokens, ids);
-  const RopeTables rope = rope_.tables(ids.size(1), options_.device);
+  at::Device rope_device = options_.device;
+  RopeTables rope = rope_.tables(ids.size(1), rope_device);
   const bool checkpoint = training && options_.gradient_checkpointing;
   // With checkpointing, the layer inputs must carry grad for the recomputed layers' LoRA
   // weights to get theirs (PEFT's enable_input_require_grads).
   if (checkpoint) x = x.detach().requires_grad_(true);
   const double eps = config_.rms_norm_eps;
-  for (const DecoderLayer& layer : layers_) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const DecoderLayer& layer = layers_[i];
+    // Only the activations cross to the layer's device (autograd sends their gradient back).
+    const at::Device device = options_.layerDevice(i);
+    if (device != rope_device) {
+      rope_device = device;
+      rope = rope_.tables(ids.size(1), device);
+    }
+    x = x.to(device);
     if (checkpoint) {
       // Captures by value what the backward's recomputation needs after this call returns.
       x = checkpointed([&layer, rope, eps](const at::Tensor& in) {
@@ -50,7 +68,7 @@ at::Tensor CausalLm::forwardHidden(const at::Tensor& input_ids, bool training) c
       x = layer.forward(x, rope, eps, training);
     }
   }
-  return rmsNorm(x, final_norm, eps);
+  return rmsNorm(x.to(options_.headDevice()), final_norm, eps);
 }
 
 at::Tensor CausalLm::logits(const at::Tensor& hidden) const {
@@ -62,7 +80,7 @@ at::Tensor CausalLm::loss(const at::Tensor& hidden, const at::Tensor& labels) co
     throw Error("labels must have the same [batch, seq] shape as the tokens");
   }
   // Position t predicts label t+1; the last position of each row predicts nothing.
-  const at::Tensor lab = labels.to(options_.device, at::kLong);
+  const at::Tensor lab = labels.to(options_.headDevice(), at::kLong);
   const at::Tensor shifted = at::cat({lab.narrow(1, 1, lab.size(1) - 1),
                                       at::full({lab.size(0), 1}, -100, lab.options())}, 1);
   return chunkedCrossEntropy(hidden.reshape({-1, hidden.size(-1)}), lm_head, shifted.reshape({-1}),

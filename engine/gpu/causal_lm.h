@@ -1,7 +1,9 @@
 #pragma once
 // A causal language model of any supported architecture, built from an HF model dir: embeddings,
 // decoder layers (GQA or MLA attention; dense MLP or MoE block), final norm, lm_head. Dense parts
-// run as libtorch ops on the model's device; routed experts on the CPU expert engine.
+// run as libtorch ops on their layer's device (ModelOptions: one device, or layers spread over
+// several); routed experts on the CPU expert engine, or streamed to the layer's device
+// (ExpertsMode::GpuOffload).
 // Module names follow HF (model.layers.N.self_attn.q_proj, ...), and LoRA attaches by them.
 
 #include <ATen/core/Tensor.h>
@@ -9,15 +11,18 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/gpu/attention.h"
+#include "engine/gpu/device_map.h"
 #include "engine/gpu/lora_linear.h"
 #include "engine/gpu/mlp.h"
 #include "engine/gpu/moe_block.h"
 #include "engine/gpu/rope.h"
 #include "engine/gpu/weight_loader.h"
+#include "engine/core/memory_ledger.h"
 #include "engine/io/model_config.h"
 #include "engine/model/lora_target.h"
 
@@ -44,10 +49,19 @@ LoraPlan loraPlanFromTarget(const model::LoraTarget& target, const LoraSettings&
 
 struct ModelOptions {
   at::ScalarType dtype = at::kFloat;
-  at::Device device = at::kCPU;
+  at::Device device = at::kCPU;  // the embeddings, and every layer layer_devices does not place
+  // Per decoder layer (attention, router, shared experts, dense MLP, LoRA and its optimizer
+  // state); empty: every layer on `device`. Only activations move between devices.
+  std::vector<at::Device> layer_devices;
+  // Final norm and lm_head; unset: the last layer's device.
+  std::optional<at::Device> head_device;
+  ExpertsMode experts = ExpertsMode::Cpu;
   std::string experts_backend = "auto";
   bool gradient_checkpointing = false;
   int64_t loss_chunk_tokens = 1024;  // rows of logits materialised at once by the loss
+
+  at::Device layerDevice(size_t layer) const;
+  at::Device headDevice() const;
 };
 
 struct DecoderLayer {
@@ -104,6 +118,7 @@ class CausalLm {
   at::Tensor lm_head;        // [vocab, hidden] (the embeddings when tied)
   std::vector<DecoderLayer> layers_;
   Rope rope_;
+  std::vector<MemoryCharge> charges_;  // dense weights and LoRA per device, expert weights ("cpu")
 
   friend class CausalLmBuilder;
 };

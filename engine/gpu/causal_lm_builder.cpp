@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <string>
 
@@ -37,18 +38,30 @@ class CausalLmBuilder {
 
   void build() {
     const int64_t hidden = c_.hidden_size;
+    const ModelOptions& o = m_.options_;
+    if (!o.layer_devices.empty() && o.layer_devices.size() != static_cast<size_t>(c_.num_hidden_layers)) {
+      throw Error("the layer device list names " + std::to_string(o.layer_devices.size()) +
+                      " layers, but the model has " + std::to_string(c_.num_hidden_layers),
+                  "give one device per decoder layer");
+    }
+    w_.setDevice(o.device);
     m_.embed_tokens = w_.load("model.embed_tokens.weight", {c_.vocab_size, hidden});
+    m_.rope_ = Rope(c_, c_.isMla() ? c_.qk_rope_head_dim : c_.head_dim);
+    for (int i = 0; i < c_.num_hidden_layers; ++i) {
+      w_.setDevice(o.layerDevice(static_cast<size_t>(i)));
+      m_.layers_.push_back(buildLayer(i));
+    }
+    w_.setDevice(o.headDevice());
     m_.final_norm = w_.load("model.norm.weight", {hidden});
-    m_.lm_head = (c_.tie_word_embeddings || !w_.has("lm_head.weight"))
-                     ? m_.embed_tokens
-                     : w_.load("lm_head.weight", {c_.vocab_size, hidden});
     if (!c_.tie_word_embeddings && !w_.has("lm_head.weight")) {
       throw Error("tensor lm_head.weight is missing from " + w_.dir().string() +
                       " and tie_word_embeddings is false",
                   "the download may be incomplete");
     }
-    m_.rope_ = Rope(c_, c_.isMla() ? c_.qk_rope_head_dim : c_.head_dim);
-    for (int i = 0; i < c_.num_hidden_layers; ++i) m_.layers_.push_back(buildLayer(i));
+    // Tied: the one frozen matrix, copied only when the head sits on another device.
+    m_.lm_head = c_.tie_word_embeddings ? m_.embed_tokens.to(o.headDevice())
+                                        : w_.load("lm_head.weight", {c_.vocab_size, hidden});
+    chargeMemory();
   }
 
  private:
@@ -167,17 +180,41 @@ class CausalLmBuilder {
   }
 
   std::unique_ptr<MoeBlock> buildMoe(int i);
+  void chargeMemory();
   experts::ExpertWeightViews expertWeights(int i, MoeBlock& block);
   const void* expertPointer(const io::TensorView& tensor, int64_t element_offset, MoeBlock& block,
                             const std::string& name, const Shape& shape);
 
   CausalLm& m_;
   const io::ModelConfig& c_;
-  const WeightLoader& w_;
+  WeightLoader& w_;
   const LoraPlan* lora_;
   ThreadPool& pool_;
   uint64_t lora_seed_;
+  int64_t expert_weight_bytes_ = 0;  // what the CPU expert engine reads (offload: ExpertOffload's)
 };
+
+// The ledger sees the dense weights and the torch-side LoRA per device, and the weights the CPU
+// expert engine computes from, so the planner's prediction can be checked against them.
+void CausalLmBuilder::chargeMemory() {
+  MemoryLedger& ledger = MemoryLedger::global();
+  for (const auto& [device, bytes] : w_.loadedBytes()) {
+    m_.charges_.emplace_back(ledger, device, MemoryCategory::Weights, bytes);
+  }
+  if (m_.lm_head.data_ptr() != m_.embed_tokens.data_ptr() && c_.tie_word_embeddings) {
+    m_.charges_.emplace_back(ledger, m_.lm_head.device().str(), MemoryCategory::Weights, m_.lm_head.nbytes());
+  }
+  std::map<std::string, uint64_t> lora_bytes;
+  m_.visitLinears([&](const std::string&, LoraLinear& l) {
+    if (l.hasLora()) lora_bytes[l.loraA().device().str()] += l.loraA().nbytes() + l.loraB().nbytes();
+  });
+  for (const auto& [device, bytes] : lora_bytes) {
+    m_.charges_.emplace_back(ledger, device, MemoryCategory::Lora, bytes);
+  }
+  if (expert_weight_bytes_ > 0) {
+    m_.charges_.emplace_back(ledger, "cpu", MemoryCategory::Weights, static_cast<uint64_t>(expert_weight_bytes_));
+  }
+}
 
 // The mixtral checkpoints name the block "block_sparse_moe" and the experts w1/w3/w2; transformers
 // 5 calls them mlp / gate_up_proj / down_proj. Both are read; module names follow the latter.
@@ -200,7 +237,15 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
       lora_spec.scale = static_cast<float>(lora_->settings.scale());
     }
   }
-  block->experts = experts::ExpertLayer::create(spec, expertWeights(i, *block), lora_spec,
+  experts::ExpertWeightViews views = expertWeights(i, *block);
+  if (m_.options_.experts == ExpertsMode::GpuOffload) {
+    block->offload = std::make_unique<ExpertOffload>(spec, views, w_.dtype(),
+                                                     m_.options_.layerDevice(static_cast<size_t>(i)));
+  } else {
+    expert_weight_bytes_ += 3 * spec.num_experts * spec.hidden * spec.intermediate *
+                            static_cast<int64_t>(at::elementSize(w_.dtype()));
+  }
+  block->experts = experts::ExpertLayer::create(spec, std::move(views), lora_spec,
                                                 m_.options_.experts_backend, pool_);
   if (lora_spec.any()) {
     block->experts->lora().initPeft(++lora_seed_);
@@ -249,6 +294,14 @@ experts::ExpertWeightViews CausalLmBuilder::expertWeights(int i, MoeBlock& block
   }
   const bool legacy_mixtral = c_.architecture == Architecture::Mixtral &&
                               w_.has(p + "block_sparse_moe.experts.0.w1.weight");
+  if (!legacy_mixtral) {
+    for (const auto& [leaf, shape] : {std::pair{"gate_proj", Shape{inter, h}}, std::pair{"up_proj", Shape{inter, h}},
+                                      std::pair{"down_proj", Shape{h, inter}}}) {
+      std::vector<std::string> names;
+      for (int64_t e = 0; e < n; ++e) names.push_back(p + "mlp.experts." + std::to_string(e) + "." + leaf + ".weight");
+      w_.inventAll(names, shape);
+    }
+  }
   for (int64_t e = 0; e < n; ++e) {
     const std::string base = legacy_mixtral
                                  ? p + "block_sparse_moe.experts." + std::to_string(e) + "."

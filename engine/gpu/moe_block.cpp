@@ -9,14 +9,24 @@ namespace tandem::gpu {
 at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
   const at::Tensor tokens = x.reshape({-1, x.size(-1)});
   const Router::Choice choice = router.route(tokens);
-  at::Tensor y = routedExperts(*experts, tokens, choice.ids, choice.weights, lora_anchor);
-  if (shared.defined()) {
-    at::Tensor shared_out = shared.forward(tokens, training);
+  at::Tensor shared_out;
+  auto run_shared = [&] {
+    if (!shared.defined()) return;
+    shared_out = shared.forward(tokens, training);
     if (shared_gate.defined()) {
       shared_out = at::sigmoid(shared_gate.forward(tokens, training)) * shared_out;
     }
-    y = y + shared_out;
+  };
+  at::Tensor y;
+  if (offload) {
+    y = offload->forward(experts->lora(), tokens, choice.ids, choice.weights, lora_anchor);
+    run_shared();
+  } else {
+    // The shared experts are launched once the routed experts' inputs reached the host: CUDA
+    // runs them while the CPU engine works (a copy to the host before would wait for them).
+    y = routedExperts(*experts, tokens, choice.ids, choice.weights, lora_anchor, run_shared);
   }
+  if (shared_out.defined()) y = y + shared_out;
   return y.view(x.sizes());
 }
 

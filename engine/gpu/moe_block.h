@@ -1,6 +1,8 @@
 #pragma once
 // One MoE feed-forward block: the router and shared experts on the layer's torch device, the
-// routed experts on the CPU expert engine.
+// routed experts on the CPU expert engine (or, in offload mode, streamed to that device). The
+// shared experts are queued on the device before the CPU computes the routed ones, so on a GPU
+// both run at once.
 //   qwen3_moe / mixtral:  y = routed(x)
 //   qwen2_moe:            y = routed(x) + sigmoid(shared_expert_gate(x)) * shared_expert(x)
 //   deepseek_v2 / v3:     y = routed(x) + shared_experts(x)
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "engine/experts/expert_layer.h"
+#include "engine/gpu/expert_offload.h"
 #include "engine/gpu/lora_linear.h"
 #include "engine/gpu/mlp.h"
 #include "engine/gpu/router.h"
@@ -19,7 +22,8 @@ namespace tandem::gpu {
 
 struct MoeBlock {
   Router router;
-  std::unique_ptr<experts::ExpertLayer> experts;
+  std::unique_ptr<experts::ExpertLayer> experts;  // computes in cpu mode; holds the expert LoRA
+  std::unique_ptr<ExpertOffload> offload;         // offload mode only
   std::vector<at::Tensor> expert_weight_owners;  // CPU tensors the expert views point into
   GatedMlp shared;                               // undefined when the model has none
   LoraLinear shared_gate;                        // qwen2_moe: [1, hidden]

@@ -61,7 +61,8 @@ class RoutedExpertsBackward : public torch::autograd::Node {
 
 at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
                          const at::Tensor& topk_ids, const at::Tensor& topk_weights,
-                         const at::Tensor& lora_anchor) {
+                         const at::Tensor& lora_anchor,
+                         const std::function<void()>& while_cpu_runs) {
   const experts::ActivationType act = activationType(hidden);
   const int64_t n_tokens = hidden.size(0);
   const int64_t top_k = topk_ids.size(1);
@@ -76,6 +77,7 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
       torch::autograd::compute_requires_grad(hidden, topk_weights, lora_anchor);
   auto cache = needs_graph ? std::make_unique<experts::ExpertForwardCache>() : nullptr;
   at::Tensor y_cpu = at::empty_like(x_cpu);
+  if (while_cpu_runs) while_cpu_runs();
   layer.forward(x_cpu.data_ptr(), act, n_tokens, ids_cpu.data_ptr<int32_t>(),
                 weights_cpu.data_ptr<float>(), static_cast<int>(top_k), y_cpu.data_ptr(),
                 cache.get());

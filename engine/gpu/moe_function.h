@@ -13,6 +13,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
+
 namespace tandem::experts {
 class ExpertLayer;
 }
@@ -22,8 +24,11 @@ namespace tandem::gpu {
 // `lora_anchor` is a 0-dim fp32 tensor that requires grad whenever the experts carry LoRA: it
 // puts this node on the graph even when neither hidden nor the weights need a gradient (e.g.
 // when only the experts are trained), so their backward still runs.
+// `while_cpu_runs` (optional) is called after the inputs reached the host and before the CPU
+// computes: device work it queues (the shared experts) overlaps with the routed experts.
 at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
                          const at::Tensor& topk_ids, const at::Tensor& topk_weights,
-                         const at::Tensor& lora_anchor);
+                         const at::Tensor& lora_anchor,
+                         const std::function<void()>& while_cpu_runs = {});
 
 }  // namespace tandem::gpu

@@ -5,7 +5,12 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+
+#include "engine/core/error.h"
+
 #ifdef TANDEM_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -91,5 +96,34 @@ TorchRuntimeInfo probeTorchRuntime() {
 }
 
 void setTorchThreads(int n_threads) { at::set_num_threads(n_threads); }
+
+#ifdef TANDEM_WITH_CUDA
+GpuMemoryPeak gpuMemoryPeak(int index) {
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
+  constexpr auto kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  return {static_cast<uint64_t>(stats.allocated_bytes[kAll].peak),
+          static_cast<uint64_t>(stats.reserved_bytes[kAll].peak)};
+}
+
+void resetGpuMemoryPeak(int index) {
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));
+}
+
+void capGpuMemory(int index, uint64_t bytes) {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaSetDevice(index) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    throw Error("cannot read GPU " + std::to_string(index) + "'s memory size");
+  }
+  const double fraction = std::min(1.0, static_cast<double>(bytes) / static_cast<double>(total_bytes));
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(index));
+}
+#else
+GpuMemoryPeak gpuMemoryPeak(int) { return {}; }
+void resetGpuMemoryPeak(int) {}
+void capGpuMemory(int, uint64_t) {
+  throw Error("this build has no CUDA: there is no GPU memory to cap", "build Tandem with the CUDA toolkit");
+}
+#endif
 
 }  // namespace tandem::gpu

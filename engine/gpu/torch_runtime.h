@@ -33,4 +33,16 @@ TorchRuntimeInfo probeTorchRuntime();
 // Limits libtorch's intra-op threads so they do not fight the expert engine's pools.
 void setTorchThreads(int n_threads);
 
+// libtorch's CUDA caching allocator on GPU `index`: peaks since the last reset (what the tensors
+// used, and what the allocator held from the driver).
+struct GpuMemoryPeak {
+  uint64_t allocated_bytes = 0;
+  uint64_t reserved_bytes = 0;
+};
+GpuMemoryPeak gpuMemoryPeak(int index);
+void resetGpuMemoryPeak(int index);
+// Lets the allocator hold at most `bytes` on GPU `index` (a smaller card's memory, for
+// benchmarks); allocations beyond fail as out of memory. Error without CUDA.
+void capGpuMemory(int index, uint64_t bytes);
+
 }  // namespace tandem::gpu

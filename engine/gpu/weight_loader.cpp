@@ -1,6 +1,7 @@
 #include "engine/gpu/weight_loader.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <sstream>
 
@@ -81,32 +82,49 @@ std::map<std::string, at::Tensor> readTensorFile(const std::filesystem::path& pa
   return tensors;
 }
 
+at::Tensor WeightLoader::invent(const std::string& name, const std::vector<int64_t>& shape) const {
+  // One generator per tensor, seeded from its name: the weights do not depend on the order
+  // in which the builder asks for them.
+  at::Generator gen = at::detail::createCPUGenerator(seed_ ^ fnv1a64(name));
+  at::Tensor t;
+  if (name.ends_with("norm.weight")) {
+    t = at::ones(shape, at::kFloat);
+  } else if (name.ends_with(".bias") || name.ends_with("e_score_correction_bias")) {
+    t = at::zeros(shape, at::kFloat);
+  } else {
+    t = at::empty(shape, at::kFloat);
+    t.normal_(0.0, std_, gen);
+  }
+  return t.to(dtype_).contiguous();
+}
+
+void WeightLoader::keepInvented(const std::string& name, const at::Tensor& t) const {
+  invented_.emplace(name, t);
+  io::TensorInfo info;
+  info.name = name;
+  info.dtype = dtype_ == at::kBFloat16 ? io::DType::BF16 : io::DType::F32;
+  info.shape = t.sizes().vec();
+  info.end = t.nbytes();
+  invented_info_[name] = info;
+}
+
+void WeightLoader::inventAll(const std::vector<std::string>& names, const std::vector<int64_t>& shape) const {
+  if (!synthetic_) return;
+  std::vector<std::string> missing;
+  for (const std::string& name : names) {
+    if (!invented_.contains(name)) missing.push_back(name);
+  }
+  std::vector<at::Tensor> made(missing.size());
+  at::parallel_for(0, static_cast<int64_t>(missing.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) made[static_cast<size_t>(i)] = invent(missing[static_cast<size_t>(i)], shape);
+  });
+  for (size_t i = 0; i < missing.size(); ++i) keepInvented(missing[i], made[i]);
+}
+
 io::TensorView WeightLoader::view(const std::string& name, const std::vector<int64_t>& shape) const {
   if (synthetic_) {
-    auto it = invented_.find(name);
-    if (it == invented_.end()) {
-      // One generator per tensor, seeded from its name: the weights do not depend on the order
-      // in which the builder asks for them.
-      at::Generator gen = at::detail::createCPUGenerator(seed_ ^ fnv1a64(name));
-      at::Tensor t;
-      if (name.ends_with("norm.weight")) {
-        t = at::ones(shape, at::kFloat);
-      } else if (name.ends_with(".bias") || name.ends_with("e_score_correction_bias")) {
-        t = at::zeros(shape, at::kFloat);
-      } else {
-        t = at::empty(shape, at::kFloat);
-        t.normal_(0.0, std_, gen);
-      }
-      t = t.to(dtype_).contiguous();
-      it = invented_.emplace(name, t).first;
-      io::TensorInfo info;
-      info.name = name;
-      info.dtype = dtype_ == at::kBFloat16 ? io::DType::BF16 : io::DType::F32;
-      info.shape = shape;
-      info.end = t.nbytes();
-      invented_info_[name] = info;
-    }
-    const at::Tensor& t = it->second;
+    if (!invented_.contains(name)) keepInvented(name, invent(name, shape));
+    const at::Tensor& t = invented_.at(name);
     return {&invented_info_.at(name),
             {reinterpret_cast<const std::byte*>(t.data_ptr()), static_cast<size_t>(t.nbytes())}};
   }
@@ -132,11 +150,15 @@ at::Tensor WeightLoader::cpuTensor(const std::string& name, const std::vector<in
 }
 
 at::Tensor WeightLoader::load(const std::string& name, const std::vector<int64_t>& shape) const {
-  return cpuTensor(name, shape).to(device_, dtype_, /*non_blocking=*/false, /*copy=*/true);
+  at::Tensor t = cpuTensor(name, shape).to(device_, dtype_, /*non_blocking=*/false, /*copy=*/true);
+  loaded_bytes_[device_.str()] += t.nbytes();
+  return t;
 }
 
 at::Tensor WeightLoader::loadFloat(const std::string& name, const std::vector<int64_t>& shape) const {
-  return cpuTensor(name, shape).to(device_, at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  at::Tensor t = cpuTensor(name, shape).to(device_, at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  loaded_bytes_[device_.str()] += t.nbytes();
+  return t;
 }
 
 }  // namespace tandem::gpu

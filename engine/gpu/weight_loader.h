@@ -33,6 +33,15 @@ class WeightLoader {
   at::Tensor loadFloat(const std::string& name, const std::vector<int64_t>& shape) const;
   // The tensor's bytes as stored (no copy) after the same checks; valid while this loader lives.
   io::TensorView view(const std::string& name, const std::vector<int64_t>& shape) const;
+  // Synthetic loaders: invents these tensors (all of one shape) on all cores at once, the values
+  // view() would invent one by one; a no-op for model dirs. Random MoE models of real size spend
+  // most of their build time here.
+  void inventAll(const std::vector<std::string>& names, const std::vector<int64_t>& shape) const;
+
+  // Where load() puts tensors from here on (the builder walks through the layers' devices).
+  void setDevice(at::Device device) { device_ = device; }
+  // Bytes load() and loadFloat() copied, by device name ("cuda:0"): for the memory ledger.
+  const std::map<std::string, uint64_t>& loadedBytes() const { return loaded_bytes_; }
 
   const std::filesystem::path& dir() const { return dir_; }
   at::ScalarType dtype() const { return dtype_; }
@@ -40,6 +49,8 @@ class WeightLoader {
 
  private:
   at::Tensor cpuTensor(const std::string& name, const std::vector<int64_t>& shape) const;
+  at::Tensor invent(const std::string& name, const std::vector<int64_t>& shape) const;
+  void keepInvented(const std::string& name, const at::Tensor& t) const;
 
   WeightLoader(at::ScalarType dtype, at::Device device) : dtype_(dtype), device_(device) {}
 
@@ -53,6 +64,7 @@ class WeightLoader {
   mutable std::map<std::string, io::TensorInfo> invented_info_;
   at::ScalarType dtype_;
   at::Device device_;
+  mutable std::map<std::string, uint64_t> loaded_bytes_;
 };
 
 // torch's type for a file dtype; Error for types the model math does not take (ints, fp8 for now).

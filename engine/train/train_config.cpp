@@ -303,6 +303,12 @@ int threads(const Entry& e) {
   return static_cast<int>(value);
 }
 
+std::string expertsMode(const Entry& e) {
+  std::string value = text(e);
+  if (value != "cpu" && value != "gpu-offload") failValue(e, "cpu or gpu-offload");
+  return value;
+}
+
 void readTandem(const Doc& doc, TrainConfig& c) {
   set(c.experts_backend, doc.get("experts_backend", expertsBackend));
   set(c.expert_threads, doc.get("expert_threads", threads));
@@ -310,6 +316,8 @@ void readTandem(const Doc& doc, TrainConfig& c) {
   set(c.expert_chunk_tokens, doc.get("expert_chunk_tokens", positiveInt));
   if (auto path = doc.get("expert_weight_path", text)) c.expert_weight_path = *path;
   set(c.device, doc.get("device", device));
+  if (auto devices = doc.get("layer_devices", text)) c.layer_devices = *devices;
+  set(c.experts_mode, doc.get("experts_mode", expertsMode));
   set(c.loss_chunk_tokens, doc.get("loss_chunk_tokens", positiveInt));
 }
 
@@ -516,6 +524,8 @@ std::string toYaml(const TrainConfig& c) {
   w.integer("expert_chunk_tokens", c.expert_chunk_tokens);
   w.str("expert_weight_path", c.expert_weight_path.string());
   w.str("device", c.device);
+  w.str("layer_devices", c.layer_devices);
+  w.str("experts_mode", c.experts_mode);
   w.integer("loss_chunk_tokens", c.loss_chunk_tokens);
   return w.text();
 }

@@ -101,6 +101,8 @@ struct TrainConfig {
   int64_t expert_chunk_tokens = 8192;    // KT chunk_size: tokens per CPU expert pass
   std::filesystem::path expert_weight_path;  // kt_weight_path; "" = experts from the model
   std::string device = "auto";           // auto|cpu|cuda|cuda:N
+  std::string layer_devices;             // "cuda:0:0-13,cuda:1:14-27"; "" = every layer on device
+  std::string experts_mode = "cpu";      // cpu (CPU expert engine) | gpu-offload (streamed to the GPU)
   int64_t loss_chunk_tokens = 1024;      // rows of the LM-head/cross-entropy per chunk
 
   bool operator==(const TrainConfig&) const = default;

@@ -61,7 +61,7 @@ void addSettingKeys(std::vector<KeySpec>& keys) {
         "per_device_eval_batch_size", "output_dir", "overwrite_output_dir", "logging_steps",
         "save_steps", "save_total_limit", "save_only_model", "plot_loss", "resume_from_checkpoint",
         "experts_backend", "expert_threads", "placement_rule", "expert_chunk_tokens",
-        "expert_weight_path", "device", "loss_chunk_tokens"}) {
+        "expert_weight_path", "device", "layer_devices", "experts_mode", "loss_chunk_tokens"}) {
     setting(name);
   }
   for (const char* name :

@@ -297,6 +297,7 @@ TEST(TrainConfigTest, BadConfigsFailWithUsefulErrors) {
       {"bf16: maybe\n", "bf16 must be true or false, got 'maybe'"},
       {"max_steps: 0\n", "max_steps must be -1 (use num_train_epochs) or a positive integer, got '0'"},
       {"device: gpu\n", "device must be auto, cpu, cuda or cuda:N; got 'gpu'"},
+      {"experts_mode: gpu\n", "experts_mode must be cpu or gpu-offload, got 'gpu'"},
       {"optim: sgd\n", "optim must be one of adamw_torch, adamw_torch_fused, adamw_hf; got 'sgd'"},
       {"finetuning_type: full\n", "'full' is not supported: Tandem trains LoRA adapters"},
       {"finetuning_type: freeze\n", "'freeze' is not supported: Tandem trains LoRA adapters"},
@@ -386,6 +387,8 @@ TEST(TrainConfigTest, ToYamlRoundTrips) {
   custom.placement_rule = "rules/x.yaml";
   custom.expert_weight_path = "/weights/int8";
   custom.device = "cuda:1";
+  custom.layer_devices = "cuda:0:0-13,cuda:1:14-27";
+  custom.experts_mode = "gpu-offload";
   custom.loss_chunk_tokens = 512;
   TrainConfig latest = parse(kMinimal);
   latest.resume = ResumeFrom::Latest;

@@ -225,6 +225,10 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   gpu::ModelOptions options;
   options.dtype = config.bf16 ? at::kBFloat16 : at::kFloat;
   options.device = pickDevice(config.device);
+  if (!config.layer_devices.empty()) {
+    options.layer_devices = gpu::parseLayerDevices(config.layer_devices, model_config.num_hidden_layers, options.device);
+  }
+  options.experts = gpu::parseExpertsMode(config.experts_mode);
   options.experts_backend = expertsBackend(config.experts_backend);
   options.gradient_checkpointing = config.gradient_checkpointing;
   options.loss_chunk_tokens = config.loss_chunk_tokens;

@@ -82,7 +82,7 @@ def cases(tmp_path_factory):
 
 
 def run_debug(tandem, mode, case, out, adapter="adapter", labels=True, dtype="fp32", device=None, backend=None,
-              tokens="tokens.json", model="model", timeout=300):
+              tokens="tokens.json", model="model", timeout=300, extra=()):
     cmd = [tandem, "debug", mode, "--model", str(case / model), "--tokens", str(case / tokens), "--out", str(out),
            "--dtype", dtype]
     if adapter:
@@ -93,6 +93,7 @@ def run_debug(tandem, mode, case, out, adapter="adapter", labels=True, dtype="fp
         cmd += ["--device", device]
     if backend:
         cmd += ["--experts-backend", backend]
+    cmd += list(extra)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
@@ -230,6 +231,84 @@ def test_grad_bf16_cuda(tandem, cases, tmp_path, arch):
 @pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v3"])
 def test_forward_fp32_cuda_per_expert_adapter(tandem, cases, tmp_path, arch):
     check(tandem, cases(arch), tmp_path, "forward", adapter="adapter_per_expert", device="cuda:0")
+
+
+# ---------------------------------------------------------------------------------------------
+# Placement: layers split over devices, routed experts in offload mode (docs/placement_runtime.md)
+# ---------------------------------------------------------------------------------------------
+
+PLACED_ARCHS = ["qwen3_moe", "deepseek_v2", "mixtral"]
+N_GPUS = torch.cuda.device_count() if CUDA else 0
+
+
+def split_devices(first, second):
+    """Layer 0 on `first`, layers 1-2 (the tiny models have 3) and the head on `second`."""
+    return ["--device", first, "--layer-devices", f"{first}:0,{second}:1-2"]
+
+
+def assert_same_outputs(a_path, b_path, tol=R.FP32_REL):
+    a, b = load_file(str(a_path)), load_file(str(b_path))
+    assert a.keys() == b.keys()
+    for k in a:
+        assert R.rel_l2(a[k].float(), b[k].float()) <= tol, k
+
+
+@pytest.mark.parametrize("arch", PLACED_ARCHS)
+def test_split_layers_equal_one_device(tandem, cases, tmp_path, arch):
+    """Layers on distinct device objects (cpu and cpu:0 here: the multi-device path, every
+    activation crossing with .to()) give the reference's numbers and the one-device run's."""
+    case = cases(arch)
+    split, _ = check(tandem, case, tmp_path, "grad", extra=split_devices("cpu", "cpu:0"))
+    one = tmp_path / "one.safetensors"
+    assert run_debug(tandem, "grad", case, one).returncode == 0
+    assert_same_outputs(split, one, tol=1e-6)
+
+
+@pytest.mark.parametrize("arch", PLACED_ARCHS)
+def test_offload_mode_equals_cpu_engine(tandem, cases, tmp_path, arch):
+    """--experts gpu-offload (torch ops on the layer's device; here the CPU device) matches the
+    reference and the CPU expert engine: logits, loss and every LoRA grad."""
+    case = cases(arch)
+    offload, _ = check(tandem, case, tmp_path, "grad", extra=["--experts", "gpu-offload"])
+    engine = tmp_path / "engine.safetensors"
+    assert run_debug(tandem, "grad", case, engine).returncode == 0
+    assert_same_outputs(offload, engine)
+
+
+def test_offload_mode_with_checkpointing_and_split(tandem, cases, tmp_path):
+    check(tandem, cases("deepseek_v3", rslora=True, router_lora=True), tmp_path, "grad", adapter="adapter_per_expert",
+          extra=["--experts", "gpu-offload", "--gradient-checkpointing"] + split_devices("cpu", "cpu:0"))
+
+
+@pytest.mark.parametrize("extra,expected", [
+    (["--layer-devices", "cpu:0-7"], "outside"),
+    (["--layer-devices", "cpu:1-0"], "not a layer range"),
+    (["--layer-devices", "cpu:0-1,cpu:1-2"], "placed twice"),
+    (["--layer-devices", "tpu:0-2"], "not a device"),
+    (["--layer-devices", "cuda:7:0-2"], "not available"),
+    (["--experts", "gpu"], "gpu-offload"),
+])
+def test_bad_placement_is_an_error(tandem, cases, tmp_path, extra, expected):
+    result = run_debug(tandem, "grad", cases("qwen3_moe"), tmp_path / "o.safetensors", extra=extra)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert expected in result.stderr, result.stderr
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("arch", PLACED_ARCHS + ["deepseek_v3", "qwen2_moe", "llama"])
+def test_split_layers_cuda(tandem, cases, tmp_path, arch, dtype):
+    """cuda:0 + cuda:1 on a two-GPU machine, cuda:0 + cpu where only one GPU is available."""
+    second = "cuda:1" if N_GPUS >= 2 else "cpu"
+    check(tandem, cases(arch, dtype), tmp_path, "grad", dtype=dtype, extra=split_devices("cuda:0", second))
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v2", "deepseek_v3", "mixtral", "qwen2_moe"])
+def test_offload_mode_cuda(tandem, cases, tmp_path, arch, dtype):
+    check(tandem, cases(arch, dtype), tmp_path, "grad", dtype=dtype, device="cuda:0",
+          extra=["--experts", "gpu-offload"])
 
 
 # ---------------------------------------------------------------------------------------------

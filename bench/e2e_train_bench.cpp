@@ -1,0 +1,207 @@
+// One configuration of the end-to-end LoRA SFT benchmark (bench/e2e_train_bench.py runs it once
+// per mode and compares): a random-weight model of a real config.json's shapes built in memory
+// (CausalLm::random, no download), one [1, tokens] sequence, `--steps` optimizer steps (forward,
+// backward, global grad-norm clip, AdamW). Prints one JSON object: seconds per step, tokens/s
+// over the steps after the first, peak GPU memory (libtorch's caching allocator), the engine's
+// memory ledger, and how long the MoE block's forward takes with the shared experts overlapped
+// with the CPU experts versus one after the other.
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "engine/core/error.h"
+#include "engine/core/memory_ledger.h"
+#include "engine/core/thread_pool.h"
+#include "engine/gpu/causal_lm.h"
+#include "engine/gpu/moe_function.h"
+#include "engine/gpu/torch_runtime.h"
+#include "engine/io/model_config.h"
+#include "engine/model/lora_target.h"
+#include "engine/train/lora_optimizer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using tandem::gpu::CausalLm;
+
+struct Options {
+  std::string config_dir;
+  int layers = 0;  // 0: config.json's count
+  int64_t tokens = 2048;
+  int steps = 3;
+  std::string experts = "cpu";
+  std::string device = "cuda:0";
+  std::string layer_devices;
+  double gpu_cap_gib = 0;  // 0: no cap
+  int lora_rank = 8;
+  double lora_alpha = 16;
+  std::string lora_target = "q_proj,k_proj,v_proj,o_proj,q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj";
+  bool gradient_checkpointing = false;
+  int torch_threads = 0;  // 0: libtorch's default
+};
+
+double seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// Waits for the device: a scalar read from the tensor's stream.
+void sync(const at::Tensor& t) { (void)t.sum().item<double>(); }
+
+nlohmann::json ledgerJson() {
+  nlohmann::json out = nlohmann::json::object();
+  for (const tandem::DeviceMemoryUsage& d : tandem::MemoryLedger::global().snapshot()) {
+    nlohmann::json dev;
+    for (int c = 0; c < tandem::kMemoryCategoryCount; ++c) {
+      const auto category = static_cast<tandem::MemoryCategory>(c);
+      dev[std::string(tandem::memoryCategoryName(category))] = {{"current", d.current(category)},
+                                                                {"peak", d.peak(category)}};
+    }
+    dev["peak_total"] = d.peak_total_bytes;
+    out[d.device] = dev;
+  }
+  return out;
+}
+
+// Forward of the first MoE block on real activations, with the shared experts launched while the
+// CPU computes the routed ones (MoeBlock::forward) and after it: milliseconds, best of 3.
+nlohmann::json overlapProbe(CausalLm& model, int64_t tokens) {
+  nlohmann::json out;
+  model.visitMoeBlocks([&](const std::string& name, tandem::gpu::MoeBlock& block) {
+    if (!out.is_null() || !block.shared.defined() || block.offload) return;
+    at::NoGradGuard no_grad;
+    const at::Tensor w = block.shared.gate_proj.weight();
+    const at::Tensor x = at::randn({tokens, w.size(1)}, w.options()) * 0.5;
+    auto best = [&](const std::function<at::Tensor()>& run) {
+      double best_ms = 1e30;
+      for (int i = 0; i < 3; ++i) {
+        sync(x);
+        const auto t0 = Clock::now();
+        sync(run());
+        best_ms = std::min(best_ms, seconds(t0) * 1e3);
+      }
+      return best_ms;
+    };
+    const double overlapped = best([&] { return block.forward(x.unsqueeze(0), false); });
+    const double serial = best([&] {
+      const auto choice = block.router.route(x);
+      const at::Tensor routed = tandem::gpu::routedExperts(*block.experts, x, choice.ids, choice.weights, at::Tensor());
+      sync(routed);
+      return routed + block.shared.forward(x, false);
+    });
+    const double shared_only = best([&] { return block.shared.forward(x, false); });
+    out = {{"block", name}, {"overlapped_ms", overlapped}, {"serial_ms", serial}, {"shared_only_ms", shared_only}};
+  });
+  return out;
+}
+
+void run(const Options& o) {
+  if (o.torch_threads > 0) tandem::gpu::setTorchThreads(o.torch_threads);
+  tandem::io::ModelConfig config = tandem::io::readModelConfig(o.config_dir);
+  if (o.layers > 0) config.num_hidden_layers = o.layers;
+  tandem::gpu::ModelOptions options;
+  options.dtype = at::kBFloat16;
+  options.device = tandem::gpu::parseDevice(o.device);
+  if (!o.layer_devices.empty()) {
+    options.layer_devices = tandem::gpu::parseLayerDevices(o.layer_devices, config.num_hidden_layers, options.device);
+  }
+  options.experts = tandem::gpu::parseExpertsMode(o.experts);
+  options.gradient_checkpointing = o.gradient_checkpointing;
+  const bool cuda = options.device.is_cuda();
+  if (cuda && o.gpu_cap_gib > 0) {
+    tandem::gpu::capGpuMemory(options.device.index(), static_cast<uint64_t>(o.gpu_cap_gib * (1ull << 30)));
+  }
+  tandem::gpu::LoraSettings lora{o.lora_rank, o.lora_alpha, false, 0.0};
+  const tandem::gpu::LoraPlan plan =
+      tandem::gpu::loraPlanFromTarget(tandem::model::LoraTarget::parse(o.lora_target), lora);
+
+  const auto t_build = Clock::now();
+  auto model = CausalLm::random(config, options, &plan, /*seed=*/7, tandem::ThreadPool::global());
+  const double build_s = seconds(t_build);
+  tandem::train::LoraOptimizer optimizer(*model, {}, tandem::ThreadPool::global());
+  at::manual_seed(0);  // the same tokens in every mode: step 1's loss must agree across them
+  const at::Tensor ids = at::randint(config.vocab_size, {1, o.tokens}, at::kLong);
+
+  nlohmann::json steps = nlohmann::json::array();
+  double timed_s = 0;
+  if (cuda) tandem::gpu::resetGpuMemoryPeak(options.device.index());
+  tandem::MemoryLedger::global().resetPeaks();
+  for (int step = 0; step < o.steps; ++step) {
+    const auto t0 = Clock::now();
+    const at::Tensor hidden = model->forwardHidden(ids, /*training=*/true);
+    const at::Tensor loss = model->loss(hidden, ids);
+    const double loss_value = loss.item<double>();
+    const double forward_s = seconds(t0);
+    torch::autograd::backward({loss});
+    const double norm = optimizer.clipGradNorm(1.0);  // reads every grad: waits for the devices
+    const double backward_s = seconds(t0) - forward_s;
+    optimizer.step(1e-4);
+    optimizer.zeroGrad();
+    const double step_s = seconds(t0);
+    if (step > 0) timed_s += step_s;
+    steps.push_back({{"step_s", step_s}, {"forward_s", forward_s}, {"backward_s", backward_s},
+                     {"loss", loss_value}, {"grad_norm", norm}});
+  }
+  nlohmann::json out;
+  out["experts"] = o.experts;
+  out["layers"] = config.num_hidden_layers;
+  out["tokens"] = o.tokens;
+  out["gradient_checkpointing"] = o.gradient_checkpointing;
+  out["gpu_cap_gib"] = o.gpu_cap_gib;
+  out["layer_devices"] = tandem::gpu::formatLayerDevices(
+      options.layer_devices.empty() ? std::vector<at::Device>(static_cast<size_t>(config.num_hidden_layers), options.device)
+                                    : options.layer_devices);
+  out["build_s"] = build_s;
+  out["steps"] = steps;
+  out["tokens_per_s"] = o.steps > 1 ? static_cast<double>(o.tokens) * (o.steps - 1) / timed_s : 0.0;
+  out["lora_parameters"] = optimizer.numParameters();
+  if (cuda) {
+    nlohmann::json gpus = nlohmann::json::object();
+    for (const auto& gpu : tandem::gpu::probeTorchRuntime().gpus) {
+      const auto peak = tandem::gpu::gpuMemoryPeak(gpu.index);
+      gpus["cuda:" + std::to_string(gpu.index)] = {{"peak_allocated_bytes", peak.allocated_bytes},
+                                                   {"peak_reserved_bytes", peak.reserved_bytes}};
+    }
+    out["gpu_memory"] = gpus;
+  }
+  out["ledger"] = ledgerJson();
+  if (options.experts == tandem::gpu::ExpertsMode::Cpu) out["overlap_probe"] = overlapProbe(*model, o.tokens);
+  std::cout << out.dump() << std::endl;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Tandem end-to-end LoRA SFT step on a random model of real shapes"};
+  Options o;
+  app.add_option("--config", o.config_dir, "dir with the model's config.json")->required();
+  app.add_option("--layers", o.layers, "decoder layers to build (0: all)");
+  app.add_option("--tokens", o.tokens, "sequence length");
+  app.add_option("--steps", o.steps, "optimizer steps (the first is warm-up)");
+  app.add_option("--experts", o.experts, "cpu or gpu-offload");
+  app.add_option("--device", o.device, "device of the dense parts");
+  app.add_option("--layer-devices", o.layer_devices, "e.g. cuda:0:0-13,cuda:1:14-26");
+  app.add_option("--gpu-cap-gib", o.gpu_cap_gib, "cap libtorch's GPU memory (0: none)");
+  app.add_option("--lora-rank", o.lora_rank, "LoRA r");
+  app.add_option("--lora-alpha", o.lora_alpha, "LoRA alpha");
+  app.add_option("--lora-target", o.lora_target, "comma-separated module names");
+  app.add_flag("--gradient-checkpointing", o.gradient_checkpointing, "recompute each layer in backward");
+  app.add_option("--torch-threads", o.torch_threads, "libtorch intra-op threads");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    run(o);
+  } catch (const tandem::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const c10::Error& e) {
+    std::cerr << "error: " << e.what_without_backtrace() << "\n";
+    return 1;
+  }
+  return 0;
+}

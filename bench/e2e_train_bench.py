@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""End-to-end LoRA SFT step on a GPU machine: Tandem co-computation vs Tandem offload mode vs
+transformers + PEFT fully on the GPU, one run, random weights of real model shapes (see
+docs/benchmarks.md).
+
+    python bench/e2e_train_bench.py --bench build/bin/tandem_e2e_bench [--models v2-lite,qwen3-30b-a3b]
+        [--layers 0] [--tokens 2048] [--steps 3] [--gpu-cap-gib 24] [--out result.json]
+
+Per model shape (config.json written below from the published configs; weights built in memory):
+1. Tandem, routed experts on the CPU expert engine, dense parts on cuda:0, capped at --gpu-cap-gib
+   of GPU memory (a 24 GB card) through libtorch's caching allocator (tandem_e2e_bench process).
+2. Tandem offload mode (experts streamed from pinned host memory per layer, forward and
+   backward), same cap (another process).
+3. transformers + PEFT, whole model on the GPU, uncapped (the upper bound), in this process.
+All three: bf16 weights, LoRA r=8 alpha=16 on the attention projections, one sequence of --tokens
+tokens (labels = inputs), AdamW, grad clip 1.0; tokens/s over the steps after the first (warm-up);
+peak GPU memory from torch's caching allocator (max allocated, and reserved). --layers N builds the
+first N decoder layers of the real shape (0: all).
+
+Prints one JSON object with the three results per model and the ratios the issue sets targets for:
+co/offload tokens/s (target >= 5) and Tandem co-computation GPU memory / HF+PEFT's (target <= 0.2).
+"""
+
+import argparse
+import gc
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# The published config.json files (deepseek-ai/DeepSeek-V2-Lite, Qwen/Qwen3-30B-A3B), trimmed to
+# what the models read.
+CONFIGS = {
+    "v2-lite": {
+        "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "vocab_size": 102400,
+        "hidden_size": 2048, "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_hidden_layers": 27,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "n_shared_experts": 2, "n_routed_experts": 64,
+        "routed_scaling_factor": 1.0, "kv_lora_rank": 512, "q_lora_rank": None, "qk_rope_head_dim": 64,
+        "v_head_dim": 128, "qk_nope_head_dim": 128, "topk_method": "greedy", "n_group": 1, "topk_group": 1,
+        "num_experts_per_tok": 6, "moe_layer_freq": 1, "first_k_dense_replace": 1, "norm_topk_prob": False,
+        "scoring_func": "softmax", "hidden_act": "silu", "max_position_embeddings": 163840,
+        "initializer_range": 0.02, "rms_norm_eps": 1e-06, "bos_token_id": 100000, "eos_token_id": 100001,
+        "tie_word_embeddings": False, "rope_theta": 10000,
+        "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707, "mscale_all_dim": 0.707,
+                         "original_max_position_embeddings": 4096, "type": "yarn"},
+        "attention_bias": False, "attention_dropout": 0.0, "torch_dtype": "bfloat16",
+    },
+    "qwen3-30b-a3b": {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "attention_bias": False,
+        "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645, "decoder_sparse_step": 1,
+        "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+        "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48, "mlp_only_layers": [],
+        "moe_intermediate_size": 768, "norm_topk_prob": True, "num_attention_heads": 32, "num_experts": 128,
+        "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
+        "rope_scaling": None, "rope_theta": 1000000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "use_sliding_window": False, "vocab_size": 151936,
+    },
+}
+ATTENTION_TARGETS = {"v2-lite": ["q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"],
+                     "qwen3-30b-a3b": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+GIB = 1 << 30
+
+
+def run_tandem(bench, config_dir, experts, args, targets):
+    cmd = [bench, "--config", str(config_dir), "--experts", experts, "--device", "cuda:0",
+           "--tokens", str(args.tokens), "--steps", str(args.steps), "--gpu-cap-gib", str(args.gpu_cap_gib),
+           "--lora-rank", "8", "--lora-alpha", "16", "--lora-target", ",".join(targets)]
+    if args.layers:
+        cmd += ["--layers", str(args.layers)]
+    start = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip()[-2000:], "command": " ".join(cmd)}
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["command"] = " ".join(cmd)
+    result["wall_s"] = time.time() - start
+    gpu = result.get("gpu_memory", {}).get("cuda:0", {})
+    result["peak_gpu_gib"] = gpu.get("peak_allocated_bytes", 0) / GIB
+    result["peak_gpu_reserved_gib"] = gpu.get("peak_reserved_bytes", 0) / GIB
+    return result
+
+
+def run_hf(name, args, targets):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg_dict = dict(CONFIGS[name])
+    if args.layers:
+        cfg_dict["num_hidden_layers"] = args.layers
+    config = AutoConfig.for_model(**cfg_dict)
+    torch.manual_seed(0)
+    start = time.time()
+    with torch.device("cuda:0"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    build_s = time.time() - start
+    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=targets, lora_dropout=0.0))
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-4)
+    ids = torch.randint(config.vocab_size, (1, args.tokens), device="cuda:0")
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    steps, timed = [], 0.0
+    for step in range(args.steps):
+        torch.cuda.synchronize()
+        t0 = time.time()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        dt = time.time() - t0
+        steps.append({"step_s": dt, "loss": float(loss), "grad_norm": float(norm)})
+        if step > 0:
+            timed += dt
+    result = {"layers": config.num_hidden_layers, "build_s": build_s, "steps": steps,
+              "tokens_per_s": args.tokens * (args.steps - 1) / timed if args.steps > 1 else 0.0,
+              "peak_gpu_gib": torch.cuda.max_memory_allocated() / GIB,
+              "peak_gpu_reserved_gib": torch.cuda.max_memory_reserved() / GIB,
+              "lora_parameters": sum(p.numel() for p in params),
+              "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__,
+                           "peft": __import__("peft").__version__}}
+    del model, optimizer, params, loss
+    gc.collect()
+    torch.cuda.empty_cache()
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bench", required=True, help="the tandem_e2e_bench executable")
+    parser.add_argument("--models", default="v2-lite,qwen3-30b-a3b")
+    parser.add_argument("--layers", type=int, default=0, help="decoder layers of the real shape (0: all)")
+    parser.add_argument("--tokens", type=int, default=2048)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--gpu-cap-gib", type=float, default=24.0)
+    parser.add_argument("--modes", default="co,offload,hf")
+    parser.add_argument("--timeout", type=int, default=900)
+    parser.add_argument("--out", help="also write the JSON here")
+    args = parser.parse_args()
+    modes = args.modes.split(",")
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            config_dir = Path(tmp) / name
+            config_dir.mkdir()
+            (config_dir / "config.json").write_text(json.dumps(CONFIGS[name]))
+            r = {}
+            if "co" in modes:
+                r["tandem_co"] = run_tandem(args.bench, config_dir, "cpu", args, ATTENTION_TARGETS[name])
+            if "offload" in modes:
+                r["tandem_offload"] = run_tandem(args.bench, config_dir, "gpu-offload", args, ATTENTION_TARGETS[name])
+            if "hf" in modes:
+                try:
+                    r["hf_peft"] = run_hf(name, args, ATTENTION_TARGETS[name])
+                except Exception as e:  # noqa: BLE001 - an OOM or a missing architecture is a result too
+                    r["hf_peft"] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+            co, off, hf = r.get("tandem_co", {}), r.get("tandem_offload", {}), r.get("hf_peft", {})
+            if co.get("tokens_per_s") and off.get("tokens_per_s"):
+                r["co_over_offload_tokens_per_s"] = co["tokens_per_s"] / off["tokens_per_s"]
+            if co.get("peak_gpu_gib") and hf.get("peak_gpu_gib"):
+                r["co_gpu_memory_over_hf"] = co["peak_gpu_gib"] / hf["peak_gpu_gib"]
+            results[name] = r
+            print(json.dumps({name: r}), file=sys.stderr, flush=True)
+    text = json.dumps(results, indent=1)
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+#pragma once
+// Offload mode (ExpertsMode::GpuOffload), the baseline co-computation is measured against: the
+// ZeRO-Offload paradigm applied to the routed experts. Their frozen weights stay in host memory
+// (pinned when the layer is on a GPU) and are copied to the layer's device for every use, once in
+// forward and once more in backward, then computed there with torch ops; nothing of them stays on
+// the device after the layer ran.
+//
+// The expert LoRA stays in the ExpertLayer's fp32 host buffers (ExpertLora) in both modes: A and B
+// travel to the device with the weights, their gradients come back and accumulate there. So the
+// optimizer (as in ZeRO-Offload, the expert part steps on the CPU), the global grad-norm clip,
+// checkpoints and adapter export are the same code for both modes.
+//
+// Math as ExpertLayer: g = gate(x), u = up(x), o = down(silu(g) ⊙ u), y_t = Σ_j w_tj · o_tj, with
+// P(x) = x W_Pᵀ + s · (x A_Pᵀ) B_Pᵀ. Projections run in the model dtype with the LoRA branch in
+// fp32 and cast back (PEFT); the weighted sum over a token's experts is fp32.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+#include "engine/core/memory_ledger.h"
+#include "engine/experts/expert_lora.h"
+#include "engine/experts/expert_types.h"
+
+namespace tandem::gpu {
+
+class ExpertOffload {
+ public:
+  // Copies the experts' weights (views in `dtype`, as the CPU engine reads them) into host
+  // memory: gate, up [E, I, H] and down [E, H, I]; pinned when `device` is a GPU.
+  ExpertOffload(const experts::ExpertLayerSpec& spec, const experts::ExpertWeightViews& weights,
+                at::ScalarType dtype, at::Device device);
+
+  // hidden [T, H] model dtype on the layer's device; topk_ids [T, k] int64; topk_weights [T, k]
+  // fp32; lora_anchor as routedExperts (moe_function.h). -> [T, H] model dtype on that device.
+  // Backward returns d hidden and d topk_weights and accumulates the LoRA grads into `lora`.
+  at::Tensor forward(experts::ExpertLora& lora, const at::Tensor& hidden,
+                     const at::Tensor& topk_ids, const at::Tensor& topk_weights,
+                     const at::Tensor& lora_anchor) const;
+
+  at::Device device() const { return device_; }
+  uint64_t hostBytes() const { return charge_.bytes(); }
+
+  // The weights on the device, copied from host memory (asynchronously from pinned memory).
+  struct DeviceWeights {
+    at::Tensor gate, up, down;
+  };
+  DeviceWeights stream() const;
+
+ private:
+  at::Tensor gate_, up_, down_;  // host, model dtype
+  at::Device device_;
+  MemoryCharge charge_;
+};
+
+}  // namespace tandem::gpu
