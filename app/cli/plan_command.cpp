@@ -125,7 +125,8 @@ nlohmann::json toJson(const MemoryPlan& plan, const placement::Hardware& hw) {
     modules.push_back(j);
   }
   return {{"hardware", {{"name", hw.name}, {"source", hw.source}}}, {"fits", plan.fits}, {"devices", devices},
-          {"placement", modules}, {"problems", plan.problems}, {"advice", plan.advice}, {"notes", plan.notes}};
+          {"placement", modules}, {"transposed_weights", plan.transposed_weights}, {"problems", plan.problems},
+          {"advice", plan.advice}, {"notes", plan.notes}};
 }
 
 void runPlan(const PlanOptions& o) {

@@ -48,6 +48,21 @@ void probeCoreTopology(CpuSpec& cpu, const NumaTopology& numa) {
   cpu.physical_cores = std::max<int>(1, static_cast<int>(cores.size()));
 }
 
+// /proc/meminfo's MemAvailable less MemFree: page cache and other memory the kernel gives back on
+// demand (a model's mmap'd weights sit there), which "free" leaves out. 0 when unreadable.
+uint64_t reclaimableBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0, free_kib = 0, available_kib = 0;
+  std::string unit;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemFree:") free_kib = kib;
+    if (key == "MemAvailable:") available_kib = kib;
+  }
+  return available_kib > free_kib ? (available_kib - free_kib) * 1024 : 0;
+}
+
 // PCIe link of GPU `index` from sysfs ("16.0 GT/s PCIe" -> gen 4), when the build has CUDA.
 void probePcieLink(GpuSpec& gpu) {
 #ifdef TANDEM_WITH_CUDA
@@ -211,8 +226,13 @@ Hardware probeHardware(std::string* gpu_status) {
   hw.cpu.amx_int8 = f.canUseAmxInt8();
   const NumaTopology numa = detectNumaTopology();
   probeCoreTopology(hw.cpu, numa);
+  // What a run can have is the available memory: free plus reclaimable, shared out by node size.
+  const uint64_t reclaimable = reclaimableBytes();
+  const double total = static_cast<double>(numa.totalBytes());
   for (const NumaNode& node : numa.nodes) {
-    hw.numa_nodes.push_back({node.id, static_cast<int>(node.cpus.size()), node.total_bytes, node.free_bytes});
+    const auto share = static_cast<uint64_t>(static_cast<double>(reclaimable) * static_cast<double>(node.total_bytes) / total);
+    hw.numa_nodes.push_back({node.id, static_cast<int>(node.cpus.size()), node.total_bytes,
+                             std::min(node.total_bytes, node.free_bytes + share)});
   }
   const gpu::TorchRuntimeInfo torch = gpu::probeTorchRuntime();
   for (const gpu::GpuInfo& g : torch.gpus) {

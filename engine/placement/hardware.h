@@ -36,7 +36,7 @@ struct NumaNodeSpec {
   int id = 0;
   int cores = 0;             // CPUs of this node the process may use (probed) or cores (preset)
   uint64_t total_bytes = 0;  // RAM on the node
-  uint64_t free_bytes = 0;   // probed: free now; preset: = total
+  uint64_t free_bytes = 0;   // probed: available now (free + reclaimable page cache); preset: = total
 };
 
 struct Hardware {
