@@ -302,6 +302,17 @@ std::pair<std::string, std::string> moeBlockClasses(Architecture arch) {
   }
 }
 
+// KT's whole-model class, which moves the hidden states between GPUs (transfer_map).
+std::string modelClass(Architecture arch) {
+  switch (arch) {
+    case Architecture::DeepseekV2:
+    case Architecture::DeepseekV3: return "ktransformers.operators.models.KDeepseekV2Model";
+    case Architecture::Qwen3Moe: return "ktransformers.operators.models.KQwen3MoeModel";
+    case Architecture::Qwen2Moe: return "ktransformers.operators.models.KQwen2MoeModel";
+    default: return "";
+  }
+}
+
 struct Group {
   ModuleKind kind;
   std::string suffix;  // after "model.layers.N." in KT naming
@@ -458,6 +469,30 @@ std::string writeKtRules(const Placement& placement, const io::ModelConfig& mode
         break;
       default: emitRule(out, name, "", "default", [&] { emitDevices(out, g.sample.device); });
     }
+  }
+  // KT sends every module no rule matches (the Linears inside attention, rotary embeddings) to
+  // cuda:0; LLaMA-Factory's files end with catch-alls per GPU, and so do these.
+  std::vector<std::pair<std::string, std::vector<int>>> layers_by_device;
+  for (int l = 0; l < model.num_hidden_layers; ++l) {
+    const std::string& d = attention_device[static_cast<size_t>(l)];
+    auto it = std::find_if(layers_by_device.begin(), layers_by_device.end(), [&](const auto& e) { return e.first == d; });
+    if (it == layers_by_device.end()) it = layers_by_device.insert(layers_by_device.end(), {d, {}});
+    it->second.push_back(l);
+  }
+  if (const std::string cls = modelClass(arch); !cls.empty()) {
+    emitRule(out, "^model$", "", cls, [&] {
+      out << YAML::Key << "per_layer_prefill_intput_threshold" << YAML::Value << 0;
+      if (layers_by_device.size() < 2) return;
+      out << YAML::Key << "transfer_map" << YAML::Value << YAML::BeginMap;
+      for (size_t i = 1; i < layers_by_device.size(); ++i) {
+        out << YAML::Key << layers_by_device[i].second.front() << YAML::Value << YAML::DoubleQuoted << layers_by_device[i].first;
+      }
+      out << YAML::EndMap;
+    });
+  }
+  for (const auto& [device, layers] : layers_by_device) {
+    emitRule(out, "^model\\.layers\\." + layerAlternation(layers) + "\\.", "", "default",
+             [&, d = device] { emitDevices(out, d); });
   }
   emitRule(out, "^model\\.norm$", "", "default", [&] { emitDevices(out, placement.find("model.norm")->device); });
   emitRule(out, "^lm_head$", "torch.nn.Linear", "ktransformers.operators.linear.KTransformersLinear", [&] {
