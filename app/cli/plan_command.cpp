@@ -34,6 +34,7 @@ struct PlanOptions {
   std::string placement;  // "" = the config's kt_optimize_rule, or the planner's own
   bool json = false;
   bool split_layers = false;
+  int64_t chat_context = 0;  // > 0: plan chatting with this many tokens of context instead of training
 };
 
 struct Summary {
@@ -72,15 +73,20 @@ std::string gib(uint64_t bytes) {
 }
 
 void printHuman(const MemoryPlan& plan, const train::TrainConfig& config, const io::ModelConfig& model,
-                const placement::Hardware& hw) {
+                const placement::Hardware& hw, int64_t chat_context) {
   std::printf("model     %s (%s, %d layers", config.model_name_or_path.c_str(), model.model_type.c_str(),
               model.num_hidden_layers);
   if (model.isMoe()) std::printf(", %d experts top-%d", model.num_experts, model.num_experts_per_tok);
   std::printf(")\nhardware  %s\n", hw.name.c_str());
-  std::printf("training  LoRA r=%lld, cutoff_len %lld x batch %lld, gradient checkpointing %s, %s\n\n",
-              static_cast<long long>(config.lora_rank), static_cast<long long>(config.cutoff_len),
-              static_cast<long long>(config.per_device_train_batch_size), config.gradient_checkpointing ? "on" : "off",
-              config.bf16 ? "bf16" : "fp32");
+  if (chat_context > 0) {
+    std::printf("chat      %lld tokens of context, LoRA r=%lld adapter, %s\n\n", static_cast<long long>(chat_context),
+                static_cast<long long>(config.lora_rank), config.bf16 ? "bf16" : "fp32");
+  } else {
+    std::printf("training  LoRA r=%lld, cutoff_len %lld x batch %lld, gradient checkpointing %s, %s\n\n",
+                static_cast<long long>(config.lora_rank), static_cast<long long>(config.cutoff_len),
+                static_cast<long long>(config.per_device_train_batch_size),
+                config.gradient_checkpointing ? "on" : "off", config.bf16 ? "bf16" : "fp32");
+  }
   std::printf("%-11s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s  %s\n", "GiB", "capacity", "weights", "lora+opt",
               "activ.", "exp.cache", "packedWt", "kv", "staging", "overhead", "total", "");
   for (const DevicePlan& d : plan.devices) {
@@ -137,6 +143,11 @@ void runPlan(const PlanOptions& o) {
                                                     : placement::resolveHardware(o.hardware, presets);
   placement::PlanRequest request = train::planRequestFor(config, model);
   request.whole_layers = !o.split_layers;
+  if (o.chat_context > 0) {
+    request.training = false;
+    request.kv_cache_tokens = o.chat_context;
+    request.cutoff_len = o.chat_context;  // the prompt's prefill is the largest forward
+  }
   const fs::path placement_file = o.placement.empty() ? config.placement_rule : fs::path(o.placement);
   const MemoryPlan plan =
       placement_file.empty()
@@ -146,7 +157,7 @@ void runPlan(const PlanOptions& o) {
   if (o.json) {
     std::printf("%s\n", toJson(plan, hw).dump(2).c_str());
   } else {
-    printHuman(plan, config, model, hw);
+    printHuman(plan, config, model, hw, o.chat_context);
     if (!o.rules_out.empty()) std::printf("\nwrote the placement as a KTransformers rule file: %s\n", o.rules_out.c_str());
   }
 }
@@ -168,6 +179,9 @@ void addPlanCommand(CLI::App& app) {
                       "Evaluate this placement: a KTransformers rule file or a presets/placement/ file "
                       "(default: the config's kt_optimize_rule, else the planner's own)");
   command->add_option("--rules-out", options->rules_out, "Write the placement as a KTransformers rule file");
+  command->add_option("--chat-context", options->chat_context,
+                      "Plan chatting with the model (and its adapter) at this many tokens of context instead of training")
+      ->check(CLI::PositiveNumber);
   command->callback([options] { runPlan(*options); });
 }
 

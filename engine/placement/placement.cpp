@@ -213,12 +213,15 @@ struct LayerRange {
 
 LayerRange parseRange(const std::string& text, int num_layers, const std::string& where) {
   const size_t dash = text.find('-');
+  const std::string_view first = std::string_view(text).substr(0, dash);
+  const std::string_view last = dash == std::string::npos ? first : std::string_view(text).substr(dash + 1);
   LayerRange r;
-  const bool ok = dash == std::string::npos
-                      ? parseIndex(text, r.first) && (r.last = r.first, true)
-                      : parseIndex(std::string_view(text).substr(0, dash), r.first) &&
-                            (dash + 1 == text.size() ? (r.last = num_layers - 1, true)
-                                                     : parseIndex(std::string_view(text).substr(dash + 1), r.last));
+  bool ok = parseIndex(first, r.first);
+  if (last.empty()) {
+    r.last = num_layers - 1;  // "A-": to the end
+  } else {
+    ok = ok && parseIndex(last, r.last);
+  }
   if (!ok || r.first > r.last) throw Error(where + ": '" + text + "' is not a layer range", "write N, A-B or A- (to the end)");
   if (r.last >= num_layers) {
     throw Error(where + ": layer " + std::to_string(r.last) + " is past the model's last layer " + std::to_string(num_layers - 1));

@@ -119,3 +119,14 @@ def test_train_refuses_early_when_it_cannot_fit(tmp_path):
     assert r.returncode == 1
     assert "does not fit this machine" in r.stderr and "host RAM" in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_chat_plans_a_kv_cache_instead_of_training_state(tmp_path):
+    cfg = config(tmp_path, "qwen3-30b-a3b.json")
+    train = plan(cfg, "--hardware", "1x4090-24g_xeon-w7-spr_256g")
+    chat = plan(cfg, "--hardware", "1x4090-24g_xeon-w7-spr_256g", "--chat-context", 32768)
+    gpu = lambda r: next(d for d in r["devices"] if d["device"] == "cuda:0")["bytes"]
+    # 48 layers x 2 (K, V) x 4 KV heads x 128 x 2 bytes x 32768 tokens = 3 GiB, computed by hand.
+    assert gpu(chat)["kv_cache"] == 48 * 2 * 4 * 128 * 2 * 32768
+    assert gpu(train)["kv_cache"] == 0
+    assert host_item(chat, "expert LoRA optimizer") == 0 and host_item(train, "expert LoRA optimizer") > 0
