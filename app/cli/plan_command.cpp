@@ -31,6 +31,7 @@ struct PlanOptions {
   std::string config;
   std::string hardware;  // "" = probe this machine
   std::string rules_out;
+  std::string hardware_out;
   std::string placement;  // "" = the config's kt_optimize_rule, or the planner's own
   bool json = false;
   bool split_layers = false;
@@ -106,7 +107,7 @@ void printHuman(const MemoryPlan& plan, const train::TrainConfig& config, const 
   for (const std::string& n : plan.notes) std::printf("  note: %s\n", n.c_str());
 }
 
-nlohmann::json toJson(const MemoryPlan& plan, const placement::Hardware& hw) {
+nlohmann::json toJson(const MemoryPlan& plan, const placement::Hardware& hw, const io::ModelConfig& model) {
   nlohmann::json devices = nlohmann::json::array();
   for (const DevicePlan& d : plan.devices) {
     nlohmann::json bytes, items = nlohmann::json::array();
@@ -122,7 +123,7 @@ nlohmann::json toJson(const MemoryPlan& plan, const placement::Hardware& hw) {
   nlohmann::json modules = nlohmann::json::array();
   for (const ModulePlacement& m : plan.placement.modules) {
     nlohmann::json j = {{"name", m.name}, {"kind", placement::moduleKindName(m.kind)}, {"layer", m.layer},
-                        {"device", m.device}};
+                        {"device", m.device}, {"parameters", placement::moduleParameters(model, m)}};
     if (m.kind == ModuleKind::RoutedExperts) {
       j["backend"] = m.backend;
       j["weight_format"] = m.weight_format;
@@ -154,8 +155,9 @@ void runPlan(const PlanOptions& o) {
           ? placement::planMemory(request, hw)
           : placement::evaluatePlacement(request, hw, placement::loadPlacementFile(placement_file, model));
   if (!o.rules_out.empty()) io::writeFileAtomically(o.rules_out, placement::writeKtRules(plan.placement, model));
+  if (!o.hardware_out.empty()) io::writeFileAtomically(o.hardware_out, placement::hardwareToYaml(hw));
   if (o.json) {
-    std::printf("%s\n", toJson(plan, hw).dump(2).c_str());
+    std::printf("%s\n", toJson(plan, hw, model).dump(2).c_str());
   } else {
     printHuman(plan, config, model, hw, o.chat_context);
     if (!o.rules_out.empty()) std::printf("\nwrote the placement as a KTransformers rule file: %s\n", o.rules_out.c_str());
@@ -179,6 +181,8 @@ void addPlanCommand(CLI::App& app) {
                       "Evaluate this placement: a KTransformers rule file or a presets/placement/ file "
                       "(default: the config's kt_optimize_rule, else the planner's own)");
   command->add_option("--rules-out", options->rules_out, "Write the placement as a KTransformers rule file");
+  command->add_option("--hardware-out", options->hardware_out,
+                      "Write the hardware planned for as a preset file (e.g. this machine, to plan on another)");
   command->add_option("--chat-context", options->chat_context,
                       "Plan chatting with the model (and its adapter) at this many tokens of context instead of training")
       ->check(CLI::PositiveNumber);

@@ -206,12 +206,6 @@ uint64_t Hardware::ramBytes() const {
   return total;
 }
 
-uint64_t Hardware::gpuBytes() const {
-  uint64_t total = 0;
-  for (const GpuSpec& g : gpus) total += g.total_bytes;
-  return total;
-}
-
 Hardware probeHardware(std::string* gpu_status) {
   Hardware hw;
   hw.name = "this machine";

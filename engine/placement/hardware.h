@@ -47,7 +47,6 @@ struct Hardware {
   std::vector<NumaNodeSpec> numa_nodes;  // never empty
 
   uint64_t ramBytes() const;
-  uint64_t gpuBytes() const;
 };
 
 // The machine this process runs on. GPUs come from libtorch (none in a CPU-only build or without

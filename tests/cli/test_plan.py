@@ -101,6 +101,18 @@ def test_rule_file_round_trip_through_the_cli(tmp_path):
     assert first["placement"] == second["placement"]
 
 
+def test_this_machine_saved_as_a_preset_plans_the_same(tmp_path):
+    cfg = config(tmp_path, "qwen3-30b-a3b.json")
+    here = plan(cfg, "--hardware-out", tmp_path / "here.yaml")
+    again = plan(cfg, "--hardware", tmp_path / "here.yaml")
+    assert [d["device"] for d in here["devices"]] == [d["device"] for d in again["devices"]]
+    # RAM: the preset holds the node totals the probe saw (a probe plans against available memory).
+    assert sum(d["capacity_bytes"] for d in again["devices"] if d["device"].startswith("cpu")) >= \
+        sum(d["capacity_bytes"] for d in here["devices"] if d["device"].startswith("cpu"))
+    module = next(m for m in here["placement"] if m["name"] == "model.layers.0.mlp.experts")
+    assert module["parameters"] == 128 * 3 * 2048 * 768
+
+
 def test_text_output_and_bad_input(tmp_path):
     r = subprocess.run([TANDEM, "plan", str(config(tmp_path, "qwen3-30b-a3b.json")), "--hardware",
                         "1x4090-24g_xeon-w7-spr_256g"], capture_output=True, text=True, timeout=120)
