@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
 #endif
   tandem::cli::addEvalCommand(app);
   tandem::cli::addDebugJiebaCommand(app);
+  tandem::cli::addPlanCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -67,11 +67,17 @@ LoraOptimizer::LoraOptimizer(gpu::CausalLm& model, const AdamWSettings& settings
   if (torch_params_.empty() && cpu_params_.empty()) {
     throw Error("the model has no LoRA weights to train", "check lora_target against the model's modules");
   }
-  std::map<std::string, uint64_t> moment_bytes;
-  for (const TorchParam& p : torch_params_) moment_bytes[p.param.device().str()] += 2 * p.param.nbytes();
-  for (const CpuParam& p : cpu_params_) moment_bytes["cpu"] += 2 * p.param.size() * sizeof(float);
-  for (const auto& [device, bytes] : moment_bytes) {
-    charges_.emplace_back(MemoryLedger::global(), device, MemoryCategory::Optimizer, bytes);
+  // The memory ledger: the expert engine charges its own LoRA buffers; libtorch's side charges
+  // nothing itself, so the optimizer accounts for the adapters it updates (weights and
+  // gradients, f32) and, on both sides, for its two AdamW moments.
+  for (const TorchParam& p : torch_params_) {
+    const auto bytes = static_cast<uint64_t>(p.param.numel()) * sizeof(float);
+    const std::string device = p.param.device().str();
+    charges_.emplace_back(MemoryLedger::global(), device, MemoryCategory::Lora, 2 * bytes);
+    charges_.emplace_back(MemoryLedger::global(), device, MemoryCategory::Optimizer, 2 * bytes);
+  }
+  for (const CpuParam& p : cpu_params_) {
+    charges_.emplace_back(MemoryLedger::global(), "cpu", MemoryCategory::Optimizer, 2 * p.param.size() * sizeof(float));
   }
 }
 
@@ -84,17 +90,10 @@ int64_t LoraOptimizer::numParameters() const {
 
 double LoraOptimizer::clipGradNorm(double max_norm) {
   at::NoGradGuard no_grad;
-  // Σ g² summed on each device (the layers may sit on several GPUs), read back once per device,
-  // then the CPU expert buffers: one norm over everything, as clip_grad_norm_ over all parameters.
-  std::map<std::string, at::Tensor> per_device;
-  for (const TorchParam& p : torch_params_) {
-    if (!p.param.grad().defined()) continue;
-    const at::Tensor s = p.param.grad().to(at::kDouble).pow(2).sum();
-    auto [it, fresh] = per_device.try_emplace(s.device().str(), s);
-    if (!fresh) it->second = it->second + s;
-  }
   double sum_sq = 0;
-  for (const auto& [device, s] : per_device) sum_sq += s.item<double>();
+  for (const TorchParam& p : torch_params_) {
+    if (p.param.grad().defined()) sum_sq += p.param.grad().to(at::kDouble).pow(2).sum().item<double>();
+  }
   for (const CpuParam& p : cpu_params_) {
     double s = 0;
     for (float g : p.grad) s += static_cast<double>(g) * g;

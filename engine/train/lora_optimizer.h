@@ -69,7 +69,7 @@ class LoraOptimizer {
   ThreadPool& pool_;
   std::vector<TorchParam> torch_params_;
   std::vector<CpuParam> cpu_params_;
-  std::vector<MemoryCharge> charges_;  // the AdamW moments, per device (MemoryLedger)
+  std::vector<MemoryCharge> charges_;  // MemoryLedger: adapters' moments (and torch-side weights + grads)
   int64_t step_ = 0;
 };
 
