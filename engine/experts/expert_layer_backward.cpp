@@ -159,8 +159,18 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
   MemoryCharge scratch_charge(MemoryLedger::global(), "cpu", MemoryCategory::Scratch,
                               scratch_bytes);
 
-  runTasks(cutIntoTasks(routing, kRowBlock),
+  std::vector<int64_t> routed;  // on demand: only the experts this batch reaches need Wᵀ
+  if (options_.wt_policy == WtPolicy::OnDemand) {
+    for (int64_t e = 0; e < spec_.num_experts; ++e) {
+      if (routing.rows(e) > 0) routed.push_back(e);
+    }
+    packAll(routed, true);
+  }
+  runTasks(cutIntoTasks(routing, row_block_),
            [&](const ExpertTask& task) { backwardRows(pass, task); });
+  if (options_.wt_policy == WtPolicy::OnDemand) {
+    for (auto& per_proj : packs_t_) per_proj.clear();
+  }
   runLoraGradTasks(pass);
 
   sumPerToken(routing, dx_pairs.data(), nullptr, cache.act_type_, dx);  // dx_t = Σ_j dx_{t,j}

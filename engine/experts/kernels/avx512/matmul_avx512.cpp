@@ -145,6 +145,8 @@ void matmulNT(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int6
       return matmulNtImpl<WeightType::BF16>(m, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
     case WeightType::F16:
       return matmulNtImpl<WeightType::F16>(m, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
+    case WeightType::FP8_E4M3:  // dequantised to f32 when packed (plain_gemm.cpp)
+      break;
   }
 }
 
@@ -162,6 +164,8 @@ void matmulNN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int6
     case WeightType::F16:
       return matmulBroadcastImpl<WeightType::F16>(m, n, k, alpha, a, lda, 1, b, ldb, c, ldc,
                                                   accumulate);
+    case WeightType::FP8_E4M3:  // dequantised to f32 when packed (plain_gemm.cpp)
+      break;
   }
 }
 
