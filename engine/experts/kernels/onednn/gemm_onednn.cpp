@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/core/error.h"
+#include "engine/core/cpu_features.h"
 #include "engine/core/float_convert.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
@@ -22,8 +22,24 @@ namespace {
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
+// oneDNN picks its own ISA; TANDEM_CPU_ISA caps it too (before the first primitive), so a capped
+// run never executes an instruction the cap forbids, in our kernels or in oneDNN's.
+dnnl::cpu_isa maxIsa(IsaLevel cap) {
+  switch (cap) {
+    case IsaLevel::Generic: return dnnl::cpu_isa::sse41;
+    case IsaLevel::Avx2: return dnnl::cpu_isa::avx2;
+    case IsaLevel::Avx512: return dnnl::cpu_isa::avx512_core;
+    case IsaLevel::Avx512Bf16: return dnnl::cpu_isa::avx512_core_bf16;
+    case IsaLevel::Amx: break;
+  }
+  return dnnl::cpu_isa::all;
+}
+
 dnnl::engine& cpuEngine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine engine = [] {
+    dnnl::set_max_cpu_isa(maxIsa(cpuFeatures().cap));
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return engine;
 }
 
