@@ -186,8 +186,14 @@ void ExpertLayer::projectForward(ExpertProj proj, int64_t expert, const float* i
   const int64_t r = lora_.rank();
   kernels_.matmulNT(m, r, n_in, 1.0f, in, n_in, lora_.a(proj, expert).data(), WeightType::F32,
                     n_in, lora_tmp, r, false);
-  kernels_.matmulNT(m, n_out, r, lora_.scale(), lora_tmp, r, lora_.b(proj, expert).data(),
-                    WeightType::F32, r, out, n_out, true);
+  // out += s · z Bᵀ has only r terms per output: as z · (Bᵀ [r, out]) it is r broadcast FMAs
+  // per vector of outputs, where the dot-product form would pay a horizontal sum per output.
+  const float* b = lora_.b(proj, expert).data();  // [out, r]
+  auto* b_t = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(r * n_out) * 4));
+  for (int64_t o = 0; o < n_out; ++o)
+    for (int64_t q = 0; q < r; ++q) b_t[q * n_out + o] = b[o * r + q];
+  kernels_.matmulNN(m, n_out, r, lora_.scale(), lora_tmp, r, b_t, WeightType::F32, n_out, out,
+                    n_out, true);
 }
 
 // d_in [m, in] (= | +=) d_out [m, out] · W_P + s · (d_out B_P) A_P;  lora_t [m, r] = d_out B_P.
@@ -261,7 +267,7 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
   }
   const int64_t H = spec_.hidden, I = spec_.intermediate, n_pairs = n_tokens * top_k;
   ExpertRouting routing = buildRouting(topk_ids, n_tokens, top_k, spec_.num_experts);
-  std::vector<float> out(static_cast<size_t>(n_pairs * H));
+  UninitVector<float> out(static_cast<size_t>(n_pairs * H));  // every row written by a task
   MemoryCharge scratch_charge(MemoryLedger::global(), "cpu", MemoryCategory::Scratch,
                               out.size() * sizeof(float));
   ForwardPass pass{x, act_type, &routing, nullptr, nullptr, out.data()};

@@ -141,8 +141,9 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
   cache.state_ = State::Consumed;
 
   const int64_t n_pairs = routing.pairs(), r = lora_.rank();
-  std::vector<float> dx_pairs(static_cast<size_t>(n_pairs * H));
-  std::vector<float> hidden, lora_t[kExpertProjCount];
+  // Every element is written by stage A before anything reads it: no zeroing.
+  UninitVector<float> dx_pairs(static_cast<size_t>(n_pairs * H));
+  UninitVector<float> hidden, lora_t[kExpertProjCount];
   BackwardPass pass{&cache, dy, d_topk_weights, cache.gate_.data(), cache.up_.data()};
   if (lora_.targets(ExpertProj::Down)) {
     hidden.resize(static_cast<size_t>(n_pairs * I));

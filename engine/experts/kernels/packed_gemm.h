@@ -68,8 +68,8 @@ class PackedBuffer {
   bool numa_ = false;
 };
 
-// Per-thread scratch of at least `bytes`, 64-byte aligned, slot 0..3 (a gemm needs a few at
-// once). Grows, never shrinks: after the first calls of a layer no gemm allocates.
+// Per-thread scratch of at least `bytes`, 64-byte aligned, in slot 0..3 (gemms use 0..2 at once,
+// the layer's LoRA slot 3). Grows, never shrinks: after a layer's first calls nothing allocates.
 void* threadArena(int slot, size_t bytes);
 
 // B [n, k] in one backend's layout.
