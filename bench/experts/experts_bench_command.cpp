@@ -152,6 +152,8 @@ void runExpertsBench(ExpertsBenchArgs args) {
   const double own_tflops = experts::ourSquareGemmTflops(gemm_n, pool, 3);
   const double peak = std::max(onednn_tflops, own_tflops);
   const double mem = experts::streamingReadGbytesPerS(args.quick ? (512ull << 20) : (2ull << 30), pool, 5);
+  std::fprintf(stderr, "ceilings peak_tflops_bf16 %.3f (onednn %.3f, tandem %.3f) mem_gbytes_per_s %.1f\n",
+               peak, onednn_tflops, own_tflops, mem);
 
   nlohmann::json cases = nlohmann::json::array();
   uint64_t seed = 1;
@@ -169,6 +171,7 @@ void runExpertsBench(ExpertsBenchArgs args) {
           nlohmann::json c = caseJson(problem, r.backend, config.dtype, r.timing, r.weight_bytes, peak, mem);
           c["wt_policy"] = r.wt_policy;
           c["pack_ms"] = r.pack_ms;
+          std::fprintf(stderr, "case %s\n", c.dump().c_str());  // survives a run cut short
           cases.push_back(c);
         }
         if (with_libtorch) {
@@ -176,6 +179,7 @@ void runExpertsBench(ExpertsBenchArgs args) {
                        static_cast<long long>(tokens), routing_name.c_str());
           const experts::BenchTiming t = timeLibtorchExpertLoop(problem, threads, args.repeats);
           cases.push_back(caseJson(problem, "libtorch_loop", "bf16", t, 2.0, peak, mem));
+          std::fprintf(stderr, "case %s\n", cases.back().dump().c_str());
         }
       }
     }
