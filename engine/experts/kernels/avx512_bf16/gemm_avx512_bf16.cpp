@@ -74,15 +74,22 @@ template <int kM>
 void microKernel(const uint32_t* a, int64_t pairs, const Bf16PairMatrix& b, int64_t chunk,
                  float* c, int64_t ldc, int64_t n_valid, bool accumulate) {
   constexpr int kV = Geometry::kVecs;
+  // The unroll pragmas keep acc in registers: GCC's -O2 does not unroll these loops by itself,
+  // and a spilled accumulator turns every vdpbf16ps into a load and a store.
   __m512 acc[kM][kV];
-  for (auto& row : acc)
-    for (auto& v : row) v = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int i = 0; i < kM; ++i)
+#pragma GCC unroll 4
+    for (int q = 0; q < kV; ++q) acc[i][q] = _mm512_setzero_ps();
   const uint32_t* bp = b.at(chunk, 0);
   for (int64_t p = 0; p < pairs; ++p, bp += Geometry::kChunk) {
     __m512bh bv[kV];
+#pragma GCC unroll 4
     for (int q = 0; q < kV; ++q) bv[q] = reinterpret_cast<__m512bh>(_mm512_load_si512(bp + 16 * q));
+#pragma GCC unroll 8
     for (int i = 0; i < kM; ++i) {
       const __m512bh av = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i * pairs + p])));
+#pragma GCC unroll 4
       for (int q = 0; q < kV; ++q) acc[i][q] = _mm512_dpbf16_ps(acc[i][q], av, bv[q]);
     }
   }
