@@ -77,7 +77,8 @@ void expectGradsClose(const Grads& got, const Grads& want, Check check, const st
 }
 
 // Ragged shapes: H, I above 128 (several fp8 blocks, AMX tiles with tails), a 1-token top-1
-// problem (1-token experts), sparse routing (0-token experts) and a hot expert past one row block.
+// problem (1-token experts), sparse routing (0-token experts), a hot expert past one row block,
+// and H past one AMX k-chunk.
 std::vector<ProblemSpec> problems(WeightFormat format) {
   struct Shape {
     ExpertLayerSpec layer;
@@ -89,6 +90,7 @@ std::vector<ProblemSpec> problems(WeightFormat format) {
       {{6, 33, 19}, 1, 1, Routing::Random},
       {{5, 200, 150}, 9, 2, Routing::Sparse},
       {{4, 70, 45}, 150, 2, Routing::Skewed},
+      {{3, 1100, 40}, 20, 2, Routing::Random},  // K past one AMX k-chunk (512 bf16 / 1024 int8)
   };
   const ExpertLoraSpec loras[] = {{4, 0.5f, true, true, true}, {0, 0.0f, false, false, false},
                                   {8, 2.0f, false, true, true}};

@@ -168,53 +168,71 @@ void epilogue(const void* acc, int64_t rows, int64_t cols, float* c, int64_t ldc
 }
 
 // c [m, n] (= | +=) A · Bᵀ for A [m_pad, k_pad] of kInt8 ? int8 : bf16 already laid out.
+// K is walked in chunks of kChunkTiles tiles, so one chunk of a column pair of B (32 KiB) stays in
+// L1 while every 32-row block of A passes over it; each row block parks its 2 × 2 accumulators in
+// `acc` [m_blocks][32][32] between chunks.
 template <bool kInt8>
 TANDEM_AMX void tileLoop(const AmxMatrix<kInt8>& b, const char* a, int64_t m, int64_t a_stride,
-                         float* c, int64_t ldc, bool accumulate, const float* row_scale) {
+                         float* c, int64_t ldc, bool accumulate, const float* row_scale,
+                         char* acc) {
+  constexpr int64_t kChunkTiles = 16;
+  constexpr int64_t kBlockBytes = 32 * 32 * 4;
   ensureTileConfig();
-  alignas(64) char acc[32 * 32 * 4];
   const float* n_scale = b.n_scale.empty() ? nullptr : b.n_scale.data();
+  const int64_t m_blocks = (m + 31) / 32;
   for (int64_t nb = 0; nb < b.n_blocks; nb += 2) {
     const int64_t col0 = nb * 16, cols = std::min<int64_t>(32, b.n() - col0);
     if (cols <= 0) break;
-    for (int64_t row0 = 0; row0 < m; row0 += 32) {
-      const bool two_rows = m - row0 > 16;
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      const char* a0 = a + row0 * a_stride;
-      const char* a1 = a0 + 16 * a_stride;
-      for (int64_t kt = 0; kt < b.k_tiles; ++kt) {
-        _tile_loadd(4, a0 + kt * kTileBytes, a_stride);
-        _tile_loadd(6, b.tile(nb, kt), kTileBytes);
-        _tile_loadd(7, b.tile(nb + 1, kt), kTileBytes);
-        if constexpr (kInt8) {
-          _tile_dpbssd(0, 4, 6);
-          _tile_dpbssd(1, 4, 7);
+    for (int64_t kc = 0; kc < b.k_tiles; kc += kChunkTiles) {
+      const int64_t kc_end = std::min(b.k_tiles, kc + kChunkTiles);
+      for (int64_t mb = 0; mb < m_blocks; ++mb) {
+        const int64_t row0 = mb * 32;
+        const bool two_rows = m - row0 > 16;
+        char* block = acc + mb * kBlockBytes;
+        if (kc == 0) {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
         } else {
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
+          _tile_loadd(0, block, 128);
+          _tile_loadd(1, block + 64, 128);
+          _tile_loadd(2, block + 16 * 128, 128);
+          _tile_loadd(3, block + 16 * 128 + 64, 128);
         }
-        if (two_rows) {
-          _tile_loadd(5, a1 + kt * kTileBytes, a_stride);
+        const char* a0 = a + row0 * a_stride;
+        const char* a1 = a0 + 16 * a_stride;
+        for (int64_t kt = kc; kt < kc_end; ++kt) {
+          _tile_loadd(4, a0 + kt * kTileBytes, a_stride);
+          _tile_loadd(6, b.tile(nb, kt), kTileBytes);
+          _tile_loadd(7, b.tile(nb + 1, kt), kTileBytes);
           if constexpr (kInt8) {
-            _tile_dpbssd(2, 5, 6);
-            _tile_dpbssd(3, 5, 7);
+            _tile_dpbssd(0, 4, 6);
+            _tile_dpbssd(1, 4, 7);
           } else {
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+          }
+          if (two_rows) {
+            _tile_loadd(5, a1 + kt * kTileBytes, a_stride);
+            if constexpr (kInt8) {
+              _tile_dpbssd(2, 5, 6);
+              _tile_dpbssd(3, 5, 7);
+            } else {
+              _tile_dpbf16ps(2, 5, 6);
+              _tile_dpbf16ps(3, 5, 7);
+            }
           }
         }
+        _tile_stored(0, block, 128);
+        _tile_stored(1, block + 64, 128);
+        _tile_stored(2, block + 16 * 128, 128);
+        _tile_stored(3, block + 16 * 128 + 64, 128);
       }
-      _tile_stored(0, acc, 128);
-      _tile_stored(1, acc + 64, 128);
-      if (two_rows) {
-        _tile_stored(2, acc + 16 * 128, 128);
-        _tile_stored(3, acc + 16 * 128 + 64, 128);
-      }
-      const int64_t rows = std::min<int64_t>(32, m - row0);
-      epilogue<kInt8>(acc, rows, cols, c + row0 * ldc + col0, ldc, accumulate,
+    }
+    for (int64_t mb = 0; mb < m_blocks; ++mb) {
+      const int64_t row0 = mb * 32, rows = std::min<int64_t>(32, m - row0);
+      epilogue<kInt8>(acc + mb * kBlockBytes, rows, cols, c + row0 * ldc + col0, ldc, accumulate,
                       row_scale ? row_scale + row0 : nullptr, n_scale ? n_scale + col0 : nullptr);
     }
   }
@@ -268,6 +286,11 @@ class AmxGemm final : public GemmBackend {
     return packed;
   }
 
+  // [ceil(m / 32)][32][32] parked accumulators; slot 2 (int8's row buffer is dead by then).
+  static char* accumulators(int64_t m) {
+    return static_cast<char*>(threadArena(2, static_cast<size_t>((m + 31) / 32) * 32 * 32 * 4));
+  }
+
   void gemm(const PackedMatrix& packed, int64_t m, const float* a, int64_t lda, float* c,
             int64_t ldc, bool accumulate) const override {
     if (m <= 0 || packed.n() <= 0) return;
@@ -280,10 +303,10 @@ class AmxGemm final : public GemmBackend {
       auto* row_buf = static_cast<float*>(threadArena(2, static_cast<size_t>(b.k()) * 4));
       activationsInt8(a, lda, m, b.k(), m_pad, k_pad, b.k_scale, row_buf,
                       reinterpret_cast<int8_t*>(a_packed), row_scale);
-      tileLoop<true>(b, a_packed, m, a_stride, c, ldc, accumulate, row_scale);
+      tileLoop<true>(b, a_packed, m, a_stride, c, ldc, accumulate, row_scale, accumulators(m));
     } else {
       activationsBf16(a, lda, m, b.k(), m_pad, k_pad, reinterpret_cast<uint16_t*>(a_packed));
-      tileLoop<false>(b, a_packed, m, a_stride, c, ldc, accumulate, nullptr);
+      tileLoop<false>(b, a_packed, m, a_stride, c, ldc, accumulate, nullptr, accumulators(m));
     }
   }
 };
