@@ -46,6 +46,14 @@ void dequantise(const SourceMatrix& src, float* w) {
   }
 }
 
+DequantisedB::DequantisedB(const SourceMatrix& src, bool transpose)
+    : w_(static_cast<size_t>(src.rows * src.cols)),
+      n_(transpose ? src.cols : src.rows),
+      k_(transpose ? src.rows : src.cols),
+      transposed_(transpose) {
+  dequantise(src, w_.data());
+}
+
 void quantiseRowsInt8(const float* w, int64_t rows, int64_t cols, int8_t* q, float* scale) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = w + r * cols;
@@ -130,7 +138,8 @@ std::vector<const GemmBackend*> candidates(const CpuFeatures& f) {
   if (f.canUseAvx512() && avx512Gemm()) out.push_back(avx512Gemm());
   out.push_back(&genericGemm());
   // oneDNN is a comparison backend (its own threading, its own layout): never picked by auto.
-  if (onednnGemm()) out.push_back(onednnGemm());
+  // Its bf16 matmul needs AVX-512 (avx512_core); below that cap it has no implementation.
+  if (onednnGemm() && f.canUseAvx512()) out.push_back(onednnGemm());
   return out;
 }
 }  // namespace

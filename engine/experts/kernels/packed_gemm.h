@@ -46,6 +46,25 @@ void dequantise(const SourceMatrix& src, float* w);
 // zero row, so dequantising never divides by zero).
 void quantiseRowsInt8(const float* w, int64_t rows, int64_t cols, int8_t* q, float* scale);
 
+// What every packer starts from: B [n, k] = W (transpose = false) or Wᵀ of a source, with W
+// dequantised to f32 once. at(j, p) is 0 outside B, so packers pad without bounds checks.
+class DequantisedB {
+ public:
+  DequantisedB(const SourceMatrix& src, bool transpose);
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  float at(int64_t j, int64_t p) const {
+    if (j >= n_ || p >= k_) return 0.0f;
+    return transposed_ ? w_[p * n_ + j] : w_[j * k_ + p];
+  }
+  const std::vector<float>& w() const { return w_; }  // W [rows, cols] as stored
+
+ private:
+  std::vector<float> w_;
+  int64_t n_, k_;
+  bool transposed_;
+};
+
 // 64-byte aligned memory for packs; on NUMA node `node` when the machine has more than one node
 // (node < 0 or a single-node machine: ordinary memory).
 class PackedBuffer {

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/core/float_convert.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
 #define TANDEM_AMX __attribute__((target("amx-tile,amx-bf16,amx-int8")))
@@ -86,13 +87,6 @@ TANDEM_AMX void ensureTileConfig() {
   if (std::memcmp(&live, &ours, sizeof ours) != 0) _tile_loadconfig(&ours);
 }
 
-uint16_t toBf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
 // a [m, k] f32 → bf16 [m_pad, k_pad] (zero padding), round to nearest even.
 void activationsBf16(const float* a, int64_t lda, int64_t m, int64_t k, int64_t m_pad,
                      int64_t k_pad, uint16_t* out) {
@@ -108,7 +102,7 @@ void activationsBf16(const float* a, int64_t lda, int64_t m, int64_t k, int64_t 
         const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(round, lsb)), 16);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + p), _mm512_cvtepi32_epi16(rounded));
       }
-      for (; p < k; ++p) dst[p] = toBf16(row[p]);
+      for (; p < k; ++p) dst[p] = floatToBf16(row[p]);
     }
     std::fill(dst + p, dst + k_pad, uint16_t{0});
   }
@@ -250,17 +244,14 @@ class AmxGemm final : public GemmBackend {
 
   std::unique_ptr<PackedMatrix> pack(const SourceMatrix& src, bool transpose, WeightFormat,
                                      int node) const override {
-    std::vector<float> w(static_cast<size_t>(src.rows * src.cols));
-    dequantise(src, w.data());
-    const int64_t n = transpose ? src.cols : src.rows, k = transpose ? src.rows : src.cols;
-    auto packed = std::make_unique<AmxMatrix<kInt8>>(n, k, node);
-    std::vector<int8_t> q;
-    std::vector<float> scale;
-    if constexpr (kInt8) {  // W's rows are the output channels, whichever side B takes
-      q.resize(w.size());
-      scale.resize(static_cast<size_t>(src.rows));
-      quantiseRowsInt8(w.data(), src.rows, src.cols, q.data(), scale.data());
-      (transpose ? packed->k_scale : packed->n_scale) = scale;
+    const DequantisedB b(src, transpose);
+    auto packed = std::make_unique<AmxMatrix<kInt8>>(b.n(), b.k(), node);
+    std::vector<int8_t> q;  // int8: W's rows are the output channels, whichever side B takes
+    if constexpr (kInt8) {
+      q.resize(b.w().size());
+      std::vector<float> scale(static_cast<size_t>(src.rows));
+      quantiseRowsInt8(b.w().data(), src.rows, src.cols, q.data(), scale.data());
+      (transpose ? packed->k_scale : packed->n_scale) = std::move(scale);
     }
     for (int64_t nb = 0; nb < packed->n_blocks; ++nb) {
       for (int64_t kt = 0; kt < packed->k_tiles; ++kt) {
@@ -269,13 +260,13 @@ class AmxGemm final : public GemmBackend {
           for (int64_t j = 0; j < 16; ++j) {
             for (int64_t e = 0; e < L::kGroup; ++e) {
               const int64_t col = nb * 16 + j, kk = kt * L::kTileK + r * L::kGroup + e;
-              const bool inside = col < n && kk < k;
-              const int64_t at = transpose ? kk * src.cols + col : col * src.cols + kk;
               char* dst = tile + r * kTileBytes + (j * L::kGroup + e) * L::kElem;
               if constexpr (kInt8) {
+                const bool inside = col < b.n() && kk < b.k();
+                const int64_t at = transpose ? kk * src.cols + col : col * src.cols + kk;
                 *reinterpret_cast<int8_t*>(dst) = inside ? q[at] : int8_t{0};
               } else {
-                const uint16_t bits = inside ? toBf16(w[at]) : uint16_t{0};
+                const uint16_t bits = floatToBf16(b.at(col, kk));
                 std::memcpy(dst, &bits, sizeof bits);
               }
             }

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/core/float_convert.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem::experts::kernels {
@@ -45,13 +46,6 @@ class Bf16PairMatrix final : public PackedMatrix {
   PackedBuffer buffer;
 };
 
-uint16_t toBf16(float value) {  // round to nearest even (weights are finite)
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
 // a [m, k] f32 → pairs [m, k/2] (bf16 2p in the low half, 2p + 1 in the high half).
 void toBf16Pairs(const float* a, int64_t lda, int64_t m, int64_t k, int64_t pairs,
                  uint32_t* out) {
@@ -65,7 +59,7 @@ void toBf16Pairs(const float* a, int64_t lda, int64_t m, int64_t k, int64_t pair
       _mm512_storeu_si512(reinterpret_cast<char*>(dst) + p * 2, reinterpret_cast<__m512i>(both));
     }
     auto* tail = reinterpret_cast<uint16_t*>(out + i * pairs);
-    for (; p < k; ++p) tail[p] = toBf16(row[p]);
+    for (; p < k; ++p) tail[p] = floatToBf16(row[p]);
     if (k % 2) tail[k] = 0;
   }
 }
@@ -115,21 +109,15 @@ class Avx512Bf16Gemm final : public GemmBackend {
 
   std::unique_ptr<PackedMatrix> pack(const SourceMatrix& src, bool transpose, WeightFormat,
                                      int node) const override {
-    std::vector<float> w(static_cast<size_t>(src.rows * src.cols));
-    dequantise(src, w.data());
-    const int64_t n = transpose ? src.cols : src.rows, k = transpose ? src.rows : src.cols;
-    auto packed = std::make_unique<Bf16PairMatrix>(n, k, node);
+    const DequantisedB b(src, transpose);
+    auto packed = std::make_unique<Bf16PairMatrix>(b.n(), b.k(), node);
     for (int64_t chunk = 0; chunk < packed->chunks; ++chunk) {
       for (int64_t p = 0; p < packed->pairs; ++p) {
         auto* dst = reinterpret_cast<uint16_t*>(const_cast<uint32_t*>(packed->at(chunk, p)));
         for (int64_t j = 0; j < Geometry::kChunk; ++j) {
           const int64_t col = chunk * Geometry::kChunk + j;
-          for (int e = 0; e < 2; ++e) {
-            const int64_t kk = 2 * p + e;
-            float value = 0.0f;
-            if (col < n && kk < k) value = transpose ? w[kk * src.cols + col] : w[col * src.cols + kk];
-            dst[2 * j + e] = toBf16(value);
-          }
+          dst[2 * j] = floatToBf16(b.at(col, 2 * p));
+          dst[2 * j + 1] = floatToBf16(b.at(col, 2 * p + 1));
         }
       }
     }

@@ -89,12 +89,11 @@ class OnednnGemm final : public GemmBackend {
 
   std::unique_ptr<PackedMatrix> pack(const SourceMatrix& src, bool transpose, WeightFormat,
                                      int) const override {
-    std::vector<float> w(static_cast<size_t>(src.rows * src.cols));
-    dequantise(src, w.data());
-    const int64_t n = transpose ? src.cols : src.rows, k = transpose ? src.rows : src.cols;
+    const DequantisedB b(src, transpose);
+    const int64_t n = b.n(), k = b.k();
     // weights [k, n] bf16 plain: W [n, k] row-major is its "ba" form, Wᵀ its "ab" form.
-    std::vector<uint16_t> bits(w.size());
-    floatToBf16(std::span<const float>(w), std::span<uint16_t>(bits));
+    std::vector<uint16_t> bits(b.w().size());
+    floatToBf16(std::span<const float>(b.w()), std::span<uint16_t>(bits));
     auto packed = std::make_unique<OnednnMatrix>(n, k);
     const dnnl::memory::desc plain({k, n}, dt::bf16, transpose ? tag::ab : tag::ba);
     dnnl::memory source(plain, cpuEngine(), bits.data());
