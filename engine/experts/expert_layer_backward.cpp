@@ -161,11 +161,14 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
                               scratch_bytes);
 
   std::vector<int64_t> routed;  // on demand: only the experts this batch reaches need Wᵀ
+  MemoryCharge on_demand_charge;
   if (options_.wt_policy == WtPolicy::OnDemand) {
     for (int64_t e = 0; e < spec_.num_experts; ++e) {
       if (routing.rows(e) > 0) routed.push_back(e);
     }
     packAll(routed, true);
+    on_demand_charge = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Scratch,
+                                    packedBytes() - packed_charge_.bytes());
   }
   runTasks(cutIntoTasks(routing, row_block_),
            [&](const ExpertTask& task) { backwardRows(pass, task); });
