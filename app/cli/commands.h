@@ -17,5 +17,6 @@ void addServeCommand(CLI::App& app);  // only in builds with TANDEM_WITH_SERVER
 void addEvalCommand(CLI::App& app);
 void addDebugJiebaCommand(CLI::App& app);  // after addDebugCommand: adds `debug jieba`
 void addPlanCommand(CLI::App& app);
+void addBenchCommand(CLI::App& app);
 
 }  // namespace tandem::cli

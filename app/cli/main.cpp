@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   tandem::cli::addEvalCommand(app);
   tandem::cli::addDebugJiebaCommand(app);
   tandem::cli::addPlanCommand(app);
+  tandem::cli::addBenchCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

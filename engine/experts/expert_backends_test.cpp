@@ -7,7 +7,7 @@
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_test_util.h"
-#include "engine/experts/kernels/expert_kernels.h"
+#include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem::experts {
 namespace {
@@ -59,10 +59,12 @@ std::vector<ProblemSpec> sweep() {
 }
 
 TEST(ExpertBackends, MatchGenericOnRaggedShapes) {
-  const std::vector<std::string> backends = kernels::availableBackends(cpuFeatures());
-  if (backends.size() == 1) GTEST_SKIP() << "only the generic backend is available here";
+  const std::vector<std::string> backends =
+      kernels::availableGemmBackends(cpuFeatures(), WeightFormat::Bf16);
   for (const std::string& backend : backends) {
-    if (backend == "generic") continue;
+    // The bf16 backends round weights and activations to bf16: expert_formats_test.cpp holds
+    // them to the format tolerances; here the fp32 backends must match generic to fp32 rounding.
+    if (backend != "avx512") continue;
     for (const ProblemSpec& spec : sweep()) {
       const testing::Problem problem = testing::makeProblem(spec);
       auto generic = testing::makeLayer(problem, "generic", testPool());
@@ -81,17 +83,25 @@ TEST(ExpertBackends, MatchGenericOnRaggedShapes) {
 
 TEST(ExpertBackends, AutoPicksTheBestAndGenericAlwaysWorks) {
   const CpuFeatures& features = cpuFeatures();
-  EXPECT_EQ(std::string(kernels::selectKernels("auto", features).name),
-            kernels::availableBackends(features).front());
-  EXPECT_STREQ(kernels::selectKernels("generic", features).name, "generic");
+  for (const WeightFormat format : {WeightFormat::Bf16, WeightFormat::Int8}) {
+    EXPECT_EQ(std::string(kernels::selectGemmBackend("auto", format, features).name()),
+              kernels::availableGemmBackends(features, format).front());
+    EXPECT_STREQ(kernels::selectGemmBackend("generic", format, features).name(), "generic");
+  }
 }
 
 TEST(ExpertBackends, Avx512UnderAGenericCapIsAnError) {
   const CpuFeatures capped = detectCpuFeatures(IsaLevel::Generic);
-  EXPECT_EQ(kernels::availableBackends(capped), std::vector<std::string>{"generic"});
-  EXPECT_STREQ(kernels::selectKernels("auto", capped).name, "generic");
+  EXPECT_EQ(kernels::availableGemmBackends(capped, WeightFormat::Bf16),
+            std::vector<std::string>{"generic"});
+  EXPECT_STREQ(kernels::selectGemmBackend("auto", WeightFormat::Bf16, capped).name(), "generic");
+  for (const char* isa_backend : {"avx512", "avx512_bf16", "amx_bf16"}) {
+    EXPECT_THROW(kernels::selectGemmBackend(isa_backend, WeightFormat::Bf16, capped), Error)
+        << isa_backend;
+  }
+  EXPECT_THROW(kernels::selectGemmBackend("amx_int8", WeightFormat::Int8, capped), Error);
   try {
-    kernels::selectKernels("avx512", capped);
+    kernels::selectGemmBackend("avx512", WeightFormat::Bf16, capped);
     FAIL() << "avx512 must not be selectable under a generic cap";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.whatToDo()).find("generic"), std::string::npos) << error.what();

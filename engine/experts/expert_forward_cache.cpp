@@ -3,9 +3,9 @@
 namespace tandem::experts {
 
 namespace {
-template <typename T>
-uint64_t byteSize(const std::vector<T>& v) {
-  return v.capacity() * sizeof(T);
+template <typename Vector>
+uint64_t byteSize(const Vector& v) {
+  return v.capacity() * sizeof(typename Vector::value_type);
 }
 }  // namespace
 

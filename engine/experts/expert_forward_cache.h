@@ -17,6 +17,7 @@
 #include "engine/core/memory_ledger.h"
 #include "engine/experts/expert_routing.h"
 #include "engine/experts/expert_types.h"
+#include "engine/experts/uninit_vector.h"
 
 namespace tandem::experts {
 
@@ -48,7 +49,7 @@ class ExpertForwardCache {
   std::vector<float> weights_;    // [T, k] routing weights
   // [P, I] pre-activations g and u, in routing (expert-sorted) order. backward overwrites them
   // in place with dg and du, which is why a cache is good for exactly one backward.
-  std::vector<float> gate_, up_;
+  UninitVector<float> gate_, up_;
   MemoryCharge charge_;
 };
 

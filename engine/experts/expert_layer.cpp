@@ -5,12 +5,11 @@
 
 #include "engine/core/cpu_features.h"
 #include "engine/core/error.h"
+#include "engine/core/numa.h"
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_layer_detail.h"
 
 namespace tandem::experts {
-
-using detail::kRowBlock;
 
 namespace {
 void validateWeights(const ExpertLayerSpec& spec, const ExpertWeightViews& weights) {
@@ -30,6 +29,26 @@ void validateWeights(const ExpertLayerSpec& spec, const ExpertWeightViews& weigh
   check(weights.gate, "gate_proj");
   check(weights.up, "up_proj");
   check(weights.down, "down_proj");
+  if (weights.type != WeightType::FP8_E4M3) return;
+  const auto check_scales = [&](const std::vector<const float*>& scales, std::string_view name) {
+    const bool complete = static_cast<int64_t>(scales.size()) == spec.num_experts &&
+                          std::find(scales.begin(), scales.end(), nullptr) == scales.end();
+    if (!complete) {
+      throw Error("fp8 expert weights: " + std::string(name) +
+                      " needs its weight_scale_inv (128 x 128 block scales) for every expert",
+                  "load the checkpoint's *.weight_scale_inv tensors with the fp8 weights");
+    }
+  };
+  check_scales(weights.gate_scale, "gate_proj");
+  check_scales(weights.up_scale, "up_proj");
+  check_scales(weights.down_scale, "down_proj");
+}
+
+// The NUMA node whose memory holds expert e's packs: round-robin over the nodes, so the
+// experts' bandwidth is spread over every memory controller (-1: one node, plain memory).
+int nodeOfExpert(int64_t expert) {
+  static const int nodes = static_cast<int>(detectNumaTopology().nodes.size());
+  return nodes > 1 ? static_cast<int>(expert % nodes) : -1;
 }
 }  // namespace
 
@@ -47,6 +66,16 @@ std::unique_ptr<ExpertLayer> ExpertLayer::create(const ExpertLayerSpec& spec,
                                                  ExpertWeightViews weights,
                                                  const ExpertLoraSpec& lora,
                                                  std::string_view backend, ThreadPool& pool) {
+  ExpertLayerOptions options;
+  options.backend = std::string(backend);
+  return create(spec, std::move(weights), lora, options, pool);
+}
+
+std::unique_ptr<ExpertLayer> ExpertLayer::create(const ExpertLayerSpec& spec,
+                                                 ExpertWeightViews weights,
+                                                 const ExpertLoraSpec& lora,
+                                                 const ExpertLayerOptions& options,
+                                                 ThreadPool& pool) {
   if (spec.num_experts <= 0 || spec.hidden <= 0 || spec.intermediate <= 0) {
     throw Error("expert layer shape must be positive (experts " +
                 std::to_string(spec.num_experts) + ", hidden " + std::to_string(spec.hidden) +
@@ -54,29 +83,80 @@ std::unique_ptr<ExpertLayer> ExpertLayer::create(const ExpertLayerSpec& spec,
   }
   validateWeights(spec, weights);
   if (lora.rank < 0) throw Error("expert LoRA rank must not be negative");
-  const kernels::ExpertKernels& table = kernels::selectKernels(backend, cpuFeatures());
-  return std::unique_ptr<ExpertLayer>(new ExpertLayer(spec, std::move(weights), lora, table, pool));
+  const kernels::GemmBackend& gemm =
+      kernels::selectGemmBackend(options.backend, options.format, cpuFeatures());
+  const kernels::ExpertKernels& table = kernels::loraKernels(gemm.name(), cpuFeatures());
+  return std::unique_ptr<ExpertLayer>(
+      new ExpertLayer(spec, std::move(weights), lora, options, gemm, table, pool));
 }
 
 ExpertLayer::ExpertLayer(const ExpertLayerSpec& spec, ExpertWeightViews weights,
-                         const ExpertLoraSpec& lora, const kernels::ExpertKernels& kernels,
+                         const ExpertLoraSpec& lora, const ExpertLayerOptions& options,
+                         const kernels::GemmBackend& gemm, const kernels::ExpertKernels& kernels,
                          ThreadPool& pool)
     : spec_(spec),
       weights_(std::move(weights)),
       lora_(spec, lora),
+      options_(options),
+      gemm_(gemm),
       kernels_(kernels),
-      backend_name_(kernels.name),
-      pool_(pool) {}
+      backend_name_(gemm.name()),
+      pool_(pool),
+      row_block_(gemm.rowBlock()) {
+  std::vector<int64_t> all(static_cast<size_t>(spec_.num_experts));
+  for (int64_t e = 0; e < spec_.num_experts; ++e) all[e] = e;
+  packAll(all, false);
+  if (options_.wt_policy == WtPolicy::Persistent) packAll(all, true);
+  packed_charge_ = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Weights, packedBytes());
+}
 
 ExpertLayer::~ExpertLayer() = default;
 
-const void* ExpertLayer::weight(ExpertProj proj, int64_t expert) const {
+kernels::SourceMatrix ExpertLayer::source(ExpertProj proj, int64_t expert) const {
+  kernels::SourceMatrix src;
+  src.type = weights_.type;
+  src.rows = outFeatures(proj);
+  src.cols = inFeatures(proj);
+  const bool fp8 = weights_.type == WeightType::FP8_E4M3;
   switch (proj) {
-    case ExpertProj::Gate: return weights_.gate[expert];
-    case ExpertProj::Up: return weights_.up[expert];
-    case ExpertProj::Down: return weights_.down[expert];
+    case ExpertProj::Gate:
+      src.data = weights_.gate[expert];
+      if (fp8) src.block_scales = weights_.gate_scale[expert];
+      break;
+    case ExpertProj::Up:
+      src.data = weights_.up[expert];
+      if (fp8) src.block_scales = weights_.up_scale[expert];
+      break;
+    case ExpertProj::Down:
+      src.data = weights_.down[expert];
+      if (fp8) src.block_scales = weights_.down_scale[expert];
+      break;
   }
-  return nullptr;
+  return src;
+}
+
+void ExpertLayer::packAll(const std::vector<int64_t>& experts, bool transposed) {
+  auto& packs = transposed ? packs_t_ : packs_;
+  for (auto& per_proj : packs) per_proj.resize(static_cast<size_t>(spec_.num_experts));
+  const int64_t jobs = static_cast<int64_t>(experts.size()) * kExpertProjCount;
+  pool_.parallelFor(0, jobs, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t expert = experts[job / kExpertProjCount];
+      const auto proj = static_cast<ExpertProj>(job % kExpertProjCount);
+      packs[static_cast<int>(proj)][expert] =
+          gemm_.pack(source(proj, expert), transposed, options_.format, nodeOfExpert(expert));
+    }
+  });
+}
+
+uint64_t ExpertLayer::packedBytes() const {
+  uint64_t bytes = 0;
+  for (const auto* packs : {packs_, packs_t_}) {
+    for (int p = 0; p < kExpertProjCount; ++p) {
+      for (const auto& pack : packs[p]) bytes += pack ? pack->bytes() : 0;
+    }
+  }
+  return bytes;
 }
 
 int64_t ExpertLayer::inFeatures(ExpertProj proj) const { return lora_.inFeatures(proj); }
@@ -101,22 +181,26 @@ void ExpertLayer::validateRouting(const int32_t* topk_ids, int64_t n_tokens, int
 void ExpertLayer::projectForward(ExpertProj proj, int64_t expert, const float* in, int64_t m,
                                  float* out, float* lora_tmp) const {
   const int64_t n_in = inFeatures(proj), n_out = outFeatures(proj);
-  kernels_.matmulNT(m, n_out, n_in, 1.0f, in, n_in, weight(proj, expert), weights_.type, n_in,
-                    out, n_out, false);
+  gemm_.gemm(*packs_[static_cast<int>(proj)][expert], m, in, n_in, out, n_out, false);
   if (!lora_.targets(proj)) return;
   const int64_t r = lora_.rank();
   kernels_.matmulNT(m, r, n_in, 1.0f, in, n_in, lora_.a(proj, expert).data(), WeightType::F32,
                     n_in, lora_tmp, r, false);
-  kernels_.matmulNT(m, n_out, r, lora_.scale(), lora_tmp, r, lora_.b(proj, expert).data(),
-                    WeightType::F32, r, out, n_out, true);
+  // out += s · z Bᵀ has only r terms per output: as z · (Bᵀ [r, out]) it is r broadcast FMAs
+  // per vector of outputs, where the dot-product form would pay a horizontal sum per output.
+  const float* b = lora_.b(proj, expert).data();  // [out, r]
+  auto* b_t = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(r * n_out) * 4));
+  for (int64_t o = 0; o < n_out; ++o)
+    for (int64_t q = 0; q < r; ++q) b_t[q * n_out + o] = b[o * r + q];
+  kernels_.matmulNN(m, n_out, r, lora_.scale(), lora_tmp, r, b_t, WeightType::F32, n_out, out,
+                    n_out, true);
 }
 
 // d_in [m, in] (= | +=) d_out [m, out] · W_P + s · (d_out B_P) A_P;  lora_t [m, r] = d_out B_P.
 void ExpertLayer::projectBackward(ExpertProj proj, int64_t expert, const float* d_out, int64_t m,
                                   float* d_in, bool accumulate, float* lora_t) const {
   const int64_t n_in = inFeatures(proj), n_out = outFeatures(proj);
-  kernels_.matmulNN(m, n_in, n_out, 1.0f, d_out, n_out, weight(proj, expert), weights_.type,
-                    n_in, d_in, n_in, accumulate);
+  gemm_.gemm(*packs_t_[static_cast<int>(proj)][expert], m, d_out, n_out, d_in, n_in, accumulate);
   if (!lora_.targets(proj)) return;
   const int64_t r = lora_.rank();
   kernels_.matmulNN(m, r, n_out, 1.0f, d_out, n_out, lora_.b(proj, expert).data(),
@@ -127,7 +211,7 @@ void ExpertLayer::projectBackward(ExpertProj proj, int64_t expert, const float* 
 
 void ExpertLayer::runTasks(const std::vector<ExpertTask>& tasks,
                            const std::function<void(const ExpertTask&)>& body) const {
-  // Grain 1: every task is a stealable unit; tasks are already sized by kRowBlock.
+  // Grain 1: every task is a stealable unit; tasks are already sized by row_block_.
   pool_.parallelFor(0, static_cast<int64_t>(tasks.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) body(tasks[i]);
   });
@@ -183,7 +267,7 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
   }
   const int64_t H = spec_.hidden, I = spec_.intermediate, n_pairs = n_tokens * top_k;
   ExpertRouting routing = buildRouting(topk_ids, n_tokens, top_k, spec_.num_experts);
-  std::vector<float> out(static_cast<size_t>(n_pairs * H));
+  UninitVector<float> out(static_cast<size_t>(n_pairs * H));  // every row written by a task
   MemoryCharge scratch_charge(MemoryLedger::global(), "cpu", MemoryCategory::Scratch,
                               out.size() * sizeof(float));
   ForwardPass pass{x, act_type, &routing, nullptr, nullptr, out.data()};
@@ -194,7 +278,7 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
     pass.gate = cache->gate_.data();
     pass.up = cache->up_.data();
   }
-  runTasks(cutIntoTasks(routing, kRowBlock),
+  runTasks(cutIntoTasks(routing, row_block_),
            [&](const ExpertTask& task) { forwardRows(pass, task); });
 
   sumPerToken(routing, out.data(), topk_weights, act_type, y);  // y_t = Σ_j w[t][j] · o_{t,j}

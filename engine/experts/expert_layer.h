@@ -10,6 +10,10 @@
 // Work is grouped by expert (counting sort) and cut into (expert, row-block) tasks on the
 // ThreadPool, so a hot expert is spread over all workers and an expert with no tokens costs
 // nothing; outputs are summed per token afterwards, so nothing races.
+//
+// The frozen weights are packed once, here, for the chosen base-GEMM backend and format
+// (kernels/packed_gemm.h), per expert, NUMA-local on multi-node machines; the backward's Wᵀ
+// follows options.wt_policy. The LoRA products stay fp32 (rank r is small) on the fp32 table.
 
 #include <cstdint>
 #include <functional>
@@ -23,6 +27,7 @@
 #include "engine/experts/expert_routing.h"
 #include "engine/experts/expert_types.h"
 #include "engine/experts/kernels/expert_kernels.h"
+#include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem {
 class ThreadPool;
@@ -30,10 +35,23 @@ class ThreadPool;
 
 namespace tandem::experts {
 
+struct ExpertLayerOptions {
+  // "auto" (best for this CPU and format), "generic", "avx512", "avx512_bf16", "amx_bf16",
+  // "amx_int8", "onednn"; an unavailable one is an Error naming those available.
+  std::string backend = "auto";
+  WeightFormat format = WeightFormat::Bf16;
+  WtPolicy wt_policy = WtPolicy::Persistent;
+};
+
 class ExpertLayer {
  public:
-  // backend: "auto" (best for this CPU), "generic" or "avx512"; an unavailable one is an Error
-  // naming those available. The weight views must outlive the layer (zero-copy).
+  // The weight views must outlive the layer (the generic and avx512 backends read them
+  // zero-copy; the others copy what they need into their packs here).
+  static std::unique_ptr<ExpertLayer> create(const ExpertLayerSpec& spec,
+                                             ExpertWeightViews weights,
+                                             const ExpertLoraSpec& lora,
+                                             const ExpertLayerOptions& options, ThreadPool& pool);
+  // Bf16 format, persistent Wᵀ, the named backend.
   static std::unique_ptr<ExpertLayer> create(const ExpertLayerSpec& spec,
                                              ExpertWeightViews weights,
                                              const ExpertLoraSpec& lora,
@@ -58,15 +76,23 @@ class ExpertLayer {
   const ExpertLora& lora() const { return lora_; }
   const ExpertLayerSpec& spec() const { return spec_; }
   const std::string& backendName() const { return backend_name_; }
+  WeightFormat weightFormat() const { return options_.format; }
+  WtPolicy wtPolicy() const { return options_.wt_policy; }
+  // Bytes the packs hold now: forward packs, plus the Wᵀ packs when persistent (0 for the
+  // zero-copy views of generic / avx512 on F32/BF16/F16 weights).
+  uint64_t packedBytes() const;
 
  private:
   struct ForwardPass;
   struct BackwardPass;
 
   ExpertLayer(const ExpertLayerSpec& spec, ExpertWeightViews weights, const ExpertLoraSpec& lora,
+              const ExpertLayerOptions& options, const kernels::GemmBackend& gemm,
               const kernels::ExpertKernels& kernels, ThreadPool& pool);
 
-  const void* weight(ExpertProj proj, int64_t expert) const;
+  kernels::SourceMatrix source(ExpertProj proj, int64_t expert) const;
+  // Packs W (transposed = false) or Wᵀ of every listed (expert, projection), in parallel.
+  void packAll(const std::vector<int64_t>& experts, bool transposed);
   int64_t inFeatures(ExpertProj proj) const;
   int64_t outFeatures(ExpertProj proj) const;
   void validateRouting(const int32_t* topk_ids, int64_t n_tokens, int top_k) const;
@@ -93,9 +119,17 @@ class ExpertLayer {
   ExpertLayerSpec spec_;
   ExpertWeightViews weights_;
   ExpertLora lora_;
-  const kernels::ExpertKernels& kernels_;
+  ExpertLayerOptions options_;
+  const kernels::GemmBackend& gemm_;
+  const kernels::ExpertKernels& kernels_;  // fp32: the LoRA products
   std::string backend_name_;
   ThreadPool& pool_;
+  int64_t row_block_;
+  // [proj][expert]: B = W for the forward, B = Wᵀ for the input gradient (on demand: filled at
+  // the start of a backward for the experts it routes to, emptied at its end).
+  std::vector<std::unique_ptr<kernels::PackedMatrix>> packs_[kExpertProjCount];
+  std::vector<std::unique_ptr<kernels::PackedMatrix>> packs_t_[kExpertProjCount];
+  MemoryCharge packed_charge_;
 };
 
 }  // namespace tandem::experts

@@ -141,8 +141,9 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
   cache.state_ = State::Consumed;
 
   const int64_t n_pairs = routing.pairs(), r = lora_.rank();
-  std::vector<float> dx_pairs(static_cast<size_t>(n_pairs * H));
-  std::vector<float> hidden, lora_t[kExpertProjCount];
+  // Every element is written by stage A before anything reads it: no zeroing.
+  UninitVector<float> dx_pairs(static_cast<size_t>(n_pairs * H));
+  UninitVector<float> hidden, lora_t[kExpertProjCount];
   BackwardPass pass{&cache, dy, d_topk_weights, cache.gate_.data(), cache.up_.data()};
   if (lora_.targets(ExpertProj::Down)) {
     hidden.resize(static_cast<size_t>(n_pairs * I));
@@ -159,8 +160,21 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
   MemoryCharge scratch_charge(MemoryLedger::global(), "cpu", MemoryCategory::Scratch,
                               scratch_bytes);
 
-  runTasks(cutIntoTasks(routing, kRowBlock),
+  std::vector<int64_t> routed;  // on demand: only the experts this batch reaches need Wᵀ
+  MemoryCharge on_demand_charge;
+  if (options_.wt_policy == WtPolicy::OnDemand) {
+    for (int64_t e = 0; e < spec_.num_experts; ++e) {
+      if (routing.rows(e) > 0) routed.push_back(e);
+    }
+    packAll(routed, true);
+    on_demand_charge = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Scratch,
+                                    packedBytes() - packed_charge_.bytes());
+  }
+  runTasks(cutIntoTasks(routing, row_block_),
            [&](const ExpertTask& task) { backwardRows(pass, task); });
+  if (options_.wt_policy == WtPolicy::OnDemand) {
+    for (auto& per_proj : packs_t_) per_proj.clear();
+  }
   runLoraGradTasks(pass);
 
   sumPerToken(routing, dx_pairs.data(), nullptr, cache.act_type_, dx);  // dx_t = Σ_j dx_{t,j}

@@ -27,10 +27,20 @@ std::vector<ExpertTask> cutIntoTasks(const ExpertRouting& routing, int64_t max_r
   std::vector<ExpertTask> tasks;
   const auto n_experts = static_cast<int64_t>(routing.offsets.size()) - 1;
   for (int64_t e = 0; e < n_experts; ++e) {
-    for (int64_t begin = routing.offsets[e]; begin < routing.offsets[e + 1]; begin += max_rows) {
-      tasks.push_back({e, begin, std::min(begin + max_rows, routing.offsets[e + 1])});
+    const int64_t rows = routing.rows(e);
+    if (rows == 0) continue;
+    // Near-equal blocks (130 rows → 80 + 50, not 128 + 2), rounded to 16 rows (an AMX tile).
+    const int64_t blocks = (rows + max_rows - 1) / max_rows;
+    const int64_t size = std::min(max_rows, ((rows + blocks - 1) / blocks + 15) / 16 * 16);
+    for (int64_t begin = routing.offsets[e]; begin < routing.offsets[e + 1]; begin += size) {
+      tasks.push_back({e, begin, std::min(begin + size, routing.offsets[e + 1])});
     }
   }
+  // Largest first: the pool hands them out roughly in order, so a hot expert's blocks start
+  // early and the small ones fill the gaps at the end (longest-processing-time-first).
+  std::stable_sort(tasks.begin(), tasks.end(), [](const ExpertTask& a, const ExpertTask& b) {
+    return a.end - a.begin > b.end - b.begin;
+  });
   return tasks;
 }
 

@@ -32,8 +32,11 @@ bool targets(const ExpertLoraSpec& lora, int p) {
 
 // Random [E, out, in] weights rounded to `type`; bytes hold each expert 2 bytes past a 4-byte
 // boundary with a gap between experts, as unaligned, non-contiguous views must work.
+// FP8_E4M3: codes with 128 × 128 block scales (amax / 448 per block, as DeepSeek-V3 ships them)
+// in `scales` [E][ceil(out/128) · ceil(in/128)]; values are what they dequantise to.
 void makeWeights(Rng& rng, const ProblemSpec& spec, int p, std::vector<double>& values,
-                 std::vector<unsigned char>& bytes, std::vector<const void*>& views) {
+                 std::vector<unsigned char>& bytes, std::vector<const void*>& views,
+                 std::vector<std::vector<float>>& scales, std::vector<const float*>& scale_views) {
   const int64_t E = spec.layer.num_experts;
   const int64_t n_in = inOf(spec.layer, p), n_out = outOf(spec.layer, p);
   const int64_t elem = weightTypeBytes(spec.weight_type), per_expert = n_out * n_in;
@@ -41,11 +44,27 @@ void makeWeights(Rng& rng, const ProblemSpec& spec, int p, std::vector<double>& 
   values.resize(E * per_expert);
   bytes.assign(E * stride + 16, 0);
   const double bound = 1.0 / std::sqrt(static_cast<double>(n_in));
+  const int64_t block = kFp8BlockSize, block_cols = (n_in + block - 1) / block;
   for (int64_t e = 0; e < E; ++e) {
     unsigned char* base = bytes.data() + 2 + e * stride;
     views.push_back(base);
+    std::vector<float> raw(per_expert);
+    for (float& v : raw) v = static_cast<float>(rng.uniform(-bound, bound));
+    if (spec.weight_type == WeightType::FP8_E4M3) {
+      std::vector<float>& scale = scales.emplace_back(((n_out + block - 1) / block) * block_cols, 0.0f);
+      for (int64_t i = 0; i < per_expert; ++i) {
+        float& s = scale[(i / n_in / block) * block_cols + (i % n_in) / block];
+        s = std::max(s, std::fabs(raw[i]) / 448.0f);
+      }
+      for (int64_t i = 0; i < per_expert; ++i) {
+        const float s = scale[(i / n_in / block) * block_cols + (i % n_in) / block];
+        base[i] = floatToFp8E4M3(raw[i] / s);
+        values[e * per_expert + i] = static_cast<double>(fp8E4M3ToFloat(base[i])) * s;
+      }
+      continue;
+    }
     for (int64_t i = 0; i < per_expert; ++i) {
-      const float v = static_cast<float>(rng.uniform(-bound, bound));
+      const float v = raw[i];
       if (spec.weight_type == WeightType::F32) {
         std::memcpy(base + i * 4, &v, 4);
         values[e * per_expert + i] = v;
@@ -57,6 +76,7 @@ void makeWeights(Rng& rng, const ProblemSpec& spec, int p, std::vector<double>& 
       }
     }
   }
+  for (const auto& scale : scales) scale_views.push_back(scale.data());
 }
 
 void makeRouting(Rng& rng, const ProblemSpec& spec, Problem& problem) {
@@ -190,9 +210,11 @@ Problem makeProblem(const ProblemSpec& spec) {
   pr.spec = spec;
   Rng rng{spec.seed * 0x2545f4914f6cdd1dull + 7};
   pr.views.type = spec.weight_type;
-  makeWeights(rng, spec, 0, pr.gate, pr.gate_bytes, pr.views.gate);
-  makeWeights(rng, spec, 1, pr.up, pr.up_bytes, pr.views.up);
-  makeWeights(rng, spec, 2, pr.down, pr.down_bytes, pr.views.down);
+  makeWeights(rng, spec, 0, pr.gate, pr.gate_bytes, pr.views.gate, pr.scales[0],
+              pr.views.gate_scale);
+  makeWeights(rng, spec, 1, pr.up, pr.up_bytes, pr.views.up, pr.scales[1], pr.views.up_scale);
+  makeWeights(rng, spec, 2, pr.down, pr.down_bytes, pr.views.down, pr.scales[2],
+              pr.views.down_scale);
   const ExpertLayerSpec& l = spec.layer;
   for (int p = 0; p < kExpertProjCount; ++p) {
     if (!targets(spec.lora, p)) continue;
@@ -266,7 +288,14 @@ Grads denseReference(const Problem& pr) {
 
 std::unique_ptr<ExpertLayer> makeLayer(const Problem& pr, std::string_view backend,
                                        ThreadPool& pool) {
-  auto layer = ExpertLayer::create(pr.spec.layer, pr.views, pr.spec.lora, backend, pool);
+  ExpertLayerOptions options;
+  options.backend = std::string(backend);
+  return makeLayer(pr, options, pool);
+}
+
+std::unique_ptr<ExpertLayer> makeLayer(const Problem& pr, const ExpertLayerOptions& options,
+                                       ThreadPool& pool) {
+  auto layer = ExpertLayer::create(pr.spec.layer, pr.views, pr.spec.lora, options, pool);
   for (int p = 0; p < kExpertProjCount; ++p) {
     const auto proj = static_cast<ExpertProj>(p);
     if (!layer->lora().targets(proj)) continue;

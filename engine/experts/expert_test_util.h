@@ -37,6 +37,7 @@ struct Problem {
   // Weights: the exact values the layer sees (already rounded to weight_type), [E, out, in].
   std::vector<double> gate, up, down;
   std::vector<unsigned char> gate_bytes, up_bytes, down_bytes;  // misaligned, gapped storage
+  std::vector<std::vector<float>> scales[kExpertProjCount];     // FP8 only: [E][blocks]
   ExpertWeightViews views;
   LoraValues lora[kExpertProjCount];
   std::vector<double> x, dy;             // [T, H], representable in act_type
@@ -55,6 +56,8 @@ struct Grads {  // every output of one forward + backward, as doubles
 Grads denseReference(const Problem& problem);
 
 std::unique_ptr<ExpertLayer> makeLayer(const Problem& problem, std::string_view backend,
+                                       ThreadPool& pool);
+std::unique_ptr<ExpertLayer> makeLayer(const Problem& problem, const ExpertLayerOptions& options,
                                        ThreadPool& pool);
 // One forward with a cache, then one backward, on a fresh layer (or the given one).
 Grads runLayer(const Problem& problem, ExpertLayer& layer);

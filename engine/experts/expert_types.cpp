@@ -1,5 +1,9 @@
 #include "engine/experts/expert_types.h"
 
+#include <string>
+
+#include "engine/core/error.h"
+
 namespace tandem::experts {
 
 std::string_view activationTypeName(ActivationType type) {
@@ -11,13 +15,44 @@ std::string_view weightTypeName(WeightType type) {
     case WeightType::F32: return "f32";
     case WeightType::BF16: return "bf16";
     case WeightType::F16: return "f16";
+    case WeightType::FP8_E4M3: return "fp8_e4m3";
   }
   return "?";
 }
 
+std::string_view weightFormatName(WeightFormat format) {
+  return format == WeightFormat::Bf16 ? "bf16" : "int8";
+}
+
+std::string_view wtPolicyName(WtPolicy policy) {
+  return policy == WtPolicy::Persistent ? "persistent" : "on_demand";
+}
+
+WeightFormat parseWeightFormat(std::string_view name) {
+  if (name == "bf16") return WeightFormat::Bf16;
+  if (name == "int8") return WeightFormat::Int8;
+  throw Error("unknown expert weight format '" + std::string(name) + "'",
+              "use bf16 or int8 (fp8 checkpoints are read directly and packed to either)");
+}
+
+WtPolicy parseWtPolicy(std::string_view name) {
+  if (name == "persistent") return WtPolicy::Persistent;
+  if (name == "on_demand") return WtPolicy::OnDemand;
+  throw Error("unknown backward weight policy '" + std::string(name) + "'",
+              "use persistent or on_demand");
+}
+
 int64_t activationTypeBytes(ActivationType type) { return type == ActivationType::F32 ? 4 : 2; }
 
-int64_t weightTypeBytes(WeightType type) { return type == WeightType::F32 ? 4 : 2; }
+int64_t weightTypeBytes(WeightType type) {
+  switch (type) {
+    case WeightType::F32: return 4;
+    case WeightType::BF16:
+    case WeightType::F16: return 2;
+    case WeightType::FP8_E4M3: return 1;
+  }
+  return 0;
+}
 
 std::string_view expertProjName(ExpertProj proj) {
   switch (proj) {

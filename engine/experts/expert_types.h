@@ -27,13 +27,31 @@ struct ExpertLoraSpec {
 
 // Activations crossing the API: x, y, dy, dx. BF16 is raw uint16 bits.
 enum class ActivationType { F32, BF16 };
-// Frozen base weights as stored in the checkpoint (raw bits for BF16 / F16).
-enum class WeightType { F32, BF16, F16 };
+// Frozen base weights as stored in the checkpoint (raw bits for BF16 / F16 / FP8).
+// FP8_E4M3 comes with 128 × 128 block scales (DeepSeek-V3's weight_scale_inv), see below.
+enum class WeightType { F32, BF16, F16, FP8_E4M3 };
+
+// What the frozen experts are packed to and multiplied in (chosen per layer, at creation):
+//   Bf16: bf16 (the fp32 backends `generic` / `avx512` read F32/BF16/F16 zero-copy instead);
+//   Int8: per-output-channel symmetric int8, quantised at load (activations per row at run time).
+// FP8 checkpoints are dequantised (value × block scale) at pack time to either of them: no CPU
+// here multiplies fp8 natively, and the packed format is what the kernels stream.
+enum class WeightFormat { Bf16, Int8 };
+
+// The backward pass multiplies by Wᵀ. Persistent: a second pack of Wᵀ made at creation (twice
+// the weight memory, no per-step cost). OnDemand: the Wᵀ packs of the experts a batch routes to
+// are rebuilt at the start of each backward and freed at its end (weight memory once, a repack
+// per step). The memory planner chooses; ExpertLayer reports it (docs/experts.md).
+enum class WtPolicy { Persistent, OnDemand };
 
 std::string_view activationTypeName(ActivationType type);
 std::string_view weightTypeName(WeightType type);
+std::string_view weightFormatName(WeightFormat format);
+std::string_view wtPolicyName(WtPolicy policy);
+WeightFormat parseWeightFormat(std::string_view name);  // "bf16" | "int8"; throws Error
+WtPolicy parseWtPolicy(std::string_view name);          // "persistent" | "on_demand"; throws Error
 int64_t activationTypeBytes(ActivationType type);
-int64_t weightTypeBytes(WeightType type);
+int64_t weightTypeBytes(WeightType type);  // of one element (FP8: 1, scales not counted)
 
 // The three projections of a SiLU-gated expert; the order indexes per-projection arrays.
 enum class ExpertProj { Gate = 0, Up = 1, Down = 2 };
@@ -43,9 +61,13 @@ std::string_view expertProjName(ExpertProj proj);
 // Per-expert views of the frozen weights, e.g. into memory-mapped safetensors. Pointers need
 // only be aligned to their element size's smallest unit (2 bytes); experts need not be adjacent.
 //   gate[e], up[e]: [I, H] row-major;  down[e]: [H, I] row-major.
+// FP8_E4M3 only: *_scale[e] [ceil(out / 128), ceil(in / 128)] f32 row-major, the checkpoint's
+// weight_scale_inv: W[o][i] = fp8(o, i) · scale[o / 128][i / 128].
 struct ExpertWeightViews {
   WeightType type = WeightType::BF16;
   std::vector<const void*> gate, up, down;
+  std::vector<const float*> gate_scale, up_scale, down_scale;
 };
+inline constexpr int64_t kFp8BlockSize = 128;
 
 }  // namespace tandem::experts

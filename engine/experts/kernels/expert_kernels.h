@@ -1,21 +1,18 @@
 #pragma once
-// The expert engine's kernel table: one signature per op, one implementation per backend.
+// The expert engine's fp32 kernel table: one signature per op, one implementation per ISA.
 //
-// ref/     plain loops, the specification, always compiled (backend "generic").
-// avx512/  AVX-512 F/BW/VL/DQ + FMA, flags on those files only (backend "avx512").
-// The table is picked once, at ExpertLayer creation, from cpuFeatures() (TANDEM_CPU_ISA caps
-// it); asking for a backend the CPU cannot run is an Error, never an illegal instruction.
-// Future backends (amx_bf16, ...) that need packed weights get per-backend state; these
-// zero-copy kernels read the checkpoint's weights directly and convert bf16/f16 on the fly.
+// ref/     plain loops, the specification, always compiled (table "generic").
+// avx512/  AVX-512 F/BW/VL/DQ + FMA, flags on those files only (table "avx512").
+// They serve the LoRA products (rank r is small: fp32 throughout) of every backend and the base
+// GEMMs of the zero-copy backends `generic` and `avx512` (packed_gemm.h has the packed ones),
+// reading the checkpoint's weights directly and converting bf16/f16 on the fly.
 //
 // All matrices are row-major with an explicit leading dimension in elements. `a`, `c` are fp32;
 // a weight operand `b` is F32, BF16 or F16 raw bits and may be aligned to only 2 bytes.
 // Accumulation is fp32. With accumulate = false, c is overwritten (its old contents unread).
 
 #include <cstdint>
-#include <string>
 #include <string_view>
-#include <vector>
 
 #include "engine/experts/expert_types.h"
 
@@ -66,11 +63,13 @@ void matmulTN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int6
 }  // namespace avx512
 #endif
 
-// Backends this build and CPU can run, best first ("avx512", "generic").
-std::vector<std::string> availableBackends(const CpuFeatures& features);
+const ExpertKernels& genericKernels();
+#ifdef TANDEM_EXPERTS_HAVE_AVX512
+const ExpertKernels& avx512Kernels();
+#endif
 
-// "auto" picks the best available; "generic" always works; anything else must be available,
-// otherwise Error names the available ones. Returns a table with static lifetime.
-const ExpertKernels& selectKernels(std::string_view backend, const CpuFeatures& features);
+// The fp32 table for the LoRA products next to base GEMM backend `backend`: the reference for
+// "generic" (so it stays the specification end to end), otherwise the best the CPU allows.
+const ExpertKernels& loraKernels(std::string_view backend, const CpuFeatures& features);
 
 }  // namespace tandem::experts::kernels

@@ -22,7 +22,8 @@ namespace tandem::experts::kernels::avx512 {
 
 namespace {
 
-// Register block geometry of the two micro-kernels.
+// Register block geometry of the two micro-kernels. The loops over a block carry
+// `#pragma GCC unroll`: at -O2 GCC leaves them rolled and the accumulators spill to memory.
 struct DotTile {        // matmulNT: kM rows of a against kN rows of b, dot products along k
   static constexpr int kM = 4;
   static constexpr int kN = 4;
@@ -74,14 +75,19 @@ void matmulNtRows(int64_t m, int64_t n, int64_t k, float alpha, const float* a, 
       const float* a_row[kM];
       for (int ii = 0; ii < kM; ++ii) a_row[ii] = a + std::min(i0 + ii, m - 1) * lda;
       __m512 acc[kM][kN];
+#pragma GCC unroll 4
       for (auto& row : acc)
+#pragma GCC unroll 4
         for (auto& v : row) v = _mm512_setzero_ps();
       for (int64_t p = 0; p < k; p += 16) {
         const __mmask16 mask = tailMask(k - p);
         __m512 bv[kN];
+#pragma GCC unroll 4
         for (int jj = 0; jj < kN; ++jj) bv[jj] = loadWeights<kType>(b, b_row[jj] + p, mask);
+#pragma GCC unroll 4
         for (int ii = 0; ii < kM; ++ii) {
           const __m512 av = _mm512_maskz_loadu_ps(mask, a_row[ii] + p);
+#pragma GCC unroll 4
           for (int jj = 0; jj < kN; ++jj) acc[ii][jj] = _mm512_fmadd_ps(av, bv[jj], acc[ii][jj]);
         }
       }
@@ -123,15 +129,20 @@ void matmulBroadcastImpl(int64_t m, int64_t n, int64_t k, float alpha, const flo
       const float* a_row[kM];
       for (int ii = 0; ii < kM; ++ii) a_row[ii] = a + std::min(i0 + ii, m - 1) * a_rs;
       __m512 acc[kM][kVecs];
+#pragma GCC unroll 4
       for (auto& row : acc)
+#pragma GCC unroll 4
         for (auto& v : row) v = _mm512_setzero_ps();
       for (int64_t p = 0; p < k; ++p) {
         __m512 bv[kVecs];
+#pragma GCC unroll 4
         for (int q = 0; q < kVecs; ++q) {
           bv[q] = loadWeights<kType>(b, p * ldb + n0 + 16 * q, mask[q]);
         }
+#pragma GCC unroll 4
         for (int ii = 0; ii < kM; ++ii) {
           const __m512 av = _mm512_set1_ps(a_row[ii][p * a_cs]);
+#pragma GCC unroll 4
           for (int q = 0; q < kVecs; ++q) acc[ii][q] = _mm512_fmadd_ps(av, bv[q], acc[ii][q]);
         }
       }
@@ -158,6 +169,8 @@ void matmulNT(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int6
       return matmulNtImpl<WeightType::BF16>(m, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
     case WeightType::F16:
       return matmulNtImpl<WeightType::F16>(m, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
+    case WeightType::FP8_E4M3:  // dequantised to f32 when packed (plain_gemm.cpp)
+      break;
   }
 }
 
@@ -175,6 +188,8 @@ void matmulNN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int6
     case WeightType::F16:
       return matmulBroadcastImpl<WeightType::F16>(m, n, k, alpha, a, lda, 1, b, ldb, c, ldc,
                                                   accumulate);
+    case WeightType::FP8_E4M3:  // dequantised to f32 when packed (plain_gemm.cpp)
+      break;
   }
 }
 

@@ -10,6 +10,7 @@ namespace tandem::experts::kernels::ref {
 
 namespace {
 // Element `index` of a weight matrix. memcpy because views may be aligned to only 2 bytes.
+// FP8 never reaches a kernel: it is dequantised to f32 when packed (plain_gemm.cpp).
 float loadWeight(const void* base, WeightType type, int64_t index) {
   const auto* bytes = static_cast<const unsigned char*>(base);
   if (type == WeightType::F32) {

@@ -1,0 +1,230 @@
+// `tandem bench experts`: the CPU expert engine against the plain libtorch per-expert loop and
+// oneDNN, on the expert layers of real models, with the machine's ceilings measured in the same
+// run. Prints one JSON object (also written to --json FILE); progress goes to stderr.
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/experts/experts_bench_command.h"
+#include "bench/experts/libtorch_expert_loop.h"
+#include "engine/core/cpu_features.h"
+#include "engine/core/error.h"
+#include "engine/core/numa.h"
+#include "engine/core/thread_pool.h"
+#include "engine/experts/expert_bench.h"
+#include "engine/experts/kernels/packed_gemm.h"
+
+namespace tandem::bench {
+
+namespace {
+
+struct ExpertsBenchArgs {
+  std::string json_path;
+  std::vector<std::string> shapes, routings, backends, dtypes;
+  std::vector<int64_t> tokens;
+  int threads = 0;
+  bool quick = false;
+  int repeats = 0;
+};
+
+// The (backend, dtype) pairs to time: every fast backend this CPU runs in its own format, the
+// fp8 checkpoint through the best bf16 backend, unless --backends / --dtypes narrow it.
+std::vector<experts::BenchLayerConfig> layerConfigs(const ExpertsBenchArgs& args) {
+  using experts::WeightFormat;
+  const CpuFeatures& cpu = cpuFeatures();
+  const auto wanted = [](const std::vector<std::string>& list, const std::string& name) {
+    return list.empty() || std::find(list.begin(), list.end(), name) != list.end();
+  };
+  std::vector<experts::BenchLayerConfig> configs;
+  for (const char* name : {"amx_bf16", "amx_int8", "avx512_bf16", "onednn", "avx512", "generic"}) {
+    const bool explicit_only = std::string(name) == "avx512" || std::string(name) == "generic";
+    if (args.backends.empty() && explicit_only) continue;  // fp32 fallbacks: only when asked
+    if (!wanted(args.backends, name)) continue;
+    for (const WeightFormat format : {WeightFormat::Bf16, WeightFormat::Int8}) {
+      const auto names = experts::kernels::availableGemmBackends(cpu, format);
+      if (std::find(names.begin(), names.end(), name) == names.end()) continue;
+      const std::string dtype(experts::weightFormatName(format));
+      const bool own_format = std::string(name) == "amx_int8" ? format == WeightFormat::Int8
+                                                              : format == WeightFormat::Bf16;
+      if (own_format && wanted(args.dtypes, dtype)) configs.push_back({name, dtype});
+    }
+  }
+  if (wanted(args.dtypes, "fp8")) {
+    const experts::kernels::GemmBackend& best =
+        experts::kernels::selectGemmBackend("auto", WeightFormat::Bf16, cpu);
+    if (wanted(args.backends, best.name())) configs.push_back({best.name(), "fp8"});
+  }
+  return configs;
+}
+
+nlohmann::json caseJson(const experts::BenchProblem& p, const std::string& backend,
+                        const std::string& dtype, const experts::BenchTiming& t,
+                        double weight_bytes, double peak_tflops, double mem_gbps) {
+  const double seconds = (t.fwd_ms + t.bwd_ms) / 1e3;
+  const double flops = experts::benchFlops(p), bytes = experts::benchBytes(p, weight_bytes);
+  const double bound = std::max(flops / (peak_tflops * 1e12), bytes / (mem_gbps * 1e9));
+  return {{"model_shape", p.shape.name},
+          {"tokens", p.tokens},
+          {"top_k", p.shape.top_k},
+          {"routing", std::string(experts::benchRoutingName(p.routing))},
+          {"backend", backend},
+          {"dtype", dtype},
+          {"fwd_ms", t.fwd_ms},
+          {"bwd_ms", t.bwd_ms},
+          {"tokens_per_s", static_cast<double>(p.tokens) / seconds},
+          {"tflops", flops / seconds / 1e12},
+          {"gbytes_per_s", bytes / seconds / 1e9},
+          {"roofline_fraction", bound / seconds},
+          {"active_experts", p.activeExperts()}};
+}
+
+// Speed-ups over libtorch_loop and zipf-over-uniform time ratios, per comparable case.
+nlohmann::json ratiosJson(const nlohmann::json& cases) {
+  std::map<std::string, double> seconds;
+  const auto key = [](const nlohmann::json& c, const std::string& routing) {
+    return c["model_shape"].get<std::string>() + "/" + std::to_string(c["tokens"].get<int64_t>()) +
+           "/" + routing + "/" + c["backend"].get<std::string>() + "/" + c["dtype"].get<std::string>();
+  };
+  for (const auto& c : cases) {
+    seconds[key(c, c["routing"])] = c["fwd_ms"].get<double>() + c["bwd_ms"].get<double>();
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& c : cases) {
+    if (c["backend"] == "libtorch_loop") continue;
+    nlohmann::json r = {{"model_shape", c["model_shape"]}, {"tokens", c["tokens"]},
+                        {"routing", c["routing"]},         {"backend", c["backend"]},
+                        {"dtype", c["dtype"]}};
+    nlohmann::json base = c;
+    base["backend"] = "libtorch_loop";
+    base["dtype"] = "bf16";
+    const double own = seconds[key(c, c["routing"])];
+    if (auto it = seconds.find(key(base, c["routing"])); it != seconds.end()) {
+      r["speedup_vs_libtorch_loop"] = it->second / own;
+    }
+    if (c["routing"] == "zipf") {
+      if (auto it = seconds.find(key(c, "uniform")); it != seconds.end()) {
+        r["zipf_over_uniform_time"] = own / it->second;
+      }
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+void runExpertsBench(ExpertsBenchArgs args) {
+  if (args.quick) {
+    if (args.shapes.empty()) args.shapes = {"qwen3_30b"};
+    if (args.tokens.empty()) args.tokens = {512, 2048};
+  }
+  if (args.shapes.empty()) args.shapes = {"qwen3_30b", "dsv2_lite", "dsv3_32e"};
+  if (args.tokens.empty()) args.tokens = {512, 2048, 8192};
+  if (args.routings.empty()) args.routings = {"uniform", "zipf"};
+  if (args.repeats <= 0) args.repeats = args.quick ? 1 : 3;
+  const int threads = args.threads > 0 ? args.threads
+                                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (const auto& name : args.shapes) experts::benchShape(name);        // validate up front
+  for (const auto& name : args.routings) experts::parseBenchRouting(name);
+  for (const int64_t t : args.tokens) {
+    if (t <= 0) throw Error("bench: --tokens must be positive, got " + std::to_string(t));
+  }
+  const std::vector<experts::BenchLayerConfig> configs = layerConfigs(args);
+  const bool with_libtorch = args.backends.empty() ||
+                             std::find(args.backends.begin(), args.backends.end(), "libtorch_loop") !=
+                                 args.backends.end();
+
+  // Workers on the CPUs after the first; the calling thread is the pool's last pair of hands.
+  std::vector<int> cpus;
+  for (const NumaNode& node : detectNumaTopology().nodes) cpus.insert(cpus.end(), node.cpus.begin(), node.cpus.end());
+  std::vector<int> pins;
+  for (size_t i = 1; i < cpus.size() && static_cast<int>(pins.size()) < threads - 1; ++i) pins.push_back(cpus[i]);
+  ThreadPool pool(threads - 1, pins);
+
+  std::fprintf(stderr, "bench experts: measuring ceilings on %d threads\n", threads);
+  const int64_t gemm_n = args.quick ? 2048 : 4096;
+  const double onednn_tflops = experts::kernels::onednnSquareGemmTflops(gemm_n, threads, 3);
+  const double own_tflops = experts::ourSquareGemmTflops(gemm_n, pool, 3);
+  const double peak = std::max(onednn_tflops, own_tflops);
+  const double mem = experts::streamingReadGbytesPerS(args.quick ? (512ull << 20) : (2ull << 30), pool, 5);
+  std::fprintf(stderr, "ceilings peak_tflops_bf16 %.3f (onednn %.3f, tandem %.3f) mem_gbytes_per_s %.1f\n",
+               peak, onednn_tflops, own_tflops, mem);
+
+  nlohmann::json cases = nlohmann::json::array();
+  uint64_t seed = 1;
+  for (const auto& shape_name : args.shapes) {
+    for (const int64_t tokens : args.tokens) {
+      for (const auto& routing_name : args.routings) {
+        experts::BenchProblem problem = experts::makeBenchProblem(
+            experts::benchShape(shape_name), tokens, experts::parseBenchRouting(routing_name), seed++, pool);
+        for (const auto& config : configs) {
+          if (config.dtype == "fp8" && problem.gate8.empty()) experts::addFp8Weights(problem, pool);
+          std::fprintf(stderr, "bench experts: %s tokens=%lld %s %s/%s\n", shape_name.c_str(),
+                       static_cast<long long>(tokens), routing_name.c_str(), config.backend.c_str(),
+                       config.dtype.c_str());
+          const experts::BenchLayerResult r = experts::timeExpertLayer(problem, config, args.repeats, pool);
+          nlohmann::json c = caseJson(problem, r.backend, config.dtype, r.timing, r.weight_bytes, peak, mem);
+          c["wt_policy"] = r.wt_policy;
+          c["pack_ms"] = r.pack_ms;
+          std::fprintf(stderr, "case %s\n", c.dump().c_str());  // survives a run cut short
+          cases.push_back(c);
+        }
+        if (with_libtorch) {
+          std::fprintf(stderr, "bench experts: %s tokens=%lld %s libtorch_loop\n", shape_name.c_str(),
+                       static_cast<long long>(tokens), routing_name.c_str());
+          const experts::BenchTiming t = timeLibtorchExpertLoop(problem, threads, args.repeats);
+          cases.push_back(caseJson(problem, "libtorch_loop", "bf16", t, 2.0, peak, mem));
+          std::fprintf(stderr, "case %s\n", cases.back().dump().c_str());
+        }
+      }
+    }
+  }
+
+  const CpuFeatures& cpu = cpuFeatures();
+  nlohmann::json out = {
+      {"benchmark", "experts"},
+      {"machine", {{"cpu", cpu.brand}, {"threads", threads}, {"isa", std::string(isaLevelName(cpu.bestLevel()))},
+                   {"amx", cpu.amx_status}, {"numa_nodes", detectNumaTopology().nodes.size()}}},
+      {"ceilings", {{"peak_tflops_bf16", peak}, {"peak_tflops_bf16_onednn", onednn_tflops},
+                    {"peak_tflops_bf16_tandem", own_tflops},
+                    {"tandem_kernel", experts::kernels::selectGemmBackend("auto", experts::WeightFormat::Bf16, cpu).name()},
+                    {"gemm_size", gemm_n}, {"mem_gbytes_per_s", mem}}},
+      {"lora", {{"rank", 8}, {"targets", "gate_proj,up_proj,down_proj"}}},
+      {"repeats", args.repeats},
+      {"cases", cases},
+      {"ratios", ratiosJson(cases)}};
+  const std::string text = out.dump(1);
+  std::printf("%s\n", text.c_str());
+  if (!args.json_path.empty()) {
+    std::ofstream file(args.json_path);
+    file << text << "\n";
+    if (!file) throw Error("bench: cannot write " + args.json_path, "check the directory exists and is writable");
+  }
+}
+
+}  // namespace
+
+void addExpertsBenchCommand(CLI::App& parent) {
+  CLI::App* cmd = parent.add_subcommand(
+      "experts", "CPU expert engine (fwd+bwd with expert LoRA) vs libtorch's per-expert loop and oneDNN");
+  auto args = std::make_shared<ExpertsBenchArgs>();
+  cmd->add_option("--json", args->json_path, "Also write the JSON object to this file");
+  cmd->add_option("--shapes", args->shapes, "qwen3_30b, dsv2_lite, dsv3_32e")->delimiter(',');
+  cmd->add_option("--tokens", args->tokens, "Token counts, e.g. 512,2048,8192")->delimiter(',');
+  cmd->add_option("--routing", args->routings, "uniform, zipf")->delimiter(',');
+  cmd->add_option("--backends", args->backends,
+                  "amx_bf16, amx_int8, avx512_bf16, onednn, avx512, generic, libtorch_loop (default: the fast ones available)")
+      ->delimiter(',');
+  cmd->add_option("--dtypes", args->dtypes, "bf16, int8, fp8 (default: all)")->delimiter(',');
+  cmd->add_option("--threads", args->threads, "Threads (default: every hardware thread)");
+  cmd->add_option("--repeats", args->repeats, "Timed runs per case, median reported (default 3, quick 1)");
+  cmd->add_flag("--quick", args->quick, "Qwen3-30B-A3B shape at 512 and 2048 tokens only; smaller ceilings");
+  cmd->callback([args] { runExpertsBench(*args); });
+}
+
+}  // namespace tandem::bench

@@ -1,0 +1,170 @@
+#include "engine/experts/kernels/packed_gemm.h"
+
+#include <numa.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "engine/core/cpu_features.h"
+#include "engine/core/error.h"
+#include "engine/core/float_convert.h"
+
+namespace tandem::experts::kernels {
+
+void dequantise(const SourceMatrix& src, float* w) {
+  const int64_t count = src.rows * src.cols;
+  const auto* bytes = static_cast<const unsigned char*>(src.data);
+  switch (src.type) {
+    case WeightType::F32:
+      std::memcpy(w, bytes, count * sizeof(float));
+      return;
+    case WeightType::BF16:
+    case WeightType::F16:
+      for (int64_t i = 0; i < count; ++i) {
+        uint16_t bits;  // memcpy: views may be aligned to only 2 bytes
+        std::memcpy(&bits, bytes + 2 * i, sizeof bits);
+        w[i] = src.type == WeightType::BF16 ? bf16ToFloat(bits) : fp16ToFloat(bits);
+      }
+      return;
+    case WeightType::FP8_E4M3: {
+      if (!src.block_scales) throw Error("fp8 expert weights need their weight_scale_inv blocks");
+      float table[256];  // every e4m3 code decoded once
+      for (int code = 0; code < 256; ++code) table[code] = fp8E4M3ToFloat(static_cast<uint8_t>(code));
+      const int64_t scale_cols = (src.cols + kFp8BlockSize - 1) / kFp8BlockSize;
+      for (int64_t r = 0; r < src.rows; ++r) {
+        const float* scale_row = src.block_scales + (r / kFp8BlockSize) * scale_cols;
+        for (int64_t c = 0; c < src.cols; ++c) {
+          w[r * src.cols + c] = table[bytes[r * src.cols + c]] * scale_row[c / kFp8BlockSize];
+        }
+      }
+      return;
+    }
+  }
+}
+
+DequantisedB::DequantisedB(const SourceMatrix& src, bool transpose)
+    : w_(static_cast<size_t>(src.rows * src.cols)),
+      n_(transpose ? src.cols : src.rows),
+      k_(transpose ? src.rows : src.cols),
+      transposed_(transpose) {
+  dequantise(src, w_.data());
+}
+
+void quantiseRowsInt8(const float* w, int64_t rows, int64_t cols, int8_t* q, float* scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = w + r * cols;
+    float amax = 0.0f;
+    for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(row[c]));
+    scale[r] = amax > 0.0f ? amax / 127.0f : 1.0f;
+    const float inv = 1.0f / scale[r];
+    for (int64_t c = 0; c < cols; ++c) {
+      q[r * cols + c] = static_cast<int8_t>(std::lrintf(std::clamp(row[c] * inv, -127.0f, 127.0f)));
+    }
+  }
+}
+
+PackedBuffer::PackedBuffer(size_t bytes, int node) : bytes_(bytes) {
+  if (bytes == 0) return;
+  // numa_alloc_onnode is page-aligned; only worth it when there is a node to choose.
+  if (node >= 0 && numa_available() >= 0 && numa_max_node() > 0) {
+    data_ = numa_alloc_onnode(bytes, node % (numa_max_node() + 1));
+    numa_ = data_ != nullptr;
+  }
+  if (!data_) data_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!data_) throw std::bad_alloc();
+}
+
+PackedBuffer::~PackedBuffer() {
+  if (!data_) return;
+  if (numa_) {
+    numa_free(data_, bytes_);
+  } else {
+    std::free(data_);
+  }
+}
+
+PackedBuffer::PackedBuffer(PackedBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      numa_(other.numa_) {}
+
+PackedBuffer& PackedBuffer::operator=(PackedBuffer&& other) noexcept {
+  if (this != &other) {
+    PackedBuffer old(std::move(*this));
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+    numa_ = other.numa_;
+  }
+  return *this;
+}
+
+void* threadArena(int slot, size_t bytes) {
+  struct Arena {
+    void* data = nullptr;
+    size_t bytes = 0;
+    ~Arena() { std::free(data); }
+  };
+  thread_local Arena arenas[4];
+  Arena& arena = arenas[slot];
+  if (arena.bytes < bytes) {
+    std::free(arena.data);
+    arena.bytes = (bytes + 4095) / 4096 * 4096;
+    arena.data = std::aligned_alloc(64, arena.bytes);
+    if (!arena.data) throw std::bad_alloc();
+  }
+  return arena.data;
+}
+
+#ifndef TANDEM_EXPERTS_HAVE_AVX512  // not x86-64: none of the x86 backends exist in this build
+const GemmBackend* avx512Bf16Gemm() { return nullptr; }
+const GemmBackend* amxBf16Gemm() { return nullptr; }
+const GemmBackend* amxInt8Gemm() { return nullptr; }
+#endif
+#ifndef TANDEM_EXPERTS_HAVE_ONEDNN  // built without oneDNN (libdnnl-dev)
+const GemmBackend* onednnGemm() { return nullptr; }
+double onednnSquareGemmTflops(int64_t, int, int) { return 0.0; }
+#endif
+
+namespace {
+std::vector<const GemmBackend*> candidates(const CpuFeatures& f) {
+  std::vector<const GemmBackend*> out;
+  if (f.canUseAmxBf16() && amxBf16Gemm()) out.push_back(amxBf16Gemm());
+  if (f.canUseAmxInt8() && amxInt8Gemm()) out.push_back(amxInt8Gemm());
+  if (f.canUseAvx512Bf16() && avx512Bf16Gemm()) out.push_back(avx512Bf16Gemm());
+  if (f.canUseAvx512() && avx512Gemm()) out.push_back(avx512Gemm());
+  out.push_back(&genericGemm());
+  // oneDNN is a comparison backend (its own threading, its own layout): never picked by auto.
+  // Its bf16 matmul needs AVX-512 (avx512_core); below that cap it has no implementation.
+  if (onednnGemm() && f.canUseAvx512()) out.push_back(onednnGemm());
+  return out;
+}
+}  // namespace
+
+std::vector<std::string> availableGemmBackends(const CpuFeatures& features, WeightFormat format) {
+  std::vector<std::string> names;
+  for (const GemmBackend* backend : candidates(features)) {
+    if (backend->supports(format)) names.emplace_back(backend->name());
+  }
+  return names;
+}
+
+const GemmBackend& selectGemmBackend(std::string_view name, WeightFormat format,
+                                     const CpuFeatures& features) {
+  for (const GemmBackend* backend : candidates(features)) {
+    if (!backend->supports(format)) continue;
+    if (name == "auto" || name == backend->name()) return *backend;
+  }
+  std::string names;
+  for (const std::string& n : availableGemmBackends(features, format)) {
+    names += (names.empty() ? "" : ", ") + n;
+  }
+  throw Error("expert backend '" + std::string(name) + "' is not available on this machine for " +
+                  std::string(weightFormatName(format)) + " weights",
+              "use one of: auto, " + names + " (TANDEM_CPU_ISA may cap what is available)");
+}
+
+}  // namespace tandem::experts::kernels

@@ -1,0 +1,147 @@
+#pragma once
+// The base GEMMs of the expert engine: frozen expert weights packed ONCE, at layer creation, into
+// the layout one backend's micro-kernel streams, and the GEMM on those packs.
+//
+//   backend       packed B                                   activations   needs
+//   generic       zero-copy view (F32/BF16/F16) or f32 copy  f32           nothing (the reference)
+//   avx512        same as generic                            f32           AVX-512 F/BW/VL/DQ
+//   avx512_bf16   bf16 pairs [n/64][k/2][64][2] (vdpbf16ps)  bf16 pairs    + AVX512_BF16
+//   amx_bf16      bf16 VNNI tiles, 16 k-pairs × 16 cols      bf16 [m, k]   AMX-BF16 (+ permission)
+//   amx_int8      int8 VNNI tiles, 16 k-quads × 16 cols      int8 per row  AMX-INT8
+//   onednn        oneDNN's own blocked layout (reorder)      bf16          oneDNN found at build
+//
+// Every gemm computes c [m, n] (= | +=) a [m, k] f32 · Bᵀ for B [n, k]: the forward projection uses
+// B = W [out, in], the input gradient B = Wᵀ [in, out] (its own pack; see WtPolicy). Activations
+// are converted to the backend's format inside gemm, in per-thread arenas (no malloc per call once
+// warm). Formats: bf16 rounds W to nearest even; int8 is per-output-channel symmetric (W's rows),
+// and for Wᵀ those scales fold into the activations before they are quantised per row.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/experts/expert_types.h"
+
+namespace tandem {
+struct CpuFeatures;
+}
+
+namespace tandem::experts::kernels {
+
+// One frozen matrix of one expert as the checkpoint stores it: W [rows, cols] row-major.
+struct SourceMatrix {
+  const void* data = nullptr;
+  WeightType type = WeightType::BF16;
+  const float* block_scales = nullptr;  // FP8_E4M3 only: [ceil(rows/128), ceil(cols/128)] f32
+  int64_t rows = 0, cols = 0;
+};
+
+// w [rows, cols] f32 = the source widened (bf16, f16) or dequantised (fp8 · its block's scale).
+void dequantise(const SourceMatrix& src, float* w);
+
+// Per-row symmetric int8: q [rows, cols] and scale [rows] with w ≈ q · scale (scale 1 for a
+// zero row, so dequantising never divides by zero).
+void quantiseRowsInt8(const float* w, int64_t rows, int64_t cols, int8_t* q, float* scale);
+
+// What every packer starts from: B [n, k] = W (transpose = false) or Wᵀ of a source, with W
+// dequantised to f32 once. at(j, p) is 0 outside B, so packers pad without bounds checks.
+class DequantisedB {
+ public:
+  DequantisedB(const SourceMatrix& src, bool transpose);
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  float at(int64_t j, int64_t p) const {
+    if (j >= n_ || p >= k_) return 0.0f;
+    return transposed_ ? w_[p * n_ + j] : w_[j * k_ + p];
+  }
+  const std::vector<float>& w() const { return w_; }  // W [rows, cols] as stored
+
+ private:
+  std::vector<float> w_;
+  int64_t n_, k_;
+  bool transposed_;
+};
+
+// 64-byte aligned memory for packs; on NUMA node `node` when the machine has more than one node
+// (node < 0 or a single-node machine: ordinary memory).
+class PackedBuffer {
+ public:
+  PackedBuffer() = default;
+  PackedBuffer(size_t bytes, int node);
+  ~PackedBuffer();
+  PackedBuffer(PackedBuffer&& other) noexcept;
+  PackedBuffer& operator=(PackedBuffer&& other) noexcept;
+  PackedBuffer(const PackedBuffer&) = delete;
+  PackedBuffer& operator=(const PackedBuffer&) = delete;
+
+  template <typename T>
+  T* as() const { return static_cast<T*>(data_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  bool numa_ = false;
+};
+
+// Per-thread scratch of at least `bytes`, 64-byte aligned, in slot 0..3 (gemms use 0..2 at once,
+// the layer's LoRA slot 3). Grows, never shrinks: after a layer's first calls nothing allocates.
+void* threadArena(int slot, size_t bytes);
+
+// B [n, k] in one backend's layout.
+class PackedMatrix {
+ public:
+  PackedMatrix(int64_t n, int64_t k) : n_(n), k_(k) {}
+  virtual ~PackedMatrix() = default;
+  PackedMatrix(const PackedMatrix&) = delete;
+  PackedMatrix& operator=(const PackedMatrix&) = delete;
+
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  virtual uint64_t bytes() const = 0;  // memory the pack owns (0 for a zero-copy view)
+
+ private:
+  int64_t n_, k_;
+};
+
+class GemmBackend {
+ public:
+  virtual ~GemmBackend() = default;
+  virtual const char* name() const = 0;
+  virtual bool supports(WeightFormat format) const = 0;
+  // Rows of a (expert, row-block) task: enough to amortise streaming B, few enough that a hot
+  // expert becomes several stealable tasks.
+  virtual int64_t rowBlock() const = 0;
+  // B = W (transpose = false) or Wᵀ of src, in `format`; memory on NUMA node `node` (-1: any).
+  virtual std::unique_ptr<PackedMatrix> pack(const SourceMatrix& src, bool transpose,
+                                             WeightFormat format, int node) const = 0;
+  // c [m, b.n()] (= | +=) a [m, b.k()] f32 · Bᵀ. Safe to call from many threads at once.
+  virtual void gemm(const PackedMatrix& b, int64_t m, const float* a, int64_t lda, float* c,
+                    int64_t ldc, bool accumulate) const = 0;
+};
+
+// Backends this build and CPU can run for `format`, best first.
+std::vector<std::string> availableGemmBackends(const CpuFeatures& features, WeightFormat format);
+
+// "auto" picks the best available for `format`; "generic" always works; "avx512" is the AVX-512F
+// fp32 backend. Anything unavailable (CPU, TANDEM_CPU_ISA cap, build, format) is an Error that
+// names what is available. Returns an object with static lifetime.
+const GemmBackend& selectGemmBackend(std::string_view name, WeightFormat format,
+                                     const CpuFeatures& features);
+
+// The individual backends (static lifetime); nullptr where this build has no such backend.
+const GemmBackend& genericGemm();
+const GemmBackend* avx512Gemm();
+const GemmBackend* avx512Bf16Gemm();
+const GemmBackend* amxBf16Gemm();
+const GemmBackend* amxInt8Gemm();
+const GemmBackend* onednnGemm();
+
+// Best-of-`repeats` TFLOP/s of oneDNN's bf16 matmul on [size]² × [size]², on `threads` OpenMP
+// threads of the calling thread (a machine ceiling for `tandem bench experts`); 0 without oneDNN.
+double onednnSquareGemmTflops(int64_t size, int threads, int repeats);
+
+}  // namespace tandem::experts::kernels

@@ -1,0 +1,96 @@
+// The fp32 backends `generic` and `avx512` behind the packed-GEMM interface. They read F32 / BF16
+// / F16 checkpoints zero-copy (widening on the fly), so their "pack" of W and of Wᵀ is the same
+// view: Wᵀ is multiplied with the NN kernel instead of being transposed. FP8 sources and the int8
+// format get an f32 copy of what the weights mean (dequantised, or quantised then dequantised),
+// which is the reference the int8 / fp8 paths of the fast backends are tested against.
+
+#include <vector>
+
+#include "engine/experts/kernels/expert_kernels.h"
+#include "engine/experts/kernels/packed_gemm.h"
+
+namespace tandem::experts::kernels {
+
+namespace {
+
+class PlainMatrix final : public PackedMatrix {
+ public:
+  PlainMatrix(int64_t n, int64_t k, const void* data, WeightType type, int64_t cols,
+              bool transposed, PackedBuffer owned)
+      : PackedMatrix(n, k),
+        data(data),
+        type(type),
+        cols(cols),
+        transposed(transposed),
+        owned(std::move(owned)) {}
+  uint64_t bytes() const override { return owned.bytes(); }
+
+  const void* data;   // W [rows, cols] as stored (or the owned f32 copy)
+  WeightType type;
+  int64_t cols;       // W's row stride in elements
+  bool transposed;    // B = Wᵀ: multiply with matmulNN
+  PackedBuffer owned;
+};
+
+class PlainGemm final : public GemmBackend {
+ public:
+  explicit PlainGemm(const ExpertKernels& kernels) : kernels_(kernels) {}
+  const char* name() const override { return kernels_.name; }
+  bool supports(WeightFormat) const override { return true; }
+  int64_t rowBlock() const override { return 32; }
+
+  std::unique_ptr<PackedMatrix> pack(const SourceMatrix& src, bool transpose, WeightFormat format,
+                                     int node) const override {
+    const int64_t n = transpose ? src.cols : src.rows, k = transpose ? src.rows : src.cols;
+    const bool zero_copy = src.type != WeightType::FP8_E4M3 && format == WeightFormat::Bf16;
+    if (zero_copy) {
+      return std::make_unique<PlainMatrix>(n, k, src.data, src.type, src.cols, transpose,
+                                           PackedBuffer());
+    }
+    PackedBuffer owned(static_cast<size_t>(src.rows * src.cols) * sizeof(float), node);
+    float* w = owned.as<float>();
+    dequantise(src, w);
+    if (format == WeightFormat::Int8) {
+      std::vector<int8_t> q(static_cast<size_t>(src.rows * src.cols));
+      std::vector<float> scale(static_cast<size_t>(src.rows));
+      quantiseRowsInt8(w, src.rows, src.cols, q.data(), scale.data());
+      for (int64_t r = 0; r < src.rows; ++r) {
+        for (int64_t c = 0; c < src.cols; ++c) w[r * src.cols + c] = q[r * src.cols + c] * scale[r];
+      }
+    }
+    const void* data = w;
+    return std::make_unique<PlainMatrix>(n, k, data, WeightType::F32, src.cols, transpose,
+                                         std::move(owned));
+  }
+
+  void gemm(const PackedMatrix& packed, int64_t m, const float* a, int64_t lda, float* c,
+            int64_t ldc, bool accumulate) const override {
+    const auto& b = static_cast<const PlainMatrix&>(packed);
+    if (b.transposed) {  // c = a · W, W [k, n]
+      kernels_.matmulNN(m, b.n(), b.k(), 1.0f, a, lda, b.data, b.type, b.cols, c, ldc, accumulate);
+    } else {             // c = a · Wᵀ, W [n, k]
+      kernels_.matmulNT(m, b.n(), b.k(), 1.0f, a, lda, b.data, b.type, b.cols, c, ldc, accumulate);
+    }
+  }
+
+ private:
+  const ExpertKernels& kernels_;
+};
+
+}  // namespace
+
+const GemmBackend& genericGemm() {
+  static const PlainGemm backend(genericKernels());
+  return backend;
+}
+
+const GemmBackend* avx512Gemm() {
+#ifdef TANDEM_EXPERTS_HAVE_AVX512
+  static const PlainGemm backend(avx512Kernels());
+  return &backend;
+#else
+  return nullptr;
+#endif
+}
+
+}  // namespace tandem::experts::kernels
