@@ -1,0 +1,206 @@
+// The studio's training and chat adapters on real engine work: a short LoRA run of the demo model
+// feeds the dashboard; the run store (written by the engine, not by the UI) must hold the very
+// losses the dashboard drew, and the runs view must list the run; pause holds the trainer, stop
+// writes a checkpoint, and the runs view's resume finishes the run; the chat tab streams answers
+// that equal the engine's greedy decoding called directly.
+
+#include <QSignalSpy>
+#include <QTest>
+
+#include "engine/core/thread_pool.h"
+#include "engine/gpu/causal_lm.h"
+#include "engine/gpu/peft_adapter.h"
+#include "engine/infer/generate.h"
+#include "engine/io/model_config.h"
+#include "engine/io/tokenizer.h"
+#include "engine/store/run_store.h"
+#include "engine/train/chat_template.h"
+#include "engine/train/supervised_encoder.h"
+#include "engine/train/tokenizer_encoder.h"
+#include "engine/train/trainer.h"
+#include "tests/ui/ui_test_support.h"
+#include "ui/chat_controller.h"
+#include "ui/machine_info.h"
+#include "ui/memory_map.h"
+#include "ui/metric_chart.h"
+#include "ui/resources.h"
+#include "ui/runs_view.h"
+#include "ui/training_controller.h"
+#include "ui/training_dashboard.h"
+
+namespace tandem::ui {
+
+namespace fs = std::filesystem;
+
+class TrainingTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase();
+  void dashboardReceivesRealSteps();
+  void runsViewListsTheRun();
+  void chatStreamsRealAnswers();
+  void pauseStopAndResume();
+
+ private:
+  QTemporaryDir tmp_;
+  StudioPaths paths_;
+  MachineInfo machine_;
+  std::unique_ptr<store::RunStore> store_;
+  train::TrainConfig config_;
+  std::vector<double> dashboard_losses_;
+};
+
+void TrainingTest::initTestCase() {
+  initStudioResources();
+  QVERIFY(tmp_.isValid());
+  paths_ = test::demoPaths(tmp_);
+  machine_ = detectMachine();
+  store_ = std::make_unique<store::RunStore>(store::RunStore::open(fs::path(tmp_.path().toStdString()) / "runs.db"));
+  config_ = test::demoConfig(paths_, fs::path(tmp_.path().toStdString()) / "run1",
+                             {"max_steps=4", "logging_steps=1", "save_steps=2"});
+}
+
+void TrainingTest::dashboardReceivesRealSteps() {
+  TrainingController controller(store_.get());
+  TrainingDashboard dashboard(controller, machine_);
+  dashboard.show();
+  QSignalSpy steps(&controller, &TrainingController::stepped);
+  QSignalSpy checkpoints(&controller, &TrainingController::checkpointed);
+  QSignalSpy finished(&controller, &TrainingController::finished);
+  controller.start(config_);
+  QVERIFY(controller.isRunning());
+  QVERIFY(finished.wait(300000));
+  const auto finish = finished.front().front().value<TrainFinish>();
+  QVERIFY2(finish.end == TrainEnd::Completed, qPrintable(finish.error));
+  QCOMPARE(finish.steps, int64_t{4});
+  QVERIFY(!controller.isRunning());
+
+  QCOMPARE(steps.size(), 4);
+  for (int i = 0; i < steps.size(); ++i) {
+    const auto p = steps[i].front().value<TrainPoint>();
+    QCOMPARE(p.step, int64_t{i + 1});
+    QCOMPARE(p.total_steps, int64_t{4});
+    QVERIFY(std::isfinite(p.loss) && p.loss > 0);
+    QVERIFY(p.tokens_per_s > 0);
+    dashboard_losses_.push_back(p.loss);
+  }
+  QCOMPARE(checkpoints.size(), 1);  // save_steps 2 of 4: step 2 (the end writes the final adapter instead)
+  QCOMPARE(dashboard.pointsReceived(), 4);
+  QCOMPARE(dashboard.lossChart()->pointCount(0), 4);  // raw
+  QCOMPARE(dashboard.lossChart()->pointCount(1), 4);  // smoothed
+  QVERIFY(!dashboard.memoryMap()->bars().empty());
+  QVERIFY(dashboard.logText().contains(QStringLiteral("checkpoint at step 2")));
+  QCOMPARE(finish.final_loss, dashboard_losses_.back());
+}
+
+void TrainingTest::runsViewListsTheRun() {
+  RunsView view(store_.get());
+  view.refresh();
+  QCOMPARE(view.runCount(), 1);
+  const store::RunRecord& run = view.runs().front();
+  QCOMPARE(run.status, store::RunStatus::Completed);
+  QCOMPARE(run.last_step.value_or(0), int64_t{4});
+  QCOMPARE(fs::path(run.output_dir), config_.output_dir);
+  view.selectRuns({run.id});
+  QCOMPARE(view.compareChart()->pointCount(0), 4);
+  const std::vector<store::StepMetrics> metrics = store_->metrics(run.id);
+  QCOMPARE(metrics.size(), dashboard_losses_.size());
+  for (size_t i = 0; i < metrics.size(); ++i) QCOMPARE(metrics[i].loss, dashboard_losses_[i]);
+}
+
+void TrainingTest::chatStreamsRealAnswers() {
+  ChatController chat;
+  QSignalSpy streamed(&chat, &ChatController::streamed);
+  QSignalSpy answered(&chat, &ChatController::answered);
+  QSignalSpy failed(&chat, &ChatController::failed);
+  ChatRequest request;
+  request.base_model = QString::fromStdString(config_.model_name_or_path);
+  request.adapter_dir = QString::fromStdString(config_.output_dir.string());
+  request.template_name = QString::fromStdString(config_.template_name);
+  request.question = QStringLiteral("Who are you?");
+  request.max_new_tokens = 12;
+  chat.ask(request);
+  QTRY_VERIFY_WITH_TIMEOUT(!chat.isBusy(), 300000);
+  QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed.front().front().toString()));
+  QCOMPARE(answered.size(), 2);
+
+  // Each side streamed token by token: every text grows from the one before.
+  QString last[2];
+  int updates[2] = {0, 0};
+  for (const QList<QVariant>& s : streamed) {
+    const int side = s[0].toInt();
+    const QString text = s[1].toString();
+    QVERIFY(text.startsWith(last[side].left(std::max<qsizetype>(0, last[side].size() - 1))));
+    last[side] = text;
+    ++updates[side];
+  }
+  QVERIFY(updates[0] > 1 && updates[1] > 1);
+
+  // The reference: the engine's greedy decoder on the same prompt, called here directly.
+  const io::Tokenizer tokenizer = io::Tokenizer::load(config_.model_name_or_path);
+  const train::ChatTemplate& chat_template = train::templateByName(config_.template_name);
+  const train::TokenizerEncoder encoder(tokenizer, chat_template);
+  train::Conversation conversation;
+  conversation.messages.push_back({train::Role::User, "Who are you?"});
+  const std::vector<int32_t> prompt = train::encodePieces(chat_template.renderForGeneration(conversation), encoder);
+  infer::GreedySettings settings;
+  settings.max_new_tokens = 12;
+  settings.stop_ids = {encoder.eosId()};
+  const io::ModelConfig model_config = io::readModelConfig(config_.model_name_or_path);
+  const gpu::PeftAdapter adapter = gpu::readPeftAdapter(config_.output_dir, model_config);
+  const gpu::LoraPlan plan = gpu::loraPlanFor(adapter);
+  auto base = gpu::CausalLm::load(config_.model_name_or_path, gpu::ModelOptions{}, nullptr, ThreadPool::global());
+  auto tuned = gpu::CausalLm::load(config_.model_name_or_path, gpu::ModelOptions{}, &plan, ThreadPool::global());
+  gpu::applyPeftAdapter(adapter, *tuned);
+  const gpu::CausalLm* models[] = {base.get(), tuned.get()};
+  for (int side = 0; side < 2; ++side) {
+    std::vector<int32_t> ids = infer::generateGreedy(*models[side], prompt, settings);
+    if (!ids.empty() && ids.back() == encoder.eosId()) ids.pop_back();
+    QCOMPARE(last[side], QString::fromStdString(tokenizer.decode(ids, true)));
+  }
+}
+
+void TrainingTest::pauseStopAndResume() {
+  const train::TrainConfig config = test::demoConfig(
+      paths_, fs::path(tmp_.path().toStdString()) / "run2", {"max_steps=6", "logging_steps=1", "save_steps=100"});
+  TrainingController controller(store_.get());
+  QSignalSpy steps(&controller, &TrainingController::stepped);
+  QSignalSpy finished(&controller, &TrainingController::finished);
+  controller.start(config);
+  QVERIFY(steps.wait(300000));
+  controller.pause();
+  QVERIFY(controller.isPaused());
+  // The trainer is held at a step boundary: the store says so, and no step arrives meanwhile.
+  const auto run = [&] { return store_->findByOutputDir(config.output_dir); };
+  QTRY_VERIFY_WITH_TIMEOUT(run() && run()->status == store::RunStatus::Paused, 60000);
+  const qsizetype held_at = steps.size();
+  QTest::qWait(300);
+  QCOMPARE(steps.size(), held_at);
+  QVERIFY(held_at < 6);
+
+  controller.stop();  // from the pause: ends with a checkpoint
+  QVERIFY(finished.wait(300000));
+  const auto stopped = finished.front().front().value<TrainFinish>();
+  QVERIFY2(stopped.end == TrainEnd::Stopped, qPrintable(stopped.error));
+  QCOMPARE(run()->status, store::RunStatus::Stopped);
+  QVERIFY(!train::lastCheckpoint(config.output_dir).empty());
+
+  // Resume as the runs view does: the recorded config, from the newest checkpoint.
+  const train::TrainConfig again = RunsView::resumeConfig(*run());
+  finished.clear();
+  steps.clear();
+  controller.start(again);
+  QVERIFY(finished.wait(300000));
+  const auto done = finished.front().front().value<TrainFinish>();
+  QVERIFY2(done.end == TrainEnd::Completed, qPrintable(done.error));
+  QCOMPARE(done.steps, int64_t{6});
+  QCOMPARE(steps.front().front().value<TrainPoint>().step, stopped.steps + 1);
+  QCOMPARE(run()->status, store::RunStatus::Completed);
+  QCOMPARE(run()->last_step.value_or(0), int64_t{6});
+}
+
+}  // namespace tandem::ui
+
+QTEST_MAIN(tandem::ui::TrainingTest)
+#include "studio_training_test.moc"
