@@ -13,6 +13,7 @@
 #include "engine/train/chat_template.h"
 #include "engine/train/supervised_encoder.h"
 #include "engine/train/tokenizer_encoder.h"
+#include "ui/engine_thread.h"
 #include "ui/error_text.h"
 
 namespace tandem::ui {
@@ -46,6 +47,7 @@ void ChatController::ask(const ChatRequest& request) {
 void ChatController::stop() { thread_.request_stop(); }
 
 void ChatController::run(ChatRequest request, std::stop_token stop) {
+  lowerCurrentThreadPriority();
   auto post = [this](auto fn) { QMetaObject::invokeMethod(this, fn, Qt::QueuedConnection); };
   try {
     Models& m = *models_;

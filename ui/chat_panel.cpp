@@ -58,7 +58,9 @@ ChatPanel::ChatPanel(ChatController& controller, QWidget* parent) : QWidget(pare
   options->addWidget(new QLabel(tr("Max new tokens:")));
   options->addWidget(max_tokens_);
   options->addStretch(1);
-  form->addRow(tr("&Template:"), options);
+  auto* template_label = new QLabel(tr("&Template:"));
+  template_label->setBuddy(template_);
+  form->addRow(template_label, options);
   form->addRow(tr("S&ystem:"), system_);
 
   const QString titles[2] = {tr("Base model"), tr("With adapter")};

@@ -9,6 +9,7 @@
 #include <QPushButton>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QVBoxLayout>
 
 #include "engine/core/error.h"
 #include "ui/chat_controller.h"
@@ -44,7 +45,13 @@ MainWindow::MainWindow(StudioSettings settings, StudioPaths paths, QWidget* pare
 
   tabs_ = new QTabWidget;
   tabs_->setDocumentMode(true);
-  tabs_->addTab(wizard_, QIcon(QStringLiteral(":/icons/wizard.svg")), tr("&New fine-tune"));
+  // The wizard hides itself when finished or cancelled and is shown again for the next run;
+  // inside its own page it cannot show through the other tabs.
+  auto* wizard_page = new QWidget;
+  auto* wizard_layout = new QVBoxLayout(wizard_page);
+  wizard_layout->setContentsMargins(0, 0, 0, 0);
+  wizard_layout->addWidget(wizard_);
+  tabs_->addTab(wizard_page, QIcon(QStringLiteral(":/icons/wizard.svg")), tr("&New fine-tune"));
   tabs_->addTab(dashboard_, QIcon(QStringLiteral(":/icons/dashboard.svg")), tr("&Training"));
   tabs_->addTab(chat_panel_, QIcon(QStringLiteral(":/icons/chat.svg")), tr("&Chat"));
   tabs_->addTab(runs_, QIcon(QStringLiteral(":/icons/runs.svg")), tr("&Runs"));

@@ -158,8 +158,9 @@ void MemoryMapWidget::paintEvent(QPaintEvent*) {
     const double capacity = static_cast<double>(std::max<uint64_t>(1, bar.capacity_bytes));
     double x = r.left();
     for (int s = 0; s < kMemorySliceCount; ++s) {
-      const double w = r.width() * static_cast<double>(bar.bytes[s]) / capacity;
-      if (w <= 0) continue;
+      if (bar.bytes[s] == 0) continue;
+      // A slice too small to see still gets 2 px, so "there is some" shows.
+      const double w = std::max(2.0, r.width() * static_cast<double>(bar.bytes[s]) / capacity);
       p.fillRect(QRectF(x, r.top(), std::min(w, r.right() + 1 - x), r.height()), memorySliceColor(static_cast<MemorySlice>(s)));
       x += w;
     }
@@ -191,8 +192,9 @@ QString MemoryMapWidget::detailsAt(const QPoint& pos) const {
     const double capacity = static_cast<double>(std::max<uint64_t>(1, bar.capacity_bytes));
     double x = r.left();
     for (int s = 0; s < kMemorySliceCount; ++s) {
-      const double w = r.width() * static_cast<double>(bar.bytes[s]) / capacity;
-      if (w > 0 && pos.x() >= x && pos.x() < x + w) {
+      if (bar.bytes[s] == 0) continue;
+      const double w = std::max(2.0, r.width() * static_cast<double>(bar.bytes[s]) / capacity);
+      if (pos.x() >= x && pos.x() < x + w) {
         return tr("%1 — %2: %3 (%4% of %5)")
             .arg(bar.device, memorySliceName(static_cast<MemorySlice>(s)), bytesText(bar.bytes[s]))
             .arg(100.0 * static_cast<double>(bar.bytes[s]) / capacity, 0, 'f', 1)

@@ -24,7 +24,7 @@ MetricChart::MetricChart(const QString& title, const QString& y_label, QWidget* 
   chart->setMargins(QMargins(4, 4, 4, 4));
   setChart(chart);  // the view owns the chart
   setRenderHint(QPainter::Antialiasing);
-  setMinimumSize(280, 190);
+  setMinimumSize(260, 150);
   auto* x = new QValueAxis();
   x->setTitleText(tr("step"));
   x->setLabelFormat("%d");
@@ -47,7 +47,7 @@ void MetricChart::attachYAxis() {
     y_axis_ = y;
   } else {
     auto* y = new QValueAxis();
-    y->setLabelFormat("%.3g");
+    y->setLabelFormat("%.4g");
     y_axis_ = y;
   }
   y_axis_->setTitleText(y_label_);
@@ -112,6 +112,12 @@ void MetricChart::removeAllSeries() {
 
 int MetricChart::pointCount(int series) const { return static_cast<int>(series_[series]->count()); }
 
+void MetricChart::setStepSpan(double steps) {
+  if (steps == x_span_) return;
+  x_span_ = steps;
+  rescale();
+}
+
 void MetricChart::setLogScale(bool log) {
   if (log == log_scale_) return;
   log_scale_ = log;
@@ -119,7 +125,9 @@ void MetricChart::setLogScale(bool log) {
 }
 
 void MetricChart::rescale() {
-  x_axis_->setRange(0, std::max(1.0, x_max_));
+  auto* x = static_cast<QValueAxis*>(x_axis_);
+  x->setRange(0, std::max({1.0, x_max_, x_span_}));
+  x->applyNiceNumbers();  // ticks on round steps
   double lo = y_min_, hi = y_max_;
   if (log_scale_) {
     // A log axis needs positive bounds; decades that hold the data.
@@ -132,6 +140,7 @@ void MetricChart::rescale() {
     if (y_min_ >= 0 && lo < 0) lo = 0;
   }
   y_axis_->setRange(lo, hi);
+  if (!log_scale_) static_cast<QValueAxis*>(y_axis_)->applyNiceNumbers();
 }
 
 }  // namespace tandem::ui

@@ -27,6 +27,8 @@ class MetricChart : public QChartView {
   void clear();           // every series loses its points
   void removeAllSeries();  // and the series themselves
   void setLogScale(bool log);
+  // The x axis spans at least [0, steps] (the run's length), so the curve fills it as it runs.
+  void setStepSpan(double steps);
   bool logScale() const { return log_scale_; }
   int pointCount(int series) const;
 
@@ -40,6 +42,7 @@ class MetricChart : public QChartView {
   QString y_label_;
   bool log_scale_ = false;
   double x_max_ = 1, y_min_ = 0, y_max_ = 1;
+  double x_span_ = 1;
   bool has_points_ = false;
 };
 

@@ -47,12 +47,6 @@ bool resumable(const store::RunRecord& r) {
   return !train::lastCheckpoint(r.output_dir).empty();
 }
 
-QString lastPart(const std::string& path) {
-  const QString p = QString::fromStdString(path);
-  const int slash = p.lastIndexOf(QLatin1Char('/'), p.endsWith(QLatin1Char('/')) ? -2 : -1);
-  return slash >= 0 ? p.mid(slash + 1) : p;
-}
-
 }  // namespace
 
 RunsView::RunsView(store::RunStore* store, QWidget* parent) : QWidget(parent), store_(store) {
@@ -66,6 +60,7 @@ RunsView::RunsView(store::RunStore* store, QWidget* parent) : QWidget(parent), s
   table_->setSelectionMode(QAbstractItemView::ExtendedSelection);
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   table_->setAccessibleName(tr("Run history"));
+  table_->setTextElideMode(Qt::ElideMiddle);  // long paths keep their start and their name
   chart_ = new MetricChart(tr("Loss of the selected runs"), tr("loss"));
   problem_ = makeProblemLabel();
 
@@ -162,7 +157,7 @@ void RunsView::refresh() {
     QTableWidgetItem* status = set(kStatus, QString::fromStdString(std::string(store::runStatusName(r.status))));
     status->setForeground(statusColor(r.status));
     if (!r.error.empty()) status->setToolTip(QString::fromStdString(r.error));
-    set(kModel, lastPart(r.model))->setToolTip(QString::fromStdString(r.model));
+    set(kModel, QString::fromStdString(r.model));
     set(kDataset, QString::fromStdString(r.dataset));
     set(kSteps, tr("%1 / %2").arg(r.last_step.value_or(0)).arg(r.total_steps));
     set(kLoss, r.final_loss ? (std::isnan(*r.final_loss) ? tr("NaN") : QString::number(*r.final_loss, 'f', 4)) : QString());

@@ -6,6 +6,7 @@
 #include "engine/store/run_store.h"
 #include "engine/train/trainer.h"
 #include "engine/train/training_run.h"
+#include "ui/engine_thread.h"
 
 namespace tandem::ui {
 
@@ -94,6 +95,7 @@ void TrainingController::start(const train::TrainConfig& config) {
 }
 
 void TrainingController::run(train::TrainConfig config, std::stop_token stop, std::stop_token cancel) {
+  lowerCurrentThreadPriority();
   Listener listener(*this);
   TrainFinish finish;
   finish.output_dir = QString::fromStdString(config.output_dir.string());

@@ -144,7 +144,10 @@ void TrainingDashboard::setRunningControls(bool running) {
 void TrainingDashboard::onStarted(const QString& output_dir) {
   steps_.clear();
   losses_.clear();
-  for (MetricChart* c : {loss_chart_, lr_chart_, speed_chart_, grad_chart_}) c->clear();
+  for (MetricChart* c : {loss_chart_, lr_chart_, speed_chart_, grad_chart_}) {
+    c->clear();
+    c->setStepSpan(1);
+  }
   progress_->setRange(0, 1);
   progress_->setValue(0);
   status_->setText(tr("Preparing: tokenizer, data and model → %1").arg(output_dir));
@@ -164,6 +167,7 @@ void TrainingDashboard::onStepped(const TrainPoint& p) {
   points.reserve(static_cast<qsizetype>(smooth.size()));
   for (size_t i = 0; i < smooth.size(); ++i) points.append(QPointF(steps_[i], smooth[i]));
   loss_chart_->replace(smooth_series_, points);
+  for (MetricChart* c : {loss_chart_, lr_chart_, speed_chart_, grad_chart_}) c->setStepSpan(static_cast<double>(p.total_steps));
   lr_chart_->append(0, static_cast<double>(p.step), p.learning_rate);
   speed_chart_->append(0, static_cast<double>(p.step), p.tokens_per_s);
   grad_chart_->append(0, static_cast<double>(p.step), p.grad_norm);

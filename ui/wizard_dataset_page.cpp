@@ -36,6 +36,9 @@ namespace tandem::ui {
 namespace {
 
 constexpr int kPreviewRows = 50;
+// Two shades each, alternating token by token, so token boundaries show.
+const char* const kTrainedShades[2] = {"#c8f0d0", "#a6e3b5"};
+const char* const kMaskedShades[2] = {"#e4e4e4", "#cfcfcf"};
 
 QString lastTurn(const train::Conversation& c, train::Role role) {
   for (auto it = c.messages.rbegin(); it != c.messages.rend(); ++it) {
@@ -100,8 +103,8 @@ DatasetPage::DatasetPage(FineTuneWizard& wizard) : wizard_(wizard) {
   checks->addWidget(packing_);
   checks->addStretch(1);
   auto* form = new QFormLayout;
-  form->addRow(tr("Dataset &folder:"), dir_row);
-  form->addRow(tr("Data&set:"), dataset_row);
+  form->addRow(buddyLabel(tr("Dataset &folder:"), dir_), dir_row);
+  form->addRow(buddyLabel(tr("Data&set:"), dataset_), dataset_row);
   form->addRow(tr("&Template:"), template_);
   auto* numbers = new QHBoxLayout;
   numbers->addWidget(new QLabel(tr("Cutoff:")));
@@ -132,9 +135,10 @@ DatasetPage::DatasetPage(FineTuneWizard& wizard) : wizard_(wizard) {
   auto* render_layout = new QVBoxLayout(render_box);
   render_layout->setContentsMargins(0, 0, 0, 0);
   render_layout->addWidget(new QLabel(
-      tr("Selected row as the model sees it: <span style='background:#c8f0d0'>&nbsp;trained tokens&nbsp;</span> "
-         "<span style='background:#e4e4e4;color:#555'>&nbsp;masked tokens (label −100)&nbsp;</span>; "
-         "token boundaries are thin lines.")));
+      tr("Selected row as the model sees it: <span style='background:%1'>&nbsp;trained tokens&nbsp;</span> "
+         "<span style='background:%2;color:#444'>&nbsp;masked tokens (label −100)&nbsp;</span>; "
+         "neighbouring tokens alternate in shade.")
+          .arg(kTrainedShades[0], kMaskedShades[0])));
   render_layout->addWidget(rendered_);
   split->addWidget(render_box);
 
@@ -238,12 +242,15 @@ void DatasetPage::refresh() {
     skipped_->setText(text);
     const int shown = std::min<int>(kPreviewRows, static_cast<int>(rows_.size()));
     table_->setRowCount(shown);
+    bool any_system = false;
     for (int i = 0; i < shown; ++i) {
       const train::Conversation& c = rows_[i];
       table_->setItem(i, 0, new QTableWidgetItem(oneLine(QString::fromStdString(c.system))));
+      any_system = any_system || !c.system.empty();
       table_->setItem(i, 1, new QTableWidgetItem(oneLine(lastTurn(c, train::Role::User))));
       table_->setItem(i, 2, new QTableWidgetItem(oneLine(lastTurn(c, train::Role::Assistant))));
     }
+    table_->setColumnHidden(0, !any_system);  // an empty column would take a third of the width
     train::templateByName(config.template_name);  // an unknown name is the page's problem
     showProblem(problem_, {});
     ok_ = true;
@@ -277,8 +284,9 @@ void DatasetPage::renderRow(int row) {
       trained += is_trained ? 1 : 0;
       const int32_t id = sample.input_ids[i];
       const QString piece = QString::fromStdString(tokenizer.decode(std::span<const int32_t>(&id, 1)));
-      html += QStringLiteral("<span style='background:%1;%2border-right:1px solid #fff'>%3</span>")
-                  .arg(is_trained ? "#c8f0d0" : "#e4e4e4", is_trained ? "" : "color:#555;",
+      const char* shade = (is_trained ? kTrainedShades : kMaskedShades)[i % 2];
+      html += QStringLiteral("<span style='background:%1;%2'>%3</span>")
+                  .arg(shade, is_trained ? "" : "color:#444;",
                        piece.toHtmlEscaped().replace(QLatin1Char('\n'), QStringLiteral("↵<br>")));
     }
     html += QStringLiteral("</div><p>%1 tokens, %2 trained, %3 masked (cutoff %4)</p>")

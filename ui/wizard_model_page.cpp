@@ -28,6 +28,12 @@ QLabel* makeProblemLabel() {
   return label;
 }
 
+QLabel* buddyLabel(const QString& text, QWidget* buddy) {
+  auto* label = new QLabel(text);
+  label->setBuddy(buddy);
+  return label;
+}
+
 void showProblem(QLabel* label, const QString& problem) {
   label->setText(problem);
   label->setVisible(!problem.isEmpty());
@@ -152,9 +158,11 @@ void ModelPage::inspect() {
           QStringLiteral("<span style='background:%1;color:white;padding:3px 8px;border-radius:4px'>&nbsp;%2&nbsp;</span> %3")
               .arg(fits ? "#1b7f3b" : "#b00020",
                    fits ? tr("weights fit") : tr("weights do not fit"),
-                   tr("%1 of weights; this machine has %2 RAM + %3 GPU memory. The review page shows the plan.")
+                   tr("%1 of weights; this machine has %2 RAM and %3. The review page shows the plan.")
                        .arg(bytesText(s.bytes_on_disk), bytesText(wizard_.machine().totalRamBytes()),
-                            bytesText(wizard_.machine().totalGpuBytes()))));
+                            wizard_.machine().torch.gpus.empty()
+                                ? tr("no GPU")
+                                : tr("%1 of GPU memory").arg(bytesText(wizard_.machine().totalGpuBytes())))));
       wizard_.setModelSummary(s);
       showProblem(problem_, {});
       ok_ = true;

@@ -25,6 +25,8 @@ class MemoryMapWidget;
 
 // A label that shows a problem in red, or hides when there is none.
 QLabel* makeProblemLabel();
+// A form label whose mnemonic (&x) focuses `buddy` (QFormLayout only does that for widget rows).
+QLabel* buddyLabel(const QString& text, QWidget* buddy);
 void showProblem(QLabel* label, const QString& problem);
 
 class ModelPage : public ConfigPage {

@@ -44,6 +44,7 @@ std::vector<MemoryBar> plannedWeightBars(const MachineInfo& machine, const model
       bar.device = QStringLiteral("cuda:%1").arg(g.index);
       bar.label = QStringLiteral("GPU %1").arg(g.index);
       bar.capacity_bytes = g.total_bytes;
+      bar.bytes[static_cast<int>(MemorySlice::Other)] = g.total_bytes - std::min(g.total_bytes, g.free_bytes);
       if (g.index == index) bar.bytes[static_cast<int>(MemorySlice::Weights)] = rest;
       bars.push_back(bar);
     }
@@ -52,6 +53,9 @@ std::vector<MemoryBar> plannedWeightBars(const MachineInfo& machine, const model
   ram.device = QStringLiteral("cpu");
   ram.label = QObject::tr("RAM");
   ram.capacity_bytes = machine.totalRamBytes();
+  uint64_t ram_free = 0;
+  for (const NumaNode& n : detectNumaTopology().nodes) ram_free += n.free_bytes;
+  ram.bytes[static_cast<int>(MemorySlice::Other)] = ram.capacity_bytes - std::min(ram.capacity_bytes, ram_free);
   ram.bytes[static_cast<int>(MemorySlice::Weights)] = routed + (on_gpu ? 0 : rest);
   bars.push_back(ram);
   for (MemoryBar& bar : bars) {
@@ -72,7 +76,7 @@ ReviewPage::ReviewPage(FineTuneWizard& wizard) : wizard_(wizard) {
   plan_ = new MemoryMapWidget;
   plan_note_ = new QLabel;
   plan_note_->setWordWrap(true);
-  plan_note_->setStyleSheet(QStringLiteral("color: palette(mid);"));
+  plan_note_->setStyleSheet(QStringLiteral("font-style: italic;"));
   warnings_ = new QLabel;
   warnings_->setWordWrap(true);
   warnings_->setTextFormat(Qt::RichText);
@@ -157,7 +161,8 @@ void ReviewPage::initializePage() {
       }
     }
     plan_->setBars(bars);
-    plan_note_->setText(tr("Weights at the training precision, routed experts in RAM, the rest on the dense-part device. "
+    plan_note_->setText(tr("Weights at the training precision, routed experts in RAM, the rest on the dense-part device; "
+                           "'other' is what other programs use now. "
                            "LoRA, optimizer and activation memory come from the memory planner, which this build "
                            "does not have yet; the dashboard shows them live."));
   } else {

@@ -154,7 +154,7 @@ TrainingPage::TrainingPage(FineTuneWizard&) {
   auto* output_row = new QHBoxLayout;
   output_row->addWidget(output_, 1);
   output_row->addWidget(browse);
-  output_form->addRow(tr("Output &folder:"), output_row);
+  output_form->addRow(buddyLabel(tr("Output &folder:"), output_), output_row);
   auto* flags = new QHBoxLayout;
   flags->addWidget(overwrite_);
   flags->addWidget(plot_);

@@ -34,7 +34,7 @@ struct TourFailed : std::runtime_error {
 }  // namespace
 
 ScreenshotTour::ScreenshotTour(ui::MainWindow& window, QString dir, int steps)
-    : window_(window), dir_(std::move(dir)), steps_(steps) {}
+    : window_(window), dir_(std::move(dir)), steps_(steps), work_(QDir::temp().filePath(QStringLiteral("tandem-tour-XXXXXX"))) {}
 
 void ScreenshotTour::settle(int ms) {
   QElapsedTimer timer;

@@ -194,8 +194,8 @@ void WizardTest::datasetPageColoursTrainedTokens() {
     for (auto it = block.begin(); !it.atEnd(); ++it) {
       const QTextFragment f = it.fragment();
       const QColor bg = f.charFormat().background().color();
-      if (bg == QColor(QStringLiteral("#c8f0d0"))) shown_trained += f.text();
-      if (bg == QColor(QStringLiteral("#e4e4e4"))) shown_masked += f.text();
+      if (bg == QColor(QStringLiteral("#c8f0d0")) || bg == QColor(QStringLiteral("#a6e3b5"))) shown_trained += f.text();
+      if (bg == QColor(QStringLiteral("#e4e4e4")) || bg == QColor(QStringLiteral("#cfcfcf"))) shown_masked += f.text();
     }
   }
   auto normal = [](QString s) {
