@@ -87,6 +87,7 @@ ReviewPage::ReviewPage(FineTuneWizard& wizard) : wizard_(wizard) {
   problem_ = makeProblemLabel();
   auto* save = new QPushButton(tr("Sa&ve YAML…"));
   auto* copy = new QPushButton(tr("&Copy tandem train command"));
+  copy->setToolTip(tr("Saves the YAML first if needed, then copies the command that runs it without the studio"));
   connect(save, &QPushButton::clicked, this, &ReviewPage::saveYaml);
   connect(copy, &QPushButton::clicked, this, &ReviewPage::copyCommand);
 
@@ -188,8 +189,9 @@ void ReviewPage::saveYaml() {
 }
 
 void ReviewPage::copyCommand() {
-  const QString config = saved_path_.isEmpty() ? tr("train.yaml") : saved_path_;
-  QApplication::clipboard()->setText(QStringLiteral("tandem train %1").arg(config));
+  if (saved_path_.isEmpty()) saveYaml();  // the command needs a file to name
+  if (saved_path_.isEmpty()) return;
+  QApplication::clipboard()->setText(QStringLiteral("tandem train '%1'").arg(saved_path_));
 }
 
 }  // namespace tandem::ui

@@ -4,7 +4,11 @@
 // writes a checkpoint, and the runs view's resume finishes the run; the chat tab streams answers
 // that equal the engine's greedy decoding called directly.
 
+#include <QApplication>
+#include <QMessageBox>
+#include <QPushButton>
 #include <QSignalSpy>
+#include <QTimer>
 #include <QTest>
 
 #include "engine/core/thread_pool.h"
@@ -21,6 +25,7 @@
 #include "tests/ui/ui_test_support.h"
 #include "ui/chat_controller.h"
 #include "ui/machine_info.h"
+#include "ui/main_window.h"
 #include "ui/memory_map.h"
 #include "ui/metric_chart.h"
 #include "ui/resources.h"
@@ -41,6 +46,7 @@ class TrainingTest : public QObject {
   void runsViewListsTheRun();
   void chatStreamsRealAnswers();
   void pauseStopAndResume();
+  void closingDuringARunStopsWithACheckpoint();
 
  private:
   QTemporaryDir tmp_;
@@ -198,6 +204,39 @@ void TrainingTest::pauseStopAndResume() {
   QCOMPARE(steps.front().front().value<TrainPoint>().step, stopped.steps + 1);
   QCOMPARE(run()->status, store::RunStatus::Completed);
   QCOMPARE(run()->last_step.value_or(0), int64_t{6});
+}
+
+void TrainingTest::closingDuringARunStopsWithACheckpoint() {
+  StudioSettings settings;
+  settings.run_store_path = QString::fromStdString((fs::path(tmp_.path().toStdString()) / "window-runs.db").string());
+  settings.output_parent = tmp_.path();
+  settings.demo_workdir = QString::fromStdString(paths_.demo_workdir.string());
+  MainWindow window(settings, paths_);
+  window.show();
+  QVERIFY(QTest::qWaitForWindowExposed(&window));
+  const train::TrainConfig config = test::demoConfig(
+      paths_, fs::path(tmp_.path().toStdString()) / "run3", {"max_steps=50", "logging_steps=1", "save_steps=1000"});
+  QSignalSpy steps(window.trainingController(), &TrainingController::stepped);
+  window.startTraining(config);
+  QVERIFY(steps.wait(300000));
+
+  // The close asks; the user picks "stop with checkpoint" (the default button).
+  QString asked;
+  QTimer::singleShot(0, [&] {
+    auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
+    if (!box) return;
+    asked = box->text();
+    box->defaultButton()->click();
+  });
+  window.close();
+  QVERIFY2(asked.contains(QStringLiteral("checkpoint")), qPrintable(asked));
+  QVERIFY(window.isVisible());  // it waits for the checkpoint
+  QTRY_VERIFY_WITH_TIMEOUT(!window.isVisible(), 300000);
+  const auto run = window.runStore()->findByOutputDir(config.output_dir);
+  QVERIFY(run.has_value());
+  QCOMPARE(run->status, store::RunStatus::Stopped);
+  QVERIFY(run->last_step.value_or(0) < 50);
+  QVERIFY(!train::lastCheckpoint(config.output_dir).empty());
 }
 
 }  // namespace tandem::ui
