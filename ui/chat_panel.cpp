@@ -1,7 +1,6 @@
 #include "ui/chat_panel.h"
 
 #include <QComboBox>
-#include <QFileDialog>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -15,26 +14,9 @@
 
 #include "engine/train/chat_template.h"
 #include "ui/chat_controller.h"
+#include "ui/path_field.h"
 
 namespace tandem::ui {
-
-namespace {
-
-QWidget* pathRow(QLineEdit* edit, const QString& title, QWidget* parent) {
-  auto* row = new QWidget(parent);
-  auto* layout = new QHBoxLayout(row);
-  layout->setContentsMargins(0, 0, 0, 0);
-  auto* browse = new QPushButton(QObject::tr("Browse…"), row);
-  layout->addWidget(edit, 1);
-  layout->addWidget(browse);
-  QObject::connect(browse, &QPushButton::clicked, row, [edit, title, row] {
-    const QString dir = QFileDialog::getExistingDirectory(row, title, edit->text());
-    if (!dir.isEmpty()) edit->setText(dir);
-  });
-  return row;
-}
-
-}  // namespace
 
 ChatPanel::ChatPanel(ChatController& controller, QWidget* parent) : QWidget(parent), controller_(controller) {
   base_ = new QLineEdit;
@@ -51,8 +33,8 @@ ChatPanel::ChatPanel(ChatController& controller, QWidget* parent) : QWidget(pare
   max_tokens_->setValue(64);
   max_tokens_->setToolTip(tr("The longest answer, in tokens; decoding is greedy"));
   auto* form = new QFormLayout;
-  form->addRow(tr("&Base model:"), pathRow(base_, tr("Base model"), this));
-  form->addRow(tr("&Adapter:"), pathRow(adapter_, tr("Adapter"), this));
+  form->addRow(tr("&Base model:"), pathField(base_, PathKind::Folder, tr("Base model")));
+  form->addRow(tr("&Adapter:"), pathField(adapter_, PathKind::Folder, tr("Adapter")));
   auto* options = new QHBoxLayout;
   options->addWidget(template_);
   options->addWidget(new QLabel(tr("Max new tokens:")));

@@ -2,36 +2,14 @@
 
 #include <QCheckBox>
 #include <QDialogButtonBox>
-#include <QFileDialog>
 #include <QFormLayout>
-#include <QHBoxLayout>
 #include <QLineEdit>
-#include <QPushButton>
 #include <QSpinBox>
 #include <QVBoxLayout>
 
+#include "ui/path_field.h"
+
 namespace tandem::ui {
-
-namespace {
-
-QWidget* withBrowse(QLineEdit* edit, bool file, QWidget* parent) {
-  auto* row = new QWidget(parent);
-  auto* layout = new QHBoxLayout(row);
-  layout->setContentsMargins(0, 0, 0, 0);
-  auto* browse = new QPushButton(QObject::tr("Browse…"), row);
-  layout->addWidget(edit, 1);
-  layout->addWidget(browse);
-  QObject::connect(browse, &QPushButton::clicked, row, [edit, file, row] {
-    const QString path = file ? QFileDialog::getSaveFileName(row, QObject::tr("Run store"), edit->text(),
-                                                             QObject::tr("SQLite (*.db)"), nullptr,
-                                                             QFileDialog::DontConfirmOverwrite)
-                              : QFileDialog::getExistingDirectory(row, QObject::tr("Folder"), edit->text());
-    if (!path.isEmpty()) edit->setText(path);
-  });
-  return row;
-}
-
-}  // namespace
 
 SettingsDialog::SettingsDialog(const StudioSettings& settings, QWidget* parent) : QDialog(parent) {
   setWindowTitle(tr("Settings"));
@@ -48,9 +26,9 @@ SettingsDialog::SettingsDialog(const StudioSettings& settings, QWidget* parent) 
   max_tokens_->setValue(settings.chat_max_new_tokens);
   max_tokens_->setToolTip(tr("Default length limit of chat answers, in tokens"));
   auto* form = new QFormLayout;
-  form->addRow(tr("&Run store:"), withBrowse(store_, true, this));
-  form->addRow(tr("&Output folder:"), withBrowse(output_, false, this));
-  form->addRow(tr("&Demo folder:"), withBrowse(demo_, false, this));
+  form->addRow(tr("&Run store:"), pathField(store_, PathKind::SaveFile, tr("Run store"), tr("SQLite (*.db)")));
+  form->addRow(tr("&Output folder:"), pathField(output_, PathKind::Folder, tr("Output folder")));
+  form->addRow(tr("&Demo folder:"), pathField(demo_, PathKind::Folder, tr("Demo folder")));
   form->addRow(tr("Chat &max tokens:"), max_tokens_);
   form->addRow(QString(), log_scale_);
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);

@@ -29,6 +29,7 @@
 #include "engine/train/supervised_encoder.h"
 #include "engine/train/tokenizer_encoder.h"
 #include "ui/error_text.h"
+#include "ui/path_field.h"
 #include "ui/wizard_pages.h"
 
 namespace tandem::ui {
@@ -56,7 +57,6 @@ DatasetPage::DatasetPage(FineTuneWizard& wizard) : wizard_(wizard) {
   setSubTitle(tr("LLaMA-Factory data: a name from dataset_info.json in the dataset folder, or a .json/.jsonl/.csv file."));
   dir_ = new QLineEdit;
   dir_->setToolTip(tr("dataset_dir: the folder with dataset_info.json"));
-  auto* browse_dir = new QPushButton(tr("B&rowse…"));
   dataset_ = new QComboBox;
   dataset_->setEditable(true);
   dataset_->setToolTip(tr("dataset: names from dataset_info.json, comma-separated, or a file path"));
@@ -91,9 +91,6 @@ DatasetPage::DatasetPage(FineTuneWizard& wizard) : wizard_(wizard) {
   train_on_prompt_->setObjectName(QStringLiteral("train_on_prompt"));
   mask_history_->setObjectName(QStringLiteral("mask_history"));
   packing_->setObjectName(QStringLiteral("packing"));
-  auto* dir_row = new QHBoxLayout;
-  dir_row->addWidget(dir_, 1);
-  dir_row->addWidget(browse_dir);
   auto* dataset_row = new QHBoxLayout;
   dataset_row->addWidget(dataset_, 1);
   dataset_row->addWidget(browse_file);
@@ -103,7 +100,8 @@ DatasetPage::DatasetPage(FineTuneWizard& wizard) : wizard_(wizard) {
   checks->addWidget(packing_);
   checks->addStretch(1);
   auto* form = new QFormLayout;
-  form->addRow(buddyLabel(tr("Dataset &folder:"), dir_), dir_row);
+  form->addRow(buddyLabel(tr("Dataset &folder:"), dir_),
+               pathField(dir_, PathKind::Folder, tr("Dataset folder"), {}, tr("B&rowse…")));
   form->addRow(buddyLabel(tr("Data&set:"), dataset_), dataset_row);
   form->addRow(tr("&Template:"), template_);
   auto* numbers = new QHBoxLayout;
@@ -161,10 +159,6 @@ DatasetPage::DatasetPage(FineTuneWizard& wizard) : wizard_(wizard) {
   connect(train_on_prompt_, &QCheckBox::toggled, this, later);
   connect(mask_history_, &QCheckBox::toggled, this, later);
   connect(table_, &QTableWidget::currentCellChanged, this, [this](int row) { renderRow(row); });
-  connect(browse_dir, &QPushButton::clicked, this, [this] {
-    const QString dir = QFileDialog::getExistingDirectory(this, tr("Dataset folder"), dir_->text());
-    if (!dir.isEmpty()) dir_->setText(dir);
-  });
   connect(browse_file, &QPushButton::clicked, this, [this] {
     const QString file = QFileDialog::getOpenFileName(this, tr("Dataset file"), dir_->text(),
                                                       tr("Data (*.json *.jsonl *.csv)"));

@@ -3,9 +3,8 @@
 // this machine's RAM and GPU memory together.
 
 #include <QApplication>
-#include <QFileDialog>
-#include <QHBoxLayout>
 #include <QLabel>
+#include <QLayout>
 #include <QLineEdit>
 #include <QPushButton>
 #include <QTimer>
@@ -15,6 +14,7 @@
 #include "engine/core/units.h"
 #include "ui/error_text.h"
 #include "ui/machine_info.h"
+#include "ui/path_field.h"
 #include "ui/wizard_pages.h"
 
 namespace tandem::ui {
@@ -81,13 +81,10 @@ ModelPage::ModelPage(FineTuneWizard& wizard) : wizard_(wizard) {
   path_ = new QLineEdit;
   path_->setPlaceholderText(tr("/path/to/Qwen3-30B-A3B"));
   path_->setAccessibleName(tr("Model folder"));
-  auto* browse = new QPushButton(tr("&Browse…"));
   auto* demo = new QPushButton(tr("Use the &demo model"));
   demo->setToolTip(tr("A small random Qwen3-MoE made on this machine (no download), as `tandem demo` uses"));
-  auto* row = new QHBoxLayout;
-  row->addWidget(path_, 1);
-  row->addWidget(browse);
-  row->addWidget(demo);
+  QWidget* row = pathField(path_, PathKind::Folder, tr("Model folder"), {}, tr("&Browse…"));
+  row->layout()->addWidget(demo);
   summary_ = new QLabel;
   summary_->setTextFormat(Qt::RichText);
   summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -98,7 +95,7 @@ ModelPage::ModelPage(FineTuneWizard& wizard) : wizard_(wizard) {
   auto* label = new QLabel(tr("&Model folder:"));
   label->setBuddy(path_);
   layout->addWidget(label);
-  layout->addLayout(row);
+  layout->addWidget(row);
   layout->addWidget(problem_);
   layout->addSpacing(8);
   layout->addWidget(summary_);
@@ -111,10 +108,6 @@ ModelPage::ModelPage(FineTuneWizard& wizard) : wizard_(wizard) {
   debounce_->setInterval(250);
   connect(debounce_, &QTimer::timeout, this, &ModelPage::inspect);
   connect(path_, &QLineEdit::textChanged, debounce_, qOverload<>(&QTimer::start));
-  connect(browse, &QPushButton::clicked, this, [this] {
-    const QString dir = QFileDialog::getExistingDirectory(this, tr("Model folder"), path_->text());
-    if (!dir.isEmpty()) path_->setText(dir);
-  });
   connect(demo, &QPushButton::clicked, this, &ModelPage::useDemoModel);
 }
 

@@ -5,16 +5,15 @@
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QDoubleValidator>
-#include <QFileDialog>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineEdit>
-#include <QPushButton>
 #include <QSpinBox>
 #include <QVBoxLayout>
 
+#include "ui/path_field.h"
 #include "ui/wizard_pages.h"
 
 namespace tandem::ui {
@@ -95,11 +94,6 @@ TrainingPage::TrainingPage(FineTuneWizard&) {
   save_limit_->setSpecialValueText(tr("keep all"));
   output_ = new QLineEdit;
   output_->setToolTip(tr("output_dir: where checkpoints and the final adapter go"));
-  auto* browse = new QPushButton(tr("Bro&wse…"));
-  connect(browse, &QPushButton::clicked, this, [this] {
-    const QString dir = QFileDialog::getExistingDirectory(this, tr("Output folder"), output_->text());
-    if (!dir.isEmpty()) output_->setText(dir);
-  });
   overwrite_ = checkBox(tr("&Overwrite"), tr("overwrite_output_dir: start over in a folder that holds an earlier Tandem run"));
   plot_ = checkBox(tr("Plot &loss"), tr("plot_loss: write training_loss.png at the end (default off)"));
 
@@ -151,10 +145,8 @@ TrainingPage::TrainingPage(FineTuneWizard&) {
   optim_form->addRow(QString(), precision);
   auto* output = new QGroupBox(tr("Output"));
   auto* output_form = new QFormLayout(output);
-  auto* output_row = new QHBoxLayout;
-  output_row->addWidget(output_, 1);
-  output_row->addWidget(browse);
-  output_form->addRow(buddyLabel(tr("Output &folder:"), output_), output_row);
+  output_form->addRow(buddyLabel(tr("Output &folder:"), output_),
+                      pathField(output_, PathKind::Folder, tr("Output folder"), {}, tr("Bro&wse…")));
   auto* flags = new QHBoxLayout;
   flags->addWidget(overwrite_);
   flags->addWidget(plot_);
