@@ -12,5 +12,6 @@ void addDebugCommand(CLI::App& app);
 void addRunsCommand(CLI::App& app);
 void addTrainCommand(CLI::App& app);
 void addDemoCommand(CLI::App& app);
+void addPlanCommand(CLI::App& app);
 
 }  // namespace tandem::cli

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   tandem::cli::addRunsCommand(app);
   tandem::cli::addTrainCommand(app);
   tandem::cli::addDemoCommand(app);
+  tandem::cli::addPlanCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

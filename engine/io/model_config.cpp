@@ -144,6 +144,9 @@ Architecture parseArchitecture(const Fields& fields) {
   for (size_t i = 0; i < kModelTypes.size(); ++i) {
     if (*model_type == kModelTypes[i]) return static_cast<Architecture>(i);
   }
+  // Kimi-K2 is DeepSeek-V3's architecture (DeepseekV3ForCausalLM) under its own model_type,
+  // set so engines can tell them apart; vLLM and SGLang read it as deepseek_v3 too.
+  if (*model_type == "kimi_k2") return Architecture::DeepseekV3;
   fields.fail("model_type", "is \"" + *model_type + "\", which Tandem does not support",
               "supported model types: " + joined(kModelTypes));
 }

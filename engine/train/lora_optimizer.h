@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/memory_ledger.h"
+
 namespace tandem {
 class ThreadPool;
 }
@@ -67,6 +69,7 @@ class LoraOptimizer {
   ThreadPool& pool_;
   std::vector<TorchParam> torch_params_;
   std::vector<CpuParam> cpu_params_;
+  std::vector<MemoryCharge> charges_;  // MemoryLedger: adapters' moments (and torch-side weights + grads)
   int64_t step_ = 0;
 };
 

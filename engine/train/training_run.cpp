@@ -24,6 +24,7 @@
 #include "engine/train/supervised_encoder.h"
 #include "engine/train/tokenized_cache.h"
 #include "engine/train/tokenizer_encoder.h"
+#include "engine/train/training_plan.h"
 
 namespace tandem::train {
 
@@ -183,6 +184,20 @@ class StoreListener : public TrainListener {
   int64_t run_;
 };
 
+// The planner's verdict on this machine, before anything is loaded: a run that cannot fit is
+// refused with the planner's advice instead of dying at step 0 (or hour 3).
+void refuseWhenItCannotFit(const TrainConfig& config, const io::ModelConfig& model_config) {
+  placement::Hardware hardware = placement::probeHardware();
+  if (config.device == "cpu") hardware.gpus.clear();
+  const placement::MemoryPlan plan = planTraining(config, model_config, hardware);
+  if (plan.fits) return;
+  std::string problems, advice;
+  for (const std::string& p : plan.problems) problems += (problems.empty() ? "" : "; ") + p;
+  for (const std::string& a : plan.advice) advice += (advice.empty() ? "" : "; ") + a;
+  throw Error("the memory planner says this run does not fit this machine (" + problems + ")",
+              advice + (advice.empty() ? "" : "; ") + "`tandem plan CONFIG.yaml` shows the whole plan");
+}
+
 }  // namespace
 
 TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listener,
@@ -196,6 +211,7 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   }
   // 1. Everything that can be wrong with the inputs, before any file is written.
   const io::ModelConfig model_config = io::readModelConfig(model_dir);
+  refuseWhenItCannotFit(config, model_config);
   const io::Tokenizer tokenizer = io::Tokenizer::load(model_dir);
   if (config.template_name.empty()) {
     throw Error("no template given", "set template: (e.g. qwen3, qwen3_nothink, llama3, deepseek3)");

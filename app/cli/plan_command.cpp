@@ -1,0 +1,173 @@
+// `tandem plan CONFIG.yaml [--hardware PRESET|FILE] [--placement FILE] [--json] [--rules-out FILE]`: will this
+// training config fit, where does every module go, and if it does not fit, what to change.
+// Nothing is loaded: the model's config.json, the training YAML and the hardware (probed, or a
+// preset from presets/hardware/) are all it reads.
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "app/cli/commands.h"
+#include "engine/core/error.h"
+#include "engine/core/units.h"
+#include "engine/io/atomic_file.h"
+#include "engine/placement/hardware.h"
+#include "engine/placement/kt_rules.h"
+#include "engine/train/training_plan.h"
+
+namespace tandem::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using placement::DevicePlan;
+using placement::MemoryPlan;
+using placement::ModuleKind;
+using placement::ModulePlacement;
+using placement::PlanCategory;
+
+struct PlanOptions {
+  std::string config;
+  std::string hardware;  // "" = probe this machine
+  std::string rules_out;
+  std::string placement;  // "" = the config's kt_optimize_rule, or the planner's own
+  bool json = false;
+  bool split_layers = false;
+};
+
+struct Summary {
+  std::string what;
+  int first = -1, last = -1;
+  std::string where;
+};
+
+// Per module kind, consecutive layers with the same devices collapse into one line.
+std::vector<Summary> summarize(const placement::Placement& p) {
+  std::vector<Summary> lines;
+  for (int k = 0; k < placement::kModuleKindCount; ++k) {
+    const auto kind = static_cast<ModuleKind>(k);
+    const size_t first_line = lines.size();
+    for (const ModulePlacement& m : p.modules) {
+      if (m.kind != kind) continue;
+      std::string where = m.device;
+      if (kind == ModuleKind::RoutedExperts) {
+        where += ", " + m.backend + (m.compute_device.empty() ? "" : " on " + m.compute_device) + ", " + m.weight_format;
+      }
+      Summary* last = lines.size() > first_line ? &lines.back() : nullptr;
+      if (last && last->where == where && last->last >= 0 && m.layer >= 0) {
+        last->last = m.layer;
+      } else {
+        lines.push_back({std::string(placement::moduleKindName(kind)), m.layer, m.layer, where});
+      }
+    }
+  }
+  return lines;
+}
+
+std::string gib(uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+void printHuman(const MemoryPlan& plan, const train::TrainConfig& config, const io::ModelConfig& model,
+                const placement::Hardware& hw) {
+  std::printf("model     %s (%s, %d layers", config.model_name_or_path.c_str(), model.model_type.c_str(),
+              model.num_hidden_layers);
+  if (model.isMoe()) std::printf(", %d experts top-%d", model.num_experts, model.num_experts_per_tok);
+  std::printf(")\nhardware  %s\n", hw.name.c_str());
+  std::printf("training  LoRA r=%lld, cutoff_len %lld x batch %lld, gradient checkpointing %s, %s\n\n",
+              static_cast<long long>(config.lora_rank), static_cast<long long>(config.cutoff_len),
+              static_cast<long long>(config.per_device_train_batch_size), config.gradient_checkpointing ? "on" : "off",
+              config.bf16 ? "bf16" : "fp32");
+  std::printf("%-11s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s  %s\n", "GiB", "capacity", "weights", "lora+opt",
+              "activ.", "exp.cache", "packedWt", "kv", "staging", "overhead", "total", "");
+  for (const DevicePlan& d : plan.devices) {
+    std::printf("%-11s %9s", d.device.c_str(), gib(d.capacity_bytes).c_str());
+    for (int c = 0; c < placement::kPlanCategoryCount; ++c) std::printf(" %9s", gib(d.bytes[static_cast<size_t>(c)]).c_str());
+    std::printf(" %9s  %s\n", gib(d.total()).c_str(), d.fits() ? "ok" : "OVER");
+  }
+  std::printf("\nplacement\n");
+  for (const Summary& s : summarize(plan.placement)) {
+    std::string layers = s.first < 0 ? "" : s.first == s.last ? "layer " + std::to_string(s.first)
+                                                             : "layers " + std::to_string(s.first) + "-" + std::to_string(s.last);
+    std::printf("  %-15s %-14s %s\n", s.what.c_str(), layers.c_str(), s.where.c_str());
+  }
+  std::printf("\n%s\n", plan.fits ? "fits" : "does NOT fit");
+  for (const std::string& p : plan.problems) std::printf("  %s\n", p.c_str());
+  for (const std::string& a : plan.advice) std::printf("  advice: %s\n", a.c_str());
+  for (const std::string& n : plan.notes) std::printf("  note: %s\n", n.c_str());
+}
+
+nlohmann::json toJson(const MemoryPlan& plan, const placement::Hardware& hw) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const DevicePlan& d : plan.devices) {
+    nlohmann::json bytes, items = nlohmann::json::array();
+    for (int c = 0; c < placement::kPlanCategoryCount; ++c) {
+      bytes[std::string(placement::planCategoryName(static_cast<PlanCategory>(c)))] = d.bytes[static_cast<size_t>(c)];
+    }
+    for (const placement::PlanItem& i : d.items) {
+      items.push_back({{"what", i.what}, {"category", placement::planCategoryName(i.category)}, {"bytes", i.bytes}});
+    }
+    devices.push_back({{"device", d.device}, {"capacity_bytes", d.capacity_bytes}, {"total_bytes", d.total()},
+                       {"fits", d.fits()}, {"bytes", bytes}, {"items", items}});
+  }
+  nlohmann::json modules = nlohmann::json::array();
+  for (const ModulePlacement& m : plan.placement.modules) {
+    nlohmann::json j = {{"name", m.name}, {"kind", placement::moduleKindName(m.kind)}, {"layer", m.layer},
+                        {"device", m.device}};
+    if (m.kind == ModuleKind::RoutedExperts) {
+      j["backend"] = m.backend;
+      j["weight_format"] = m.weight_format;
+      if (!m.compute_device.empty()) j["compute_device"] = m.compute_device;
+    }
+    modules.push_back(j);
+  }
+  return {{"hardware", {{"name", hw.name}, {"source", hw.source}}}, {"fits", plan.fits}, {"devices", devices},
+          {"placement", modules}, {"problems", plan.problems}, {"advice", plan.advice}, {"notes", plan.notes}};
+}
+
+void runPlan(const PlanOptions& o) {
+  const train::TrainConfig config = train::loadTrainConfig(o.config);
+  const io::ModelConfig model = io::readModelConfig(config.model_name_or_path);
+  const fs::path presets = fs::path(TANDEM_PRESETS_DIR) / "hardware";
+  const placement::Hardware hw = o.hardware.empty() ? placement::probeHardware()
+                                                    : placement::resolveHardware(o.hardware, presets);
+  placement::PlanRequest request = train::planRequestFor(config, model);
+  request.whole_layers = !o.split_layers;
+  const fs::path placement_file = o.placement.empty() ? config.placement_rule : fs::path(o.placement);
+  const MemoryPlan plan =
+      placement_file.empty()
+          ? placement::planMemory(request, hw)
+          : placement::evaluatePlacement(request, hw, placement::loadPlacementFile(placement_file, model));
+  if (!o.rules_out.empty()) io::writeFileAtomically(o.rules_out, placement::writeKtRules(plan.placement, model));
+  if (o.json) {
+    std::printf("%s\n", toJson(plan, hw).dump(2).c_str());
+  } else {
+    printHuman(plan, config, model, hw);
+    if (!o.rules_out.empty()) std::printf("\nwrote the placement as a KTransformers rule file: %s\n", o.rules_out.c_str());
+  }
+}
+
+}  // namespace
+
+void addPlanCommand(CLI::App& app) {
+  auto options = std::make_shared<PlanOptions>();
+  auto* command = app.add_subcommand("plan", "Will a training config fit? Bytes per GPU and NUMA node by category, "
+                                             "the placement of every module, and what to change when it does not fit");
+  command->add_option("config", options->config, "LLaMA-Factory training YAML")->required();
+  command->add_option("--hardware", options->hardware,
+                      "a preset name from presets/hardware/ or a preset file (default: this machine)");
+  command->add_flag("--json", options->json, "Print one JSON object instead of text");
+  command->add_flag("--split-layers", options->split_layers,
+                    "Let shared experts and dense MLPs leave their layer's GPU before attention does "
+                    "(the runtime today runs a layer on one device)");
+  command->add_option("--placement", options->placement,
+                      "Evaluate this placement: a KTransformers rule file or a presets/placement/ file "
+                      "(default: the config's kt_optimize_rule, else the planner's own)");
+  command->add_option("--rules-out", options->rules_out, "Write the placement as a KTransformers rule file");
+  command->callback([options] { runPlan(*options); });
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,298 @@
+#include "engine/placement/hardware.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <utility>
+
+#ifdef TANDEM_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "engine/core/cpu_features.h"
+#include "engine/core/error.h"
+#include "engine/core/numa.h"
+#include "engine/gpu/torch_runtime.h"
+#include "engine/placement/yaml_file.h"
+
+namespace tandem::placement {
+
+namespace {
+
+namespace fs = std::filesystem;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string readSmallFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::string text;
+  std::getline(in, text);
+  return text;
+}
+
+// Sockets and physical cores from sysfs topology: distinct (package, core) pairs.
+void probeCoreTopology(CpuSpec& cpu, const NumaTopology& numa) {
+  std::set<std::pair<std::string, std::string>> cores;
+  std::set<std::string> packages;
+  for (const NumaNode& node : numa.nodes) {
+    for (int id : node.cpus) {
+      const fs::path dir = fs::path("/sys/devices/system/cpu") / ("cpu" + std::to_string(id)) / "topology";
+      const std::string package = readSmallFile(dir / "physical_package_id");
+      cores.emplace(package, readSmallFile(dir / "core_id"));
+      packages.insert(package);
+    }
+  }
+  cpu.sockets = std::max<int>(1, static_cast<int>(packages.size()));
+  cpu.physical_cores = std::max<int>(1, static_cast<int>(cores.size()));
+}
+
+// PCIe link of GPU `index` from sysfs ("16.0 GT/s PCIe" -> gen 4), when the build has CUDA.
+void probePcieLink(GpuSpec& gpu) {
+#ifdef TANDEM_WITH_CUDA
+  char bus_id[32] = {};
+  if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, gpu.index) != cudaSuccess) return;
+  std::string id(bus_id);
+  std::transform(id.begin(), id.end(), id.begin(), [](unsigned char c) { return std::tolower(c); });
+  const fs::path dir = fs::path("/sys/bus/pci/devices") / id;
+  const double gts = std::atof(readSmallFile(dir / "current_link_speed").c_str());
+  gpu.pcie_lanes = std::atoi(readSmallFile(dir / "current_link_width").c_str());
+  // GT/s per lane of each generation: 2.5, 5, 8, 16, 32, 64.
+  const double speeds[] = {2.5, 5.0, 8.0, 16.0, 32.0, 64.0};
+  for (int g = 0; g < 6; ++g) {
+    if (std::abs(gts - speeds[g]) < 0.1) gpu.pcie_gen = g + 1;
+  }
+#else
+  (void)gpu;  // a build without CUDA sees no GPU, so there is no link to read
+#endif
+}
+
+// --- preset parsing -------------------------------------------------------------------------
+
+class PresetReader {
+ public:
+  explicit PresetReader(std::string label) : label_(std::move(label)) {}
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what,
+                         const std::string& todo = "see docs/placement.md for the preset schema") const {
+    throw Error(label_ + ": " + key + ": " + what, todo);
+  }
+
+  void onlyKeys(const YAML::Node& node, const std::string& where, std::initializer_list<const char*> keys) const {
+    yaml::onlyKeys(node, label_ + ": " + (where.empty() ? "(top level)" : where), keys);
+  }
+
+  YAML::Node required(const YAML::Node& node, const std::string& where, const char* key) const {
+    const YAML::Node value = node[key];
+    if (!value) fail(where.empty() ? key : where + "." + key, "is missing");
+    return value;
+  }
+
+  std::string text(const YAML::Node& node, const std::string& key) const {
+    if (!node.IsScalar()) fail(key, "must be a text value");
+    return node.as<std::string>();
+  }
+
+  double positive(const YAML::Node& node, const std::string& key) const {
+    double value = 0;
+    if (!node.IsScalar() || !YAML::convert<double>::decode(node, value)) fail(key, "must be a number");
+    if (!(value > 0) || !std::isfinite(value)) fail(key, "must be above 0, is " + node.as<std::string>());
+    return value;
+  }
+
+  int positiveInt(const YAML::Node& node, const std::string& key) const {
+    const double value = positive(node, key);
+    if (value != std::floor(value) || value > 1e6) fail(key, "must be a whole number, is " + node.as<std::string>());
+    return static_cast<int>(value);
+  }
+
+ private:
+  std::string label_;
+};
+
+void readGpus(const PresetReader& r, const YAML::Node& list, Hardware& hw) {
+  if (!list.IsSequence()) r.fail("gpus", "must be a list (`- model: ...` items), or [] for none");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string where = "gpus[" + std::to_string(i) + "]";
+    const YAML::Node g = list[i];
+    r.onlyKeys(g, where, {"model", "memory_gib", "count", "pcie_gen", "pcie_lanes"});
+    GpuSpec spec;
+    spec.name = r.text(r.required(g, where, "model"), where + ".model");
+    spec.total_bytes = static_cast<uint64_t>(r.positive(r.required(g, where, "memory_gib"), where + ".memory_gib") * kGiB);
+    spec.free_bytes = spec.total_bytes;
+    const int count = g["count"] ? r.positiveInt(g["count"], where + ".count") : 1;
+    if (g["pcie_gen"]) {
+      spec.pcie_gen = r.positiveInt(g["pcie_gen"], where + ".pcie_gen");
+      if (spec.pcie_gen > 6) r.fail(where + ".pcie_gen", "must be 1 to 6");
+    }
+    if (g["pcie_lanes"]) {
+      spec.pcie_lanes = r.positiveInt(g["pcie_lanes"], where + ".pcie_lanes");
+      if (spec.pcie_lanes > 16) r.fail(where + ".pcie_lanes", "must be 1 to 16");
+    }
+    for (int c = 0; c < count; ++c) {
+      spec.index = static_cast<int>(hw.gpus.size());
+      hw.gpus.push_back(spec);
+    }
+  }
+}
+
+void readIsa(const PresetReader& r, const YAML::Node& list, CpuSpec& cpu) {
+  if (!list.IsSequence()) r.fail("cpu.isa", "must be a list, e.g. [avx2, avx512, avx512_bf16]");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string name = r.text(list[i], "cpu.isa[" + std::to_string(i) + "]");
+    if (name == "avx2") cpu.avx2 = true;
+    else if (name == "avx512") cpu.avx512 = true;
+    else if (name == "avx512_bf16") cpu.avx512_bf16 = true;
+    else if (name == "amx_bf16") cpu.amx_bf16 = true;
+    else if (name == "amx_int8") cpu.amx_int8 = true;
+    else r.fail("cpu.isa[" + std::to_string(i) + "]", "unknown instruction set '" + name + "'",
+                "use avx2, avx512, avx512_bf16, amx_bf16 or amx_int8");
+  }
+  if ((cpu.amx_bf16 || cpu.amx_int8 || cpu.avx512_bf16) && !cpu.avx512) {
+    r.fail("cpu.isa", "lists AMX or AVX-512 BF16 without avx512", "every AMX and AVX-512 BF16 CPU has avx512: add it");
+  }
+}
+
+void readCpuAndMemory(const PresetReader& r, const YAML::Node& root, Hardware& hw) {
+  const YAML::Node cpu = r.required(root, "", "cpu");
+  r.onlyKeys(cpu, "cpu", {"model", "vendor", "sockets", "cores_per_socket", "isa"});
+  hw.cpu.name = r.text(r.required(cpu, "cpu", "model"), "cpu.model");
+  hw.cpu.vendor = r.text(r.required(cpu, "cpu", "vendor"), "cpu.vendor");
+  if (hw.cpu.vendor != "intel" && hw.cpu.vendor != "amd" && hw.cpu.vendor != "other") {
+    r.fail("cpu.vendor", "must be intel, amd or other, is '" + hw.cpu.vendor + "'");
+  }
+  hw.cpu.sockets = r.positiveInt(r.required(cpu, "cpu", "sockets"), "cpu.sockets");
+  const int per_socket = r.positiveInt(r.required(cpu, "cpu", "cores_per_socket"), "cpu.cores_per_socket");
+  hw.cpu.physical_cores = hw.cpu.sockets * per_socket;
+  readIsa(r, r.required(cpu, "cpu", "isa"), hw.cpu);
+
+  const YAML::Node memory = r.required(root, "", "memory");
+  r.onlyKeys(memory, "memory", {"total_gib", "numa_nodes"});
+  const double total_gib = r.positive(r.required(memory, "memory", "total_gib"), "memory.total_gib");
+  const int nodes = memory["numa_nodes"] ? r.positiveInt(memory["numa_nodes"], "memory.numa_nodes") : hw.cpu.sockets;
+  if (nodes > hw.cpu.physical_cores) r.fail("memory.numa_nodes", "is more than the number of cores");
+  // RAM and cores split evenly over the nodes (as BIOSes interleave DIMMs per socket / SNC domain).
+  for (int n = 0; n < nodes; ++n) {
+    NumaNodeSpec node;
+    node.id = n;
+    node.cores = hw.cpu.physical_cores / nodes + (n < hw.cpu.physical_cores % nodes ? 1 : 0);
+    node.total_bytes = static_cast<uint64_t>(total_gib * kGiB / nodes);
+    node.free_bytes = node.total_bytes;
+    hw.numa_nodes.push_back(node);
+  }
+}
+
+}  // namespace
+
+uint64_t Hardware::ramBytes() const {
+  uint64_t total = 0;
+  for (const NumaNodeSpec& n : numa_nodes) total += n.total_bytes;
+  return total;
+}
+
+uint64_t Hardware::gpuBytes() const {
+  uint64_t total = 0;
+  for (const GpuSpec& g : gpus) total += g.total_bytes;
+  return total;
+}
+
+Hardware probeHardware(std::string* gpu_status) {
+  Hardware hw;
+  hw.name = "this machine";
+  hw.source = "probe";
+  const CpuFeatures& f = cpuFeatures();
+  hw.cpu.name = f.brand;
+  hw.cpu.vendor = f.vendor == "GenuineIntel" ? "intel" : f.vendor == "AuthenticAMD" ? "amd" : "other";
+  hw.cpu.avx2 = f.canUseAvx2();
+  hw.cpu.avx512 = f.canUseAvx512();
+  hw.cpu.avx512_bf16 = f.canUseAvx512Bf16();
+  hw.cpu.amx_bf16 = f.canUseAmxBf16();
+  hw.cpu.amx_int8 = f.canUseAmxInt8();
+  const NumaTopology numa = detectNumaTopology();
+  probeCoreTopology(hw.cpu, numa);
+  for (const NumaNode& node : numa.nodes) {
+    hw.numa_nodes.push_back({node.id, static_cast<int>(node.cpus.size()), node.total_bytes, node.free_bytes});
+  }
+  const gpu::TorchRuntimeInfo torch = gpu::probeTorchRuntime();
+  for (const gpu::GpuInfo& g : torch.gpus) {
+    GpuSpec spec{g.index, g.name, g.total_bytes, g.free_bytes, 0, 0};
+    probePcieLink(spec);
+    hw.gpus.push_back(spec);
+  }
+  if (gpu_status) *gpu_status = torch.gpu_status;
+  return hw;
+}
+
+Hardware parseHardwarePreset(std::string_view yaml_text, const std::string& label) {
+  const PresetReader r(label);
+  const YAML::Node root = yaml::parse(yaml_text, label);
+  if (!root.IsMap()) r.fail("(top level)", "must be a block of `key: value` lines (name, gpus, cpu, memory)");
+  r.onlyKeys(root, "", {"name", "gpus", "cpu", "memory"});
+  Hardware hw;
+  hw.source = label;
+  hw.name = r.text(r.required(root, "", "name"), "name");
+  readGpus(r, r.required(root, "", "gpus"), hw);
+  readCpuAndMemory(r, root, hw);
+  return hw;
+}
+
+Hardware loadHardwarePreset(const fs::path& file) {
+  return parseHardwarePreset(yaml::readFile(file, "hardware preset", "check the path"), file.string());
+}
+
+std::vector<fs::path> listHardwarePresets(const fs::path& dir) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().extension() == ".yaml") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+Hardware resolveHardware(const std::string& spec, const fs::path& presets_dir) {
+  if (spec.ends_with(".yaml") || spec.ends_with(".yml") || spec.find('/') != std::string::npos) {
+    return loadHardwarePreset(spec);
+  }
+  std::string known;
+  for (const fs::path& file : listHardwarePresets(presets_dir)) {
+    if (file.stem() == spec) return loadHardwarePreset(file);
+    known += (known.empty() ? "" : ", ") + file.stem().string();
+  }
+  throw Error("no hardware preset named '" + spec + "' in " + presets_dir.string(),
+              known.empty() ? "give a preset file path" : "known presets: " + known);
+}
+
+std::string hardwareToYaml(const Hardware& hw) {
+  YAML::Emitter out;
+  out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << hw.name;
+  out << YAML::Key << "gpus" << YAML::Value << YAML::BeginSeq;
+  for (const GpuSpec& g : hw.gpus) {
+    out << YAML::BeginMap << YAML::Key << "model" << YAML::Value << g.name;
+    out << YAML::Key << "memory_gib" << YAML::Value << static_cast<double>(g.total_bytes) / kGiB;
+    if (g.pcie_gen > 0) out << YAML::Key << "pcie_gen" << YAML::Value << g.pcie_gen;
+    if (g.pcie_lanes > 0) out << YAML::Key << "pcie_lanes" << YAML::Value << g.pcie_lanes;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::Key << "cpu" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "model" << YAML::Value << hw.cpu.name << YAML::Key << "vendor" << YAML::Value << hw.cpu.vendor;
+  out << YAML::Key << "sockets" << YAML::Value << hw.cpu.sockets;
+  out << YAML::Key << "cores_per_socket" << YAML::Value << std::max(1, hw.cpu.physical_cores / hw.cpu.sockets);
+  out << YAML::Key << "isa" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  const std::pair<bool, const char*> isa[] = {{hw.cpu.avx2, "avx2"}, {hw.cpu.avx512, "avx512"},
+                                              {hw.cpu.avx512_bf16, "avx512_bf16"}, {hw.cpu.amx_bf16, "amx_bf16"},
+                                              {hw.cpu.amx_int8, "amx_int8"}};
+  for (const auto& [has, name] : isa) {
+    if (has) out << name;
+  }
+  out << YAML::EndSeq << YAML::EndMap;
+  out << YAML::Key << "memory" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "total_gib" << YAML::Value << static_cast<double>(hw.ramBytes()) / kGiB;
+  out << YAML::Key << "numa_nodes" << YAML::Value << static_cast<int>(hw.numa_nodes.size());
+  out << YAML::EndMap << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace tandem::placement

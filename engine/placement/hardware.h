@@ -1,0 +1,73 @@
+#pragma once
+// Hardware: the machine a placement is planned for. Either probed (the GPUs libtorch sees, the CPU
+// features, the NUMA nodes) or read from a YAML preset in presets/hardware/, so a user can plan
+// for a workstation they do not sit at. Plain structs, no libtorch or Qt: the studio lists them.
+// docs/placement.md documents the preset schema.
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tandem::placement {
+
+struct GpuSpec {
+  int index = 0;               // cuda:<index>
+  std::string name;            // "NVIDIA GeForce RTX 4090"
+  uint64_t total_bytes = 0;    // device memory
+  uint64_t free_bytes = 0;     // probed: free now; preset: = total
+  int pcie_gen = 0;            // 0 = unknown
+  int pcie_lanes = 0;          // 0 = unknown
+
+  std::string device() const { return "cuda:" + std::to_string(index); }
+};
+
+struct CpuSpec {
+  std::string name;    // "Intel Xeon w9-3495X"
+  std::string vendor;  // "intel" | "amd" | "other"
+  int sockets = 1;
+  int physical_cores = 0;  // over all sockets
+  // What the expert kernels may use (probed: usable after OS support and AMX permission).
+  bool avx2 = false, avx512 = false, avx512_bf16 = false, amx_bf16 = false, amx_int8 = false;
+};
+
+struct NumaNodeSpec {
+  int id = 0;
+  int cores = 0;             // CPUs of this node the process may use (probed) or cores (preset)
+  uint64_t total_bytes = 0;  // RAM on the node
+  uint64_t free_bytes = 0;   // probed: free now; preset: = total
+};
+
+struct Hardware {
+  std::string name;    // preset name, or "this machine"
+  std::string source;  // preset file, or "probe"
+  std::vector<GpuSpec> gpus;
+  CpuSpec cpu;
+  std::vector<NumaNodeSpec> numa_nodes;  // never empty
+
+  uint64_t ramBytes() const;
+  uint64_t gpuBytes() const;
+};
+
+// The machine this process runs on. GPUs come from libtorch (none in a CPU-only build or without
+// a driver: gpu_status says why), the PCIe link from sysfs when the build has CUDA.
+Hardware probeHardware(std::string* gpu_status = nullptr);
+
+// Parses a preset; `label` (usually the path) names the source in errors. Every error names the
+// label, the key and what is wrong (tandem::Error).
+Hardware parseHardwarePreset(std::string_view yaml_text, const std::string& label);
+Hardware loadHardwarePreset(const std::filesystem::path& file);
+
+// The presets in `dir` (*.yaml, sorted by file name).
+std::vector<std::filesystem::path> listHardwarePresets(const std::filesystem::path& dir);
+
+// `spec` is a preset file path, or a preset name (file stem) in `presets_dir`; an unknown name
+// is an Error listing the known ones.
+Hardware resolveHardware(const std::string& spec, const std::filesystem::path& presets_dir);
+
+// The hardware as a preset file: parseHardwarePreset(hardwareToYaml(h)) describes the same
+// machine (free memory becomes total).
+std::string hardwareToYaml(const Hardware& hardware);
+
+}  // namespace tandem::placement

@@ -1,0 +1,48 @@
+#pragma once
+// The byte formulas of the memory planner, one function per thing the engine allocates. Each
+// says where in the engine the allocation is made; docs/placement.md writes them out.
+// T = batch · cutoff_len tokens, P = T · top_k (token, expert) pairs, b = activation bytes.
+
+#include <cstdint>
+#include <string>
+
+#include "engine/io/model_config.h"
+#include "engine/model/lora_target.h"
+#include "engine/placement/placement.h"
+
+namespace tandem::placement::memory {
+
+int64_t weightFormatBytes(const std::string& format);  // bf16 2, int8 1, fp8 1, fp16 2, fp32 4
+
+// Frozen weights of a dense (libtorch-side) module in `dense_bytes` per element.
+int64_t moduleParameters(const io::ModelConfig& m, ModuleKind kind);
+
+// Routed experts of one MoE layer: E · 3 · H · I elements in `format`, plus the per-channel
+// (int8) or 128×128-block (fp8) scales the format carries.
+uint64_t routedExpertBytes(const io::ModelConfig& m, const std::string& format);
+
+// LoRA parameters (A and B) a module gets from lora_target at rank r.
+int64_t loraParameters(const io::ModelConfig& m, ModuleKind kind, int layer, const model::LoraTarget& target, int rank);
+
+// ExpertForwardCache of one MoE layer (engine/experts/expert_forward_cache.cpp chargeLedger):
+// x [T, H] b + weights [P] f32 + gate, up [P, I] f32 + routing offsets [E+1] and two [P] int64.
+uint64_t expertForwardCacheBytes(const io::ModelConfig& m, int64_t tokens, int64_t act_bytes);
+
+// The expert layer's largest scratch charge (expert_layer.cpp forward: out [P, H] f32;
+// expert_layer_backward.cpp: dx_pairs [P, H] + hidden [P, I] when down is targeted + lora_t
+// [P, r] per targeted projection, all f32).
+uint64_t expertScratchBytes(const io::ModelConfig& m, int64_t tokens, int rank, int targeted_projections,
+                            bool down_targeted);
+
+// Autograd activations one decoder layer keeps for its backward (libtorch side), in b bytes.
+uint64_t layerActivationBytes(const io::ModelConfig& m, int layer, int64_t tokens, int64_t act_bytes);
+
+// The chunked loss's transient: logits, their softmax and gradient for loss_chunk_tokens rows
+// in f32 (engine/gpu/chunked_loss.cpp), plus the final hidden state and its gradient.
+uint64_t lossActivationBytes(const io::ModelConfig& m, int64_t tokens, int64_t loss_chunk_tokens, int64_t act_bytes);
+
+// KV cache of one layer for `tokens` of context (GQA: K and V of the KV heads; MLA: the
+// decompressed K and V of every head, as the engine's attention computes them).
+uint64_t kvCacheBytes(const io::ModelConfig& m, int64_t tokens, int64_t act_bytes);
+
+}  // namespace tandem::placement::memory

@@ -1,0 +1,509 @@
+#include "engine/placement/memory_planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "engine/core/error.h"
+#include "engine/core/units.h"
+#include "engine/model/lora_target.h"
+#include "engine/placement/memory_model.h"
+
+namespace tandem::placement {
+
+namespace {
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+// CUDA context, cuBLAS/cuDNN workspaces and libtorch's kernels image on every GPU in use.
+constexpr uint64_t kGpuContextBytes = kGiB;
+// The process itself on the host: libtorch, thread stacks, the tokenized dataset, the tokenizer.
+constexpr uint64_t kHostProcessBytes = 2 * kGiB;
+
+bool isGpu(const std::string& device) { return device.starts_with("cuda:"); }
+bool packsWeights(const std::string& backend) {
+  return backend == "amx_bf16" || backend == "amx_int8" || backend == "onednn";
+}
+
+std::string joinTargets(const std::vector<std::string>& targets) {
+  std::string out;
+  for (const std::string& t : targets) out += (out.empty() ? "" : ",") + t;
+  return out;
+}
+
+// The backend "auto" stands for: the best kernels the expert engine has on this CPU.
+std::string resolveBackend(const std::string& backend, const Hardware& hw) {
+  if (backend != "auto") return backend;
+  return hw.cpu.avx512 ? "avx512_bf16" : "generic";
+}
+
+class Evaluator {
+ public:
+  Evaluator(const PlanRequest& request, const Hardware& hw, bool transposed_pool)
+      : req_(request), hw_(hw), m_(request.model), pool_(transposed_pool),
+        target_(model::LoraTarget::parse(joinTargets(request.lora_target))),
+        tokens_(request.batch_size * request.cutoff_len), act_bytes_(request.bf16 ? 2 : 4) {}
+
+  MemoryPlan evaluate(const Placement& placement) const;
+
+ private:
+  struct Books {
+    std::map<std::string, DevicePlan> devices;
+    std::map<std::pair<std::string, std::string>, size_t> item_index;  // (device, what) -> item
+  };
+  void charge(Books& books, const std::string& device, PlanCategory c, const std::string& what, uint64_t bytes) const;
+  void chargeDense(Books& books, const ModulePlacement& m) const;
+  void chargeExperts(Books& books, const ModulePlacement& m, const std::string& layer_device, bool first) const;
+  void chargeTransposed(Books& books, const ModulePlacement& m, uint64_t layer_weights) const;
+  std::string hostDevice(int node) const {
+    return hw_.numa_nodes.size() == 1 ? std::string("cpu") : "cpu:numa" + std::to_string(node);
+  }
+
+  const PlanRequest& req_;
+  const Hardware& hw_;
+  const io::ModelConfig& m_;
+  bool pool_;  // Wᵀ in a per-node pool of two layers instead of a persistent copy
+  model::LoraTarget target_;
+  int64_t tokens_;
+  int64_t act_bytes_;
+};
+
+void Evaluator::charge(Books& books, const std::string& device, PlanCategory c, const std::string& what,
+                       uint64_t bytes) const {
+  if (bytes == 0) return;
+  std::vector<std::string> targets;
+  if (device == "cpu") {
+    // The whole host: spread evenly over the NUMA nodes (the engine interleaves what it does not pin).
+    for (size_t n = 0; n < hw_.numa_nodes.size(); ++n) targets.push_back(hostDevice(static_cast<int>(n)));
+  } else if (device.starts_with("cpu:numa")) {
+    targets.push_back(hostDevice(std::stoi(device.substr(8))));
+  } else {
+    targets.push_back(device);
+  }
+  const uint64_t share = bytes / targets.size();
+  for (const std::string& d : targets) {
+    DevicePlan& plan = books.devices.at(d);
+    plan.bytes[static_cast<size_t>(c)] += share;
+    auto [it, inserted] = books.item_index.try_emplace({d, what}, plan.items.size());
+    if (inserted) plan.items.push_back({what, c, 0});
+    plan.items[it->second].bytes += share;
+  }
+}
+
+void Evaluator::chargeDense(Books& books, const ModulePlacement& m) const {
+  const std::string kind(moduleKindName(m.kind));
+  const auto weights = static_cast<uint64_t>(memory::moduleParameters(m_, m.kind) * act_bytes_);
+  charge(books, m.device, PlanCategory::Weights, kind + " weights", weights);
+  const auto lora = static_cast<uint64_t>(memory::loraParameters(m_, m.kind, m.layer, target_, req_.lora_rank));
+  // fp32 A/B (engine/gpu/lora_linear.cpp); training adds their gradients and AdamW's two moments.
+  charge(books, m.device, PlanCategory::LoraOptimizer, "LoRA (" + kind + ")", lora * (req_.training ? 16 : 4));
+  if (m.kind == ModuleKind::Attention) {
+    if (req_.training) {
+      const uint64_t layer_act = memory::layerActivationBytes(m_, m.layer, tokens_, act_bytes_);
+      // Checkpointing keeps each layer's input; the recomputed layer's own activations are the
+      // per-device "recompute" item below.
+      charge(books, m.device, PlanCategory::Activations, "layer activations",
+             req_.gradient_checkpointing ? static_cast<uint64_t>(tokens_ * m_.hidden_size * act_bytes_) : layer_act);
+    }
+    charge(books, m.device, PlanCategory::KvCache, "KV cache", memory::kvCacheBytes(m_, req_.kv_cache_tokens, act_bytes_));
+  }
+  if (m.kind == ModuleKind::LmHead && req_.training) {
+    charge(books, m.device, PlanCategory::Activations, "loss chunk",
+           memory::lossActivationBytes(m_, tokens_, req_.loss_chunk_tokens, act_bytes_));
+  }
+}
+
+void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std::string& layer_device,
+                              bool first) const {
+  const uint64_t weights = memory::routedExpertBytes(m_, m.weight_format);
+  charge(books, m.device, PlanCategory::Weights, "routed experts " + m.weight_format, weights);
+  if (packsWeights(m.backend)) chargeTransposed(books, m, weights);
+  const auto lora = static_cast<uint64_t>(memory::loraParameters(m_, ModuleKind::RoutedExperts, m.layer, target_, req_.lora_rank));
+  // engine/experts/expert_lora.cpp: A, B and their gradients in f32; AdamW's moments beside them.
+  charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA", lora * (req_.training ? 8 : 4));
+  if (req_.training) charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA optimizer", lora * 8);
+  const bool offload = m.backend == "gpu-offload";
+  const std::string compute = offload ? m.compute_device : m.device;
+  if (req_.training && (first || !req_.gradient_checkpointing)) {
+    // Without checkpointing every MoE layer's cache lives until its backward; with it, one.
+    charge(books, compute, PlanCategory::ExpertCache, "expert forward cache",
+           memory::expertForwardCacheBytes(m_, tokens_, act_bytes_));
+  }
+  if (first) {
+    int targeted = 0;
+    bool down = false;
+    for (const char* p : {"gate_proj", "up_proj", "down_proj"}) {
+      if (req_.lora_rank > 0 && target_.matches("model.layers." + std::to_string(m.layer) + ".mlp.experts." + p)) {
+        ++targeted;
+        down = down || std::string(p) == "down_proj";
+      }
+    }
+    charge(books, compute, PlanCategory::Activations, "expert scratch",
+           memory::expertScratchBytes(m_, tokens_, req_.training ? req_.lora_rank : 0, req_.training ? targeted : 0,
+                                      req_.training && down));
+  }
+  if (offload) {
+    // Two layers' weights in flight on the GPU (double buffering), streamed from pinned host memory.
+    if (first) charge(books, compute, PlanCategory::PinnedStaging, "offload buffers", 2 * weights);
+  } else if (isGpu(layer_device) && first) {
+    // Hidden states to the CPU and the routed output back, ids and weights (pinned, reused per layer).
+    const int64_t P = tokens_ * m_.num_experts_per_tok;
+    charge(books, "cpu", PlanCategory::PinnedStaging, "PCIe staging",
+           static_cast<uint64_t>(2 * tokens_ * m_.hidden_size * act_bytes_ + P * 8));
+  }
+}
+
+void Evaluator::chargeTransposed(Books& books, const ModulePlacement& m, uint64_t layer_weights) const {
+  if (!pool_) {
+    charge(books, m.device, PlanCategory::PackedTransposed, "packed W^T", layer_weights);
+    return;
+  }
+  // The pool holds two layers per node: the one the backward reads and the one being refilled.
+  std::vector<std::string> nodes;
+  if (m.device == "cpu") {
+    for (size_t n = 0; n < hw_.numa_nodes.size(); ++n) nodes.push_back(hostDevice(static_cast<int>(n)));
+  } else {
+    nodes.push_back(hostDevice(std::stoi(m.device.substr(8))));
+  }
+  for (const std::string& node : nodes) {
+    const DevicePlan& plan = books.devices.at(node);
+    if (plan.at(PlanCategory::PackedTransposed) > 0) continue;
+    charge(books, node, PlanCategory::PackedTransposed, "packed W^T pool (2 layers)", 2 * layer_weights);
+  }
+}
+
+MemoryPlan Evaluator::evaluate(const Placement& placement) const {
+  validatePlacement(placement, static_cast<int>(hw_.gpus.size()), static_cast<int>(hw_.numa_nodes.size()));
+  Books books;
+  std::vector<std::string> order;
+  for (const GpuSpec& g : hw_.gpus) {
+    books.devices[g.device()] = DevicePlan{g.device(), g.free_bytes, {}, {}};
+    order.push_back(g.device());
+  }
+  for (const NumaNodeSpec& n : hw_.numa_nodes) {
+    // What "fits" means on the host: free memory less 3 % for the OS and page tables.
+    const std::string d = hostDevice(n.id);
+    const uint64_t reserve = n.total_bytes / 100 * 3;
+    books.devices[d] = DevicePlan{d, n.free_bytes > reserve ? n.free_bytes - reserve : 0, {}, {}};
+    order.push_back(d);
+  }
+  std::string layer_device;
+  bool first_experts = true;
+  std::map<std::string, uint64_t> max_layer_act;  // per device: the recomputed layer
+  for (const ModulePlacement& m : placement.modules) {
+    if (m.kind == ModuleKind::Attention) {
+      layer_device = m.device;
+      uint64_t& peak = max_layer_act[m.device];
+      peak = std::max(peak, memory::layerActivationBytes(m_, m.layer, tokens_, act_bytes_));
+    }
+    if (m.kind == ModuleKind::RoutedExperts) {
+      chargeExperts(books, m, layer_device, first_experts);
+      first_experts = false;
+    } else {
+      chargeDense(books, m);
+    }
+  }
+  if (req_.training && req_.gradient_checkpointing) {
+    for (const auto& [device, bytes] : max_layer_act) charge(books, device, PlanCategory::Activations, "recompute", bytes);
+  }
+  for (auto& [name, plan] : books.devices) {
+    const uint64_t used = plan.total();
+    if (isGpu(name) && used > 0) {
+      // Context plus the caching allocator's slack (~10 % of what comes and goes).
+      charge(books, name, PlanCategory::Overhead, "CUDA context + allocator", kGpuContextBytes + plan.at(PlanCategory::Activations) / 10);
+    }
+  }
+  charge(books, hostDevice(0), PlanCategory::Overhead, "process", kHostProcessBytes);
+  MemoryPlan plan;
+  plan.placement = placement;
+  for (const std::string& d : order) {
+    plan.devices.push_back(books.devices.at(d));
+    const DevicePlan& dp = plan.devices.back();
+    if (!dp.fits()) {
+      plan.fits = false;
+      plan.problems.push_back(d + ": need " + formatBytes(dp.total()) + ", have " + formatBytes(dp.capacity_bytes));
+    }
+  }
+  return plan;
+}
+
+// --- the planner's placement -----------------------------------------------------------------
+
+std::vector<int> moeLayers(const Placement& p) {
+  std::vector<int> out;
+  for (const ModulePlacement& m : p.modules) {
+    if (m.kind == ModuleKind::RoutedExperts) out.push_back(m.layer);
+  }
+  return out;
+}
+
+Placement initialPlacement(const PlanRequest& req, const Hardware& hw, const std::string& backend,
+                           const std::string& format) {
+  Placement p = modulesOf(req.model);
+  const int gpus = static_cast<int>(hw.gpus.size());
+  const int layers = req.model.num_hidden_layers;
+  const std::vector<int> moe = moeLayers(p);
+  const auto nodes = static_cast<int>(hw.numa_nodes.size());
+  // Decoder layers split over the GPUs in proportion to their memory, contiguously (pipeline).
+  uint64_t total_gpu = 0;
+  for (const GpuSpec& g : hw.gpus) total_gpu += g.free_bytes;
+  auto gpuOfLayer = [&](int layer) {
+    double edge = 0;
+    for (int g = 0; g < gpus; ++g) {
+      edge += static_cast<double>(hw.gpus[static_cast<size_t>(g)].free_bytes) / static_cast<double>(total_gpu) * layers;
+      if (layer < std::lround(edge)) return "cuda:" + std::to_string(g);
+    }
+    return "cuda:" + std::to_string(gpus - 1);
+  };
+  for (ModulePlacement& m : p.modules) {
+    if (m.kind == ModuleKind::RoutedExperts) {
+      const auto rank = std::find(moe.begin(), moe.end(), m.layer) - moe.begin();
+      m.device = nodes > 1 ? "cpu:numa" + std::to_string(rank * nodes / static_cast<int64_t>(moe.size())) : "cpu";
+      m.backend = backend;
+      m.weight_format = format;
+    } else if (gpus == 0) {
+      m.device = "cpu";
+    } else if (m.layer >= 0) {
+      m.device = gpuOfLayer(m.layer);
+    } else {
+      m.device = m.kind == ModuleKind::Embedding ? gpuOfLayer(0) : gpuOfLayer(layers - 1);
+    }
+  }
+  if (backend == "gpu-offload") {
+    for (ModulePlacement& m : p.modules) {
+      if (m.kind == ModuleKind::RoutedExperts) m.compute_device = gpus ? gpuOfLayer(m.layer) : "";
+    }
+  }
+  return p;
+}
+
+// Moves the least arithmetic-intensive GPU module of `device` to the host: the embedding gather,
+// then (unless whole layers) dense MLPs and shared experts, last layers first, then lm_head with
+// the norm, then whole layers from the end.
+bool evictOne(Placement& p, const std::string& device, bool whole_layers) {
+  auto move = [&](ModuleKind kind) {
+    for (auto it = p.modules.rbegin(); it != p.modules.rend(); ++it) {
+      if (it->kind == kind && it->device == device) {
+        it->device = "cpu";
+        if (kind == ModuleKind::LmHead) p.find("model.norm")->device = "cpu";
+        return true;
+      }
+    }
+    return false;
+  };
+  if (move(ModuleKind::Embedding)) return true;
+  if (!whole_layers && (move(ModuleKind::DenseMlp) || move(ModuleKind::SharedExperts))) return true;
+  if (move(ModuleKind::LmHead)) return true;
+  for (auto it = p.modules.rbegin(); it != p.modules.rend(); ++it) {
+    if (it->kind == ModuleKind::Attention && it->device == device) {
+      for (ModulePlacement& m : p.modules) {
+        if (m.layer == it->layer && m.kind != ModuleKind::RoutedExperts) m.device = "cpu";
+        if (m.layer == it->layer && m.compute_device == device) {
+          m.compute_device.clear();  // offloaded experts follow their layer to the CPU kernels
+          m.backend = "auto";
+        }
+      }
+      it->device = "cpu";
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string percent(uint64_t before, uint64_t after) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%+.0f %%", 100.0 * (static_cast<double>(after) - static_cast<double>(before)) /
+                                                   static_cast<double>(std::max<uint64_t>(before, 1)));
+  return text;
+}
+
+MemoryPlan placeAndEvaluate(const PlanRequest& request, const Hardware& hardware);
+
+void adviseHost(MemoryPlan& plan, const PlanRequest& req, const Hardware& hw) {
+  const uint64_t need = plan.hostBytes();
+  uint64_t have = 0;
+  for (const DevicePlan& d : plan.devices) {
+    if (!isGpu(d.device)) have += d.capacity_bytes;
+  }
+  if (need <= have) return;
+  std::string text = "need " + formatBytes(need) + " host RAM, have " + formatBytes(have) + ":";
+  std::vector<std::string> options;
+  auto tryChange = [&](const std::string& what, PlanRequest changed) {
+    const MemoryPlan alt = placeAndEvaluate(changed, hw);
+    if (alt.hostBytes() > need / 100 * 99) return;  // not worth saying below 1 %
+    options.push_back(what + " (" + percent(need, alt.hostBytes()) + ": " + formatBytes(alt.hostBytes()) +
+                      (alt.fits ? ", fits)" : ", still too much alone)"));
+  };
+  std::string format;
+  for (const ModulePlacement& m : plan.placement.modules) {
+    if (m.kind == ModuleKind::RoutedExperts) format = m.weight_format;
+  }
+  if (!format.empty() && memory::weightFormatBytes(format) > 1) {
+    PlanRequest changed = req;
+    changed.experts_backend = "amx_int8";
+    changed.expert_weight_format = "int8";
+    tryChange(hw.cpu.amx_int8 ? "use amx_int8 experts (kt_backend: AMXInt8)"
+                              : "int8 experts (amx_int8; this CPU has no AMX, so that needs another machine)", changed);
+  }
+  if (req.training && !req.gradient_checkpointing) {
+    PlanRequest changed = req;
+    changed.gradient_checkpointing = true;
+    tryChange("turn gradient checkpointing on (remove disable_gradient_checkpointing)", changed);
+  }
+  if (req.training && req.batch_size > 1) {
+    PlanRequest changed = req;
+    changed.batch_size = 1;
+    tryChange("per_device_train_batch_size: 1 (use gradient_accumulation_steps instead)", changed);
+  }
+  if (req.training && req.cutoff_len > 512) {
+    PlanRequest changed = req;
+    changed.cutoff_len = req.cutoff_len / 2;
+    tryChange("cutoff_len: " + std::to_string(changed.cutoff_len), changed);
+  }
+  if (req.training && req.lora_rank > 0) {
+    PlanRequest changed = req;
+    changed.lora_target = {"q_proj", "k_proj", "v_proj", "o_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"};
+    tryChange("LoRA on attention only (lora_target without the experts)", changed);
+  }
+  for (size_t i = 0; i < options.size(); ++i) text += (i ? ", or " : " ") + options[i];
+  if (options.empty()) text += " no setting change is enough: this model needs a machine with more RAM";
+  plan.advice.push_back(text);
+}
+
+void adviseGpus(MemoryPlan& plan, const PlanRequest& req) {
+  for (const DevicePlan& d : plan.devices) {
+    if (!isGpu(d.device) || d.fits()) continue;
+    std::string text = d.device + ": need " + formatBytes(d.total()) + ", have " + formatBytes(d.capacity_bytes) + ":";
+    if (req.training && !req.gradient_checkpointing) text += " turn gradient checkpointing on,";
+    if (req.training) text += " lower cutoff_len or per_device_train_batch_size,";
+    text += " or move layers from " + d.device + " to another GPU or to cpu in the rule file";
+    plan.advice.push_back(text);
+  }
+}
+
+}  // namespace
+
+std::string_view planCategoryName(PlanCategory category) {
+  switch (category) {
+    case PlanCategory::Weights: return "weights";
+    case PlanCategory::LoraOptimizer: return "lora_optimizer";
+    case PlanCategory::Activations: return "activations";
+    case PlanCategory::ExpertCache: return "expert_cache";
+    case PlanCategory::PackedTransposed: return "packed_wt";
+    case PlanCategory::KvCache: return "kv_cache";
+    case PlanCategory::PinnedStaging: return "pinned_staging";
+    case PlanCategory::Overhead: return "overhead";
+  }
+  return "?";
+}
+
+uint64_t DevicePlan::total() const {
+  uint64_t sum = 0;
+  for (uint64_t b : bytes) sum += b;
+  return sum;
+}
+
+const DevicePlan* MemoryPlan::device(std::string_view name) const {
+  for (const DevicePlan& d : devices) {
+    if (d.device == name) return &d;
+  }
+  return nullptr;
+}
+
+uint64_t MemoryPlan::hostBytes() const {
+  uint64_t sum = 0;
+  for (const DevicePlan& d : devices) {
+    if (!isGpu(d.device)) sum += d.total();
+  }
+  return sum;
+}
+
+int64_t moduleParameters(const io::ModelConfig& model, const ModulePlacement& module) {
+  return memory::moduleParameters(model, module.kind);
+}
+
+namespace {
+
+bool hostFits(const MemoryPlan& plan) {
+  return std::all_of(plan.devices.begin(), plan.devices.end(),
+                     [](const DevicePlan& d) { return isGpu(d.device) || d.fits(); });
+}
+
+// Evaluates `placement` with the Wᵀ form the request asks for; auto: persistent (no refill work
+// in the backward) when the host has room for it, else the pool.
+MemoryPlan evaluateWithTransposed(const PlanRequest& request, const Hardware& hardware, const Placement& placement) {
+  const std::string& form = request.transposed_weights;
+  if (form != "auto" && form != "persistent" && form != "pool") {
+    throw Error("transposed weights '" + form + "' is not a choice", "use auto, persistent or pool");
+  }
+  const bool packs = std::any_of(placement.modules.begin(), placement.modules.end(), [](const ModulePlacement& m) {
+    return m.kind == ModuleKind::RoutedExperts && packsWeights(m.backend);
+  });
+  bool pool = form == "pool";
+  MemoryPlan plan = Evaluator(request, hardware, pool).evaluate(placement);
+  if (packs && form == "auto" && !hostFits(plan)) {
+    pool = true;
+    plan = Evaluator(request, hardware, true).evaluate(placement);
+  }
+  if (packs) {
+    plan.transposed_weights = pool ? "pool" : "persistent";
+    plan.notes.push_back(pool ? "packed W^T: a per-NUMA-node pool of two layers, refilled during the backward"
+                              : "packed W^T: persistent (one transposed copy of every expert for the backward)");
+  }
+  return plan;
+}
+
+}  // namespace
+
+MemoryPlan evaluatePlacement(const PlanRequest& request, const Hardware& hardware, const Placement& placement) {
+  MemoryPlan plan = evaluateWithTransposed(request, hardware, placement);
+  if (!plan.fits) {
+    adviseHost(plan, request, hardware);
+    adviseGpus(plan, request);
+  }
+  return plan;
+}
+
+namespace {
+
+// The planner without advice (advice plans again with changed settings).
+MemoryPlan placeAndEvaluate(const PlanRequest& request, const Hardware& hardware) {
+  const std::string backend = resolveBackend(request.experts_backend, hardware);
+  const std::string format = request.expert_weight_format.empty() ? defaultWeightFormat(backend, request.model)
+                                                                   : request.expert_weight_format;
+  // Wᵀ lives on the host only, so the GPU filling does not depend on its form.
+  const Evaluator evaluator(request, hardware, false);
+  Placement placement = initialPlacement(request, hardware, backend, format);
+  MemoryPlan plan = evaluator.evaluate(placement);
+  for (const GpuSpec& g : hardware.gpus) {
+    while (!plan.device(g.device())->fits() && evictOne(placement, g.device(), request.whole_layers)) {
+      plan = evaluator.evaluate(placement);
+    }
+  }
+  plan = evaluateWithTransposed(request, hardware, placement);
+  if (request.experts_backend == "auto" && request.model.isMoe()) {
+    plan.notes.push_back("experts backend auto: " + backend + " (the best kernels the expert engine has for this CPU)");
+  }
+  int on_cpu = 0;
+  for (const ModulePlacement& m : plan.placement.modules) on_cpu += m.kind == ModuleKind::Attention && m.device == "cpu";
+  if (on_cpu > 0 && !hardware.gpus.empty()) {
+    plan.notes.push_back(std::to_string(on_cpu) + " decoder layer(s) did not fit on the GPUs and run on the CPU");
+  }
+  return plan;
+}
+
+}  // namespace
+
+MemoryPlan planMemory(const PlanRequest& request, const Hardware& hardware) {
+  if (request.cutoff_len <= 0 || request.batch_size <= 0) {
+    throw Error("cutoff_len and per_device_train_batch_size must be above 0");
+  }
+  MemoryPlan plan = placeAndEvaluate(request, hardware);
+  if (!plan.fits) {
+    adviseHost(plan, request, hardware);
+    adviseGpus(plan, request);
+  }
+  return plan;
+}
+
+}  // namespace tandem::placement

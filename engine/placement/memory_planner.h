@@ -1,0 +1,90 @@
+#pragma once
+// The memory planner: before anything is loaded, how many bytes a LoRA run (or a chat) needs on
+// every GPU and every NUMA node, by category, for a placement; and the placement itself, filling
+// the GPUs by arithmetic intensity (attention/MLA, then shared experts, then dense MLPs) while
+// routed experts stay in host memory. When it does not fit it says what to change, with the
+// effect of each change computed by planning again. docs/placement.md has every formula; they
+// follow what the engine allocates (engine/experts, engine/gpu, engine/train), and the test
+// against MemoryLedger checks the ones the ledger sees.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/io/model_config.h"
+#include "engine/placement/hardware.h"
+#include "engine/placement/placement.h"
+
+namespace tandem::placement {
+
+enum class PlanCategory : uint8_t {
+  Weights, LoraOptimizer, Activations, ExpertCache, PackedTransposed, KvCache, PinnedStaging, Overhead
+};
+inline constexpr int kPlanCategoryCount = 8;
+std::string_view planCategoryName(PlanCategory category);  // "weights", "lora_optimizer", ...
+
+// What is being planned: the model, the LoRA and training settings, the expert engine choice.
+struct PlanRequest {
+  io::ModelConfig model;
+  int lora_rank = 8;
+  std::vector<std::string> lora_target = {"all"};  // LLaMA-Factory lora_target
+  int64_t cutoff_len = 2048;
+  int64_t batch_size = 1;              // per_device_train_batch_size
+  bool gradient_checkpointing = true;
+  bool bf16 = true;                    // dense weights and activations in bf16 (else fp32)
+  int64_t loss_chunk_tokens = 1024;
+  std::string experts_backend = "auto";
+  std::string expert_weight_format;   // "" = defaultWeightFormat(backend, model)
+  // AMX / oneDNN backends need Wᵀ for the backward: a persistent transposed copy of every expert,
+  // or a per-NUMA-node pool refilled layer by layer (DESIGN.md). auto: persistent when it fits.
+  std::string transposed_weights = "auto";  // auto | persistent | pool
+  int64_t kv_cache_tokens = 0;        // chat: context tokens of KV cache; 0 for training
+  // true: a decoder layer's dense parts stay together on one device (what the runtime runs);
+  // false: shared experts and dense MLPs may leave their layer's GPU before attention does.
+  bool whole_layers = true;
+  bool training = true;               // false: inference only (no LoRA grads, optimizer, caches)
+};
+
+// One line of the memory map: a group of modules or buffers and its bytes.
+struct PlanItem {
+  std::string what;  // "attention (layers 0-29)", "routed experts fp8", "expert forward cache", ...
+  PlanCategory category = PlanCategory::Weights;
+  uint64_t bytes = 0;
+};
+
+struct DevicePlan {
+  std::string device;            // "cuda:N"; host: "cpu" (one NUMA node) or "cpu:numaK"
+  uint64_t capacity_bytes = 0;   // what the plan may use (docs/placement.md: what "fits" means)
+  std::array<uint64_t, kPlanCategoryCount> bytes{};
+  std::vector<PlanItem> items;
+
+  uint64_t total() const;
+  uint64_t at(PlanCategory c) const { return bytes[static_cast<size_t>(c)]; }
+  bool fits() const { return total() <= capacity_bytes; }
+};
+
+struct MemoryPlan {
+  Placement placement;
+  std::vector<DevicePlan> devices;  // GPUs by index, then host node(s)
+  bool fits = true;
+  std::string transposed_weights;     // persistent | pool; empty when the experts backend does not pack
+  std::vector<std::string> problems;  // one per device that overflows: "need X, have Y"
+  std::vector<std::string> advice;    // what to change, each with its effect
+  std::vector<std::string> notes;     // decisions the planner made (backend, Wᵀ form, ...)
+
+  const DevicePlan* device(std::string_view name) const;
+  uint64_t hostBytes() const;  // all host nodes together
+};
+
+// The planner places the modules (and decides the experts' backend and format).
+MemoryPlan planMemory(const PlanRequest& request, const Hardware& hardware);
+
+// The bytes of a given placement (from a rule file or preset); `advice` as for planMemory.
+MemoryPlan evaluatePlacement(const PlanRequest& request, const Hardware& hardware, const Placement& placement);
+
+// Parameter count of one module of `model` (e.g. for the studio's module list).
+int64_t moduleParameters(const io::ModelConfig& model, const ModulePlacement& module);
+
+}  // namespace tandem::placement

@@ -1,0 +1,206 @@
+#include "engine/placement/memory_planner.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/core/error.h"
+#include "engine/placement/kt_rules.h"
+
+namespace tandem::placement {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kPresets = fs::path(TANDEM_PRESETS_DIR);
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+PlanRequest request(const char* model_file) {
+  PlanRequest r;
+  r.model = io::readModelConfig(kPresets / "models" / model_file);
+  r.cutoff_len = 2048;
+  r.batch_size = 1;
+  return r;
+}
+
+Hardware preset(const char* name) { return resolveHardware(name, kPresets / "hardware"); }
+
+uint64_t sum(const MemoryPlan& plan, PlanCategory c) {
+  uint64_t total = 0;
+  for (const DevicePlan& d : plan.devices) total += d.at(c);
+  return total;
+}
+
+std::string adviceText(const MemoryPlan& plan) {
+  std::string text;
+  for (const std::string& a : plan.advice) text += a + "\n";
+  return text;
+}
+
+// Hand-computed: routed expert bytes = MoE layers · experts · 3 · H · I · bytes (+ scales).
+TEST(MemoryPlanner, ExpertWeightsMatchTheHandFormula) {
+  PlanRequest r = request("deepseek-v3.json");
+  r.experts_backend = "avx512_bf16";
+  r.expert_weight_format = "bf16";
+  const MemoryPlan plan = planMemory(r, preset("1xh200_xeon-emr-2s_2t"));
+  const uint64_t experts = 58ull * 256 * 3 * 7168 * 2048 * 2;  // 1.31 TB
+  uint64_t host_expert_weights = 0;
+  for (const DevicePlan& d : plan.devices) {
+    for (const PlanItem& item : d.items) {
+      if (item.what == "routed experts bf16") host_expert_weights += item.bytes;
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(host_expert_weights), static_cast<double>(experts), 2.0);
+  EXPECT_TRUE(plan.fits) << adviceText(plan);
+}
+
+TEST(MemoryPlanner, DeepSeekV3NeedsInt8OrFp8AndOneTerabyte) {
+  PlanRequest bf16 = request("deepseek-v3.json");
+  bf16.expert_weight_format = "bf16";
+  const MemoryPlan small = planMemory(bf16, preset("2x4090-24g_xeon-spr-2s_512g"));
+  EXPECT_FALSE(small.fits);
+  ASSERT_FALSE(small.advice.empty());
+  EXPECT_NE(small.advice[0].find("host RAM, have"), std::string::npos) << adviceText(small);
+  EXPECT_NE(small.advice[0].find("use amx_int8 experts"), std::string::npos) << adviceText(small);
+  // int8 halves the experts, still more than 512 GB; on 1 TB it fits, as the checkpoint's own fp8.
+  PlanRequest int8 = bf16;
+  int8.experts_backend = "amx_int8";
+  int8.expert_weight_format = "";
+  EXPECT_FALSE(planMemory(int8, preset("2x4090-24g_xeon-spr-2s_512g")).fits);
+  EXPECT_TRUE(planMemory(int8, preset("4x4090-24g_xeon-emr-2s_1t")).fits);
+  const MemoryPlan fp8 = planMemory(request("deepseek-v3.json"), preset("4x4090-24g_xeon-emr-2s_1t"));
+  EXPECT_TRUE(fp8.fits) << adviceText(fp8);
+  EXPECT_FALSE(planMemory(bf16, preset("4x4090-24g_xeon-emr-2s_1t")).fits);
+}
+
+TEST(MemoryPlanner, Qwen3_30BFitsOne4090And256GB) {
+  const MemoryPlan plan = planMemory(request("qwen3-30b-a3b.json"), preset("1x4090-24g_xeon-w7-spr_256g"));
+  EXPECT_TRUE(plan.fits) << adviceText(plan);
+  for (const ModulePlacement& m : plan.placement.modules) {
+    if (m.kind == ModuleKind::Attention) {
+      EXPECT_EQ(m.device, "cuda:0") << m.name;
+    }
+    if (m.kind == ModuleKind::RoutedExperts) {
+      EXPECT_EQ(m.device, "cpu") << m.name;
+    }
+  }
+  // 48 layers · 128 experts · 3 · 2048 · 768 · 2 bytes = 55.7 GiB of experts on the host.
+  EXPECT_GT(plan.hostBytes(), 55 * kGiB);
+  EXPECT_LT(plan.hostBytes(), 80 * kGiB);
+  EXPECT_LT(plan.device("cuda:0")->total(), 24 * kGiB);
+}
+
+TEST(MemoryPlanner, LayersSplitOverGpusAndSpillToTheCpu) {
+  // DeepSeek-V3's dense part (~35 GB in bf16) does not fit one 24 GB card: some layers go to the CPU.
+  const MemoryPlan one = planMemory(request("deepseek-v3.json"), preset("1x4090-24g_xeon-w7-spr_256g"));
+  int on_gpu = 0, on_cpu = 0;
+  for (const ModulePlacement& m : one.placement.modules) {
+    if (m.kind == ModuleKind::Attention) (m.device == "cuda:0" ? on_gpu : on_cpu)++;
+  }
+  EXPECT_GT(on_gpu, 20);
+  EXPECT_GT(on_cpu, 0);
+  EXPECT_TRUE(one.device("cuda:0")->fits());
+  EXPECT_NO_THROW(toRuntimePlacement(one.placement));  // whole layers: what the runtime runs
+  // Split layers: shared experts leave the GPU before attention does, so more attention stays.
+  PlanRequest split = request("deepseek-v3.json");
+  split.whole_layers = false;
+  const MemoryPlan by_intensity = planMemory(split, preset("1x4090-24g_xeon-w7-spr_256g"));
+  int split_on_gpu = 0;
+  bool shared_left = false;
+  for (const ModulePlacement& m : by_intensity.placement.modules) {
+    split_on_gpu += m.kind == ModuleKind::Attention && m.device == "cuda:0";
+    shared_left |= m.kind == ModuleKind::SharedExperts && m.device == "cpu" &&
+                   by_intensity.placement.find("model.layers." + std::to_string(m.layer) + ".self_attn")->device == "cuda:0";
+  }
+  EXPECT_GT(split_on_gpu, on_gpu);
+  EXPECT_TRUE(shared_left);
+  EXPECT_THROW(toRuntimePlacement(by_intensity.placement), Error);
+  // Four cards hold every layer, contiguous, each card a quarter.
+  const MemoryPlan four = planMemory(request("deepseek-v3.json"), preset("4x4090-24g_xeon-emr-2s_1t"));
+  std::string last;
+  int switches = 0;
+  for (const ModulePlacement& m : four.placement.modules) {
+    if (m.kind != ModuleKind::Attention) continue;
+    EXPECT_TRUE(m.device.starts_with("cuda:")) << m.name;
+    switches += !last.empty() && m.device != last;
+    last = m.device;
+  }
+  EXPECT_EQ(switches, 3);
+  // Two NUMA nodes: experts split over them, half the layers each.
+  EXPECT_EQ(four.placement.find("model.layers.3.mlp.experts")->device, "cpu:numa0");
+  EXPECT_EQ(four.placement.find("model.layers.60.mlp.experts")->device, "cpu:numa1");
+  EXPECT_NEAR(static_cast<double>(four.device("cpu:numa0")->total()),
+              static_cast<double>(four.device("cpu:numa1")->total()), 0.1 * static_cast<double>(four.hostBytes()));
+}
+
+TEST(MemoryPlanner, MonotonicInRankCutoffAndBatch) {
+  const Hardware hw = preset("1x4090-24g_xeon-w7-spr_256g");
+  const PlanRequest base = request("qwen3-30b-a3b.json");
+  const uint64_t base_total = planMemory(base, hw).hostBytes() + planMemory(base, hw).device("cuda:0")->total();
+  auto total = [&](const PlanRequest& r) {
+    const MemoryPlan p = planMemory(r, hw);
+    return p.hostBytes() + p.device("cuda:0")->total();
+  };
+  PlanRequest r = base;
+  r.lora_rank = 64;
+  EXPECT_GT(sum(planMemory(r, hw), PlanCategory::LoraOptimizer), sum(planMemory(base, hw), PlanCategory::LoraOptimizer));
+  EXPECT_GT(total(r), base_total);
+  r = base;
+  r.cutoff_len = 8192;
+  EXPECT_GT(sum(planMemory(r, hw), PlanCategory::Activations), sum(planMemory(base, hw), PlanCategory::Activations));
+  EXPECT_GT(total(r), base_total);
+  r = base;
+  r.batch_size = 4;
+  EXPECT_GT(total(r), base_total);
+  r = base;
+  r.gradient_checkpointing = false;
+  EXPECT_GT(sum(planMemory(r, hw), PlanCategory::ExpertCache), 40 * sum(planMemory(base, hw), PlanCategory::ExpertCache));
+}
+
+TEST(MemoryPlanner, EvaluatesARuleFilePlacementAndAdvises) {
+  // LLaMA-Factory's two-GPU rule file on a single-GPU machine is an error naming the module.
+  PlanRequest r = request("deepseek-v3.json");
+  const Placement rules = applyKtRules(
+      loadKtRules(fs::path(TANDEM_PLACEMENT_TESTDATA) / "DeepSeek-V3-Chat-sft-amx-multi-gpu.yaml"), r.model);
+  EXPECT_THROW(evaluatePlacement(r, preset("1x4090-24g_xeon-w7-spr_256g"), rules), Error);
+  // On two 24 GB cards, 30 MLA layers fit with checkpointing; without, their activations do not.
+  EXPECT_TRUE(evaluatePlacement(r, preset("2x4090-24g_xeon-spr-2s_512g"), rules).device("cuda:0")->fits());
+  r.gradient_checkpointing = false;
+  const MemoryPlan plan = evaluatePlacement(r, preset("2x4090-24g_xeon-spr-2s_512g"), rules);
+  EXPECT_FALSE(plan.device("cuda:0")->fits());
+  EXPECT_NE(adviceText(plan).find("cuda:0: need"), std::string::npos) << adviceText(plan);
+  EXPECT_TRUE(planMemory(r, preset("2x4090-48g_xeon-gnr-2s_1t")).fits);
+}
+
+TEST(MemoryPlanner, EveryModelOnEveryPresetGivesASensiblePlan) {
+  for (const char* model : {"deepseek-v3.json", "kimi-k2.json", "qwen3-235b-a22b.json", "qwen3-30b-a3b.json",
+                            "deepseek-v2-lite.json", "mixtral-8x7b.json"}) {
+    for (const fs::path& file : listHardwarePresets(kPresets / "hardware")) {
+      SCOPED_TRACE(std::string(model) + " on " + file.stem().string());
+      const Hardware hw = loadHardwarePreset(file);
+      const MemoryPlan plan = planMemory(request(model), hw);
+      EXPECT_EQ(plan.fits, plan.problems.empty());
+      EXPECT_EQ(plan.fits, plan.advice.empty());
+      for (const GpuSpec& g : hw.gpus) EXPECT_TRUE(plan.device(g.device())->fits());  // the planner never overfills a GPU
+      // The first layer's attention always gets a GPU: the most intensive module goes first.
+      EXPECT_TRUE(plan.placement.find("model.layers.0.self_attn")->device.starts_with("cuda:"));
+      const RuntimePlacement runtime = toRuntimePlacement(plan.placement);
+      EXPECT_EQ(runtime.layer_devices.size(), static_cast<size_t>(plan.placement.modules[1].layer == 0 ? request(model).model.num_hidden_layers : 0));
+    }
+  }
+  // Small models fit everywhere; Kimi-K2 (1 T parameters, fp8) needs the 2 TB machines.
+  for (const fs::path& file : listHardwarePresets(kPresets / "hardware")) {
+    const Hardware hw = loadHardwarePreset(file);
+    EXPECT_TRUE(planMemory(request("deepseek-v2-lite.json"), hw).fits) << file;
+    EXPECT_EQ(planMemory(request("kimi-k2.json"), hw).fits, hw.ramBytes() >= 2048 * kGiB) << file;
+  }
+}
+
+TEST(MemoryPlanner, BadRequestsAreErrors) {
+  PlanRequest r = request("qwen3-30b-a3b.json");
+  r.cutoff_len = 0;
+  EXPECT_THROW(planMemory(r, preset("1x4090-24g_xeon-w7-spr_256g")), Error);
+  r = request("qwen3-30b-a3b.json");
+  r.lora_target = {""};
+  EXPECT_THROW(planMemory(r, preset("1x4090-24g_xeon-w7-spr_256g")), Error);
+}
+
+}  // namespace
+}  // namespace tandem::placement

@@ -1,0 +1,104 @@
+#pragma once
+// Placement: for every module of a model (HF names) the device it lives on, and for routed
+// experts the backend that computes them and the format of their frozen weights.
+//
+//   model.embed_tokens                     embedding
+//   model.layers.N.self_attn               attention (GQA or MLA) with its norms and rope
+//   model.layers.N.mlp.gate                router (MoE layers)
+//   model.layers.N.mlp.shared_experts      shared experts (deepseek; qwen2_moe: mlp.shared_expert)
+//   model.layers.N.mlp.experts             routed experts
+//   model.layers.N.mlp                     dense MLP (dense layers only)
+//   model.norm, lm_head
+//
+// Devices: "cuda:N", "cpu" (the whole host) or "cpu:numaK" (one NUMA node). Routed experts:
+// device = where their weights live ("cpu", "cpu:numaK"); backend amx_bf16 | amx_int8 |
+// avx512_bf16 | onednn | generic | auto compute them there, "gpu-offload" streams them from
+// pinned host memory to `compute_device` per layer (the ZeRO-Offload baseline).
+// Sources: the memory planner, a preset (presets/placement/*.yaml) and KTransformers rule files
+// (kt_rules.h). Plain structs, no libtorch or Qt: the studio lists and edits them.
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/io/model_config.h"
+
+namespace tandem::placement {
+
+enum class ModuleKind : uint8_t {
+  Embedding, Attention, Router, SharedExperts, RoutedExperts, DenseMlp, FinalNorm, LmHead
+};
+inline constexpr int kModuleKindCount = 8;
+std::string_view moduleKindName(ModuleKind kind);  // "embedding", "attention", ...
+
+struct ModulePlacement {
+  std::string name;  // HF module name
+  ModuleKind kind = ModuleKind::Attention;
+  int layer = -1;    // decoder layer, -1 for embed / norm / lm_head
+  std::string device;
+  // Routed experts only (empty otherwise).
+  std::string backend;         // see kExpertBackends
+  std::string weight_format;   // bf16 | int8 | fp8 (| fp16 | fp32: unquantized checkpoints)
+  std::string compute_device;  // gpu-offload: the GPU that computes them; else empty
+
+  bool operator==(const ModulePlacement&) const = default;
+};
+
+inline constexpr std::string_view kExpertBackends[] = {
+    "auto", "amx_bf16", "amx_int8", "avx512_bf16", "onednn", "generic", "gpu-offload"};
+inline constexpr std::string_view kWeightFormats[] = {"bf16", "int8", "fp8", "fp16", "fp32"};
+
+struct Placement {
+  std::vector<ModulePlacement> modules;  // model order: embed, layers 0..L-1, norm, lm_head
+
+  const ModulePlacement* find(std::string_view name) const;
+  ModulePlacement* find(std::string_view name);
+  // Every distinct device named, GPUs first ("cuda:0", "cuda:1", "cpu", "cpu:numa0", ...).
+  std::vector<std::string> devices() const;
+  bool operator==(const Placement&) const = default;
+};
+
+// The modules of `model` in order, with empty devices. Throws Error for a model with no layers.
+Placement modulesOf(const io::ModelConfig& model);
+
+// Checks one device string ("cuda:N", "cpu", "cpu:numaK"); throws Error naming `where`.
+void checkDevice(const std::string& device, const std::string& where);
+// Checks a whole placement: every module placed, devices well-formed, experts with a backend
+// and format from the lists above, gpu-offload with a GPU compute device. `gpus` / `numa_nodes`
+// bound the indices when >= 0. Throws Error naming the module.
+void validatePlacement(const Placement& placement, int gpus = -1, int numa_nodes = -1);
+
+// The weight format the backend computes in when the user did not choose one: amx_int8 -> int8,
+// amx_bf16 -> bf16 (they pack, converting), else the checkpoint's (fp8 for DeepSeek-V3-style fp8 checkpoints, fp32/fp16 for such
+// checkpoints, else bf16): the expert engine reads the checkpoint's weights in place.
+std::string defaultWeightFormat(const std::string& backend, const io::ModelConfig& model);
+
+// What engine/gpu's ModelOptions needs to run a placement, as plain fields (the runtime fills
+// its at::Device values from these strings): the embeddings' device, one device per decoder
+// layer (its attention, router, shared experts, dense MLP and their LoRA), the head's device
+// (model.norm and lm_head), and the experts' mode, backend and format.
+struct RuntimePlacement {
+  std::string embed_device;
+  std::vector<std::string> layer_devices;
+  std::string head_device;
+  std::string experts_mode;                // "cpu" | "gpu-offload"
+  std::string experts_backend;             // the expert engine backend for "cpu"
+  std::string experts_weight_format;       // bf16 | int8 | fp8 | fp16 | fp32
+};
+// Throws Error when the placement asks for what the runtime cannot express: a layer's parts on
+// different devices, lm_head away from model.norm, experts of different layers on different
+// backends, offloaded experts computed away from their layer's GPU.
+RuntimePlacement toRuntimePlacement(const Placement& placement);
+
+// Placement presets (presets/placement/*.yaml): devices by module kind and layer range, e.g.
+//   experts: {backend: amx_int8, weight_format: int8}
+//   layers: [{layers: "0-29", device: "cuda:0"}, {layers: "30-60", device: "cuda:1"}]
+// docs/placement.md has the schema. Applies to `model`; throws Error naming file and key.
+Placement loadPlacementPreset(const std::filesystem::path& file, const io::ModelConfig& model);
+Placement parsePlacementPreset(std::string_view yaml_text, const std::string& label,
+                               const io::ModelConfig& model);
+
+}  // namespace tandem::placement

@@ -1,0 +1,139 @@
+// The memory planner against the engine's own byte accounting: a real LoRA training step on a
+// small random Qwen3-MoE, then MemoryLedger's numbers (as StepEvent.memory reports them) next
+// to the planner's prediction for the same settings, per category and in total.
+
+#include "engine/train/training_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <unistd.h>
+
+#include "engine/core/memory_ledger.h"
+#include "engine/core/thread_pool.h"
+#include "engine/gpu/causal_lm.h"
+#include "engine/io/safetensors.h"
+#include "engine/model/lora_target.h"
+#include "engine/train/trainer.h"
+
+namespace tandem::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The demo's architecture at a test's size (fp32, like the demo model).
+const char* kConfig = R"({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+  "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 48, "num_hidden_layers": 3,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_experts": 8,
+  "num_experts_per_tok": 2, "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [1],
+  "vocab_size": 96, "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+  "tie_word_embeddings": false, "dtype": "float32"})";
+
+struct LastStep : TrainListener {
+  StepEvent event;
+  void onStep(const StepEvent& e) override { event = e; }
+};
+
+struct Measured {
+  DeviceMemoryUsage cpu;
+  uint64_t weight_file_bytes = 0;
+};
+
+Measured trainOneStep(const io::ModelConfig& config, const TrainConfig& tc, const fs::path& dir) {
+  gpu::ModelOptions options;  // fp32 on the CPU device, as the demo
+  options.gradient_checkpointing = tc.gradient_checkpointing;
+  const gpu::LoraSettings lora{static_cast<int>(tc.lora_rank), static_cast<double>(tc.lora_alpha), false, 0.0};
+  const gpu::LoraPlan plan = gpu::loraPlanFromTarget(model::LoraTarget::parse("all"), lora);
+  auto model = gpu::CausalLm::random(config, options, &plan, /*seed=*/7, ThreadPool::global());
+  Measured out;
+  model->writeRandomWeights(dir / "model.safetensors");
+  const io::SafetensorsFile file = io::SafetensorsFile::open(dir / "model.safetensors");
+  for (const io::TensorInfo& t : file.header().tensors) {
+    out.weight_file_bytes += t.byteSize();
+  }
+  // Every sample exactly cutoff_len tokens: the step's batch is [batch, cutoff_len], as planned.
+  std::vector<EncodedSample> samples;
+  for (int s = 0; s < tc.per_device_train_batch_size; ++s) {
+    EncodedSample sample;
+    for (int64_t t = 0; t < tc.cutoff_len; ++t) {
+      sample.input_ids.push_back(static_cast<int32_t>((s * 31 + t * 7) % config.vocab_size));
+      sample.labels.push_back(t == 0 ? -100 : sample.input_ids.back());
+    }
+    samples.push_back(sample);
+  }
+  TrainerSettings settings;
+  settings.batch_size = tc.per_device_train_batch_size;
+  settings.max_steps = 1;
+  settings.save_steps = 0;
+  settings.cutoff_len = tc.cutoff_len;
+  settings.output_dir = dir;
+  MemoryLedger::global().resetPeaks();
+  Trainer trainer(*model, plan.settings, samples, settings, ThreadPool::global());
+  LastStep listener;
+  trainer.run({}, {}, listener);
+  for (const DeviceMemoryUsage& usage : listener.event.memory) {
+    if (usage.device == "cpu") out.cpu = usage;
+  }
+  return out;
+}
+
+uint64_t planned(const placement::MemoryPlan& plan, placement::PlanCategory c) { return plan.device("cpu")->at(c); }
+
+uint64_t plannedItem(const placement::MemoryPlan& plan, const std::string& what) {
+  uint64_t bytes = 0;
+  for (const placement::PlanItem& item : plan.device("cpu")->items) bytes += item.what == what ? item.bytes : 0;
+  return bytes;
+}
+
+void expectWithin10Percent(uint64_t predicted, uint64_t measured, const char* what) {
+  ASSERT_GT(measured, 0u) << what;
+  const double ratio = static_cast<double>(predicted) / static_cast<double>(measured);
+  EXPECT_NEAR(ratio, 1.0, 0.10) << what << ": planned " << predicted << " B, engine " << measured << " B";
+  std::printf("%-28s planned %10llu B  engine %10llu B  ratio %.4f\n", what,
+              static_cast<unsigned long long>(predicted), static_cast<unsigned long long>(measured), ratio);
+}
+
+class PlanVersusLedger : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PlanVersusLedger, WithinTenPercent) {
+  at::manual_seed(1);
+  const io::ModelConfig config = io::parseModelConfig(kConfig, "test config");
+  TrainConfig tc;
+  tc.lora_rank = 8;
+  tc.lora_alpha = 16;
+  tc.cutoff_len = 64;
+  tc.per_device_train_batch_size = 4;
+  tc.gradient_checkpointing = GetParam();
+  tc.bf16 = false;
+  tc.device = "cpu";
+  const fs::path dir = fs::temp_directory_path() / ("tandem_plan_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const Measured m = trainOneStep(config, tc, dir);
+  fs::remove_all(dir);
+
+  placement::Hardware hw = placement::probeHardware();
+  hw.gpus.clear();
+  hw.numa_nodes.resize(1);  // one host device, named "cpu" as the ledger names it
+  const placement::MemoryPlan plan = planTraining(tc, config, hw);
+  using placement::PlanCategory;
+  const uint64_t lora_opt = m.cpu.current(MemoryCategory::Lora) + m.cpu.current(MemoryCategory::Optimizer);
+  expectWithin10Percent(planned(plan, PlanCategory::Weights), m.weight_file_bytes, "weights");
+  expectWithin10Percent(planned(plan, PlanCategory::LoraOptimizer), lora_opt, "LoRA + optimizer");
+  expectWithin10Percent(planned(plan, PlanCategory::ExpertCache), m.cpu.peak(MemoryCategory::Activations),
+                        "expert forward cache (peak)");
+  expectWithin10Percent(plannedItem(plan, "expert scratch"), m.cpu.peak(MemoryCategory::Scratch),
+                        "expert scratch (peak)");
+  const uint64_t planned_total = planned(plan, PlanCategory::Weights) + planned(plan, PlanCategory::LoraOptimizer) +
+                                 planned(plan, PlanCategory::ExpertCache) + plannedItem(plan, "expert scratch");
+  const uint64_t engine_total = m.weight_file_bytes + lora_opt + m.cpu.peak(MemoryCategory::Activations) +
+                                m.cpu.peak(MemoryCategory::Scratch);
+  expectWithin10Percent(planned_total, engine_total, "total of these");
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpointing, PlanVersusLedger, ::testing::Bool(),
+                         [](const auto& param_info) { return param_info.param ? "checkpointing" : "no_checkpointing"; });
+
+}  // namespace
+}  // namespace tandem::train
