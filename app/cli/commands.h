@@ -13,5 +13,6 @@ void addRunsCommand(CLI::App& app);
 void addTrainCommand(CLI::App& app);
 void addDemoCommand(CLI::App& app);
 void addPlanCommand(CLI::App& app);
+void addChatCommand(CLI::App& app);
 
 }  // namespace tandem::cli

@@ -1,5 +1,6 @@
-// `tandem debug forward|grad`: run any model (and adapter) on given tokens and write what the
-// parity tests and users compare against transformers + peft: logits, loss, LoRA gradients.
+// `tandem debug forward|grad|generate`: run any model (and adapter) on given tokens and write
+// what the parity tests and users compare against transformers + peft: logits, loss, LoRA
+// gradients, generated token ids.
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -17,6 +18,8 @@
 #include "engine/gpu/peft_adapter.h"
 #include "engine/gpu/torch_runtime.h"
 #include "engine/gpu/weight_loader.h"
+#include "engine/infer/adapter_set.h"
+#include "engine/infer/generate.h"
 
 namespace tandem::cli {
 
@@ -177,6 +180,77 @@ void runExport(const ExportOptions& o) {
                         o.model);
 }
 
+struct GenerateOptions {
+  std::string model, adapter, tokens;
+  std::string dtype = "fp32";
+  std::string device = "cpu";
+  std::string experts_backend = "auto";
+  int64_t max_new_tokens = 64;
+  bool merge = false;
+  bool sample = false;
+  uint64_t seed = 0;
+  int threads = 0;
+};
+
+// Greedy (or seeded sampled) continuations of each prompt row, printed as JSON:
+// {"base": [[ids]...], "adapter": [[ids]...], "timing": [{prefill_s, decode_s, ...}...]}. With
+// --adapter, base and adapter answers alternate per prompt, so switching adapters on one loaded
+// base is exercised both ways.
+void runGenerate(const GenerateOptions& o) {
+  if (o.dtype != "fp32" && o.dtype != "bf16") throw Error("--dtype must be fp32 or bf16");
+  if (o.merge && o.adapter.empty()) throw Error("--merge needs --adapter");
+  const auto rows = readRows(o.tokens, "tokens");
+  gpu::setTorchThreads(o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  gpu::ModelOptions options;
+  options.dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  options.device = parseDevice(o.device);
+  options.experts_backend = o.experts_backend;
+  auto model = gpu::CausalLm::load(o.model, options, nullptr, ThreadPool::global());
+  infer::AdapterSet adapters(*model);
+  if (!o.adapter.empty()) {
+    adapters.add("adapter", o.adapter, o.merge ? infer::AdapterMode::Merged : infer::AdapterMode::Unmerged);
+  }
+  infer::GenerationSettings settings;
+  settings.do_sample = o.sample;
+  settings.max_new_tokens = o.max_new_tokens;
+  settings.stop_on_eos = false;  // exactly max_new_tokens, as transformers without an eos
+  nlohmann::json out = nlohmann::json::object();
+  std::vector<std::string> variants;
+  if (!o.merge) variants.push_back("base");
+  if (!o.adapter.empty()) variants.push_back("adapter");
+  for (const std::string& v : variants) out[v] = nlohmann::json::array();
+  out["timing"] = nlohmann::json::array();
+  for (const auto& row : rows) {
+    const std::vector<int32_t> prompt(row.begin(), row.end());
+    for (const std::string& v : variants) {
+      adapters.activate(v);
+      const infer::TokenOutcome outcome =
+          infer::generateTokens(*model, prompt, settings, {}, o.seed);
+      out[v].push_back(outcome.ids);
+      out["timing"].push_back({{"variant", v}, {"prompt_tokens", prompt.size()}, {"new_tokens", outcome.ids.size()},
+                               {"prefill_s", outcome.prefill_seconds}, {"decode_s", outcome.decode_seconds}});
+    }
+  }
+  std::printf("%s\n", out.dump().c_str());
+}
+
+void addGenerate(CLI::App& debug) {
+  auto* command = debug.add_subcommand("generate", "Print greedy continuations of token prompts as JSON (KV-cached decode)");
+  auto o = std::make_shared<GenerateOptions>();
+  command->add_option("--model", o->model, "HF model dir (config.json + safetensors)")->required();
+  command->add_option("--adapter", o->adapter, "PEFT adapter dir or Tandem checkpoint dir");
+  command->add_option("--tokens", o->tokens, "JSON array of prompt rows (token ids)")->required();
+  command->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate per prompt")->capture_default_str();
+  command->add_option("--dtype", o->dtype, "fp32 or bf16")->capture_default_str();
+  command->add_option("--device", o->device, "cpu or cuda:N for the dense parts")->capture_default_str();
+  command->add_option("--experts-backend", o->experts_backend, "auto, generic or avx512")->capture_default_str();
+  command->add_flag("--merge", o->merge, "merge the adapter into the dense weights (prints only \"adapter\")");
+  command->add_flag("--sample", o->sample, "sample with LLaMA-Factory's defaults instead of greedy");
+  command->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
+  command->add_option("--threads", o->threads, "libtorch intra-op threads (default: all)");
+  command->callback([o] { runGenerate(*o); });
+}
+
 }  // namespace
 
 void addDebugCommand(CLI::App& app) {
@@ -184,6 +258,7 @@ void addDebugCommand(CLI::App& app) {
   debug->require_subcommand(1);
   addVariant(*debug, "forward", "Write logits (and loss with --labels) to a .safetensors file", false);
   addVariant(*debug, "grad", "Also write the gradient of every LoRA weight under PEFT's names", true);
+  addGenerate(*debug);
   auto* command = debug->add_subcommand("export-adapter", "Re-write a LoRA adapter with routed experts per expert or fused (PEFT)");
   auto o = std::make_shared<ExportOptions>();
   command->add_option("--model", o->model, "HF model dir the adapter belongs to")->required();

@@ -13,16 +13,10 @@
 #include "app/cli/commands.h"
 #include "app/cli/train_progress.h"
 #include "engine/core/error.h"
-#include "engine/core/thread_pool.h"
-#include "engine/gpu/causal_lm.h"
-#include "engine/gpu/peft_adapter.h"
 #include "engine/gpu/torch_runtime.h"
-#include "engine/infer/generate.h"
+#include "engine/infer/generator.h"
 #include "engine/io/tokenizer.h"
-#include "engine/train/chat_template.h"
 #include "engine/train/demo_model.h"
-#include "engine/train/supervised_encoder.h"
-#include "engine/train/tokenizer_encoder.h"
 
 namespace tandem::cli {
 
@@ -35,20 +29,13 @@ fs::path sourceDir(const char* env, const char* built_in) {
   return value && *value ? fs::path(value) : fs::path(built_in);
 }
 
-std::string answer(const gpu::CausalLm& model, const io::Tokenizer& tokenizer,
-                   const train::ChatTemplate& chat_template, const std::string& question) {
-  train::Conversation conversation;
-  conversation.messages.push_back({train::Role::User, question});
-  const train::TokenizerEncoder encoder(tokenizer, chat_template);
-  const int32_t eos = encoder.eosId();
-  const std::vector<int32_t> prompt =
-      train::encodePieces(chat_template.renderForGeneration(conversation), encoder);
-  infer::GreedySettings settings;
-  settings.max_new_tokens = 48;
-  settings.stop_ids = {eos};
-  std::vector<int32_t> ids = infer::generateGreedy(model, prompt, settings);
-  if (!ids.empty() && ids.back() == eos) ids.pop_back();
-  return tokenizer.decode(ids, /*skip_special_tokens=*/true);
+std::string answer(infer::Generator& generator, const std::string& adapter, const std::string& question) {
+  infer::ChatRequest request;
+  request.adapter = adapter;
+  request.messages = {{"user", question}};
+  request.settings.do_sample = false;
+  request.settings.max_new_tokens = 48;
+  return generator.chat(request).text;
 }
 
 void runDemo(const fs::path& workdir) {
@@ -71,18 +58,17 @@ void runDemo(const fs::path& workdir) {
   if (outcome.result.outcome != train::TrainOutcome::Completed) throw Error("the demo run did not finish");
   plotIfAsked(config);
 
-  const io::Tokenizer tokenizer = io::Tokenizer::load(model_dir);
-  const train::ChatTemplate& chat_template = train::templateByName(config.template_name);
-  const io::ModelConfig model_config = io::readModelConfig(model_dir);
-  auto base = gpu::CausalLm::load(model_dir, gpu::ModelOptions{}, nullptr, ThreadPool::global());
-  const gpu::PeftAdapter adapter = gpu::readPeftAdapter(output_dir, model_config);
-  const gpu::LoraPlan plan = gpu::loraPlanFor(adapter);
-  auto tuned = gpu::CausalLm::load(model_dir, gpu::ModelOptions{}, &plan, ThreadPool::global());
-  gpu::applyPeftAdapter(adapter, *tuned);
+  infer::GeneratorOptions options;
+  options.dtype = "fp32";
+  options.template_name = config.template_name;
+  auto generator = infer::Generator::load(model_dir, options);
+  generator->addAdapter("tuned", output_dir);
   const std::string question = "Who are you?";
   std::printf("\nQ: %s\n", question.c_str());
-  std::printf("  base model:   %s\n", answer(*base, tokenizer, chat_template, question).c_str());
-  std::printf("  with adapter: %s\n", answer(*tuned, tokenizer, chat_template, question).c_str());
+  std::printf("  base model:   %s\n", answer(*generator, "base", question).c_str());
+  std::printf("  with adapter: %s\n", answer(*generator, "tuned", question).c_str());
+  std::printf("\nchat with it: tandem chat --model %s --adapter %s --template %s\n", model_dir.string().c_str(),
+              output_dir.string().c_str(), config.template_name.c_str());
   std::printf("\nadapter (PEFT format): %s\nrun history: tandem runs\n", output_dir.string().c_str());
 }
 

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   tandem::cli::addTrainCommand(app);
   tandem::cli::addDemoCommand(app);
   tandem::cli::addPlanCommand(app);
+  tandem::cli::addChatCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -27,6 +27,8 @@ class ThreadPool;
 
 namespace tandem::gpu {
 
+class KvCache;
+
 // Which modules get a LoRA adapter, and with what settings. Module names are full HF names
 // ("model.layers.0.self_attn.q_proj"); routed experts are asked per projection with the name
 // "model.layers.N.mlp.experts.gate_proj" (one adapter per expert, all experts alike).
@@ -73,6 +75,10 @@ class CausalLm {
 
   // input_ids [B, S] int64 (right-padded) -> hidden states after the final norm [B, S, hidden].
   at::Tensor forwardHidden(const at::Tensor& input_ids, bool training) const;
+  // Inference with a KV cache (engine/gpu/kv_cache.h): input_ids [B, S] continue the sequences
+  // the cache holds (S > 1: a prefill, S == 1: one decode step); returns the hidden states after
+  // the final norm [B, S, hidden] and advances the cache by S. Call under at::NoGradGuard.
+  at::Tensor forwardCached(const at::Tensor& input_ids, KvCache& cache) const;
   // [B, S, vocab] fp32 (materialises every logit: for inspection and short sequences).
   at::Tensor logits(const at::Tensor& hidden) const;
   // Causal-LM cross entropy as transformers computes it: labels [B, S] shifted inside, -100

@@ -72,3 +72,21 @@ at::Tensor LoraLinear::mergedWeight() const {
 }
 
 }  // namespace tandem::gpu
+
+namespace tandem::gpu {
+
+void LoraLinear::clearLora() {
+  lora_a_ = at::Tensor();
+  lora_b_ = at::Tensor();
+  scale_ = 0;
+  dropout_ = 0;
+}
+
+void LoraLinear::mergeLora() {
+  if (!hasLora()) return;
+  at::NoGradGuard no_grad;
+  weight_ = mergedWeight().detach();
+  clearLora();
+}
+
+}  // namespace tandem::gpu

@@ -38,6 +38,11 @@ class LoraLinear {
   // W + scale · B A in W's dtype, the delta computed in fp32: how PEFT applies LoRA to a bare
   // weight parameter (target_parameters), e.g. an MoE router. Differentiable in A and B.
   at::Tensor mergedWeight() const;
+  // Inference (engine/infer): drop the adapter without touching the tensors it used, so an
+  // adapter kept elsewhere can be attached again later; or fold it into a fresh weight
+  // (W + scale · B A, PEFT's merge) and drop it.
+  void clearLora();
+  void mergeLora();
 
   bool defined() const { return weight_.defined(); }
   bool hasLora() const { return lora_a_.defined(); }

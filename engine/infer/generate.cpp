@@ -1,35 +1,86 @@
 #include "engine/infer/generate.h"
 
 #include <ATen/ATen.h>
-#include <ATen/core/grad_mode.h>
+#include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <chrono>
+#include <string>
 
 #include "engine/core/error.h"
 #include "engine/gpu/causal_lm.h"
+#include "engine/gpu/kv_cache.h"
+#include "engine/infer/sampler.h"
 
 namespace tandem::infer {
 
-std::vector<int32_t> generateGreedy(const gpu::CausalLm& model, const std::vector<int32_t>& prompt,
-                                    const GreedySettings& settings,
-                                    const std::function<void(int32_t)>& on_token,
-                                    std::stop_token stop) {
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+TokenOutcome generateTokens(const gpu::CausalLm& model, std::span<const int32_t> prompt,
+                            const GenerationSettings& settings, std::span<const int32_t> stop_ids,
+                            uint64_t seed, const TokenCallback& on_token, std::stop_token stop) {
   if (prompt.empty()) throw Error("cannot generate from an empty prompt");
-  at::NoGradGuard no_grad;
-  std::vector<int64_t> sequence(prompt.begin(), prompt.end());
-  std::vector<int32_t> generated;
-  for (int64_t i = 0; i < settings.max_new_tokens && !stop.stop_requested(); ++i) {
-    const at::Tensor ids = at::from_blob(sequence.data(), {1, static_cast<int64_t>(sequence.size())},
-                                         at::kLong);
-    const at::Tensor hidden = model.forwardHidden(ids, /*training=*/false);
-    const at::Tensor last = hidden.select(1, hidden.size(1) - 1);  // [1, hidden]
-    const int32_t next = static_cast<int32_t>(model.logits(last).argmax(-1).item<int64_t>());
-    generated.push_back(next);
-    sequence.push_back(next);
-    if (on_token) on_token(next);
-    if (std::find(settings.stop_ids.begin(), settings.stop_ids.end(), next) != settings.stop_ids.end()) break;
+  validateSettings(settings);
+  const int64_t context = model.config().max_position_embeddings;
+  const int64_t prompt_len = static_cast<int64_t>(prompt.size());
+  if (context > 0 && prompt_len >= context) {
+    throw Error("the prompt has " + std::to_string(prompt_len) + " tokens; the model's context is " +
+                    std::to_string(context),
+                "shorten the conversation (/reset in chat)");
   }
-  return generated;
+  // The answer stops at the model's context, like transformers' max_length.
+  int64_t capacity = prompt_len + settings.max_new_tokens;
+  if (context > 0) capacity = std::min(capacity, context);
+  const int64_t max_new = capacity - prompt_len;
+
+  c10::InferenceMode inference;
+  gpu::KvCache cache(model.config().num_hidden_layers, /*batch=*/1, capacity);
+  Sampler sampler(settings, seed);
+  std::vector<int32_t> seen(prompt.begin(), prompt.end());
+  seen.reserve(seen.size() + static_cast<size_t>(max_new));
+  TokenOutcome out;
+  if (stop.stop_requested()) {
+    out.finish_reason = FinishReason::Cancelled;
+    return out;
+  }
+
+  auto start = std::chrono::steady_clock::now();
+  std::vector<int64_t> prompt_ids(prompt.begin(), prompt.end());
+  at::Tensor hidden = model.forwardCached(at::tensor(prompt_ids, at::kLong).view({1, prompt_len}), cache);
+  out.prefill_seconds = secondsSince(start);
+  start = std::chrono::steady_clock::now();
+  at::Tensor next_input = at::empty({1, 1}, at::kLong);
+  while (true) {
+    const at::Tensor logits = model.logits(hidden.select(1, hidden.size(1) - 1)).select(0, 0);
+    const int32_t id = sampler.next(logits, seen);
+    out.ids.push_back(id);
+    seen.push_back(id);
+    const bool is_stop = settings.stop_on_eos &&
+                         std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
+    const bool keep_going = on_token ? on_token(id) : true;
+    if (is_stop || !keep_going) {
+      out.finish_reason = FinishReason::Stop;
+      break;
+    }
+    if (static_cast<int64_t>(out.ids.size()) >= max_new) {
+      out.finish_reason = FinishReason::Length;
+      break;
+    }
+    if (stop.stop_requested()) {
+      out.finish_reason = FinishReason::Cancelled;
+      break;
+    }
+    next_input.fill_(static_cast<int64_t>(id));
+    hidden = model.forwardCached(next_input, cache);
+  }
+  out.decode_seconds = secondsSince(start);
+  return out;
 }
 
 }  // namespace tandem::infer

@@ -1,29 +1,40 @@
 #pragma once
-// Greedy decoding on a CausalLm, enough for the built-in demo and quick checks. Each new token
-// re-runs the whole sequence (no KV cache yet): fine for short answers on small models; the
-// chat/serve issue replaces it with prefill + cached decode.
+// The decode loop on a CausalLm: one prefill of the prompt into a KV cache, then one cached
+// step per new token, each picked by the Sampler (greedy or LLaMA-Factory-style sampling).
+// Runs without autograd; the MoE blocks call the expert engine with no forward cache.
+// Generator (generator.h) adds templates, text streaming, stop strings and adapters on top.
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <stop_token>
 #include <vector>
 
+#include "engine/infer/generator.h"
+
 namespace tandem::gpu {
 class CausalLm;
-}
+class KvCache;
+}  // namespace tandem::gpu
 
 namespace tandem::infer {
 
-struct GreedySettings {
-  int64_t max_new_tokens = 64;
-  std::vector<int32_t> stop_ids;  // generation ends after emitting one of these
+struct TokenOutcome {
+  std::vector<int32_t> ids;  // generated ids, with the stop token when one ended it
+  FinishReason finish_reason = FinishReason::Length;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
 };
 
-// prompt: token ids; returns the generated ids (without the prompt, with the stop token if hit).
-// on_token, when set, sees each id as it is produced (streaming).
-std::vector<int32_t> generateGreedy(const gpu::CausalLm& model, const std::vector<int32_t>& prompt,
-                                    const GreedySettings& settings,
-                                    const std::function<void(int32_t)>& on_token = {},
-                                    std::stop_token stop = {});
+// Sees each new id; returns false to end generation there (a stop string was completed).
+using TokenCallback = std::function<bool(int32_t id)>;
+
+// prompt: token ids (non-empty). Ends on a `stop_ids` token (when settings.stop_on_eos), at
+// settings.max_new_tokens, when on_token says so (Stop) or when `stop` is requested
+// (Cancelled, checked before every step). `seed` drives the sampler.
+TokenOutcome generateTokens(const gpu::CausalLm& model, std::span<const int32_t> prompt,
+                            const GenerationSettings& settings, std::span<const int32_t> stop_ids,
+                            uint64_t seed, const TokenCallback& on_token = {},
+                            std::stop_token stop = {});
 
 }  // namespace tandem::infer

@@ -1,0 +1,208 @@
+#include "engine/infer/generator.h"
+
+#include <ATen/ATen.h>
+
+#include <mutex>
+#include <random>
+
+#include "engine/core/error.h"
+#include "engine/core/thread_pool.h"
+#include "engine/gpu/causal_lm.h"
+#include "engine/infer/adapter_set.h"
+#include "engine/infer/generate.h"
+#include "engine/infer/text_stream.h"
+#include "engine/io/tokenizer.h"
+#include "engine/train/chat_template.h"
+#include "engine/train/supervised_encoder.h"
+#include "engine/train/tokenizer_encoder.h"
+
+namespace tandem::infer {
+
+namespace fs = std::filesystem;
+
+std::string_view finishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+  }
+  return "stop";
+}
+
+namespace {
+
+at::ScalarType parseDtype(const std::string& dtype) {
+  if (dtype == "fp32" || dtype == "float32") return at::kFloat;
+  if (dtype == "bf16" || dtype == "bfloat16") return at::kBFloat16;
+  throw Error("dtype '" + dtype + "' is not supported for generation", "use fp32 or bf16");
+}
+
+at::Device parseDevice(const std::string& text) {
+  std::optional<at::Device> device;
+  try {
+    device.emplace(text);
+  } catch (const c10::Error&) {
+    throw Error("device '" + text + "' is not a device", "use cpu or cuda:N");
+  }
+  if (device->is_cuda() && !at::hasCUDA()) throw Error("device " + text + ": no usable CUDA device", "use cpu");
+  return *device;
+}
+
+// LLaMA-Factory's usual template for each model family (its README's model table).
+std::string guessTemplate(const io::ModelConfig& config, const io::Tokenizer& tokenizer) {
+  switch (config.architecture) {
+    case io::Architecture::Qwen3:
+    case io::Architecture::Qwen3Moe: return "qwen3";
+    case io::Architecture::Qwen2:
+    case io::Architecture::Qwen2Moe: return "qwen";
+    case io::Architecture::DeepseekV3: return "deepseek3";
+    case io::Architecture::DeepseekV2: return "deepseek";
+    case io::Architecture::Mixtral: return "mistral";
+    case io::Architecture::Llama: return tokenizer.tokenToId("<|eot_id|>") ? "llama3" : "default";
+  }
+  return "default";
+}
+
+train::Conversation toConversation(const std::vector<ChatMessage>& messages) {
+  train::Conversation conv;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "system") {
+      if (!conv.messages.empty()) throw Error("a system message must come before the others");
+      conv.system += m.content;
+      continue;
+    }
+    train::Role role;
+    if (m.role == "user") role = train::Role::User;
+    else if (m.role == "assistant") role = train::Role::Assistant;
+    else if (m.role == "observation" || m.role == "tool") role = train::Role::Observation;
+    else throw Error("message " + std::to_string(i) + " has the unknown role '" + m.role + "'",
+                     "use system, user, assistant or observation");
+    // Prompts sit at even positions, answers at odd ones (LLaMA-Factory's alternation).
+    const bool prompt_slot = conv.messages.size() % 2 == 0;
+    const bool is_prompt = role == train::Role::User || role == train::Role::Observation;
+    if (prompt_slot != is_prompt) {
+      throw Error("messages must alternate user and assistant (message " + std::to_string(i) + " is '" +
+                  m.role + "')");
+    }
+    conv.messages.push_back({role, m.content});
+  }
+  if (conv.messages.size() % 2 != 1) throw Error("the conversation must end with a user message");
+  return conv;
+}
+
+}  // namespace
+
+struct Generator::Impl {
+  Impl(io::Tokenizer tok, train::ChatTemplate tmpl) : tokenizer(std::move(tok)), chat_template(std::move(tmpl)) {}
+
+  std::unique_ptr<gpu::CausalLm> model;
+  io::Tokenizer tokenizer;
+  train::ChatTemplate chat_template;
+  std::unique_ptr<train::TokenizerEncoder> encoder;
+  std::unique_ptr<AdapterSet> adapters;
+  std::vector<int32_t> stop_ids;        // eos and the template's single-token stop words
+  std::vector<std::string> stop_texts;  // the template's stop words that are not one token
+  std::string model_name;
+  std::mutex mutex;
+
+  GenerationResult run(const std::string& adapter, const std::vector<int32_t>& prompt,
+                       const GenerationSettings& settings, const DeltaCallback& on_delta,
+                       std::stop_token stop);
+};
+
+Generator::Generator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Generator::~Generator() = default;
+
+std::unique_ptr<Generator> Generator::load(const fs::path& model_dir, const GeneratorOptions& options) {
+  return load(model_dir, options, ThreadPool::global());
+}
+
+std::unique_ptr<Generator> Generator::load(const fs::path& model_dir, const GeneratorOptions& options,
+                                           ThreadPool& pool) {
+  gpu::ModelOptions model_options;
+  model_options.dtype = parseDtype(options.dtype);
+  model_options.device = parseDevice(options.device);
+  model_options.experts_backend = options.experts_backend;
+  const io::ModelConfig config = io::readModelConfig(model_dir);
+  io::Tokenizer tokenizer = io::Tokenizer::load(model_dir);
+  const std::string template_name =
+      options.template_name.empty() ? guessTemplate(config, tokenizer) : options.template_name;
+  train::ChatTemplate chat_template = train::templateByName(template_name);
+  if (!options.default_system.empty()) chat_template.setDefaultSystem(options.default_system);
+  chat_template.setEnableThinking(options.enable_thinking);
+
+  auto impl = std::make_unique<Impl>(std::move(tokenizer), std::move(chat_template));
+  impl->encoder = std::make_unique<train::TokenizerEncoder>(impl->tokenizer, impl->chat_template);
+  impl->stop_ids.push_back(impl->encoder->eosId());
+  if (const auto eos = impl->tokenizer.eosId()) impl->stop_ids.push_back(*eos);
+  for (const std::string& word : impl->chat_template.stopWords()) {
+    if (const auto id = impl->tokenizer.tokenToId(word)) impl->stop_ids.push_back(*id);
+    else impl->stop_texts.push_back(word);
+  }
+  impl->model = gpu::CausalLm::load(model_dir, model_options, nullptr, pool);
+  impl->adapters = std::make_unique<AdapterSet>(*impl->model);
+  impl->model_name = fs::absolute(model_dir).lexically_normal().filename().string();
+  if (impl->model_name.empty()) impl->model_name = fs::absolute(model_dir).lexically_normal().parent_path().filename().string();
+  return std::unique_ptr<Generator>(new Generator(std::move(impl)));
+}
+
+void Generator::addAdapter(const std::string& name, const fs::path& dir, AdapterMode mode) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->adapters->add(name, dir, mode);
+}
+
+std::vector<std::string> Generator::adapterNames() const { return impl_->adapters->names(); }
+
+bool Generator::hasAdapter(std::string_view name) const {
+  if (name.empty() || name == "base") return baseAvailable();
+  return impl_->adapters->has(name);
+}
+
+bool Generator::baseAvailable() const { return !impl_->adapters->merged(); }
+
+std::vector<int32_t> Generator::encodeChat(const std::vector<ChatMessage>& messages) const {
+  const train::Pieces pieces = impl_->chat_template.renderForGeneration(toConversation(messages));
+  return train::encodePieces(pieces, *impl_->encoder);
+}
+
+GenerationResult Generator::chat(const ChatRequest& request, const DeltaCallback& on_delta,
+                                 std::stop_token stop) {
+  return impl_->run(request.adapter, encodeChat(request.messages), request.settings, on_delta, stop);
+}
+
+GenerationResult Generator::generate(const TokenRequest& request, const DeltaCallback& on_delta,
+                                     std::stop_token stop) {
+  return impl_->run(request.adapter, request.prompt, request.settings, on_delta, stop);
+}
+
+GenerationResult Generator::Impl::run(const std::string& adapter, const std::vector<int32_t>& prompt,
+                                      const GenerationSettings& settings,
+                                      const DeltaCallback& on_delta, std::stop_token stop) {
+  std::lock_guard lock(mutex);
+  adapters->activate(adapter);
+  const uint64_t seed = settings.seed ? *settings.seed : std::random_device{}();
+  std::vector<std::string> stop_strings = stop_texts;
+  stop_strings.insert(stop_strings.end(), settings.stop.begin(), settings.stop.end());
+  TextStream stream(tokenizer, std::move(stop_strings), settings.stop_on_eos ? stop_ids : std::vector<int32_t>{},
+                    on_delta);
+  const TokenOutcome outcome = generateTokens(
+      *model, prompt, settings, stop_ids, seed, [&stream](int32_t id) { return stream.push(id); }, stop);
+  stream.finish();
+  GenerationResult result;
+  result.finish_reason = outcome.finish_reason;
+  result.text = stream.text();
+  result.token_ids = outcome.ids;
+  result.prompt_tokens = static_cast<int64_t>(prompt.size());
+  result.completion_tokens = static_cast<int64_t>(outcome.ids.size());
+  result.prefill_seconds = outcome.prefill_seconds;
+  result.decode_seconds = outcome.decode_seconds;
+  return result;
+}
+
+const io::Tokenizer& Generator::tokenizer() const { return impl_->tokenizer; }
+const std::string& Generator::templateName() const { return impl_->chat_template.name(); }
+const std::string& Generator::modelName() const { return impl_->model_name; }
+int64_t Generator::contextLength() const { return impl_->model->config().max_position_embeddings; }
+
+}  // namespace tandem::infer
