@@ -1,34 +1,35 @@
 #include "ui/chat_controller.h"
 
 #include <QMetaObject>
-#include <chrono>
+#include <random>
 
 #include "engine/core/error.h"
-#include "engine/core/thread_pool.h"
-#include "engine/gpu/causal_lm.h"
-#include "engine/gpu/peft_adapter.h"
-#include "engine/infer/generate.h"
+#include "engine/gpu/torch_runtime.h"
 #include "engine/io/model_config.h"
-#include "engine/io/tokenizer.h"
-#include "engine/train/chat_template.h"
-#include "engine/train/supervised_encoder.h"
-#include "engine/train/tokenizer_encoder.h"
 #include "ui/engine_thread.h"
 #include "ui/error_text.h"
 
 namespace tandem::ui {
 
-// The loaded models, kept while the folders stay the same.
+// The loaded generator and the adapter folders added to it (by name "adapter-N").
 struct ChatController::Models {
   QString base_dir;
-  QString adapter_dir;
-  std::unique_ptr<gpu::CausalLm> base;
-  std::unique_ptr<gpu::CausalLm> tuned;
-  std::unique_ptr<io::Tokenizer> tokenizer;
+  QString template_name;
+  std::unique_ptr<infer::Generator> generator;
+  std::vector<QString> adapter_dirs;  // adapter-<index>
 };
 
+infer::GeneratorOptions chatOptionsFor(const QString& model_dir, const QString& template_name) {
+  infer::GeneratorOptions options;
+  const io::ModelConfig config = io::readModelConfig(model_dir.toStdString());
+  options.dtype = config.dtype == "float32" ? "fp32" : "bf16";
+  options.device = gpu::probeTorchRuntime().gpus.empty() ? "cpu" : "cuda:0";
+  options.template_name = template_name.toStdString();
+  return options;
+}
+
 ChatController::ChatController(QObject* parent) : QObject(parent), models_(std::make_unique<Models>()) {
-  qRegisterMetaType<ChatRequest>();
+  qRegisterMetaType<ChatQuestion>();
 }
 
 ChatController::~ChatController() {
@@ -36,63 +37,64 @@ ChatController::~ChatController() {
   if (thread_.joinable()) thread_.join();
 }
 
-void ChatController::ask(const ChatRequest& request) {
+void ChatController::ask(const ChatQuestion& question) {
   if (busy_) return;
   if (thread_.joinable()) thread_.join();  // the previous answer has ended
   busy_ = true;
   emit busyChanged(true);
-  thread_ = std::jthread([this, request](std::stop_token stop) { run(request, stop); });
+  thread_ = std::jthread([this, question](std::stop_token stop) { run(question, stop); });
 }
 
 void ChatController::stop() { thread_.request_stop(); }
 
-void ChatController::run(ChatRequest request, std::stop_token stop) {
+void ChatController::run(ChatQuestion question, std::stop_token stop) {
   lowerCurrentThreadPriority();
   auto post = [this](auto fn) { QMetaObject::invokeMethod(this, fn, Qt::QueuedConnection); };
   try {
     Models& m = *models_;
-    const std::filesystem::path base_dir = request.base_model.toStdString();
-    if (!m.base || m.base_dir != request.base_model) {
+    if (!m.generator || m.base_dir != question.base_model || m.template_name != question.template_name) {
       post([this] { emit status(tr("loading the base model…")); });
-      m.tuned.reset();
-      m.adapter_dir.clear();
-      m.tokenizer = std::make_unique<io::Tokenizer>(io::Tokenizer::load(base_dir));
-      m.base = gpu::CausalLm::load(base_dir, gpu::ModelOptions{}, nullptr, ThreadPool::global());
-      m.base_dir = request.base_model;
+      m.generator.reset();
+      m.adapter_dirs.clear();
+      m.generator = infer::Generator::load(question.base_model.toStdString(),
+                                           chatOptionsFor(question.base_model, question.template_name));
+      m.base_dir = question.base_model;
+      m.template_name = question.template_name;
     }
-    if (!request.adapter_dir.isEmpty() && (!m.tuned || m.adapter_dir != request.adapter_dir)) {
-      post([this] { emit status(tr("loading the adapter…")); });
-      const io::ModelConfig model_config = io::readModelConfig(base_dir);
-      const gpu::PeftAdapter adapter = gpu::readPeftAdapter(request.adapter_dir.toStdString(), model_config);
-      const gpu::LoraPlan plan = gpu::loraPlanFor(adapter);
-      m.tuned = gpu::CausalLm::load(base_dir, gpu::ModelOptions{}, &plan, ThreadPool::global());
-      gpu::applyPeftAdapter(adapter, *m.tuned);
-      m.adapter_dir = request.adapter_dir;
+    std::string adapter;
+    if (!question.adapter_dir.isEmpty()) {
+      auto known = std::find(m.adapter_dirs.begin(), m.adapter_dirs.end(), question.adapter_dir);
+      if (known == m.adapter_dirs.end()) {
+        post([this] { emit status(tr("loading the adapter…")); });
+        m.generator->addAdapter("adapter-" + std::to_string(m.adapter_dirs.size()), question.adapter_dir.toStdString());
+        m.adapter_dirs.push_back(question.adapter_dir);
+        known = m.adapter_dirs.end() - 1;
+      }
+      adapter = "adapter-" + std::to_string(known - m.adapter_dirs.begin());
     }
-    const train::ChatTemplate& chat_template = train::templateByName(request.template_name.toStdString());
-    train::Conversation conversation;
-    conversation.system = request.system.toStdString();
-    conversation.messages.push_back({train::Role::User, request.question.toStdString()});
-    const train::TokenizerEncoder encoder(*m.tokenizer, chat_template);
-    const std::vector<int32_t> prompt = train::encodePieces(chat_template.renderForGeneration(conversation), encoder);
-    infer::GreedySettings settings;
-    settings.max_new_tokens = request.max_new_tokens;
-    settings.stop_ids = {encoder.eosId()};
-    const gpu::CausalLm* models[] = {m.base.get(), request.adapter_dir.isEmpty() ? nullptr : m.tuned.get()};
+    infer::ChatRequest request;
+    if (!question.system.isEmpty()) request.messages.push_back({"system", question.system.toStdString()});
+    request.messages.push_back({"user", question.question.toStdString()});
+    request.settings = question.settings;
+    // One seed for both answers: with sampling on, the adapter is the only difference.
+    if (request.settings.do_sample && !request.settings.seed) request.settings.seed = std::random_device{}();
+    const std::string sides[] = {"base", adapter};
     for (int side = 0; side < 2 && !stop.stop_requested(); ++side) {
-      if (!models[side]) continue;
+      if (sides[side].empty()) continue;
+      request.adapter = sides[side];
       post([this, side] { emit status(side == 0 ? tr("the base model is answering…") : tr("the adapter is answering…")); });
-      std::vector<int32_t> ids;
-      const auto start = std::chrono::steady_clock::now();
-      infer::generateGreedy(*models[side], prompt, settings, [&](int32_t id) {
-        if (id == encoder.eosId()) return;
-        ids.push_back(id);
-        const QString text = QString::fromStdString(m.tokenizer->decode(ids, /*skip_special_tokens=*/true));
-        post([this, side, text] { emit streamed(side, text); });
-      }, stop);
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const int n = static_cast<int>(ids.size());
-      post([this, side, n, seconds] { emit answered(side, n, seconds > 0 ? n / seconds : 0); });
+      std::string text;
+      const infer::GenerationResult result = m.generator->chat(
+          request,
+          [&](const infer::GenerationDelta& delta) {
+            text += delta.text;
+            post([this, side, t = QString::fromStdString(text)] { emit streamed(side, t); });
+          },
+          stop);
+      const int n = static_cast<int>(result.completion_tokens);
+      const double rate = result.decode_seconds > 0 ? n / result.decode_seconds : 0;
+      const QString reason = QString::fromLatin1(infer::finishReasonName(result.finish_reason).data());
+      post([this, side, reason, n, rate] { emit answered(side, reason, n, rate); });
     }
     post([this, stopped = stop.stop_requested()] { emit status(stopped ? tr("stopped") : tr("done")); });
   } catch (const Error& e) {

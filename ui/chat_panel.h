@@ -1,10 +1,13 @@
 #pragma once
 // The chat tab: a base model and an adapter (or a run's output), one question, the two answers
-// side by side as they stream, a length limit, and Stop. All generation runs in ChatController.
+// side by side as they stream, the sampling settings (LLaMA-Factory's generating arguments and
+// defaults), and Stop. All generation runs in ChatController.
 
 #include <QWidget>
 
+class QCheckBox;
 class QComboBox;
+class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
 class QPushButton;
@@ -24,6 +27,8 @@ class ChatPanel : public QWidget {
   void setModels(const QString& base_model, const QString& adapter_dir, const QString& template_name);
   void setMaxNewTokens(int n);
   void setQuestion(const QString& question);
+  // Greedy decoding (do_sample off) or sampling with these settings.
+  void setSampling(bool sample, uint64_t seed = 0);
   QString answer(int side) const;
 
  public slots:
@@ -36,6 +41,12 @@ class ChatPanel : public QWidget {
   QComboBox* template_;
   QLineEdit* system_;
   QSpinBox* max_tokens_;
+  QCheckBox* sample_;
+  QDoubleSpinBox* temperature_;
+  QDoubleSpinBox* top_p_;
+  QSpinBox* top_k_;
+  QDoubleSpinBox* repetition_;
+  QSpinBox* seed_;
   QLineEdit* question_;
   QPushButton* send_;
   QPushButton* stop_;

@@ -1,12 +1,13 @@
 #include "ui/fine_tune_wizard.h"
 
 #include "engine/train/demo_model.h"
+#include "engine/train/training_plan.h"
 #include "ui/wizard_pages.h"
 
 namespace tandem::ui {
 
 FineTuneWizard::FineTuneWizard(const MachineInfo& machine, StudioPaths paths, QWidget* parent)
-    : QWizard(parent), machine_(machine), paths_(std::move(paths)) {
+    : QWizard(parent), machine_(machine), paths_(std::move(paths)), hardware_(placement::probeHardware()) {
   setWindowTitle(tr("New fine-tune"));
   setWizardStyle(QWizard::ModernStyle);
   setOption(QWizard::NoBackButtonOnStartPage);
@@ -31,6 +32,11 @@ train::TrainConfig FineTuneWizard::config() const {
   train::TrainConfig c = base_;
   for (int id : pageIds()) static_cast<const ConfigPage*>(page(id))->store(c);
   return c;
+}
+
+std::optional<placement::MemoryPlan> FineTuneWizard::plan() const {
+  if (!summary_) return std::nullopt;
+  return train::planTraining(config(), summary_->config, hardware_);
 }
 
 QString FineTuneWizard::yaml() const { return QString::fromStdString(train::toYaml(config())); }

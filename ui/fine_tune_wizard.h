@@ -11,6 +11,8 @@
 #include <optional>
 
 #include "engine/model/model_summary.h"
+#include "engine/placement/hardware.h"
+#include "engine/placement/memory_planner.h"
 #include "engine/train/train_config.h"
 
 namespace tandem::ui {
@@ -55,6 +57,15 @@ class FineTuneWizard : public QWizard {
   const std::optional<model::ModelSummary>& modelSummary() const { return summary_; }
   void setModelSummary(std::optional<model::ModelSummary> summary) { summary_ = std::move(summary); }
 
+  // The machine plans are made for: this one (probed) or a presets/hardware/ preset.
+  const placement::Hardware& hardware() const { return hardware_; }
+  void setHardware(placement::Hardware hardware) { hardware_ = std::move(hardware); }
+  // The memory planner's verdict on config() for hardware(); nullopt without an inspected model.
+  // Throws tandem::Error when the planner cannot plan (e.g. an unknown kt_optimize_rule file).
+  std::optional<placement::MemoryPlan> plan() const;
+  // kt_optimize_rule of the config (set by the placement editor).
+  void setPlacementRule(const std::filesystem::path& rule_file) { base_.placement_rule = rule_file; }
+
   // The demo preset (presets/training/demo_lora_sft.yaml) on the demo model and data, with
   // output_dir under `output_parent`. Makes the demo model if needed. Throws tandem::Error.
   train::TrainConfig demoConfig(const std::filesystem::path& output_parent) const;
@@ -67,6 +78,7 @@ class FineTuneWizard : public QWizard {
   StudioPaths paths_;
   train::TrainConfig base_;
   std::optional<model::ModelSummary> summary_;
+  placement::Hardware hardware_;
 };
 
 }  // namespace tandem::ui

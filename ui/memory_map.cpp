@@ -6,6 +6,7 @@
 #include <QToolTip>
 #include <algorithm>
 
+#include "engine/placement/memory_planner.h"
 #include "ui/machine_info.h"
 
 namespace tandem::ui {
@@ -110,6 +111,42 @@ std::vector<MemoryBar> liveMemoryBars(const MachineInfo& machine, const std::vec
   return bars;
 }
 
+std::vector<MemoryBar> plannedMemoryBars(const placement::MemoryPlan& plan) {
+  using placement::PlanCategory;
+  auto slice = [](PlanCategory c) {
+    switch (c) {
+      case PlanCategory::Weights:
+      case PlanCategory::PackedTransposed: return MemorySlice::Weights;
+      case PlanCategory::LoraOptimizer: return MemorySlice::Lora;
+      case PlanCategory::Activations:
+      case PlanCategory::ExpertCache: return MemorySlice::Activations;
+      case PlanCategory::KvCache: return MemorySlice::Cache;
+      case PlanCategory::PinnedStaging:
+      case PlanCategory::Overhead: return MemorySlice::Scratch;
+    }
+    return MemorySlice::Scratch;
+  };
+  std::vector<MemoryBar> bars;
+  for (const placement::DevicePlan& d : plan.devices) {
+    MemoryBar bar;
+    bar.device = QString::fromStdString(d.device);
+    bar.label = bar.device.startsWith(QStringLiteral("cuda:")) ? QStringLiteral("GPU %1").arg(bar.device.mid(5))
+                                                                : QObject::tr("RAM %1").arg(bar.device.mid(3));
+    bar.capacity_bytes = d.capacity_bytes;
+    for (int c = 0; c < placement::kPlanCategoryCount; ++c) {
+      bar.bytes[static_cast<int>(slice(static_cast<PlanCategory>(c)))] += d.bytes[c];
+    }
+    bar.bytes[static_cast<int>(MemorySlice::Free)] = d.capacity_bytes > d.total() ? d.capacity_bytes - d.total() : 0;
+    QStringList lines;
+    for (const placement::PlanItem& item : d.items) {
+      lines << QStringLiteral("%1: %2").arg(QString::fromStdString(item.what), bytesText(item.bytes));
+    }
+    bar.details = lines.join(QLatin1Char('\n'));
+    bars.push_back(bar);
+  }
+  return bars;
+}
+
 MemoryMapWidget::MemoryMapWidget(QWidget* parent) : QWidget(parent) {
   setMouseTracking(true);
   setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Minimum);
@@ -196,13 +233,15 @@ QString MemoryMapWidget::detailsAt(const QPoint& pos) const {
       const double w = std::max(2.0, r.width() * static_cast<double>(bar.bytes[s]) / capacity);
       if (pos.x() >= x && pos.x() < x + w) {
         return tr("%1 — %2: %3 (%4% of %5)")
-            .arg(bar.device, memorySliceName(static_cast<MemorySlice>(s)), bytesText(bar.bytes[s]))
-            .arg(100.0 * static_cast<double>(bar.bytes[s]) / capacity, 0, 'f', 1)
-            .arg(bytesText(bar.capacity_bytes));
+                   .arg(bar.device, memorySliceName(static_cast<MemorySlice>(s)), bytesText(bar.bytes[s]))
+                   .arg(100.0 * static_cast<double>(bar.bytes[s]) / capacity, 0, 'f', 1)
+                   .arg(bytesText(bar.capacity_bytes)) +
+               (bar.details.isEmpty() ? QString() : QStringLiteral("\n") + bar.details);
       }
       x += w;
     }
-    return tr("%1: %2 used of %3").arg(bar.device, bytesText(bar.used()), bytesText(bar.capacity_bytes));
+    return tr("%1: %2 used of %3").arg(bar.device, bytesText(bar.used()), bytesText(bar.capacity_bytes)) +
+           (bar.details.isEmpty() ? QString() : QStringLiteral("\n") + bar.details);
   }
   return {};
 }

@@ -15,6 +15,13 @@
 namespace tandem::ui {
 
 struct MachineInfo;
+}  // namespace tandem::ui
+
+namespace tandem::placement {
+struct MemoryPlan;
+}
+
+namespace tandem::ui {
 
 // The ledger's categories, then what the engine does not account for.
 enum class MemorySlice { Weights = 0, Lora, Optimizer, Activations, Cache, Scratch, Other, Free };
@@ -26,6 +33,7 @@ struct MemoryBar {
   QString label;   // shown left of the bar
   uint64_t capacity_bytes = 0;
   std::array<uint64_t, kMemorySliceCount> bytes{};
+  QString details;  // extra hover lines (a plan's items)
 
   uint64_t used() const;  // everything but Free
 };
@@ -34,6 +42,12 @@ struct MemoryBar {
 // read (capacity and free) and the ledger. Ledger devices "cpu" and "cpu:numaN" map to nodes;
 // "cpu" goes to node 0 on a one-node machine and to its own bar otherwise.
 std::vector<MemoryBar> liveMemoryBars(const MachineInfo& machine, const std::vector<DeviceMemoryUsage>& ledger);
+
+// Planned bars: the memory planner's bytes per device. Its categories map onto the slices:
+// lora_optimizer -> LoRA, expert_cache -> activations, packed_transposed -> weights,
+// kv_cache -> KV/cache, pinned_staging and overhead -> scratch; each bar lists the plan's items
+// on hover. Capacity is what the plan may use; the rest is free.
+std::vector<MemoryBar> plannedMemoryBars(const placement::MemoryPlan& plan);
 
 class MemoryMapWidget : public QWidget {
   Q_OBJECT

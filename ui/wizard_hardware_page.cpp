@@ -3,12 +3,14 @@
 // backend and threads (the KTransformers kt_backend / kt_num_threads settings).
 
 #include <QComboBox>
-#include <QDir>
 #include <QFormLayout>
 #include <QLabel>
 #include <QSpinBox>
 #include <QVBoxLayout>
 
+#include "engine/core/error.h"
+#include "engine/placement/hardware.h"
+#include "ui/error_text.h"
 #include "ui/machine_info.h"
 #include "ui/wizard_pages.h"
 
@@ -29,11 +31,13 @@ HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
   const MachineInfo& machine = wizard_.machine();
   target_ = new QComboBox;
   target_->addItem(tr("This machine"), QString());
-  const QDir presets(QString::fromStdString((wizard_.paths().presets / "hardware").string()));
-  for (const QString& file : presets.entryList({QStringLiteral("*.yaml")}, QDir::Files, QDir::Name)) {
-    target_->addItem(tr("Preset: %1").arg(file), presets.filePath(file));
+  for (const std::filesystem::path& file : placement::listHardwarePresets(wizard_.paths().presets / "hardware")) {
+    target_->addItem(tr("Preset: %1").arg(QString::fromStdString(file.stem().string())), QString::fromStdString(file.string()));
   }
-  target_->setToolTip(tr("Plan for the machine the studio runs on, or for a preset in presets/hardware/"));
+  target_->setToolTip(tr("Plan for the machine the studio runs on, or for a preset in presets/hardware/ "
+                         "(the memory plan and placement then assume that machine; training still runs here)"));
+  problem_ = makeProblemLabel();
+  connect(target_, &QComboBox::currentIndexChanged, this, &HardwarePage::choosePreset);
   machine_text_ = new QLabel(describeMachine(machine).join(QLatin1Char('\n')));
   machine_text_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   machine_text_->setStyleSheet(QStringLiteral("font-family: monospace;"));
@@ -65,11 +69,44 @@ HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
   form->addRow(tr("&Experts backend:"), backend_);
   form->addRow(tr("Expert &threads:"), threads_);
   auto* layout = new QVBoxLayout(this);
-  layout->addWidget(new QLabel(tr("<b>Detected</b>")));
+  layout->addWidget(new QLabel(tr("<b>Machine</b>")));
   layout->addWidget(machine_text_);
   layout->addSpacing(10);
   layout->addLayout(form);
+  layout->addWidget(problem_);
   layout->addStretch(1);
+}
+
+bool HardwarePage::isComplete() const { return problem_->text().isEmpty(); }
+
+void HardwarePage::choosePreset() {
+  const QString file = target_->currentData().toString();
+  try {
+    if (file.isEmpty()) {
+      wizard_.setHardware(placement::probeHardware());
+      machine_text_->setText(describeMachine(wizard_.machine()).join(QLatin1Char('\n')));
+    } else {
+      const placement::Hardware h = placement::loadHardwarePreset(file.toStdString());
+      QStringList lines;
+      for (const placement::GpuSpec& g : h.gpus) {
+        lines << tr("GPU %1  %2  %3").arg(QString::fromStdString(g.device()), QString::fromStdString(g.name), bytesText(g.total_bytes));
+      }
+      lines << tr("CPU  %1, %2 socket(s), %3 cores%4")
+                   .arg(QString::fromStdString(h.cpu.name))
+                   .arg(h.cpu.sockets)
+                   .arg(h.cpu.physical_cores)
+                   .arg(h.cpu.amx_bf16 ? tr(", AMX") : h.cpu.avx512_bf16 ? tr(", AVX-512 BF16") : QString());
+      for (const placement::NumaNodeSpec& n : h.numa_nodes) {
+        lines << tr("NUMA node %1  %2 cores  %3 RAM").arg(n.id).arg(n.cores).arg(bytesText(n.total_bytes));
+      }
+      machine_text_->setText(lines.join(QLatin1Char('\n')));
+      wizard_.setHardware(h);
+    }
+    showProblem(problem_, {});
+  } catch (const Error& e) {
+    showProblem(problem_, errorText(e));
+  }
+  emit completeChanged();
 }
 
 void HardwarePage::load(const train::TrainConfig& config) {

@@ -145,18 +145,21 @@ void ModelPage::inspect() {
     try {
       const model::ModelSummary s = model::summarizeModel(text.toStdString());
       summary_->setText(summaryHtml(s));
-      const uint64_t capacity = wizard_.machine().totalRamBytes() + wizard_.machine().totalGpuBytes();
-      const bool fits = s.bytes_on_disk <= capacity;
-      badge_->setText(
-          QStringLiteral("<span style='background:%1;color:white;padding:3px 8px;border-radius:4px'>&nbsp;%2&nbsp;</span> %3")
-              .arg(fits ? "#1b7f3b" : "#b00020",
-                   fits ? tr("weights fit") : tr("weights do not fit"),
-                   tr("%1 of weights; this machine has %2 RAM and %3. The review page shows the plan.")
-                       .arg(bytesText(s.bytes_on_disk), bytesText(wizard_.machine().totalRamBytes()),
-                            wizard_.machine().torch.gpus.empty()
-                                ? tr("no GPU")
-                                : tr("%1 of GPU memory").arg(bytesText(wizard_.machine().totalGpuBytes())))));
       wizard_.setModelSummary(s);
+      QString verdict;
+      bool fits = false;
+      try {
+        const std::optional<placement::MemoryPlan> plan = wizard_.plan();
+        fits = plan && plan->fits;
+        verdict = plan && !plan->problems.empty() ? QString::fromStdString(plan->problems.front()) : QString();
+      } catch (const Error& e) {
+        verdict = errorText(e);
+      }
+      badge_->setText(
+          QStringLiteral("<span style='background:%1;color:white'>&nbsp;%2&nbsp;</span> %3")
+              .arg(fits ? "#1b7f3b" : "#b00020", fits ? tr("fits") : tr("does not fit"),
+                   tr("%1 with the current settings (memory planner). %2")
+                       .arg(QString::fromStdString(wizard_.hardware().name).toHtmlEscaped(), verdict.toHtmlEscaped())));
       showProblem(problem_, {});
       ok_ = true;
     } catch (const Error& e) {

@@ -58,11 +58,15 @@ class HardwarePage : public ConfigPage {
   explicit HardwarePage(FineTuneWizard& wizard);
   void load(const train::TrainConfig& config) override;
   void store(train::TrainConfig& config) const override;
+  bool isComplete() const override;
 
  private:
+  void choosePreset();
+
   FineTuneWizard& wizard_;
   QComboBox* target_;
   QLabel* machine_text_;
+  QLabel* problem_;
   QComboBox* device_;
   QComboBox* backend_;
   QSpinBox* threads_;
@@ -159,6 +163,7 @@ class ReviewPage : public ConfigPage {
  private:
   void saveYaml();
   void copyCommand();
+  void editPlacement();
 
   FineTuneWizard& wizard_;
   QLabel* summary_;

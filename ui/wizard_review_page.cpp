@@ -20,52 +20,13 @@
 #include "engine/core/error.h"
 #include "ui/error_text.h"
 #include "ui/machine_info.h"
+#include "engine/placement/kt_rules.h"
+#include "engine/train/training_plan.h"
 #include "ui/memory_map.h"
+#include "ui/placement_editor.h"
 #include "ui/wizard_pages.h"
 
 namespace tandem::ui {
-
-namespace {
-
-// Weights by device, as Tandem places them by default: routed experts in RAM for the CPU expert
-// engine, everything else on the dense-part device. LoRA, optimizer and activations are the
-// memory planner's part (engine/placement) and are not guessed here.
-std::vector<MemoryBar> plannedWeightBars(const MachineInfo& machine, const model::ModelSummary& summary,
-                                         const train::TrainConfig& config) {
-  const uint64_t bytes_per_param = config.bf16 ? 2 : 4;
-  const uint64_t routed = static_cast<uint64_t>(summary.parameters[model::ParamCategory::RoutedExperts]) * bytes_per_param;
-  const uint64_t rest = static_cast<uint64_t>(summary.parameters.total()) * bytes_per_param - routed;
-  const bool on_gpu = !machine.torch.gpus.empty() && config.device != "cpu";
-  std::vector<MemoryBar> bars;
-  if (on_gpu) {
-    const int index = config.device.rfind("cuda:", 0) == 0 ? std::stoi(config.device.substr(5)) : 0;
-    for (const gpu::GpuInfo& g : machine.torch.gpus) {
-      MemoryBar bar;
-      bar.device = QStringLiteral("cuda:%1").arg(g.index);
-      bar.label = QStringLiteral("GPU %1").arg(g.index);
-      bar.capacity_bytes = g.total_bytes;
-      bar.bytes[static_cast<int>(MemorySlice::Other)] = g.total_bytes - std::min(g.total_bytes, g.free_bytes);
-      if (g.index == index) bar.bytes[static_cast<int>(MemorySlice::Weights)] = rest;
-      bars.push_back(bar);
-    }
-  }
-  MemoryBar ram;
-  ram.device = QStringLiteral("cpu");
-  ram.label = QObject::tr("RAM");
-  ram.capacity_bytes = machine.totalRamBytes();
-  uint64_t ram_free = 0;
-  for (const NumaNode& n : detectNumaTopology().nodes) ram_free += n.free_bytes;
-  ram.bytes[static_cast<int>(MemorySlice::Other)] = ram.capacity_bytes - std::min(ram.capacity_bytes, ram_free);
-  ram.bytes[static_cast<int>(MemorySlice::Weights)] = routed + (on_gpu ? 0 : rest);
-  bars.push_back(ram);
-  for (MemoryBar& bar : bars) {
-    const uint64_t used = bar.used();
-    bar.bytes[static_cast<int>(MemorySlice::Free)] = bar.capacity_bytes > used ? bar.capacity_bytes - used : 0;
-  }
-  return bars;
-}
-
-}  // namespace
 
 ReviewPage::ReviewPage(FineTuneWizard& wizard) : wizard_(wizard) {
   setTitle(tr("Review"));
@@ -90,12 +51,17 @@ ReviewPage::ReviewPage(FineTuneWizard& wizard) : wizard_(wizard) {
   copy->setToolTip(tr("Saves the YAML first if needed, then copies the command that runs it without the studio"));
   connect(save, &QPushButton::clicked, this, &ReviewPage::saveYaml);
   connect(copy, &QPushButton::clicked, this, &ReviewPage::copyCommand);
+  auto* place = new QPushButton(tr("Edit &placement…"));
+  place->setToolTip(tr("Every module's device and the experts' backend; writes a KTransformers rule file "
+                       "that the config names as kt_optimize_rule"));
+  connect(place, &QPushButton::clicked, this, &ReviewPage::editPlacement);
 
   auto* plan_box = new QGroupBox(tr("Memory plan"));
   auto* plan_layout = new QVBoxLayout(plan_box);
   plan_layout->addWidget(plan_);
   plan_layout->addWidget(plan_note_);
   plan_layout->addWidget(warnings_);
+  plan_layout->addWidget(place, 0, Qt::AlignLeft);
   plan_layout->addStretch(1);
   auto* yaml_box = new QGroupBox(tr("Equivalent training YAML"));
   auto* yaml_layout = new QVBoxLayout(yaml_box);
@@ -153,26 +119,59 @@ void ReviewPage::initializePage() {
                      : tr("The output folder is not empty: the same configuration resumes from its last checkpoint, "
                           "another one is refused."));
   }
-  if (const auto& summary = wizard_.modelSummary()) {
-    const std::vector<MemoryBar> bars = plannedWeightBars(machine, *summary, config);
-    for (const MemoryBar& bar : bars) {
-      if (bar.used() > bar.capacity_bytes) {
-        warnings << tr("The weights alone need %1 on %2, which has %3.")
-                        .arg(bytesText(bar.used()), bar.device, bytesText(bar.capacity_bytes));
+  try {
+    if (const std::optional<placement::MemoryPlan> plan = wizard_.plan()) {
+      plan_->setBars(plannedMemoryBars(*plan));
+      for (const std::string& p : plan->problems) warnings << QString::fromStdString(p).toHtmlEscaped();
+      for (const std::string& a : plan->advice) warnings << tr("Advice: %1").arg(QString::fromStdString(a).toHtmlEscaped());
+      QStringList notes;
+      for (const std::string& n : plan->notes) notes << QString::fromStdString(n);
+      plan_note_->setText(tr("The memory planner's prediction for %1%2. Hover a bar for its items.%3")
+                              .arg(QString::fromStdString(wizard_.hardware().name),
+                                   config.placement_rule.empty()
+                                       ? tr(" with its own placement")
+                                       : tr(" with the placement in %1").arg(QString::fromStdString(config.placement_rule.string())),
+                                   notes.isEmpty() ? QString() : QStringLiteral("\n") + notes.join(QStringLiteral("\n"))));
+      if (!plan->fits) {
+        ok_ = false;
+        showProblem(problem_, tr("The run does not fit %1: %2").arg(QString::fromStdString(wizard_.hardware().name),
+                                                                    QString::fromStdString(plan->problems.empty() ? "" : plan->problems.front())));
       }
+    } else {
+      plan_->setBars({});
+      plan_note_->setText(tr("No plan: the model could not be inspected."));
     }
-    plan_->setBars(bars);
-    plan_note_->setText(tr("Weights at the training precision, routed experts in RAM, the rest on the dense-part device; "
-                           "'other' is what other programs use now. "
-                           "LoRA, optimizer and activation memory come from the memory planner, which this build "
-                           "does not have yet; the dashboard shows them live."));
-  } else {
+  } catch (const Error& e) {
     plan_->setBars({});
-    plan_note_->setText(tr("No plan: the model could not be inspected."));
+    plan_note_->setText(tr("No plan: %1").arg(errorText(e)));
   }
   warnings_->setText(warnings.isEmpty() ? tr("No warnings.")
                                         : QStringLiteral("<ul><li>%1</li></ul>").arg(warnings.join(QStringLiteral("</li><li>"))));
   emit completeChanged();
+}
+
+void ReviewPage::editPlacement() {
+  const auto& summary = wizard_.modelSummary();
+  if (!summary) return;
+  const train::TrainConfig config = wizard_.config();
+  try {
+    placement::Placement initial;
+    if (!config.placement_rule.empty()) initial = placement::loadPlacementFile(config.placement_rule, summary->config);
+    PlacementEditor editor(train::planRequestFor(config, summary->config), wizard_.hardware(), initial, this);
+    if (editor.exec() != QDialog::Accepted) return;
+    // The rule file sits beside the output folder, named after it, so the YAML can point at it.
+    const std::filesystem::path rule =
+        config.output_dir.parent_path() / (config.output_dir.filename().string() + "_kt_rule.yaml");
+    std::filesystem::create_directories(rule.parent_path());
+    if (!editor.exportRules(rule)) {
+      showProblem(problem_, editor.problem());
+      return;
+    }
+    wizard_.setPlacementRule(rule);
+    initializePage();
+  } catch (const Error& e) {
+    showProblem(problem_, errorText(e));
+  }
 }
 
 void ReviewPage::saveYaml() {

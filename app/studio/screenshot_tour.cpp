@@ -16,7 +16,9 @@
 #include "ui/chat_controller.h"
 #include "ui/chat_panel.h"
 #include "ui/error_text.h"
+#include "engine/train/training_plan.h"
 #include "ui/main_window.h"
+#include "ui/placement_editor.h"
 #include "ui/runs_view.h"
 #include "ui/settings_dialog.h"
 #include "ui/training_controller.h"
@@ -53,9 +55,11 @@ void ScreenshotTour::waitFor(const std::function<bool()>& done, int timeout_ms, 
 }
 
 // 8-bit palette PNGs: UI screenshots have few colours, and the files stay a fraction of the size.
-void ScreenshotTour::shoot(const QString& name) {
+void ScreenshotTour::shoot(const QString& name) { shoot(window_, name); }
+
+void ScreenshotTour::shoot(QWidget& widget, const QString& name) {
   settle(300);
-  const QImage image = window_.grab().toImage().convertToFormat(QImage::Format_Indexed8, Qt::ThresholdDither);
+  const QImage image = widget.grab().toImage().convertToFormat(QImage::Format_Indexed8, Qt::ThresholdDither);
   const QString path = QDir(dir_).filePath(name + QStringLiteral(".png"));
   if (!image.save(path, "PNG", 9)) throw TourFailed(("could not write " + path).toStdString());
   std::printf("saved %s\n", qPrintable(path));
@@ -85,6 +89,13 @@ void ScreenshotTour::run() {
       shoot(QString::fromLatin1(pages[i]));
     }
     if (!wizard->currentPage()->isComplete()) throw TourFailed("the review page refuses the demo config");
+    {
+      const train::TrainConfig current = wizard->config();
+      ui::PlacementEditor editor(train::planRequestFor(current, wizard->modelSummary()->config), wizard->hardware(), {},
+                                 &window_);
+      editor.show();
+      shoot(editor, QStringLiteral("5b-placement-editor"));
+    }
     wizard->button(QWizard::FinishButton)->click();
     ui::TrainingController* training = window_.trainingController();
     const int half = std::max(1, steps_ / 2);
@@ -103,6 +114,7 @@ void ScreenshotTour::run() {
 
     window_.showTab(ui::MainWindow::ChatTab);
     window_.chatPanel()->setQuestion(QStringLiteral("Who are you?"));
+    window_.chatPanel()->setSampling(false);  // greedy: the same answer on every tour
     window_.chatPanel()->send();
     ui::ChatController* chat = window_.chatController();
     waitFor([&] { return !chat->isBusy(); }, 300000, QStringLiteral("the chat answers"));
@@ -111,9 +123,7 @@ void ScreenshotTour::run() {
 
     ui::SettingsDialog settings(window_.settings(), &window_);
     settings.show();
-    settle(300);
-    const QImage image = settings.grab().toImage().convertToFormat(QImage::Format_Indexed8, Qt::ThresholdDither);
-    image.save(QDir(dir_).filePath(QStringLiteral("10-settings.png")), "PNG", 9);
+    shoot(settings, QStringLiteral("10-settings"));
     settings.close();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "screenshot tour failed: %s\n", e.what());
