@@ -84,6 +84,7 @@ PlacementEditor::PlacementEditor(placement::PlanRequest request, placement::Hard
   auto* map_layout = new QVBoxLayout(map_box);
   map_layout->addWidget(map_);
   map_layout->addWidget(status_);
+  map_layout->addStretch(1);
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
   connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
   connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
@@ -91,6 +92,8 @@ PlacementEditor::PlacementEditor(placement::PlanRequest request, placement::Hard
   auto* split = new QSplitter(Qt::Vertical);
   split->addWidget(table_);
   split->addWidget(map_box);
+  split->setStretchFactor(0, 3);
+  split->setStretchFactor(1, 1);
   auto* layout = new QVBoxLayout(this);
   layout->addLayout(tools);
   layout->addWidget(split, 1);
