@@ -19,24 +19,12 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/train/loss_smoothing.h"
 
 namespace tandem::cli {
 
 #ifdef TANDEM_CLI_WITH_QT
 namespace {
-
-// LLaMA-Factory's smoothing (extras/ploting.py): an EMA whose weight grows with the run length.
-std::vector<double> smooth(const std::vector<double>& values) {
-  std::vector<double> out;
-  if (values.empty()) return out;
-  const double weight = 1.8 * (1.0 / (1.0 + std::exp(-0.05 * static_cast<double>(values.size()))) - 0.5);
-  double last = values.front();
-  for (double v : values) {
-    last = last * weight + (1.0 - weight) * v;
-    out.push_back(last);
-  }
-  return out;
-}
 
 QApplication& offscreenApp() {
   static int argc = 1;
@@ -75,7 +63,7 @@ bool writeLossPlot(const std::filesystem::path& output_dir) {
   auto* smoothed = new QLineSeries();
   raw->setName("original");
   smoothed->setName("smoothed");
-  const std::vector<double> smooth_losses = smooth(losses);
+  const std::vector<double> smooth_losses = train::smoothLoss(losses);
   for (size_t i = 0; i < losses.size(); ++i) {
     raw->append(steps[i], losses[i]);
     smoothed->append(steps[i], smooth_losses[i]);

@@ -1,0 +1,63 @@
+// tandem-studio: the desktop workstation app. main only reads the command line, finds the bundled
+// files and shows the main window; everything else lives in ui/.
+
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QTimer>
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
+#include "app/studio/screenshot_tour.h"
+#include "engine/gpu/torch_runtime.h"
+#include "ui/main_window.h"
+#include "ui/resources.h"
+
+namespace {
+
+std::filesystem::path bundled(const char* env, const char* built_in) {
+  const char* value = std::getenv(env);
+  return value && *value ? std::filesystem::path(value) : std::filesystem::path(built_in);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  QApplication app(argc, argv);
+  tandem::ui::initStudioResources();
+  QCoreApplication::setOrganizationName(QStringLiteral("Tandem"));
+  QCoreApplication::setApplicationName(QStringLiteral("Tandem Studio"));
+  QCoreApplication::setApplicationVersion(QStringLiteral(TANDEM_VERSION));
+
+  QCommandLineParser parser;
+  parser.setApplicationDescription(QStringLiteral("LoRA fine-tuning of MoE language models on one machine"));
+  parser.addHelpOption();
+  parser.addVersionOption();
+  const QCommandLineOption tour(QStringLiteral("screenshot-tour"),
+                                QStringLiteral("Walk every page with the demo, save screenshots to DIR, quit"),
+                                QStringLiteral("DIR"));
+  const QCommandLineOption tour_steps(QStringLiteral("tour-steps"),
+                                      QStringLiteral("Optimizer steps of the tour's demo fine-tune (default 24)"),
+                                      QStringLiteral("N"), QStringLiteral("24"));
+  parser.addOption(tour);
+  parser.addOption(tour_steps);
+  parser.process(app);
+
+  // As `tandem demo`: libtorch gets every core (the expert engine has its own pool).
+  tandem::gpu::setTorchThreads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  tandem::ui::StudioPaths paths;
+  paths.resources = bundled("TANDEM_RESOURCES", TANDEM_RESOURCES_DIR);
+  paths.presets = bundled("TANDEM_PRESETS", TANDEM_PRESETS_DIR);
+  const tandem::ui::StudioSettings settings = tandem::ui::StudioSettings::load();
+  paths.demo_workdir = settings.demo_workdir.toStdString();
+
+  tandem::ui::MainWindow window(settings, paths);
+  window.show();
+  std::unique_ptr<tandem::studio::ScreenshotTour> screenshot_tour;
+  if (parser.isSet(tour)) {
+    screenshot_tour = std::make_unique<tandem::studio::ScreenshotTour>(window, parser.value(tour),
+                                                                        std::max(2, parser.value(tour_steps).toInt()));
+    QTimer::singleShot(0, screenshot_tour.get(), &tandem::studio::ScreenshotTour::run);
+  }
+  return app.exec();
+}

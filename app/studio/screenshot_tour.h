@@ -1,0 +1,43 @@
+#pragma once
+// `tandem-studio --screenshot-tour DIR`: drives the real window through every page with the
+// built-in demo (the wizard's five pages and the placement editor, a short real fine-tune on the
+// dashboard, the run in the history, both answers in the chat tab, the settings dialog) and
+// saves a PNG of each to DIR. docs/screenshots/ is made with it; tests/ui runs it under Xvfb.
+// Exits non-zero and says why when a step does not happen.
+
+#include <QObject>
+#include <QString>
+#include <QTemporaryDir>
+#include <functional>
+
+class QWidget;
+
+namespace tandem::ui {
+class MainWindow;
+}
+
+namespace tandem::studio {
+
+class ScreenshotTour : public QObject {
+  Q_OBJECT
+
+ public:
+  // `steps`: optimizer steps of the demo fine-tune (the preset's run is longer).
+  ScreenshotTour(ui::MainWindow& window, QString dir, int steps);
+
+ public slots:
+  void run();  // ends the application with 0 (all pages saved) or 1
+
+ private:
+  void shoot(const QString& name);  // the main window
+  void shoot(QWidget& widget, const QString& name);
+  void waitFor(const std::function<bool()>& done, int timeout_ms, const QString& what);
+  void settle(int ms);
+
+  ui::MainWindow& window_;
+  QString dir_;
+  int steps_;
+  QTemporaryDir work_;
+};
+
+}  // namespace tandem::studio

@@ -1,0 +1,22 @@
+#pragma once
+// The built-in demo's base model: a scaled-down Qwen3-MoE with random weights and the bundled
+// byte-level BPE tokenizer, made once in a work directory (no download, no GPU). Shared by
+// `tandem demo` and the studio's "demo" choices, so both train the very same model.
+
+#include <filesystem>
+
+namespace tandem::train {
+
+struct DemoModel {
+  std::filesystem::path dir;  // holds config.json, model.safetensors, tokenizer files
+  bool created = false;       // made by this call (false: it was already there)
+};
+
+// $TANDEM_HOME/demo, else ~/.cache/tandem/demo.
+std::filesystem::path defaultDemoWorkdir();
+
+// Builds `workdir`/model from `resources_dir`/demo/tokenizer*.json unless a complete one is
+// there; a half-made one (killed midway) is rebuilt. Throws tandem::Error.
+DemoModel ensureDemoModel(const std::filesystem::path& workdir, const std::filesystem::path& resources_dir);
+
+}  // namespace tandem::train

@@ -1,0 +1,101 @@
+// The placement editor on the demo model with the real planner: a KTransformers rule file
+// exported by the editor reads back (in a second editor and through the engine's own reader) as
+// the same placement, edits included; and an edit that cannot fit is refused with the reason,
+// leaving the placement as it was.
+
+#include <QTest>
+
+#include "engine/io/model_config.h"
+#include "engine/placement/kt_rules.h"
+#include "engine/train/training_plan.h"
+#include "tests/ui/ui_test_support.h"
+#include "ui/placement_editor.h"
+
+namespace tandem::ui {
+
+namespace fs = std::filesystem;
+
+class PlacementTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase();
+  void roundTripsARuleFile();
+  void refusesWhatDoesNotFit();
+
+ private:
+  std::vector<int> rowsOf(const placement::Placement& p, placement::ModuleKind kind) {
+    std::vector<int> rows;
+    for (int i = 0; i < static_cast<int>(p.modules.size()); ++i) {
+      if (p.modules[i].kind == kind) rows.push_back(i);
+    }
+    return rows;
+  }
+
+  QTemporaryDir tmp_;
+  StudioPaths paths_;
+  io::ModelConfig model_;
+  placement::PlanRequest request_;
+};
+
+void PlacementTest::initTestCase() {
+  QVERIFY(tmp_.isValid());
+  paths_ = test::demoPaths(tmp_);
+  const train::TrainConfig config = test::demoConfig(paths_, fs::path(tmp_.path().toStdString()) / "out");
+  model_ = io::readModelConfig(config.model_name_or_path);
+  request_ = train::planRequestFor(config, model_);
+}
+
+void PlacementTest::roundTripsARuleFile() {
+  const placement::Hardware hardware = placement::probeHardware();
+  PlacementEditor editor(request_, hardware);
+  QVERIFY2(editor.problem().isEmpty(), qPrintable(editor.problem()));
+  QCOMPARE(editor.moduleCount(), static_cast<int>(placement::modulesOf(model_).modules.size()));
+  // An edit: the routed experts on the generic backend.
+  const std::vector<int> experts = rowsOf(editor.placement(), placement::ModuleKind::RoutedExperts);
+  QCOMPARE(experts.size(), size_t{4});
+  QVERIFY2(editor.assign(experts, QStringLiteral("cpu"), QStringLiteral("generic")), qPrintable(editor.problem()));
+  for (int row : experts) QCOMPARE(editor.placement().modules[row].backend, std::string("generic"));
+
+  const fs::path first = fs::path(tmp_.path().toStdString()) / "rules1.yaml";
+  QVERIFY(editor.exportRules(first));
+  QVERIFY(placement::loadPlacementFile(first, model_) == editor.placement());  // the engine's reader
+
+  PlacementEditor second(request_, hardware);
+  QVERIFY(!(second.placement() == editor.placement()));  // the planner's own choice differs
+  QVERIFY2(second.importRules(first), qPrintable(second.problem()));
+  QVERIFY(second.placement() == editor.placement());
+  const fs::path again = fs::path(tmp_.path().toStdString()) / "rules2.yaml";
+  QVERIFY(second.exportRules(again));
+  QVERIFY(placement::loadPlacementFile(again, model_) == editor.placement());
+}
+
+void PlacementTest::refusesWhatDoesNotFit() {
+  placement::Hardware hardware = placement::probeHardware();
+  hardware.name = "a machine with a 4 MiB GPU";
+  placement::GpuSpec tiny;
+  tiny.index = 0;
+  tiny.name = "tiny";
+  tiny.total_bytes = tiny.free_bytes = 4ull << 20;
+  hardware.gpus = {tiny};
+  PlacementEditor editor(request_, hardware);
+  const placement::Placement before = editor.placement();
+  std::vector<int> all(editor.moduleCount());
+  for (int i = 0; i < editor.moduleCount(); ++i) all[i] = i;
+  // Everything dense on the 4 MiB GPU: the demo's weights alone are larger.
+  std::vector<int> dense;
+  for (int i : all) {
+    if (before.modules[i].kind != placement::ModuleKind::RoutedExperts) dense.push_back(i);
+  }
+  QVERIFY(!editor.assign(dense, QStringLiteral("cuda:0")));
+  QVERIFY2(editor.problem().contains(QStringLiteral("cuda:0")), qPrintable(editor.problem()));
+  QVERIFY(editor.placement() == before);
+  // A device the machine does not have is refused too.
+  QVERIFY(!editor.assign({0}, QStringLiteral("cuda:3")));
+  QVERIFY(editor.placement() == before);
+}
+
+}  // namespace tandem::ui
+
+QTEST_MAIN(tandem::ui::PlacementTest)
+#include "studio_placement_test.moc"

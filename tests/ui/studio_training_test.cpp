@@ -1,0 +1,232 @@
+// The studio's training and chat adapters on real engine work: a short LoRA run of the demo model
+// feeds the dashboard; the run store (written by the engine, not by the UI) must hold the very
+// losses the dashboard drew, and the runs view must list the run; pause holds the trainer, stop
+// writes a checkpoint, and the runs view's resume finishes the run; the chat tab streams answers
+// that equal the engine's Generator called directly with the same settings and seed.
+
+#include <QApplication>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QTimer>
+#include <QTest>
+
+#include "engine/infer/generator.h"
+#include "engine/store/run_store.h"
+#include "engine/train/trainer.h"
+#include "tests/ui/ui_test_support.h"
+#include "ui/chat_controller.h"
+#include "ui/machine_info.h"
+#include "ui/main_window.h"
+#include "ui/memory_map.h"
+#include "ui/metric_chart.h"
+#include "ui/resources.h"
+#include "ui/runs_view.h"
+#include "ui/training_controller.h"
+#include "ui/training_dashboard.h"
+
+namespace tandem::ui {
+
+namespace fs = std::filesystem;
+
+class TrainingTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase();
+  void dashboardReceivesRealSteps();
+  void runsViewListsTheRun();
+  void chatStreamsRealAnswers();
+  void pauseStopAndResume();
+  void closingDuringARunStopsWithACheckpoint();
+
+ private:
+  QTemporaryDir tmp_;
+  StudioPaths paths_;
+  MachineInfo machine_;
+  std::unique_ptr<store::RunStore> store_;
+  train::TrainConfig config_;
+  std::vector<double> dashboard_losses_;
+};
+
+void TrainingTest::initTestCase() {
+  initStudioResources();
+  QVERIFY(tmp_.isValid());
+  paths_ = test::demoPaths(tmp_);
+  machine_ = detectMachine();
+  store_ = std::make_unique<store::RunStore>(store::RunStore::open(fs::path(tmp_.path().toStdString()) / "runs.db"));
+  config_ = test::demoConfig(paths_, fs::path(tmp_.path().toStdString()) / "run1",
+                             {"max_steps=4", "logging_steps=1", "save_steps=2"});
+}
+
+void TrainingTest::dashboardReceivesRealSteps() {
+  TrainingController controller(store_.get());
+  TrainingDashboard dashboard(controller, machine_);
+  dashboard.show();
+  QSignalSpy steps(&controller, &TrainingController::stepped);
+  QSignalSpy checkpoints(&controller, &TrainingController::checkpointed);
+  QSignalSpy finished(&controller, &TrainingController::finished);
+  controller.start(config_);
+  QVERIFY(controller.isRunning());
+  QVERIFY(finished.wait(300000));
+  const auto finish = finished.front().front().value<TrainFinish>();
+  QVERIFY2(finish.end == TrainEnd::Completed, qPrintable(finish.error));
+  QCOMPARE(finish.steps, int64_t{4});
+  QVERIFY(!controller.isRunning());
+
+  QCOMPARE(steps.size(), 4);
+  for (int i = 0; i < steps.size(); ++i) {
+    const auto p = steps[i].front().value<TrainPoint>();
+    QCOMPARE(p.step, int64_t{i + 1});
+    QCOMPARE(p.total_steps, int64_t{4});
+    QVERIFY(std::isfinite(p.loss) && p.loss > 0);
+    QVERIFY(p.tokens_per_s > 0);
+    dashboard_losses_.push_back(p.loss);
+  }
+  QCOMPARE(checkpoints.size(), 1);  // save_steps 2 of 4: step 2 (the end writes the final adapter instead)
+  QCOMPARE(dashboard.pointsReceived(), 4);
+  QCOMPARE(dashboard.lossChart()->pointCount(0), 4);  // raw
+  QCOMPARE(dashboard.lossChart()->pointCount(1), 4);  // smoothed
+  QVERIFY(!dashboard.memoryMap()->bars().empty());
+  QVERIFY(dashboard.logText().contains(QStringLiteral("checkpoint at step 2")));
+  QCOMPARE(finish.final_loss, dashboard_losses_.back());
+}
+
+void TrainingTest::runsViewListsTheRun() {
+  RunsView view(store_.get());
+  view.refresh();
+  QCOMPARE(view.runCount(), 1);
+  const store::RunRecord& run = view.runs().front();
+  QCOMPARE(run.status, store::RunStatus::Completed);
+  QCOMPARE(run.last_step.value_or(0), int64_t{4});
+  QCOMPARE(fs::path(run.output_dir), config_.output_dir);
+  view.selectRuns({run.id});
+  QCOMPARE(view.compareChart()->pointCount(0), 4);
+  const std::vector<store::StepMetrics> metrics = store_->metrics(run.id);
+  QCOMPARE(metrics.size(), dashboard_losses_.size());
+  for (size_t i = 0; i < metrics.size(); ++i) QCOMPARE(metrics[i].loss, dashboard_losses_[i]);
+}
+
+void TrainingTest::chatStreamsRealAnswers() {
+  ChatController chat;
+  QSignalSpy streamed(&chat, &ChatController::streamed);
+  QSignalSpy answered(&chat, &ChatController::answered);
+  QSignalSpy failed(&chat, &ChatController::failed);
+  ChatQuestion question;
+  question.base_model = QString::fromStdString(config_.model_name_or_path);
+  question.adapter_dir = QString::fromStdString(config_.output_dir.string());
+  question.template_name = QString::fromStdString(config_.template_name);
+  question.question = QStringLiteral("Who are you?");
+  question.settings.max_new_tokens = 12;
+  question.settings.do_sample = true;  // sampled, with a seed: reproducible, and the same for both sides
+  question.settings.seed = 7;
+
+  // The reference: the engine's Generator called here directly, same options, settings and seed.
+  auto reference = infer::Generator::load(config_.model_name_or_path, chatOptionsFor(question.base_model, question.template_name));
+  reference->addAdapter("tuned", config_.output_dir);
+  infer::ChatRequest request;
+  request.messages = {{"user", "Who are you?"}};
+  request.settings = question.settings;
+  QString expected[2];
+  for (int side = 0; side < 2; ++side) {
+    request.adapter = side == 0 ? "base" : "tuned";
+    expected[side] = QString::fromStdString(reference->chat(request).text);
+  }
+  QVERIFY(expected[0] != expected[1]);  // the adapter changes the answer
+
+  chat.ask(question);
+  QTRY_VERIFY_WITH_TIMEOUT(!chat.isBusy(), 300000);
+  QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed.front().front().toString()));
+  QCOMPARE(answered.size(), 2);
+
+  // Each side streamed piece by piece: every text extends the one before.
+  QString last[2];
+  int updates[2] = {0, 0};
+  for (const QList<QVariant>& s : streamed) {
+    const int side = s[0].toInt();
+    const QString text = s[1].toString();
+    QVERIFY(text.startsWith(last[side]));
+    last[side] = text;
+    ++updates[side];
+  }
+  QVERIFY(updates[0] > 1 && updates[1] > 1);
+  QCOMPARE(last[0], expected[0]);
+  QCOMPARE(last[1], expected[1]);
+}
+
+void TrainingTest::pauseStopAndResume() {
+  const train::TrainConfig config = test::demoConfig(
+      paths_, fs::path(tmp_.path().toStdString()) / "run2", {"max_steps=6", "logging_steps=1", "save_steps=100"});
+  TrainingController controller(store_.get());
+  QSignalSpy steps(&controller, &TrainingController::stepped);
+  QSignalSpy finished(&controller, &TrainingController::finished);
+  controller.start(config);
+  QVERIFY(steps.wait(300000));
+  controller.pause();
+  QVERIFY(controller.isPaused());
+  // The trainer is held at a step boundary: the store says so, and no step arrives meanwhile.
+  const auto run = [&] { return store_->findByOutputDir(config.output_dir); };
+  QTRY_VERIFY_WITH_TIMEOUT(run() && run()->status == store::RunStatus::Paused, 60000);
+  const qsizetype held_at = steps.size();
+  QTest::qWait(300);
+  QCOMPARE(steps.size(), held_at);
+  QVERIFY(held_at < 6);
+
+  controller.stop();  // from the pause: ends with a checkpoint
+  QVERIFY(finished.wait(300000));
+  const auto stopped = finished.front().front().value<TrainFinish>();
+  QVERIFY2(stopped.end == TrainEnd::Stopped, qPrintable(stopped.error));
+  QCOMPARE(run()->status, store::RunStatus::Stopped);
+  QVERIFY(!train::lastCheckpoint(config.output_dir).empty());
+
+  // Resume as the runs view does: the recorded config, from the newest checkpoint.
+  const train::TrainConfig again = RunsView::resumeConfig(*run());
+  finished.clear();
+  steps.clear();
+  controller.start(again);
+  QVERIFY(finished.wait(300000));
+  const auto done = finished.front().front().value<TrainFinish>();
+  QVERIFY2(done.end == TrainEnd::Completed, qPrintable(done.error));
+  QCOMPARE(done.steps, int64_t{6});
+  QCOMPARE(steps.front().front().value<TrainPoint>().step, stopped.steps + 1);
+  QCOMPARE(run()->status, store::RunStatus::Completed);
+  QCOMPARE(run()->last_step.value_or(0), int64_t{6});
+}
+
+void TrainingTest::closingDuringARunStopsWithACheckpoint() {
+  StudioSettings settings;
+  settings.run_store_path = QString::fromStdString((fs::path(tmp_.path().toStdString()) / "window-runs.db").string());
+  settings.output_parent = tmp_.path();
+  settings.demo_workdir = QString::fromStdString(paths_.demo_workdir.string());
+  MainWindow window(settings, paths_);
+  window.show();
+  QVERIFY(QTest::qWaitForWindowExposed(&window));
+  const train::TrainConfig config = test::demoConfig(
+      paths_, fs::path(tmp_.path().toStdString()) / "run3", {"max_steps=50", "logging_steps=1", "save_steps=1000"});
+  QSignalSpy steps(window.trainingController(), &TrainingController::stepped);
+  window.startTraining(config);
+  QVERIFY(steps.wait(300000));
+
+  // The close asks; the user picks "stop with checkpoint" (the default button).
+  QString asked;
+  QTimer::singleShot(0, [&] {
+    auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
+    if (!box) return;
+    asked = box->text();
+    box->defaultButton()->click();
+  });
+  window.close();
+  QVERIFY2(asked.contains(QStringLiteral("checkpoint")), qPrintable(asked));
+  QVERIFY(window.isVisible());  // it waits for the checkpoint
+  QTRY_VERIFY_WITH_TIMEOUT(!window.isVisible(), 300000);
+  const auto run = window.runStore()->findByOutputDir(config.output_dir);
+  QVERIFY(run.has_value());
+  QCOMPARE(run->status, store::RunStatus::Stopped);
+  QVERIFY(run->last_step.value_or(0) < 50);
+  QVERIFY(!train::lastCheckpoint(config.output_dir).empty());
+}
+
+}  // namespace tandem::ui
+
+QTEST_MAIN(tandem::ui::TrainingTest)
+#include "studio_training_test.moc"

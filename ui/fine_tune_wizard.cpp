@@ -1,0 +1,52 @@
+#include "ui/fine_tune_wizard.h"
+
+#include "engine/train/demo_model.h"
+#include "engine/train/training_plan.h"
+#include "ui/wizard_pages.h"
+
+namespace tandem::ui {
+
+FineTuneWizard::FineTuneWizard(const MachineInfo& machine, StudioPaths paths, QWidget* parent)
+    : QWizard(parent), machine_(machine), paths_(std::move(paths)), hardware_(placement::probeHardware()) {
+  setWindowTitle(tr("New fine-tune"));
+  setWizardStyle(QWizard::ModernStyle);
+  setOption(QWizard::NoBackButtonOnStartPage);
+  setOption(QWizard::HaveHelpButton, false);
+  setButtonText(QWizard::FinishButton, tr("&Start training"));
+  setPage(ModelPageId, new ModelPage(*this));
+  setPage(HardwarePageId, new HardwarePage(*this));
+  setPage(DatasetPageId, new DatasetPage(*this));
+  setPage(TrainingPageId, new TrainingPage(*this));
+  setPage(ReviewPageId, new ReviewPage(*this));
+  setMinimumSize(860, 640);
+  loadConfig(train::TrainConfig{});
+  connect(this, &QWizard::accepted, this, [this] { emit startRequested(config()); });
+}
+
+void FineTuneWizard::loadConfig(const train::TrainConfig& config) {
+  base_ = config;
+  for (int id : pageIds()) static_cast<ConfigPage*>(page(id))->load(config);
+}
+
+train::TrainConfig FineTuneWizard::config() const {
+  train::TrainConfig c = base_;
+  for (int id : pageIds()) static_cast<const ConfigPage*>(page(id))->store(c);
+  return c;
+}
+
+std::optional<placement::MemoryPlan> FineTuneWizard::plan() const {
+  if (!summary_) return std::nullopt;
+  return train::planTraining(config(), summary_->config, hardware_);
+}
+
+QString FineTuneWizard::yaml() const { return QString::fromStdString(train::toYaml(config())); }
+
+train::TrainConfig FineTuneWizard::demoConfig(const std::filesystem::path& output_parent) const {
+  const train::DemoModel demo = train::ensureDemoModel(paths_.demo_workdir, paths_.resources);
+  return train::loadTrainConfig(paths_.presets / "training" / "demo_lora_sft.yaml",
+                                {"model_name_or_path=" + demo.dir.string(),
+                                 "dataset_dir=" + (paths_.resources / "demo").string(),
+                                 "output_dir=" + (output_parent / "demo-lora").string()});
+}
+
+}  // namespace tandem::ui

@@ -1,0 +1,84 @@
+#pragma once
+// The guided fine-tune wizard: model → hardware → dataset → LoRA and training → review. Each page
+// edits part of one TrainConfig (the LLaMA-Factory training YAML in memory) and validates its
+// input in place; the review page shows the YAML that `tandem train` would read. Settings the
+// pages do not show keep the values of the config the wizard was loaded with (defaults, a preset,
+// or a run being repeated).
+
+#include <QWizard>
+#include <QWizardPage>
+#include <filesystem>
+#include <optional>
+
+#include "engine/model/model_summary.h"
+#include "engine/placement/hardware.h"
+#include "engine/placement/memory_planner.h"
+#include "engine/train/train_config.h"
+
+namespace tandem::ui {
+
+struct MachineInfo;
+
+// Where the studio finds its bundled files (resources/, presets/).
+struct StudioPaths {
+  std::filesystem::path resources;  // holds demo/
+  std::filesystem::path presets;    // holds training/, hardware/, placement/
+  std::filesystem::path demo_workdir;
+};
+
+// A wizard page that owns some TrainConfig fields.
+class ConfigPage : public QWizardPage {
+  Q_OBJECT
+
+ public:
+  using QWizardPage::QWizardPage;
+  virtual void load(const train::TrainConfig& config) = 0;
+  virtual void store(train::TrainConfig& config) const = 0;
+};
+
+class FineTuneWizard : public QWizard {
+  Q_OBJECT
+
+ public:
+  enum PageId { ModelPageId, HardwarePageId, DatasetPageId, TrainingPageId, ReviewPageId };
+
+  FineTuneWizard(const MachineInfo& machine, StudioPaths paths, QWidget* parent = nullptr);
+
+  // Fills every page from `config` (fields no page shows are kept as they are).
+  void loadConfig(const train::TrainConfig& config);
+  // The config as the pages say now.
+  train::TrainConfig config() const;
+  // toYaml(config()).
+  QString yaml() const;
+
+  const MachineInfo& machine() const { return machine_; }
+  const StudioPaths& paths() const { return paths_; }
+  // Set by the model page when the chosen folder could be inspected.
+  const std::optional<model::ModelSummary>& modelSummary() const { return summary_; }
+  void setModelSummary(std::optional<model::ModelSummary> summary) { summary_ = std::move(summary); }
+
+  // The machine plans are made for: this one (probed) or a presets/hardware/ preset.
+  const placement::Hardware& hardware() const { return hardware_; }
+  void setHardware(placement::Hardware hardware) { hardware_ = std::move(hardware); }
+  // The memory planner's verdict on config() for hardware(); nullopt without an inspected model.
+  // Throws tandem::Error when the planner cannot plan (e.g. an unknown kt_optimize_rule file).
+  std::optional<placement::MemoryPlan> plan() const;
+  // kt_optimize_rule of the config (set by the placement editor).
+  void setPlacementRule(const std::filesystem::path& rule_file) { base_.placement_rule = rule_file; }
+
+  // The demo preset (presets/training/demo_lora_sft.yaml) on the demo model and data, with
+  // output_dir under `output_parent`. Makes the demo model if needed. Throws tandem::Error.
+  train::TrainConfig demoConfig(const std::filesystem::path& output_parent) const;
+
+ signals:
+  void startRequested(const tandem::train::TrainConfig& config);
+
+ private:
+  const MachineInfo& machine_;
+  StudioPaths paths_;
+  train::TrainConfig base_;
+  std::optional<model::ModelSummary> summary_;
+  placement::Hardware hardware_;
+};
+
+}  // namespace tandem::ui

@@ -1,0 +1,70 @@
+#pragma once
+// The studio's main window: it assembles the pages (New fine-tune, Training, Chat, Runs), the
+// menus and shortcuts, and owns the engine adapters (training and chat controllers) and the run
+// store. Closing it during a run asks whether to stop with a checkpoint first.
+
+#include <QMainWindow>
+#include <memory>
+
+#include "engine/store/run_store.h"
+#include "ui/fine_tune_wizard.h"
+#include "ui/machine_info.h"
+#include "ui/studio_settings.h"
+
+class QTabWidget;
+
+namespace tandem::ui {
+
+class ChatController;
+class ChatPanel;
+class RunsView;
+class TrainingController;
+class TrainingDashboard;
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+
+ public:
+  enum Tab { WizardTab, TrainingTab, ChatTab, RunsTab };
+
+  MainWindow(StudioSettings settings, StudioPaths paths, QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  FineTuneWizard* wizard() const { return wizard_; }
+  TrainingDashboard* dashboard() const { return dashboard_; }
+  TrainingController* trainingController() const { return training_.get(); }
+  ChatPanel* chatPanel() const { return chat_panel_; }
+  ChatController* chatController() const { return chat_.get(); }
+  RunsView* runsView() const { return runs_; }
+  QTabWidget* tabs() const { return tabs_; }
+  store::RunStore* runStore() const { return store_.get(); }
+  const StudioSettings& settings() const { return settings_; }
+
+ public slots:
+  void showTab(int tab);
+  void startTraining(const tandem::train::TrainConfig& config);
+  void openYaml();
+  void editSettings();
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+
+ private:
+  void buildMenus();
+  void resetWizard();
+
+  StudioSettings settings_;
+  StudioPaths paths_;
+  MachineInfo machine_;
+  std::unique_ptr<store::RunStore> store_;
+  std::unique_ptr<TrainingController> training_;
+  std::unique_ptr<ChatController> chat_;
+  QTabWidget* tabs_;
+  FineTuneWizard* wizard_;
+  TrainingDashboard* dashboard_;
+  ChatPanel* chat_panel_;
+  RunsView* runs_;
+  bool close_when_stopped_ = false;
+};
+
+}  // namespace tandem::ui

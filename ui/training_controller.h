@@ -1,0 +1,73 @@
+#pragma once
+// TrainingController: the studio's adapter for one training job. runTraining runs on its own
+// std::jthread; a TrainListener on that thread re-emits each event as a queued signal, so widgets
+// only ever run on the GUI thread and the GUI never waits on the engine (DESIGN.md).
+//
+// Pause holds the training thread at the next step boundary: the trainer calls the listener
+// between optimizer steps, and the listener waits there until resume, stop or cancel. Stop ends
+// the run at a step boundary with a checkpoint (resumable); cancel ends it at the next
+// micro-batch without one. The run store records paused/resumed as status changes and events.
+
+#include <QObject>
+#include <QString>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <stop_token>
+#include <thread>
+
+#include "engine/train/train_config.h"
+#include "ui/train_point.h"
+
+namespace tandem::store {
+class RunStore;
+}
+
+namespace tandem::ui {
+
+class TrainingController : public QObject {
+  Q_OBJECT
+
+ public:
+  // `store` (may be null) must outlive the controller; the run is recorded there.
+  explicit TrainingController(store::RunStore* store, QObject* parent = nullptr);
+  ~TrainingController() override;  // cancels a running job and joins its thread
+
+  bool isRunning() const { return running_; }
+  bool isPaused() const;
+  const train::TrainConfig& config() const { return config_; }
+
+ public slots:
+  // Refused (failed signal) while a job runs.
+  void start(const tandem::train::TrainConfig& config);
+  void pause();
+  void resume();
+  void stop();    // at the end of this step, with a checkpoint
+  void cancel();  // as soon as possible, without a checkpoint
+
+ signals:
+  void started(const QString& output_dir);
+  void stepped(const tandem::ui::TrainPoint& point);
+  void checkpointed(qint64 step, const QString& dir);
+  void messaged(const QString& message);
+  void pausedChanged(bool paused);
+  void finished(const tandem::ui::TrainFinish& finish);
+
+ private:
+  class Listener;
+  friend class Listener;
+  void waitWhilePaused();  // on the training thread
+  void run(train::TrainConfig config, std::stop_token stop, std::stop_token cancel);
+
+  store::RunStore* store_;
+  train::TrainConfig config_;
+  bool running_ = false;  // GUI thread only
+  std::stop_source stop_;
+  std::stop_source cancel_;
+  mutable std::mutex pause_mutex_;
+  std::condition_variable_any pause_cv_;
+  bool paused_ = false;
+  std::jthread thread_;
+};
+
+}  // namespace tandem::ui

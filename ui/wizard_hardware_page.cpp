@@ -1,0 +1,130 @@
+// Wizard page 2: the hardware. The detected machine (GPUs with memory, CPU with the AVX-512 /
+// AMX state, NUMA nodes with RAM), the device for the dense part, and the expert engine's
+// backend and threads (the KTransformers kt_backend / kt_num_threads settings).
+
+#include <QComboBox>
+#include <QFormLayout>
+#include <QLabel>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+#include "engine/core/error.h"
+#include "engine/placement/hardware.h"
+#include "ui/error_text.h"
+#include "ui/machine_info.h"
+#include "ui/wizard_pages.h"
+
+namespace tandem::ui {
+
+namespace {
+
+int comboIndexOf(QComboBox* combo, const QString& data) {
+  const int i = combo->findData(data);
+  return i >= 0 ? i : 0;
+}
+
+}  // namespace
+
+HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
+  setTitle(tr("Hardware"));
+  setSubTitle(tr("Where the run goes: attention and dense layers on the device below, routed experts on the CPU."));
+  const MachineInfo& machine = wizard_.machine();
+  target_ = new QComboBox;
+  target_->addItem(tr("This machine"), QString());
+  for (const std::filesystem::path& file : placement::listHardwarePresets(wizard_.paths().presets / "hardware")) {
+    target_->addItem(tr("Preset: %1").arg(QString::fromStdString(file.stem().string())), QString::fromStdString(file.string()));
+  }
+  target_->setToolTip(tr("Plan for the machine the studio runs on, or for a preset in presets/hardware/ "
+                         "(the memory plan and placement then assume that machine; training still runs here)"));
+  problem_ = makeProblemLabel();
+  connect(target_, &QComboBox::currentIndexChanged, this, &HardwarePage::choosePreset);
+  machine_text_ = new QLabel(describeMachine(machine).join(QLatin1Char('\n')));
+  machine_text_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  machine_text_->setStyleSheet(QStringLiteral("font-family: monospace;"));
+  device_ = new QComboBox;
+  device_->addItem(tr("auto (first GPU, else CPU)"), QStringLiteral("auto"));
+  device_->addItem(tr("CPU only"), QStringLiteral("cpu"));
+  for (const gpu::GpuInfo& g : machine.torch.gpus) {
+    device_->addItem(QStringLiteral("cuda:%1 — %2").arg(g.index).arg(QString::fromStdString(g.name)),
+                     QStringLiteral("cuda:%1").arg(g.index));
+  }
+  device_->setToolTip(tr("device: where attention, router, shared experts and the LM head run"));
+  backend_ = new QComboBox;
+  for (const char* name : {"auto", "generic", "avx512", "avx512_bf16", "amx_bf16", "amx_int8", "onednn"}) {
+    backend_->addItem(QString::fromLatin1(name), QString::fromLatin1(name));
+  }
+  backend_->setToolTip(tr("experts_backend (KTransformers kt_backend): the CPU kernels of the routed experts; "
+                          "auto picks the best this CPU allows (%1)").arg(cpuIsaSummary(machine.cpu)));
+  threads_ = new QSpinBox;
+  threads_->setRange(0, 4096);
+  threads_->setSpecialValueText(tr("one per physical core"));
+  threads_->setToolTip(tr("expert_threads (kt_num_threads): CPU threads of the expert engine; 0 = one per core"));
+
+  device_->setObjectName(QStringLiteral("device"));
+  backend_->setObjectName(QStringLiteral("experts_backend"));
+  threads_->setObjectName(QStringLiteral("expert_threads"));
+  auto* form = new QFormLayout;
+  form->addRow(tr("&Plan for:"), target_);
+  form->addRow(tr("&Dense-part device:"), device_);
+  form->addRow(tr("&Experts backend:"), backend_);
+  form->addRow(tr("Expert &threads:"), threads_);
+  auto* layout = new QVBoxLayout(this);
+  layout->addWidget(new QLabel(tr("<b>Machine</b>")));
+  layout->addWidget(machine_text_);
+  layout->addSpacing(10);
+  layout->addLayout(form);
+  layout->addWidget(problem_);
+  layout->addStretch(1);
+}
+
+bool HardwarePage::isComplete() const { return problem_->text().isEmpty(); }
+
+void HardwarePage::choosePreset() {
+  const QString file = target_->currentData().toString();
+  try {
+    if (file.isEmpty()) {
+      wizard_.setHardware(placement::probeHardware());
+      machine_text_->setText(describeMachine(wizard_.machine()).join(QLatin1Char('\n')));
+    } else {
+      const placement::Hardware h = placement::loadHardwarePreset(file.toStdString());
+      QStringList lines;
+      for (const placement::GpuSpec& g : h.gpus) {
+        lines << tr("GPU %1  %2  %3").arg(QString::fromStdString(g.device()), QString::fromStdString(g.name), bytesText(g.total_bytes));
+      }
+      lines << tr("CPU  %1, %2 socket(s), %3 cores%4")
+                   .arg(QString::fromStdString(h.cpu.name))
+                   .arg(h.cpu.sockets)
+                   .arg(h.cpu.physical_cores)
+                   .arg(h.cpu.amx_bf16 ? tr(", AMX") : h.cpu.avx512_bf16 ? tr(", AVX-512 BF16") : QString());
+      for (const placement::NumaNodeSpec& n : h.numa_nodes) {
+        lines << tr("NUMA node %1  %2 cores  %3 RAM").arg(n.id).arg(n.cores).arg(bytesText(n.total_bytes));
+      }
+      machine_text_->setText(lines.join(QLatin1Char('\n')));
+      wizard_.setHardware(h);
+    }
+    showProblem(problem_, {});
+  } catch (const Error& e) {
+    showProblem(problem_, errorText(e));
+  }
+  emit completeChanged();
+}
+
+void HardwarePage::load(const train::TrainConfig& config) {
+  const QString device = QString::fromStdString(config.device);
+  int i = device_->findData(device);
+  if (i < 0) {
+    device_->addItem(device, device);  // e.g. cuda:3 from a config written on another machine
+    i = device_->count() - 1;
+  }
+  device_->setCurrentIndex(i);
+  backend_->setCurrentIndex(comboIndexOf(backend_, QString::fromStdString(config.experts_backend)));
+  threads_->setValue(config.expert_threads);
+}
+
+void HardwarePage::store(train::TrainConfig& config) const {
+  config.device = device_->currentData().toString().toStdString();
+  config.experts_backend = backend_->currentData().toString().toStdString();
+  config.expert_threads = threads_->value();
+}
+
+}  // namespace tandem::ui

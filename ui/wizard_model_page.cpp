@@ -1,0 +1,172 @@
+// Wizard page 1: the base model. A Hugging Face folder is inspected as `tandem inspect` does
+// (config.json and safetensors headers, no tensor data), and a badge says whether its weights fit
+// this machine's RAM and GPU memory together.
+
+#include <QApplication>
+#include <QLabel>
+#include <QLayout>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QTimer>
+#include <QVBoxLayout>
+
+#include "engine/core/error.h"
+#include "engine/core/units.h"
+#include "ui/error_text.h"
+#include "ui/machine_info.h"
+#include "ui/path_field.h"
+#include "ui/wizard_pages.h"
+
+namespace tandem::ui {
+
+QLabel* makeProblemLabel() {
+  auto* label = new QLabel;
+  label->setWordWrap(true);
+  label->setTextFormat(Qt::PlainText);
+  label->setStyleSheet(QStringLiteral("color: #b00020; font-weight: bold;"));
+  label->setVisible(false);
+  return label;
+}
+
+QLabel* buddyLabel(const QString& text, QWidget* buddy) {
+  auto* label = new QLabel(text);
+  label->setBuddy(buddy);
+  return label;
+}
+
+void showProblem(QLabel* label, const QString& problem) {
+  label->setText(problem);
+  label->setVisible(!problem.isEmpty());
+}
+
+namespace {
+
+QString summaryHtml(const model::ModelSummary& s) {
+  const io::ModelConfig& c = s.config;
+  QString dtypes;
+  for (const auto& [dtype, count] : s.dtype_parameters) {
+    dtypes += QStringLiteral("%1%2 %3").arg(dtypes.isEmpty() ? "" : ", ", QString::fromStdString(dtype),
+                                            QString::fromStdString(formatCount(static_cast<uint64_t>(count))));
+  }
+  QString experts = QObject::tr("dense (no experts)");
+  if (c.isMoe()) {
+    experts = QObject::tr("%1 routed experts, %2 per token, in %3 of %4 layers")
+                  .arg(c.num_experts)
+                  .arg(c.num_experts_per_tok)
+                  .arg(s.num_moe_layers)
+                  .arg(s.num_layers);
+  }
+  auto row = [](const QString& k, const QString& v) {
+    return QStringLiteral("<tr><td style='padding-right:14px'><b>%1</b></td><td>%2</td></tr>").arg(k, v.toHtmlEscaped());
+  };
+  return QStringLiteral("<table>") +
+         row(QObject::tr("Architecture"), QString::fromStdString(std::string(io::architectureName(c.architecture)))) +
+         row(QObject::tr("Parameters"), QObject::tr("%1 total, %2 active per token")
+                                            .arg(QString::fromStdString(formatCount(static_cast<uint64_t>(s.parameters.total()))),
+                                                 QString::fromStdString(formatCount(static_cast<uint64_t>(s.active_parameters))))) +
+         row(QObject::tr("Experts"), experts) +
+         row(QObject::tr("Layers"), QObject::tr("%1, hidden size %2, vocabulary %3")
+                                        .arg(c.num_hidden_layers).arg(c.hidden_size).arg(c.vocab_size)) +
+         row(QObject::tr("Weights dtype"), dtypes) +
+         row(QObject::tr("Size on disk"), QObject::tr("%1 in %2 file(s), %3 tensors")
+                                              .arg(bytesText(s.bytes_on_disk)).arg(s.num_files).arg(s.num_tensors)) +
+         QStringLiteral("</table>");
+}
+
+}  // namespace
+
+ModelPage::ModelPage(FineTuneWizard& wizard) : wizard_(wizard) {
+  setTitle(tr("Base model"));
+  setSubTitle(tr("A Hugging Face model folder (config.json, tokenizer.json and *.safetensors)."));
+  path_ = new QLineEdit;
+  path_->setPlaceholderText(tr("/path/to/Qwen3-30B-A3B"));
+  path_->setAccessibleName(tr("Model folder"));
+  auto* demo = new QPushButton(tr("Use the &demo model"));
+  demo->setToolTip(tr("A small random Qwen3-MoE made on this machine (no download), as `tandem demo` uses"));
+  QWidget* row = pathField(path_, PathKind::Folder, tr("Model folder"), {}, tr("&Browse…"));
+  row->layout()->addWidget(demo);
+  summary_ = new QLabel;
+  summary_->setTextFormat(Qt::RichText);
+  summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  badge_ = new QLabel;
+  badge_->setTextFormat(Qt::RichText);
+  problem_ = makeProblemLabel();
+  auto* layout = new QVBoxLayout(this);
+  auto* label = new QLabel(tr("&Model folder:"));
+  label->setBuddy(path_);
+  layout->addWidget(label);
+  layout->addWidget(row);
+  layout->addWidget(problem_);
+  layout->addSpacing(8);
+  layout->addWidget(summary_);
+  layout->addWidget(badge_);
+  layout->addStretch(1);
+
+  path_->setObjectName(QStringLiteral("model_name_or_path"));
+  debounce_ = new QTimer(this);
+  debounce_->setSingleShot(true);
+  debounce_->setInterval(250);
+  connect(debounce_, &QTimer::timeout, this, &ModelPage::inspect);
+  connect(path_, &QLineEdit::textChanged, debounce_, qOverload<>(&QTimer::start));
+  connect(demo, &QPushButton::clicked, this, &ModelPage::useDemoModel);
+}
+
+void ModelPage::load(const train::TrainConfig& config) {
+  path_->setText(QString::fromStdString(config.model_name_or_path));
+  inspect();
+}
+
+void ModelPage::store(train::TrainConfig& config) const { config.model_name_or_path = path_->text().trimmed().toStdString(); }
+
+void ModelPage::useDemoModel() {
+  QApplication::setOverrideCursor(Qt::WaitCursor);
+  try {
+    const train::TrainConfig demo = wizard_.demoConfig(wizard_.paths().demo_workdir);
+    path_->setText(QString::fromStdString(demo.model_name_or_path));
+  } catch (const Error& e) {
+    showProblem(problem_, errorText(e));
+  }
+  QApplication::restoreOverrideCursor();
+}
+
+void ModelPage::inspect() {
+  debounce_->stop();
+  const QString text = path_->text().trimmed();
+  ok_ = false;
+  summary_->clear();
+  badge_->clear();
+  wizard_.setModelSummary(std::nullopt);
+  if (text.isEmpty()) {
+    showProblem(problem_, {});  // nothing chosen yet is not an error; Next stays disabled
+  } else if (text.endsWith(QStringLiteral(".gguf"), Qt::CaseInsensitive)) {
+    showProblem(problem_, tr("GGUF files cannot be fine-tuned by this build yet (the engine reads safetensors only).\n"
+                             "→ pick the Hugging Face folder of the same model."));
+  } else {
+    try {
+      const model::ModelSummary s = model::summarizeModel(text.toStdString());
+      summary_->setText(summaryHtml(s));
+      wizard_.setModelSummary(s);
+      QString verdict;
+      bool fits = false;
+      try {
+        const std::optional<placement::MemoryPlan> plan = wizard_.plan();
+        fits = plan && plan->fits;
+        verdict = plan && !plan->problems.empty() ? QString::fromStdString(plan->problems.front()) : QString();
+      } catch (const Error& e) {
+        verdict = errorText(e);
+      }
+      badge_->setText(
+          QStringLiteral("<span style='background:%1;color:white'>&nbsp;%2&nbsp;</span> %3")
+              .arg(fits ? "#1b7f3b" : "#b00020", fits ? tr("fits") : tr("does not fit"),
+                   tr("%1 with the current settings (memory planner). %2")
+                       .arg(QString::fromStdString(wizard_.hardware().name).toHtmlEscaped(), verdict.toHtmlEscaped())));
+      showProblem(problem_, {});
+      ok_ = true;
+    } catch (const Error& e) {
+      showProblem(problem_, errorText(e));
+    }
+  }
+  emit completeChanged();
+}
+
+}  // namespace tandem::ui
