@@ -17,7 +17,7 @@ namespace {
 // testdata/qwen2_small: a Qwen2-style tokenizer (NFC + Qwen2 split regex + ByteLevel, 700 tokens,
 // "a b" merges, <|endoftext|> <|im_start|> <|im_end|> special, <tool_call> </tool_call> not)
 // written by tests/parity/tokenizer_fixtures.py build_qwen2(vocab_size=700).
-const std::filesystem::path kQwenDir = std::filesystem::path(__FILE__).parent_path() / "testdata" / "qwen2_small";
+const std::filesystem::path kQwenDir = std::filesystem::path(TANDEM_IO_TESTDATA_DIR) / "qwen2_small";
 
 std::string readText(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
