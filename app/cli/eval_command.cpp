@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <thread>
 
 #include "app/cli/commands.h"
@@ -98,28 +99,54 @@ infer::BatchEvalResult runInForeground(int64_t total, const infer::PredictFn& pr
   return result;
 }
 
-// One run of kind eval: its step row holds the scores (extra_json), the step being the number of
-// samples scored.
-void recordInStore(const EvalOptions& options, const std::string& model, const std::string& dataset,
-                   const infer::BatchEvalResult& result) {
-  if (options.no_store) return;
-  store::RunStore store =
-      store::RunStore::open(options.db.empty() ? store::RunStore::defaultPath() : fs::path(options.db));
-  store::NewRun run;
-  run.kind = store::RunKind::Eval;
-  run.name = "eval " + fs::path(dataset).filename().string();
-  run.model = model;
-  run.dataset = dataset;
-  run.output_dir = fs::absolute(options.output_dir);
-  run.total_steps = result.total;
-  const int64_t id = store.createRun(run);
-  store::StepMetrics metrics;
-  metrics.step = result.samples;
-  metrics.loss = std::nan("");
-  metrics.elapsed_s = result.runtime_s;
-  metrics.extra_json = result.results.dump();
-  store.recordStep(id, metrics);
-  store.setStatus(id, result.stopped ? store::RunStatus::Stopped : store::RunStatus::Completed);
+// The evaluation as a run of kind eval: created (running) before the first sample, so that
+// `tandem runs` shows it live and its duration; at the end its one step row holds the scores
+// (extra_json), the step being the number of samples scored.
+class EvalRunRecord {
+ public:
+  EvalRunRecord(const EvalOptions& options, const std::string& model, const std::string& dataset, int64_t total) {
+    if (options.no_store) return;
+    store_.emplace(store::RunStore::open(options.db.empty() ? store::RunStore::defaultPath() : fs::path(options.db)));
+    store::NewRun run;
+    run.kind = store::RunKind::Eval;
+    run.name = "eval " + fs::path(dataset).filename().string();
+    run.model = model;
+    run.dataset = dataset;
+    run.output_dir = fs::absolute(options.output_dir);
+    run.total_steps = total;
+    id_ = store_->createRun(run);
+  }
+
+  void finish(const infer::BatchEvalResult& result) {
+    if (!store_) return;
+    store::StepMetrics metrics;
+    metrics.step = result.samples;
+    metrics.loss = std::nan("");  // stored as NULL: an evaluation has no training loss
+    metrics.elapsed_s = result.runtime_s;
+    metrics.extra_json = result.results.dump();
+    store_->recordStep(id_, metrics);
+    store_->setStatus(id_, result.stopped ? store::RunStatus::Stopped : store::RunStatus::Completed);
+  }
+
+  void fail(const std::string& error) {
+    if (store_) store_->setStatus(id_, store::RunStatus::Failed, error);
+  }
+
+ private:
+  std::optional<store::RunStore> store_;
+  int64_t id_ = 0;
+};
+
+infer::BatchEvalResult runRecorded(EvalRunRecord& record, int64_t total, const infer::PredictFn& predict,
+                                   const infer::BatchEvalSettings& settings) {
+  try {
+    infer::BatchEvalResult result = runInForeground(total, predict, settings);
+    record.finish(result);
+    return result;
+  } catch (const std::exception& e) {
+    record.fail(e.what());
+    throw;
+  }
 }
 
 void printResults(const infer::BatchEvalResult& result, const fs::path& output_dir) {
@@ -165,8 +192,9 @@ void scorePredictionsFile(EvalOptions options) {
   settings.write_predictions = false;
   settings.bad_rows = file.bad_rows;
   const auto predict = [&](int64_t index, std::stop_token) { return file.rows[static_cast<size_t>(index)]; };
-  const infer::BatchEvalResult result = runInForeground(static_cast<int64_t>(file.rows.size()), predict, settings);
-  recordInStore(options, "", options.predictions, result);
+  const auto total = static_cast<int64_t>(file.rows.size());
+  EvalRunRecord record(options, "", options.predictions, total);
+  const infer::BatchEvalResult result = runRecorded(record, total, predict, settings);
   printResults(result, options.output_dir);
 }
 
@@ -181,8 +209,8 @@ void generateAndScore(EvalOptions options) {
   settings.jieba_dir = resourcesDir() / "jieba";
   settings.choice_letters = options.choices;
   settings.bad_rows = prepared.bad_rows;
-  const infer::BatchEvalResult result = runInForeground(prepared.samples, prepared.predict, settings);
-  recordInStore(options, options.generate.model, options.generate.dataset, result);
+  EvalRunRecord record(options, options.generate.model, options.generate.dataset, prepared.samples);
+  const infer::BatchEvalResult result = runRecorded(record, prepared.samples, prepared.predict, settings);
   std::printf("predictions: %s\n", (fs::path(options.output_dir) / "generated_predictions.jsonl").string().c_str());
   printResults(result, options.output_dir);
 }

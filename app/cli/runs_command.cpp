@@ -119,6 +119,7 @@ nlohmann::json runJson(const RunRecord& r, double now_s, bool with_config) {
       {"duration_s", r.durationS(now_s)},
       {"total_steps", r.total_steps},
       {"last_step", r.last_step ? nlohmann::json(*r.last_step) : nlohmann::json(nullptr)},
+      {"kind", store::runKindName(r.kind)},
       {"final_loss", optionalJson(r.final_loss)},
       {"error", r.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.error)},
   };
@@ -176,7 +177,8 @@ void listRuns(const RunsOptions& opts) {
     const RunRecord& r = runs[i];
     rows.push_back({std::to_string(r.id), std::string(store::runStatusName(r.status)),
                     shorten(r.model, kTextColumnMax), shorten(r.dataset, kTextColumnMax),
-                    formatSteps(r), formatLoss(r.final_loss), formatDuration(r.durationS(now)),
+                    formatSteps(r), r.kind == store::RunKind::Eval ? "(eval)" : formatLoss(r.final_loss),
+                    formatDuration(r.durationS(now)),
                     r.output_dir.empty() ? "-" : r.output_dir.string()});
   }
   printTable(rows);

@@ -75,6 +75,8 @@ def test_eval_writes_llamafactory_files_that_the_references_rescore(demo, tmp_pa
     extra = db.execute("SELECT extra_json FROM metrics m JOIN runs r ON r.id = m.run_id "
                        "WHERE r.output_dir = ?", (str((tmp_path / "tuned").resolve()),)).fetchone()[0]
     assert json.loads(extra)["predict_bleu-4"] == results["predict_bleu-4"]
+    listed = json.loads(run(["runs", "--json"], demo["home"]).stdout)
+    assert sum(r["kind"] == "eval" for r in listed) == 2 and any(r["kind"] == "train" for r in listed)
 
 
 def test_ctrl_c_writes_the_samples_done_so_far(demo, tmp_path):
