@@ -14,10 +14,12 @@
 #include "engine/core/log.h"
 #include "engine/core/thread_pool.h"
 #include "engine/gpu/causal_lm.h"
+#include "engine/gpu/device_map.h"
 #include "engine/gpu/peft_adapter.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/tokenizer.h"
 #include "engine/model/lora_target.h"
+#include "engine/placement/placement.h"
 #include "engine/store/run_store.h"
 #include "engine/train/chat_template.h"
 #include "engine/train/dataset.h"
@@ -186,16 +188,26 @@ class StoreListener : public TrainListener {
 
 // The planner's verdict on this machine, before anything is loaded: a run that cannot fit is
 // refused with the planner's advice instead of dying at step 0 (or hour 3).
-void refuseWhenItCannotFit(const TrainConfig& config, const io::ModelConfig& model_config) {
+placement::MemoryPlan refuseWhenItCannotFit(const TrainConfig& config, const io::ModelConfig& model_config) {
   placement::Hardware hardware = placement::probeHardware();
   if (config.device == "cpu") hardware.gpus.clear();
-  const placement::MemoryPlan plan = planTraining(config, model_config, hardware);
-  if (plan.fits) return;
+  placement::MemoryPlan plan = planTraining(config, model_config, hardware);
+  if (plan.fits) return plan;
   std::string problems, advice;
   for (const std::string& p : plan.problems) problems += (problems.empty() ? "" : "; ") + p;
   for (const std::string& a : plan.advice) advice += (advice.empty() ? "" : "; ") + a;
   throw Error("the memory planner says this run does not fit this machine (" + problems + ")",
               advice + (advice.empty() ? "" : "; ") + "`tandem plan CONFIG.yaml` shows the whole plan");
+}
+
+// A kt_optimize_rule file decides where the layers run (explicit layer_devices win over it).
+void applyRulePlacement(const placement::RuntimePlacement& runtime, gpu::ModelOptions& options) {
+  options.device = gpu::parseDevice(runtime.embed_device);
+  options.layer_devices.clear();
+  for (const std::string& device : runtime.layer_devices) options.layer_devices.push_back(gpu::parseDevice(device));
+  options.head_device = gpu::parseDevice(runtime.head_device);
+  options.experts = gpu::parseExpertsMode(runtime.experts_mode);
+  if (!runtime.experts_backend.empty()) options.experts_backend = runtime.experts_backend;
 }
 
 }  // namespace
@@ -211,7 +223,7 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   }
   // 1. Everything that can be wrong with the inputs, before any file is written.
   const io::ModelConfig model_config = io::readModelConfig(model_dir);
-  refuseWhenItCannotFit(config, model_config);
+  const placement::MemoryPlan memory_plan = refuseWhenItCannotFit(config, model_config);
   const io::Tokenizer tokenizer = io::Tokenizer::load(model_dir);
   if (config.template_name.empty()) {
     throw Error("no template given", "set template: (e.g. qwen3, qwen3_nothink, llama3, deepseek3)");
@@ -246,6 +258,9 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   }
   options.experts = gpu::parseExpertsMode(config.experts_mode);
   options.experts_backend = expertsBackend(config.experts_backend);
+  if (!config.placement_rule.empty() && config.layer_devices.empty()) {
+    applyRulePlacement(placement::toRuntimePlacement(memory_plan.placement), options);
+  }
   options.gradient_checkpointing = config.gradient_checkpointing;
   options.loss_chunk_tokens = config.loss_chunk_tokens;
   ThreadPool& pool = ThreadPool::global();
