@@ -203,7 +203,7 @@ void runGenerate(const GenerateOptions& o) {
   gpu::setTorchThreads(o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   gpu::ModelOptions options;
   options.dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
-  options.device = parseDevice(o.device);
+  options.device = gpu::parseDevice(o.device);
   options.experts_backend = o.experts_backend;
   auto model = gpu::CausalLm::load(o.model, options, nullptr, ThreadPool::global());
   infer::AdapterSet adapters(*model);
