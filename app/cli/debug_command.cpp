@@ -150,7 +150,7 @@ void addVariant(CLI::App& debug, const char* name, const char* help, bool gradie
   command->add_option("--out", o->out, "output .safetensors")->required();
   command->add_option("--dtype", o->dtype, "fp32 or bf16")->capture_default_str();
   command->add_option("--device", o->device, "cpu or cuda:N for the dense parts")->capture_default_str();
-  command->add_option("--experts-backend", o->experts_backend, "auto, generic or avx512")->capture_default_str();
+  command->add_option("--experts-backend", o->experts_backend, "auto, generic, avx512, avx512_bf16, amx_bf16, amx_int8 or onednn")->capture_default_str();
   command->add_flag("--gradient-checkpointing", o->gradient_checkpointing, "recompute each layer in backward");
   command->add_option("--loss-chunk-tokens", o->loss_chunk_tokens, "logit rows per loss chunk")->capture_default_str();
   command->callback([o, gradients] { runDebug(*o, gradients); });
