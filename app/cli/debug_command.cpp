@@ -148,7 +148,7 @@ void addVariant(CLI::App& debug, const char* name, const char* help, bool gradie
   command->add_option("--out", o->out, "output .safetensors")->required();
   command->add_option("--dtype", o->dtype, "fp32 or bf16")->capture_default_str();
   command->add_option("--device", o->device, "cpu or cuda:N for the dense parts")->capture_default_str();
-  command->add_option("--experts-backend", o->experts_backend, "auto, generic or avx512")->capture_default_str();
+  command->add_option("--experts-backend", o->experts_backend, "auto, generic, avx512, avx512_bf16, amx_bf16, amx_int8 or onednn")->capture_default_str();
   command->add_option("--layer-devices", o->layer_devices,
                       "decoder layers per device, e.g. cuda:0:0-13,cuda:1:14-27 (others: --device)");
   command->add_option("--head-device", o->head_device, "final norm and lm_head (default: the last layer's)");

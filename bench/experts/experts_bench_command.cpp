@@ -134,7 +134,29 @@ void runExpertsBench(ExpertsBenchArgs args) {
   for (const int64_t t : args.tokens) {
     if (t <= 0) throw Error("bench: --tokens must be positive, got " + std::to_string(t));
   }
+  for (const auto& name : args.backends) {
+    const std::vector<std::string> known = {"amx_bf16", "amx_int8", "avx512_bf16", "onednn",
+                                            "avx512",   "generic",  "libtorch_loop"};
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      throw Error("bench: unknown backend '" + name + "'",
+                  "use amx_bf16, amx_int8, avx512_bf16, onednn, avx512, generic or libtorch_loop");
+    }
+  }
+  for (const auto& name : args.dtypes) {
+    if (name != "bf16" && name != "int8" && name != "fp8") {
+      throw Error("bench: unknown dtype '" + name + "'", "use bf16, int8 or fp8");
+    }
+  }
   const std::vector<experts::BenchLayerConfig> configs = layerConfigs(args);
+  for (const auto& name : args.backends) {
+    const bool timed = name == "libtorch_loop" ||
+                       std::any_of(configs.begin(), configs.end(),
+                                   [&](const experts::BenchLayerConfig& c) { return c.backend == name; });
+    if (!timed) {
+      std::fprintf(stderr, "bench experts: skipping %s (not available on this machine for the dtypes asked)\n",
+                   name.c_str());
+    }
+  }
   const bool with_libtorch = args.backends.empty() ||
                              std::find(args.backends.begin(), args.backends.end(), "libtorch_loop") !=
                                  args.backends.end();

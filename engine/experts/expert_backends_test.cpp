@@ -90,6 +90,17 @@ TEST(ExpertBackends, AutoPicksTheBestAndGenericAlwaysWorks) {
   }
 }
 
+TEST(ExpertBackends, AutoNeverRoundsF32Weights) {
+  ProblemSpec spec;
+  spec.weight_type = WeightType::F32;
+  const std::string fp32_best = cpuFeatures().canUseAvx512() ? "avx512" : "generic";
+  EXPECT_EQ(testing::makeLayer(testing::makeProblem(spec), "auto", testPool())->backendName(),
+            fp32_best);
+  spec.weight_type = WeightType::BF16;
+  EXPECT_EQ(testing::makeLayer(testing::makeProblem(spec), "auto", testPool())->backendName(),
+            kernels::availableGemmBackends(cpuFeatures(), WeightFormat::Bf16).front());
+}
+
 TEST(ExpertBackends, Avx512UnderAGenericCapIsAnError) {
   const CpuFeatures capped = detectCpuFeatures(IsaLevel::Generic);
   EXPECT_EQ(kernels::availableGemmBackends(capped, WeightFormat::Bf16),

@@ -68,6 +68,8 @@ std::unique_ptr<ExpertLayer> ExpertLayer::create(const ExpertLayerSpec& spec,
                                                  std::string_view backend, ThreadPool& pool) {
   ExpertLayerOptions options;
   options.backend = std::string(backend);
+  // amx_int8 is an int8 backend only: naming it (kt_backend: amx_int8) asks for int8 weights.
+  if (backend == "amx_int8") options.format = WeightFormat::Int8;
   return create(spec, std::move(weights), lora, options, pool);
 }
 
@@ -83,8 +85,15 @@ std::unique_ptr<ExpertLayer> ExpertLayer::create(const ExpertLayerSpec& spec,
   }
   validateWeights(spec, weights);
   if (lora.rank < 0) throw Error("expert LoRA rank must not be negative");
+  // "auto" never lowers the checkpoint's precision: f32 / f16 weights in the bf16 format stay on
+  // the fp32 backends, which read them as they are (a bf16 pack would round them).
+  std::string backend = options.backend;
+  const bool wider_than_bf16 = weights.type == WeightType::F32 || weights.type == WeightType::F16;
+  if (backend == "auto" && options.format == WeightFormat::Bf16 && wider_than_bf16) {
+    backend = cpuFeatures().canUseAvx512() && kernels::avx512Gemm() ? "avx512" : "generic";
+  }
   const kernels::GemmBackend& gemm =
-      kernels::selectGemmBackend(options.backend, options.format, cpuFeatures());
+      kernels::selectGemmBackend(backend, options.format, cpuFeatures());
   const kernels::ExpertKernels& table = kernels::loraKernels(gemm.name(), cpuFeatures());
   return std::unique_ptr<ExpertLayer>(
       new ExpertLayer(spec, std::move(weights), lora, options, gemm, table, pool));

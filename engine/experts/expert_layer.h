@@ -36,7 +36,8 @@ class ThreadPool;
 namespace tandem::experts {
 
 struct ExpertLayerOptions {
-  // "auto" (best for this CPU and format), "generic", "avx512", "avx512_bf16", "amx_bf16",
+  // "auto" (best for this CPU and format; for f32 / f16 weights in the bf16 format the best fp32
+  // backend, so auto never rounds the weights), "generic", "avx512", "avx512_bf16", "amx_bf16",
   // "amx_int8", "onednn"; an unavailable one is an Error naming those available.
   std::string backend = "auto";
   WeightFormat format = WeightFormat::Bf16;
@@ -51,7 +52,7 @@ class ExpertLayer {
                                              ExpertWeightViews weights,
                                              const ExpertLoraSpec& lora,
                                              const ExpertLayerOptions& options, ThreadPool& pool);
-  // Bf16 format, persistent Wᵀ, the named backend.
+  // Persistent Wᵀ, the named backend, bf16 format (int8 for "amx_int8").
   static std::unique_ptr<ExpertLayer> create(const ExpertLayerSpec& spec,
                                              ExpertWeightViews weights,
                                              const ExpertLoraSpec& lora,

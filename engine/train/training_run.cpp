@@ -50,11 +50,12 @@ at::Device pickDevice(const std::string& device) {
   }
 }
 
-// The expert engine has generic and avx512 kernels today; the AMX and oneDNN backends of the
-// config fall back to the best available one until they land, and say so.
+// Every backend the expert engine has passes through (ExpertLayer says which this CPU can run);
+// other names from KTransformers configs fall back to the best available one, and say so.
 std::string expertsBackend(const std::string& requested) {
-  if (requested == "auto" || requested == "generic" || requested == "avx512") return requested;
-  if (requested == "avx512_bf16") return "avx512";
+  for (const char* built : {"auto", "generic", "avx512", "avx512_bf16", "amx_bf16", "amx_int8", "onednn"}) {
+    if (requested == built) return requested;
+  }
   logWarn() << "experts backend '" << requested << "' is not built yet; using the best available";
   return "auto";
 }
