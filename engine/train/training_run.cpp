@@ -208,7 +208,7 @@ void applyRulePlacement(const placement::RuntimePlacement& runtime, gpu::ModelOp
   for (const std::string& device : runtime.layer_devices) options.layer_devices.push_back(gpu::parseDevice(device));
   options.head_device = gpu::parseDevice(runtime.head_device);
   options.experts = gpu::parseExpertsMode(runtime.experts_mode);
-  if (!runtime.experts_backend.empty()) options.experts_backend = runtime.experts_backend;
+  if (!runtime.experts_backend.empty()) options.experts_backend = expertsBackend(runtime.experts_backend);
 }
 
 }  // namespace
