@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/util/Exception.h>
 
@@ -110,6 +111,9 @@ void resetGpuMemoryPeak(int index) {
 }
 
 void capGpuMemory(int index, uint64_t bytes) {
+  // The caching allocator exists only once libtorch has initialised CUDA (python's
+  // set_per_process_memory_fraction does the same lazy init first).
+  at::empty({1}, at::TensorOptions().device(at::kCUDA, static_cast<c10::DeviceIndex>(index)));
   size_t free_bytes = 0, total_bytes = 0;
   if (cudaSetDevice(index) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
     cudaGetLastError();
