@@ -18,7 +18,7 @@ debian_packages=(
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers
   libyaml-cpp-dev libsqlite3-dev libpcre2-dev nlohmann-json3-dev libnuma-dev libcpp-httplib-dev libcli11-dev
   libgtest-dev xvfb xauth imagemagick
-  libqt6svg6
+  libqt6svg6 zlib1g-dev
 )
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
