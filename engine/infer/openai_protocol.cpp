@@ -134,6 +134,11 @@ std::vector<ChatMessage> parseMessages(const json& body) {
     }
   }
   if (messages.size() == first) invalid("messages", "'messages' needs a user message to answer.", "invalid_value");
+  if ((messages.size() - first) % 2 == 0) {
+    invalid("messages[" + std::to_string(messages.size() - 1) + "].role",
+            "The last message must be a user or tool message for the model to answer, not the assistant's.",
+            "invalid_value");
+  }
   return messages;
 }
 

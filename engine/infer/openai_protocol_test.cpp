@@ -86,6 +86,8 @@ TEST(OpenAiProtocol, MissingAndWronglyTypedFieldsNameTheParam) {
        "messages[0].content[0].type", "unsupported"},
       {R"({"model": "base", "messages": [{"role": "assistant", "content": "hi"}]})", "messages[0].role", "invalid_value"},
       {R"({"model": "base", "messages": [{"role": "system", "content": "s"}]})", "messages", "invalid_value"},
+      {R"({"model": "base", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})",
+       "messages[2].role", "invalid_value"},
       {R"({"model": "base", "messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]})",
        "messages[1].role", "invalid_value"},
       {withMessages(R"(, "stream": "yes")"), "stream", "invalid_type"},
