@@ -1,22 +1,15 @@
 // tandem: the command-line face of the engine. Subcommands live in *_command.cpp.
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 
 #include "app/cli/commands.h"
 #include "engine/core/error.h"
+#include "engine/core/openmp_policy.h"
 
 int main(int argc, char** argv) {
-  // libtorch's OpenMP workers busy-wait after each parallel region by default and starve the CPU
-  // expert engine's threads (decode was 5x slower on 2 cores, docs/benchmarks.md). libgomp reads
-  // its wait policy only when it loads, so set it and start again once; OMP_WAIT_POLICY given by
-  // the user is kept.
-  if (!std::getenv("OMP_WAIT_POLICY") && ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0) {
-    ::execv("/proc/self/exe", argv);  // returns only on failure: then run with the default policy
-  }
+  tandem::restartWithPassiveOpenMpWait(argv);
   CLI::App app{"Tandem: LoRA fine-tuning of huge MoE models by CPU/GPU co-computation", "tandem"};
   app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION);
   app.require_subcommand(1);
