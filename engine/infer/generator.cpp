@@ -9,6 +9,7 @@
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
 #include "engine/gpu/causal_lm.h"
+#include "engine/gpu/device_map.h"
 #include "engine/infer/adapter_set.h"
 #include "engine/infer/generate.h"
 #include "engine/infer/text_stream.h"
@@ -36,17 +37,6 @@ at::ScalarType parseDtype(const std::string& dtype) {
   if (dtype == "fp32" || dtype == "float32") return at::kFloat;
   if (dtype == "bf16" || dtype == "bfloat16") return at::kBFloat16;
   throw Error("dtype '" + dtype + "' is not supported for generation", "use fp32 or bf16");
-}
-
-at::Device parseDevice(const std::string& text) {
-  std::optional<at::Device> device;
-  try {
-    device.emplace(text);
-  } catch (const c10::Error&) {
-    throw Error("device '" + text + "' is not a device", "use cpu or cuda:N");
-  }
-  if (device->is_cuda() && !at::hasCUDA()) throw Error("device " + text + ": no usable CUDA device", "use cpu");
-  return *device;
 }
 
 // LLaMA-Factory's usual template for each model family (its README's model table).
@@ -127,7 +117,7 @@ std::unique_ptr<Generator> Generator::load(const fs::path& model_dir, const Gene
                                            ThreadPool& pool) {
   gpu::ModelOptions model_options;
   model_options.dtype = parseDtype(options.dtype);
-  model_options.device = parseDevice(options.device);
+  model_options.device = gpu::parseDevice(options.device);
   model_options.experts_backend = options.experts_backend;
   const io::ModelConfig config = io::readModelConfig(model_dir);
   io::Tokenizer tokenizer = io::Tokenizer::load(model_dir);
