@@ -87,11 +87,12 @@ PreparedChat ModelChatBackend::prepare(const openai::ChatRequest& request) const
 ChatResult ModelChatBackend::generate(const PreparedChat& chat, const TextSink& on_text, std::stop_token stop) {
   std::stop_source halt;  // the client left (on_text said so) or the server is stopping
   std::stop_callback forward(stop, [&halt] { halt.request_stop(); });
-  ChatRequest request;
+  // prepare() already rendered the messages (to check the context): feed those ids as they are.
+  TokenRequest request;
   request.adapter = chat.request.model;
-  request.messages = toMessages(chat.request);
+  request.prompt = chat.prompt_ids;
   request.settings = settingsFor(chat.request, chat.max_new_tokens);
-  const GenerationResult generated = generator_->chat(
+  const GenerationResult generated = generator_->generate(
       request,
       [&](const GenerationDelta& delta) {
         if (!delta.text.empty() && !halt.stop_requested() && !on_text(delta.text)) halt.request_stop();
