@@ -4,7 +4,8 @@ transformers + PEFT fully on the GPU, one run, random weights of real model shap
 docs/benchmarks.md).
 
     python bench/e2e_train_bench.py --bench build/bin/tandem_e2e_bench [--models v2-lite,qwen3-30b-a3b]
-        [--layers 0] [--tokens 2048] [--steps 3] [--gpu-cap-gib 24] [--out result.json]
+        [--layers 0] [--tokens 2048] [--steps 3] [--gpu-cap-gib 24] [--gradient-checkpointing]
+        [--out result.json]
 
 Per model shape (config.json written below from the published configs; weights built in memory):
 1. Tandem, routed experts on the CPU expert engine, dense parts on cuda:0, capped at --gpu-cap-gib
@@ -69,6 +70,8 @@ def run_tandem(bench, config_dir, experts, args, targets):
            "--lora-rank", "8", "--lora-alpha", "16", "--lora-target", ",".join(targets)]
     if args.layers:
         cmd += ["--layers", str(args.layers)]
+    if args.gradient_checkpointing:
+        cmd += ["--gradient-checkpointing"]
     start = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     if proc.returncode != 0:
@@ -97,6 +100,8 @@ def run_hf(name, args, targets):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     build_s = time.time() - start
     model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=targets, lora_dropout=0.0))
+    if args.gradient_checkpointing:  # what LLaMA-Factory turns on by default
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-4)
@@ -118,6 +123,7 @@ def run_hf(name, args, targets):
         if step > 0:
             timed += dt
     result = {"layers": config.num_hidden_layers, "build_s": build_s, "steps": steps,
+              "gradient_checkpointing": args.gradient_checkpointing,
               "tokens_per_s": args.tokens * (args.steps - 1) / timed if args.steps > 1 else 0.0,
               "peak_gpu_gib": torch.cuda.max_memory_allocated() / GIB,
               "peak_gpu_reserved_gib": torch.cuda.max_memory_reserved() / GIB,
@@ -139,6 +145,8 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--gpu-cap-gib", type=float, default=24.0)
     parser.add_argument("--modes", default="co,offload,hf")
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="recompute each layer in backward, in all three set-ups")
     parser.add_argument("--timeout", type=int, default=900)
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
