@@ -160,13 +160,16 @@ def main():
             r = {}
             if "co" in modes:
                 r["tandem_co"] = run_tandem(args.bench, config_dir, "cpu", args, ATTENTION_TARGETS[name])
+                print(json.dumps({name: {"tandem_co": r["tandem_co"]}}), file=sys.stderr, flush=True)
             if "offload" in modes:
                 r["tandem_offload"] = run_tandem(args.bench, config_dir, "gpu-offload", args, ATTENTION_TARGETS[name])
+                print(json.dumps({name: {"tandem_offload": r["tandem_offload"]}}), file=sys.stderr, flush=True)
             if "hf" in modes:
                 try:
                     r["hf_peft"] = run_hf(name, args, ATTENTION_TARGETS[name])
                 except Exception as e:  # noqa: BLE001 - an OOM or a missing architecture is a result too
                     r["hf_peft"] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+                print(json.dumps({name: {"hf_peft": r["hf_peft"]}}), file=sys.stderr, flush=True)
             co, off, hf = r.get("tandem_co", {}), r.get("tandem_offload", {}), r.get("hf_peft", {})
             if co.get("tokens_per_s") and off.get("tokens_per_s"):
                 r["co_over_offload_tokens_per_s"] = co["tokens_per_s"] / off["tokens_per_s"]
