@@ -21,8 +21,11 @@ constexpr uint64_t kGpuContextBytes = kGiB;
 constexpr uint64_t kHostProcessBytes = 2 * kGiB;
 
 bool isGpu(const std::string& device) { return device.starts_with("cuda:"); }
+// Backends that repack every expert into their own layout at load (engine/experts/kernels):
+// the forward pack and the backward's Wᵀ pack are copies beside the stored weights. generic and
+// avx512 read bf16/f16/f32 weights where they lie (zero-copy views, both directions).
 bool packsWeights(const std::string& backend) {
-  return backend == "amx_bf16" || backend == "amx_int8" || backend == "onednn";
+  return backend == "amx_bf16" || backend == "amx_int8" || backend == "onednn" || backend == "avx512_bf16";
 }
 
 std::string joinTargets(const std::vector<std::string>& targets) {
@@ -31,10 +34,13 @@ std::string joinTargets(const std::vector<std::string>& targets) {
   return out;
 }
 
-// The backend "auto" stands for: the best kernels the expert engine has on this CPU.
+// The backend "auto" stands for: the best kernels the expert engine has on this CPU, in the
+// order engine/experts picks them (availableGemmBackends) for bf16 experts.
 std::string resolveBackend(const std::string& backend, const Hardware& hw) {
   if (backend != "auto") return backend;
-  return hw.cpu.avx512 ? "avx512_bf16" : "generic";
+  if (hw.cpu.amx_bf16) return "amx_bf16";
+  if (hw.cpu.avx512_bf16) return "avx512_bf16";
+  return hw.cpu.avx512 ? "avx512" : "generic";
 }
 
 class Evaluator {
@@ -115,9 +121,17 @@ void Evaluator::chargeDense(Books& books, const ModulePlacement& m) const {
 
 void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std::string& layer_device,
                               bool first) const {
-  const uint64_t weights = memory::routedExpertBytes(m_, m.weight_format);
-  charge(books, m.device, PlanCategory::Weights, "routed experts " + m.weight_format, weights);
-  if (packsWeights(m.backend)) chargeTransposed(books, m, weights);
+  // What the engine holds. Packing backends: a forward pack and Wᵀ, in int8 or else bf16 (fp8
+  // checkpoints are dequantised at pack time); the checkpoint's experts they packed from are mapped
+  // file pages the kernel may drop, so they are not charged. generic and avx512 read bf16/f16/f32
+  // experts in place, but copy fp8 sources or int8 experts to f32, both ways.
+  const bool packs = packsWeights(m.backend);
+  const bool int8 = m.weight_format == "int8";
+  const bool f32_copy = !packs && (int8 || defaultWeightFormat("generic", m_) == "fp8");
+  const std::string held = packs ? (int8 ? "int8" : "bf16") : f32_copy ? "fp32" : m.weight_format;
+  const uint64_t weights = memory::routedExpertBytes(m_, held);
+  charge(books, m.device, PlanCategory::Weights, "routed experts " + held, weights);
+  if (packs || f32_copy) chargeTransposed(books, m, weights);
   const auto lora = static_cast<uint64_t>(memory::loraParameters(m_, ModuleKind::RoutedExperts, m.layer, target_, req_.lora_rank));
   // engine/experts/expert_lora.cpp: A, B and their gradients in f32; AdamW's moments beside them.
   charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA", lora * (req_.training ? 8 : 4));

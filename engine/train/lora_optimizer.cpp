@@ -67,13 +67,13 @@ LoraOptimizer::LoraOptimizer(gpu::CausalLm& model, const AdamWSettings& settings
   if (torch_params_.empty() && cpu_params_.empty()) {
     throw Error("the model has no LoRA weights to train", "check lora_target against the model's modules");
   }
-  // The memory ledger: the expert engine charges its own LoRA buffers; libtorch's side charges
-  // nothing itself, so the optimizer accounts for the adapters it updates (weights and
-  // gradients, f32) and, on both sides, for its two AdamW moments.
+  // The memory ledger: the expert engine charges its own LoRA buffers and the model its torch-side
+  // adapters (CausalLmBuilder), so the optimizer adds what training brings: the torch-side
+  // gradients (f32) and, on both sides, its two AdamW moments.
   for (const TorchParam& p : torch_params_) {
     const auto bytes = static_cast<uint64_t>(p.param.numel()) * sizeof(float);
     const std::string device = p.param.device().str();
-    charges_.emplace_back(MemoryLedger::global(), device, MemoryCategory::Lora, 2 * bytes);
+    charges_.emplace_back(MemoryLedger::global(), device, MemoryCategory::Lora, bytes);
     charges_.emplace_back(MemoryLedger::global(), device, MemoryCategory::Optimizer, 2 * bytes);
   }
   for (const CpuParam& p : cpu_params_) {
