@@ -44,6 +44,7 @@ struct Options {
   double lora_alpha = 16;
   std::string lora_target = "q_proj,k_proj,v_proj,o_proj,q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj";
   bool gradient_checkpointing = false;
+  bool keep_expert_forward = false;
   int torch_threads = 0;  // 0: libtorch's default
 };
 
@@ -113,6 +114,7 @@ void run(const Options& o) {
   }
   options.experts = tandem::gpu::parseExpertsMode(o.experts);
   options.gradient_checkpointing = o.gradient_checkpointing;
+  options.keep_expert_forward = o.keep_expert_forward;
   const bool cuda = options.device.is_cuda();
   if (cuda && o.gpu_cap_gib > 0) {
     tandem::gpu::capGpuMemory(options.device.index(), static_cast<uint64_t>(o.gpu_cap_gib * (1ull << 30)));
@@ -153,6 +155,7 @@ void run(const Options& o) {
   out["layers"] = config.num_hidden_layers;
   out["tokens"] = o.tokens;
   out["gradient_checkpointing"] = o.gradient_checkpointing;
+  out["keep_expert_forward"] = o.keep_expert_forward;
   out["gpu_cap_gib"] = o.gpu_cap_gib;
   out["layer_devices"] = tandem::gpu::formatLayerDevices(
       options.layer_devices.empty() ? std::vector<at::Device>(static_cast<size_t>(config.num_hidden_layers), options.device)
@@ -192,6 +195,8 @@ int main(int argc, char** argv) {
   app.add_option("--lora-alpha", o.lora_alpha, "LoRA alpha");
   app.add_option("--lora-target", o.lora_target, "comma-separated module names");
   app.add_flag("--gradient-checkpointing", o.gradient_checkpointing, "recompute each layer in backward");
+  app.add_flag("--keep-expert-forward", o.keep_expert_forward,
+               "with checkpointing: keep the CPU experts' forward for the backward (what training does when RAM allows)");
   app.add_option("--torch-threads", o.torch_threads, "libtorch intra-op threads");
   CLI11_PARSE(app, argc, argv);
   try {

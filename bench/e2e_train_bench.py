@@ -72,6 +72,8 @@ def run_tandem(bench, config_dir, experts, args, targets):
         cmd += ["--layers", str(args.layers)]
     if args.gradient_checkpointing:
         cmd += ["--gradient-checkpointing"]
+        if experts == "cpu" and not args.recompute_experts:
+            cmd += ["--keep-expert-forward"]  # what `tandem train` does when the host has the RAM
     start = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     if proc.returncode != 0:
@@ -147,6 +149,8 @@ def main():
     parser.add_argument("--modes", default="co,offload,hf")
     parser.add_argument("--gradient-checkpointing", action="store_true",
                         help="recompute each layer in backward, in all three set-ups")
+    parser.add_argument("--recompute-experts", action="store_true",
+                        help="with checkpointing, recompute the CPU experts too instead of keeping their forward")
     parser.add_argument("--timeout", type=int, default=900)
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()

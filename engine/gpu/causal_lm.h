@@ -58,6 +58,9 @@ struct ModelOptions {
   ExpertsMode experts = ExpertsMode::Cpu;
   std::string experts_backend = "auto";
   bool gradient_checkpointing = false;
+  // With checkpointing: keep each MoE layer's CPU expert forward in host RAM for the backward
+  // instead of recomputing it (see KeptExpertForward; the planner decides whether RAM allows).
+  bool keep_expert_forward = false;
   int64_t loss_chunk_tokens = 1024;  // rows of logits materialised at once by the loss
 
   at::Device layerDevice(size_t layer) const;

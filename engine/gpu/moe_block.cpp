@@ -24,7 +24,8 @@ at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
   } else {
     // The shared experts are launched once the routed experts' inputs reached the host: CUDA
     // runs them while the CPU engine works (a copy to the host before would wait for them).
-    y = routedExperts(*experts, tokens, choice.ids, choice.weights, lora_anchor, run_shared);
+    y = routedExperts(*experts, tokens, choice.ids, choice.weights, lora_anchor, run_shared,
+                      training && keep_expert_forward ? &kept : nullptr);
   }
   if (shared_out.defined()) y = y + shared_out;
   return y.view(x.sizes());

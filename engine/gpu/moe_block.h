@@ -16,6 +16,7 @@
 #include "engine/gpu/expert_offload.h"
 #include "engine/gpu/lora_linear.h"
 #include "engine/gpu/mlp.h"
+#include "engine/gpu/moe_function.h"
 #include "engine/gpu/router.h"
 
 namespace tandem::gpu {
@@ -28,6 +29,8 @@ struct MoeBlock {
   GatedMlp shared;                               // undefined when the model has none
   LoraLinear shared_gate;                        // qwen2_moe: [1, hidden]
   at::Tensor lora_anchor;                        // see routedExperts()
+  bool keep_expert_forward = false;              // ModelOptions::keep_expert_forward
+  mutable KeptExpertForward kept;                // filled by the checkpointed pass
 
   // x [B, S, hidden] -> [B, S, hidden]
   at::Tensor forward(const at::Tensor& x, bool training) const;

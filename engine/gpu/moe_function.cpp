@@ -4,14 +4,24 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
+#include <atomic>
+#include <cstring>
 #include <memory>
 
 #include "engine/core/error.h"
+#include "engine/experts/expert_forward_cache.h"
 #include "engine/experts/expert_layer.h"
 
 namespace tandem::gpu {
 
 namespace {
+
+std::atomic<int64_t> reused_forwards{0};
+
+bool sameBytes(const at::Tensor& a, const at::Tensor& b) {
+  return a.defined() && b.defined() && a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
+         std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+}
 
 experts::ActivationType activationType(const at::Tensor& t) {
   if (t.scalar_type() == at::kFloat) return experts::ActivationType::F32;
@@ -59,10 +69,22 @@ class RoutedExpertsBackward : public torch::autograd::Node {
 
 }  // namespace
 
+KeptExpertForward::KeptExpertForward() = default;
+KeptExpertForward::~KeptExpertForward() = default;
+KeptExpertForward::KeptExpertForward(KeptExpertForward&&) noexcept = default;
+KeptExpertForward& KeptExpertForward::operator=(KeptExpertForward&&) noexcept = default;
+
+void KeptExpertForward::clear() {
+  x = ids = weights = y = at::Tensor();
+  cache.reset();
+}
+
+int64_t reusedExpertForwards() { return reused_forwards.load(); }
+
 at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
                          const at::Tensor& topk_ids, const at::Tensor& topk_weights,
                          const at::Tensor& lora_anchor,
-                         const std::function<void()>& while_cpu_runs) {
+                         const std::function<void()>& while_cpu_runs, KeptExpertForward* keep) {
   const experts::ActivationType act = activationType(hidden);
   const int64_t n_tokens = hidden.size(0);
   const int64_t top_k = topk_ids.size(1);
@@ -75,12 +97,34 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
   }
   const bool needs_graph =
       torch::autograd::compute_requires_grad(hidden, topk_weights, lora_anchor);
-  auto cache = needs_graph ? std::make_unique<experts::ExpertForwardCache>() : nullptr;
-  at::Tensor y_cpu = at::empty_like(x_cpu);
-  if (while_cpu_runs) while_cpu_runs();
-  layer.forward(x_cpu.data_ptr(), act, n_tokens, ids_cpu.data_ptr<int32_t>(),
-                weights_cpu.data_ptr<float>(), static_cast<int>(top_k), y_cpu.data_ptr(),
-                cache.get());
+  // The checkpointed pass: no graph now, but a backward (with a recomputation) will follow.
+  const bool keeping = keep && !needs_graph;
+  std::unique_ptr<experts::ExpertForwardCache> cache;
+  at::Tensor y_cpu;
+  const bool reuse = keep && needs_graph && keep->cache && sameBytes(keep->x, x_cpu) &&
+                     sameBytes(keep->ids, ids_cpu) && sameBytes(keep->weights, weights_cpu);
+  if (reuse) {
+    cache = std::move(keep->cache);
+    y_cpu = keep->y;
+    keep->clear();
+    reused_forwards.fetch_add(1);
+    if (while_cpu_runs) while_cpu_runs();
+  } else {
+    if (keep) keep->clear();  // stale (inputs differ): recompute as without it
+    if (needs_graph || keeping) cache = std::make_unique<experts::ExpertForwardCache>();
+    y_cpu = at::empty_like(x_cpu);
+    if (while_cpu_runs) while_cpu_runs();
+    layer.forward(x_cpu.data_ptr(), act, n_tokens, ids_cpu.data_ptr<int32_t>(),
+                  weights_cpu.data_ptr<float>(), static_cast<int>(top_k), y_cpu.data_ptr(),
+                  cache.get());
+  }
+  if (keeping) {
+    keep->x = x_cpu;
+    keep->ids = ids_cpu;
+    keep->weights = weights_cpu;
+    keep->y = y_cpu;
+    keep->cache = std::move(cache);
+  }
   at::Tensor y;
   {
     at::NoGradGuard no_grad;

@@ -13,22 +13,47 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <functional>
+#include <memory>
 
 namespace tandem::experts {
+class ExpertForwardCache;
 class ExpertLayer;
-}
+}  // namespace tandem::experts
 
 namespace tandem::gpu {
+
+// Gradient checkpointing recomputes a layer in backward; its routed experts are the expensive
+// part and they run on the CPU, whose RAM is the plentiful memory. With a KeptExpertForward the
+// checkpointed (no-grad) forward keeps the experts' forward cache and output in host RAM, and the
+// recomputation reuses them instead of running the experts again, when its inputs (hidden,
+// routing) are bitwise the ones kept; anything else runs the experts as usual.
+struct KeptExpertForward {
+  KeptExpertForward();
+  ~KeptExpertForward();
+  KeptExpertForward(KeptExpertForward&&) noexcept;
+  KeptExpertForward& operator=(KeptExpertForward&&) noexcept;
+
+  at::Tensor x, ids, weights, y;  // CPU: hidden [T, H], ids [T, k] int32, weights [T, k] f32, y [T, H]
+  std::unique_ptr<experts::ExpertForwardCache> cache;
+  void clear();
+};
+
+// Recomputations that reused a kept forward, over the process (for tests and diagnostics).
+int64_t reusedExpertForwards();
 
 // `lora_anchor` is a 0-dim fp32 tensor that requires grad whenever the experts carry LoRA: it
 // puts this node on the graph even when neither hidden nor the weights need a gradient (e.g.
 // when only the experts are trained), so their backward still runs.
 // `while_cpu_runs` (optional) is called after the inputs reached the host and before the CPU
 // computes: device work it queues (the shared experts) overlaps with the routed experts.
+// `keep` (optional; pass it only when training): a forward without grad (the checkpointed pass)
+// fills it, the next forward with grad (the recomputation) takes from it.
 at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
                          const at::Tensor& topk_ids, const at::Tensor& topk_weights,
                          const at::Tensor& lora_anchor,
-                         const std::function<void()>& while_cpu_runs = {});
+                         const std::function<void()>& while_cpu_runs = {},
+                         KeptExpertForward* keep = nullptr);
 
 }  // namespace tandem::gpu

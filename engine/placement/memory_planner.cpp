@@ -35,9 +35,12 @@ std::string joinTargets(const std::vector<std::string>& targets) {
 }
 
 // The backend "auto" stands for: the best kernels the expert engine has on this CPU, in the
-// order engine/experts picks them (availableGemmBackends) for bf16 experts.
-std::string resolveBackend(const std::string& backend, const Hardware& hw) {
+// order engine/experts picks them (availableGemmBackends), except that f32/f16 checkpoints stay on
+// the fp32 kernels (ExpertLayer::create: auto never lowers the checkpoint's precision).
+std::string resolveBackend(const std::string& backend, const Hardware& hw, const io::ModelConfig& model) {
   if (backend != "auto") return backend;
+  const std::string stored = defaultWeightFormat("generic", model);
+  if (stored == "fp32" || stored == "fp16") return hw.cpu.avx512 ? "avx512" : "generic";
   if (hw.cpu.amx_bf16) return "amx_bf16";
   if (hw.cpu.avx512_bf16) return "avx512_bf16";
   return hw.cpu.avx512 ? "avx512" : "generic";
@@ -45,8 +48,8 @@ std::string resolveBackend(const std::string& backend, const Hardware& hw) {
 
 class Evaluator {
  public:
-  Evaluator(const PlanRequest& request, const Hardware& hw, bool transposed_pool)
-      : req_(request), hw_(hw), m_(request.model), pool_(transposed_pool),
+  Evaluator(const PlanRequest& request, const Hardware& hw, bool transposed_pool, bool keep_expert_forward)
+      : req_(request), hw_(hw), m_(request.model), pool_(transposed_pool), keep_(keep_expert_forward),
         target_(model::LoraTarget::parse(joinTargets(request.lora_target))),
         tokens_(request.batch_size * request.cutoff_len), act_bytes_(request.bf16 ? 2 : 4) {}
 
@@ -69,6 +72,7 @@ class Evaluator {
   const Hardware& hw_;
   const io::ModelConfig& m_;
   bool pool_;  // Wᵀ in a per-node pool of two layers instead of a persistent copy
+  bool keep_;  // with checkpointing, every MoE layer's expert forward cache kept until its backward
   model::LoraTarget target_;
   int64_t tokens_;
   int64_t act_bytes_;
@@ -138,8 +142,9 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
   if (req_.training) charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA optimizer", lora * 8);
   const bool offload = m.backend == "gpu-offload";
   const std::string compute = offload ? m.compute_device : m.device;
-  if (req_.training && (first || !req_.gradient_checkpointing)) {
-    // Without checkpointing every MoE layer's cache lives until its backward; with it, one.
+  if (req_.training && (first || !req_.gradient_checkpointing || keep_)) {
+    // Without checkpointing every MoE layer's cache lives until its backward; with it, one, unless
+    // the checkpointed pass keeps them to spare the recomputation (gpu::KeptExpertForward).
     charge(books, compute, PlanCategory::ExpertCache, "expert forward cache",
            memory::expertForwardCacheBytes(m_, tokens_, act_bytes_));
   }
@@ -445,7 +450,8 @@ bool hostFits(const MemoryPlan& plan) {
 
 // Evaluates `placement` with the Wᵀ form the request asks for; auto: persistent (no refill work
 // in the backward) when the host has room for it, else the pool.
-MemoryPlan evaluateWithTransposed(const PlanRequest& request, const Hardware& hardware, const Placement& placement) {
+MemoryPlan evaluateWithTransposed(const PlanRequest& request, const Hardware& hardware, const Placement& placement,
+                                  bool keep) {
   const std::string& form = request.transposed_weights;
   if (form != "auto" && form != "persistent" && form != "pool") {
     throw Error("transposed weights '" + form + "' is not a choice", "use auto, persistent or pool");
@@ -454,10 +460,10 @@ MemoryPlan evaluateWithTransposed(const PlanRequest& request, const Hardware& ha
     return m.kind == ModuleKind::RoutedExperts && packsWeights(m.backend);
   });
   bool pool = form == "pool";
-  MemoryPlan plan = Evaluator(request, hardware, pool).evaluate(placement);
+  MemoryPlan plan = Evaluator(request, hardware, pool, keep).evaluate(placement);
   if (packs && form == "auto" && !hostFits(plan)) {
     pool = true;
-    plan = Evaluator(request, hardware, true).evaluate(placement);
+    plan = Evaluator(request, hardware, true, keep).evaluate(placement);
   }
   if (packs) {
     plan.transposed_weights = pool ? "pool" : "persistent";
@@ -467,10 +473,30 @@ MemoryPlan evaluateWithTransposed(const PlanRequest& request, const Hardware& ha
   return plan;
 }
 
+// With gradient checkpointing and experts on the CPU: keep every layer's expert forward in host
+// RAM when it fits there (the backward then skips the experts' recomputation), else recompute.
+MemoryPlan evaluateChoices(const PlanRequest& request, const Hardware& hardware, const Placement& placement) {
+  const bool cpu_experts = std::any_of(placement.modules.begin(), placement.modules.end(), [](const ModulePlacement& m) {
+    return m.kind == ModuleKind::RoutedExperts && m.backend != "gpu-offload";
+  });
+  const bool can_keep = request.training && request.gradient_checkpointing && cpu_experts;
+  if (can_keep) {
+    MemoryPlan kept = evaluateWithTransposed(request, hardware, placement, true);
+    if (hostFits(kept)) {
+      kept.keep_expert_forward = true;
+      kept.notes.push_back("expert forward kept in host RAM for the backward: checkpointing recomputes no expert");
+      return kept;
+    }
+  }
+  MemoryPlan plan = evaluateWithTransposed(request, hardware, placement, false);
+  if (can_keep) plan.notes.push_back("expert forward recomputed in the backward: host RAM has no room to keep every layer's");
+  return plan;
+}
+
 }  // namespace
 
 MemoryPlan evaluatePlacement(const PlanRequest& request, const Hardware& hardware, const Placement& placement) {
-  MemoryPlan plan = evaluateWithTransposed(request, hardware, placement);
+  MemoryPlan plan = evaluateChoices(request, hardware, placement);
   if (!plan.fits) {
     adviseHost(plan, request, hardware);
     adviseGpus(plan, request);
@@ -482,11 +508,11 @@ namespace {
 
 // The planner without advice (advice plans again with changed settings).
 MemoryPlan placeAndEvaluate(const PlanRequest& request, const Hardware& hardware) {
-  const std::string backend = resolveBackend(request.experts_backend, hardware);
+  const std::string backend = resolveBackend(request.experts_backend, hardware, request.model);
   const std::string format = request.expert_weight_format.empty() ? defaultWeightFormat(backend, request.model)
                                                                    : request.expert_weight_format;
   // Wᵀ lives on the host only, so the GPU filling does not depend on its form.
-  const Evaluator evaluator(request, hardware, false);
+  const Evaluator evaluator(request, hardware, false, false);
   Placement placement = initialPlacement(request, hardware, backend, format);
   MemoryPlan plan = evaluator.evaluate(placement);
   for (const GpuSpec& g : hardware.gpus) {
@@ -494,7 +520,7 @@ MemoryPlan placeAndEvaluate(const PlanRequest& request, const Hardware& hardware
       plan = evaluator.evaluate(placement);
     }
   }
-  plan = evaluateWithTransposed(request, hardware, placement);
+  plan = evaluateChoices(request, hardware, placement);
   if (request.experts_backend == "auto" && request.model.isMoe()) {
     plan.notes.push_back("experts backend auto: " + backend + " (the best kernels the expert engine has for this CPU)");
   }

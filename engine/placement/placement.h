@@ -48,7 +48,7 @@ struct ModulePlacement {
 };
 
 inline constexpr std::string_view kExpertBackends[] = {
-    "auto", "amx_bf16", "amx_int8", "avx512_bf16", "onednn", "generic", "gpu-offload"};
+    "auto", "amx_bf16", "amx_int8", "avx512_bf16", "avx512", "onednn", "generic", "gpu-offload"};
 inline constexpr std::string_view kWeightFormats[] = {"bf16", "int8", "fp8", "fp16", "fp32"};
 
 struct Placement {

@@ -263,6 +263,7 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
     applyRulePlacement(placement::toRuntimePlacement(memory_plan.placement), options);
   }
   options.gradient_checkpointing = config.gradient_checkpointing;
+  options.keep_expert_forward = memory_plan.keep_expert_forward;  // when host RAM has room
   options.loss_chunk_tokens = config.loss_chunk_tokens;
   ThreadPool& pool = ThreadPool::global();
   auto model = gpu::CausalLm::load(model_dir, options, &plan, pool);
