@@ -13,6 +13,7 @@
 #include "engine/core/error.h"
 #include "engine/core/log.h"
 #include "engine/core/thread_pool.h"
+#include "engine/experts/expert_types.h"
 #include "engine/gpu/causal_lm.h"
 #include "engine/gpu/device_map.h"
 #include "engine/gpu/peft_adapter.h"
@@ -209,6 +210,17 @@ void applyRulePlacement(const placement::RuntimePlacement& runtime, gpu::ModelOp
   options.head_device = gpu::parseDevice(runtime.head_device);
   options.experts = gpu::parseExpertsMode(runtime.experts_mode);
   if (!runtime.experts_backend.empty()) options.experts_backend = expertsBackend(runtime.experts_backend);
+  // A rule file's int8 experts (weight_format: int8) are quantised at load like experts_format: int8.
+  if (options.experts_format == "auto" && runtime.experts_weight_format == "int8") options.experts_format = "int8";
+}
+
+// experts_wt_policy: auto follows the memory planner (persistent when it fits, else its pool,
+// which the expert engine runs as on_demand).
+experts::WtPolicy wtPolicy(const TrainConfig& config, const placement::MemoryPlan& plan) {
+  if (config.experts_wt_policy == "auto") {
+    return plan.transposed_weights == "pool" ? experts::WtPolicy::OnDemand : experts::WtPolicy::Persistent;
+  }
+  return experts::parseWtPolicy(config.experts_wt_policy);
 }
 
 }  // namespace
@@ -259,6 +271,8 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   }
   options.experts = gpu::parseExpertsMode(config.experts_mode);
   options.experts_backend = expertsBackend(config.experts_backend);
+  options.experts_format = config.experts_format;
+  options.experts_wt_policy = wtPolicy(config, memory_plan);
   if (!config.placement_rule.empty() && config.layer_devices.empty()) {
     applyRulePlacement(placement::toRuntimePlacement(memory_plan.placement), options);
   }
