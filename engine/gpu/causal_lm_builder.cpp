@@ -30,7 +30,8 @@ experts::WeightType expertWeightType(at::ScalarType t) {
   return t == at::kBFloat16 ? experts::WeightType::BF16 : experts::WeightType::F32;
 }
 
-// ModelOptions' expert choices for weights of type `stored` (docs/experts.md, "Choosing").
+// ModelOptions' expert choices for weights of type `stored` (docs/experts.md, "FP8 checkpoints and
+// choosing the format").
 experts::ExpertLayerOptions expertLayerOptions(const ModelOptions& o, experts::WeightType stored) {
   experts::ExpertLayerOptions options;
   options.backend = o.experts_backend;

@@ -223,6 +223,21 @@ experts::WtPolicy wtPolicy(const TrainConfig& config, const placement::MemoryPla
   return experts::parseWtPolicy(config.experts_wt_policy);
 }
 
+// "routed experts: amx_int8, int8 packs, W^T on_demand (fp8 checkpoint)": what the planner and
+// the expert engine chose, for the user to see.
+std::string expertsSummary(gpu::CausalLm& model) {
+  std::string summary;
+  model.visitMoeBlocks([&](const std::string&, gpu::MoeBlock& block) {
+    if (!summary.empty() || !block.experts) return;
+    const experts::ExpertLayer& e = *block.experts;
+    summary = "routed experts: " + (block.offload ? std::string("gpu-offload") : e.backendName()) + ", " +
+              std::string(experts::weightFormatName(e.weightFormat())) + " packs, W^T " +
+              std::string(experts::wtPolicyName(e.wtPolicy()));
+    if (model.config().quantization) summary += " (" + model.config().quantization->quant_method + " checkpoint)";
+  });
+  return summary.empty() ? "no routed experts (dense model)" : summary;
+}
+
 }  // namespace
 
 TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listener,
@@ -280,6 +295,7 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   options.loss_chunk_tokens = config.loss_chunk_tokens;
   ThreadPool& pool = ThreadPool::global();
   auto model = gpu::CausalLm::load(model_dir, options, &plan, pool);
+  listener.onMessage(expertsSummary(*model));
   if (start_adapter) gpu::applyPeftAdapter(*start_adapter, *model);
   std::set<std::string> leaves;
   model->visitLinears([&](const std::string& name, gpu::LoraLinear&) { leaves.insert(name.substr(name.rfind('.') + 1)); });

@@ -18,6 +18,7 @@ engine's bf16 / int8 bounds (docs/experts.md).
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -30,12 +31,14 @@ import reference as R
 
 pytestmark = pytest.mark.filterwarnings("ignore:Unsupported layer type:UserWarning")
 
+REPO = Path(__file__).resolve().parents[2]
+DEMO_DATA = REPO / "resources" / "demo"  # the demo's tokenizer (789 ids) and identity dataset, for `tandem train`
 BLOCK = 128
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 QUANTIZATION = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [BLOCK, BLOCK],
                 "activation_scheme": "dynamic"}
 CONFIG = dict(hidden_size=256, intermediate_size=200, moe_intermediate_size=160, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=4, vocab_size=300, max_position_embeddings=128,
+              num_attention_heads=4, num_key_value_heads=4, vocab_size=800, max_position_embeddings=128,
               rms_norm_eps=1e-6, attention_dropout=0.0, tie_word_embeddings=False, use_cache=False,
               n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
               q_lora_rank=96, kv_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32,
@@ -100,6 +103,8 @@ def write_checkpoints(root, seed=0):
         (root / sub).mkdir(parents=True)
         save_file(tensors, str(root / sub / "model.safetensors"), metadata={"format": "pt"})
         (root / sub / "config.json").write_text(json.dumps({**cfg, **extra}, indent=2))
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(DEMO_DATA / name, root / sub / name)
     return root
 
 
@@ -192,6 +197,72 @@ def test_packed_formats_stay_close(tandem, case, tmp_path, fmt, bound):
     assert errors["logits_rel_l2"] <= bound, errors
     assert errors["loss_rel"] <= bound, errors
     assert errors["grads_cos"] >= 0.999, errors
+
+
+def test_offload_mode_dequantises_the_fp8_experts(tandem, case, tmp_path):
+    """--experts gpu-offload (here on the CPU device): the experts are dequantised into the offload copy."""
+    out = tmp_path / "out.safetensors"
+    result = run_debug(tandem, case, out, mode="grad", adapter="adapter_per_expert", extra=["--experts", "gpu-offload"])
+    assert result.returncode == 0, result.stderr
+    verdict = R.compare_case(case, out, expect_grads=True)
+    assert verdict["ok"], "\n".join(verdict["failures"]) + f"\nerrors: {verdict['errors']}"
+
+
+TRAIN_YAML = """\
+model_name_or_path: {model}
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_target: all
+lora_rank: 4
+dataset: identity
+dataset_dir: {data}
+template: qwen3_nothink
+cutoff_len: 64
+output_dir: {output}
+per_device_train_batch_size: 4
+learning_rate: 3.0e-3
+max_steps: 6
+logging_steps: 1
+save_steps: 100
+device: cpu
+kt_config:
+  kt_backend: AMXInt8
+  kt_expert_weight_format: int8
+experts_backend: {backend}
+experts_wt_policy: on_demand
+"""
+
+
+def test_training_on_the_fp8_checkpoint_gives_an_adapter_peft_reads(tandem, case, tmp_path):
+    """`tandem train` straight from the fp8 checkpoint with int8 experts and on-demand W^T (the KT spelling of the
+    format; amx_int8 where the CPU has it, else generic int8), then the adapter in PEFT on the dequantised weights
+    gives Tandem's logits on the fp8 checkpoint."""
+    amx = "amx_int8" in open("/proc/cpuinfo").read()
+    config = tmp_path / "fp8_lora_sft.yaml"
+    output = tmp_path / "saves"
+    yaml = TRAIN_YAML.format(model=case / "model", data=DEMO_DATA, output=output,
+                             backend="amx_int8" if amx else "generic")
+    config.write_text(yaml if amx else yaml.replace("  kt_backend: AMXInt8\n", ""))
+    result = subprocess.run([tandem, "train", str(config)], capture_output=True, text=True, timeout=600,
+                            env=dict(os.environ, TANDEM_HOME=str(tmp_path / "home")))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    backend = "amx_int8" if amx else "generic"
+    assert f"routed experts: {backend}, int8 packs, W^T on_demand (fp8 checkpoint)" in result.stdout, result.stdout
+    history = [json.loads(line)["loss"] for line in (output / "trainer_log.jsonl").read_text().splitlines()
+               if "loss" in json.loads(line)]
+    assert len(history) == 6 and all(torch.isfinite(torch.tensor(history))), history
+    assert history[-1] < history[0], history
+    out = tmp_path / "out.safetensors"
+    forward = subprocess.run([tandem, "debug", "forward", "--model", str(case / "model"), "--adapter", str(output),
+                              "--tokens", str(case / "tokens.json"), "--out", str(out), "--experts-backend",
+                              "generic"], capture_output=True, text=True, timeout=300)
+    assert forward.returncode == 0, forward.stderr
+    tokens = json.loads((case / "tokens.json").read_text())
+    ref = R.reference_forward(case / "dequantised", output, tokens)
+    mask = R.mask_from_lengths([len(t) for t in tokens])
+    got = load_file(str(out))["logits"]
+    assert R.rel_l2(R.valid_positions(got, mask), R.valid_positions(ref["logits"], mask)) <= R.FP32_REL
 
 
 def test_fp8_format_of_a_bf16_checkpoint_is_refused(tandem, case, tmp_path):
