@@ -293,11 +293,30 @@ EXPERT = "model.layers.1.mlp.experts.5.up_proj.weight"
 ATTENTION = "model.layers.0.self_attn.kv_b_proj.weight"
 
 
+def _one_expert_in_bf16(tensors):
+    tensors[EXPERT] = tensors[EXPERT].to(torch.bfloat16)
+    del tensors[EXPERT + "_scale_inv"]
+
+
+def _fused_experts(tensors):
+    """transformers' fused layout (gate_up_proj [E, 2I, H], down_proj [E, H, I]) stored in fp8."""
+    prefix = "model.layers.1.mlp.experts."
+    experts = range(CONFIG["n_routed_experts"])
+    per = {(e, proj): tensors.pop(f"{prefix}{e}.{proj}.weight") for e in experts
+           for proj in ("gate_proj", "up_proj", "down_proj")}
+    for e, proj in per:
+        del tensors[f"{prefix}{e}.{proj}.weight_scale_inv"]
+    tensors[prefix + "gate_up_proj"] = torch.stack([torch.cat([per[e, "gate_proj"], per[e, "up_proj"]]) for e in experts])
+    tensors[prefix + "down_proj"] = torch.stack([per[e, "down_proj"] for e in experts])
+
+
 @pytest.mark.parametrize("what,edit_tensors,edit_config,message", [
     ("expert scales missing", lambda t: t.pop(EXPERT + "_scale_inv"), None, "are missing"),
     ("attention scales missing", lambda t: t.pop(ATTENTION + "_scale_inv"), None, "are missing"),
     ("scales of the wrong shape", lambda t: t.__setitem__(EXPERT + "_scale_inv", torch.ones(3, 2)), None,
      "needs [2, 2]"),
+    ("one expert in bf16", _one_expert_in_bf16, None, "the experts of one layer must share a type"),
+    ("fused fp8 experts", _fused_experts, None, "fp8 in transformers' fused expert layout"),
     ("no quantization_config", None, lambda c: c.pop("quantization_config"), "no quantization_config"),
     ("fmt e5m2", None, lambda c: c["quantization_config"].__setitem__("fmt", "e5m2"), "fmt 'e5m2'"),
     ("64 x 64 blocks", None, lambda c: c["quantization_config"].__setitem__("weight_block_size", [64, 64]),
