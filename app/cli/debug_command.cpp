@@ -32,6 +32,8 @@ struct DebugOptions {
   std::string experts_backend = "auto";
   std::string layer_devices, head_device;
   std::string experts = "cpu";
+  std::string experts_format = "auto";
+  std::string experts_wt_policy = "persistent";
   bool gradient_checkpointing = false;
   int64_t loss_chunk_tokens = 1024;
 };
@@ -103,6 +105,8 @@ void runDebug(const DebugOptions& o, bool gradients) {
   if (!o.head_device.empty()) options.head_device = gpu::parseDevice(o.head_device);
   options.experts = gpu::parseExpertsMode(o.experts);
   options.experts_backend = o.experts_backend;
+  options.experts_format = o.experts_format;
+  options.experts_wt_policy = experts::parseWtPolicy(o.experts_wt_policy);
   options.gradient_checkpointing = o.gradient_checkpointing;
   options.loss_chunk_tokens = o.loss_chunk_tokens;
 
@@ -153,6 +157,13 @@ void addVariant(CLI::App& debug, const char* name, const char* help, bool gradie
                       "decoder layers per device, e.g. cuda:0:0-13,cuda:1:14-27 (others: --device)");
   command->add_option("--head-device", o->head_device, "final norm and lm_head (default: the last layer's)");
   command->add_option("--experts", o->experts, "cpu (CPU expert engine) or gpu-offload (weights streamed to the layer's device)")
+      ->capture_default_str();
+  command->add_option("--experts-format", o->experts_format,
+                      "routed experts packed as auto, bf16, int8 or fp8 (the checkpoint's own fp8)")
+      ->check(CLI::IsMember({"auto", "bf16", "int8", "fp8"}))
+      ->capture_default_str();
+  command->add_option("--experts-wt-policy", o->experts_wt_policy, "backward W^T: persistent or on_demand")
+      ->check(CLI::IsMember({"persistent", "on_demand"}))
       ->capture_default_str();
   command->add_flag("--gradient-checkpointing", o->gradient_checkpointing, "recompute each layer in backward");
   command->add_option("--loss-chunk-tokens", o->loss_chunk_tokens, "logit rows per loss chunk")->capture_default_str();

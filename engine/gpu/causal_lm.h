@@ -57,6 +57,11 @@ struct ModelOptions {
   std::optional<at::Device> head_device;
   ExpertsMode experts = ExpertsMode::Cpu;
   std::string experts_backend = "auto";
+  // What the CPU expert engine packs the frozen experts to (ExpertLayerOptions::format): "auto"
+  // (int8 for amx_int8, else bf16), "bf16", "int8", or "fp8": the checkpoint's own fp8 experts
+  // (an Error when they are not), read as stored and dequantised into bf16 packs, as auto does.
+  std::string experts_format = "auto";
+  experts::WtPolicy experts_wt_policy = experts::WtPolicy::Persistent;
   bool gradient_checkpointing = false;
   // With checkpointing: keep each MoE layer's CPU expert forward in host RAM for the backward
   // instead of recomputing it (see KeptExpertForward; the planner decides whether RAM allows).

@@ -20,12 +20,36 @@ namespace {
 using io::Architecture;
 using Shape = std::vector<int64_t>;
 
+int64_t ceilBlocks(int64_t n) { return (n + experts::kFp8BlockSize - 1) / experts::kFp8BlockSize; }
+
 bool isDeepseek(Architecture a) {
   return a == Architecture::DeepseekV2 || a == Architecture::DeepseekV3;
 }
 
 experts::WeightType expertWeightType(at::ScalarType t) {
   return t == at::kBFloat16 ? experts::WeightType::BF16 : experts::WeightType::F32;
+}
+
+// ModelOptions' expert choices for weights of type `stored` (docs/experts.md, "FP8 checkpoints and
+// choosing the format").
+experts::ExpertLayerOptions expertLayerOptions(const ModelOptions& o, experts::WeightType stored) {
+  experts::ExpertLayerOptions options;
+  options.backend = o.experts_backend;
+  options.wt_policy = o.experts_wt_policy;
+  if (o.experts_format == "fp8") {
+    if (stored != experts::WeightType::FP8_E4M3) {
+      throw Error("experts format fp8 keeps the checkpoint's fp8 experts, but this checkpoint's experts are " +
+                      std::string(experts::weightTypeName(stored)),
+                  "use experts_format auto, bf16 or int8 (int8 quantises them at load)");
+    }
+    options.format = experts::WeightFormat::Bf16;  // fp8 is dequantised into bf16 packs
+  } else if (o.experts_format == "auto") {
+    // amx_int8 multiplies int8 only: naming it (kt_backend: AMXInt8) asks for int8 weights.
+    options.format = o.experts_backend == "amx_int8" ? experts::WeightFormat::Int8 : experts::WeightFormat::Bf16;
+  } else {
+    options.format = experts::parseWeightFormat(o.experts_format);
+  }
+  return options;
 }
 
 }  // namespace
@@ -238,15 +262,19 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
     }
   }
   experts::ExpertWeightViews views = expertWeights(i, *block);
+  const experts::ExpertLayerOptions options = expertLayerOptions(m_.options_, views.type);
   if (m_.options_.experts == ExpertsMode::GpuOffload) {
     block->offload = std::make_unique<ExpertOffload>(spec, views, w_.dtype(),
                                                      m_.options_.layerDevice(static_cast<size_t>(i)));
+  } else if (views.type == experts::WeightType::FP8_E4M3) {
+    // The mapped fp8 bytes and the f32 block scales copied beside them.
+    const int64_t blocks_h = ceilBlocks(spec.hidden), blocks_i = ceilBlocks(spec.intermediate);
+    expert_weight_bytes_ += 3 * spec.num_experts * (spec.hidden * spec.intermediate + blocks_h * blocks_i * 4);
   } else {
     expert_weight_bytes_ += 3 * spec.num_experts * spec.hidden * spec.intermediate *
                             static_cast<int64_t>(at::elementSize(w_.dtype()));
   }
-  block->experts = experts::ExpertLayer::create(spec, std::move(views), lora_spec,
-                                                m_.options_.experts_backend, pool_);
+  block->experts = experts::ExpertLayer::create(spec, std::move(views), lora_spec, options, pool_);
   if (lora_spec.any()) {
     block->experts->lora().initPeft(++lora_seed_);
     block->lora_anchor = at::zeros({}, at::kFloat).requires_grad_(true);
@@ -284,6 +312,11 @@ experts::ExpertWeightViews CausalLmBuilder::expertWeights(int i, MoeBlock& block
   views.type = expertWeightType(w_.dtype());
   const std::string fused_gate_up = p + "mlp.experts.gate_up_proj";
   if (w_.has(fused_gate_up)) {  // transformers 5 fused layout: [E, 2I, H] and [E, H, I]
+    if (w_.isFp8(fused_gate_up)) {
+      throw Error("tensor " + fused_gate_up + " is fp8 in transformers' fused expert layout, which Tandem "
+                      "does not read (its 128-row scale blocks may straddle gate and up)",
+                  "use the checkpoint as DeepSeek-V3 / Kimi-K2 ship it: one weight and weight_scale_inv per expert");
+    }
     const io::TensorView gate_up = w_.view(fused_gate_up, {n, 2 * inter, h});
     const io::TensorView down = w_.view(p + "mlp.experts.down_proj", {n, h, inter});
     for (int64_t e = 0; e < n; ++e) {
@@ -303,17 +336,32 @@ experts::ExpertWeightViews CausalLmBuilder::expertWeights(int i, MoeBlock& block
       w_.inventAll(names, shape);
     }
   }
+  auto base = [&](int64_t e) {
+    return legacy_mixtral ? p + "block_sparse_moe.experts." + std::to_string(e) + "."
+                          : p + "mlp.experts." + std::to_string(e) + ".";
+  };
+  // An fp8 checkpoint's experts stay fp8 (zero copy); the expert engine dequantises as it packs.
+  const std::string first_gate = base(0) + (legacy_mixtral ? "w1" : "gate_proj") + ".weight";
+  const bool fp8 = w_.isFp8(first_gate);
+  if (fp8) views.type = experts::WeightType::FP8_E4M3;
   for (int64_t e = 0; e < n; ++e) {
-    const std::string base = legacy_mixtral
-                                 ? p + "block_sparse_moe.experts." + std::to_string(e) + "."
-                                 : p + "mlp.experts." + std::to_string(e) + ".";
-    auto one = [&](const std::string& leaf, const Shape& shape) {
-      const std::string name = base + leaf + ".weight";
-      return expertPointer(w_.view(name, shape), 0, block, name, shape);
+    auto one = [&](const std::string& leaf, const Shape& shape, std::vector<const float*>& scales) {
+      const std::string name = base(e) + leaf + ".weight";
+      const io::TensorView tensor = w_.view(name, shape);
+      if ((tensor.info->dtype == io::DType::F8_E4M3) != fp8) {
+        throw Error("tensor " + name + " is stored as " + std::string(io::dtypeName(tensor.info->dtype)) +
+                        " but " + first_gate + " as " + (fp8 ? "F8_E4M3" : "another type") +
+                        ": the experts of one layer must share a type",
+                    "the checkpoint mixes formats: re-download or re-export it");
+      }
+      if (!fp8) return expertPointer(tensor, 0, block, name, shape);
+      const at::Tensor& owned = block.expert_weight_owners.emplace_back(w_.blockScales(name, shape));
+      scales.push_back(owned.data_ptr<float>());
+      return static_cast<const void*>(tensor.bytes.data());
     };
-    views.gate.push_back(one(legacy_mixtral ? "w1" : "gate_proj", {inter, h}));
-    views.up.push_back(one(legacy_mixtral ? "w3" : "up_proj", {inter, h}));
-    views.down.push_back(one(legacy_mixtral ? "w2" : "down_proj", {h, inter}));
+    views.gate.push_back(one(legacy_mixtral ? "w1" : "gate_proj", {inter, h}, views.gate_scale));
+    views.up.push_back(one(legacy_mixtral ? "w3" : "up_proj", {inter, h}, views.up_scale));
+    views.down.push_back(one(legacy_mixtral ? "w2" : "down_proj", {h, inter}, views.down_scale));
   }
   return views;
 }
@@ -341,7 +389,8 @@ std::unique_ptr<CausalLm> CausalLm::load(const std::filesystem::path& model_dir,
   std::unique_ptr<CausalLm> model(new CausalLm());
   model->config_ = io::readModelConfig(model_dir);
   model->options_ = options;
-  model->weights_ = std::make_unique<WeightLoader>(model_dir, options.dtype, options.device);
+  model->weights_ = std::make_unique<WeightLoader>(model_dir, options.dtype, options.device,
+                                                   model->config_.quantization);
   CausalLmBuilder(*model, lora, pool).build();
   return model;
 }

@@ -9,6 +9,8 @@
 #include <memory>
 #include <vector>
 
+#include "engine/gpu/weight_loader.h"
+
 namespace tandem::gpu {
 
 namespace {
@@ -147,17 +149,29 @@ ExpertOffload::ExpertOffload(const experts::ExpertLayerSpec& spec,
                              at::Device device)
     : device_(device) {
   const auto options = at::TensorOptions().dtype(dtype).pinned_memory(device.is_cuda());
-  auto stack = [&](const std::vector<const void*>& views, int64_t rows, int64_t cols) {
+  const bool fp8 = weights.type == experts::WeightType::FP8_E4M3;
+  // fp8 checkpoints: dequantised here with their block scales (the GPU computes in `dtype`).
+  auto stack = [&](const std::vector<const void*>& views, const std::vector<const float*>& scales,
+                   int64_t rows, int64_t cols) {
     at::Tensor host = at::empty({spec.num_experts, rows, cols}, options);
     for (int64_t e = 0; e < spec.num_experts; ++e) {
-      host[e].copy_(at::from_blob(const_cast<void*>(views[static_cast<size_t>(e)]), {rows, cols},
-                                  at::TensorOptions().dtype(dtype)));
+      const auto i = static_cast<size_t>(e);
+      const at::Tensor stored = at::from_blob(const_cast<void*>(views[i]), {rows, cols},
+                                              at::TensorOptions().dtype(fp8 ? at::kFloat8_e4m3fn : dtype));
+      if (!fp8) {
+        host[e].copy_(stored);
+        continue;
+      }
+      const int64_t block = experts::kFp8BlockSize;
+      const at::Tensor scale = at::from_blob(const_cast<float*>(scales[i]),
+                                             {(rows + block - 1) / block, (cols + block - 1) / block}, at::kFloat);
+      host[e].copy_(dequantizeFp8Blocks(stored, scale, dtype));
     }
     return host;
   };
-  gate_ = stack(weights.gate, spec.intermediate, spec.hidden);
-  up_ = stack(weights.up, spec.intermediate, spec.hidden);
-  down_ = stack(weights.down, spec.hidden, spec.intermediate);
+  gate_ = stack(weights.gate, weights.gate_scale, spec.intermediate, spec.hidden);
+  up_ = stack(weights.up, weights.up_scale, spec.intermediate, spec.hidden);
+  down_ = stack(weights.down, weights.down_scale, spec.hidden, spec.intermediate);
   charge_ = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Weights,
                          gate_.nbytes() + up_.nbytes() + down_.nbytes());
 }

@@ -26,8 +26,9 @@ namespace tandem::gpu {
 
 class ExpertOffload {
  public:
-  // Copies the experts' weights (views in `dtype`, as the CPU engine reads them) into host
-  // memory: gate, up [E, I, H] and down [E, H, I]; pinned when `device` is a GPU.
+  // Copies the experts' weights (views in `dtype`, as the CPU engine reads them, or FP8_E4M3
+  // views with their block scales, dequantised to `dtype`) into host memory: gate, up [E, I, H]
+  // and down [E, H, I]; pinned when `device` is a GPU.
   ExpertOffload(const experts::ExpertLayerSpec& spec, const experts::ExpertWeightViews& weights,
                 at::ScalarType dtype, at::Device device);
 

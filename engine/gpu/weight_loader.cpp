@@ -13,8 +13,49 @@
 namespace tandem::gpu {
 
 namespace {
+
 std::string shapeText(const std::vector<int64_t>& shape) { return formatShape(shape); }
+
+constexpr int64_t kFp8Block = 128;  // DeepSeek-V3 / Kimi-K2's weight_block_size, both dimensions
+
+int64_t blocksOf(int64_t n) { return (n + kFp8Block - 1) / kFp8Block; }
+
+// "X.weight" -> "X.weight_scale_inv" (transformers' Fp8Dequantize names them the same way).
+std::string scaleName(const std::string& name) { return name + "_scale_inv"; }
+
+// The quantization_config Tandem reads: fp8 e4m3 in 128 × 128 blocks (fmt and weight_block_size
+// default to those, as in transformers' FineGrainedFP8Config). Anything else is refused here.
+bool checkQuantization(const std::optional<io::QuantizationConfig>& q, const std::filesystem::path& dir) {
+  if (!q) return false;
+  const std::string where = (dir / "config.json").string() + ": quantization_config";
+  const std::string what_to_do =
+      "Tandem reads bf16/fp16/fp32 checkpoints and fp8 ones as DeepSeek-V3 / Kimi-K2 ship them "
+      "(quant_method fp8, fmt e4m3, weight_block_size [128, 128]); use such a checkpoint";
+  if (q->quant_method != "fp8") {
+    throw Error(where + ".quant_method '" + q->quant_method + "' is not supported", what_to_do);
+  }
+  if (!q->fmt.empty() && q->fmt != "e4m3") {
+    throw Error(where + ".fmt '" + q->fmt + "' is not supported (only e4m3)", what_to_do);
+  }
+  if (!q->weight_block_size.empty() && q->weight_block_size != std::vector<int64_t>{kFp8Block, kFp8Block}) {
+    throw Error(where + ".weight_block_size " + shapeText(q->weight_block_size) +
+                    " is not supported (only [128, 128] blocks)", what_to_do);
+  }
+  return true;
+}
+
 }  // namespace
+
+at::Tensor dequantizeFp8Blocks(const at::Tensor& fp8, const at::Tensor& scale_inv, at::ScalarType dtype) {
+  const int64_t rows = fp8.size(0), cols = fp8.size(1);
+  // Each scale repeated over its block, cut to the matrix (the last blocks may be partial).
+  const at::Tensor scale = scale_inv.to(at::kFloat)
+                               .repeat_interleave(kFp8Block, 0)
+                               .repeat_interleave(kFp8Block, 1)
+                               .narrow(0, 0, rows)
+                               .narrow(1, 0, cols);
+  return (fp8.to(at::kFloat) * scale).to(dtype);
+}
 
 at::ScalarType scalarTypeOf(io::DType dtype, const std::string& tensor_name) {
   switch (dtype) {
@@ -30,8 +71,12 @@ at::ScalarType scalarTypeOf(io::DType dtype, const std::string& tensor_name) {
 }
 
 WeightLoader::WeightLoader(const std::filesystem::path& model_dir, at::ScalarType dtype,
-                           at::Device device)
-    : dir_(model_dir), files_(io::SafetensorsModel::open(model_dir)), dtype_(dtype), device_(device) {}
+                           at::Device device, const std::optional<io::QuantizationConfig>& quantization)
+    : dir_(model_dir),
+      files_(io::SafetensorsModel::open(model_dir)),
+      fp8_checkpoint_(checkQuantization(quantization, model_dir)),
+      dtype_(dtype),
+      device_(device) {}
 
 std::unique_ptr<WeightLoader> WeightLoader::synthetic(at::ScalarType dtype, at::Device device,
                                                      uint64_t seed, double std) {
@@ -141,8 +186,48 @@ io::TensorView WeightLoader::view(const std::string& name, const std::vector<int
   return tensor;
 }
 
+bool WeightLoader::isFp8(const std::string& name) const {
+  return !synthetic_ && files_.contains(name) && files_.view(name).info->dtype == io::DType::F8_E4M3;
+}
+
+at::Tensor WeightLoader::blockScales(const std::string& name, const std::vector<int64_t>& shape) const {
+  if (!fp8_checkpoint_) {
+    throw Error("tensor " + name + " in " + dir_.string() + " is stored as F8_E4M3, but config.json has no "
+                    "quantization_config saying how to dequantise it",
+                "add quantization_config {\"quant_method\": \"fp8\", \"fmt\": \"e4m3\", "
+                "\"weight_block_size\": [128, 128]} to config.json (as DeepSeek-V3 ships it), or use a bf16 checkpoint");
+  }
+  if (shape.size() != 2) {
+    throw Error("tensor " + name + " is fp8 with shape " + shapeText(shape) + ", but 128 x 128 block scales need a matrix",
+                "only Linear weights can be fp8 in a DeepSeek-V3-style checkpoint");
+  }
+  const std::string scale_name = scaleName(name);
+  if (!files_.contains(scale_name)) {
+    throw Error("tensor " + name + " in " + dir_.string() + " is fp8, but its block scales " + scale_name +
+                    " are missing",
+                "the download may be incomplete: every fp8 weight needs its weight_scale_inv");
+  }
+  const io::TensorView scales = files_.view(scale_name);
+  const std::vector<int64_t> expected{blocksOf(shape[0]), blocksOf(shape[1])};
+  if (scales.info->shape != expected) {
+    throw Error("tensor " + scale_name + " in " + dir_.string() + " has shape " + shapeText(scales.info->shape) +
+                    ", but " + name + " " + shapeText(shape) + " needs " + shapeText(expected) +
+                    " (one f32 scale per 128 x 128 block)",
+                "the scales do not belong to these weights: re-download the checkpoint");
+  }
+  const at::ScalarType stored = scalarTypeOf(scales.info->dtype, scale_name);
+  return at::from_blob(const_cast<std::byte*>(scales.bytes.data()), expected, at::TensorOptions().dtype(stored))
+      .to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+}
+
 at::Tensor WeightLoader::cpuTensor(const std::string& name, const std::vector<int64_t>& shape) const {
   const io::TensorView tensor = view(name, shape);
+  if (tensor.info->dtype == io::DType::F8_E4M3) {
+    const at::Tensor scales = blockScales(name, shape);
+    const at::Tensor fp8 = at::from_blob(const_cast<std::byte*>(tensor.bytes.data()), shape,
+                                         at::TensorOptions().dtype(at::kFloat8_e4m3fn));
+    return dequantizeFp8Blocks(fp8, scales, at::kFloat);
+  }
   const at::ScalarType stored = scalarTypeOf(tensor.info->dtype, name);
   // The mapping is read-only: wrap it, then copy; nothing ever writes through this view.
   return at::from_blob(const_cast<std::byte*>(tensor.bytes.data()), shape,

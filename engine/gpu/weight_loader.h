@@ -2,22 +2,34 @@
 // Reads a model's tensors by HF name from its safetensors files, checks every shape against what
 // config.json implies, and puts them where the math needs them: torch tensors on a device for
 // the dense parts, zero-copy CPU views for the routed experts.
+//
+// FP8 checkpoints as DeepSeek-V3 / Kimi-K2 ship them (config.json quantization_config
+// {quant_method: fp8, fmt: e4m3, weight_block_size: [128, 128]}): every quantised Linear `X.weight`
+// is F8_E4M3 with a sibling `X.weight_scale_inv` f32 [ceil(out/128), ceil(in/128)], and
+// W[o][i] = fp8[o][i] · scale_inv[o / 128][i / 128] (DeepSeek's inference/kernel.py weight_dequant;
+// edge blocks are partial). load() dequantises such tensors once, to the model dtype; the routed
+// experts stay fp8 (view() + blockScales()) and the expert engine dequantises them as it packs.
 
 #include <ATen/core/Tensor.h>
 
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/io/model_config.h"
 #include "engine/io/safetensors.h"
 
 namespace tandem::gpu {
 
 class WeightLoader {
  public:
-  WeightLoader(const std::filesystem::path& model_dir, at::ScalarType dtype, at::Device device);
+  // `quantization`: config.json's quantization_config. Only fp8 e4m3 with 128 × 128 blocks is
+  // read; another method, fmt or block size is an Error here, before anything is loaded.
+  WeightLoader(const std::filesystem::path& model_dir, at::ScalarType dtype, at::Device device,
+               const std::optional<io::QuantizationConfig>& quantization = std::nullopt);
   // A loader that invents every tensor it is asked for (normal(0, std) weights, norms at one,
   // biases at zero), deterministically from `seed`: random models of real shapes with no file,
   // for the built-in demo and benchmarks. writeSynthesized() saves what was asked for.
@@ -27,12 +39,19 @@ class WeightLoader {
 
   // Synthetic loaders have the per-expert layout (no fused or legacy mixtral names).
   bool has(const std::string& name) const;
-  // A copy on the device in the model dtype. Missing tensor or wrong shape: Error naming both.
+  // A copy on the device in the model dtype (fp8 tensors dequantised with their block scales).
+  // Missing tensor or wrong shape: Error naming both.
   at::Tensor load(const std::string& name, const std::vector<int64_t>& shape) const;
   // Same, in fp32 (router biases and other tensors HF keeps in fp32).
   at::Tensor loadFloat(const std::string& name, const std::vector<int64_t>& shape) const;
   // The tensor's bytes as stored (no copy) after the same checks; valid while this loader lives.
   io::TensorView view(const std::string& name, const std::vector<int64_t>& shape) const;
+  // Whether `name` is stored as fp8 e4m3 (then it needs blockScales()).
+  bool isFp8(const std::string& name) const;
+  // The 128 × 128 block scales of the fp8 tensor `name` [rows, cols] (`shape`, as view() checks it):
+  // its weight_scale_inv [ceil(rows/128), ceil(cols/128)] as an f32 CPU copy. Errors say what is
+  // wrong: no quantization_config, missing scales, wrong shape or type.
+  at::Tensor blockScales(const std::string& name, const std::vector<int64_t>& shape) const;
   // Synthetic loaders: invents these tensors (all of one shape) on all cores at once, the values
   // view() would invent one by one; a no-op for model dirs. Random MoE models of real size spend
   // most of their build time here.
@@ -56,6 +75,7 @@ class WeightLoader {
 
   std::filesystem::path dir_;
   io::SafetensorsModel files_;
+  bool fp8_checkpoint_ = false;  // quantization_config says fp8 e4m3, 128 × 128 blocks
   // Synthetic mode: the invented tensors (CPU, model dtype) and their infos, by name.
   bool synthetic_ = false;
   uint64_t seed_ = 0;
@@ -67,8 +87,14 @@ class WeightLoader {
   mutable std::map<std::string, uint64_t> loaded_bytes_;
 };
 
-// torch's type for a file dtype; Error for types the model math does not take (ints, fp8 for now).
+// torch's type for a file dtype; Error for types the model math does not take (ints, fp8:
+// those go through WeightLoader's block scales).
 at::ScalarType scalarTypeOf(io::DType dtype, const std::string& tensor_name);
+
+// DeepSeek's weight_dequant: fp8 [rows, cols] (float8_e4m3fn) · scale_inv [ceil(rows/128),
+// ceil(cols/128)] f32 per 128 × 128 block (partial at the edges) -> [rows, cols] in `dtype`, on
+// the CPU. The product is formed in f32 (as DeepSeek's kernel), then rounded once to `dtype`.
+at::Tensor dequantizeFp8Blocks(const at::Tensor& fp8, const at::Tensor& scale_inv, at::ScalarType dtype);
 
 // Writes CPU tensors (fp32, bf16, fp16 or uint8) to a .safetensors file, atomically.
 void writeTensorFile(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors,

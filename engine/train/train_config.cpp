@@ -319,6 +319,27 @@ void readTandem(const Doc& doc, TrainConfig& c) {
   if (auto devices = doc.get("layer_devices", text)) c.layer_devices = *devices;
   set(c.experts_mode, doc.get("experts_mode", expertsMode));
   set(c.loss_chunk_tokens, doc.get("loss_chunk_tokens", positiveInt));
+  set(c.experts_format, doc.get("experts_format", expertsFormat));
+  set(c.experts_wt_policy, doc.get("experts_wt_policy", expertsWtPolicy));
+}
+
+// The expert backends compute in one format each (engine/experts kernels): amx_int8 in int8;
+// amx_bf16, avx512_bf16 and onednn in bf16 (fp8 checkpoints are dequantised into bf16 packs).
+void checkExpertsFormat(const Doc& doc, const TrainConfig& c) {
+  if (c.experts_format == "auto") return;
+  const std::string& b = c.experts_backend;
+  const bool int8_only = b == "amx_int8";
+  const bool bf16_only = b == "amx_bf16" || b == "avx512_bf16" || b == "onednn";
+  if ((int8_only && c.experts_format != "int8") || (bf16_only && c.experts_format == "int8")) {
+    const Entry* format = nullptr;
+    for (const Entry& e : doc.entries()) {
+      if (e.spec->kind == Kind::Setting && e.spec->target == "experts_format") format = &e;
+    }
+    fail(*format, "('" + c.experts_format + "') cannot be computed by experts_backend " + b +
+                      (int8_only ? ", which multiplies int8 weights only" : ", which multiplies bf16 weights only"),
+         int8_only ? "set experts_format: int8 (or auto), or choose another backend"
+                   : "set experts_format: bf16 (or auto), or experts_backend: amx_int8 / auto for int8");
+  }
 }
 
 // Rules that involve several keys (LLaMA-Factory's own checks where it has them).
@@ -438,6 +459,7 @@ TrainConfig parseTrainConfig(std::string_view yaml_text, const std::string& labe
   readOutput(doc, config);
   readTandem(doc, config);
   checkCombinations(doc, config);
+  checkExpertsFormat(doc, config);
   return config;
 }
 
@@ -527,6 +549,8 @@ std::string toYaml(const TrainConfig& c) {
   w.str("layer_devices", c.layer_devices);
   w.str("experts_mode", c.experts_mode);
   w.integer("loss_chunk_tokens", c.loss_chunk_tokens);
+  w.str("experts_format", c.experts_format);
+  w.str("experts_wt_policy", c.experts_wt_policy);
   return w.text();
 }
 
@@ -547,6 +571,7 @@ std::string configFingerprint(const TrainConfig& config) {
   c.eval_steps = defaults.eval_steps;
   c.per_device_eval_batch_size = defaults.per_device_eval_batch_size;
   c.expert_threads = defaults.expert_threads;
+  c.experts_wt_policy = defaults.experts_wt_policy;  // the same math either way
   // Detects "a different config"; not a security boundary.
   Fnv1a64 hash;
   hash.add(toYaml(c));

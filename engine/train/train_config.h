@@ -104,6 +104,13 @@ struct TrainConfig {
   std::string layer_devices;             // "cuda:0:0-13,cuda:1:14-27"; "" = every layer on device
   std::string experts_mode = "cpu";      // cpu (CPU expert engine) | gpu-offload (streamed to the GPU)
   int64_t loss_chunk_tokens = 1024;      // rows of the LM-head/cross-entropy per chunk
+  // What the frozen routed experts are multiplied in (KT: kt_expert_weight_format): auto (int8
+  // for amx_int8, else bf16; an fp8 checkpoint is read as fp8 and dequantised as it is packed),
+  // bf16, int8 (per-channel, quantised at load), fp8 (the checkpoint's own fp8; it must be one).
+  std::string experts_format = "auto";
+  // The backward's Wᵀ: auto (the memory planner's choice: persistent when it fits), persistent
+  // (a second packed copy), on_demand (repacked per backward for the routed experts).
+  std::string experts_wt_policy = "auto";
 
   bool operator==(const TrainConfig&) const = default;
 };
@@ -125,7 +132,7 @@ std::string toYaml(const TrainConfig& config);
 
 // 16 hex digits identifying the settings that change the trained adapter: everything except
 // output_dir, overwrite_output_dir, logging_steps, save_steps, save_total_limit, save_only_model,
-// resume_from_checkpoint, plot_loss, the eval schedule and expert_threads.
+// resume_from_checkpoint, plot_loss, the eval schedule, expert_threads and experts_wt_policy.
 std::string configFingerprint(const TrainConfig& config);
 
 }  // namespace tandem::train

@@ -40,7 +40,6 @@ namespace {
 
 void checkReportTo(const Entry& e);
 void checkUseKt(const Entry& e);
-void checkExpertWeightFormat(const Entry& e);
 void checkNumGpuExperts(const Entry& e);
 void checkPositiveInt(const Entry& e);
 
@@ -61,7 +60,8 @@ void addSettingKeys(std::vector<KeySpec>& keys) {
         "per_device_eval_batch_size", "output_dir", "overwrite_output_dir", "logging_steps",
         "save_steps", "save_total_limit", "save_only_model", "plot_loss", "resume_from_checkpoint",
         "experts_backend", "expert_threads", "placement_rule", "expert_chunk_tokens",
-        "expert_weight_path", "device", "layer_devices", "experts_mode", "loss_chunk_tokens"}) {
+        "expert_weight_path", "device", "layer_devices", "experts_mode", "loss_chunk_tokens",
+        "experts_format", "experts_wt_policy"}) {
     setting(name);
   }
   for (const char* name :
@@ -89,7 +89,7 @@ void addKtKeys(std::vector<KeySpec>& keys) {
       {"optimize_rule", Kind::Setting, "placement_rule", nullptr},
       {"chunk_size", Kind::Setting, "expert_chunk_tokens", nullptr},
       {"weight_path", Kind::Setting, "expert_weight_path", nullptr},
-      {"expert_weight_format", Kind::Ignored, "", checkExpertWeightFormat},
+      {"expert_weight_format", Kind::Setting, "experts_format", nullptr},
       {"num_gpu_experts", Kind::Ignored, "", checkNumGpuExperts},
       {"enabled", Kind::Ignored, "", checkUseKt},
       {"lora_rank", Kind::Ignored, "", checkPositiveInt},  // must equal lora_rank (checked later)
@@ -363,10 +363,30 @@ std::string expertsBackend(const Entry& e) {
       "moeint8", "moeint4", "bf16", "torchbf16", "armbf16"};
   if (std::find(kt_only.begin(), kt_only.end(), key) != kt_only.end()) {
     fail(e, "'" + text(e) + "' is a KTransformers backend Tandem does not have",
-         "use one of " + std::string(kBackends) + " (Tandem reads bf16/fp16/fp32 experts)");
+         "use one of " + std::string(kBackends) +
+             " (Tandem reads bf16/fp16/fp32 experts and DeepSeek-V3-style fp8 ones; the format is "
+             "experts_format: auto|bf16|int8|fp8)");
   }
   fail(e, "must be one of " + std::string(kBackends) + " (or a KTransformers name: AMXBF16, "
           "AMXInt8, llamafile); got '" + text(e) + "'");
+}
+
+std::string expertsFormat(const Entry& e) {
+  const std::string value = lowered(text(e));
+  for (const char* name : {"auto", "bf16", "int8", "fp8"}) {
+    if (value == name) return value;
+  }
+  if (value == "mxfp4" || value == "int4" || value == "legacyint") {
+    fail(e, "'" + text(e) + "' is a KTransformers expert format Tandem does not have",
+         "use auto, bf16, int8 or fp8 (docs/experts.md)");
+  }
+  fail(e, "must be one of auto, bf16, int8, fp8; got '" + text(e) + "'");
+}
+
+std::string expertsWtPolicy(const Entry& e) {
+  const std::string value = text(e);
+  if (value == "auto" || value == "persistent" || value == "on_demand") return value;
+  fail(e, "must be one of auto, persistent, on_demand; got '" + value + "'");
 }
 
 std::string device(const Entry& e) {
@@ -394,14 +414,6 @@ void checkReportTo(const Entry& e) {
 
 void checkUseKt(const Entry& e) { boolean(e); }
 void checkPositiveInt(const Entry& e) { positiveInt(e); }
-
-void checkExpertWeightFormat(const Entry& e) {
-  std::string value = lowered(text(e));
-  if (value != "bf16" && value != "auto") {
-    fail(e, "'" + text(e) + "' is not supported: Tandem reads the model's own expert weights",
-         "remove it (or use bf16) and point model_name_or_path at the original checkpoint");
-  }
-}
 
 void checkNumGpuExperts(const Entry& e) {
   if (nonNegativeInt(e) != 0) {

@@ -82,6 +82,9 @@ std::vector<std::string> list(const Entry& e);
 std::string oneOf(const Entry& e, std::initializer_list<std::string_view> allowed);
 // Tandem names, and KTransformers' (AMXBF16, AMXInt8, LLAMAFILE, ...) in any case or spelling.
 std::string expertsBackend(const Entry& e);
+// auto, bf16, int8, fp8 (KTransformers' kt_expert_weight_format spells them the same), any case.
+std::string expertsFormat(const Entry& e);
+std::string expertsWtPolicy(const Entry& e);  // auto, persistent, on_demand
 std::string device(const Entry& e);  // auto, cpu, cuda or cuda:N
 
 }  // namespace tandem::train::detail

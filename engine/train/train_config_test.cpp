@@ -237,6 +237,34 @@ TEST(TrainConfigTest, KTransformersBackendNamesMapToTandemBackends) {
             "amx_bf16");
 }
 
+TEST(TrainConfigTest, ExpertFormatAndWtPolicyKeys) {
+  const TrainConfig defaults = parse(kMinimal);
+  EXPECT_EQ(defaults.experts_format, "auto");
+  EXPECT_EQ(defaults.experts_wt_policy, "auto");
+  for (const char* format : {"auto", "bf16", "int8", "fp8"}) {
+    EXPECT_EQ(parse(kMinimal + ("experts_format: " + std::string(format) + "\n")).experts_format, format);
+  }
+  // KTransformers' spelling (kt_expert_weight_format, any case, all three generations) feeds it.
+  EXPECT_EQ(parse(kMinimal + std::string("kt_expert_weight_format: FP8\n")).experts_format, "fp8");
+  EXPECT_EQ(parse(kMinimal + std::string("kt_config:\n  expert_weight_format: int8\n")).experts_format, "int8");
+  const TrainConfig kt_int8 = parse(kMinimal + std::string("kt_config:\n  kt_backend: AMXInt8\n"
+                                                           "  kt_expert_weight_format: int8\n"));
+  EXPECT_EQ(kt_int8.experts_backend, "amx_int8");
+  EXPECT_EQ(kt_int8.experts_format, "int8");
+  // auto goes with every backend; bf16 / fp8 with the bf16 ones, int8 with the fp32 ones too.
+  EXPECT_EQ(parse(kMinimal + std::string("kt_backend: AMXInt8\nexperts_format: auto\n")).experts_format, "auto");
+  EXPECT_EQ(parse(kMinimal + std::string("kt_backend: AMXBF16\nexperts_format: fp8\n")).experts_format, "fp8");
+  EXPECT_EQ(parse(kMinimal + std::string("experts_backend: avx512\nexperts_format: int8\n")).experts_format,
+            "int8");
+  EXPECT_EQ(parse(kMinimal + std::string("experts_wt_policy: on_demand\n")).experts_wt_policy, "on_demand");
+  EXPECT_EQ(parse(kMinimal, {"experts_wt_policy=persistent"}).experts_wt_policy, "persistent");
+  // The Tandem key overrides the KT spelling; the format changes the trained result, the policy not.
+  const std::string kt = kMinimal + std::string("kt_config:\n  kt_expert_weight_format: bf16\n");
+  EXPECT_EQ(parse(kt, {"experts_format=int8"}).experts_format, "int8");
+  EXPECT_NE(configFingerprint(parse(kt, {"experts_format=int8"})), configFingerprint(parse(kt)));
+  EXPECT_EQ(configFingerprint(parse(kt, {"experts_wt_policy=on_demand"})), configFingerprint(parse(kt)));
+}
+
 TEST(TrainConfigTest, OverridesApplyAfterTheFile) {
   const std::string yaml = kMinimal + std::string(
                                "learning_rate: 5.0e-5\nmax_samples: 100\n"
@@ -313,8 +341,20 @@ TEST(TrainConfigTest, BadConfigsFailWithUsefulErrors) {
       {"kt_backend: AMXINT4\n", "'AMXINT4' is a KTransformers backend Tandem does not have"},
       {"kt_backend: AMXBF16\nexperts_backend: generic\n",
        "experts_backend ('generic') conflicts with kt_backend ('AMXBF16', cfg.yaml:4)"},
-      {"kt_config:\n  kt_expert_weight_format: int8\n",
-       "kt_config.kt_expert_weight_format 'int8' is not supported"},
+      {"kt_config:\n  kt_expert_weight_format: mxfp4\n",
+       "kt_config.kt_expert_weight_format 'mxfp4' is a KTransformers expert format Tandem does not have"},
+      {"experts_format: fp16\n", "experts_format must be one of auto, bf16, int8, fp8; got 'fp16'"},
+      {"experts_fromat: int8\n", "unknown key 'experts_fromat' \u2014 did you mean 'experts_format'?"},
+      {"experts_wt_policy: pool\n",
+       "experts_wt_policy must be one of auto, persistent, on_demand; got 'pool'"},
+      {"kt_backend: AMXInt8\nexperts_format: bf16\n",
+       "experts_format ('bf16') cannot be computed by experts_backend amx_int8, which multiplies int8 weights only"},
+      {"kt_backend: AMXInt8\nexperts_format: fp8\n", "experts_format ('fp8') cannot be computed by experts_backend amx_int8"},
+      {"experts_backend: amx_bf16\nkt_config:\n  kt_expert_weight_format: int8\n",
+       "kt_config.kt_expert_weight_format ('int8') cannot be computed by experts_backend amx_bf16, which "
+       "multiplies bf16 weights only"},
+      {"experts_format: int8\nkt_config:\n  kt_expert_weight_format: fp8\n",
+       "kt_config.kt_expert_weight_format ('fp8') conflicts with experts_format ('int8', cfg.yaml:4)"},
       {"kt_config:\n  kt_num_gpu_experts: 4\n", "kt_num_gpu_experts is not supported"},
       {"kt_config:\n  kt_lora_rank: 16\n", "kt_config.kt_lora_rank (16) differs from lora_rank (8)"},
       {"use_kt: false\ncpu_infer: 32\n", "cpu_infer is a KTransformers setting, but use_kt is false"},
@@ -390,6 +430,8 @@ TEST(TrainConfigTest, ToYamlRoundTrips) {
   custom.layer_devices = "cuda:0:0-13,cuda:1:14-27";
   custom.experts_mode = "gpu-offload";
   custom.loss_chunk_tokens = 512;
+  custom.experts_format = "int8";
+  custom.experts_wt_policy = "on_demand";
   TrainConfig latest = parse(kMinimal);
   latest.resume = ResumeFrom::Latest;
 

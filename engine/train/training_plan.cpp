@@ -1,5 +1,6 @@
 #include "engine/train/training_plan.h"
 
+#include "engine/core/error.h"
 #include "engine/placement/kt_rules.h"
 
 namespace tandem::train {
@@ -16,6 +17,17 @@ placement::PlanRequest planRequestFor(const TrainConfig& config, const io::Model
   r.loss_chunk_tokens = config.loss_chunk_tokens;
   // TrainConfig spells the AVX-512 BF16 kernels "avx512" too (training_run maps it the same way).
   r.experts_backend = config.experts_backend == "avx512" ? "avx512_bf16" : config.experts_backend;
+  // The runtime's choices (training_run.cpp): the experts' format as the planner spells it
+  // ("" = its default for the backend and checkpoint), and on_demand Wᵀ is the planner's pool.
+  if (config.experts_format == "fp8" && !(model.quantization && model.quantization->quant_method == "fp8")) {
+    throw Error("experts_format: fp8 keeps the checkpoint's fp8 experts, but " + config.model_name_or_path +
+                    " is not an fp8 checkpoint (its config.json has no fp8 quantization_config)",
+                "use experts_format: auto, bf16 or int8 (int8 quantises the experts at load)");
+  }
+  if (config.experts_format != "auto") r.expert_weight_format = config.experts_format;
+  if (config.experts_wt_policy != "auto") {
+    r.transposed_weights = config.experts_wt_policy == "on_demand" ? "pool" : "persistent";
+  }
   return r;
 }
 

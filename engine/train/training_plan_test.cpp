@@ -11,11 +11,13 @@
 #include <filesystem>
 #include <unistd.h>
 
+#include "engine/core/error.h"
 #include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
 #include "engine/gpu/causal_lm.h"
 #include "engine/io/safetensors.h"
 #include "engine/model/lora_target.h"
+#include "engine/placement/hardware.h"
 #include "engine/train/trainer.h"
 
 namespace tandem::train {
@@ -137,6 +139,42 @@ TEST_P(PlanVersusLedger, WithinTenPercent) {
 
 INSTANTIATE_TEST_SUITE_P(Checkpointing, PlanVersusLedger, ::testing::Bool(),
                          [](const auto& param_info) { return param_info.param ? "checkpointing" : "no_checkpointing"; });
+
+// `tandem plan` and `tandem train` plan with the same expert choices: experts_format and
+// experts_wt_policy reach the planner as its weight format and Wᵀ form.
+TEST(PlanRequestFor, CarriesTheExpertsFormatAndWtPolicy) {
+  const fs::path presets = TANDEM_PRESETS_DIR;
+  const io::ModelConfig fp8 = io::readModelConfig(presets / "models" / "deepseek-v3.json");
+  const placement::Hardware hw = placement::resolveHardware("1xh200_xeon-emr-2s_2t", presets / "hardware");
+  TrainConfig tc;
+  tc.cutoff_len = 1024;
+  tc.per_device_train_batch_size = 1;
+  tc.experts_backend = "amx_bf16";
+  auto experts_item = [](const placement::MemoryPlan& plan) {
+    for (const placement::DevicePlan& d : plan.devices) {
+      for (const placement::PlanItem& item : d.items) {
+        if (item.what.starts_with("routed experts")) return item.what;
+      }
+    }
+    return std::string();
+  };
+  EXPECT_EQ(planRequestFor(tc, fp8).expert_weight_format, "");  // auto: the planner's default
+  EXPECT_EQ(planRequestFor(tc, fp8).transposed_weights, "auto");
+  tc.experts_wt_policy = "on_demand";
+  EXPECT_EQ(planTraining(tc, fp8, hw).transposed_weights, "pool");
+  tc.experts_wt_policy = "persistent";
+  EXPECT_EQ(planTraining(tc, fp8, hw).transposed_weights, "persistent");
+  tc.experts_backend = "amx_int8";
+  tc.experts_format = "int8";
+  EXPECT_EQ(experts_item(planTraining(tc, fp8, hw)), "routed experts int8");
+  // fp8 experts are dequantised into the packs (amx_bf16 on this AMX preset): held as bf16.
+  tc.experts_backend = "auto";
+  tc.experts_format = "fp8";
+  EXPECT_EQ(experts_item(planTraining(tc, fp8, hw)), "routed experts bf16");
+  // fp8 is the checkpoint's own format: a bf16 checkpoint is refused before anything is planned.
+  const io::ModelConfig bf16 = io::readModelConfig(presets / "models" / "qwen3-30b-a3b.json");
+  EXPECT_THROW(planRequestFor(tc, bf16), Error);
+}
 
 }  // namespace
 }  // namespace tandem::train

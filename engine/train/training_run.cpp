@@ -13,6 +13,7 @@
 #include "engine/core/error.h"
 #include "engine/core/log.h"
 #include "engine/core/thread_pool.h"
+#include "engine/experts/expert_types.h"
 #include "engine/gpu/causal_lm.h"
 #include "engine/gpu/device_map.h"
 #include "engine/gpu/peft_adapter.h"
@@ -209,6 +210,32 @@ void applyRulePlacement(const placement::RuntimePlacement& runtime, gpu::ModelOp
   options.head_device = gpu::parseDevice(runtime.head_device);
   options.experts = gpu::parseExpertsMode(runtime.experts_mode);
   if (!runtime.experts_backend.empty()) options.experts_backend = expertsBackend(runtime.experts_backend);
+  // A rule file's int8 experts (weight_format: int8) are quantised at load like experts_format: int8.
+  if (options.experts_format == "auto" && runtime.experts_weight_format == "int8") options.experts_format = "int8";
+}
+
+// experts_wt_policy: auto follows the memory planner (persistent when it fits, else its pool,
+// which the expert engine runs as on_demand).
+experts::WtPolicy wtPolicy(const TrainConfig& config, const placement::MemoryPlan& plan) {
+  if (config.experts_wt_policy == "auto") {
+    return plan.transposed_weights == "pool" ? experts::WtPolicy::OnDemand : experts::WtPolicy::Persistent;
+  }
+  return experts::parseWtPolicy(config.experts_wt_policy);
+}
+
+// "routed experts: amx_int8, int8 packs, W^T on_demand (fp8 checkpoint)": what the planner and
+// the expert engine chose, for the user to see.
+std::string expertsSummary(gpu::CausalLm& model) {
+  std::string summary;
+  model.visitMoeBlocks([&](const std::string&, gpu::MoeBlock& block) {
+    if (!summary.empty() || !block.experts) return;
+    const experts::ExpertLayer& e = *block.experts;
+    summary = "routed experts: " + (block.offload ? std::string("gpu-offload") : e.backendName()) + ", " +
+              std::string(experts::weightFormatName(e.weightFormat())) + " packs, W^T " +
+              std::string(experts::wtPolicyName(e.wtPolicy()));
+    if (model.config().quantization) summary += " (" + model.config().quantization->quant_method + " checkpoint)";
+  });
+  return summary.empty() ? "no routed experts (dense model)" : summary;
 }
 
 }  // namespace
@@ -259,6 +286,8 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   }
   options.experts = gpu::parseExpertsMode(config.experts_mode);
   options.experts_backend = expertsBackend(config.experts_backend);
+  options.experts_format = config.experts_format;
+  options.experts_wt_policy = wtPolicy(config, memory_plan);
   if (!config.placement_rule.empty() && config.layer_devices.empty()) {
     applyRulePlacement(placement::toRuntimePlacement(memory_plan.placement), options);
   }
@@ -267,6 +296,7 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   options.loss_chunk_tokens = config.loss_chunk_tokens;
   ThreadPool& pool = ThreadPool::global();
   auto model = gpu::CausalLm::load(model_dir, options, &plan, pool);
+  listener.onMessage(expertsSummary(*model));
   if (start_adapter) gpu::applyPeftAdapter(*start_adapter, *model);
   std::set<std::string> leaves;
   model->visitLinears([&](const std::string& name, gpu::LoraLinear&) { leaves.insert(name.substr(name.rfind('.') + 1)); });
