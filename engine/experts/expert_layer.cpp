@@ -114,8 +114,10 @@ ExpertLayer::ExpertLayer(const ExpertLayerSpec& spec, ExpertWeightViews weights,
       row_block_(gemm.rowBlock()) {
   std::vector<int64_t> all(static_cast<size_t>(spec_.num_experts));
   for (int64_t e = 0; e < spec_.num_experts; ++e) all[e] = e;
-  packAll(all, false);
-  if (options_.wt_policy == WtPolicy::Persistent) packAll(all, true);
+  if (!options_.lora_only) {
+    packAll(all, false);
+    if (options_.wt_policy == WtPolicy::Persistent) packAll(all, true);
+  }
   packed_charge_ = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Weights, packedBytes());
 }
 
@@ -266,6 +268,9 @@ void ExpertLayer::forwardRows(const ForwardPass& pass, const ExpertTask& task) c
 void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_tokens,
                           const int32_t* topk_ids, const float* topk_weights, int top_k, void* y,
                           ExpertForwardCache* cache) {
+  if (options_.lora_only) {
+    throw Error("expert forward: this layer only holds the expert LoRA (gpu-offload mode computes the experts on the GPU)");
+  }
   if (n_tokens > 0 && (!x || !topk_ids || !topk_weights || !y)) {
     throw Error("expert forward: x, topk_ids, topk_weights and y must not be null");
   }

@@ -42,6 +42,9 @@ struct ExpertLayerOptions {
   std::string backend = "auto";
   WeightFormat format = WeightFormat::Bf16;
   WtPolicy wt_policy = WtPolicy::Persistent;
+  // true: the layer only holds the expert LoRA (gpu-offload mode computes the experts on the GPU);
+  // nothing is packed and forward() is an Error.
+  bool lora_only = false;
 };
 
 class ExpertLayer {

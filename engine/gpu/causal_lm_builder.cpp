@@ -262,7 +262,9 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
     }
   }
   experts::ExpertWeightViews views = expertWeights(i, *block);
-  const experts::ExpertLayerOptions options = expertLayerOptions(m_.options_, views.type);
+  experts::ExpertLayerOptions options = expertLayerOptions(m_.options_, views.type);
+  // Offload mode computes on the GPU: the CPU layer only holds the expert LoRA (no packs).
+  options.lora_only = m_.options_.experts == ExpertsMode::GpuOffload;
   if (m_.options_.experts == ExpertsMode::GpuOffload) {
     block->offload = std::make_unique<ExpertOffload>(spec, views, w_.dtype(),
                                                      m_.options_.layerDevice(static_cast<size_t>(i)));

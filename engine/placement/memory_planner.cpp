@@ -129,10 +129,14 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
   // checkpoints are dequantised at pack time); the checkpoint's experts they packed from are mapped
   // file pages the kernel may drop, so they are not charged. generic and avx512 read bf16/f16/f32
   // experts in place, but copy fp8 sources or int8 experts to f32, both ways.
-  const bool packs = packsWeights(m.backend);
-  const bool int8 = m.weight_format == "int8";
-  const bool f32_copy = !packs && (int8 || defaultWeightFormat("generic", m_) == "fp8");
-  const std::string held = packs ? (int8 ? "int8" : "bf16") : f32_copy ? "fp32" : m.weight_format;
+  // gpu-offload: its pinned host copy, fp8 dequantised to bf16; the CPU layer packs nothing.
+  const bool packs = packsWeights(m.backend), offload = m.backend == "gpu-offload";
+  const bool int8 = m.weight_format == "int8", fp8_source = defaultWeightFormat("generic", m_) == "fp8";
+  const bool f32_copy = !packs && !offload && (int8 || fp8_source);
+  const std::string held = packs                  ? (int8 ? "int8" : "bf16")
+                           : f32_copy             ? "fp32"
+                           : offload && fp8_source ? "bf16"
+                                                   : m.weight_format;
   const uint64_t weights = memory::routedExpertBytes(m_, held);
   charge(books, m.device, PlanCategory::Weights, "routed experts " + held, weights);
   if (packs || f32_copy) chargeTransposed(books, m, weights);
@@ -140,7 +144,6 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
   // engine/experts/expert_lora.cpp: A, B and their gradients in f32; AdamW's moments beside them.
   charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA", lora * (req_.training ? 8 : 4));
   if (req_.training) charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA optimizer", lora * 8);
-  const bool offload = m.backend == "gpu-offload";
   const std::string compute = offload ? m.compute_device : m.device;
   if (req_.training && (first || !req_.gradient_checkpointing || keep_)) {
     // Without checkpointing every MoE layer's cache lives until its backward; with it, one, unless
