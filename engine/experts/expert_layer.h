@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/experts/expert_buffer_pool.h"
 #include "engine/experts/expert_forward_cache.h"
 #include "engine/experts/expert_lora.h"
 #include "engine/experts/expert_routing.h"
@@ -108,7 +109,7 @@ class ExpertLayer {
 
   void forwardRows(const ForwardPass& pass, const ExpertTask& task) const;
   void backwardRows(const BackwardPass& pass, const ExpertTask& task) const;
-  void loraGradGateUp(const BackwardPass& pass, ExpertProj proj, int64_t expert);
+  void loraGradGateUp(const BackwardPass& pass, int64_t expert);
   void loraGradDown(const BackwardPass& pass, int64_t expert);
   void runLoraGradTasks(const BackwardPass& pass);
   // out [T, H] act_type = per token, Σ_j weights[t][j] (or 1) · pairs [P, H] f32 rows.
@@ -131,6 +132,7 @@ class ExpertLayer {
   std::vector<std::unique_ptr<kernels::PackedMatrix>> packs_[kExpertProjCount];
   std::vector<std::unique_ptr<kernels::PackedMatrix>> packs_t_[kExpertProjCount];
   MemoryCharge packed_charge_;
+  ExpertBufferPool::User buffer_pool_user_;  // the pool frees its idle blocks with the last layer
 };
 
 }  // namespace tandem::experts

@@ -104,7 +104,7 @@ class OnednnGemm final : public GemmBackend {
   }
 
   void gemm(const PackedMatrix& packed, int64_t m, const float* a, int64_t lda, float* c,
-            int64_t ldc, bool accumulate) const override {
+            int64_t ldc, bool accumulate, const LowRankAddend* addend) const override {
     if (m <= 0 || packed.n() <= 0) return;
     thread_local bool single_threaded = [] {
       omp_set_num_threads(1);
@@ -128,6 +128,7 @@ class OnednnGemm final : public GemmBackend {
                           {DNNL_ARG_DST, dst},
                           {DNNL_ARG_SCRATCHPAD, scratch}});
     stream.wait();
+    if (addend) addLowRank(*addend, m, b.n(), c, ldc);  // oneDNN's epilogue is not ours
   }
 };
 
