@@ -315,7 +315,14 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
   sumPerToken(routing, out.as<float>(), topk_weights, act_type, y);  // y_t = Σ_j w[t][j] · o_{t,j}
 
   if (cache) {
-    if (x_bytes > 0) std::memcpy(cache->x_, x, x_bytes);
+    // x into the cache in parallel chunks: 8 MB at 2048 tokens is milliseconds on one thread.
+    constexpr size_t kChunk = size_t{1} << 20;
+    const auto chunks = static_cast<int64_t>((x_bytes + kChunk - 1) / kChunk);
+    pool_.parallelFor(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+      const size_t begin = static_cast<size_t>(c0) * kChunk;
+      const size_t end = std::min(x_bytes, static_cast<size_t>(c1) * kChunk);
+      std::memcpy(cache->x_ + begin, static_cast<const unsigned char*>(x) + begin, end - begin);
+    });
     cache->weights_.assign(topk_weights, topk_weights + n_pairs);
     cache->routing_ = std::move(routing);
     cache->act_type_ = act_type;
