@@ -67,6 +67,7 @@ struct ExpertLayer::ForwardPass {
   float* gate = nullptr;  // [P, I] pre-activations to keep (cache), or nullptr: scratch only
   float* up = nullptr;    // [P, I]
   float* out = nullptr;   // [P, H] o_{t,j} per sorted position, unweighted
+  float* lora_z = nullptr;  // [P, 3r] the cache's LoRA products, or nullptr: scratch only
 };
 
 std::unique_ptr<ExpertLayer> ExpertLayer::create(const ExpertLayerSpec& spec,
@@ -193,10 +194,11 @@ void ExpertLayer::validateRouting(const int32_t* topk_ids, int64_t n_tokens, int
   }
 }
 
-// out [m, out] = in [m, in] · W_Pᵀ + s · (in A_Pᵀ) B_Pᵀ;  lora_tmp [m, r] scratch. The LoRA term
-// is added inside the GEMM's epilogue (kernels::LowRankAddend), not as a second pass over out.
+// out [m, out] = in [m, in] · W_Pᵀ + s · (in A_Pᵀ) B_Pᵀ;  z [m, r] (stride ldz) = s · in A_Pᵀ.
+// The LoRA term is added inside the GEMM's epilogue (kernels::LowRankAddend), not as a second
+// pass over out.
 void ExpertLayer::projectForward(ExpertProj proj, int64_t expert, const float* in, int64_t m,
-                                 float* out, float* lora_tmp) const {
+                                 float* out, float* z, int64_t ldz) const {
   const int64_t n_in = inFeatures(proj), n_out = outFeatures(proj);
   const kernels::PackedMatrix& pack = *packs_[static_cast<int>(proj)][expert];
   if (!lora_.targets(proj)) {
@@ -204,13 +206,18 @@ void ExpertLayer::projectForward(ExpertProj proj, int64_t expert, const float* i
     return;
   }
   const int64_t r = lora_.rank();
-  // z [m, r] = s · in A_Pᵀ
   kernels_.matmulNT(m, r, n_in, lora_.scale(), in, n_in, lora_.a(proj, expert).data(),
-                    WeightType::F32, n_in, lora_tmp, r, false);
+                    WeightType::F32, n_in, z, ldz, false);
   auto* b_t = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(r * n_out) * 4));
   transposeInto(lora_.b(proj, expert).data(), n_out, r, b_t);
-  const kernels::LowRankAddend addend{lora_tmp, r, b_t, n_out, r};
+  const kernels::LowRankAddend addend{z, ldz, b_t, n_out, r};
   gemm_.gemm(pack, m, in, n_in, out, n_out, false, &addend);
+}
+
+int64_t ExpertLayer::loraZWidth() const {
+  bool any = false;
+  for (int p = 0; p < kExpertProjCount; ++p) any = any || lora_.targets(static_cast<ExpertProj>(p));
+  return any ? kExpertProjCount * int64_t{lora_.rank()} : 0;
 }
 
 // d_in [m, in] (= | +=) d_out [m, out] · W_P + s · (d_out B_P) A_P;  lora_t [m, r] = d_out B_P.
@@ -267,17 +274,18 @@ void ExpertLayer::sumPerToken(const ExpertRouting& routing, const float* pairs,
 // One row block of one expert: o rows = down(silu(gate(x)) ⊙ up(x)).
 void ExpertLayer::forwardRows(const ForwardPass& pass, const ExpertTask& task) const {
   const int64_t H = spec_.hidden, I = spec_.intermediate, m = task.end - task.begin;
-  const int64_t r = std::max(lora_.rank(), 1);
-  float* xe = detail::threadScratch(m * (H + 3 * I + r));  // [m, H]
+  const int64_t r = std::max(lora_.rank(), 1), zw = kExpertProjCount * r;
+  float* xe = detail::threadScratch(m * (H + 3 * I + zw));  // [m, H]
   float* g = pass.gate ? pass.gate + task.begin * I : xe + m * H;          // [m, I]
   float* u = pass.up ? pass.up + task.begin * I : xe + m * (H + I);        // [m, I]
   float* h = xe + m * (H + 2 * I);                                         // [m, I]
-  float* lora_tmp = xe + m * (H + 3 * I);                                  // [m, r]
+  // z [m, 3r]: s · x A_gateᵀ | s · x A_upᵀ | s · h A_downᵀ, kept in the cache when there is one.
+  float* z = pass.lora_z ? pass.lora_z + task.begin * zw : xe + m * (H + 3 * I);
   detail::gatherRows(kernels_, pass.x, pass.act_type, *pass.routing, task.begin, task.end, H, xe);
-  projectForward(ExpertProj::Gate, task.expert, xe, m, g, lora_tmp);
-  projectForward(ExpertProj::Up, task.expert, xe, m, u, lora_tmp);
+  projectForward(ExpertProj::Gate, task.expert, xe, m, g, z, zw);
+  projectForward(ExpertProj::Up, task.expert, xe, m, u, z + r, zw);
   kernels_.siluMul(m * I, g, u, h);
-  projectForward(ExpertProj::Down, task.expert, h, m, pass.out + task.begin * H, lora_tmp);
+  projectForward(ExpertProj::Down, task.expert, h, m, pass.out + task.begin * H, z + 2 * r, zw);
 }
 
 void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_tokens,
@@ -300,14 +308,18 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
   const size_t x_bytes = static_cast<size_t>(n_tokens * H) * activationTypeBytes(act_type);
   if (cache) {
     cache->release();
-    // One block: g [P, I] f32, u [P, I] f32, then x [T, H] in its own type.
-    const size_t gu_bytes = static_cast<size_t>(2 * n_pairs * I) * sizeof(float);
-    cache->block_ = ExpertBufferPool::lease(gu_bytes + x_bytes, MemoryCategory::Activations);
+    // One block: g [P, I], u [P, I], the LoRA products z [P, 3r] (f32), then x [T, H] in its
+    // own type.
+    const int64_t zw = loraZWidth();
+    const size_t f32_bytes = static_cast<size_t>(n_pairs * (2 * I + zw)) * sizeof(float);
+    cache->block_ = ExpertBufferPool::lease(f32_bytes + x_bytes, MemoryCategory::Activations);
     cache->gate_ = cache->block_.as<float>();
     cache->up_ = cache->gate_ + n_pairs * I;
-    cache->x_ = cache->block_.as<unsigned char>() + gu_bytes;
+    cache->lora_z_ = zw > 0 ? cache->up_ + n_pairs * I : nullptr;
+    cache->x_ = cache->block_.as<unsigned char>() + f32_bytes;
     pass.gate = cache->gate_;
     pass.up = cache->up_;
+    pass.lora_z = cache->lora_z_;
   }
   runTasks(cutIntoTasks(routing, row_block_),
            [&](const ExpertTask& task) { forwardRows(pass, task); });

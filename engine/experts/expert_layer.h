@@ -99,9 +99,12 @@ class ExpertLayer {
   int64_t outFeatures(ExpertProj proj) const;
   void validateRouting(const int32_t* topk_ids, int64_t n_tokens, int top_k) const;
 
-  // out [m, out] = in [m, in] · W_Pᵀ + s · (in A_Pᵀ) B_Pᵀ;  lora_tmp [m, r] scratch.
+  // out [m, out] = in [m, in] · W_Pᵀ + s · (in A_Pᵀ) B_Pᵀ;  z [m, r] (row stride ldz) receives
+  // s · in A_Pᵀ (the forward cache keeps it for the LoRA gradients).
   void projectForward(ExpertProj proj, int64_t expert, const float* in, int64_t m, float* out,
-                      float* lora_tmp) const;
+                      float* z, int64_t ldz) const;
+  // Columns of the forward cache's lora_z_ [P, 3r] per projection (0 when LoRA targets none).
+  int64_t loraZWidth() const;
   // d_in [m, in] (= | +=) d_out [m, out] · W_P + s · (d_out B_P) A_P;
   // lora_t [m, r] receives d_out B_P (what dA_P needs).
   void projectBackward(ExpertProj proj, int64_t expert, const float* d_out, int64_t m,

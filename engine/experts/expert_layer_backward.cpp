@@ -77,15 +77,15 @@ void addTransposed(const float* acc, int64_t r, int64_t out, float* grad_b) {
 }  // namespace
 
 // Stage B for gate and up of one expert, sharing one gather of x per row block:
-//   dB_P += s · dPᵀ (x A_Pᵀ),  dA_P += s · (dP B_P)ᵀ x.
+//   dB_P += s · dPᵀ (x A_Pᵀ),  dA_P += s · (dP B_P)ᵀ x, with s · x A_Pᵀ kept by the forward.
 void ExpertLayer::loraGradGateUp(const BackwardPass& pass, int64_t expert) {
   const int64_t H = spec_.hidden, I = spec_.intermediate, r = lora_.rank();
+  const int64_t zw = kExpertProjCount * r;
   const float s = lora_.scale();
   const ExpertRouting& routing = pass.cache->routing_;
   const ExpertProj projs[] = {ExpertProj::Gate, ExpertProj::Up};
-  float* x = detail::threadScratch(kRowBlock * (H + r) + 2 * r * I);  // [kRowBlock, H]
-  float* z = x + kRowBlock * H;                                       // [kRowBlock, r]
-  float* acc[2] = {z + kRowBlock * r, z + kRowBlock * r + r * I};     // dBᵀ [r, I] each
+  float* x = detail::threadScratch(kRowBlock * H + 2 * r * I);  // [kRowBlock, H]
+  float* acc[2] = {x + kRowBlock * H, x + kRowBlock * H + r * I};  // dBᵀ [r, I] each
   std::fill(acc[0], acc[0] + 2 * r * I, 0.0f);
   for (int64_t begin = routing.offsets[expert]; begin < routing.offsets[expert + 1];
        begin += kRowBlock) {
@@ -96,9 +96,8 @@ void ExpertLayer::loraGradGateUp(const BackwardPass& pass, int64_t expert) {
       if (!lora_.targets(proj)) continue;
       const float* d_proj = (proj == ExpertProj::Gate ? pass.dgate : pass.dup) + begin * I;
       const float* t = pass.lora_t[static_cast<int>(proj)] + begin * r;  // [m, r] dP B_P
-      kernels_.matmulNT(m, r, H, 1.0f, x, H, lora_.a(proj, expert).data(), WeightType::F32, H, z,
-                        r, false);
-      kernels_.matmulTN(m, I, r, s, z, r, d_proj, I, acc[k], I);
+      const float* z = pass.cache->lora_z_ + begin * zw + k * r;        // [m, r] s · x A_Pᵀ
+      kernels_.matmulTN(m, I, r, 1.0f, z, zw, d_proj, I, acc[k], I);
       kernels_.matmulTN(m, H, r, s, t, r, x, H, lora_.gradA(proj, expert).data(), H);
     }
   }
@@ -110,14 +109,13 @@ void ExpertLayer::loraGradGateUp(const BackwardPass& pass, int64_t expert) {
 // Stage B for down of one expert, input h and output grad dO = w · dY.
 void ExpertLayer::loraGradDown(const BackwardPass& pass, int64_t expert) {
   const int64_t H = spec_.hidden, I = spec_.intermediate, r = lora_.rank();
+  const int64_t zw = kExpertProjCount * r;
   const float s = lora_.scale();
   const ExpertRouting& routing = pass.cache->routing_;
   const float* t = pass.lora_t[static_cast<int>(ExpertProj::Down)];  // [P, r] (w dY) B_down
   float* grad_a = lora_.gradA(ExpertProj::Down, expert).data();     // [r, I]
-  const float* a = lora_.a(ExpertProj::Down, expert).data();        // [r, I]
-  float* d_out = detail::threadScratch(kRowBlock * (H + r) + r * H);  // [kRowBlock, H] w · dY
-  float* z = d_out + kRowBlock * H;                                  // [kRowBlock, r] h A_downᵀ
-  float* acc = z + kRowBlock * r;                                    // dBᵀ [r, H]
+  float* d_out = detail::threadScratch(kRowBlock * H + r * H);  // [kRowBlock, H] w · dY
+  float* acc = d_out + kRowBlock * H;                            // dBᵀ [r, H]
   std::fill(acc, acc + r * H, 0.0f);
   for (int64_t begin = routing.offsets[expert]; begin < routing.offsets[expert + 1];
        begin += kRowBlock) {
@@ -128,8 +126,8 @@ void ExpertLayer::loraGradDown(const BackwardPass& pass, int64_t expert) {
       for (int64_t c = 0; c < H; ++c) d_out[i * H + c] *= w;
     }
     const float* h = pass.hidden + begin * I;
-    kernels_.matmulNT(m, r, I, 1.0f, h, I, a, WeightType::F32, I, z, r, false);
-    kernels_.matmulTN(m, H, r, s, z, r, d_out, H, acc, H);
+    const float* z = pass.cache->lora_z_ + begin * zw + 2 * r;  // [m, r] s · h A_downᵀ
+    kernels_.matmulTN(m, H, r, 1.0f, z, zw, d_out, H, acc, H);
     kernels_.matmulTN(m, I, r, s, t + begin * r, r, h, I, grad_a, I);
   }
   addTransposed(acc, r, H, lora_.gradB(ExpertProj::Down, expert).data());
