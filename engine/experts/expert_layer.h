@@ -13,7 +13,9 @@
 //
 // The frozen weights are packed once, here, for the chosen base-GEMM backend and format
 // (kernels/packed_gemm.h), per expert, NUMA-local on multi-node machines; the backward's Wᵀ
-// follows options.wt_policy. The LoRA products stay fp32 (rank r is small) on the fp32 table.
+// follows options.wt_policy. The LoRA products stay fp32 (rank r is small) on the fp32 table; the
+// LoRA term is added to each GEMM's output in its epilogue (kernels::LowRankAddend). The large
+// per-call buffers are leased from ExpertBufferPool, so after warm-up a call allocates nothing.
 
 #include <cstdint>
 #include <functional>

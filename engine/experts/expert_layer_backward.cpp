@@ -4,8 +4,8 @@
 //   forward: h = silu(g) ⊙ u            →  dg = dh ⊙ u ⊙ silu'(g),  du = dh ⊙ silu(g)
 //   forward: g = gate(x), u = up(x)     →  dx += dg W_gate + du W_up (+ the LoRA paths)
 // Stage A (per expert row block) does all of that and keeps what the LoRA gradients need; stage B
-// (per expert and projection) sums the LoRA gradients over the expert's rows, so every gradient
-// buffer has exactly one writer; stage C sums dx over each token's k slots.
+// (per expert: one task for gate + up, one for down) sums the LoRA gradients over the expert's
+// rows, so every gradient buffer has exactly one writer; stage C sums dx over each token's k slots.
 
 #include <algorithm>
 #include <string>
