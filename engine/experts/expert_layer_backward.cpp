@@ -106,7 +106,8 @@ void ExpertLayer::loraGradGateUp(const BackwardPass& pass, int64_t expert) {
   }
 }
 
-// Stage B for down of one expert, input h and output grad dO = w · dY.
+// Stage B for down of one expert, input h and output grad dO = w · dY:
+//   dB_down += s · dOᵀ (h A_downᵀ),  dA_down += s · (dO B_down)ᵀ h.
 void ExpertLayer::loraGradDown(const BackwardPass& pass, int64_t expert) {
   const int64_t H = spec_.hidden, I = spec_.intermediate, r = lora_.rank();
   const int64_t zw = kExpertProjCount * r;
@@ -114,20 +115,22 @@ void ExpertLayer::loraGradDown(const BackwardPass& pass, int64_t expert) {
   const ExpertRouting& routing = pass.cache->routing_;
   const float* t = pass.lora_t[static_cast<int>(ExpertProj::Down)];  // [P, r] (w dY) B_down
   float* grad_a = lora_.gradA(ExpertProj::Down, expert).data();     // [r, I]
-  float* d_out = detail::threadScratch(kRowBlock * H + r * H);  // [kRowBlock, H] w · dY
-  float* acc = d_out + kRowBlock * H;                            // dBᵀ [r, H]
+  float* dy = detail::threadScratch(kRowBlock * (H + r) + r * H);  // [kRowBlock, H] dY rows
+  float* wz = dy + kRowBlock * H;                                   // [kRowBlock, r]
+  float* acc = wz + kRowBlock * r;                                  // dBᵀ [r, H]
   std::fill(acc, acc + r * H, 0.0f);
   for (int64_t begin = routing.offsets[expert]; begin < routing.offsets[expert + 1];
        begin += kRowBlock) {
     const int64_t end = std::min(begin + kRowBlock, routing.offsets[expert + 1]), m = end - begin;
-    detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, begin, end, H, d_out);
+    detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, begin, end, H, dy);
+    // dBᵀ += zᵀ (w ⊙ dY) = (w ⊙ z)ᵀ dY: the routing weight scales z's r columns, not dY's H.
+    const float* z = pass.cache->lora_z_ + begin * zw + 2 * r;  // [m, r] s · h A_downᵀ
     for (int64_t i = 0; i < m; ++i) {
       const float w = pass.cache->weights_[routing.slot_of_pos[begin + i]];
-      for (int64_t c = 0; c < H; ++c) d_out[i * H + c] *= w;
+      for (int64_t q = 0; q < r; ++q) wz[i * r + q] = w * z[i * zw + q];
     }
     const float* h = pass.hidden + begin * I;
-    const float* z = pass.cache->lora_z_ + begin * zw + 2 * r;  // [m, r] s · h A_downᵀ
-    kernels_.matmulTN(m, H, r, 1.0f, z, zw, d_out, H, acc, H);
+    kernels_.matmulTN(m, H, r, 1.0f, wz, r, dy, H, acc, H);
     kernels_.matmulTN(m, I, r, s, t + begin * r, r, h, I, grad_a, I);
   }
   addTransposed(acc, r, H, lora_.gradB(ExpertProj::Down, expert).data());
