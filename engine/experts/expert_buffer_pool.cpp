@@ -19,9 +19,10 @@ struct Pool {
   int users = 0;
 };
 
+// Never destroyed: a layer or cache that outlives main (a static) can still give its block back.
 Pool& pool() {
-  static Pool instance;
-  return instance;
+  static Pool* const instance = new Pool;
+  return *instance;
 }
 
 void chargeIdle(uint64_t bytes) { MemoryLedger::global().charge("cpu", MemoryCategory::Cache, bytes); }
