@@ -67,17 +67,6 @@ void quantiseRowsInt8(const float* w, int64_t rows, int64_t cols, int8_t* q, flo
   }
 }
 
-void addLowRank(const LowRankAddend& addend, int64_t m, int64_t n, float* c, int64_t ldc) {
-  for (int64_t i = 0; i < m; ++i) {
-    const float* z = addend.z + i * addend.ldz;
-    float* row = c + i * ldc;
-    for (int64_t q = 0; q < addend.rank; ++q) {
-      const float* bt = addend.bt + q * addend.ldb;
-      for (int64_t j = 0; j < n; ++j) row[j] += z[q] * bt[j];
-    }
-  }
-}
-
 PackedBuffer::PackedBuffer(size_t bytes, int node) : bytes_(bytes) {
   if (bytes == 0) return;
   // numa_alloc_onnode is page-aligned; only worth it when there is a node to choose.

@@ -104,9 +104,6 @@ struct LowRankAddend {
   int64_t rank = 0;
 };
 
-// c [m, n] += the addend, as plain loops: for backends whose GEMM has no epilogue of ours.
-void addLowRank(const LowRankAddend& addend, int64_t m, int64_t n, float* c, int64_t ldc);
-
 // B [n, k] in one backend's layout.
 class PackedMatrix {
  public:

@@ -13,6 +13,7 @@
 
 #include "engine/core/cpu_features.h"
 #include "engine/core/float_convert.h"
+#include "engine/experts/kernels/expert_kernels.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem::experts::kernels {
@@ -128,7 +129,11 @@ class OnednnGemm final : public GemmBackend {
                           {DNNL_ARG_DST, dst},
                           {DNNL_ARG_SCRATCHPAD, scratch}});
     stream.wait();
-    if (addend) addLowRank(*addend, m, b.n(), c, ldc);  // oneDNN's epilogue is not ours
+    if (addend) {  // oneDNN's epilogue is not ours: a pass of the fp32 table after it
+      loraKernels(name(), cpuFeatures())
+          .matmulNN(m, b.n(), addend->rank, 1.0f, addend->z, addend->ldz, addend->bt,
+                    WeightType::F32, addend->ldb, c, ldc, true);
+    }
   }
 };
 
