@@ -70,7 +70,7 @@ nlohmann::json caseJson(const experts::BenchProblem& p, const std::string& backe
   const double seconds = (t.fwd_ms + t.bwd_ms) / 1e3;
   const double flops = experts::benchFlops(p), bytes = experts::benchBytes(p, weight_bytes);
   const double bound = std::max(flops / (peak_tflops * 1e12), bytes / (mem_gbps * 1e9));
-  return {{"model_shape", p.shape.name},
+  nlohmann::json out = {{"model_shape", p.shape.name},
           {"tokens", p.tokens},
           {"top_k", p.shape.top_k},
           {"routing", std::string(experts::benchRoutingName(p.routing))},
@@ -83,6 +83,11 @@ nlohmann::json caseJson(const experts::BenchProblem& p, const std::string& backe
           {"gbytes_per_s", bytes / seconds / 1e9},
           {"roofline_fraction", bound / seconds},
           {"active_experts", p.activeExperts()}};
+  if (t.fwd_cpu_ms > 0) {
+    out["fwd_cpu_ms"] = t.fwd_cpu_ms;
+    out["bwd_cpu_ms"] = t.bwd_cpu_ms;
+  }
+  return out;
 }
 
 // Speed-ups over libtorch_loop and zipf-over-uniform time ratios, per comparable case.

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <numeric>
 #include <string>
 
@@ -22,6 +23,12 @@ using Clock = std::chrono::steady_clock;
 
 double msSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+double processCpuMs() {
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
 }
 
 uint64_t splitmix(uint64_t& state) {
@@ -231,21 +238,24 @@ BenchLayerResult timeExpertLayer(const BenchProblem& p, const BenchLayerConfig& 
 
   std::vector<uint16_t> y(p.x.size()), dx(p.x.size());
   std::vector<float> d_weights(p.weights.size());
-  std::vector<double> fwd, bwd;
+  std::vector<double> fwd, bwd, fwd_cpu, bwd_cpu;
   for (int rep = 0; rep <= repeats; ++rep) {  // rep 0 warms caches, arenas and page tables
     ExpertForwardCache cache;
     const auto t0 = Clock::now();
+    const double c0 = processCpuMs();
     layer->forward(p.x.data(), ActivationType::BF16, p.tokens, p.ids.data(), p.weights.data(),
                    static_cast<int>(p.shape.top_k), y.data(), &cache);
-    const double f = msSince(t0);
+    const double f = msSince(t0), c1 = processCpuMs();
     const auto t1 = Clock::now();
     layer->backward(cache, p.dy.data(), dx.data(), d_weights.data());
-    const double b = msSince(t1);
+    const double b = msSince(t1), c2 = processCpuMs();
     if (rep == 0) continue;
     fwd.push_back(f);
     bwd.push_back(b);
+    fwd_cpu.push_back(c1 - c0);
+    bwd_cpu.push_back(c2 - c1);
   }
-  result.timing = {median(fwd), median(bwd)};
+  result.timing = {median(fwd), median(bwd), median(fwd_cpu), median(bwd_cpu)};
   return result;
 }
 

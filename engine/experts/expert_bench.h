@@ -52,6 +52,9 @@ void addFp8Weights(BenchProblem& problem, ThreadPool& pool);  // fills gate8 ...
 
 struct BenchTiming {
   double fwd_ms = 0, bwd_ms = 0;
+  // CPU time of the whole process over the same calls (0: not measured). On a shared machine it
+  // moves much less than wall time with the other load, so it is what to compare there.
+  double fwd_cpu_ms = 0, bwd_cpu_ms = 0;
 };
 
 // Work of one forward + backward (issue 7's definition): base GEMMs of the forward and of

@@ -10,14 +10,13 @@ uint64_t byteSize(const Vector& v) {
 }  // namespace
 
 void ExpertForwardCache::release() {
-  // swap-with-empty frees the memory (clear() would keep the capacity).
+  // swap-with-empty frees the vectors (clear() would keep the capacity) and gives the block back.
   ExpertForwardCache empty;
   std::swap(*this, empty);
 }
 
 void ExpertForwardCache::chargeLedger() {
-  const uint64_t bytes = byteSize(x_) + byteSize(weights_) + byteSize(gate_) + byteSize(up_) +
-                         byteSize(routing_.offsets) + byteSize(routing_.slot_of_pos) +
+  const uint64_t bytes = byteSize(weights_) + byteSize(routing_.offsets) + byteSize(routing_.slot_of_pos) +
                          byteSize(routing_.pos_of_slot);
   charge_ = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Activations, bytes);
 }

@@ -8,16 +8,17 @@
 // backward() needs Cached and throws otherwise. forward() into a Cached cache throws too (its
 // activations would be lost); release() first. Gradient checkpointing is release() after the
 // forward, a second forward(cache) before backward: same inputs give the same gradients.
-// The bytes it holds are charged to MemoryLedger::global() as ("cpu", Activations).
+// The bytes it holds are charged to MemoryLedger::global() as ("cpu", Activations); its large
+// buffers (g, u, x) are one block leased from ExpertBufferPool, so a training loop reuses them.
 
 #include <cstdint>
 #include <string_view>
 #include <vector>
 
 #include "engine/core/memory_ledger.h"
+#include "engine/experts/expert_buffer_pool.h"
 #include "engine/experts/expert_routing.h"
 #include "engine/experts/expert_types.h"
-#include "engine/experts/uninit_vector.h"
 
 namespace tandem::experts {
 
@@ -34,22 +35,27 @@ class ExpertForwardCache {
   ExpertForwardCache& operator=(const ExpertForwardCache&) = delete;
 
   State state() const { return state_; }
-  uint64_t bytes() const { return charge_.bytes(); }
+  uint64_t bytes() const { return charge_.bytes() + block_.bytes(); }
   void release();  // frees everything, back to Empty
 
  private:
   friend class ExpertLayer;
-  void chargeLedger();  // charges what the buffers now hold
+  void chargeLedger();  // charges what the vectors now hold (the block charges itself)
 
   State state_ = State::Empty;
   const ExpertLayer* owner_ = nullptr;  // backward must come from the layer that ran forward
   ActivationType act_type_ = ActivationType::F32;
   ExpertRouting routing_;
-  std::vector<unsigned char> x_;  // [T, H] the forward input, in its own activation type
-  std::vector<float> weights_;    // [T, k] routing weights
+  std::vector<float> weights_;  // [T, k] routing weights
+  ExpertBufferPool::Lease block_;  // holds gate_, up_, lora_z_, x_
   // [P, I] pre-activations g and u, in routing (expert-sorted) order. backward overwrites them
   // in place with dg and du, which is why a cache is good for exactly one backward.
-  UninitVector<float> gate_, up_;
+  float* gate_ = nullptr;
+  float* up_ = nullptr;
+  // [P, 3r] s · x A_gateᵀ | s · x A_upᵀ | s · h A_downᵀ from the forward (slots of projections
+  // LoRA does not target unwritten), for the LoRA gradients; nullptr when LoRA targets nothing.
+  float* lora_z_ = nullptr;
+  unsigned char* x_ = nullptr;  // [T, H] the forward input, in its own activation type
   MemoryCharge charge_;
 };
 

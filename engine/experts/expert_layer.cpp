@@ -1,6 +1,7 @@
 #include "engine/experts/expert_layer.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "engine/core/cpu_features.h"
@@ -44,6 +45,12 @@ void validateWeights(const ExpertLayerSpec& spec, const ExpertWeightViews& weigh
   check_scales(weights.down_scale, "down_proj");
 }
 
+// b_t [r, out] = bᵀ for b [out, r]: LoRA's B as whole rows of output columns.
+void transposeInto(const float* b, int64_t out, int64_t r, float* b_t) {
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t q = 0; q < r; ++q) b_t[q * out + o] = b[o * r + q];
+}
+
 // The NUMA node whose memory holds expert e's packs: round-robin over the nodes, so the
 // experts' bandwidth is spread over every memory controller (-1: one node, plain memory).
 int nodeOfExpert(int64_t expert) {
@@ -60,6 +67,7 @@ struct ExpertLayer::ForwardPass {
   float* gate = nullptr;  // [P, I] pre-activations to keep (cache), or nullptr: scratch only
   float* up = nullptr;    // [P, I]
   float* out = nullptr;   // [P, H] o_{t,j} per sorted position, unweighted
+  float* lora_z = nullptr;  // [P, 3r] the cache's LoRA products, or nullptr: scratch only
 };
 
 std::unique_ptr<ExpertLayer> ExpertLayer::create(const ExpertLayerSpec& spec,
@@ -188,36 +196,53 @@ void ExpertLayer::validateRouting(const int32_t* topk_ids, int64_t n_tokens, int
   }
 }
 
-// out [m, out] = in [m, in] · W_Pᵀ + s · (in A_Pᵀ) B_Pᵀ;  lora_tmp [m, r] scratch.
+// out [m, out] = in [m, in] · W_Pᵀ + s · (in A_Pᵀ) B_Pᵀ;  z [m, r] (stride ldz) = s · in A_Pᵀ.
+// The LoRA term is added inside the GEMM's epilogue (kernels::LowRankAddend), not as a second
+// pass over out.
 void ExpertLayer::projectForward(ExpertProj proj, int64_t expert, const float* in, int64_t m,
-                                 float* out, float* lora_tmp) const {
+                                 float* out, float* z, int64_t ldz) const {
   const int64_t n_in = inFeatures(proj), n_out = outFeatures(proj);
-  gemm_.gemm(*packs_[static_cast<int>(proj)][expert], m, in, n_in, out, n_out, false);
-  if (!lora_.targets(proj)) return;
+  const kernels::PackedMatrix& pack = *packs_[static_cast<int>(proj)][expert];
+  if (!lora_.targets(proj)) {
+    gemm_.gemm(pack, m, in, n_in, out, n_out, false);
+    return;
+  }
   const int64_t r = lora_.rank();
-  kernels_.matmulNT(m, r, n_in, 1.0f, in, n_in, lora_.a(proj, expert).data(), WeightType::F32,
-                    n_in, lora_tmp, r, false);
-  // out += s · z Bᵀ has only r terms per output: as z · (Bᵀ [r, out]) it is r broadcast FMAs
-  // per vector of outputs, where the dot-product form would pay a horizontal sum per output.
-  const float* b = lora_.b(proj, expert).data();  // [out, r]
+  kernels_.matmulNT(m, r, n_in, lora_.scale(), in, n_in, lora_.a(proj, expert).data(),
+                    WeightType::F32, n_in, z, ldz, false);
   auto* b_t = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(r * n_out) * 4));
-  for (int64_t o = 0; o < n_out; ++o)
-    for (int64_t q = 0; q < r; ++q) b_t[q * n_out + o] = b[o * r + q];
-  kernels_.matmulNN(m, n_out, r, lora_.scale(), lora_tmp, r, b_t, WeightType::F32, n_out, out,
-                    n_out, true);
+  transposeInto(lora_.b(proj, expert).data(), n_out, r, b_t);
+  const kernels::LowRankAddend addend{z, ldz, b_t, n_out, r};
+  gemm_.gemm(pack, m, in, n_in, out, n_out, false, &addend);
+}
+
+int64_t ExpertLayer::loraZWidth() const {
+  bool any = false;
+  for (int p = 0; p < kExpertProjCount; ++p) any = any || lora_.targets(static_cast<ExpertProj>(p));
+  return any ? kExpertProjCount * int64_t{lora_.rank()} : 0;
 }
 
 // d_in [m, in] (= | +=) d_out [m, out] · W_P + s · (d_out B_P) A_P;  lora_t [m, r] = d_out B_P.
 void ExpertLayer::projectBackward(ExpertProj proj, int64_t expert, const float* d_out, int64_t m,
                                   float* d_in, bool accumulate, float* lora_t) const {
   const int64_t n_in = inFeatures(proj), n_out = outFeatures(proj);
-  gemm_.gemm(*packs_t_[static_cast<int>(proj)][expert], m, d_out, n_out, d_in, n_in, accumulate);
-  if (!lora_.targets(proj)) return;
+  const kernels::PackedMatrix& pack = *packs_t_[static_cast<int>(proj)][expert];
+  if (!lora_.targets(proj)) {
+    gemm_.gemm(pack, m, d_out, n_out, d_in, n_in, accumulate);
+    return;
+  }
   const int64_t r = lora_.rank();
-  kernels_.matmulNN(m, r, n_out, 1.0f, d_out, n_out, lora_.b(proj, expert).data(),
-                    WeightType::F32, r, lora_t, r, false);
-  kernels_.matmulNN(m, n_in, r, lora_.scale(), lora_t, r, lora_.a(proj, expert).data(),
-                    WeightType::F32, n_in, d_in, n_in, true);
+  auto* b_t = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(r * (n_out + m)) * 4));
+  float* z = b_t + r * n_out;  // [m, r]
+  transposeInto(lora_.b(proj, expert).data(), n_out, r, b_t);
+  // lora_t = d_out B as dot products along out (B as Bᵀ rows): as d_out · B the r = 8 output
+  // columns would fill half a vector per FMA.
+  kernels_.matmulNT(m, r, n_out, 1.0f, d_out, n_out, b_t, WeightType::F32, n_out, lora_t, r,
+                    false);
+  // lora_t is kept unscaled for the A gradient; the addend takes s · lora_t.
+  for (int64_t i = 0; i < m * r; ++i) z[i] = lora_.scale() * lora_t[i];
+  const kernels::LowRankAddend addend{z, r, lora_.a(proj, expert).data(), n_in, r};
+  gemm_.gemm(pack, m, d_out, n_out, d_in, n_in, accumulate, &addend);
 }
 
 void ExpertLayer::runTasks(const std::vector<ExpertTask>& tasks,
@@ -241,8 +266,7 @@ void ExpertLayer::sumPerToken(const ExpertRouting& routing, const float* pairs,
       std::fill(acc, acc + H, 0.0f);
       for (int j = 0; j < top_k; ++j) {
         const float w = weights ? weights[t * top_k + j] : 1.0f;
-        const float* row = pairs + routing.pos_of_slot[t * top_k + j] * H;
-        for (int64_t c = 0; c < H; ++c) acc[c] += w * row[c];
+        kernels_.axpy(H, w, pairs + routing.pos_of_slot[t * top_k + j] * H, acc);
       }
       detail::rowFromFloat(acc, act_type, out, t, H);
     }
@@ -252,17 +276,18 @@ void ExpertLayer::sumPerToken(const ExpertRouting& routing, const float* pairs,
 // One row block of one expert: o rows = down(silu(gate(x)) ⊙ up(x)).
 void ExpertLayer::forwardRows(const ForwardPass& pass, const ExpertTask& task) const {
   const int64_t H = spec_.hidden, I = spec_.intermediate, m = task.end - task.begin;
-  const int64_t r = std::max(lora_.rank(), 1);
-  float* xe = detail::threadScratch(m * (H + 3 * I + r));  // [m, H]
+  const int64_t r = std::max(lora_.rank(), 1), zw = kExpertProjCount * r;
+  float* xe = detail::threadScratch(m * (H + 3 * I + zw));  // [m, H]
   float* g = pass.gate ? pass.gate + task.begin * I : xe + m * H;          // [m, I]
   float* u = pass.up ? pass.up + task.begin * I : xe + m * (H + I);        // [m, I]
   float* h = xe + m * (H + 2 * I);                                         // [m, I]
-  float* lora_tmp = xe + m * (H + 3 * I);                                  // [m, r]
-  detail::gatherRows(pass.x, pass.act_type, *pass.routing, task.begin, task.end, H, xe);
-  projectForward(ExpertProj::Gate, task.expert, xe, m, g, lora_tmp);
-  projectForward(ExpertProj::Up, task.expert, xe, m, u, lora_tmp);
-  for (int64_t i = 0; i < m * I; ++i) h[i] = g[i] * detail::sigmoid(g[i]) * u[i];
-  projectForward(ExpertProj::Down, task.expert, h, m, pass.out + task.begin * H, lora_tmp);
+  // z [m, 3r]: s · x A_gateᵀ | s · x A_upᵀ | s · h A_downᵀ, kept in the cache when there is one.
+  float* z = pass.lora_z ? pass.lora_z + task.begin * zw : xe + m * (H + 3 * I);
+  detail::gatherRows(kernels_, pass.x, pass.act_type, *pass.routing, task.begin, task.end, H, xe);
+  projectForward(ExpertProj::Gate, task.expert, xe, m, g, z, zw);
+  projectForward(ExpertProj::Up, task.expert, xe, m, u, z + r, zw);
+  kernels_.siluMul(m * I, g, u, h);
+  projectForward(ExpertProj::Down, task.expert, h, m, pass.out + task.begin * H, z + 2 * r, zw);
 }
 
 void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_tokens,
@@ -281,25 +306,40 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
   }
   const int64_t H = spec_.hidden, I = spec_.intermediate, n_pairs = n_tokens * top_k;
   ExpertRouting routing = buildRouting(topk_ids, n_tokens, top_k, spec_.num_experts);
-  UninitVector<float> out(static_cast<size_t>(n_pairs * H));  // every row written by a task
-  MemoryCharge scratch_charge(MemoryLedger::global(), "cpu", MemoryCategory::Scratch,
-                              out.size() * sizeof(float));
-  ForwardPass pass{x, act_type, &routing, nullptr, nullptr, out.data()};
+  // out [P, H]: every row written by a task.
+  const ExpertBufferPool::Lease out =
+      ExpertBufferPool::lease(static_cast<size_t>(n_pairs * H) * sizeof(float), MemoryCategory::Scratch);
+  ForwardPass pass{x, act_type, &routing, nullptr, nullptr, out.as<float>()};
+  const size_t x_bytes = static_cast<size_t>(n_tokens * H) * activationTypeBytes(act_type);
   if (cache) {
     cache->release();
-    cache->gate_.resize(static_cast<size_t>(n_pairs * I));
-    cache->up_.resize(static_cast<size_t>(n_pairs * I));
-    pass.gate = cache->gate_.data();
-    pass.up = cache->up_.data();
+    // One block: g [P, I], u [P, I], the LoRA products z [P, 3r] (f32), then x [T, H] in its
+    // own type.
+    const int64_t zw = loraZWidth();
+    const size_t f32_bytes = static_cast<size_t>(n_pairs * (2 * I + zw)) * sizeof(float);
+    cache->block_ = ExpertBufferPool::lease(f32_bytes + x_bytes, MemoryCategory::Activations);
+    cache->gate_ = cache->block_.as<float>();
+    cache->up_ = cache->gate_ + n_pairs * I;
+    cache->lora_z_ = zw > 0 ? cache->up_ + n_pairs * I : nullptr;
+    cache->x_ = cache->block_.as<unsigned char>() + f32_bytes;
+    pass.gate = cache->gate_;
+    pass.up = cache->up_;
+    pass.lora_z = cache->lora_z_;
   }
   runTasks(cutIntoTasks(routing, row_block_),
            [&](const ExpertTask& task) { forwardRows(pass, task); });
 
-  sumPerToken(routing, out.data(), topk_weights, act_type, y);  // y_t = Σ_j w[t][j] · o_{t,j}
+  sumPerToken(routing, out.as<float>(), topk_weights, act_type, y);  // y_t = Σ_j w[t][j] · o_{t,j}
 
   if (cache) {
-    const auto* x_bytes = static_cast<const unsigned char*>(x);
-    cache->x_.assign(x_bytes, x_bytes + n_tokens * H * activationTypeBytes(act_type));
+    // x into the cache in parallel chunks: 8 MB at 2048 tokens is milliseconds on one thread.
+    constexpr size_t kChunk = size_t{1} << 20;
+    const auto chunks = static_cast<int64_t>((x_bytes + kChunk - 1) / kChunk);
+    pool_.parallelFor(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+      const size_t begin = static_cast<size_t>(c0) * kChunk;
+      const size_t end = std::min(x_bytes, static_cast<size_t>(c1) * kChunk);
+      std::memcpy(cache->x_ + begin, static_cast<const unsigned char*>(x) + begin, end - begin);
+    });
     cache->weights_.assign(topk_weights, topk_weights + n_pairs);
     cache->routing_ = std::move(routing);
     cache->act_type_ = act_type;

@@ -13,7 +13,9 @@
 //
 // The frozen weights are packed once, here, for the chosen base-GEMM backend and format
 // (kernels/packed_gemm.h), per expert, NUMA-local on multi-node machines; the backward's Wᵀ
-// follows options.wt_policy. The LoRA products stay fp32 (rank r is small) on the fp32 table.
+// follows options.wt_policy. The LoRA products stay fp32 (rank r is small) on the fp32 table; the
+// LoRA term is added to each GEMM's output in its epilogue (kernels::LowRankAddend). The large
+// per-call buffers are leased from ExpertBufferPool, so after warm-up a call allocates nothing.
 
 #include <cstdint>
 #include <functional>
@@ -22,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/experts/expert_buffer_pool.h"
 #include "engine/experts/expert_forward_cache.h"
 #include "engine/experts/expert_lora.h"
 #include "engine/experts/expert_routing.h"
@@ -101,9 +104,12 @@ class ExpertLayer {
   int64_t outFeatures(ExpertProj proj) const;
   void validateRouting(const int32_t* topk_ids, int64_t n_tokens, int top_k) const;
 
-  // out [m, out] = in [m, in] · W_Pᵀ + s · (in A_Pᵀ) B_Pᵀ;  lora_tmp [m, r] scratch.
+  // out [m, out] = in [m, in] · W_Pᵀ + s · (in A_Pᵀ) B_Pᵀ;  z [m, r] (row stride ldz) receives
+  // s · in A_Pᵀ (the forward cache keeps it for the LoRA gradients).
   void projectForward(ExpertProj proj, int64_t expert, const float* in, int64_t m, float* out,
-                      float* lora_tmp) const;
+                      float* z, int64_t ldz) const;
+  // Columns of the forward cache's lora_z_ [P, 3r] per projection (0 when LoRA targets none).
+  int64_t loraZWidth() const;
   // d_in [m, in] (= | +=) d_out [m, out] · W_P + s · (d_out B_P) A_P;
   // lora_t [m, r] receives d_out B_P (what dA_P needs).
   void projectBackward(ExpertProj proj, int64_t expert, const float* d_out, int64_t m,
@@ -111,7 +117,7 @@ class ExpertLayer {
 
   void forwardRows(const ForwardPass& pass, const ExpertTask& task) const;
   void backwardRows(const BackwardPass& pass, const ExpertTask& task) const;
-  void loraGradGateUp(const BackwardPass& pass, ExpertProj proj, int64_t expert);
+  void loraGradGateUp(const BackwardPass& pass, int64_t expert);
   void loraGradDown(const BackwardPass& pass, int64_t expert);
   void runLoraGradTasks(const BackwardPass& pass);
   // out [T, H] act_type = per token, Σ_j weights[t][j] (or 1) · pairs [P, H] f32 rows.
@@ -134,6 +140,7 @@ class ExpertLayer {
   std::vector<std::unique_ptr<kernels::PackedMatrix>> packs_[kExpertProjCount];
   std::vector<std::unique_ptr<kernels::PackedMatrix>> packs_t_[kExpertProjCount];
   MemoryCharge packed_charge_;
+  ExpertBufferPool::User buffer_pool_user_;  // the pool frees its idle blocks with the last layer
 };
 
 }  // namespace tandem::experts

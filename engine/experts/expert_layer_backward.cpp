@@ -4,8 +4,8 @@
 //   forward: h = silu(g) ⊙ u            →  dg = dh ⊙ u ⊙ silu'(g),  du = dh ⊙ silu(g)
 //   forward: g = gate(x), u = up(x)     →  dx += dg W_gate + du W_up (+ the LoRA paths)
 // Stage A (per expert row block) does all of that and keeps what the LoRA gradients need; stage B
-// (per expert and projection) sums the LoRA gradients over the expert's rows, so every gradient
-// buffer has exactly one writer; stage C sums dx over each token's k slots.
+// (per expert: one task for gate + up, one for down) sums the LoRA gradients over the expert's
+// rows, so every gradient buffer has exactly one writer; stage C sums dx over each token's k slots.
 
 #include <algorithm>
 #include <string>
@@ -47,7 +47,7 @@ void ExpertLayer::backwardRows(const BackwardPass& pass, const ExpertTask& task)
   float* g = pass.dgate + task.begin * I;
   float* u = pass.dup + task.begin * I;
 
-  detail::gatherRows(pass.dy, pass.cache->act_type_, routing, task.begin, task.end, H, dy);
+  detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, task.begin, task.end, H, dy);
   // dh (unweighted) = dY W_down + s (dY B_down) A_down: by linearity w can be applied after,
   // and d w = ⟨dY, o⟩ = ⟨dh_unweighted, h⟩ needs no stored o.
   float* t_down = loraT(ExpertProj::Down);
@@ -55,18 +55,8 @@ void ExpertLayer::backwardRows(const BackwardPass& pass, const ExpertTask& task)
   for (int64_t i = 0; i < m; ++i) {
     const int64_t slot = routing.slot_of_pos[task.begin + i];
     const float w = pass.cache->weights_[slot];
-    float dot = 0.0f;
-    for (int64_t c = 0; c < I; ++c) {
-      const int64_t at = i * I + c;
-      const float sig = detail::sigmoid(g[at]);
-      h[at] = g[at] * sig * u[at];
-      dot += dh[at] * h[at];
-      const float dh_w = w * dh[at];
-      // silu'(g) = σ(g) (1 + g (1 − σ(g)))
-      const float dg = dh_w * u[at] * sig * (1.0f + g[at] * (1.0f - sig));
-      u[at] = dh_w * g[at] * sig;  // du = dh ⊙ silu(g)
-      g[at] = dg;
-    }
+    const float dot =
+        kernels_.siluBackward(I, w, dh + i * I, g + i * I, u + i * I, h + i * I);
     if (pass.d_topk_weights) pass.d_topk_weights[slot] = dot;
     if (lora_.targets(ExpertProj::Down)) {
       for (int64_t q = 0; q < lora_.rank(); ++q) t_down[i * r + q] *= w;  // (w dY) B_down
@@ -77,52 +67,73 @@ void ExpertLayer::backwardRows(const BackwardPass& pass, const ExpertTask& task)
   projectBackward(ExpertProj::Up, task.expert, u, m, dx, true, loraT(ExpertProj::Up));
 }
 
-// Stage B for gate or up of one expert: dB_P += s · dPᵀ (x A_Pᵀ),  dA_P += s · (dP B_P)ᵀ x.
-void ExpertLayer::loraGradGateUp(const BackwardPass& pass, ExpertProj proj, int64_t expert) {
+namespace {
+// grad_b [out, r] += acc [r, out]ᵀ. Stage B sums dBᵀ = zᵀ dP in [r, out], whose rows are whole
+// vectors (as [out, r] every output row would be a single r-wide FMA), and adds it once.
+void addTransposed(const float* acc, int64_t r, int64_t out, float* grad_b) {
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t q = 0; q < r; ++q) grad_b[o * r + q] += acc[q * out + o];
+}
+}  // namespace
+
+// Stage B for gate and up of one expert, sharing one gather of x per row block:
+//   dB_P += s · dPᵀ (x A_Pᵀ),  dA_P += s · (dP B_P)ᵀ x, with s · x A_Pᵀ kept by the forward.
+void ExpertLayer::loraGradGateUp(const BackwardPass& pass, int64_t expert) {
   const int64_t H = spec_.hidden, I = spec_.intermediate, r = lora_.rank();
+  const int64_t zw = kExpertProjCount * r;
   const float s = lora_.scale();
   const ExpertRouting& routing = pass.cache->routing_;
-  const float* d_proj = proj == ExpertProj::Gate ? pass.dgate : pass.dup;  // [P, I]
-  const float* t = pass.lora_t[static_cast<int>(proj)];                    // [P, r]
-  float* grad_a = lora_.gradA(proj, expert).data();  // [r, H]
-  float* grad_b = lora_.gradB(proj, expert).data();  // [I, r]
-  const float* a = lora_.a(proj, expert).data();     // [r, H]
+  const ExpertProj projs[] = {ExpertProj::Gate, ExpertProj::Up};
+  float* x = detail::threadScratch(kRowBlock * H + 2 * r * I);  // [kRowBlock, H]
+  float* acc[2] = {x + kRowBlock * H, x + kRowBlock * H + r * I};  // dBᵀ [r, I] each
+  std::fill(acc[0], acc[0] + 2 * r * I, 0.0f);
   for (int64_t begin = routing.offsets[expert]; begin < routing.offsets[expert + 1];
        begin += kRowBlock) {
     const int64_t end = std::min(begin + kRowBlock, routing.offsets[expert + 1]), m = end - begin;
-    float* x = detail::threadScratch(m * (H + r));  // [m, H]
-    float* z = x + m * H;                           // [m, r] = x A_Pᵀ
-    detail::gatherRows(pass.cache->x_.data(), pass.cache->act_type_, routing, begin, end, H, x);
-    kernels_.matmulNT(m, r, H, 1.0f, x, H, a, WeightType::F32, H, z, r, false);
-    kernels_.matmulTN(m, r, I, s, d_proj + begin * I, I, z, r, grad_b, r);
-    kernels_.matmulTN(m, H, r, s, t + begin * r, r, x, H, grad_a, H);
+    detail::gatherRows(kernels_, pass.cache->x_, pass.cache->act_type_, routing, begin, end, H, x);
+    for (int k = 0; k < 2; ++k) {
+      const ExpertProj proj = projs[k];
+      if (!lora_.targets(proj)) continue;
+      const float* d_proj = (proj == ExpertProj::Gate ? pass.dgate : pass.dup) + begin * I;
+      const float* t = pass.lora_t[static_cast<int>(proj)] + begin * r;  // [m, r] dP B_P
+      const float* z = pass.cache->lora_z_ + begin * zw + k * r;        // [m, r] s · x A_Pᵀ
+      kernels_.matmulTN(m, I, r, 1.0f, z, zw, d_proj, I, acc[k], I);
+      kernels_.matmulTN(m, H, r, s, t, r, x, H, lora_.gradA(proj, expert).data(), H);
+    }
+  }
+  for (int k = 0; k < 2; ++k) {
+    if (lora_.targets(projs[k])) addTransposed(acc[k], r, I, lora_.gradB(projs[k], expert).data());
   }
 }
 
-// Stage B for down of one expert, input h and output grad dO = w · dY.
+// Stage B for down of one expert, input h and output grad dO = w · dY:
+//   dB_down += s · dOᵀ (h A_downᵀ),  dA_down += s · (dO B_down)ᵀ h.
 void ExpertLayer::loraGradDown(const BackwardPass& pass, int64_t expert) {
   const int64_t H = spec_.hidden, I = spec_.intermediate, r = lora_.rank();
+  const int64_t zw = kExpertProjCount * r;
   const float s = lora_.scale();
   const ExpertRouting& routing = pass.cache->routing_;
   const float* t = pass.lora_t[static_cast<int>(ExpertProj::Down)];  // [P, r] (w dY) B_down
   float* grad_a = lora_.gradA(ExpertProj::Down, expert).data();     // [r, I]
-  float* grad_b = lora_.gradB(ExpertProj::Down, expert).data();     // [H, r]
-  const float* a = lora_.a(ExpertProj::Down, expert).data();        // [r, I]
+  float* dy = detail::threadScratch(kRowBlock * (H + r) + r * H);  // [kRowBlock, H] dY rows
+  float* wz = dy + kRowBlock * H;                                   // [kRowBlock, r]
+  float* acc = wz + kRowBlock * r;                                  // dBᵀ [r, H]
+  std::fill(acc, acc + r * H, 0.0f);
   for (int64_t begin = routing.offsets[expert]; begin < routing.offsets[expert + 1];
        begin += kRowBlock) {
     const int64_t end = std::min(begin + kRowBlock, routing.offsets[expert + 1]), m = end - begin;
-    float* d_out = detail::threadScratch(m * (H + r));  // [m, H] = w · dY rows
-    float* z = d_out + m * H;                           // [m, r] = h A_downᵀ
-    detail::gatherRows(pass.dy, pass.cache->act_type_, routing, begin, end, H, d_out);
+    detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, begin, end, H, dy);
+    // dBᵀ += zᵀ (w ⊙ dY) = (w ⊙ z)ᵀ dY: the routing weight scales z's r columns, not dY's H.
+    const float* z = pass.cache->lora_z_ + begin * zw + 2 * r;  // [m, r] s · h A_downᵀ
     for (int64_t i = 0; i < m; ++i) {
       const float w = pass.cache->weights_[routing.slot_of_pos[begin + i]];
-      for (int64_t c = 0; c < H; ++c) d_out[i * H + c] *= w;
+      for (int64_t q = 0; q < r; ++q) wz[i * r + q] = w * z[i * zw + q];
     }
     const float* h = pass.hidden + begin * I;
-    kernels_.matmulNT(m, r, I, 1.0f, h, I, a, WeightType::F32, I, z, r, false);
-    kernels_.matmulTN(m, r, H, s, d_out, H, z, r, grad_b, r);
+    kernels_.matmulTN(m, H, r, 1.0f, wz, r, dy, H, acc, H);
     kernels_.matmulTN(m, I, r, s, t + begin * r, r, h, I, grad_a, I);
   }
+  addTransposed(acc, r, H, lora_.gradB(ExpertProj::Down, expert).data());
 }
 
 void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
@@ -141,24 +152,27 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
   cache.state_ = State::Consumed;
 
   const int64_t n_pairs = routing.pairs(), r = lora_.rank();
-  // Every element is written by stage A before anything reads it: no zeroing.
-  UninitVector<float> dx_pairs(static_cast<size_t>(n_pairs * H));
-  UninitVector<float> hidden, lora_t[kExpertProjCount];
-  BackwardPass pass{&cache, dy, d_topk_weights, cache.gate_.data(), cache.up_.data()};
-  if (lora_.targets(ExpertProj::Down)) {
-    hidden.resize(static_cast<size_t>(n_pairs * I));
-    pass.hidden = hidden.data();
+  // One work block: dx_pairs [P, H], then hidden [P, I] when LoRA targets down_proj, then lora_t
+  // [P, r] per targeted projection. Every element is written by stage A before anything reads it.
+  const bool keep_hidden = lora_.targets(ExpertProj::Down);
+  int targeted = 0;
+  for (int p = 0; p < kExpertProjCount; ++p) targeted += lora_.targets(static_cast<ExpertProj>(p));
+  const int64_t work_floats = n_pairs * (H + (keep_hidden ? I : 0) + targeted * r);
+  const ExpertBufferPool::Lease work = ExpertBufferPool::lease(
+      static_cast<size_t>(work_floats) * sizeof(float), MemoryCategory::Scratch);
+  BackwardPass pass{&cache, dy, d_topk_weights, cache.gate_, cache.up_};
+  float* next = work.as<float>();
+  pass.dx_pairs = next;
+  next += n_pairs * H;
+  if (keep_hidden) {
+    pass.hidden = next;
+    next += n_pairs * I;
   }
-  uint64_t scratch_bytes = (dx_pairs.size() + hidden.size()) * sizeof(float);
   for (int p = 0; p < kExpertProjCount; ++p) {
     if (!lora_.targets(static_cast<ExpertProj>(p))) continue;
-    lora_t[p].resize(static_cast<size_t>(n_pairs * r));
-    pass.lora_t[p] = lora_t[p].data();
-    scratch_bytes += lora_t[p].size() * sizeof(float);
+    pass.lora_t[p] = next;
+    next += n_pairs * r;
   }
-  pass.dx_pairs = dx_pairs.data();
-  MemoryCharge scratch_charge(MemoryLedger::global(), "cpu", MemoryCategory::Scratch,
-                              scratch_bytes);
 
   std::vector<int64_t> routed;  // on demand: only the experts this batch reaches need Wᵀ
   MemoryCharge on_demand_charge;
@@ -177,29 +191,29 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
   }
   runLoraGradTasks(pass);
 
-  sumPerToken(routing, dx_pairs.data(), nullptr, cache.act_type_, dx);  // dx_t = Σ_j dx_{t,j}
+  sumPerToken(routing, pass.dx_pairs, nullptr, cache.act_type_, dx);  // dx_t = Σ_j dx_{t,j}
   // Consumed keeps nothing: free the activations now rather than at the next forward.
   cache.release();
   cache.state_ = State::Consumed;
 }
 
-// Stage B: one task per (expert with tokens, targeted projection).
+// Stage B: per expert with tokens, one task for gate + up and one for down (as targeted).
 void ExpertLayer::runLoraGradTasks(const BackwardPass& pass) {
-  std::vector<std::pair<int64_t, ExpertProj>> jobs;
+  const bool gate_up = lora_.targets(ExpertProj::Gate) || lora_.targets(ExpertProj::Up);
+  const bool down = lora_.targets(ExpertProj::Down);
+  std::vector<std::pair<int64_t, bool>> jobs;  // (expert, is down)
   for (int64_t e = 0; e < spec_.num_experts; ++e) {
     if (pass.cache->routing_.rows(e) == 0) continue;
-    for (int p = 0; p < kExpertProjCount; ++p) {
-      const auto proj = static_cast<ExpertProj>(p);
-      if (lora_.targets(proj)) jobs.emplace_back(e, proj);
-    }
+    if (gate_up) jobs.emplace_back(e, false);
+    if (down) jobs.emplace_back(e, true);
   }
   pool_.parallelFor(0, static_cast<int64_t>(jobs.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const auto [expert, proj] = jobs[i];
-      if (proj == ExpertProj::Down) {
+      const auto [expert, is_down] = jobs[i];
+      if (is_down) {
         loraGradDown(pass, expert);
       } else {
-        loraGradGateUp(pass, proj, expert);
+        loraGradGateUp(pass, expert);
       }
     }
   });

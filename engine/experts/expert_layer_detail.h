@@ -1,7 +1,6 @@
 #pragma once
 // Internals shared by expert_layer.cpp and expert_layer_backward.cpp; not part of the API.
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -10,11 +9,12 @@
 #include "engine/core/float_convert.h"
 #include "engine/experts/expert_routing.h"
 #include "engine/experts/expert_types.h"
+#include "engine/experts/kernels/expert_kernels.h"
 
 namespace tandem::experts::detail {
 
-// Rows per (expert, row-block) task. Large enough that a block amortises streaming the expert's
-// weights, small enough that a hot expert splits into several stealable tasks.
+// Rows per block of the LoRA-gradient stage (stage B): enough that each block's
+// read-modify-write of grad A [r, in] is amortised, few enough that its f32 rows stay in L2.
 inline constexpr int64_t kRowBlock = 32;
 
 // Per-thread scratch for one task (grows, never shrinks): tasks never nest, so one buffer per
@@ -23,17 +23,6 @@ inline float* threadScratch(size_t n_floats) {
   thread_local std::vector<float> buffer;
   if (buffer.size() < n_floats) buffer.resize(n_floats);
   return buffer.data();
-}
-
-// dst [width] f32 = row `row` of src [*, width] act_type.
-inline void rowToFloat(const void* src, ActivationType type, int64_t row, int64_t width,
-                       float* dst) {
-  if (type == ActivationType::F32) {
-    std::memcpy(dst, static_cast<const float*>(src) + row * width, width * sizeof(float));
-  } else {
-    const uint16_t* bits = static_cast<const uint16_t*>(src) + row * width;
-    bf16ToFloat(std::span<const uint16_t>(bits, width), std::span<float>(dst, width));
-  }
 }
 
 // Row `row` of dst [*, width] act_type = src [width] f32 (bf16: round to nearest even).
@@ -47,14 +36,20 @@ inline void rowFromFloat(const float* src, ActivationType type, void* dst, int64
   }
 }
 
-// dst [end - begin, width] f32: the token rows of sorted positions [begin, end) of src.
-inline void gatherRows(const void* src, ActivationType type, const ExpertRouting& routing,
-                       int64_t begin, int64_t end, int64_t width, float* dst) {
+// dst [end - begin, width] f32: the token rows of sorted positions [begin, end) of src
+// [*, width] act_type (bf16 widened by the kernel table's widenBf16).
+inline void gatherRows(const kernels::ExpertKernels& kernels, const void* src, ActivationType type,
+                       const ExpertRouting& routing, int64_t begin, int64_t end, int64_t width,
+                       float* dst) {
   for (int64_t pos = begin; pos < end; ++pos) {
-    rowToFloat(src, type, routing.tokenOf(pos), width, dst + (pos - begin) * width);
+    const int64_t row = routing.tokenOf(pos);
+    float* out = dst + (pos - begin) * width;
+    if (type == ActivationType::F32) {
+      std::memcpy(out, static_cast<const float*>(src) + row * width, width * sizeof(float));
+    } else {
+      kernels.widenBf16(width, static_cast<const uint16_t*>(src) + row * width, out);
+    }
   }
 }
-
-inline float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 
 }  // namespace tandem::experts::detail

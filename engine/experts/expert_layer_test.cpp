@@ -168,6 +168,40 @@ TEST(ExpertForwardCache, StateMachine) {
   EXPECT_EQ(activationBytes(), before);
 }
 
+uint64_t ledgerBytes(MemoryCategory category) {
+  return MemoryLedger::global().usage("cpu").current(category);
+}
+
+// After the first step nothing is allocated: the second step leases the blocks the first gave
+// back. While idle they are charged to Cache, leased to Activations / Scratch; the last layer
+// frees them.
+TEST(ExpertBufferPool, StepsReuseTheirBuffersAndTheLastLayerFreesThem) {
+  const Problem pr = testing::makeProblem(loraSpec(2, true, true, true));
+  const uint64_t before_cache = ledgerBytes(MemoryCategory::Cache);
+  const uint64_t before_scratch = ledgerBytes(MemoryCategory::Scratch);
+  ASSERT_EQ(ExpertBufferPool::idleBytes(), 0u) << "no other layer may be alive in this test";
+  {
+    auto layer = testing::makeLayer(pr, "generic", testPool());
+    const Grads first = testing::runLayer(pr, *layer);
+    const uint64_t idle = ExpertBufferPool::idleBytes();
+    EXPECT_GT(idle, 0u);
+    EXPECT_EQ(ledgerBytes(MemoryCategory::Cache), before_cache + idle);
+    EXPECT_EQ(ledgerBytes(MemoryCategory::Scratch), before_scratch);
+
+    const int64_t n = pr.spec.n_tokens * pr.spec.layer.hidden;
+    std::vector<float> y(n), dx(n), dw(pr.weights.size());
+    ExpertForwardCache cache;
+    layer->forward(pr.x_raw.data(), ActivationType::F32, pr.spec.n_tokens, pr.ids.data(),
+                   pr.weights.data(), pr.spec.top_k, y.data(), &cache);
+    EXPECT_LT(ExpertBufferPool::idleBytes(), idle);  // the cache holds a block from the pool
+    layer->backward(cache, pr.dy_raw.data(), dx.data(), dw.data());
+    EXPECT_EQ(ExpertBufferPool::idleBytes(), idle);  // and nothing new was allocated
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], first.y[i]) << i;  // reused, not stale
+  }
+  EXPECT_EQ(ExpertBufferPool::idleBytes(), 0u);
+  EXPECT_EQ(ledgerBytes(MemoryCategory::Cache), before_cache);
+}
+
 TEST(ExpertForwardCache, ReleaseAndRecomputeGivesIdenticalGradients) {
   const Problem pr = testing::makeProblem(loraSpec(3, true, true, true));
   auto first = testing::makeLayer(pr, "generic", testPool());

@@ -131,10 +131,10 @@ int64_t loraParameters(const ModelConfig& m, ModuleKind kind, int layer, const m
   return 0;
 }
 
-uint64_t expertForwardCacheBytes(const ModelConfig& m, int64_t tokens, int64_t act_bytes) {
+uint64_t expertForwardCacheBytes(const ModelConfig& m, int64_t tokens, int64_t act_bytes, int lora_rank) {
   const int64_t P = tokens * m.num_experts_per_tok;
   return static_cast<uint64_t>(tokens * m.hidden_size * act_bytes + P * 4 + 2 * P * expertWidth(m) * 4 +
-                               (m.num_experts + 1) * 8 + 2 * P * 8);
+                               P * 3 * int64_t{lora_rank} * 4 + (m.num_experts + 1) * 8 + 2 * P * 8);
 }
 
 uint64_t expertScratchBytes(const ModelConfig& m, int64_t tokens, int rank, int targeted_projections,

@@ -25,8 +25,10 @@ uint64_t routedExpertBytes(const io::ModelConfig& m, const std::string& format);
 int64_t loraParameters(const io::ModelConfig& m, ModuleKind kind, int layer, const model::LoraTarget& target, int rank);
 
 // ExpertForwardCache of one MoE layer (engine/experts/expert_forward_cache.cpp chargeLedger):
-// x [T, H] b + weights [P] f32 + gate, up [P, I] f32 + routing offsets [E+1] and two [P] int64.
-uint64_t expertForwardCacheBytes(const io::ModelConfig& m, int64_t tokens, int64_t act_bytes);
+// x [T, H] b + weights [P] f32 + gate, up [P, I] f32 + the LoRA products [P, 3r] f32 (r =
+// lora_rank, 0 when LoRA targets none of the experts' projections) + routing offsets [E+1] and
+// two [P] int64.
+uint64_t expertForwardCacheBytes(const io::ModelConfig& m, int64_t tokens, int64_t act_bytes, int lora_rank);
 
 // The expert layer's largest scratch charge (expert_layer.cpp forward: out [P, H] f32;
 // expert_layer_backward.cpp: dx_pairs [P, H] + hidden [P, I] when down is targeted + lora_t

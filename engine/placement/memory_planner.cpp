@@ -145,21 +145,21 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
   charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA", lora * (req_.training ? 8 : 4));
   if (req_.training) charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA optimizer", lora * 8);
   const std::string compute = offload ? m.compute_device : m.device;
+  int targeted = 0;
+  bool down = false;
+  for (const char* p : {"gate_proj", "up_proj", "down_proj"}) {
+    if (req_.lora_rank > 0 && target_.matches("model.layers." + std::to_string(m.layer) + ".mlp.experts." + p)) {
+      ++targeted;
+      down = down || std::string(p) == "down_proj";
+    }
+  }
   if (req_.training && (first || !req_.gradient_checkpointing || keep_)) {
     // Without checkpointing every MoE layer's cache lives until its backward; with it, one, unless
     // the checkpointed pass keeps them to spare the recomputation (gpu::KeptExpertForward).
     charge(books, compute, PlanCategory::ExpertCache, "expert forward cache",
-           memory::expertForwardCacheBytes(m_, tokens_, act_bytes_));
+           memory::expertForwardCacheBytes(m_, tokens_, act_bytes_, targeted > 0 ? req_.lora_rank : 0));
   }
   if (first) {
-    int targeted = 0;
-    bool down = false;
-    for (const char* p : {"gate_proj", "up_proj", "down_proj"}) {
-      if (req_.lora_rank > 0 && target_.matches("model.layers." + std::to_string(m.layer) + ".mlp.experts." + p)) {
-        ++targeted;
-        down = down || std::string(p) == "down_proj";
-      }
-    }
     charge(books, compute, PlanCategory::Activations, "expert scratch",
            memory::expertScratchBytes(m_, tokens_, req_.training ? req_.lora_rank : 0, req_.training ? targeted : 0,
                                       req_.training && down));

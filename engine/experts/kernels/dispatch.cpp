@@ -4,9 +4,13 @@
 namespace tandem::experts::kernels {
 
 namespace {
-constexpr ExpertKernels kGeneric{"generic", ref::matmulNT, ref::matmulNN, ref::matmulTN};
+constexpr ExpertKernels kGeneric{"generic",    ref::matmulNT,     ref::matmulNN,
+                                 ref::matmulTN, ref::siluMul,       ref::siluBackward,
+                                 ref::axpy,     ref::widenBf16};
 #ifdef TANDEM_EXPERTS_HAVE_AVX512
-constexpr ExpertKernels kAvx512{"avx512", avx512::matmulNT, avx512::matmulNN, avx512::matmulTN};
+constexpr ExpertKernels kAvx512{"avx512",         avx512::matmulNT, avx512::matmulNN,
+                                avx512::matmulTN, avx512::siluMul,  avx512::siluBackward,
+                                avx512::axpy,     avx512::widenBf16};
 #endif
 }  // namespace
 

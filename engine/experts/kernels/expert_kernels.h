@@ -3,9 +3,10 @@
 //
 // ref/     plain loops, the specification, always compiled (table "generic").
 // avx512/  AVX-512 F/BW/VL/DQ + FMA, flags on those files only (table "avx512").
-// They serve the LoRA products (rank r is small: fp32 throughout) of every backend and the base
-// GEMMs of the zero-copy backends `generic` and `avx512` (packed_gemm.h has the packed ones),
-// reading the checkpoint's weights directly and converting bf16/f16 on the fly.
+// They serve the LoRA products (rank r is small: fp32 throughout) and the elementwise work (SiLU,
+// per-token sums) of every backend, and the base GEMMs of the zero-copy backends `generic` and
+// `avx512` (packed_gemm.h has the packed ones), reading the checkpoint's weights directly and
+// converting bf16/f16 on the fly.
 //
 // All matrices are row-major with an explicit leading dimension in elements. `a`, `c` are fp32;
 // a weight operand `b` is F32, BF16 or F16 raw bits and may be aligned to only 2 bytes.
@@ -32,11 +33,26 @@ using MatmulNnFn = MatmulNtFn;
 using MatmulTnFn = void (*)(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                             int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc);
 
+// h [n] = silu(g) ⊙ u = g σ(g) u.   (the forward's activation)
+using SiluMulFn = void (*)(int64_t n, const float* g, const float* u, float* h);
+// The activation's backward for one row with routing weight w, in place: h = silu(g) ⊙ u
+// (written), g ← w dh ⊙ u ⊙ silu'(g), u ← w dh ⊙ silu(g); returns ⟨dh, h⟩ (before w).
+using SiluBackwardFn = float (*)(int64_t n, float w, const float* dh, float* g, float* u,
+                                 float* h);
+// y [n] += alpha · x [n].   (the per-token sums over a token's k experts)
+using AxpyFn = void (*)(int64_t n, float alpha, const float* x, float* y);
+// out [n] f32 = bf16 bits [n] widened.   (gathering bf16 activation rows)
+using WidenBf16Fn = void (*)(int64_t n, const uint16_t* bits, float* out);
+
 struct ExpertKernels {
   const char* name = "";
   MatmulNtFn matmulNT = nullptr;
   MatmulNnFn matmulNN = nullptr;
   MatmulTnFn matmulTN = nullptr;
+  SiluMulFn siluMul = nullptr;
+  SiluBackwardFn siluBackward = nullptr;
+  AxpyFn axpy = nullptr;
+  WidenBf16Fn widenBf16 = nullptr;
 };
 
 namespace ref {
@@ -48,6 +64,10 @@ void matmulNN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int6
               bool accumulate);
 void matmulTN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
               const float* b, int64_t ldb, float* c, int64_t ldc);
+void siluMul(int64_t n, const float* g, const float* u, float* h);
+float siluBackward(int64_t n, float w, const float* dh, float* g, float* u, float* h);
+void axpy(int64_t n, float alpha, const float* x, float* y);
+void widenBf16(int64_t n, const uint16_t* bits, float* out);
 }  // namespace ref
 
 #ifdef TANDEM_EXPERTS_HAVE_AVX512
@@ -60,6 +80,10 @@ void matmulNN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int6
               bool accumulate);
 void matmulTN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
               const float* b, int64_t ldb, float* c, int64_t ldc);
+void siluMul(int64_t n, const float* g, const float* u, float* h);
+float siluBackward(int64_t n, float w, const float* dh, float* g, float* u, float* h);
+void axpy(int64_t n, float alpha, const float* x, float* y);
+void widenBf16(int64_t n, const uint16_t* bits, float* out);
 }  // namespace avx512
 #endif
 

@@ -91,6 +91,19 @@ class PackedBuffer {
 // the layer's LoRA slot 3). Grows, never shrinks: after a layer's first calls nothing allocates.
 void* threadArena(int slot, size_t bytes);
 
+// A rank-r term added to a gemm's output while its blocks are still in registers:
+//   c [m, n] += z [m, rank] (row stride ldz) · bt [rank, n] (row stride ldb), all f32.
+// The LoRA path s · (x Aᵀ) Bᵀ has this form (z = s · x Aᵀ, bt = Bᵀ), and so does the input
+// gradient's s · (dY B) A (z = s · dY B, bt = A). As a separate pass it would read and write all
+// of c once more: for the down projection's [m, H] output that costs a third of the GEMM.
+struct LowRankAddend {
+  const float* z = nullptr;
+  int64_t ldz = 0;
+  const float* bt = nullptr;
+  int64_t ldb = 0;
+  int64_t rank = 0;
+};
+
 // B [n, k] in one backend's layout.
 class PackedMatrix {
  public:
@@ -118,9 +131,10 @@ class GemmBackend {
   // B = W (transpose = false) or Wᵀ of src, in `format`; memory on NUMA node `node` (-1: any).
   virtual std::unique_ptr<PackedMatrix> pack(const SourceMatrix& src, bool transpose,
                                              WeightFormat format, int node) const = 0;
-  // c [m, b.n()] (= | +=) a [m, b.k()] f32 · Bᵀ. Safe to call from many threads at once.
+  // c [m, b.n()] (= | +=) a [m, b.k()] f32 · Bᵀ (+ addend, if given). Safe to call from many
+  // threads at once.
   virtual void gemm(const PackedMatrix& b, int64_t m, const float* a, int64_t lda, float* c,
-                    int64_t ldc, bool accumulate) const = 0;
+                    int64_t ldc, bool accumulate, const LowRankAddend* addend = nullptr) const = 0;
 };
 
 // Backends this build and CPU can run for `format`, best first.

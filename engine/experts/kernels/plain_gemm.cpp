@@ -64,12 +64,17 @@ class PlainGemm final : public GemmBackend {
   }
 
   void gemm(const PackedMatrix& packed, int64_t m, const float* a, int64_t lda, float* c,
-            int64_t ldc, bool accumulate) const override {
+            int64_t ldc, bool accumulate, const LowRankAddend* addend) const override {
     const auto& b = static_cast<const PlainMatrix&>(packed);
     if (b.transposed) {  // c = a · W, W [k, n]
       kernels_.matmulNN(m, b.n(), b.k(), 1.0f, a, lda, b.data, b.type, b.cols, c, ldc, accumulate);
     } else {             // c = a · Wᵀ, W [n, k]
       kernels_.matmulNT(m, b.n(), b.k(), 1.0f, a, lda, b.data, b.type, b.cols, c, ldc, accumulate);
+    }
+    // The fp32 backends are the reference: the addend stays a pass of its own (z · bt).
+    if (addend) {
+      kernels_.matmulNN(m, b.n(), addend->rank, 1.0f, addend->z, addend->ldz, addend->bt,
+                        WeightType::F32, addend->ldb, c, ldc, true);
     }
   }
 

@@ -133,11 +133,13 @@ void activationsInt8(const float* a, int64_t lda, int64_t m, int64_t k, int64_t 
 }
 
 // c block [rows ≤ 32, cols ≤ 32] from the 2 × 2 accumulator tiles stored in `acc` [32][32]
-// (fp32, or int32 scaled by row_scale[i] · col_scale[j]). Vectorised: with k = 768 a scalar
-// epilogue costs as much as the tile products it follows.
+// (fp32, or int32 scaled by row_scale[i] · col_scale[j]), plus the low-rank addend (z and bt
+// already offset to this block). Vectorised: with k = 768 a scalar epilogue costs as much as
+// the tile products it follows.
 template <bool kInt8>
 void epilogue(const void* acc, int64_t rows, int64_t cols, float* c, int64_t ldc,
-              bool accumulate, const float* row_scale, const float* col_scale) {
+              bool accumulate, const float* row_scale, const float* col_scale,
+              const LowRankAddend* addend, const float* z, const float* bt) {
   for (int half = 0; half < 2; ++half) {
     const int64_t left = cols - 16 * half;
     if (left <= 0) break;
@@ -154,6 +156,12 @@ void epilogue(const void* acc, int64_t rows, int64_t cols, float* c, int64_t ldc
       } else {
         value = _mm512_load_ps(static_cast<const float*>(acc) + i * 32 + 16 * half);
       }
+      if (addend) {
+        for (int64_t r = 0; r < addend->rank; ++r) {
+          const __m512 bv = _mm512_maskz_loadu_ps(mask, bt + r * addend->ldb + 16 * half);
+          value = _mm512_fmadd_ps(_mm512_set1_ps(z[i * addend->ldz + r]), bv, value);
+        }
+      }
       float* out = c + i * ldc + 16 * half;
       if (accumulate) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, out));
       _mm512_mask_storeu_ps(out, mask, value);
@@ -168,7 +176,7 @@ void epilogue(const void* acc, int64_t rows, int64_t cols, float* c, int64_t ldc
 template <bool kInt8>
 TANDEM_AMX void tileLoop(const AmxMatrix<kInt8>& b, const char* a, int64_t m, int64_t a_stride,
                          float* c, int64_t ldc, bool accumulate, const float* row_scale,
-                         char* acc) {
+                         char* acc, const LowRankAddend* addend) {
   constexpr int64_t kChunkTiles = 16;
   constexpr int64_t kBlockBytes = 32 * 32 * 4;
   ensureTileConfig();
@@ -227,7 +235,9 @@ TANDEM_AMX void tileLoop(const AmxMatrix<kInt8>& b, const char* a, int64_t m, in
     for (int64_t mb = 0; mb < m_blocks; ++mb) {
       const int64_t row0 = mb * 32, rows = std::min<int64_t>(32, m - row0);
       epilogue<kInt8>(acc + mb * kBlockBytes, rows, cols, c + row0 * ldc + col0, ldc, accumulate,
-                      row_scale ? row_scale + row0 : nullptr, n_scale ? n_scale + col0 : nullptr);
+                      row_scale ? row_scale + row0 : nullptr, n_scale ? n_scale + col0 : nullptr,
+                      addend, addend ? addend->z + row0 * addend->ldz : nullptr,
+                      addend ? addend->bt + col0 : nullptr);
     }
   }
 }
@@ -283,7 +293,7 @@ class AmxGemm final : public GemmBackend {
   }
 
   void gemm(const PackedMatrix& packed, int64_t m, const float* a, int64_t lda, float* c,
-            int64_t ldc, bool accumulate) const override {
+            int64_t ldc, bool accumulate, const LowRankAddend* addend) const override {
     if (m <= 0 || packed.n() <= 0) return;
     const auto& b = static_cast<const AmxMatrix<kInt8>&>(packed);
     const int64_t m_pad = (m + 15) / 16 * 16, k_pad = b.k_tiles * L::kTileK;
@@ -294,10 +304,12 @@ class AmxGemm final : public GemmBackend {
       auto* row_buf = static_cast<float*>(threadArena(2, static_cast<size_t>(b.k()) * 4));
       activationsInt8(a, lda, m, b.k(), m_pad, k_pad, b.k_scale, row_buf,
                       reinterpret_cast<int8_t*>(a_packed), row_scale);
-      tileLoop<true>(b, a_packed, m, a_stride, c, ldc, accumulate, row_scale, accumulators(m));
+      tileLoop<true>(b, a_packed, m, a_stride, c, ldc, accumulate, row_scale, accumulators(m),
+                     addend);
     } else {
       activationsBf16(a, lda, m, b.k(), m_pad, k_pad, reinterpret_cast<uint16_t*>(a_packed));
-      tileLoop<false>(b, a_packed, m, a_stride, c, ldc, accumulate, nullptr, accumulators(m));
+      tileLoop<false>(b, a_packed, m, a_stride, c, ldc, accumulate, nullptr, accumulators(m),
+                      addend);
     }
   }
 };

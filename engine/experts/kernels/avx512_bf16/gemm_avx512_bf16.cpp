@@ -64,9 +64,11 @@ void toBf16Pairs(const float* a, int64_t lda, int64_t m, int64_t k, int64_t pair
   }
 }
 
+// c [kM, 64 of chunk] (= | +=) a · Bᵀ (+ z · bt, z and bt already offset to this block).
 template <int kM>
 void microKernel(const uint32_t* a, int64_t pairs, const Bf16PairMatrix& b, int64_t chunk,
-                 float* c, int64_t ldc, int64_t n_valid, bool accumulate) {
+                 float* c, int64_t ldc, int64_t n_valid, bool accumulate,
+                 const LowRankAddend* addend, const float* z, const float* bt) {
   constexpr int kV = Geometry::kVecs;
   // The unroll pragmas keep acc in registers: GCC's -O2 does not unroll these loops by itself,
   // and a spilled accumulator turns every vdpbf16ps into a load and a store.
@@ -92,6 +94,15 @@ void microKernel(const uint32_t* a, int64_t pairs, const Bf16PairMatrix& b, int6
     if (left <= 0) break;
     const __mmask16 mask = left >= 16 ? static_cast<__mmask16>(0xffff)
                                       : static_cast<__mmask16>((1u << left) - 1u);
+    if (addend) {  // r broadcast FMAs per vector, while acc is still in registers
+      for (int64_t r = 0; r < addend->rank; ++r) {
+        const __m512 bv = _mm512_maskz_loadu_ps(mask, bt + r * addend->ldb + 16 * q);
+#pragma GCC unroll 8
+        for (int i = 0; i < kM; ++i) {
+          acc[i][q] = _mm512_fmadd_ps(_mm512_set1_ps(z[i * addend->ldz + r]), bv, acc[i][q]);
+        }
+      }
+    }
     for (int i = 0; i < kM; ++i) {
       float* out = c + i * ldc + 16 * q;
       __m512 value = acc[i][q];
@@ -100,6 +111,10 @@ void microKernel(const uint32_t* a, int64_t pairs, const Bf16PairMatrix& b, int6
     }
   }
 }
+
+// microKernel<rows> by rows - 1: the register block of every row count up to kMaxRows.
+constexpr decltype(&microKernel<1>) kMicroKernels[Geometry::kMaxRows] = {
+    microKernel<1>, microKernel<2>, microKernel<3>, microKernel<4>, microKernel<5>, microKernel<6>};
 
 class Avx512Bf16Gemm final : public GemmBackend {
  public:
@@ -125,7 +140,7 @@ class Avx512Bf16Gemm final : public GemmBackend {
   }
 
   void gemm(const PackedMatrix& packed, int64_t m, const float* a, int64_t lda, float* c,
-            int64_t ldc, bool accumulate) const override {
+            int64_t ldc, bool accumulate, const LowRankAddend* addend) const override {
     if (m <= 0 || packed.n() <= 0) return;
     const auto& b = static_cast<const Bf16PairMatrix&>(packed);
     auto* a_pairs = static_cast<uint32_t*>(threadArena(0, static_cast<size_t>(m * b.pairs) * 4));
@@ -135,14 +150,10 @@ class Avx512Bf16Gemm final : public GemmBackend {
       for (int64_t i0 = 0; i0 < m; i0 += Geometry::kMaxRows) {
         const uint32_t* ai = a_pairs + i0 * b.pairs;
         float* ci = c + i0 * ldc + col0;
-        switch (std::min<int64_t>(Geometry::kMaxRows, m - i0)) {
-          case 6: microKernel<6>(ai, b.pairs, b, chunk, ci, ldc, n_valid, accumulate); break;
-          case 5: microKernel<5>(ai, b.pairs, b, chunk, ci, ldc, n_valid, accumulate); break;
-          case 4: microKernel<4>(ai, b.pairs, b, chunk, ci, ldc, n_valid, accumulate); break;
-          case 3: microKernel<3>(ai, b.pairs, b, chunk, ci, ldc, n_valid, accumulate); break;
-          case 2: microKernel<2>(ai, b.pairs, b, chunk, ci, ldc, n_valid, accumulate); break;
-          default: microKernel<1>(ai, b.pairs, b, chunk, ci, ldc, n_valid, accumulate); break;
-        }
+        const float* zi = addend ? addend->z + i0 * addend->ldz : nullptr;
+        const float* bt = addend ? addend->bt + col0 : nullptr;
+        const int64_t rows = std::min<int64_t>(Geometry::kMaxRows, m - i0);
+        kMicroKernels[rows - 1](ai, b.pairs, b, chunk, ci, ldc, n_valid, accumulate, addend, zi, bt);
       }
     }
   }

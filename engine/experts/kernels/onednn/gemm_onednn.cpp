@@ -13,6 +13,7 @@
 
 #include "engine/core/cpu_features.h"
 #include "engine/core/float_convert.h"
+#include "engine/experts/kernels/expert_kernels.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem::experts::kernels {
@@ -104,7 +105,7 @@ class OnednnGemm final : public GemmBackend {
   }
 
   void gemm(const PackedMatrix& packed, int64_t m, const float* a, int64_t lda, float* c,
-            int64_t ldc, bool accumulate) const override {
+            int64_t ldc, bool accumulate, const LowRankAddend* addend) const override {
     if (m <= 0 || packed.n() <= 0) return;
     thread_local bool single_threaded = [] {
       omp_set_num_threads(1);
@@ -128,6 +129,11 @@ class OnednnGemm final : public GemmBackend {
                           {DNNL_ARG_DST, dst},
                           {DNNL_ARG_SCRATCHPAD, scratch}});
     stream.wait();
+    if (addend) {  // oneDNN's epilogue is not ours: a pass of the fp32 table after it
+      loraKernels(name(), cpuFeatures())
+          .matmulNN(m, b.n(), addend->rank, 1.0f, addend->z, addend->ldz, addend->bt,
+                    WeightType::F32, addend->ldb, c, ldc, true);
+    }
   }
 };
 
