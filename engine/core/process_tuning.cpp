@@ -1,0 +1,43 @@
+#include "engine/core/process_tuning.h"
+
+#include <malloc.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+namespace tandem {
+
+namespace {
+
+// Spins before a libgomp worker sleeps: ~2000 spins are a few microseconds, the gap between two
+// parallel ops of one decode step. 1000-5000 decode alike on 2 cores; 20 000 and the ACTIVE
+// policy collapse when other processes want the cores (docs/benchmarks.md).
+constexpr const char* kOpenMpSpinCount = "2000";
+
+// glibc malloc (mallopt(3)): blocks below the mmap threshold come from the heap, and free space
+// above the trim threshold at the heap's top is returned to the kernel. The defaults (128 KiB,
+// raised as large blocks are freed) hand a decode step's buffers back every token. Fixed values:
+// * blocks of 32 MiB and more (weights, load-time conversions, KV caches) stay mmapped, so
+//   freeing them returns them to the kernel at once, as before; 32 MiB is the ceiling glibc's
+//   own adaptive threshold would climb to;
+// * up to 64 MiB of free heap top is kept for reuse (also per thread arena), never more, so a
+//   model load does not leave the process holding its temporaries;
+// * the heap grows 16 MiB at a time, not page by page.
+constexpr int kMmapThresholdBytes = 32 << 20;
+constexpr int kTrimThresholdBytes = 64 << 20;
+constexpr int kTopPadBytes = 16 << 20;
+
+}  // namespace
+
+void tuneOpenMpWaitAndMalloc(char** argv) {
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT") &&
+      ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0 &&
+      ::setenv("GOMP_SPINCOUNT", kOpenMpSpinCount, 1) == 0) {
+    ::execv("/proc/self/exe", argv);
+  }
+  ::mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
+  ::mallopt(M_TRIM_THRESHOLD, kTrimThresholdBytes);
+  ::mallopt(M_TOP_PAD, kTopPadBytes);
+}
+
+}  // namespace tandem

@@ -1,0 +1,23 @@
+#pragma once
+// Process-wide runtime settings of the programs that run the engine (tandem, the studio), made
+// first thing in main(). Measurements: docs/benchmarks.md, "Generation: decode and prefill".
+//
+// * OpenMP wait: libtorch's OpenMP workers spin after each parallel region (libgomp's default:
+//   ~300 000 spins, milliseconds) and starve the CPU expert engine's threads (decode was 5x slower
+//   on 2 cores). Fully passive workers (OMP_WAIT_POLICY=PASSIVE) sleep on a futex after every
+//   region instead, and a decode step is hundreds of small regions: ~260 futex calls per token and
+//   a quarter of the time in the scheduler. A short bounded spin (PASSIVE with GOMP_SPINCOUNT=2000,
+//   microseconds) catches the next region of the same step and still gives the core up at once
+//   when another thread needs it. libgomp reads both variables only when it loads, before main, so
+//   the program sets them and starts itself again once. A user who set either keeps their setting.
+// * malloc: a decode step allocates and frees the same few hundred KiB every token; with glibc's
+//   default thresholds (128 KiB, adapted upward) the heap top is given back to the kernel and
+//   faulted in again each step. Larger fixed thresholds keep that working set; see the .cpp.
+
+namespace tandem {
+
+// Call first thing in main(), before any thread starts; returns normally when no restart is
+// needed or exec fails (the program then runs with libgomp's defaults).
+void tuneOpenMpWaitAndMalloc(char** argv);
+
+}  // namespace tandem
