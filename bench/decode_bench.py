@@ -3,7 +3,7 @@
 
     python bench/decode_bench.py [--tandem build/bin/tandem] [--dtype bf16|fp32] [--threads N]
                                  [--prompt 128] [--new 64] [--repeats 3] [--workdir DIR]
-                                 [--hf-env NAME=VAR=VALUE,VAR=VALUE ...]
+                                 [--hf-env NAME=VAR=VALUE,VAR=VALUE ...] [--tandem-env NAME=VAR=VALUE,...]
 
 1. Writes a random-weight Qwen3-MoE-shaped model (config below, ~200 M parameters: 6 layers, 32 experts
    top-4, GQA 12/4 heads) with transformers' save_pretrained, so both sides load the same safetensors.
@@ -18,12 +18,12 @@
      `tandem_env` (OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=2000, what `tandem` sets for itself).
    * Tandem: `tandem debug generate --threads T` with OMP_WAIT_POLICY and GOMP_SPINCOUNT removed from its
      environment, i.e. tandem's default (it sets PASSIVE + GOMP_SPINCOUNT=2000 for itself,
-     engine/core/process_tuning.h). libtorch intra-op threads = T; the expert engine's pool is the
+     engine/core/process_tuning.h), or once per `--tandem-env` environment (same form as --hf-env). libtorch intra-op threads = T; the expert engine's pool is the
      process-wide pool, one worker per core, and the machine has T = nproc cores. It reports its own prefill
      seconds and decode seconds (from the first decode step to the last token, sampling included).
-3. Prints one JSON object: medians per side, the ratios Tandem / transformers for every transformers
-   environment (> 1: Tandem faster), and `decode_ratio_vs_best`: Tandem against the fastest transformers
-   environment. With fp32 the generated ids of both sides are compared too (they should agree; a difference
+3. Prints one JSON object: medians per side and environment, the ratios Tandem / transformers for every
+   transformers environment (> 1: Tandem faster), and `decode_ratio_vs_best`: Tandem against the fastest
+   transformers environment of the run. With fp32 the generated ids of both sides are compared too (they should agree; a difference
    is reported, not hidden).
 """
 
@@ -147,10 +147,10 @@ def hf_worker(model_dir, dtype, threads):
             print(json.dumps(hf_times(model, request["prompt"], request["new"])), flush=True)
 
 
-def tandem_times(tandem, model_dir, prompt_file, new_tokens, dtype, threads):
+def tandem_times(tandem, model_dir, prompt_file, new_tokens, dtype, threads, extra_env):
     cmd = [tandem, "debug", "generate", "--model", str(model_dir), "--tokens", str(prompt_file),
            "--max-new-tokens", str(new_tokens), "--dtype", dtype, "--threads", str(threads)]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=environment({}))
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=environment(extra_env))
     if run.returncode != 0:
         raise SystemExit(f"tandem failed: {run.stderr}")
     out = json.loads(run.stdout)
@@ -169,6 +169,9 @@ def main():
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--hf-env", action="append", default=None,
                     help="NAME=VAR=VALUE,... a transformers environment (repeatable); default: " + " ".join(HF_ENVS))
+    ap.add_argument("--tandem-env", action="append", default=None,
+                    help="NAME=VAR=VALUE,... an environment for tandem (repeatable); default: 'default=' (its own "
+                         "settings)")
     ap.add_argument("--hf-worker", metavar="MODEL_DIR", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.hf_worker:
@@ -184,12 +187,15 @@ def main():
     prompt_file.write_text(json.dumps([prompt]))
 
     workers = [HfWorker(*parse_env(spec), args, model_dir) for spec in (args.hf_env or HF_ENVS)]
+    tandem_envs = [parse_env(spec) for spec in (args.tandem_env or ["default="])]
     hf_runs = {w.name: [] for w in workers}
-    tandem_runs = []
+    tandem_runs = {name: [] for name, _ in tandem_envs}
     for _ in range(args.repeats):
         for w in workers:
             hf_runs[w.name].append(w.run(prompt, args.new))
-        tandem_runs.append(tandem_times(args.tandem, model_dir, prompt_file, args.new, args.dtype, args.threads))
+        for name, extra in tandem_envs:
+            tandem_runs[name].append(tandem_times(args.tandem, model_dir, prompt_file, args.new, args.dtype,
+                                                  args.threads, extra))
     for w in workers:
         w.close()
 
@@ -201,26 +207,25 @@ def main():
                 "decode_tokens_per_s": round((args.new - 1) / decode, 2),
                 "decode_s_all": [round(r["decode_s"], 4) for r in runs]}
 
-    ours = summary(tandem_runs)
-    hf = {}
-    for w in workers:
-        hf[w.name] = {"environment": w.info["environment"], **summary(hf_runs[w.name])}
-        hf[w.name]["decode_ratio"] = round(ours["decode_tokens_per_s"] / hf[w.name]["decode_tokens_per_s"], 2)
-        hf[w.name]["prefill_ratio"] = round(ours["prefill_tokens_per_s"] / hf[w.name]["prefill_tokens_per_s"], 2)
-        hf[w.name]["same_tokens"] = hf_runs[w.name][0]["tokens"] == tandem_runs[0]["tokens"]
+    hf = {w.name: {"environment": w.info["environment"], **summary(hf_runs[w.name])} for w in workers}
     best = max(hf, key=lambda name: hf[name]["decode_tokens_per_s"])
+    first = next(iter(tandem_runs.values()))[0]["tokens"]
+    ours = {}
+    for name, extra in tandem_envs:
+        side = {"environment": extra or "its default (it sets OMP_WAIT_POLICY=PASSIVE, GOMP_SPINCOUNT=2000)",
+                **summary(tandem_runs[name])}
+        side["decode_ratio"] = {h: round(side["decode_tokens_per_s"] / hf[h]["decode_tokens_per_s"], 2) for h in hf}
+        side["prefill_ratio"] = {h: round(side["prefill_tokens_per_s"] / hf[h]["prefill_tokens_per_s"], 2) for h in hf}
+        side["decode_ratio_vs_best"] = side["decode_ratio"][best]
+        ours[name] = side
     result = {
         "model": {"type": "qwen3_moe", **{k: CONFIG[k] for k in ("hidden_size", "num_hidden_layers", "num_experts",
                                                                   "num_experts_per_tok", "moe_intermediate_size",
                                                                   "vocab_size")},
                   "parameters": workers[0].info["parameters"]},
         "dtype": args.dtype, "threads": args.threads, "prompt_tokens": args.prompt, "new_tokens": args.new,
-        "repeats": args.repeats,
-        "tandem": {"environment": "its default (OpenMP variables unset; it sets PASSIVE + GOMP_SPINCOUNT=2000)",
-                   **ours},
-        "transformers": hf,
-        "best_transformers_environment": best,
-        "decode_ratio_vs_best": hf[best]["decode_ratio"],
+        "repeats": args.repeats, "tandem": ours, "transformers": hf, "best_transformers_environment": best,
+        "same_tokens": {h: hf_runs[h][0]["tokens"] == first for h in hf},
         "torch": torch.__version__,
         "experts_implementation": workers[0].info["experts_implementation"],
     }
