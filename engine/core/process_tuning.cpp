@@ -9,9 +9,11 @@ namespace tandem {
 
 namespace {
 
-// Spins before a libgomp worker sleeps: ~2000 spins are a few microseconds, the gap between two
-// parallel ops of one decode step. 1000-5000 decode alike on 2 cores; 20 000 and the ACTIVE
-// policy collapse when other processes want the cores (docs/benchmarks.md).
+// Spins before a libgomp worker sleeps (~50 µs on the 2-core test VM, ~23 ns per pause). On a quiet
+// machine this bridges the gaps between a decode step's small ops: 1.5x the passive decode speed
+// in bf16. While other processes keep the cores busy, any spin is slower than a passive wait
+// (2000: ~1.8x slower, 5000: ~3x, ACTIVE collapses): a machine that decodes is usually not busy
+// with anything else, and the user's OMP_WAIT_POLICY wins. docs/benchmarks.md has the sweep.
 constexpr const char* kOpenMpSpinCount = "2000";
 
 // glibc malloc (mallopt(3)): blocks below the mmap threshold come from the heap, and free space

@@ -6,10 +6,11 @@
 //   ~300 000 spins, milliseconds) and starve the CPU expert engine's threads (decode was 5x slower
 //   on 2 cores). Fully passive workers (OMP_WAIT_POLICY=PASSIVE) sleep on a futex after every
 //   region instead, and a decode step is hundreds of small regions: ~260 futex calls per token and
-//   a quarter of the time in the scheduler. A short bounded spin (PASSIVE with GOMP_SPINCOUNT=2000,
-//   microseconds) catches the next region of the same step and still gives the core up at once
-//   when another thread needs it. libgomp reads both variables only when it loads, before main, so
-//   the program sets them and starts itself again once. A user who set either keeps their setting.
+//   a quarter of the time in the scheduler. A bounded spin (PASSIVE with GOMP_SPINCOUNT=2000, tens
+//   of microseconds) catches the next region of the same step; on a machine busy with other work
+//   it is slower than a purely passive wait (see the .cpp). libgomp reads both variables only when
+//   it loads, before main, so the program sets them and starts itself again once. A user who set
+//   either keeps their setting.
 // * malloc: a decode step allocates and frees the same few hundred KiB every token; with glibc's
 //   default thresholds (128 KiB, adapted upward) the heap top is given back to the kernel and
 //   faulted in again each step. Larger fixed thresholds keep that working set; see the .cpp.
