@@ -17,8 +17,11 @@ namespace {
 constexpr const char* kOpenMpSpinCount = "2000";
 
 // glibc malloc (mallopt(3)): blocks below the mmap threshold come from the heap, and free space
-// above the trim threshold at the heap's top is returned to the kernel. The defaults (128 KiB,
-// raised as large blocks are freed) hand a decode step's buffers back every token. Fixed values:
+// above the trim threshold at the heap's top is returned to the kernel. The defaults start at
+// 128 KiB and adapt upward only once a large block has been freed, so whether a step's buffers
+// are reused or returned and faulted in again depends on the process's history (with the decode
+// fixes of docs/benchmarks.md: 13 brk calls per 240 decoded tokens and 1164 at load without these
+// values, none and 590 with them). Fixed values, close to where glibc's adaptation ends:
 // * blocks of 32 MiB and more (weights, load-time conversions, KV caches) stay mmapped, so
 //   freeing them returns them to the kernel at once, as before; 32 MiB is the ceiling glibc's
 //   own adaptive threshold would climb to;

@@ -11,9 +11,9 @@
 //   it is slower than a purely passive wait (see the .cpp). libgomp reads both variables only when
 //   it loads, before main, so the program sets them and starts itself again once. A user who set
 //   either keeps their setting.
-// * malloc: a decode step allocates and frees the same few hundred KiB every token; with glibc's
-//   default thresholds (128 KiB, adapted upward) the heap top is given back to the kernel and
-//   faulted in again each step. Larger fixed thresholds keep that working set; see the .cpp.
+// * malloc: a decode step allocates and frees the same buffers every token; fixed glibc
+//   thresholds keep them in the heap instead of returning them to the kernel and faulting them
+//   in again, whatever the process allocated before; see the .cpp.
 
 namespace tandem {
 
