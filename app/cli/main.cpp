@@ -6,10 +6,10 @@
 
 #include "app/cli/commands.h"
 #include "engine/core/error.h"
-#include "engine/core/openmp_policy.h"
+#include "engine/core/process_tuning.h"
 
 int main(int argc, char** argv) {
-  tandem::restartWithPassiveOpenMpWait(argv);
+  tandem::tuneOpenMpWaitAndMalloc(argv);
   CLI::App app{"Tandem: LoRA fine-tuning of huge MoE models by CPU/GPU co-computation", "tandem"};
   app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION);
   app.require_subcommand(1);

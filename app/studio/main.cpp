@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "app/studio/screenshot_tour.h"
-#include "engine/core/openmp_policy.h"
+#include "engine/core/process_tuning.h"
 #include "engine/gpu/torch_runtime.h"
 #include "ui/main_window.h"
 #include "ui/resources.h"
@@ -24,7 +24,7 @@ std::filesystem::path bundled(const char* env, const char* built_in) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tandem::restartWithPassiveOpenMpWait(argv);  // before Qt or libtorch start any thread
+  tandem::tuneOpenMpWaitAndMalloc(argv);  // before Qt or libtorch start any thread
   QApplication app(argc, argv);
   tandem::ui::initStudioResources();
   QCoreApplication::setOrganizationName(QStringLiteral("Tandem"));

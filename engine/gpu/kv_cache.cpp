@@ -37,24 +37,26 @@ at::Tensor maskFuture(const at::Tensor& scores, int64_t rows_per_group, int64_t 
   return scores.masked_fill(future, -std::numeric_limits<double>::infinity());
 }
 
-// Softmax in fp32 and back, as transformers' eager attention does.
-at::Tensor softmaxRows(const at::Tensor& scores) {
-  return at::softmax(scores.to(at::kFloat), -1).to(scores.scalar_type());
-}
+// Attention against the cache is computed in fp32, with the cache's rows converted on the fly.
+// Its key length grows by one every decode step, and a bf16 matmul on the CPU goes to oneDNN,
+// which builds (JIT-compiles) a new kernel for every new shape: that cost more than the product
+// itself. fp32 matmuls go to MKL, which has no per-shape setup; the conversion reads the same
+// bytes once. fp32 scores are also what transformers' eager attention softmaxes.
 
 // q [B, heads, S, dk] at positions [past, past + S); keys [B, kv_heads, L, dk] and values
 // [B, kv_heads, L, dv] hold every position up to past + S. Query heads are grouped under their
 // key/value head (repeat_kv's order), so the cache is read in place, never repeated.
-// -> [B, S, heads * dv]
+// -> [B, S, heads * dv] in q's dtype
 at::Tensor attendToCache(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                          double scaling, int64_t past) {
   const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2);
   const int64_t kv_heads = keys.size(1), groups = heads / kv_heads;
-  const at::Tensor grouped = q.reshape({batch, kv_heads, groups * seq, q.size(3)});
-  at::Tensor scores = at::matmul(grouped, keys.transpose(-1, -2)) * scaling;
-  const at::Tensor probs = softmaxRows(maskFuture(scores, seq, past));
-  const at::Tensor out = at::matmul(probs, values);  // [B, kv_heads, groups * S, dv]
-  return out.view({batch, heads, seq, values.size(3)}).transpose(1, 2).reshape({batch, seq, -1});
+  const at::Tensor grouped = (q.to(at::kFloat) * scaling).reshape({batch, kv_heads, groups * seq, q.size(3)});
+  const at::Tensor scores = at::matmul(grouped, keys.to(at::kFloat).transpose(-1, -2));
+  const at::Tensor probs = at::softmax(maskFuture(scores, seq, past), -1);
+  const at::Tensor out = at::matmul(probs, values.to(at::kFloat));  // [B, kv_heads, groups * S, dv]
+  return out.view({batch, heads, seq, values.size(3)}).transpose(1, 2).reshape({batch, seq, -1})
+      .to(q.scalar_type());
 }
 
 }  // namespace
@@ -130,13 +132,14 @@ at::Tensor mlaForwardCached(const MlaAttention& a, const at::Tensor& x, const Ro
       cache.w_uk = w.narrow(1, 0, a.qk_nope_head_dim).contiguous();
       cache.w_uv = w.narrow(1, a.qk_nope_head_dim, a.v_head_dim).transpose(1, 2).contiguous();
     }
-    const at::Tensor lat = cache.latent.narrow(1, 0, total).unsqueeze(1);      // [B, 1, L, rank]
-    const at::Tensor rk = cache.rope_key.narrow(1, 0, total).unsqueeze(1);     // [B, 1, L, rope]
-    const at::Tensor q_latent = at::matmul(q_nope, cache.w_uk);                // [B, heads, S, rank]
-    const at::Tensor scores = (at::matmul(q_latent, lat.transpose(-1, -2)) +
-                               at::matmul(q_rot, rk.transpose(-1, -2))) * a.scaling;
-    const at::Tensor probs = softmaxRows(maskFuture(scores, seq, past));
-    const at::Tensor ctx_latent = at::matmul(probs, lat);                      // [B, heads, S, rank]
+    // In fp32, as attendToCache and for the same reason.
+    const at::Tensor lat = cache.latent.narrow(1, 0, total).unsqueeze(1).to(at::kFloat);   // [B, 1, L, rank]
+    const at::Tensor rk = cache.rope_key.narrow(1, 0, total).unsqueeze(1).to(at::kFloat);  // [B, 1, L, rope]
+    const at::Tensor q_latent = at::matmul(q_nope, cache.w_uk).to(at::kFloat) * a.scaling;  // [B, heads, S, rank]
+    const at::Tensor scores = at::matmul(q_latent, lat.transpose(-1, -2)) +
+                              at::matmul(q_rot.to(at::kFloat) * a.scaling, rk.transpose(-1, -2));
+    const at::Tensor probs = at::softmax(maskFuture(scores, seq, past), -1);
+    const at::Tensor ctx_latent = at::matmul(probs, lat).to(x.scalar_type());   // [B, heads, S, rank]
     context = at::matmul(ctx_latent, cache.w_uv).transpose(1, 2).reshape({batch, seq, -1});
   }
   return a.o_proj.forward(context, false);
@@ -151,11 +154,18 @@ at::Tensor CausalLm::forwardCached(const at::Tensor& input_ids, KvCache& cache) 
     throw Error("the sequence (" + std::to_string(past + seq) + " tokens) outgrew its KV cache of " +
                 std::to_string(cache.capacity()));
   }
-  const at::Tensor ids = input_ids.to(options_.device, at::kLong);
-  if (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= config_.vocab_size) {
-    throw Error("a token id is outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")",
-                "the tokens do not belong to this model's tokenizer");
+  // Checked on the host, where ids come from (a prompt, the sampler): a tensor min/max and two
+  // item() calls per decode step cost more than this loop over a handful of ids.
+  const at::Tensor host_ids = input_ids.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* id = host_ids.const_data_ptr<int64_t>();
+  for (int64_t i = 0; i < host_ids.numel(); ++i) {
+    if (id[i] < 0 || id[i] >= config_.vocab_size) {
+      throw Error("token id " + std::to_string(id[i]) + " is outside the vocabulary [0, " +
+                      std::to_string(config_.vocab_size) + ")",
+                  "the tokens do not belong to this model's tokenizer");
+    }
   }
+  const at::Tensor ids = host_ids.to(options_.device);
   if (!cache.rope().cos.defined()) cache.rope() = rope_.tables(cache.capacity(), options_.device);
   const RopeTables rope = {cache.rope().cos.narrow(0, past, seq), cache.rope().sin.narrow(0, past, seq)};
   const double eps = config_.rms_norm_eps;
