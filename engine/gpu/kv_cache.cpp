@@ -146,6 +146,7 @@ at::Tensor mlaForwardCached(const MlaAttention& a, const at::Tensor& x, const Ro
 }
 
 at::Tensor CausalLm::forwardCached(const at::Tensor& input_ids, KvCache& cache) const {
+  const FusedRmsNormScope fused_norms;  // inference: no recomputation has to match these values
   if (input_ids.dim() != 2 || input_ids.size(0) != cache.batch() || input_ids.size(1) == 0) {
     throw Error("cached forward: input ids must be [batch, seq] with the cache's batch");
   }

@@ -12,11 +12,14 @@ namespace tandem::gpu {
 
 namespace {
 
+thread_local bool fused_norm_allowed = false;
+
 float widen(float v) { return v; }
 float widen(c10::BFloat16 v) { return static_cast<float>(v); }
 
 // One pass per row on the CPU without autograd: a decode step runs ~25 norms of one row each,
-// and the composite form below costs seven ATen ops (dispatch, allocation) per norm.
+// and the composite form below costs seven ATen ops (dispatch, allocation) per norm. Its values
+// differ from the composite form's by rounding, hence FusedRmsNormScope.
 template <typename T>
 void rmsNormRows(const T* x, const T* weight, T* out, int64_t rows, int64_t d, float eps) {
   at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(d, 1)), [&](int64_t r0, int64_t r1) {
@@ -35,6 +38,7 @@ void rmsNormRows(const T* x, const T* weight, T* out, int64_t rows, int64_t d, f
 }
 
 bool fusable(const at::Tensor& x, const at::Tensor& weight) {
+  if (!fused_norm_allowed) return false;
   if (c10::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad())) return false;
   const auto t = x.scalar_type();
   return x.device().is_cpu() && weight.device().is_cpu() && (t == at::kFloat || t == at::kBFloat16) &&
@@ -42,6 +46,9 @@ bool fusable(const at::Tensor& x, const at::Tensor& weight) {
 }
 
 }  // namespace
+
+FusedRmsNormScope::FusedRmsNormScope() : previous_(fused_norm_allowed) { fused_norm_allowed = true; }
+FusedRmsNormScope::~FusedRmsNormScope() { fused_norm_allowed = previous_; }
 
 at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   if (fusable(x, weight)) {

@@ -13,14 +13,15 @@ at::Tensor reference(const at::Tensor& x, const at::Tensor& weight, double eps) 
   return weight * (xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps)).to(x.scalar_type());
 }
 
-// Without autograd rmsNorm takes the fused row loop; it must agree with the composite form on odd
-// shapes: to fp32 rounding in fp32, within one bf16 rounding step in bf16.
+// In a FusedRmsNormScope without autograd rmsNorm takes the fused row loop; it must agree with the
+// composite form on odd shapes: to fp32 rounding in fp32, within one bf16 rounding step in bf16.
 TEST(RmsNorm, FusedRowsMatchTheCompositeForm) {
   at::manual_seed(0);
   for (const auto& shape : {std::vector<int64_t>{1, 1, 2048}, {3, 5, 37}, {2, 12, 1, 64}, {7, 1}}) {
     const at::Tensor x = at::randn(shape) * 3.0;
     const at::Tensor w = at::rand({shape.back()}) + 0.5;
     c10::NoGradGuard no_grad;
+    const FusedRmsNormScope fused;
     const at::Tensor f32 = rmsNorm(x, w, 1e-6);
     EXPECT_TRUE(at::allclose(f32, reference(x, w, 1e-6), 1e-6, 1e-6)) << x.sizes();
     const at::Tensor xb = x.to(at::kBFloat16), wb = w.to(at::kBFloat16);
@@ -30,6 +31,7 @@ TEST(RmsNorm, FusedRowsMatchTheCompositeForm) {
 }
 
 TEST(RmsNorm, AutogradKeepsTheCompositeForm) {
+  const FusedRmsNormScope fused;
   const at::Tensor x = at::randn({4, 8}).requires_grad_(true);
   const at::Tensor w = at::ones({8});
   const at::Tensor y = rmsNorm(x, w, 1e-6);
