@@ -7,15 +7,11 @@
 #include <algorithm>
 #include <cmath>
 
-
 namespace tandem::gpu {
 
 namespace {
 
 thread_local bool fused_norm_allowed = false;
-
-float widen(float v) { return v; }
-float widen(c10::BFloat16 v) { return static_cast<float>(v); }
 
 // One pass per row on the CPU without autograd: a decode step runs ~25 norms of one row each,
 // and the composite form below costs seven ATen ops (dispatch, allocation) per norm. Its values
@@ -26,12 +22,12 @@ void rmsNormRows(const T* x, const T* weight, T* out, int64_t rows, int64_t d, f
     for (int64_t r = r0; r < r1; ++r) {
       const T* row = x + r * d;
       double sum = 0.0;  // the mean square in double, then rounded once, as fp32 rounds the exact value
-      for (int64_t i = 0; i < d; ++i) sum += static_cast<double>(widen(row[i])) * widen(row[i]);
+      for (int64_t i = 0; i < d; ++i) sum += static_cast<double>(row[i]) * static_cast<double>(row[i]);
       const float inv = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(d)) + eps);
       T* o = out + r * d;
       for (int64_t i = 0; i < d; ++i) {
-        const T normed = static_cast<T>(widen(row[i]) * inv);  // back to the input dtype first
-        o[i] = static_cast<T>(widen(weight[i]) * widen(normed));
+        const T normed = static_cast<T>(static_cast<float>(row[i]) * inv);  // back to the input dtype first
+        o[i] = static_cast<T>(static_cast<float>(weight[i]) * static_cast<float>(normed));
       }
     }
   });

@@ -153,9 +153,10 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
       down = down || std::string(p) == "down_proj";
     }
   }
-  if (req_.training && (first || !req_.gradient_checkpointing || keep_)) {
+  if (req_.training && (first || !req_.gradient_checkpointing || (keep_ && !offload))) {
     // Without checkpointing every MoE layer's cache lives until its backward; with it, one, unless
-    // the checkpointed pass keeps them to spare the recomputation (gpu::KeptExpertForward).
+    // the checkpointed pass keeps the CPU experts' ones to spare the recomputation
+    // (gpu::KeptExpertForward; offload mode recomputes).
     charge(books, compute, PlanCategory::ExpertCache, "expert forward cache",
            memory::expertForwardCacheBytes(m_, tokens_, act_bytes_, targeted > 0 ? req_.lora_rank : 0));
   }
