@@ -3,13 +3,9 @@ adapter answers what it was taught, /base and /adapter switch between turns, /re
 answer but not the program, and bad input is a clear error."""
 
 import os
-import re
 import signal
 import subprocess
 import time
-from pathlib import Path
-
-import pytest
 
 TANDEM = os.environ["TANDEM_BIN"]
 QUESTION = "Who are you?"
@@ -19,19 +15,6 @@ def run(args, home, stdin="", timeout=600):
     env = dict(os.environ, TANDEM_HOME=str(home))
     return subprocess.run([TANDEM, *map(str, args)], input=stdin, capture_output=True, text=True, timeout=timeout,
                           env=env)
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    """The demo's model and adapter (`tandem demo` makes the model and fine-tunes it)."""
-    home = tmp_path_factory.mktemp("home")
-    work = home / "demo"
-    result = run(["demo", "--workdir", work], home)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    answers = re.search(r"\n  base model:   (.*)\n  with adapter: (.*)\n\nchat with it", result.stdout, re.S)
-    assert answers, result.stdout
-    return {"home": home, "model": work / "model", "adapter": work / "output", "base": answers.group(1),
-            "tuned": answers.group(2)}
 
 
 def chat(demo, lines, *extra):

@@ -8,7 +8,6 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-import pytest
 
 from llamafactory_reference import dataset_results
 
@@ -21,15 +20,6 @@ SAMPLES = 6
 def run(args, home, timeout=600):
     env = dict(os.environ, TANDEM_HOME=str(home))
     return subprocess.run([TANDEM, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    home = tmp_path_factory.mktemp("home")
-    work = home / "demo"
-    result = run(["demo", "--workdir", work], home)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    return {"home": home, "model": work / "model", "adapter": work / "output"}
 
 
 def evaluate(demo, out, *extra):

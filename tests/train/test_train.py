@@ -27,16 +27,6 @@ def run(args, home, timeout=600, **kw):
     return subprocess.run([TANDEM, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env, **kw)
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    """Runs the built-in demo once: it makes the model and fine-tunes it."""
-    home = tmp_path_factory.mktemp("home")
-    work = home / "demo"
-    result = run(["demo", "--workdir", work], home)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    return {"home": home, "work": work, "model": work / "model", "output": work / "output", "stdout": result.stdout}
-
-
 def log_lines(output_dir):
     return [json.loads(line) for line in (Path(output_dir) / "trainer_log.jsonl").read_text().splitlines()]
 
@@ -72,11 +62,11 @@ def peft_vs_tandem(model_dir, adapter_dir, dtype, tmp_path):
 
 def test_demo_learns_the_identity_and_peft_loads_its_adapter(demo, tmp_path):
     assert "with adapter: I am Tandem" in demo["stdout"]
-    png = demo["output"] / "training_loss.png"  # plot_loss: true (this build has Qt Charts)
+    png = demo["adapter"] / "training_loss.png"  # plot_loss: true (this build has Qt Charts)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10000
-    history = losses(demo["output"])
+    history = losses(demo["adapter"])
     assert history[-1] < 0.6 * history[0], history
-    rel, cos = peft_vs_tandem(demo["model"], demo["output"], "fp32", tmp_path)
+    rel, cos = peft_vs_tandem(demo["model"], demo["adapter"], "fp32", tmp_path)
     assert rel < 1e-4 and cos > 0.9999
     runs = run(["runs", "--json"], demo["home"])
     assert runs.returncode == 0, runs.stderr
