@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "app/cli/commands.h"
+#include "app/cli/experts_options.h"
 #include "engine/core/error.h"
 #include "engine/gpu/torch_runtime.h"
 #include "engine/infer/generator.h"
@@ -173,7 +174,7 @@ void addChatCommand(CLI::App& app) {
   command->add_flag("--merge", o->merge, "merge the (single) adapter into the weights for speed; no /base then");
   command->add_option("--device", o->load.device, "cpu or cuda:N for the dense parts")->capture_default_str();
   command->add_option("--dtype", o->load.dtype, "fp32 or bf16")->capture_default_str();
-  command->add_option("--experts-backend", o->load.experts_backend, "auto, generic or avx512")->capture_default_str();
+  addExpertsOptions(*command, o->load.experts_backend, o->load.experts_format);
   command->add_option("--threads", o->threads, "CPU threads for libtorch (default: all)");
   command->callback([o, seed] {
     o->has_seed = seed->count() > 0;

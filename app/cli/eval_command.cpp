@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "app/cli/commands.h"
+#include "app/cli/experts_options.h"
 #include "app/cli/eval_generate.h"
 #include "app/cli/resource_dir.h"
 #include "engine/core/error.h"
@@ -246,6 +247,7 @@ void addEvalCommand(CLI::App& app) {
   command->add_option("--seed", g.seed, "sampling seed");
   command->add_option("--dtype", g.dtype, "fp32 | bf16")->capture_default_str();
   command->add_option("--device", g.device, "torch device of the dense parts: cpu | cuda[:N]")->capture_default_str();
+  addExpertsOptions(*command, g.experts_backend, g.experts_format);
   command->add_option("--choices", options->choices,
                       "score multiple-choice accuracy with these answer letters, e.g. ABCD");
   command->add_option("--db", options->db,

@@ -40,6 +40,8 @@ PreparedEval prepareGenerateEval(const GenerateEvalOptions& options) {
   infer::GeneratorOptions generator_options;
   generator_options.dtype = options.dtype;
   generator_options.device = options.device;
+  generator_options.experts_backend = options.experts_backend;
+  generator_options.experts_format = options.experts_format;
   generator_options.template_name = options.template_name;
   std::shared_ptr<infer::Generator> generator = infer::Generator::load(options.model, generator_options);
   std::string adapter;

@@ -21,6 +21,8 @@ struct GenerateEvalOptions {
   std::optional<int64_t> max_samples;
   std::string dtype = "bf16";
   std::string device = "cpu";
+  std::string experts_backend = "auto";
+  std::string experts_format = "auto";
   // Decoding: LLaMA-Factory's generating defaults, except greedy (do_sample false) unless asked.
   struct {
     bool do_sample = false;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "app/cli/commands.h"
+#include "app/cli/experts_options.h"
 #include "engine/core/error.h"
 #include "engine/gpu/torch_runtime.h"
 #include "engine/infer/model_chat_backend.h"
@@ -84,8 +85,7 @@ void addServeCommand(CLI::App& app) {
   command->add_option("--api-key", o->server.api_key, "require 'Authorization: Bearer KEY' on /v1");
   command->add_option("--device", o->backend.generator.device, "cpu or cuda:N for the dense parts")->capture_default_str();
   command->add_option("--dtype", o->backend.generator.dtype, "fp32 or bf16")->capture_default_str();
-  command->add_option("--experts-backend", o->backend.generator.experts_backend, "CPU expert kernels: auto, generic or avx512")
-      ->capture_default_str();
+  addExpertsOptions(*command, o->backend.generator.experts_backend, o->backend.generator.experts_format);
   command->add_option("--max-body-bytes", o->server.max_body_bytes, "largest request body")->capture_default_str();
   command->add_option("--max-tokens-limit", o->server.max_tokens_limit, "largest max_tokens a request may ask for (and the default)")
       ->capture_default_str();

@@ -119,6 +119,10 @@ std::unique_ptr<Generator> Generator::load(const fs::path& model_dir, const Gene
   model_options.dtype = parseDtype(options.dtype);
   model_options.device = gpu::parseDevice(options.device);
   model_options.experts_backend = options.experts_backend;
+  model_options.experts_format = options.experts_format;
+  // on_demand packs Wᵀ at the start of a backward: a generator never runs one, so none is held
+  // (persistent would double the experts' host memory for nothing).
+  model_options.experts_wt_policy = experts::WtPolicy::OnDemand;
   const io::ModelConfig config = io::readModelConfig(model_dir);
   io::Tokenizer tokenizer = io::Tokenizer::load(model_dir);
   const std::string template_name =

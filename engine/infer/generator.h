@@ -38,7 +38,11 @@ namespace tandem::infer {
 struct GeneratorOptions {
   std::string dtype = "bf16";            // fp32 | bf16 (the dense parts and the activations)
   std::string device = "cpu";            // torch device of the dense parts: cpu | cuda[:N]
-  std::string experts_backend = "auto";  // CPU expert kernels: auto | generic | avx512
+  // The routed experts on the CPU (docs/experts.md): kernels auto | generic | avx512 | avx512_bf16 |
+  // amx_bf16 | amx_int8 | onednn, and the format of their packs auto | bf16 | int8 | fp8. Inference
+  // runs no backward, so the experts' Wᵀ is never packed.
+  std::string experts_backend = "auto";
+  std::string experts_format = "auto";
   // LLaMA-Factory template name (qwen3, llama3, deepseek3, ...); empty: chosen from the
   // model type (qwen3*: qwen3, qwen2*: qwen, deepseek_v3: deepseek3, deepseek_v2: deepseek,
   // llama with a Llama-3 tokenizer: llama3, mixtral: mistral, otherwise default).

@@ -16,7 +16,9 @@
 #include <fstream>
 #include <string>
 
+#include "engine/core/cpu_features.h"
 #include "engine/core/error.h"
+#include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
 #include "engine/gpu/causal_lm.h"
 #include "engine/gpu/peft_adapter.h"
@@ -259,6 +261,40 @@ TEST(Generator, BadRequestsAreErrors) {
   options = GeneratorOptions{};
   options.dtype = "fp8";
   EXPECT_THROW(Generator::load(fixture().model_dir, options), Error);
+  options = GeneratorOptions{};
+  options.experts_format = "fp8";  // the fixture's experts are not fp8
+  EXPECT_THROW(Generator::load(fixture().model_dir, options), Error);
+}
+
+// Host bytes a load adds to the ledger's CPU weights (dense weights and expert packs).
+template <typename Load>
+uint64_t cpuWeightBytesOf(Load load) {
+  const auto weights = [] { return MemoryLedger::global().usage("cpu").current(MemoryCategory::Weights); };
+  const uint64_t before = weights();
+  const auto loaded = load();
+  return weights() - before;
+}
+
+// Inference never runs a backward, so it must not hold the experts' Wᵀ packs: with a packing
+// backend a generator holds the forward packs only, a training model with persistent Wᵀ both.
+TEST(Generator, HoldsNoBackwardPacksOfTheExperts) {
+  if (!cpuFeatures().canUseAvx512Bf16()) GTEST_SKIP() << "needs a packing backend (avx512_bf16)";
+  GeneratorOptions options;
+  options.dtype = "fp32";
+  options.experts_backend = "generic";  // zero-copy views: no packs
+  const uint64_t unpacked = cpuWeightBytesOf([&] { return Generator::load(fixture().model_dir, options); });
+  options.experts_backend = "avx512_bf16";
+  const uint64_t generator = cpuWeightBytesOf([&] { return Generator::load(fixture().model_dir, options); });
+  gpu::ModelOptions training;
+  training.experts_backend = "avx512_bf16";
+  training.experts_wt_policy = experts::WtPolicy::Persistent;
+  const uint64_t persistent = cpuWeightBytesOf(
+      [&] { return gpu::CausalLm::load(fixture().model_dir, training, nullptr, ThreadPool::global()); });
+  const double forward_packs = static_cast<double>(generator - unpacked);
+  ASSERT_GT(forward_packs, 0);
+  // The Wᵀ packs are about the size of the forward packs (their column padding differs at these
+  // small shapes: 1.8x here); a generator holding them too would make this ratio 1.
+  EXPECT_GT(static_cast<double>(persistent - unpacked) / forward_packs, 1.5);
 }
 
 }  // namespace
