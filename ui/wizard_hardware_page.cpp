@@ -1,6 +1,7 @@
 // Wizard page 2: the hardware. The detected machine (GPUs with memory, CPU with the AVX-512 /
 // AMX state, NUMA nodes with RAM), the device for the dense part, and the expert engine's
-// backend and threads (the KTransformers kt_backend / kt_num_threads settings).
+// backend, weight format, backward Wᵀ policy and threads (the KTransformers kt_backend /
+// kt_expert_weight_format / kt_num_threads settings).
 
 #include <QComboBox>
 #include <QFormLayout>
@@ -55,6 +56,18 @@ HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
   }
   backend_->setToolTip(tr("experts_backend (KTransformers kt_backend): the CPU kernels of the routed experts; "
                           "auto picks the best this CPU allows (%1)").arg(cpuIsaSummary(machine.cpu)));
+  format_ = new QComboBox;
+  for (const char* name : {"auto", "bf16", "int8", "fp8"}) format_->addItem(QString::fromLatin1(name), QString::fromLatin1(name));
+  format_->setToolTip(tr("experts_format (kt_expert_weight_format): how the frozen routed experts are held in RAM; "
+                         "int8 halves them (per-channel int8, amx_int8), fp8 keeps an fp8 checkpoint's experts "
+                         "(dequantised into bf16 packs); auto: int8 for amx_int8, else bf16"));
+  wt_policy_ = new QComboBox;
+  for (const char* name : {"auto", "persistent", "on_demand"}) {
+    wt_policy_->addItem(QString::fromLatin1(name), QString::fromLatin1(name));
+  }
+  wt_policy_->setToolTip(tr("experts_wt_policy: the backward's transposed expert weights. persistent keeps a second "
+                            "copy (twice the expert RAM, no per-step cost); on_demand rebuilds those of the routed "
+                            "experts each step; auto: persistent when the memory plan has room"));
   threads_ = new QSpinBox;
   threads_->setRange(0, 4096);
   threads_->setSpecialValueText(tr("one per physical core"));
@@ -62,11 +75,15 @@ HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
 
   device_->setObjectName(QStringLiteral("device"));
   backend_->setObjectName(QStringLiteral("experts_backend"));
+  format_->setObjectName(QStringLiteral("experts_format"));
+  wt_policy_->setObjectName(QStringLiteral("experts_wt_policy"));
   threads_->setObjectName(QStringLiteral("expert_threads"));
   auto* form = new QFormLayout;
   form->addRow(tr("&Plan for:"), target_);
   form->addRow(tr("&Dense-part device:"), device_);
   form->addRow(tr("&Experts backend:"), backend_);
+  form->addRow(tr("Experts &format:"), format_);
+  form->addRow(tr("Backward &Wᵀ:"), wt_policy_);
   form->addRow(tr("Expert &threads:"), threads_);
   auto* layout = new QVBoxLayout(this);
   layout->addWidget(new QLabel(tr("<b>Machine</b>")));
@@ -118,12 +135,16 @@ void HardwarePage::load(const train::TrainConfig& config) {
   }
   device_->setCurrentIndex(i);
   backend_->setCurrentIndex(comboIndexOf(backend_, QString::fromStdString(config.experts_backend)));
+  format_->setCurrentIndex(comboIndexOf(format_, QString::fromStdString(config.experts_format)));
+  wt_policy_->setCurrentIndex(comboIndexOf(wt_policy_, QString::fromStdString(config.experts_wt_policy)));
   threads_->setValue(config.expert_threads);
 }
 
 void HardwarePage::store(train::TrainConfig& config) const {
   config.device = device_->currentData().toString().toStdString();
   config.experts_backend = backend_->currentData().toString().toStdString();
+  config.experts_format = format_->currentData().toString().toStdString();
+  config.experts_wt_policy = wt_policy_->currentData().toString().toStdString();
   config.expert_threads = threads_->value();
 }
 

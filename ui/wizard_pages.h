@@ -69,6 +69,8 @@ class HardwarePage : public ConfigPage {
   QLabel* problem_;
   QComboBox* device_;
   QComboBox* backend_;
+  QComboBox* format_;
+  QComboBox* wt_policy_;
   QSpinBox* threads_;
 };
 

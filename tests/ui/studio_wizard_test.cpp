@@ -61,7 +61,9 @@ void WizardTest::initTestCase() {
 
 void WizardTest::producesTheHandWrittenConfig() {
   const std::filesystem::path output = std::filesystem::path(tmp_.path().toStdString()) / "wizard-out";
-  const train::TrainConfig hand = test::demoConfig(paths_, output);
+  train::TrainConfig hand = test::demoConfig(paths_, output);
+  hand.experts_format = "bf16";
+  hand.experts_wt_policy = "on_demand";
 
   FineTuneWizard wizard(machine_, paths_);  // starts from LLaMA-Factory's defaults
   wizard.show();
@@ -76,6 +78,8 @@ void WizardTest::producesTheHandWrittenConfig() {
 
   QCOMPARE(wizard.currentId(), int(FineTuneWizard::HardwarePageId));
   QVERIFY(wizard.currentPage()->isComplete());
+  field<QComboBox>(wizard, "experts_format")->setCurrentText(QStringLiteral("bf16"));
+  field<QComboBox>(wizard, "experts_wt_policy")->setCurrentText(QStringLiteral("on_demand"));
   wizard.next();
 
   QCOMPARE(wizard.currentId(), int(FineTuneWizard::DatasetPageId));
