@@ -157,15 +157,8 @@ TEST(ExpertNuma, LayerPinnedToOneNodeIsTheUnsplitLayer) {
   ExpertLayerOptions pinned = options("generic", 2, WtPolicy::Persistent);
   pinned.numa_node = 1;
   const Grads one = run(problem, options("generic", 1, WtPolicy::Persistent));
-  const Grads got = run(problem, pinned);
   // The same slice [0, I) and the same kernels, only on node 1's pool: bit for bit the same.
-  EXPECT_EQ(got.y, one.y);
-  EXPECT_EQ(got.dx, one.dx);
-  EXPECT_EQ(got.dw, one.dw);
-  for (int p = 0; p < kExpertProjCount; ++p) {
-    EXPECT_EQ(got.grad_a[p], one.grad_a[p]);
-    EXPECT_EQ(got.grad_b[p], one.grad_b[p]);
-  }
+  testing::expectIdentical(run(problem, pinned), one);
   pinned.numa_node = 2;
   EXPECT_THROW(testing::makeLayer(problem, pinned, testPool()), Error);
 }
