@@ -157,7 +157,7 @@ void ExpertLayer::makeSlices() {
                     ", but there are " + std::to_string(nodes) + " node(s)",
                 "place the experts on cpu or on cpu:numa0 to cpu:numa" + std::to_string(nodes - 1));
   }
-  if (nodes == 1) {
+  if (nodes == 1 || options_.lora_only) {  // lora_only computes nothing: no node pools for it
     slices_.push_back(NodeSlice{&pool_, -1, 0, spec_.intermediate, {}, {}});
     return;
   }
