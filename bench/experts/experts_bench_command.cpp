@@ -30,6 +30,7 @@ struct ExpertsBenchArgs {
   std::vector<std::string> shapes, routings, backends, dtypes;
   std::vector<int64_t> tokens;
   int threads = 0;
+  int nodes = 0;  // NUMA nodes the layers split over (0: TANDEM_EXPERT_NODES or the machine's)
   bool quick = false;
   int repeats = 0;
 };
@@ -152,7 +153,9 @@ void runExpertsBench(ExpertsBenchArgs args) {
       throw Error("bench: unknown dtype '" + name + "'", "use bf16, int8 or fp8");
     }
   }
-  const std::vector<experts::BenchLayerConfig> configs = layerConfigs(args);
+  if (args.nodes < 0) throw Error("bench: --nodes must not be negative", "use 0 (the machine's NUMA nodes) or a count");
+  std::vector<experts::BenchLayerConfig> configs = layerConfigs(args);
+  for (experts::BenchLayerConfig& config : configs) config.numa_nodes = args.nodes;
   for (const auto& name : args.backends) {
     const bool timed = name == "libtorch_loop" ||
                        std::any_of(configs.begin(), configs.end(),
@@ -198,6 +201,7 @@ void runExpertsBench(ExpertsBenchArgs args) {
           nlohmann::json c = caseJson(problem, r.backend, config.dtype, r.timing, r.weight_bytes, peak, mem);
           c["wt_policy"] = r.wt_policy;
           c["pack_ms"] = r.pack_ms;
+          c["numa_nodes"] = r.numa_nodes;
           std::fprintf(stderr, "case %s\n", c.dump().c_str());  // survives a run cut short
           cases.push_back(c);
         }
@@ -249,6 +253,9 @@ void addExpertsBenchCommand(CLI::App& parent) {
       ->delimiter(',');
   cmd->add_option("--dtypes", args->dtypes, "bf16, int8, fp8 (default: all)")->delimiter(',');
   cmd->add_option("--threads", args->threads, "Threads (default: every hardware thread)");
+  cmd->add_option("--nodes", args->nodes,
+                  "NUMA nodes to split each expert layer over, virtual ones when not the machine's count; "
+                  "above 1 the layers run on per-node pools over every CPU (default: TANDEM_EXPERT_NODES or the machine's)");
   cmd->add_option("--repeats", args->repeats, "Timed runs per case, median reported (default 3, quick 1)");
   cmd->add_flag("--quick", args->quick, "Qwen3-30B-A3B shape at 512 and 2048 tokens only; smaller ceilings");
   cmd->callback([args] { runExpertsBench(*args); });

@@ -13,6 +13,7 @@
 #include "engine/core/float_convert.h"
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_layer.h"
+#include "engine/experts/expert_nodes.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem::experts {
@@ -222,6 +223,7 @@ BenchLayerResult timeExpertLayer(const BenchProblem& p, const BenchLayerConfig& 
   ExpertLayerOptions options;
   options.backend = config.backend;
   options.format = config.dtype == "int8" ? WeightFormat::Int8 : WeightFormat::Bf16;
+  options.numa_nodes = config.numa_nodes;
   ExpertLoraSpec lora{p.lora_rank, p.lora_scale, true, true, true};
 
   BenchLayerResult result;
@@ -234,6 +236,7 @@ BenchLayerResult timeExpertLayer(const BenchProblem& p, const BenchLayerConfig& 
   }
   result.backend = layer->backendName();
   result.wt_policy = std::string(wtPolicyName(layer->wtPolicy()));
+  result.numa_nodes = expertNodeCount(config.numa_nodes);
   result.weight_bytes = options.format == WeightFormat::Int8 ? 1.0 : 2.0;
 
   std::vector<uint16_t> y(p.x.size()), dx(p.x.size());

@@ -66,6 +66,7 @@ double benchBytes(const BenchProblem& problem, double weight_bytes);
 struct BenchLayerConfig {
   std::string backend;  // as ExpertLayerOptions::backend
   std::string dtype;    // bf16 | int8 | fp8 (fp8: the block-scaled checkpoint, packed to bf16)
+  int numa_nodes = 0;   // as ExpertLayerOptions::numa_nodes (> 1: the layer runs on node pools)
 };
 struct BenchLayerResult {
   BenchTiming timing;       // median over `repeats` after one warm-up
@@ -73,6 +74,7 @@ struct BenchLayerResult {
   double weight_bytes = 0;  // per element as packed
   std::string backend;      // resolved name
   std::string wt_policy;
+  int numa_nodes = 1;       // resolved: the nodes the layer was split over
 };
 BenchLayerResult timeExpertLayer(const BenchProblem& problem, const BenchLayerConfig& config,
                                  int repeats, ThreadPool& pool);

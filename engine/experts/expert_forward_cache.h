@@ -48,12 +48,14 @@ class ExpertForwardCache {
   ExpertRouting routing_;
   std::vector<float> weights_;  // [T, k] routing weights
   ExpertBufferPool::Lease block_;  // holds gate_, up_, lora_z_, x_
-  // [P, I] pre-activations g and u, in routing (expert-sorted) order. backward overwrites them
-  // in place with dg and du, which is why a cache is good for exactly one backward.
+  // [P, I] pre-activations g and u, in routing (expert-sorted) order; with several NUMA nodes
+  // node-major (node k's [P, i1_k - i0_k] at P · i0_k). backward overwrites them in place with dg
+  // and du, which is why a cache is good for exactly one backward.
   float* gate_ = nullptr;
   float* up_ = nullptr;
-  // [P, 3r] s · x A_gateᵀ | s · x A_upᵀ | s · h A_downᵀ from the forward (slots of projections
-  // LoRA does not target unwritten), for the LoRA gradients; nullptr when LoRA targets nothing.
+  // [nodes][P, 3r] s · x A_gateᵀ | s · x A_upᵀ | s · h A_downᵀ from the forward (slots of
+  // projections LoRA does not target unwritten; down's is each node's part), for the LoRA
+  // gradients; nullptr when LoRA targets nothing.
   float* lora_z_ = nullptr;
   unsigned char* x_ = nullptr;  // [T, H] the forward input, in its own activation type
   MemoryCharge charge_;

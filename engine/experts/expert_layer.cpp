@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <future>
 #include <string>
 
 #include "engine/core/cpu_features.h"
@@ -9,6 +11,7 @@
 #include "engine/core/numa.h"
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_layer_detail.h"
+#include "engine/experts/expert_nodes.h"
 
 namespace tandem::experts {
 
@@ -51,22 +54,35 @@ void transposeInto(const float* b, int64_t out, int64_t r, float* b_t) {
     for (int64_t q = 0; q < r; ++q) b_t[q * out + o] = b[o * r + q];
 }
 
-// The NUMA node whose memory holds expert e's packs: round-robin over the nodes, so the
-// experts' bandwidth is spread over every memory controller (-1: one node, plain memory).
+// The NUMA node whose memory holds expert e's packs when one unpinned pool computes the layer:
+// round-robin over the nodes, so the experts' bandwidth is spread over every memory controller
+// (-1: one node, plain memory).
 int nodeOfExpert(int64_t expert) {
   static const int nodes = static_cast<int>(detectNumaTopology().nodes.size());
   return nodes > 1 ? static_cast<int>(expert % nodes) : -1;
 }
+
+// Bounds of n near-equal parts of [0, I): in whole 64-column blocks when each node gets at least
+// one, so the packed backends' column blocks (64 for avx512_bf16, 16 / 32 for AMX) pad no more
+// than one node's packs would; single columns for tiny I.
+std::vector<int64_t> splitIntermediate(int64_t I, int n) {
+  const int64_t granule = I >= 64 * n ? 64 : 1;
+  const int64_t units = (I + granule - 1) / granule;
+  std::vector<int64_t> bounds;
+  for (int k = 0; k <= n; ++k) bounds.push_back(std::min(I, units * k / n * granule));
+  return bounds;
+}
 }  // namespace
 
-// What one forward call shares between its tasks.
+// What one forward call shares between the tasks of one node slice (width w = i1 - i0).
 struct ExpertLayer::ForwardPass {
+  const NodeSlice* slice = nullptr;
   const void* x = nullptr;  // [T, H] act_type
   ActivationType act_type = ActivationType::F32;
   const ExpertRouting* routing = nullptr;
-  float* gate = nullptr;  // [P, I] pre-activations to keep (cache), or nullptr: scratch only
-  float* up = nullptr;    // [P, I]
-  float* out = nullptr;   // [P, H] o_{t,j} per sorted position, unweighted
+  float* gate = nullptr;  // [P, w] pre-activations to keep (cache), or nullptr: scratch only
+  float* up = nullptr;    // [P, w]
+  float* out = nullptr;   // [P, H] the slice's part of o_{t,j} per sorted position, unweighted
   float* lora_z = nullptr;  // [P, 3r] the cache's LoRA products, or nullptr: scratch only
 };
 
@@ -120,66 +136,135 @@ ExpertLayer::ExpertLayer(const ExpertLayerSpec& spec, ExpertWeightViews weights,
       backend_name_(gemm.name()),
       pool_(pool),
       row_block_(gemm.rowBlock()) {
+  makeSlices();
   std::vector<int64_t> all(static_cast<size_t>(spec_.num_experts));
   for (int64_t e = 0; e < spec_.num_experts; ++e) all[e] = e;
   if (!options_.lora_only) {
-    packAll(all, false);
-    if (options_.wt_policy == WtPolicy::Persistent) packAll(all, true);
+    onEveryNode([&](size_t s) {
+      packAll(slices_[s], all, false);
+      if (options_.wt_policy == WtPolicy::Persistent) packAll(slices_[s], all, true);
+    });
   }
   packed_charge_ = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Weights, packedBytes());
 }
 
 ExpertLayer::~ExpertLayer() = default;
 
-kernels::SourceMatrix ExpertLayer::source(ExpertProj proj, int64_t expert) const {
+void ExpertLayer::makeSlices() {
+  const int nodes = expertNodeCount(options_.numa_nodes);
+  if (options_.numa_node >= nodes) {
+    throw Error("expert layer pinned to NUMA node " + std::to_string(options_.numa_node) +
+                    ", but there are " + std::to_string(nodes) + " node(s)",
+                "place the experts on cpu or on cpu:numa0 to cpu:numa" + std::to_string(nodes - 1));
+  }
+  if (nodes == 1 || options_.lora_only) {  // lora_only computes nothing: no node pools for it
+    slices_.push_back(NodeSlice{&pool_, -1, 0, spec_.intermediate, {}, {}});
+    return;
+  }
+  const std::vector<ExpertNode>& node_list = expertNodes(nodes);
+  if (options_.numa_node >= 0) {  // cpu:numaK: the whole layer on node K
+    const ExpertNode& node = node_list[static_cast<size_t>(options_.numa_node)];
+    slices_.push_back(NodeSlice{node.pool, node.memory_node, 0, spec_.intermediate, {}, {}});
+    return;
+  }
+  const std::vector<int64_t> bounds = splitIntermediate(spec_.intermediate, nodes);
+  for (int k = 0; k < nodes; ++k) {
+    if (bounds[k] == bounds[k + 1]) continue;  // fewer columns than nodes
+    const ExpertNode& node = node_list[static_cast<size_t>(k)];
+    slices_.push_back(NodeSlice{node.pool, node.memory_node, bounds[k], bounds[k + 1], {}, {}});
+  }
+}
+
+void ExpertLayer::onEveryNode(const std::function<void(size_t)>& fn) const {
+  if (slices_.size() == 1 && slices_[0].pool == &pool_) {
+    fn(0);
+    return;
+  }
+  std::vector<std::future<void>> done;
+  for (size_t s = 0; s < slices_.size(); ++s) {
+    done.push_back(slices_[s].pool->submit([&fn, s] { fn(s); }));
+  }
+  std::exception_ptr error;  // every node finishes before anything it uses goes out of scope
+  for (auto& node : done) {
+    try {
+      node.get();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+// The slice's window of the stored matrix: rows [i0, i1) of gate / up (W [I, H]), columns
+// [i0, i1) of down (W [H, I], row stride I): a view, never a copy (SourceMatrix::row_stride).
+kernels::SourceMatrix ExpertLayer::source(ExpertProj proj, int64_t expert,
+                                          const NodeSlice& slice) const {
   kernels::SourceMatrix src;
   src.type = weights_.type;
-  src.rows = outFeatures(proj);
-  src.cols = inFeatures(proj);
+  src.rows = outFeatures(proj, slice);
+  src.cols = inFeatures(proj, slice);
   const bool fp8 = weights_.type == WeightType::FP8_E4M3;
+  const void* data = nullptr;
   switch (proj) {
     case ExpertProj::Gate:
-      src.data = weights_.gate[expert];
+      data = weights_.gate[expert];
       if (fp8) src.block_scales = weights_.gate_scale[expert];
       break;
     case ExpertProj::Up:
-      src.data = weights_.up[expert];
+      data = weights_.up[expert];
       if (fp8) src.block_scales = weights_.up_scale[expert];
       break;
     case ExpertProj::Down:
-      src.data = weights_.down[expert];
+      data = weights_.down[expert];
       if (fp8) src.block_scales = weights_.down_scale[expert];
       break;
   }
+  const int64_t element_bytes = weightTypeBytes(weights_.type);
+  if (proj == ExpertProj::Down) {
+    src.row_stride = spec_.intermediate;
+    src.col0 = slice.i0;
+  } else {
+    src.row_stride = spec_.hidden;
+    src.row0 = slice.i0;
+  }
+  src.data = static_cast<const unsigned char*>(data) +
+             (src.row0 * src.row_stride + src.col0) * element_bytes;
   return src;
 }
 
-void ExpertLayer::packAll(const std::vector<int64_t>& experts, bool transposed) {
-  auto& packs = transposed ? packs_t_ : packs_;
+void ExpertLayer::packAll(NodeSlice& slice, const std::vector<int64_t>& experts, bool transposed) {
+  auto& packs = transposed ? slice.packs_t : slice.packs;
   for (auto& per_proj : packs) per_proj.resize(static_cast<size_t>(spec_.num_experts));
   const int64_t jobs = static_cast<int64_t>(experts.size()) * kExpertProjCount;
-  pool_.parallelFor(0, jobs, 1, [&](int64_t begin, int64_t end) {
+  slice.pool->parallelFor(0, jobs, 1, [&](int64_t begin, int64_t end) {
     for (int64_t job = begin; job < end; ++job) {
       const int64_t expert = experts[job / kExpertProjCount];
       const auto proj = static_cast<ExpertProj>(job % kExpertProjCount);
+      const int node = slice.memory_node >= 0 ? slice.memory_node : nodeOfExpert(expert);
       packs[static_cast<int>(proj)][expert] =
-          gemm_.pack(source(proj, expert), transposed, options_.format, nodeOfExpert(expert));
+          gemm_.pack(source(proj, expert, slice), transposed, options_.format, node);
     }
   });
 }
 
 uint64_t ExpertLayer::packedBytes() const {
   uint64_t bytes = 0;
-  for (const auto* packs : {packs_, packs_t_}) {
-    for (int p = 0; p < kExpertProjCount; ++p) {
-      for (const auto& pack : packs[p]) bytes += pack ? pack->bytes() : 0;
+  for (const NodeSlice& slice : slices_) {
+    for (const auto* packs : {slice.packs, slice.packs_t}) {
+      for (int p = 0; p < kExpertProjCount; ++p) {
+        for (const auto& pack : packs[p]) bytes += pack ? pack->bytes() : 0;
+      }
     }
   }
   return bytes;
 }
 
-int64_t ExpertLayer::inFeatures(ExpertProj proj) const { return lora_.inFeatures(proj); }
-int64_t ExpertLayer::outFeatures(ExpertProj proj) const { return lora_.outFeatures(proj); }
+int64_t ExpertLayer::inFeatures(ExpertProj proj, const NodeSlice& slice) const {
+  return proj == ExpertProj::Down ? slice.width() : spec_.hidden;
+}
+int64_t ExpertLayer::outFeatures(ExpertProj proj, const NodeSlice& slice) const {
+  return proj == ExpertProj::Down ? spec_.hidden : slice.width();
+}
 
 void ExpertLayer::validateRouting(const int32_t* topk_ids, int64_t n_tokens, int top_k) const {
   if (n_tokens < 0) throw Error("expert forward: negative token count");
@@ -198,20 +283,25 @@ void ExpertLayer::validateRouting(const int32_t* topk_ids, int64_t n_tokens, int
 
 // out [m, out] = in [m, in] · W_Pᵀ + s · (in A_Pᵀ) B_Pᵀ;  z [m, r] (stride ldz) = s · in A_Pᵀ.
 // The LoRA term is added inside the GEMM's epilogue (kernels::LowRankAddend), not as a second
-// pass over out.
-void ExpertLayer::projectForward(ExpertProj proj, int64_t expert, const float* in, int64_t m,
-                                 float* out, float* z, int64_t ldz) const {
-  const int64_t n_in = inFeatures(proj), n_out = outFeatures(proj);
-  const kernels::PackedMatrix& pack = *packs_[static_cast<int>(proj)][expert];
+// pass over out. On a slice, gate / up use rows [i0, i1) of B [I, r] (their outputs) and the whole
+// A; down uses columns [i0, i1) of A [r, I] (its inputs, row stride I) and the whole B, so its z
+// is the slice's part of s · h A_downᵀ and the term sums to the whole over the nodes.
+void ExpertLayer::projectForward(ExpertProj proj, const NodeSlice& slice, int64_t expert,
+                                 const float* in, int64_t m, float* out, float* z,
+                                 int64_t ldz) const {
+  const int64_t n_in = inFeatures(proj, slice), n_out = outFeatures(proj, slice);
+  const kernels::PackedMatrix& pack = *slice.packs[static_cast<int>(proj)][expert];
   if (!lora_.targets(proj)) {
     gemm_.gemm(pack, m, in, n_in, out, n_out, false);
     return;
   }
   const int64_t r = lora_.rank();
-  kernels_.matmulNT(m, r, n_in, lora_.scale(), in, n_in, lora_.a(proj, expert).data(),
-                    WeightType::F32, n_in, z, ldz, false);
+  const bool down = proj == ExpertProj::Down;
+  const float* a = lora_.a(proj, expert).data() + (down ? slice.i0 : 0);
+  kernels_.matmulNT(m, r, n_in, lora_.scale(), in, n_in, a, WeightType::F32,
+                    lora_.inFeatures(proj), z, ldz, false);
   auto* b_t = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(r * n_out) * 4));
-  transposeInto(lora_.b(proj, expert).data(), n_out, r, b_t);
+  transposeInto(lora_.b(proj, expert).data() + (down ? 0 : slice.i0 * r), n_out, r, b_t);
   const kernels::LowRankAddend addend{z, ldz, b_t, n_out, r};
   gemm_.gemm(pack, m, in, n_in, out, n_out, false, &addend);
 }
@@ -223,59 +313,81 @@ int64_t ExpertLayer::loraZWidth() const {
 }
 
 // d_in [m, in] (= | +=) d_out [m, out] · W_P + s · (d_out B_P) A_P;  lora_t [m, r] = d_out B_P.
-void ExpertLayer::projectBackward(ExpertProj proj, int64_t expert, const float* d_out, int64_t m,
-                                  float* d_in, bool accumulate, float* lora_t) const {
-  const int64_t n_in = inFeatures(proj), n_out = outFeatures(proj);
-  const kernels::PackedMatrix& pack = *packs_t_[static_cast<int>(proj)][expert];
+// On a slice the same parts of A and B as in projectForward: gate / up's lora_t is the slice's
+// part of dP B_P, down's is whole (dY B_down needs no slice) and its A term gives d_in's slice.
+void ExpertLayer::projectBackward(ExpertProj proj, const NodeSlice& slice, int64_t expert,
+                                  const float* d_out, int64_t m, float* d_in, bool accumulate,
+                                  float* lora_t) const {
+  const int64_t n_in = inFeatures(proj, slice), n_out = outFeatures(proj, slice);
+  const kernels::PackedMatrix& pack = *slice.packs_t[static_cast<int>(proj)][expert];
   if (!lora_.targets(proj)) {
     gemm_.gemm(pack, m, d_out, n_out, d_in, n_in, accumulate);
     return;
   }
   const int64_t r = lora_.rank();
+  const bool down = proj == ExpertProj::Down;
   auto* b_t = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(r * (n_out + m)) * 4));
   float* z = b_t + r * n_out;  // [m, r]
-  transposeInto(lora_.b(proj, expert).data(), n_out, r, b_t);
+  transposeInto(lora_.b(proj, expert).data() + (down ? 0 : slice.i0 * r), n_out, r, b_t);
   // lora_t = d_out B as dot products along out (B as Bᵀ rows): as d_out · B the r = 8 output
   // columns would fill half a vector per FMA.
   kernels_.matmulNT(m, r, n_out, 1.0f, d_out, n_out, b_t, WeightType::F32, n_out, lora_t, r,
                     false);
   // lora_t is kept unscaled for the A gradient; the addend takes s · lora_t.
   for (int64_t i = 0; i < m * r; ++i) z[i] = lora_.scale() * lora_t[i];
-  const kernels::LowRankAddend addend{z, r, lora_.a(proj, expert).data(), n_in, r};
+  const kernels::LowRankAddend addend{z, r, lora_.a(proj, expert).data() + (down ? slice.i0 : 0),
+                                      lora_.inFeatures(proj), r};
   gemm_.gemm(pack, m, d_out, n_out, d_in, n_in, accumulate, &addend);
 }
 
-void ExpertLayer::runTasks(const std::vector<ExpertTask>& tasks,
+void ExpertLayer::runTasks(ThreadPool& pool, const std::vector<ExpertTask>& tasks,
                            const std::function<void(const ExpertTask&)>& body) const {
   // Grain 1: every task is a stealable unit; tasks are already sized by row_block_.
-  pool_.parallelFor(0, static_cast<int64_t>(tasks.size()), 1, [&](int64_t begin, int64_t end) {
+  pool.parallelFor(0, static_cast<int64_t>(tasks.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) body(tasks[i]);
   });
 }
 
-// out_t = Σ_j weights[t][j] · pairs[pos(t, j)]: one writer per token, so no atomics, and a
-// fixed summation order, so results do not depend on the thread count.
-void ExpertLayer::sumPerToken(const ExpertRouting& routing, const float* pairs,
-                              const float* weights, ActivationType act_type, void* out) const {
-  const int64_t H = spec_.hidden, T = routing.n_tokens;
+// out_t = Σ_j weights[t][j] · Σ_k pairs_k[pos(t, j)]: one writer per token, so no atomics, and a
+// fixed summation order (slots, then nodes), so results depend on neither the thread count nor
+// which node finished first.
+void ExpertLayer::sumPerToken(ThreadPool& pool, const ExpertRouting& routing,
+                              const std::vector<const float*>& pairs, const float* weights,
+                              ActivationType act_type, void* out, int64_t t_begin,
+                              int64_t t_end) const {
+  const int64_t H = spec_.hidden;
   const int top_k = routing.top_k;
-  const int64_t grain = std::max<int64_t>(1, T / (4 * (pool_.size() + 1)));
-  pool_.parallelFor(0, T, grain, [&](int64_t t0, int64_t t1) {
+  const int64_t grain = std::max<int64_t>(1, (t_end - t_begin) / (4 * (pool.size() + 1)));
+  pool.parallelFor(t_begin, t_end, grain, [&](int64_t t0, int64_t t1) {
     float* acc = detail::threadScratch(H);
     for (int64_t t = t0; t < t1; ++t) {
       std::fill(acc, acc + H, 0.0f);
       for (int j = 0; j < top_k; ++j) {
         const float w = weights ? weights[t * top_k + j] : 1.0f;
-        kernels_.axpy(H, w, pairs + routing.pos_of_slot[t * top_k + j] * H, acc);
+        const int64_t row = routing.pos_of_slot[t * top_k + j] * H;
+        for (const float* node_pairs : pairs) kernels_.axpy(H, w, node_pairs + row, acc);
       }
       detail::rowFromFloat(acc, act_type, out, t, H);
     }
   });
 }
 
-// One row block of one expert: o rows = down(silu(gate(x)) ⊙ up(x)).
+void ExpertLayer::sumPerTokenOnNodes(const ExpertRouting& routing,
+                                     const std::vector<const float*>& pairs, const float* weights,
+                                     ActivationType act_type, void* out) const {
+  const int64_t T = routing.n_tokens, n = static_cast<int64_t>(slices_.size());
+  onEveryNode([&](size_t s) {
+    const auto k = static_cast<int64_t>(s);
+    sumPerToken(*slices_[s].pool, routing, pairs, weights, act_type, out, T * k / n,
+                T * (k + 1) / n);
+  });
+}
+
+// One row block of one expert on one slice (I = the slice's width): o rows = the slice's part of
+// down(silu(gate(x)) ⊙ up(x)), which is down's columns [i0, i1) times h's.
 void ExpertLayer::forwardRows(const ForwardPass& pass, const ExpertTask& task) const {
-  const int64_t H = spec_.hidden, I = spec_.intermediate, m = task.end - task.begin;
+  const NodeSlice& slice = *pass.slice;
+  const int64_t H = spec_.hidden, I = slice.width(), m = task.end - task.begin;
   const int64_t r = std::max(lora_.rank(), 1), zw = kExpertProjCount * r;
   float* xe = detail::threadScratch(m * (H + 3 * I + zw));  // [m, H]
   float* g = pass.gate ? pass.gate + task.begin * I : xe + m * H;          // [m, I]
@@ -284,10 +396,11 @@ void ExpertLayer::forwardRows(const ForwardPass& pass, const ExpertTask& task) c
   // z [m, 3r]: s · x A_gateᵀ | s · x A_upᵀ | s · h A_downᵀ, kept in the cache when there is one.
   float* z = pass.lora_z ? pass.lora_z + task.begin * zw : xe + m * (H + 3 * I);
   detail::gatherRows(kernels_, pass.x, pass.act_type, *pass.routing, task.begin, task.end, H, xe);
-  projectForward(ExpertProj::Gate, task.expert, xe, m, g, z, zw);
-  projectForward(ExpertProj::Up, task.expert, xe, m, u, z + r, zw);
+  projectForward(ExpertProj::Gate, slice, task.expert, xe, m, g, z, zw);
+  projectForward(ExpertProj::Up, slice, task.expert, xe, m, u, z + r, zw);
   kernels_.siluMul(m * I, g, u, h);
-  projectForward(ExpertProj::Down, task.expert, h, m, pass.out + task.begin * H, z + 2 * r, zw);
+  projectForward(ExpertProj::Down, slice, task.expert, h, m, pass.out + task.begin * H, z + 2 * r,
+                 zw);
 }
 
 void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_tokens,
@@ -305,31 +418,44 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
                 "run backward first, or release() the cache (activation recomputation)");
   }
   const int64_t H = spec_.hidden, I = spec_.intermediate, n_pairs = n_tokens * top_k;
+  const auto n_nodes = static_cast<int64_t>(slices_.size());
   ExpertRouting routing = buildRouting(topk_ids, n_tokens, top_k, spec_.num_experts);
-  // out [P, H]: every row written by a task.
-  const ExpertBufferPool::Lease out =
-      ExpertBufferPool::lease(static_cast<size_t>(n_pairs * H) * sizeof(float), MemoryCategory::Scratch);
-  ForwardPass pass{x, act_type, &routing, nullptr, nullptr, out.as<float>()};
+  // out [nodes][P, H]: every row written by a task of its node.
+  const ExpertBufferPool::Lease out = ExpertBufferPool::lease(
+      static_cast<size_t>(n_nodes * n_pairs * H) * sizeof(float), MemoryCategory::Scratch);
+  std::vector<ForwardPass> passes(slices_.size());
+  std::vector<const float*> out_of_node;
+  for (size_t s = 0; s < slices_.size(); ++s) {
+    passes[s] = ForwardPass{&slices_[s], x, act_type, &routing, nullptr, nullptr,
+                            out.as<float>() + static_cast<int64_t>(s) * n_pairs * H};
+    out_of_node.push_back(passes[s].out);
+  }
   const size_t x_bytes = static_cast<size_t>(n_tokens * H) * activationTypeBytes(act_type);
   if (cache) {
     cache->release();
-    // One block: g [P, I], u [P, I], the LoRA products z [P, 3r] (f32), then x [T, H] in its
-    // own type.
+    // One block: g [P, I], u [P, I] (node-major: node k's [P, w_k] at P · i0_k), the LoRA
+    // products z [nodes][P, 3r] (f32), then x [T, H] in its own type.
     const int64_t zw = loraZWidth();
-    const size_t f32_bytes = static_cast<size_t>(n_pairs * (2 * I + zw)) * sizeof(float);
+    const size_t f32_bytes =
+        static_cast<size_t>(n_pairs * (2 * I + n_nodes * zw)) * sizeof(float);
     cache->block_ = ExpertBufferPool::lease(f32_bytes + x_bytes, MemoryCategory::Activations);
     cache->gate_ = cache->block_.as<float>();
     cache->up_ = cache->gate_ + n_pairs * I;
     cache->lora_z_ = zw > 0 ? cache->up_ + n_pairs * I : nullptr;
     cache->x_ = cache->block_.as<unsigned char>() + f32_bytes;
-    pass.gate = cache->gate_;
-    pass.up = cache->up_;
-    pass.lora_z = cache->lora_z_;
+    for (size_t s = 0; s < slices_.size(); ++s) {
+      passes[s].gate = cache->gate_ + n_pairs * slices_[s].i0;
+      passes[s].up = cache->up_ + n_pairs * slices_[s].i0;
+      if (zw > 0) passes[s].lora_z = cache->lora_z_ + static_cast<int64_t>(s) * n_pairs * zw;
+    }
   }
-  runTasks(cutIntoTasks(routing, row_block_),
-           [&](const ExpertTask& task) { forwardRows(pass, task); });
+  const std::vector<ExpertTask> tasks = cutIntoTasks(routing, row_block_);
+  onEveryNode([&](size_t s) {
+    runTasks(*slices_[s].pool, tasks, [&](const ExpertTask& task) { forwardRows(passes[s], task); });
+  });
 
-  sumPerToken(routing, out.as<float>(), topk_weights, act_type, y);  // y_t = Σ_j w[t][j] · o_{t,j}
+  // y_t = Σ_j w[t][j] · o_{t,j}, o summed over the nodes.
+  sumPerTokenOnNodes(routing, out_of_node, topk_weights, act_type, y);
 
   if (cache) {
     // x into the cache in parallel chunks: 8 MB at 2048 tokens is milliseconds on one thread.

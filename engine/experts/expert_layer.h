@@ -11,8 +11,14 @@
 // ThreadPool, so a hot expert is spread over all workers and an expert with no tokens costs
 // nothing; outputs are summed per token afterwards, so nothing races.
 //
+// On N NUMA nodes (ExpertLayerOptions::numa_nodes) node k owns columns [i0_k, i1_k) of the
+// intermediate dimension of every expert and runs the same tasks on its own pinned pool, all
+// nodes at once; y, dx and d w are sums of per-node partials in a fixed order, the LoRA grads
+// of sliced matrices (B of gate/up, A of down) are written per node, those of shared ones (A of
+// gate/up, B of down) are computed once from per-node partial products summed first.
+//
 // The frozen weights are packed once, here, for the chosen base-GEMM backend and format
-// (kernels/packed_gemm.h), per expert, NUMA-local on multi-node machines; the backward's Wᵀ
+// (kernels/packed_gemm.h), per expert and node slice, in the node's memory; the backward's Wᵀ
 // follows options.wt_policy. The LoRA products stay fp32 (rank r is small) on the fp32 table; the
 // LoRA term is added to each GEMM's output in its epilogue (kernels::LowRankAddend). The large
 // per-call buffers are leased from ExpertBufferPool, so after warm-up a call allocates nothing.
@@ -48,6 +54,14 @@ struct ExpertLayerOptions {
   // true: the layer only holds the expert LoRA (gpu-offload mode computes the experts on the GPU);
   // nothing is packed and forward() is an Error.
   bool lora_only = false;
+  // NUMA nodes the layer is split over (docs/experts.md, "NUMA"): node k computes the slice
+  // [i0_k, i1_k) of every expert's intermediate dimension on its own pinned pool, from packs in
+  // its own memory. 0: TANDEM_EXPERT_NODES, else the machine's nodes; N: N nodes (virtual ones
+  // when N differs from the machine's). One node: no split, the `pool` given to create().
+  int numa_nodes = 0;
+  // >= 0: the whole layer on that node only (a placement's cpu:numaK): its pool and memory, no
+  // split. -1: split over all numa_nodes.
+  int numa_node = -1;
 };
 
 class ExpertLayer {
@@ -92,38 +106,71 @@ class ExpertLayer {
  private:
   struct ForwardPass;
   struct BackwardPass;
+  // One NUMA node's share of the layer: columns [i0, i1) of the intermediate dimension of every
+  // expert (rows of gate/up's W, columns of down's W), packed in the node's memory and computed
+  // on its pool. One slice [0, I) on the caller's pool when there is one node.
+  struct NodeSlice {
+    ThreadPool* pool = nullptr;
+    int memory_node = -1;  // the packs' NUMA node; -1: by expert over the machine's nodes
+    int64_t i0 = 0, i1 = 0;
+    // [proj][expert]: B = W for the forward, B = Wᵀ for the input gradient (on demand: filled
+    // at the start of a backward for the experts it routes to, emptied at its end).
+    std::vector<std::unique_ptr<kernels::PackedMatrix>> packs[kExpertProjCount];
+    std::vector<std::unique_ptr<kernels::PackedMatrix>> packs_t[kExpertProjCount];
+    int64_t width() const { return i1 - i0; }
+  };
+  // Which stage-B LoRA gradients a call computes: those of the sliced matrices (B of gate/up,
+  // A of down: each node its own rows / columns) or of the shared ones (A of gate/up, B of down).
+  enum LoraGradKinds { kSlicedGrads = 1, kSharedGrads = 2 };
 
   ExpertLayer(const ExpertLayerSpec& spec, ExpertWeightViews weights, const ExpertLoraSpec& lora,
               const ExpertLayerOptions& options, const kernels::GemmBackend& gemm,
               const kernels::ExpertKernels& kernels, ThreadPool& pool);
 
-  kernels::SourceMatrix source(ExpertProj proj, int64_t expert) const;
-  // Packs W (transposed = false) or Wᵀ of every listed (expert, projection), in parallel.
-  void packAll(const std::vector<int64_t>& experts, bool transposed);
-  int64_t inFeatures(ExpertProj proj) const;
-  int64_t outFeatures(ExpertProj proj) const;
+  void makeSlices();
+  // fn(s) for every slice s, concurrently, each on its node's pool; with one slice on the
+  // caller's pool, fn runs on the calling thread. Rethrows the first error after all finished.
+  void onEveryNode(const std::function<void(size_t)>& fn) const;
+  kernels::SourceMatrix source(ExpertProj proj, int64_t expert, const NodeSlice& slice) const;
+  // Packs W (transposed = false) or Wᵀ of every listed (expert, projection) of one slice, in
+  // parallel on the slice's pool.
+  void packAll(NodeSlice& slice, const std::vector<int64_t>& experts, bool transposed);
+  int64_t inFeatures(ExpertProj proj, const NodeSlice& slice) const;
+  int64_t outFeatures(ExpertProj proj, const NodeSlice& slice) const;
   void validateRouting(const int32_t* topk_ids, int64_t n_tokens, int top_k) const;
 
-  // out [m, out] = in [m, in] · W_Pᵀ + s · (in A_Pᵀ) B_Pᵀ;  z [m, r] (row stride ldz) receives
-  // s · in A_Pᵀ (the forward cache keeps it for the LoRA gradients).
-  void projectForward(ExpertProj proj, int64_t expert, const float* in, int64_t m, float* out,
-                      float* z, int64_t ldz) const;
+  // out [m, out] = in [m, in] · W_Pᵀ + s · (in A_Pᵀ) B_Pᵀ on one slice;  z [m, r] (row stride
+  // ldz) receives s · in A_Pᵀ (the forward cache keeps it for the LoRA gradients).
+  void projectForward(ExpertProj proj, const NodeSlice& slice, int64_t expert, const float* in,
+                      int64_t m, float* out, float* z, int64_t ldz) const;
   // Columns of the forward cache's lora_z_ [P, 3r] per projection (0 when LoRA targets none).
   int64_t loraZWidth() const;
-  // d_in [m, in] (= | +=) d_out [m, out] · W_P + s · (d_out B_P) A_P;
+  // d_in [m, in] (= | +=) d_out [m, out] · W_P + s · (d_out B_P) A_P on one slice;
   // lora_t [m, r] receives d_out B_P (what dA_P needs).
-  void projectBackward(ExpertProj proj, int64_t expert, const float* d_out, int64_t m,
-                       float* d_in, bool accumulate, float* lora_t) const;
+  void projectBackward(ExpertProj proj, const NodeSlice& slice, int64_t expert, const float* d_out,
+                       int64_t m, float* d_in, bool accumulate, float* lora_t) const;
 
   void forwardRows(const ForwardPass& pass, const ExpertTask& task) const;
   void backwardRows(const BackwardPass& pass, const ExpertTask& task) const;
-  void loraGradGateUp(const BackwardPass& pass, int64_t expert);
-  void loraGradDown(const BackwardPass& pass, int64_t expert);
-  void runLoraGradTasks(const BackwardPass& pass);
-  // out [T, H] act_type = per token, Σ_j weights[t][j] (or 1) · pairs [P, H] f32 rows.
-  void sumPerToken(const ExpertRouting& routing, const float* pairs, const float* weights,
-                   ActivationType act_type, void* out) const;
-  void runTasks(const std::vector<ExpertTask>& tasks,
+  void loraGradGateUpB(const BackwardPass& pass, int64_t expert);
+  void loraGradGateUpA(const BackwardPass& pass, int64_t expert);
+  void loraGradDownA(const BackwardPass& pass, int64_t expert);
+  void loraGradDownB(const BackwardPass& pass, int64_t expert);
+  // Stage B on `pool` for the experts e ≡ first (mod stride) that have tokens.
+  void runLoraGradTasks(ThreadPool& pool, const BackwardPass& pass, int kinds, int64_t first,
+                        int64_t stride);
+  // Sums what the nodes computed in part into slice 0's buffers, in node order.
+  void reduceOverNodes(const std::vector<BackwardPass>& passes, int64_t n_pairs,
+                       float* d_topk_weights) const;
+  // out rows [t0, t1) [*, H] act_type = per token, Σ_j weights[t][j] (or 1) · Σ_k pairs_k [P, H]
+  // f32 rows (k over the nodes, in order), on `pool`.
+  void sumPerToken(ThreadPool& pool, const ExpertRouting& routing,
+                   const std::vector<const float*>& pairs, const float* weights,
+                   ActivationType act_type, void* out, int64_t t0, int64_t t1) const;
+  // sumPerToken over all tokens, each node a contiguous share.
+  void sumPerTokenOnNodes(const ExpertRouting& routing, const std::vector<const float*>& pairs,
+                          const float* weights, ActivationType act_type, void* out) const;
+  void runTasks(ThreadPool& pool, const std::vector<ExpertTask>& tasks,
                 const std::function<void(const ExpertTask&)>& body) const;
 
   ExpertLayerSpec spec_;
@@ -135,10 +182,7 @@ class ExpertLayer {
   std::string backend_name_;
   ThreadPool& pool_;
   int64_t row_block_;
-  // [proj][expert]: B = W for the forward, B = Wᵀ for the input gradient (on demand: filled at
-  // the start of a backward for the experts it routes to, emptied at its end).
-  std::vector<std::unique_ptr<kernels::PackedMatrix>> packs_[kExpertProjCount];
-  std::vector<std::unique_ptr<kernels::PackedMatrix>> packs_t_[kExpertProjCount];
+  std::vector<NodeSlice> slices_;  // by node; non-empty, their [i0, i1) tile [0, I)
   MemoryCharge packed_charge_;
   ExpertBufferPool::User buffer_pool_user_;  // the pool frees its idle blocks with the last layer
 };

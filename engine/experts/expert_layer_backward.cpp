@@ -4,8 +4,17 @@
 //   forward: h = silu(g) ⊙ u            →  dg = dh ⊙ u ⊙ silu'(g),  du = dh ⊙ silu(g)
 //   forward: g = gate(x), u = up(x)     →  dx += dg W_gate + du W_up (+ the LoRA paths)
 // Stage A (per expert row block) does all of that and keeps what the LoRA gradients need; stage B
-// (per expert: one task for gate + up, one for down) sums the LoRA gradients over the expert's
-// rows, so every gradient buffer has exactly one writer; stage C sums dx over each token's k slots.
+// (per expert: a task for each of dB gate + up, dA down, dA gate + up, dB down, as targeted) sums
+// the LoRA gradients over the expert's rows, so every gradient buffer has exactly one writer;
+// stage C sums dx over each token's k slots.
+//
+// On several NUMA nodes each node runs stage A on its slice [i0, i1) of the intermediate
+// dimension (dh, dg, du, h are the slice's columns; dx and d w are partial sums) and the stage-B
+// tasks of the matrices it holds a slice of: rows [i0, i1) of dB gate / up (copy-type) and columns
+// [i0, i1) of dA down. The shared matrices' gradients are reduce-type: dA_P = s (dP B_P)ᵀ x needs
+// dP B_P = Σ_k dP_k B_P,k, dB_down = (w z)ᵀ dY needs z = s h A_downᵀ = Σ_k z_k; those [P, r]
+// products are summed over the nodes first (r columns, not H), then each gradient is computed
+// once, the experts spread over the nodes. dx and d w are summed over the nodes in node order.
 
 #include <algorithm>
 #include <string>
@@ -19,21 +28,25 @@ namespace tandem::experts {
 
 using detail::kRowBlock;
 
-// What one backward call shares between its tasks. Buffers are [P, ·] in sorted order.
+// What one backward call shares between the tasks of one node slice (width w = i1 - i0).
+// Buffers are [P, ·] in sorted order.
 struct ExpertLayer::BackwardPass {
+  const NodeSlice* slice = nullptr;
   const ExpertForwardCache* cache = nullptr;
   const void* dy = nullptr;                // [T, H] act_type
-  float* d_topk_weights = nullptr;         // [T, k] or nullptr
-  float* dgate = nullptr;                  // [P, I] g in, dg out (the cache's buffer, reused)
-  float* dup = nullptr;                    // [P, I] u in, du out
-  float* hidden = nullptr;                 // [P, I] h, kept only when LoRA targets down_proj
+  float* d_topk_weights = nullptr;         // [T, k] (the slice's part) or nullptr
+  float* dgate = nullptr;                  // [P, w] g in, dg out (the cache's buffer, reused)
+  float* dup = nullptr;                    // [P, w] u in, du out
+  float* hidden = nullptr;                 // [P, w] h, kept only when LoRA targets down_proj
   float* lora_t[kExpertProjCount] = {};    // [P, r] dP · B_P (down: already weighted by w)
+  float* lora_z = nullptr;                 // [P, 3r] the forward's s · x A_Pᵀ (down: the slice's)
   float* dx_pairs = nullptr;               // [P, H] dx contribution of every pair
 };
 
 // Stage A for one row block of one expert.
 void ExpertLayer::backwardRows(const BackwardPass& pass, const ExpertTask& task) const {
-  const int64_t H = spec_.hidden, I = spec_.intermediate, m = task.end - task.begin;
+  const NodeSlice& slice = *pass.slice;
+  const int64_t H = spec_.hidden, I = slice.width(), m = task.end - task.begin;
   const int64_t r = std::max(lora_.rank(), 1);
   const ExpertRouting& routing = pass.cache->routing_;
   float* dy = detail::threadScratch(m * (H + 2 * I + r));  // [m, H]
@@ -51,7 +64,7 @@ void ExpertLayer::backwardRows(const BackwardPass& pass, const ExpertTask& task)
   // dh (unweighted) = dY W_down + s (dY B_down) A_down: by linearity w can be applied after,
   // and d w = ⟨dY, o⟩ = ⟨dh_unweighted, h⟩ needs no stored o.
   float* t_down = loraT(ExpertProj::Down);
-  projectBackward(ExpertProj::Down, task.expert, dy, m, dh, false, t_down);
+  projectBackward(ExpertProj::Down, slice, task.expert, dy, m, dh, false, t_down);
   for (int64_t i = 0; i < m; ++i) {
     const int64_t slot = routing.slot_of_pos[task.begin + i];
     const float w = pass.cache->weights_[slot];
@@ -63,8 +76,8 @@ void ExpertLayer::backwardRows(const BackwardPass& pass, const ExpertTask& task)
     }
   }
   float* dx = pass.dx_pairs + task.begin * H;
-  projectBackward(ExpertProj::Gate, task.expert, g, m, dx, false, loraT(ExpertProj::Gate));
-  projectBackward(ExpertProj::Up, task.expert, u, m, dx, true, loraT(ExpertProj::Up));
+  projectBackward(ExpertProj::Gate, slice, task.expert, g, m, dx, false, loraT(ExpertProj::Gate));
+  projectBackward(ExpertProj::Up, slice, task.expert, u, m, dx, true, loraT(ExpertProj::Up));
 }
 
 namespace {
@@ -76,45 +89,72 @@ void addTransposed(const float* acc, int64_t r, int64_t out, float* grad_b) {
 }
 }  // namespace
 
-// Stage B for gate and up of one expert, sharing one gather of x per row block:
-//   dB_P += s · dPᵀ (x A_Pᵀ),  dA_P += s · (dP B_P)ᵀ x, with s · x A_Pᵀ kept by the forward.
-void ExpertLayer::loraGradGateUp(const BackwardPass& pass, int64_t expert) {
-  const int64_t H = spec_.hidden, I = spec_.intermediate, r = lora_.rank();
-  const int64_t zw = kExpertProjCount * r;
-  const float s = lora_.scale();
+// Stage B, dB of gate and up of one expert on one slice (copy-type: rows [i0, i1) of B):
+//   dB_P += s · dPᵀ (x A_Pᵀ), with s · x A_Pᵀ kept by the forward (whole on every node).
+void ExpertLayer::loraGradGateUpB(const BackwardPass& pass, int64_t expert) {
+  const NodeSlice& slice = *pass.slice;
+  const int64_t I = slice.width(), r = lora_.rank(), zw = kExpertProjCount * r;
   const ExpertRouting& routing = pass.cache->routing_;
   const ExpertProj projs[] = {ExpertProj::Gate, ExpertProj::Up};
-  float* x = detail::threadScratch(kRowBlock * H + 2 * r * I);  // [kRowBlock, H]
-  float* acc[2] = {x + kRowBlock * H, x + kRowBlock * H + r * I};  // dBᵀ [r, I] each
+  float* acc[2] = {detail::threadScratch(2 * r * I), nullptr};  // dBᵀ [r, w] each
+  acc[1] = acc[0] + r * I;
   std::fill(acc[0], acc[0] + 2 * r * I, 0.0f);
   for (int64_t begin = routing.offsets[expert]; begin < routing.offsets[expert + 1];
        begin += kRowBlock) {
     const int64_t end = std::min(begin + kRowBlock, routing.offsets[expert + 1]), m = end - begin;
-    detail::gatherRows(kernels_, pass.cache->x_, pass.cache->act_type_, routing, begin, end, H, x);
     for (int k = 0; k < 2; ++k) {
-      const ExpertProj proj = projs[k];
-      if (!lora_.targets(proj)) continue;
-      const float* d_proj = (proj == ExpertProj::Gate ? pass.dgate : pass.dup) + begin * I;
-      const float* t = pass.lora_t[static_cast<int>(proj)] + begin * r;  // [m, r] dP B_P
-      const float* z = pass.cache->lora_z_ + begin * zw + k * r;        // [m, r] s · x A_Pᵀ
+      if (!lora_.targets(projs[k])) continue;
+      const float* d_proj = (projs[k] == ExpertProj::Gate ? pass.dgate : pass.dup) + begin * I;
+      const float* z = pass.lora_z + begin * zw + k * r;  // [m, r] s · x A_Pᵀ
       kernels_.matmulTN(m, I, r, 1.0f, z, zw, d_proj, I, acc[k], I);
-      kernels_.matmulTN(m, H, r, s, t, r, x, H, lora_.gradA(proj, expert).data(), H);
     }
   }
   for (int k = 0; k < 2; ++k) {
-    if (lora_.targets(projs[k])) addTransposed(acc[k], r, I, lora_.gradB(projs[k], expert).data());
+    if (!lora_.targets(projs[k])) continue;
+    addTransposed(acc[k], r, I, lora_.gradB(projs[k], expert).data() + slice.i0 * r);
   }
 }
 
-// Stage B for down of one expert, input h and output grad dO = w · dY:
-//   dB_down += s · dOᵀ (h A_downᵀ),  dA_down += s · (dO B_down)ᵀ h.
-void ExpertLayer::loraGradDown(const BackwardPass& pass, int64_t expert) {
-  const int64_t H = spec_.hidden, I = spec_.intermediate, r = lora_.rank();
-  const int64_t zw = kExpertProjCount * r;
+// Stage B, dA of gate and up of one expert (shared: needs dP B_P summed over the nodes), one
+// gather of x per row block for both:  dA_P += s · (dP B_P)ᵀ x.
+void ExpertLayer::loraGradGateUpA(const BackwardPass& pass, int64_t expert) {
+  const int64_t H = spec_.hidden, r = lora_.rank();
   const float s = lora_.scale();
   const ExpertRouting& routing = pass.cache->routing_;
+  float* x = detail::threadScratch(kRowBlock * H);  // [kRowBlock, H]
+  for (int64_t begin = routing.offsets[expert]; begin < routing.offsets[expert + 1];
+       begin += kRowBlock) {
+    const int64_t end = std::min(begin + kRowBlock, routing.offsets[expert + 1]), m = end - begin;
+    detail::gatherRows(kernels_, pass.cache->x_, pass.cache->act_type_, routing, begin, end, H, x);
+    for (const ExpertProj proj : {ExpertProj::Gate, ExpertProj::Up}) {
+      if (!lora_.targets(proj)) continue;
+      const float* t = pass.lora_t[static_cast<int>(proj)] + begin * r;  // [m, r] dP B_P
+      kernels_.matmulTN(m, H, r, s, t, r, x, H, lora_.gradA(proj, expert).data(), H);
+    }
+  }
+}
+
+// Stage B, dA of down of one expert on one slice (copy-type: columns [i0, i1) of A [r, I]),
+// input h and output grad dO = w · dY:  dA_down += s · (dO B_down)ᵀ h.
+void ExpertLayer::loraGradDownA(const BackwardPass& pass, int64_t expert) {
+  const NodeSlice& slice = *pass.slice;
+  const int64_t I = slice.width(), r = lora_.rank();
+  const ExpertRouting& routing = pass.cache->routing_;
   const float* t = pass.lora_t[static_cast<int>(ExpertProj::Down)];  // [P, r] (w dY) B_down
-  float* grad_a = lora_.gradA(ExpertProj::Down, expert).data();     // [r, I]
+  float* grad_a = lora_.gradA(ExpertProj::Down, expert).data() + slice.i0;  // row stride I
+  for (int64_t begin = routing.offsets[expert]; begin < routing.offsets[expert + 1];
+       begin += kRowBlock) {
+    const int64_t end = std::min(begin + kRowBlock, routing.offsets[expert + 1]), m = end - begin;
+    kernels_.matmulTN(m, I, r, lora_.scale(), t + begin * r, r, pass.hidden + begin * I, I, grad_a,
+                      spec_.intermediate);
+  }
+}
+
+// Stage B, dB of down of one expert (shared: needs z = s · h A_downᵀ summed over the nodes):
+//   dB_down += s · dOᵀ (h A_downᵀ) = (w ⊙ z)ᵀ dY.
+void ExpertLayer::loraGradDownB(const BackwardPass& pass, int64_t expert) {
+  const int64_t H = spec_.hidden, r = lora_.rank(), zw = kExpertProjCount * r;
+  const ExpertRouting& routing = pass.cache->routing_;
   float* dy = detail::threadScratch(kRowBlock * (H + r) + r * H);  // [kRowBlock, H] dY rows
   float* wz = dy + kRowBlock * H;                                   // [kRowBlock, r]
   float* acc = wz + kRowBlock * r;                                  // dBᵀ [r, H]
@@ -124,14 +164,12 @@ void ExpertLayer::loraGradDown(const BackwardPass& pass, int64_t expert) {
     const int64_t end = std::min(begin + kRowBlock, routing.offsets[expert + 1]), m = end - begin;
     detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, begin, end, H, dy);
     // dBᵀ += zᵀ (w ⊙ dY) = (w ⊙ z)ᵀ dY: the routing weight scales z's r columns, not dY's H.
-    const float* z = pass.cache->lora_z_ + begin * zw + 2 * r;  // [m, r] s · h A_downᵀ
+    const float* z = pass.lora_z + begin * zw + 2 * r;  // [m, r] s · h A_downᵀ
     for (int64_t i = 0; i < m; ++i) {
       const float w = pass.cache->weights_[routing.slot_of_pos[begin + i]];
       for (int64_t q = 0; q < r; ++q) wz[i * r + q] = w * z[i * zw + q];
     }
-    const float* h = pass.hidden + begin * I;
     kernels_.matmulTN(m, H, r, 1.0f, wz, r, dy, H, acc, H);
-    kernels_.matmulTN(m, I, r, s, t + begin * r, r, h, I, grad_a, I);
   }
   addTransposed(acc, r, H, lora_.gradB(ExpertProj::Down, expert).data());
 }
@@ -152,26 +190,49 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
   cache.state_ = State::Consumed;
 
   const int64_t n_pairs = routing.pairs(), r = lora_.rank();
-  // One work block: dx_pairs [P, H], then hidden [P, I] when LoRA targets down_proj, then lora_t
-  // [P, r] per targeted projection. Every element is written by stage A before anything reads it.
+  const auto n_nodes = static_cast<int64_t>(slices_.size());
+  // One work block: dx_pairs [nodes][P, H], then hidden [P, I] (node-major, as the cache's g)
+  // when LoRA targets down_proj, then lora_t [nodes][P, r] per targeted projection, then with
+  // several nodes their parts of d w [nodes][P]. Every element is written by stage A before
+  // anything reads it.
   const bool keep_hidden = lora_.targets(ExpertProj::Down);
+  const bool split_d_weights = n_nodes > 1 && d_topk_weights;
   int targeted = 0;
   for (int p = 0; p < kExpertProjCount; ++p) targeted += lora_.targets(static_cast<ExpertProj>(p));
-  const int64_t work_floats = n_pairs * (H + (keep_hidden ? I : 0) + targeted * r);
+  const int64_t work_floats = n_pairs * (n_nodes * H + (keep_hidden ? I : 0) +
+                                         n_nodes * targeted * r + (split_d_weights ? n_nodes : 0));
   const ExpertBufferPool::Lease work = ExpertBufferPool::lease(
       static_cast<size_t>(work_floats) * sizeof(float), MemoryCategory::Scratch);
-  BackwardPass pass{&cache, dy, d_topk_weights, cache.gate_, cache.up_};
+  std::vector<BackwardPass> passes(slices_.size());
   float* next = work.as<float>();
-  pass.dx_pairs = next;
-  next += n_pairs * H;
+  for (size_t s = 0; s < slices_.size(); ++s) {
+    BackwardPass& pass = passes[s];
+    pass.slice = &slices_[s];
+    pass.cache = &cache;
+    pass.dy = dy;
+    pass.d_topk_weights = d_topk_weights;
+    pass.dgate = cache.gate_ + n_pairs * slices_[s].i0;
+    pass.dup = cache.up_ + n_pairs * slices_[s].i0;
+    if (cache.lora_z_) pass.lora_z = cache.lora_z_ + static_cast<int64_t>(s) * n_pairs * kExpertProjCount * r;
+    pass.dx_pairs = next;
+    next += n_pairs * H;
+  }
   if (keep_hidden) {
-    pass.hidden = next;
+    for (size_t s = 0; s < slices_.size(); ++s) passes[s].hidden = next + n_pairs * slices_[s].i0;
     next += n_pairs * I;
   }
   for (int p = 0; p < kExpertProjCount; ++p) {
     if (!lora_.targets(static_cast<ExpertProj>(p))) continue;
-    pass.lora_t[p] = next;
-    next += n_pairs * r;
+    for (BackwardPass& pass : passes) {
+      pass.lora_t[p] = next;
+      next += n_pairs * r;
+    }
+  }
+  if (split_d_weights) {
+    for (BackwardPass& pass : passes) {
+      pass.d_topk_weights = next;
+      next += n_pairs;
+    }
   }
 
   std::vector<int64_t> routed;  // on demand: only the experts this batch reaches need Wᵀ
@@ -180,42 +241,87 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
     for (int64_t e = 0; e < spec_.num_experts; ++e) {
       if (routing.rows(e) > 0) routed.push_back(e);
     }
-    packAll(routed, true);
+    onEveryNode([&](size_t s) { packAll(slices_[s], routed, true); });
     on_demand_charge = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Scratch,
                                     packedBytes() - packed_charge_.bytes());
   }
-  runTasks(cutIntoTasks(routing, row_block_),
-           [&](const ExpertTask& task) { backwardRows(pass, task); });
+  const std::vector<ExpertTask> tasks = cutIntoTasks(routing, row_block_);
+  onEveryNode([&](size_t s) {
+    runTasks(*slices_[s].pool, tasks,
+             [&](const ExpertTask& task) { backwardRows(passes[s], task); });
+    // With several nodes, each writes its rows / columns of the sliced matrices' gradients now.
+    if (n_nodes > 1) runLoraGradTasks(*slices_[s].pool, passes[s], kSlicedGrads, 0, 1);
+  });
   if (options_.wt_policy == WtPolicy::OnDemand) {
-    for (auto& per_proj : packs_t_) per_proj.clear();
+    for (NodeSlice& slice : slices_) {
+      for (auto& per_proj : slice.packs_t) per_proj.clear();
+    }
   }
-  runLoraGradTasks(pass);
-
-  sumPerToken(routing, pass.dx_pairs, nullptr, cache.act_type_, dx);  // dx_t = Σ_j dx_{t,j}
+  std::vector<const float*> dx_of_node;
+  for (const BackwardPass& pass : passes) dx_of_node.push_back(pass.dx_pairs);
+  if (n_nodes == 1) {
+    onEveryNode([&](size_t) {
+      runLoraGradTasks(*slices_[0].pool, passes[0], kSlicedGrads | kSharedGrads, 0, 1);
+    });
+    sumPerTokenOnNodes(routing, dx_of_node, nullptr, cache.act_type_, dx);  // dx_t = Σ_j dx_{t,j}
+  } else {
+    reduceOverNodes(passes, n_pairs, d_topk_weights);
+    onEveryNode([&](size_t s) {
+      runLoraGradTasks(*slices_[s].pool, passes[0], kSharedGrads, static_cast<int64_t>(s), n_nodes);
+    });
+    sumPerTokenOnNodes(routing, dx_of_node, nullptr, cache.act_type_, dx);  // dx_t = Σ_j Σ_k dx
+  }
   // Consumed keeps nothing: free the activations now rather than at the next forward.
   cache.release();
   cache.state_ = State::Consumed;
 }
 
-// Stage B: per expert with tokens, one task for gate + up and one for down (as targeted).
-void ExpertLayer::runLoraGradTasks(const BackwardPass& pass) {
-  const bool gate_up = lora_.targets(ExpertProj::Gate) || lora_.targets(ExpertProj::Up);
-  const bool down = lora_.targets(ExpertProj::Down);
-  std::vector<std::pair<int64_t, bool>> jobs;  // (expert, is down)
-  for (int64_t e = 0; e < spec_.num_experts; ++e) {
-    if (pass.cache->routing_.rows(e) == 0) continue;
-    if (gate_up) jobs.emplace_back(e, false);
-    if (down) jobs.emplace_back(e, true);
+// Sums what only the nodes together know into slice 0's buffers, node by node in order:
+// dP B_P of gate / up (each node had its slice of dP), z = s · h A_downᵀ (each its slice of h)
+// and the router's gradient d w = Σ_k ⟨dh_k, h_k⟩.
+void ExpertLayer::reduceOverNodes(const std::vector<BackwardPass>& passes, int64_t n_pairs,
+                                  float* d_topk_weights) const {
+  const int64_t r = lora_.rank(), zw = kExpertProjCount * r;
+  for (const ExpertProj proj : {ExpertProj::Gate, ExpertProj::Up}) {
+    if (!lora_.targets(proj)) continue;
+    float* sum = passes[0].lora_t[static_cast<int>(proj)];
+    for (size_t s = 1; s < passes.size(); ++s) {
+      kernels_.axpy(n_pairs * r, 1.0f, passes[s].lora_t[static_cast<int>(proj)], sum);
+    }
   }
-  pool_.parallelFor(0, static_cast<int64_t>(jobs.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const auto [expert, is_down] = jobs[i];
-      if (is_down) {
-        loraGradDown(pass, expert);
-      } else {
-        loraGradGateUp(pass, expert);
+  if (lora_.targets(ExpertProj::Down)) {
+    for (int64_t pos = 0; pos < n_pairs; ++pos) {
+      float* sum = passes[0].lora_z + pos * zw + 2 * r;
+      for (size_t s = 1; s < passes.size(); ++s) {
+        kernels_.axpy(r, 1.0f, passes[s].lora_z + pos * zw + 2 * r, sum);
       }
     }
+  }
+  if (d_topk_weights) {
+    for (int64_t slot = 0; slot < n_pairs; ++slot) {
+      float sum = 0.0f;
+      for (const BackwardPass& pass : passes) sum += pass.d_topk_weights[slot];
+      d_topk_weights[slot] = sum;
+    }
+  }
+}
+
+// Stage B: per expert with tokens, the tasks of `kinds` that LoRA targets.
+void ExpertLayer::runLoraGradTasks(ThreadPool& pool, const BackwardPass& pass, int kinds,
+                                   int64_t first, int64_t stride) {
+  const bool gate_up = lora_.targets(ExpertProj::Gate) || lora_.targets(ExpertProj::Up);
+  const bool down = lora_.targets(ExpertProj::Down);
+  using Job = void (ExpertLayer::*)(const BackwardPass&, int64_t);
+  std::vector<std::pair<int64_t, Job>> jobs;
+  for (int64_t e = first; e < spec_.num_experts; e += stride) {
+    if (pass.cache->routing_.rows(e) == 0) continue;
+    if ((kinds & kSlicedGrads) && gate_up) jobs.emplace_back(e, &ExpertLayer::loraGradGateUpB);
+    if ((kinds & kSlicedGrads) && down) jobs.emplace_back(e, &ExpertLayer::loraGradDownA);
+    if ((kinds & kSharedGrads) && gate_up) jobs.emplace_back(e, &ExpertLayer::loraGradGateUpA);
+    if ((kinds & kSharedGrads) && down) jobs.emplace_back(e, &ExpertLayer::loraGradDownB);
+  }
+  pool.parallelFor(0, static_cast<int64_t>(jobs.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) (this->*jobs[i].second)(pass, jobs[i].first);
   });
 }
 

@@ -226,13 +226,7 @@ TEST(ExpertForwardCache, ReleaseAndRecomputeGivesIdenticalGradients) {
   recomputed.dx.assign(dx.begin(), dx.end());
   recomputed.dw.assign(dw.begin(), dw.end());
   recomputed = testing::collectLoraGrads(pr, *layer, std::move(recomputed));
-  EXPECT_EQ(recomputed.y, plain.y);
-  EXPECT_EQ(recomputed.dx, plain.dx);
-  EXPECT_EQ(recomputed.dw, plain.dw);
-  for (int p = 0; p < kExpertProjCount; ++p) {
-    EXPECT_EQ(recomputed.grad_a[p], plain.grad_a[p]);
-    EXPECT_EQ(recomputed.grad_b[p], plain.grad_b[p]);
-  }
+  testing::expectIdentical(recomputed, plain);
 }
 
 TEST(ExpertLora, GradientsAccumulateAndZeroGradResets) {

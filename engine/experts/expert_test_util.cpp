@@ -383,4 +383,14 @@ Grads runLayer(const Problem& pr, ExpertLayer& layer) {
   return ::testing::AssertionSuccess();
 }
 
+void expectIdentical(const Grads& got, const Grads& want) {
+  EXPECT_EQ(got.y, want.y);
+  EXPECT_EQ(got.dx, want.dx);
+  EXPECT_EQ(got.dw, want.dw);
+  for (int p = 0; p < kExpertProjCount; ++p) {
+    EXPECT_EQ(got.grad_a[p], want.grad_a[p]) << expertProjName(static_cast<ExpertProj>(p));
+    EXPECT_EQ(got.grad_b[p], want.grad_b[p]) << expertProjName(static_cast<ExpertProj>(p));
+  }
+}
+
 }  // namespace tandem::experts::testing

@@ -75,5 +75,7 @@ struct Tolerance {
                                    const std::vector<double>& want, Tolerance tol);
 ::testing::AssertionResult gradsClose(const Problem& problem, const Grads& got, const Grads& want,
                                       Tolerance tol);
+// Every output bit for bit the same (gtest expectations, one per quantity).
+void expectIdentical(const Grads& got, const Grads& want);
 
 }  // namespace tandem::experts::testing

@@ -62,6 +62,9 @@ struct ModelOptions {
   // (an Error when they are not), read as stored and dequantised into bf16 packs, as auto does.
   std::string experts_format = "auto";
   experts::WtPolicy experts_wt_policy = experts::WtPolicy::Persistent;
+  // Per decoder layer (empty or short: -1): ExpertLayerOptions::numa_node, K for a placement's
+  // cpu:numaK (that layer's experts on NUMA node K alone), -1 split over every node.
+  std::vector<int> experts_numa_node;
   bool gradient_checkpointing = false;
   // With checkpointing: keep each MoE layer's CPU expert forward in host RAM for the backward
   // instead of recomputing it (see KeptExpertForward; the planner decides whether RAM allows).

@@ -265,6 +265,8 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
   experts::ExpertLayerOptions options = expertLayerOptions(m_.options_, views.type);
   // Offload mode computes on the GPU: the CPU layer only holds the expert LoRA (no packs).
   options.lora_only = m_.options_.experts == ExpertsMode::GpuOffload;
+  const std::vector<int>& numa_node = m_.options_.experts_numa_node;
+  if (static_cast<size_t>(i) < numa_node.size()) options.numa_node = numa_node[static_cast<size_t>(i)];
   if (m_.options_.experts == ExpertsMode::GpuOffload) {
     block->offload = std::make_unique<ExpertOffload>(spec, views, w_.dtype(),
                                                      m_.options_.layerDevice(static_cast<size_t>(i)));

@@ -131,17 +131,19 @@ int64_t loraParameters(const ModelConfig& m, ModuleKind kind, int layer, const m
   return 0;
 }
 
-uint64_t expertForwardCacheBytes(const ModelConfig& m, int64_t tokens, int64_t act_bytes, int lora_rank) {
+uint64_t expertForwardCacheBytes(const ModelConfig& m, int64_t tokens, int64_t act_bytes, int lora_rank,
+                                 int nodes) {
   const int64_t P = tokens * m.num_experts_per_tok;
   return static_cast<uint64_t>(tokens * m.hidden_size * act_bytes + P * 4 + 2 * P * expertWidth(m) * 4 +
-                               P * 3 * int64_t{lora_rank} * 4 + (m.num_experts + 1) * 8 + 2 * P * 8);
+                               nodes * P * 3 * int64_t{lora_rank} * 4 + (m.num_experts + 1) * 8 + 2 * P * 8);
 }
 
 uint64_t expertScratchBytes(const ModelConfig& m, int64_t tokens, int rank, int targeted_projections,
-                            bool down_targeted) {
+                            bool down_targeted, int nodes) {
   const int64_t P = tokens * m.num_experts_per_tok, H = m.hidden_size, I = expertWidth(m);
-  const int64_t forward = P * H * 4;
-  const int64_t backward = (P * H + (down_targeted ? P * I : 0) + int64_t{targeted_projections} * P * rank) * 4;
+  const int64_t forward = nodes * P * H * 4;
+  const int64_t backward = (nodes * P * H + (down_targeted ? P * I : 0) +
+                            nodes * int64_t{targeted_projections} * P * rank + (nodes > 1 ? nodes * P : 0)) * 4;
   return static_cast<uint64_t>(std::max(forward, backward));
 }
 

@@ -145,6 +145,10 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
   charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA", lora * (req_.training ? 8 : 4));
   if (req_.training) charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA optimizer", lora * 8);
   const std::string compute = offload ? m.compute_device : m.device;
+  // Experts on "cpu" are split over every NUMA node (each holds its slice of every expert, so
+  // "cpu" charges spread evenly are what the engine holds); per-node partial outputs make some
+  // buffers per node. A layer on cpu:numaK runs on that node alone, unsplit.
+  const int split = !offload && m.device == "cpu" ? static_cast<int>(hw_.numa_nodes.size()) : 1;
   int targeted = 0;
   bool down = false;
   for (const char* p : {"gate_proj", "up_proj", "down_proj"}) {
@@ -158,12 +162,12 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
     // the checkpointed pass keeps the CPU experts' ones to spare the recomputation
     // (gpu::KeptExpertForward; offload mode recomputes).
     charge(books, compute, PlanCategory::ExpertCache, "expert forward cache",
-           memory::expertForwardCacheBytes(m_, tokens_, act_bytes_, targeted > 0 ? req_.lora_rank : 0));
+           memory::expertForwardCacheBytes(m_, tokens_, act_bytes_, targeted > 0 ? req_.lora_rank : 0, split));
   }
   if (first) {
     charge(books, compute, PlanCategory::Activations, "expert scratch",
            memory::expertScratchBytes(m_, tokens_, req_.training ? req_.lora_rank : 0, req_.training ? targeted : 0,
-                                      req_.training && down));
+                                      req_.training && down, split));
   }
   if (offload) {
     // Two layers' weights in flight on the GPU (double buffering), streamed from pinned host memory.
@@ -181,18 +185,11 @@ void Evaluator::chargeTransposed(Books& books, const ModulePlacement& m, uint64_
     charge(books, m.device, PlanCategory::PackedTransposed, "packed W^T", layer_weights);
     return;
   }
-  // The pool holds two layers per node: the one the backward reads and the one being refilled.
-  std::vector<std::string> nodes;
-  if (m.device == "cpu") {
-    for (size_t n = 0; n < hw_.numa_nodes.size(); ++n) nodes.push_back(hostDevice(static_cast<int>(n)));
-  } else {
-    nodes.push_back(hostDevice(std::stoi(m.device.substr(8))));
-  }
-  for (const std::string& node : nodes) {
-    const DevicePlan& plan = books.devices.at(node);
-    if (plan.at(PlanCategory::PackedTransposed) > 0) continue;
-    charge(books, node, PlanCategory::PackedTransposed, "packed W^T pool (2 layers)", 2 * layer_weights);
-  }
+  // The pool holds two layers: the one the backward reads and the one being refilled. On "cpu"
+  // every node holds its slice of both (charge spreads them evenly); on cpu:numaK that node all.
+  const std::string node = m.device == "cpu" ? hostDevice(0) : hostDevice(std::stoi(m.device.substr(8)));
+  if (books.devices.at(node).at(PlanCategory::PackedTransposed) > 0) return;
+  charge(books, m.device, PlanCategory::PackedTransposed, "packed W^T pool (2 layers)", 2 * layer_weights);
 }
 
 MemoryPlan Evaluator::evaluate(const Placement& placement) const {
@@ -252,21 +249,11 @@ MemoryPlan Evaluator::evaluate(const Placement& placement) const {
 
 // --- the planner's placement -----------------------------------------------------------------
 
-std::vector<int> moeLayers(const Placement& p) {
-  std::vector<int> out;
-  for (const ModulePlacement& m : p.modules) {
-    if (m.kind == ModuleKind::RoutedExperts) out.push_back(m.layer);
-  }
-  return out;
-}
-
 Placement initialPlacement(const PlanRequest& req, const Hardware& hw, const std::string& backend,
                            const std::string& format) {
   Placement p = modulesOf(req.model);
   const int gpus = static_cast<int>(hw.gpus.size());
   const int layers = req.model.num_hidden_layers;
-  const std::vector<int> moe = moeLayers(p);
-  const auto nodes = static_cast<int>(hw.numa_nodes.size());
   // Decoder layers split over the GPUs in proportion to their memory, contiguously (pipeline).
   uint64_t total_gpu = 0;
   for (const GpuSpec& g : hw.gpus) total_gpu += g.free_bytes;
@@ -280,8 +267,9 @@ Placement initialPlacement(const PlanRequest& req, const Hardware& hw, const std
   };
   for (ModulePlacement& m : p.modules) {
     if (m.kind == ModuleKind::RoutedExperts) {
-      const auto rank = std::find(moe.begin(), moe.end(), m.layer) - moe.begin();
-      m.device = nodes > 1 ? "cpu:numa" + std::to_string(rank * nodes / static_cast<int64_t>(moe.size())) : "cpu";
+      // Every layer on every node: the expert engine splits each layer's intermediate dimension
+      // over the NUMA nodes (docs/experts.md), so "cpu" is what it runs.
+      m.device = "cpu";
       m.backend = backend;
       m.weight_format = format;
     } else if (gpus == 0) {

@@ -186,6 +186,8 @@ RuntimePlacement toRuntimePlacement(const Placement& placement) {
                       r.layer_devices.back(), "offloaded experts run on their layer's GPU");
         }
         experts = &m;
+        r.experts_numa_node.resize(std::max(r.experts_numa_node.size(), static_cast<size_t>(m.layer) + 1), -1);
+        if (m.device.starts_with("cpu:numa")) r.experts_numa_node[static_cast<size_t>(m.layer)] = std::stoi(m.device.substr(8));
         break;
       case ModuleKind::Router:
       case ModuleKind::SharedExperts:

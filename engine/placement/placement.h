@@ -87,6 +87,9 @@ struct RuntimePlacement {
   std::string experts_mode;                // "cpu" | "gpu-offload"
   std::string experts_backend;             // the expert engine backend for "cpu"
   std::string experts_weight_format;       // bf16 | int8 | fp8 | fp16 | fp32
+  // Per decoder layer: K when its experts are on cpu:numaK (computed on node K alone), -1 on cpu
+  // (split over every NUMA node, docs/experts.md) or without routed experts.
+  std::vector<int> experts_numa_node;
 };
 // Throws Error when the placement asks for what the runtime cannot express: a layer's parts on
 // different devices, lm_head away from model.norm, experts of different layers on different

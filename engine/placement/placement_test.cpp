@@ -94,6 +94,11 @@ TEST(Placement, ValidationBoundsDevicesByTheMachine) {
   p.find("model.layers.2.mlp.experts")->device = "cpu:numa1";
   EXPECT_THROW(validatePlacement(p, 1, 1), Error);
   EXPECT_NO_THROW(validatePlacement(p, 1, 2));
+  // cpu:numaK pins that layer's experts to node K at run time; cpu splits them over every node.
+  const RuntimePlacement runtime = toRuntimePlacement(p);
+  ASSERT_GT(runtime.experts_numa_node.size(), 3u);
+  EXPECT_EQ(runtime.experts_numa_node[2], 1);
+  EXPECT_EQ(runtime.experts_numa_node[3], -1);
   p.find("model.layers.2.mlp.experts")->backend = "amx_bf16";
   EXPECT_THROW(toRuntimePlacement(p), Error);  // one backend for every layer at run time
 }

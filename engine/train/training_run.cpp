@@ -210,6 +210,7 @@ void applyRulePlacement(const placement::RuntimePlacement& runtime, gpu::ModelOp
   options.head_device = gpu::parseDevice(runtime.head_device);
   options.experts = gpu::parseExpertsMode(runtime.experts_mode);
   if (!runtime.experts_backend.empty()) options.experts_backend = expertsBackend(runtime.experts_backend);
+  options.experts_numa_node = runtime.experts_numa_node;
   // A rule file's int8 experts (weight_format: int8) are quantised at load like experts_format: int8.
   if (options.experts_format == "auto" && runtime.experts_weight_format == "int8") options.experts_format = "int8";
 }

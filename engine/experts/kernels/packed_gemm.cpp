@@ -16,29 +16,34 @@
 namespace tandem::experts::kernels {
 
 void dequantise(const SourceMatrix& src, float* w) {
-  const int64_t count = src.rows * src.cols;
+  const int64_t ld = src.stride();
   const auto* bytes = static_cast<const unsigned char*>(src.data);
   switch (src.type) {
     case WeightType::F32:
-      std::memcpy(w, bytes, count * sizeof(float));
+      for (int64_t r = 0; r < src.rows; ++r) {
+        std::memcpy(w + r * src.cols, bytes + r * ld * 4, src.cols * sizeof(float));
+      }
       return;
     case WeightType::BF16:
     case WeightType::F16:
-      for (int64_t i = 0; i < count; ++i) {
-        uint16_t bits;  // memcpy: views may be aligned to only 2 bytes
-        std::memcpy(&bits, bytes + 2 * i, sizeof bits);
-        w[i] = src.type == WeightType::BF16 ? bf16ToFloat(bits) : fp16ToFloat(bits);
+      for (int64_t r = 0; r < src.rows; ++r) {
+        for (int64_t c = 0; c < src.cols; ++c) {
+          uint16_t bits;  // memcpy: views may be aligned to only 2 bytes
+          std::memcpy(&bits, bytes + 2 * (r * ld + c), sizeof bits);
+          w[r * src.cols + c] = src.type == WeightType::BF16 ? bf16ToFloat(bits) : fp16ToFloat(bits);
+        }
       }
       return;
     case WeightType::FP8_E4M3: {
       if (!src.block_scales) throw Error("fp8 expert weights need their weight_scale_inv blocks");
       float table[256];  // every e4m3 code decoded once
       for (int code = 0; code < 256; ++code) table[code] = fp8E4M3ToFloat(static_cast<uint8_t>(code));
-      const int64_t scale_cols = (src.cols + kFp8BlockSize - 1) / kFp8BlockSize;
+      const int64_t scale_cols = (ld + kFp8BlockSize - 1) / kFp8BlockSize;
       for (int64_t r = 0; r < src.rows; ++r) {
-        const float* scale_row = src.block_scales + (r / kFp8BlockSize) * scale_cols;
+        const float* scale_row = src.block_scales + ((src.row0 + r) / kFp8BlockSize) * scale_cols;
         for (int64_t c = 0; c < src.cols; ++c) {
-          w[r * src.cols + c] = table[bytes[r * src.cols + c]] * scale_row[c / kFp8BlockSize];
+          w[r * src.cols + c] =
+              table[bytes[r * ld + c]] * scale_row[(src.col0 + c) / kFp8BlockSize];
         }
       }
       return;

@@ -31,15 +31,25 @@ struct CpuFeatures;
 
 namespace tandem::experts::kernels {
 
-// One frozen matrix of one expert as the checkpoint stores it: W [rows, cols] row-major.
+// One frozen matrix of one expert as the checkpoint stores it: W [rows, cols] row-major, or a
+// window of it (a NUMA node's slice of the intermediate dimension, docs/experts.md): data points
+// at element (row0, col0) of the stored matrix, whose rows are row_stride elements apart. A
+// stride, not a copy, so the zero-copy backends stay zero-copy on a slice of down_proj's columns.
 struct SourceMatrix {
   const void* data = nullptr;
   WeightType type = WeightType::BF16;
-  const float* block_scales = nullptr;  // FP8_E4M3 only: [ceil(rows/128), ceil(cols/128)] f32
+  // FP8_E4M3 only: the STORED matrix's [ceil(stored rows/128), ceil(row_stride/128)] f32 scales;
+  // a window's element (r, c) uses block ((row0 + r) / 128, (col0 + c) / 128).
+  const float* block_scales = nullptr;
   int64_t rows = 0, cols = 0;
+  int64_t row_stride = 0;        // elements between rows of data; 0: cols (a whole matrix)
+  int64_t row0 = 0, col0 = 0;    // the window's origin in the stored matrix (for block_scales)
+
+  int64_t stride() const { return row_stride > 0 ? row_stride : cols; }
 };
 
-// w [rows, cols] f32 = the source widened (bf16, f16) or dequantised (fp8 · its block's scale).
+// w [rows, cols] f32 (contiguous) = the source widened (bf16, f16) or dequantised (fp8 · its
+// block's scale).
 void dequantise(const SourceMatrix& src, float* w);
 
 // Per-row symmetric int8: q [rows, cols] and scale [rows] with w ≈ q · scale (scale 1 for a

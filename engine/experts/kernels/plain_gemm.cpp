@@ -27,7 +27,7 @@ class PlainMatrix final : public PackedMatrix {
 
   const void* data;   // W [rows, cols] as stored (or the owned f32 copy)
   WeightType type;
-  int64_t cols;       // W's row stride in elements
+  int64_t cols;       // W's row stride in elements (a window's: the stored matrix's)
   bool transposed;    // B = Wᵀ: multiply with matmulNN
   PackedBuffer owned;
 };
@@ -44,7 +44,7 @@ class PlainGemm final : public GemmBackend {
     const int64_t n = transpose ? src.cols : src.rows, k = transpose ? src.rows : src.cols;
     const bool zero_copy = src.type != WeightType::FP8_E4M3 && format == WeightFormat::Bf16;
     if (zero_copy) {
-      return std::make_unique<PlainMatrix>(n, k, src.data, src.type, src.cols, transpose,
+      return std::make_unique<PlainMatrix>(n, k, src.data, src.type, src.stride(), transpose,
                                            PackedBuffer());
     }
     PackedBuffer owned(static_cast<size_t>(src.rows * src.cols) * sizeof(float), node);
