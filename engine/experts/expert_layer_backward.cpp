@@ -184,6 +184,11 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
     on_demand_charge = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Scratch,
                                     packedBytes() - packed_charge_.bytes());
   }
+  if (d_topk_weights) {  // stage A writes the computed slots; a masked one gets no gradient here
+    for (size_t slot = 0; slot < routing.pos_of_slot.size(); ++slot) {
+      if (routing.pos_of_slot[slot] == kMaskedSlot) d_topk_weights[slot] = 0.0f;
+    }
+  }
   runTasks(cutIntoTasks(routing, row_block_),
            [&](const ExpertTask& task) { backwardRows(pass, task); });
   if (options_.wt_policy == WtPolicy::OnDemand) {
