@@ -34,6 +34,7 @@ struct DebugOptions {
   std::string experts = "cpu";
   std::string experts_format = "auto";
   std::string experts_wt_policy = "persistent";
+  int64_t gpu_experts = 0;
   bool gradient_checkpointing = false;
   int64_t loss_chunk_tokens = 1024;
 };
@@ -107,6 +108,7 @@ void runDebug(const DebugOptions& o, bool gradients) {
   options.experts_backend = o.experts_backend;
   options.experts_format = o.experts_format;
   options.experts_wt_policy = experts::parseWtPolicy(o.experts_wt_policy);
+  if (o.gpu_experts > 0) options.gpu_experts.assign(static_cast<size_t>(config.num_hidden_layers), o.gpu_experts);
   options.gradient_checkpointing = o.gradient_checkpointing;
   options.loss_chunk_tokens = o.loss_chunk_tokens;
 
@@ -157,6 +159,11 @@ void addVariant(CLI::App& debug, const char* name, const char* help, bool gradie
                       "decoder layers per device, e.g. cuda:0:0-13,cuda:1:14-27 (others: --device)");
   command->add_option("--head-device", o->head_device, "final norm and lm_head (default: the last layer's)");
   command->add_option("--experts", o->experts, "cpu (CPU expert engine) or gpu-offload (weights streamed to the layer's device)")
+      ->capture_default_str();
+  command->add_option("--gpu-experts", o->gpu_experts,
+                      "routed experts per MoE layer resident on the layer's device (the most routed of its "
+                      "first call), the rest on the CPU engine; cpu experts mode only")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   command->add_option("--experts-format", o->experts_format,
                       "routed experts packed as auto, bf16, int8 or fp8 (the checkpoint's own fp8)")
