@@ -204,6 +204,7 @@ struct GenerateOptions {
   std::string device = "cpu";
   std::string experts_backend = "auto";
   int64_t max_new_tokens = 64;
+  int64_t gpu_experts = 0;
   bool merge = false;
   bool sample = false;
   uint64_t seed = 0;
@@ -223,6 +224,9 @@ void runGenerate(const GenerateOptions& o) {
   options.dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   options.device = gpu::parseDevice(o.device);
   options.experts_backend = o.experts_backend;
+  if (o.gpu_experts > 0) {
+    options.gpu_experts.assign(static_cast<size_t>(io::readModelConfig(o.model).num_hidden_layers), o.gpu_experts);
+  }
   auto model = gpu::CausalLm::load(o.model, options, nullptr, ThreadPool::global());
   infer::AdapterSet adapters(*model);
   if (!o.adapter.empty()) {
@@ -262,6 +266,9 @@ void addGenerate(CLI::App& debug) {
   command->add_option("--dtype", o->dtype, "fp32 or bf16")->capture_default_str();
   command->add_option("--device", o->device, "cpu or cuda:N for the dense parts")->capture_default_str();
   command->add_option("--experts-backend", o->experts_backend, "auto, generic or avx512")->capture_default_str();
+  command->add_option("--gpu-experts", o->gpu_experts, "routed experts per MoE layer resident on --device (the most routed of the first prompt)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   command->add_flag("--merge", o->merge, "merge the adapter into the dense weights (prints only \"adapter\")");
   command->add_flag("--sample", o->sample, "sample with LLaMA-Factory's defaults instead of greedy");
   command->add_option("--seed", o->seed, "sampling seed")->capture_default_str();

@@ -120,6 +120,9 @@ std::unique_ptr<Generator> Generator::load(const fs::path& model_dir, const Gene
   model_options.device = gpu::parseDevice(options.device);
   model_options.experts_backend = options.experts_backend;
   const io::ModelConfig config = io::readModelConfig(model_dir);
+  if (options.gpu_experts > 0) {
+    model_options.gpu_experts.assign(static_cast<size_t>(config.num_hidden_layers), options.gpu_experts);
+  }
   io::Tokenizer tokenizer = io::Tokenizer::load(model_dir);
   const std::string template_name =
       options.template_name.empty() ? guessTemplate(config, tokenizer) : options.template_name;

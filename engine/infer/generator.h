@@ -39,6 +39,9 @@ struct GeneratorOptions {
   std::string dtype = "bf16";            // fp32 | bf16 (the dense parts and the activations)
   std::string device = "cpu";            // torch device of the dense parts: cpu | cuda[:N]
   std::string experts_backend = "auto";  // CPU expert kernels: auto | generic | avx512
+  // Routed experts per MoE layer resident on `device` (the most routed of the first prompt's
+  // forward), the rest on the CPU engine; 0: none (engine/gpu/resident_experts.h).
+  int64_t gpu_experts = 0;
   // LLaMA-Factory template name (qwen3, llama3, deepseek3, ...); empty: chosen from the
   // model type (qwen3*: qwen3, qwen2*: qwen, deepseek_v3: deepseek3, deepseek_v2: deepseek,
   // llama with a Llama-3 tokenizer: llama3, mixtral: mistral, otherwise default).
