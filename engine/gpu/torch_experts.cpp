@@ -8,6 +8,8 @@
 #include <array>
 #include <memory>
 #include <numeric>
+#include <span>
+#include <string>
 #include <utility>
 
 #include "engine/gpu/weight_loader.h"
