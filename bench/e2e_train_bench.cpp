@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -24,6 +25,8 @@
 #include "engine/gpu/torch_runtime.h"
 #include "engine/io/model_config.h"
 #include "engine/model/lora_target.h"
+#include "engine/placement/hardware.h"
+#include "engine/placement/memory_planner.h"
 #include "engine/train/lora_optimizer.h"
 
 namespace {
@@ -46,6 +49,7 @@ struct Options {
   bool gradient_checkpointing = false;
   bool keep_expert_forward = false;
   int torch_threads = 0;  // 0: libtorch's default
+  std::string gpu_experts = "0";  // co-computation: routed experts resident per MoE layer; auto: the planner's
 };
 
 double seconds(Clock::time_point since) {
@@ -102,6 +106,40 @@ nlohmann::json overlapProbe(CausalLm& model, int64_t tokens) {
   return out;
 }
 
+// --gpu-experts: a count for every MoE layer, or (auto) the memory planner's for this machine's
+// GPU of `options.device`, capped as the run is. Also returns the planner's bytes for that GPU, to
+// compare with the allocator's peak.
+std::vector<int64_t> gpuExperts(const Options& o, const tandem::io::ModelConfig& config,
+                                const tandem::gpu::ModelOptions& options, nlohmann::json& planned) {
+  const auto layers = static_cast<size_t>(config.num_hidden_layers);
+  if (o.gpu_experts != "auto") return std::vector<int64_t>(layers, std::stoll(o.gpu_experts));
+  tandem::placement::Hardware hw = tandem::placement::probeHardware();
+  std::erase_if(hw.gpus, [&](const auto& g) { return g.device() != options.device.str(); });
+  if (hw.gpus.empty()) throw tandem::Error("--gpu-experts auto plans for the GPU of --device, which is not there");
+  if (o.gpu_cap_gib > 0) {
+    hw.gpus[0].free_bytes = std::min(hw.gpus[0].free_bytes, static_cast<uint64_t>(o.gpu_cap_gib * (1ull << 30)));
+  }
+  tandem::placement::PlanRequest request;
+  request.model = config;
+  request.lora_rank = o.lora_rank;
+  request.lora_target = {o.lora_target};  // the planner joins and parses the comma list
+  request.cutoff_len = o.tokens;
+  request.gradient_checkpointing = o.gradient_checkpointing;
+  const tandem::placement::MemoryPlan plan = tandem::placement::planMemory(request, hw);
+  std::vector<int64_t> counts(layers, 0);
+  std::map<int, std::string> layer_device;
+  for (const auto& m : plan.placement.modules) {
+    if (m.kind == tandem::placement::ModuleKind::Attention) layer_device[m.layer] = m.device;
+    if (m.kind == tandem::placement::ModuleKind::RoutedExperts && layer_device[m.layer] == options.device.str()) {
+      counts[static_cast<size_t>(m.layer)] = m.gpu_experts;
+    }
+  }
+  const tandem::placement::DevicePlan* gpu = plan.device(options.device.str());
+  planned = {{"device", options.device.str()}, {"capacity_bytes", gpu->capacity_bytes}, {"total_bytes", gpu->total()},
+             {"fits", plan.fits}, {"notes", plan.notes}};
+  return counts;
+}
+
 void run(const Options& o) {
   if (o.torch_threads > 0) tandem::gpu::setTorchThreads(o.torch_threads);
   tandem::io::ModelConfig config = tandem::io::readModelConfig(o.config_dir);
@@ -115,6 +153,10 @@ void run(const Options& o) {
   options.experts = tandem::gpu::parseExpertsMode(o.experts);
   options.gradient_checkpointing = o.gradient_checkpointing;
   options.keep_expert_forward = o.keep_expert_forward;
+  nlohmann::json planned;
+  if (o.gpu_experts != "0" && options.experts == tandem::gpu::ExpertsMode::Cpu) {
+    options.gpu_experts = gpuExperts(o, config, options, planned);
+  }
   const bool cuda = options.device.is_cuda();
   if (cuda && o.gpu_cap_gib > 0) {
     tandem::gpu::capGpuMemory(options.device.index(), static_cast<uint64_t>(o.gpu_cap_gib * (1ull << 30)));
@@ -157,6 +199,8 @@ void run(const Options& o) {
   out["gradient_checkpointing"] = o.gradient_checkpointing;
   out["keep_expert_forward"] = o.keep_expert_forward;
   out["gpu_cap_gib"] = o.gpu_cap_gib;
+  out["gpu_experts"] = options.gpu_experts;  // per layer
+  if (!planned.is_null()) out["planner"] = planned;
   out["layer_devices"] = tandem::gpu::formatLayerDevices(
       options.layer_devices.empty() ? std::vector<at::Device>(static_cast<size_t>(config.num_hidden_layers), options.device)
                                     : options.layer_devices);
@@ -198,6 +242,14 @@ int main(int argc, char** argv) {
   app.add_flag("--keep-expert-forward", o.keep_expert_forward,
                "with checkpointing: keep the CPU experts' forward for the backward (what training does when RAM allows)");
   app.add_option("--torch-threads", o.torch_threads, "libtorch intra-op threads");
+  app.add_option("--gpu-experts", o.gpu_experts,
+                 "co-computation: routed experts per MoE layer resident on the GPU (N), or auto (the memory planner's "
+                 "count for the capped GPU)")
+      ->check([](const std::string& v) {
+        return v == "auto" || (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos)
+                   ? std::string()
+                   : std::string("auto or a count >= 0");
+      });
   CLI11_PARSE(app, argc, argv);
   try {
     run(o);

@@ -5,11 +5,16 @@ docs/benchmarks.md).
 
     python bench/e2e_train_bench.py --bench build/bin/tandem_e2e_bench [--models v2-lite,qwen3-30b-a3b]
         [--layers 0] [--tokens 2048] [--steps 3] [--gpu-cap-gib 24] [--gradient-checkpointing]
+        [--modes co,resident,offload,hf] [--gpu-experts auto|N]
         [--out result.json]
 
 Per model shape (config.json written below from the published configs; weights built in memory):
 1. Tandem, routed experts on the CPU expert engine, dense parts on cuda:0, capped at --gpu-cap-gib
    of GPU memory (a 24 GB card) through libtorch's caching allocator (tandem_e2e_bench process).
+1b. (resident) the same with --gpu-experts routed experts per MoE layer resident on the GPU (auto:
+   the memory planner fills the capped GPU after the dense parts), computed there while the CPU
+   engine computes the rest; the JSON has the planner's bytes for the GPU ("planner") beside the
+   allocator's peak.
 2. Tandem offload mode (experts streamed from pinned host memory per layer, forward and
    backward), same cap (another process).
 3. transformers + PEFT, whole model on the GPU, uncapped (the upper bound), in this process.
@@ -64,8 +69,8 @@ ATTENTION_TARGETS = {"v2-lite": ["q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o
 GIB = 1 << 30
 
 
-def run_tandem(bench, config_dir, experts, args, targets):
-    cmd = [bench, "--config", str(config_dir), "--experts", experts, "--device", "cuda:0",
+def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0"):
+    cmd = [bench, "--config", str(config_dir), "--experts", experts, "--device", "cuda:0", "--gpu-experts", gpu_experts,
            "--tokens", str(args.tokens), "--steps", str(args.steps), "--gpu-cap-gib", str(args.gpu_cap_gib),
            "--lora-rank", "8", "--lora-alpha", "16", "--lora-target", ",".join(targets)]
     if args.layers:
@@ -146,7 +151,12 @@ def main():
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--gpu-cap-gib", type=float, default=24.0)
-    parser.add_argument("--modes", default="co,offload,hf")
+    parser.add_argument("--modes", default="co,resident,offload,hf",
+                        help="co: experts on the CPU engine; resident: co with --gpu-experts of them on the GPU; "
+                             "offload: streamed per layer; hf: transformers + PEFT")
+    parser.add_argument("--gpu-experts", default="auto",
+                        help="resident mode: routed experts per MoE layer on the GPU, N or auto (the memory planner's "
+                             "count for the capped GPU)")
     parser.add_argument("--gradient-checkpointing", action="store_true",
                         help="recompute each layer in backward, in all three set-ups")
     parser.add_argument("--recompute-experts", action="store_true",
@@ -165,6 +175,10 @@ def main():
             if "co" in modes:
                 r["tandem_co"] = run_tandem(args.bench, config_dir, "cpu", args, ATTENTION_TARGETS[name])
                 print(json.dumps({name: {"tandem_co": r["tandem_co"]}}), file=sys.stderr, flush=True)
+            if "resident" in modes:
+                r["tandem_resident"] = run_tandem(args.bench, config_dir, "cpu", args, ATTENTION_TARGETS[name],
+                                                  gpu_experts=args.gpu_experts)
+                print(json.dumps({name: {"tandem_resident": r["tandem_resident"]}}), file=sys.stderr, flush=True)
             if "offload" in modes:
                 r["tandem_offload"] = run_tandem(args.bench, config_dir, "gpu-offload", args, ATTENTION_TARGETS[name])
                 print(json.dumps({name: {"tandem_offload": r["tandem_offload"]}}), file=sys.stderr, flush=True)
@@ -179,6 +193,13 @@ def main():
                 r["co_over_offload_tokens_per_s"] = co["tokens_per_s"] / off["tokens_per_s"]
             if co.get("peak_gpu_gib") and hf.get("peak_gpu_gib"):
                 r["co_gpu_memory_over_hf"] = co["peak_gpu_gib"] / hf["peak_gpu_gib"]
+            res = r.get("tandem_resident", {})
+            if res.get("tokens_per_s") and off.get("tokens_per_s"):
+                r["resident_over_offload_tokens_per_s"] = res["tokens_per_s"] / off["tokens_per_s"]
+            if res.get("tokens_per_s") and co.get("tokens_per_s"):
+                r["resident_over_co_tokens_per_s"] = res["tokens_per_s"] / co["tokens_per_s"]
+            if res.get("peak_gpu_gib") and hf.get("peak_gpu_gib"):
+                r["resident_gpu_memory_over_hf"] = res["peak_gpu_gib"] / hf["peak_gpu_gib"]
             results[name] = r
             print(json.dumps({name: r}), file=sys.stderr, flush=True)
     text = json.dumps(results, indent=1)

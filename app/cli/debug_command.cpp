@@ -34,6 +34,7 @@ struct DebugOptions {
   std::string experts = "cpu";
   std::string experts_format = "auto";
   std::string experts_wt_policy = "persistent";
+  int64_t gpu_experts = 0;
   bool gradient_checkpointing = false;
   int64_t loss_chunk_tokens = 1024;
 };
@@ -107,6 +108,7 @@ void runDebug(const DebugOptions& o, bool gradients) {
   options.experts_backend = o.experts_backend;
   options.experts_format = o.experts_format;
   options.experts_wt_policy = experts::parseWtPolicy(o.experts_wt_policy);
+  if (o.gpu_experts > 0) options.gpu_experts.assign(static_cast<size_t>(config.num_hidden_layers), o.gpu_experts);
   options.gradient_checkpointing = o.gradient_checkpointing;
   options.loss_chunk_tokens = o.loss_chunk_tokens;
 
@@ -158,6 +160,11 @@ void addVariant(CLI::App& debug, const char* name, const char* help, bool gradie
   command->add_option("--head-device", o->head_device, "final norm and lm_head (default: the last layer's)");
   command->add_option("--experts", o->experts, "cpu (CPU expert engine) or gpu-offload (weights streamed to the layer's device)")
       ->capture_default_str();
+  command->add_option("--gpu-experts", o->gpu_experts,
+                      "routed experts per MoE layer resident on the layer's device (the most routed of its "
+                      "first call), the rest on the CPU engine; cpu experts mode only")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   command->add_option("--experts-format", o->experts_format,
                       "routed experts packed as auto, bf16, int8 or fp8 (the checkpoint's own fp8)")
       ->check(CLI::IsMember({"auto", "bf16", "int8", "fp8"}))
@@ -197,6 +204,7 @@ struct GenerateOptions {
   std::string device = "cpu";
   std::string experts_backend = "auto";
   int64_t max_new_tokens = 64;
+  int64_t gpu_experts = 0;
   bool merge = false;
   bool sample = false;
   uint64_t seed = 0;
@@ -216,6 +224,9 @@ void runGenerate(const GenerateOptions& o) {
   options.dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   options.device = gpu::parseDevice(o.device);
   options.experts_backend = o.experts_backend;
+  if (o.gpu_experts > 0) {
+    options.gpu_experts.assign(static_cast<size_t>(io::readModelConfig(o.model).num_hidden_layers), o.gpu_experts);
+  }
   auto model = gpu::CausalLm::load(o.model, options, nullptr, ThreadPool::global());
   infer::AdapterSet adapters(*model);
   if (!o.adapter.empty()) {
@@ -255,6 +266,9 @@ void addGenerate(CLI::App& debug) {
   command->add_option("--dtype", o->dtype, "fp32 or bf16")->capture_default_str();
   command->add_option("--device", o->device, "cpu or cuda:N for the dense parts")->capture_default_str();
   command->add_option("--experts-backend", o->experts_backend, "auto, generic or avx512")->capture_default_str();
+  command->add_option("--gpu-experts", o->gpu_experts, "routed experts per MoE layer resident on --device (the most routed of the first prompt)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   command->add_flag("--merge", o->merge, "merge the adapter into the dense weights (prints only \"adapter\")");
   command->add_flag("--sample", o->sample, "sample with LLaMA-Factory's defaults instead of greedy");
   command->add_option("--seed", o->seed, "sampling seed")->capture_default_str();

@@ -55,6 +55,7 @@ std::vector<Summary> summarize(const placement::Placement& p) {
       std::string where = m.device;
       if (kind == ModuleKind::RoutedExperts) {
         where += ", " + m.backend + (m.compute_device.empty() ? "" : " on " + m.compute_device) + ", " + m.weight_format;
+        if (m.gpu_experts > 0) where += ", " + std::to_string(m.gpu_experts) + " resident on the layer's GPU";
       }
       Summary* last = lines.size() > first_line ? &lines.back() : nullptr;
       if (last && last->where == where && last->last >= 0 && m.layer >= 0) {
@@ -128,6 +129,7 @@ nlohmann::json toJson(const MemoryPlan& plan, const placement::Hardware& hw, con
       j["backend"] = m.backend;
       j["weight_format"] = m.weight_format;
       if (!m.compute_device.empty()) j["compute_device"] = m.compute_device;
+      j["gpu_experts"] = m.gpu_experts;
     }
     modules.push_back(j);
   }

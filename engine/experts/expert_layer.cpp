@@ -272,10 +272,11 @@ void ExpertLayer::validateRouting(const int32_t* topk_ids, int64_t n_tokens, int
                              std::to_string(top_k));
   for (int64_t slot = 0; slot < n_tokens * top_k; ++slot) {
     const int32_t id = topk_ids[slot];
-    if (id < 0 || id >= spec_.num_experts) {
+    if ((id < 0 && id != kMaskedSlot) || id >= spec_.num_experts) {
       throw Error("expert forward: topk_ids[" + std::to_string(slot / top_k) + "][" +
                       std::to_string(slot % top_k) + "] = " + std::to_string(id) +
-                      " is outside [0, " + std::to_string(spec_.num_experts) + ")",
+                      " is outside [0, " + std::to_string(spec_.num_experts) + ") and not " +
+                      std::to_string(kMaskedSlot) + " (masked: computed elsewhere)",
                   "check the router's output (masked or padded tokens must not be routed)");
     }
   }
@@ -363,9 +364,10 @@ void ExpertLayer::sumPerToken(ThreadPool& pool, const ExpertRouting& routing,
     for (int64_t t = t0; t < t1; ++t) {
       std::fill(acc, acc + H, 0.0f);
       for (int j = 0; j < top_k; ++j) {
+        const int64_t pos = routing.pos_of_slot[t * top_k + j];
+        if (pos == kMaskedSlot) continue;  // computed elsewhere
         const float w = weights ? weights[t * top_k + j] : 1.0f;
-        const int64_t row = routing.pos_of_slot[t * top_k + j] * H;
-        for (const float* node_pairs : pairs) kernels_.axpy(H, w, node_pairs + row, acc);
+        for (const float* node_pairs : pairs) kernels_.axpy(H, w, node_pairs + pos * H, acc);
       }
       detail::rowFromFloat(acc, act_type, out, t, H);
     }
@@ -417,9 +419,10 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
     throw Error("expert forward: the forward cache still holds activations nobody consumed",
                 "run backward first, or release() the cache (activation recomputation)");
   }
-  const int64_t H = spec_.hidden, I = spec_.intermediate, n_pairs = n_tokens * top_k;
+  const int64_t H = spec_.hidden, I = spec_.intermediate, n_slots = n_tokens * top_k;
   const auto n_nodes = static_cast<int64_t>(slices_.size());
   ExpertRouting routing = buildRouting(topk_ids, n_tokens, top_k, spec_.num_experts);
+  const int64_t n_pairs = routing.pairs();  // less than n_slots when slots are masked
   // out [nodes][P, H]: every row written by a task of its node.
   const ExpertBufferPool::Lease out = ExpertBufferPool::lease(
       static_cast<size_t>(n_nodes * n_pairs * H) * sizeof(float), MemoryCategory::Scratch);
@@ -466,7 +469,7 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
       const size_t end = std::min(x_bytes, static_cast<size_t>(c1) * kChunk);
       std::memcpy(cache->x_ + begin, static_cast<const unsigned char*>(x) + begin, end - begin);
     });
-    cache->weights_.assign(topk_weights, topk_weights + n_pairs);
+    cache->weights_.assign(topk_weights, topk_weights + n_slots);
     cache->routing_ = std::move(routing);
     cache->act_type_ = act_type;
     cache->owner_ = this;

@@ -81,7 +81,8 @@ class ExpertLayer {
   ExpertLayer(const ExpertLayer&) = delete;
   ExpertLayer& operator=(const ExpertLayer&) = delete;
 
-  // x [n_tokens, H] act_type row-major; topk_ids [n_tokens, top_k] int32 in [0, E);
+  // x [n_tokens, H] act_type row-major; topk_ids [n_tokens, top_k] int32 in [0, E), or
+  // kMaskedSlot for a pair computed elsewhere (skipped; its d topk_weight is 0);
   // topk_weights [n_tokens, top_k] f32; y [n_tokens, H] act_type, written.
   // cache: nullptr for inference (nothing kept); otherwise Empty or Consumed, and left Cached.
   void forward(const void* x, ActivationType act_type, int64_t n_tokens, const int32_t* topk_ids,

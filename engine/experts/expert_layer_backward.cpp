@@ -190,17 +190,18 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
   cache.state_ = State::Consumed;
 
   const int64_t n_pairs = routing.pairs(), r = lora_.rank();
+  const auto n_slots = static_cast<int64_t>(routing.pos_of_slot.size());  // n_pairs + masked slots
   const auto n_nodes = static_cast<int64_t>(slices_.size());
   // One work block: dx_pairs [nodes][P, H], then hidden [P, I] (node-major, as the cache's g)
   // when LoRA targets down_proj, then lora_t [nodes][P, r] per targeted projection, then with
-  // several nodes their parts of d w [nodes][P]. Every element is written by stage A before
-  // anything reads it.
+  // several nodes their parts of d w [nodes][T·k] (by slot). Every element read is written by
+  // stage A before.
   const bool keep_hidden = lora_.targets(ExpertProj::Down);
   const bool split_d_weights = n_nodes > 1 && d_topk_weights;
   int targeted = 0;
   for (int p = 0; p < kExpertProjCount; ++p) targeted += lora_.targets(static_cast<ExpertProj>(p));
-  const int64_t work_floats = n_pairs * (n_nodes * H + (keep_hidden ? I : 0) +
-                                         n_nodes * targeted * r + (split_d_weights ? n_nodes : 0));
+  const int64_t work_floats = n_pairs * (n_nodes * H + (keep_hidden ? I : 0) + n_nodes * targeted * r) +
+                              (split_d_weights ? n_nodes * n_slots : 0);
   const ExpertBufferPool::Lease work = ExpertBufferPool::lease(
       static_cast<size_t>(work_floats) * sizeof(float), MemoryCategory::Scratch);
   std::vector<BackwardPass> passes(slices_.size());
@@ -231,7 +232,7 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
   if (split_d_weights) {
     for (BackwardPass& pass : passes) {
       pass.d_topk_weights = next;
-      next += n_pairs;
+      next += n_slots;
     }
   }
 
@@ -244,6 +245,11 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
     onEveryNode([&](size_t s) { packAll(slices_[s], routed, true); });
     on_demand_charge = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Scratch,
                                     packedBytes() - packed_charge_.bytes());
+  }
+  if (d_topk_weights) {  // stage A writes the computed slots; a masked one gets no gradient here
+    for (size_t slot = 0; slot < routing.pos_of_slot.size(); ++slot) {
+      if (routing.pos_of_slot[slot] == kMaskedSlot) d_topk_weights[slot] = 0.0f;
+    }
   }
   const std::vector<ExpertTask> tasks = cutIntoTasks(routing, row_block_);
   onEveryNode([&](size_t s) {
@@ -297,8 +303,10 @@ void ExpertLayer::reduceOverNodes(const std::vector<BackwardPass>& passes, int64
       }
     }
   }
-  if (d_topk_weights) {
-    for (int64_t slot = 0; slot < n_pairs; ++slot) {
+  if (d_topk_weights) {  // computed slots only: a masked slot's gradient stays 0
+    const ExpertRouting& routing = passes[0].cache->routing_;
+    for (int64_t pos = 0; pos < n_pairs; ++pos) {
+      const int64_t slot = routing.slot_of_pos[pos];
       float sum = 0.0f;
       for (const BackwardPass& pass : passes) sum += pass.d_topk_weights[slot];
       d_topk_weights[slot] = sum;

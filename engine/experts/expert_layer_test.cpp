@@ -282,7 +282,7 @@ TEST(ExpertLayer, RejectsBadInput) {
   auto layer = testing::makeLayer(pr, "generic", testPool());
   const int64_t n = pr.spec.n_tokens * pr.spec.layer.hidden;
   std::vector<float> y(n);
-  for (const int32_t bad : {-1, static_cast<int32_t>(pr.spec.layer.num_experts)}) {
+  for (const int32_t bad : {-2, static_cast<int32_t>(pr.spec.layer.num_experts)}) {
     std::vector<int32_t> ids = pr.ids;
     ids[3] = bad;
     EXPECT_THROW(layer->forward(pr.x_raw.data(), ActivationType::F32, pr.spec.n_tokens,
@@ -294,6 +294,45 @@ TEST(ExpertLayer, RejectsBadInput) {
   EXPECT_THROW(ExpertLayer::create(pr.spec.layer, views, {}, "generic", testPool()), Error);
   EXPECT_THROW(ExpertLayer::create(pr.spec.layer, pr.views, {}, "no_such_backend", testPool()),
                Error);
+}
+
+// Masked slots (kMaskedSlot: computed on another device) are left out: the layer matches the
+// reference over the remaining pairs, and a run over the masked pairs alone adds up with it to
+// the unmasked result (outputs, dx, d weights and LoRA grads), so no pair is counted twice or lost.
+TEST(ExpertLayer, MaskedSlotsAreSkippedAndComplementTheRest) {
+  ProblemSpec spec = loraSpec(3, true, true, true);
+  spec.layer = {8, 33, 19};
+  spec.n_tokens = 37;
+  spec.top_k = 3;
+  const Problem full = testing::makeProblem(spec);
+  Problem here = full, elsewhere = full;
+  for (size_t slot = 0; slot < full.ids.size(); ++slot) {
+    const bool masked = full.ids[slot] == 2 || full.ids[slot] == 5 || slot % 7 == 0;
+    (masked ? here : elsewhere).ids[slot] = kMaskedSlot;
+  }
+  Grads got_here, got_elsewhere;
+  for (auto [problem, got] : {std::pair{&here, &got_here}, std::pair{&elsewhere, &got_elsewhere}}) {
+    auto layer = testing::makeLayer(*problem, "generic", testPool());
+    *got = testing::runLayer(*problem, *layer);
+    EXPECT_TRUE(testing::gradsClose(*problem, *got, testing::denseReference(*problem), kF32Tol));
+  }
+  Grads sum = got_here;
+  auto add = [](std::vector<double>& a, const std::vector<double>& b) {
+    for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+  };
+  add(sum.y, got_elsewhere.y);
+  add(sum.dx, got_elsewhere.dx);
+  add(sum.dw, got_elsewhere.dw);
+  for (int p = 0; p < kExpertProjCount; ++p) {
+    add(sum.grad_a[p], got_elsewhere.grad_a[p]);
+    add(sum.grad_b[p], got_elsewhere.grad_b[p]);
+  }
+  EXPECT_TRUE(testing::gradsClose(full, sum, testing::denseReference(full), kF32Tol));
+  for (size_t slot = 0; slot < full.ids.size(); ++slot) {
+    if (here.ids[slot] == kMaskedSlot) {
+      EXPECT_EQ(got_here.dw[slot], 0.0) << slot;
+    }
+  }
 }
 
 TEST(ExpertLayer, ZeroTokensIsANoOp) {

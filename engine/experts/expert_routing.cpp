@@ -8,14 +8,17 @@ ExpertRouting buildRouting(const int32_t* ids, int64_t n_tokens, int top_k, int6
   ExpertRouting routing;
   routing.n_tokens = n_tokens;
   routing.top_k = top_k;
-  const int64_t n_pairs = n_tokens * top_k;
+  const int64_t n_slots = n_tokens * top_k;
   routing.offsets.assign(static_cast<size_t>(num_experts + 1), 0);
-  for (int64_t slot = 0; slot < n_pairs; ++slot) ++routing.offsets[ids[slot] + 1];
+  for (int64_t slot = 0; slot < n_slots; ++slot) {
+    if (ids[slot] != kMaskedSlot) ++routing.offsets[ids[slot] + 1];
+  }
   for (int64_t e = 0; e < num_experts; ++e) routing.offsets[e + 1] += routing.offsets[e];
   std::vector<int64_t> next(routing.offsets.begin(), routing.offsets.end() - 1);
-  routing.slot_of_pos.resize(static_cast<size_t>(n_pairs));
-  routing.pos_of_slot.resize(static_cast<size_t>(n_pairs));
-  for (int64_t slot = 0; slot < n_pairs; ++slot) {
+  routing.slot_of_pos.resize(static_cast<size_t>(routing.offsets[num_experts]));
+  routing.pos_of_slot.assign(static_cast<size_t>(n_slots), kMaskedSlot);
+  for (int64_t slot = 0; slot < n_slots; ++slot) {
+    if (ids[slot] == kMaskedSlot) continue;
     const int64_t pos = next[ids[slot]]++;
     routing.slot_of_pos[pos] = slot;
     routing.pos_of_slot[slot] = pos;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <sstream>
 
@@ -251,6 +252,7 @@ Grads denseReference(const Problem& pr) {
     const std::vector<double> dy(pr.dy.begin() + t * H, pr.dy.begin() + (t + 1) * H);
     for (int j = 0; j < k; ++j) {
       const int64_t e = pr.ids[t * k + j];
+      if (e == kMaskedSlot) continue;  // computed elsewhere: contributes nothing, d w = 0
       const double w = pr.weights[t * k + j];
       const RefProj gate = refProj(pr, 0, e), up = refProj(pr, 1, e), down = refProj(pr, 2, e);
       std::vector<double> zg, zu, zd;
@@ -329,7 +331,8 @@ Grads runLayer(const Problem& pr, ExpertLayer& layer) {
   std::vector<unsigned char> y(n * activationTypeBytes(act)), dx(y.size());
   Grads out;
   out.dw.assign(pr.spec.n_tokens * pr.spec.top_k, 0.0);
-  std::vector<float> dw(out.dw.size());
+  // NaN: backward must write every slot's d weight (0 for a masked one).
+  std::vector<float> dw(out.dw.size(), std::numeric_limits<float>::quiet_NaN());
   ExpertForwardCache cache;
   layer.forward(pr.x_raw.data(), act, pr.spec.n_tokens, pr.ids.data(), pr.weights.data(),
                 pr.spec.top_k, y.data(), &cache);

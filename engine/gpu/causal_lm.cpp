@@ -26,6 +26,10 @@ at::Device ModelOptions::headDevice() const {
   return layer_devices.empty() ? device : layer_devices.back();
 }
 
+int64_t ModelOptions::gpuExperts(size_t layer) const {
+  return layer < gpu_experts.size() ? gpu_experts[layer] : 0;
+}
+
 at::Tensor DecoderLayer::forward(const at::Tensor& x, const RopeTables& rope, double eps,
                                  bool training) const {
   const at::Tensor normed = rmsNorm(x, input_layernorm, eps);

@@ -70,9 +70,14 @@ struct ModelOptions {
   // instead of recomputing it (see KeptExpertForward; the planner decides whether RAM allows).
   bool keep_expert_forward = false;
   int64_t loss_chunk_tokens = 1024;  // rows of logits materialised at once by the loss
+  // Co-computation (experts = Cpu): per decoder layer, how many routed experts live on the
+  // layer's device (the most routed of its first call; resident_experts.h). Empty: none; the
+  // planner fills it (memory_planner.h, MemoryPlan::gpu_experts).
+  std::vector<int64_t> gpu_experts;
 
   at::Device layerDevice(size_t layer) const;
   at::Device headDevice() const;
+  int64_t gpuExperts(size_t layer) const;
 };
 
 struct DecoderLayer {

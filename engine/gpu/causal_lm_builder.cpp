@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -67,6 +68,17 @@ class CausalLmBuilder {
       throw Error("the layer device list names " + std::to_string(o.layer_devices.size()) +
                       " layers, but the model has " + std::to_string(c_.num_hidden_layers),
                   "give one device per decoder layer");
+    }
+    if (!o.gpu_experts.empty() && o.gpu_experts.size() != static_cast<size_t>(c_.num_hidden_layers)) {
+      throw Error("the resident expert counts name " + std::to_string(o.gpu_experts.size()) +
+                      " layers, but the model has " + std::to_string(c_.num_hidden_layers),
+                  "give one count per decoder layer (0 for dense layers)");
+    }
+    if (o.experts != ExpertsMode::Cpu &&
+        std::any_of(o.gpu_experts.begin(), o.gpu_experts.end(), [](int64_t n) { return n > 0; })) {
+      throw Error("resident GPU experts (gpu_experts) share the work with the CPU expert engine, but the experts mode is " +
+                      std::string(expertsModeName(o.experts)),
+                  "use experts mode cpu with gpu_experts, or gpu_experts 0 with gpu-offload");
     }
     w_.setDevice(o.device);
     m_.embed_tokens = w_.load("model.embed_tokens.weight", {c_.vocab_size, hidden});
@@ -262,6 +274,10 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
     }
   }
   experts::ExpertWeightViews views = expertWeights(i, *block);
+  if (m_.options_.experts == ExpertsMode::Cpu) {
+    block->resident_count = std::min<int64_t>(m_.options_.gpuExperts(static_cast<size_t>(i)), spec.num_experts);
+    if (block->resident_count > 0) block->resident_source = views;
+  }
   experts::ExpertLayerOptions options = expertLayerOptions(m_.options_, views.type);
   // Offload mode computes on the GPU: the CPU layer only holds the expert LoRA (no packs).
   options.lora_only = m_.options_.experts == ExpertsMode::GpuOffload;

@@ -10,9 +10,7 @@
 // optimizer (as in ZeRO-Offload, the expert part steps on the CPU), the global grad-norm clip,
 // checkpoints and adapter export are the same code for both modes.
 //
-// Math as ExpertLayer: g = gate(x), u = up(x), o = down(silu(g) ⊙ u), y_t = Σ_j w_tj · o_tj, with
-// P(x) = x W_Pᵀ + s · (x A_Pᵀ) B_Pᵀ. Projections run in the model dtype with the LoRA branch in
-// fp32 and cast back (PEFT); the weighted sum over a token's experts is fp32.
+// The compute (torch ops, the LoRA's round trip, the backward) is torch_experts.h's.
 
 #include <ATen/core/Tensor.h>
 
@@ -21,6 +19,7 @@
 #include "engine/core/memory_ledger.h"
 #include "engine/experts/expert_lora.h"
 #include "engine/experts/expert_types.h"
+#include "engine/gpu/torch_experts.h"
 
 namespace tandem::gpu {
 
@@ -43,13 +42,10 @@ class ExpertOffload {
   uint64_t hostBytes() const { return charge_.bytes(); }
 
   // The weights on the device, copied from host memory (asynchronously from pinned memory).
-  struct DeviceWeights {
-    at::Tensor gate, up, down;
-  };
-  DeviceWeights stream() const;
+  TorchExpertWeights stream() const;
 
  private:
-  at::Tensor gate_, up_, down_;  // host, model dtype
+  TorchExpertWeights host_;  // model dtype
   at::Device device_;
   MemoryCharge charge_;
 };

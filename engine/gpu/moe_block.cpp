@@ -21,6 +21,25 @@ at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
   if (offload) {
     y = offload->forward(experts->lora(), tokens, choice.ids, choice.weights, lora_anchor);
     run_shared();
+  } else if (resident_count > 0) {
+    const at::Tensor ids = choice.ids.to(at::kCPU, at::kLong);  // waits for the router
+    if (!resident) {
+      resident = std::make_unique<ResidentExperts>(
+          experts->spec(), resident_source,
+          ResidentExperts::mostRouted(ids, experts->spec().num_experts, resident_count),
+          tokens.scalar_type(), tokens.device());
+    }
+    ResidentExperts::Split split = resident->split(ids);
+    at::Tensor y_resident;
+    // The resident experts and the shared experts are queued on the device once the CPU's
+    // inputs reached the host: CUDA runs them while the CPU engine computes the other pairs.
+    auto on_device = [&] {
+      y_resident = resident->forward(experts->lora(), tokens, split, choice.weights, lora_anchor);
+      run_shared();
+    };
+    y = routedExperts(*experts, tokens, split.cpu_ids, choice.weights, lora_anchor, on_device,
+                      training && keep_expert_forward ? &kept : nullptr);
+    y = y + y_resident;
   } else {
     // The shared experts are launched once the routed experts' inputs reached the host: CUDA
     // runs them while the CPU engine works (a copy to the host before would wait for them).

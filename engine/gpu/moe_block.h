@@ -1,8 +1,9 @@
 #pragma once
 // One MoE feed-forward block: the router and shared experts on the layer's torch device, the
-// routed experts on the CPU expert engine (or, in offload mode, streamed to that device). The
-// shared experts are queued on the device before the CPU computes the routed ones, so on a GPU
-// both run at once.
+// routed experts on the CPU expert engine (or, in offload mode, streamed to that device), a few
+// of them optionally resident on the device (resident_experts.h). The shared experts and the
+// resident experts are queued on the device before the CPU computes the other routed pairs, so
+// on a GPU they run at once.
 //   qwen3_moe / mixtral:  y = routed(x)
 //   qwen2_moe:            y = routed(x) + sigmoid(shared_expert_gate(x)) * shared_expert(x)
 //   deepseek_v2 / v3:     y = routed(x) + shared_experts(x)
@@ -17,6 +18,7 @@
 #include "engine/gpu/lora_linear.h"
 #include "engine/gpu/mlp.h"
 #include "engine/gpu/moe_function.h"
+#include "engine/gpu/resident_experts.h"
 #include "engine/gpu/router.h"
 
 namespace tandem::gpu {
@@ -26,6 +28,11 @@ struct MoeBlock {
   std::unique_ptr<experts::ExpertLayer> experts;  // computes in cpu mode; holds the expert LoRA
   std::unique_ptr<ExpertOffload> offload;         // offload mode only
   std::vector<at::Tensor> expert_weight_owners;  // CPU tensors the expert views point into
+  // ModelOptions::gpu_experts: experts made resident on the layer's device at the first call,
+  // from its routing (the views they are copied from are kept until then).
+  int64_t resident_count = 0;
+  experts::ExpertWeightViews resident_source;
+  mutable std::unique_ptr<ResidentExperts> resident;
   GatedMlp shared;                               // undefined when the model has none
   LoraLinear shared_gate;                        // qwen2_moe: [1, hidden]
   at::Tensor lora_anchor;                        // see routedExperts()

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,6 +32,8 @@ struct Step {
   std::map<std::string, std::vector<float>> grads;  // every LoRA gradient, torch side and experts
   uint64_t expert_cache_peak = 0;                   // MemoryLedger ("cpu", Activations)
   int64_t reused = 0;                               // recomputations that reused a kept forward
+  float loss = 0;
+  std::vector<std::vector<int64_t>> resident;       // per MoE layer, the resident experts
 };
 
 std::vector<float> values(const at::Tensor& t) {
@@ -37,11 +41,12 @@ std::vector<float> values(const at::Tensor& t) {
   return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
 }
 
-Step trainStep(bool keep) {
+Step trainStep(bool keep, int64_t gpu_experts = 0, bool checkpointing = true) {
   const io::ModelConfig config = io::parseModelConfig(kConfig, "test config");
   ModelOptions options;
-  options.gradient_checkpointing = true;
+  options.gradient_checkpointing = checkpointing;
   options.keep_expert_forward = keep;
+  options.gpu_experts.assign(2, gpu_experts);
   const LoraPlan plan = loraPlanFromTarget(model::LoraTarget::parse("all"), LoraSettings{4, 8.0, false, 0.0});
   auto model = CausalLm::random(config, options, &plan, /*seed=*/3, ThreadPool::global());
   model->visitMoeBlocks([](const std::string&, MoeBlock& block) {  // B ≠ 0: expert LoRA matters
@@ -52,8 +57,10 @@ Step trainStep(bool keep) {
   const at::Tensor ids = at::arange(20, at::kLong).remainder(config.vocab_size).view({2, 10});
   const int64_t reused_before = reusedExpertForwards();
   MemoryLedger::global().resetPeaks();
-  model->loss(model->forwardHidden(ids, /*training=*/true), ids).backward();
+  const at::Tensor loss = model->loss(model->forwardHidden(ids, /*training=*/true), ids);
+  loss.backward();
   Step step;
+  step.loss = loss.item<float>();
   step.reused = reusedExpertForwards() - reused_before;
   for (const DeviceMemoryUsage& usage : MemoryLedger::global().snapshot()) {
     if (usage.device == "cpu") step.expert_cache_peak = usage.peak(MemoryCategory::Activations);
@@ -70,6 +77,7 @@ Step trainStep(bool keep) {
       step.grads[p + ".A"] = {a.begin(), a.end()};
       step.grads[p + ".B"] = {b.begin(), b.end()};
     }
+    if (block.resident) step.resident.push_back(block.resident->experts());
   });
   return step;
 }
@@ -92,6 +100,50 @@ TEST(KeptExpertForward, SameGradientsWithoutRecomputingTheExperts) {
     EXPECT_TRUE(nonzero) << name << ": a gradient that is all zeros tests nothing";
   }
   EXPECT_GT(kept.expert_cache_peak, recomputed.expert_cache_peak);
+}
+
+// Resident experts (torch ops on the layer's device, here the CPU device) computing some pairs
+// and the CPU engine the rest give the all-engine numbers: the loss and every gradient, the
+// resident experts' LoRA grads included (a pair lost or counted twice would be off by its whole
+// contribution). Also with checkpointing and the kept forward (the CPU part reused, the resident
+// part recomputed), and with every expert resident (the CPU engine gets only masked slots).
+TEST(ResidentExperts, SameNumbersAsTheCpuEngine) {
+  const Step engine = trainStep(false, 0, /*checkpointing=*/false);
+  struct Case {
+    bool keep;
+    int64_t gpu_experts;
+    bool checkpointing;
+  };
+  for (const Case c : {Case{false, 2, false}, Case{true, 2, true}, Case{false, 6, true}}) {
+    SCOPED_TRACE("keep " + std::to_string(c.keep) + ", gpu_experts " + std::to_string(c.gpu_experts));
+    const Step split = trainStep(c.keep, c.gpu_experts, c.checkpointing);
+    ASSERT_EQ(split.resident.size(), 2u);
+    for (const auto& experts : split.resident) EXPECT_EQ(static_cast<int64_t>(experts.size()), c.gpu_experts);
+    if (c.keep) {
+      EXPECT_EQ(split.reused, 2);
+    }
+    EXPECT_NEAR(split.loss, engine.loss, 1e-5f * std::abs(engine.loss));
+    ASSERT_EQ(split.grads.size(), engine.grads.size());
+    for (const auto& [name, want] : engine.grads) {
+      const std::vector<float>& got = split.grads.at(name);
+      ASSERT_EQ(got.size(), want.size()) << name;
+      float scale = 0, worst = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        scale = std::max(scale, std::abs(want[i]));
+        worst = std::max(worst, std::abs(got[i] - want[i]));
+      }
+      EXPECT_LE(worst, 1e-4f * scale + 1e-9f) << name;
+    }
+  }
+}
+
+// The resident experts are the most routed of the first call, ties to the lower id.
+TEST(ResidentExperts, MostRoutedOfTheFirstCall) {
+  const at::Tensor ids = at::tensor(std::vector<int64_t>{3, 1, 3, 0, 5, 3, 1, 5}, at::kLong).view({4, 2});
+  EXPECT_EQ(ResidentExperts::mostRouted(ids, 6, 2), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(ResidentExperts::mostRouted(ids, 6, 3), (std::vector<int64_t>{1, 3, 5}));
+  EXPECT_EQ(ResidentExperts::mostRouted(ids, 6, 4), (std::vector<int64_t>{0, 1, 3, 5}));
+  EXPECT_EQ(ResidentExperts::mostRouted(ids, 6, 9).size(), 6u);
 }
 
 }  // namespace

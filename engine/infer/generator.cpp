@@ -124,6 +124,9 @@ std::unique_ptr<Generator> Generator::load(const fs::path& model_dir, const Gene
   // (persistent would double the experts' host memory for nothing).
   model_options.experts_wt_policy = experts::WtPolicy::OnDemand;
   const io::ModelConfig config = io::readModelConfig(model_dir);
+  if (options.gpu_experts > 0) {
+    model_options.gpu_experts.assign(static_cast<size_t>(config.num_hidden_layers), options.gpu_experts);
+  }
   io::Tokenizer tokenizer = io::Tokenizer::load(model_dir);
   const std::string template_name =
       options.template_name.empty() ? guessTemplate(config, tokenizer) : options.template_name;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "engine/core/error.h"
 #include "engine/core/units.h"
@@ -59,11 +60,13 @@ class Evaluator {
   struct Books {
     std::map<std::string, DevicePlan> devices;
     std::map<std::pair<std::string, std::string>, size_t> item_index;  // (device, what) -> item
+    std::set<std::string> resident_scratch;  // devices charged the resident experts' transient
   };
   void charge(Books& books, const std::string& device, PlanCategory c, const std::string& what, uint64_t bytes) const;
   void chargeDense(Books& books, const ModulePlacement& m) const;
   void chargeExperts(Books& books, const ModulePlacement& m, const std::string& layer_device, bool first) const;
   void chargeTransposed(Books& books, const ModulePlacement& m, uint64_t layer_weights) const;
+  void chargeResident(Books& books, const ModulePlacement& m, const std::string& layer_device) const;
   std::string hostDevice(int node) const {
     return hw_.numa_nodes.size() == 1 ? std::string("cpu") : "cpu:numa" + std::to_string(node);
   }
@@ -144,6 +147,7 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
   // engine/experts/expert_lora.cpp: A, B and their gradients in f32; AdamW's moments beside them.
   charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA", lora * (req_.training ? 8 : 4));
   if (req_.training) charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA optimizer", lora * 8);
+  if (m.gpu_experts > 0) chargeResident(books, m, layer_device);
   const std::string compute = offload ? m.compute_device : m.device;
   // Experts on "cpu" are split over every NUMA node (each holds its slice of every expert, so
   // "cpu" charges spread evenly are what the engine holds); per-node partial outputs make some
@@ -178,6 +182,27 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
     charge(books, "cpu", PlanCategory::PinnedStaging, "PCIe staging",
            static_cast<uint64_t>(2 * tokens_ * m_.hidden_size * act_bytes_ + P * 8));
   }
+}
+
+// Resident experts (engine/gpu/resident_experts.cpp): their weights in the model dtype on the
+// layer's GPU, and once per GPU the transient of computing them with torch ops. The CPU engine
+// keeps its packs of them (host bytes unchanged).
+void Evaluator::chargeResident(Books& books, const ModulePlacement& m, const std::string& layer_device) const {
+  const int64_t n = m.gpu_experts, H = m_.hidden_size, I = m_.moe_intermediate_size;
+  charge(books, layer_device, PlanCategory::Weights, "resident routed experts",
+         static_cast<uint64_t>(n * 3 * H * I * act_bytes_));
+  if (!books.resident_scratch.insert(layer_device).second) return;
+  // Pairs they compute: hot experts get more than their share; estimated as twice it. Per pair:
+  // the gathered row and the output [H] b, gate/up/h [I] b, the fp32 weighted output [H] and its
+  // sum; T · H fp32 for the per-token sum. Training's backward recomputes it with grads: twice.
+  const int64_t P = tokens_ * m_.num_experts_per_tok;
+  const int64_t pairs = std::min<int64_t>(P, (2 * P * n + m_.num_experts - 1) / std::max(m_.num_experts, 1));
+  const int64_t forward = pairs * (2 * H * act_bytes_ + 3 * I * act_bytes_ + 2 * H * 4) + tokens_ * H * 4;
+  const auto lora = static_cast<uint64_t>(memory::loraParameters(m_, ModuleKind::RoutedExperts, m.layer, target_, req_.lora_rank));
+  const uint64_t lora_slices = lora / static_cast<uint64_t>(std::max(m_.num_experts, 1)) * static_cast<uint64_t>(n) * 4 *
+                               (req_.training ? 2 : 1);
+  charge(books, layer_device, PlanCategory::Activations, "resident experts compute",
+         static_cast<uint64_t>(forward * (req_.training ? 2 : 1)) + lora_slices);
 }
 
 void Evaluator::chargeTransposed(Books& books, const ModulePlacement& m, uint64_t layer_weights) const {
@@ -319,6 +344,74 @@ bool evictOne(Placement& p, const std::string& device, bool whole_layers) {
     }
   }
   return false;
+}
+
+// The MoE layers whose attention (so the layer) is on `device`, as their experts modules.
+std::vector<ModulePlacement*> expertsOnGpu(Placement& p, const std::string& device) {
+  std::map<int, std::string> layer_device;
+  for (const ModulePlacement& m : p.modules) {
+    if (m.kind == ModuleKind::Attention) layer_device[m.layer] = m.device;
+  }
+  std::vector<ModulePlacement*> out;
+  for (ModulePlacement& m : p.modules) {
+    if (m.kind == ModuleKind::RoutedExperts && m.backend != "gpu-offload" && layer_device[m.layer] == device) {
+      out.push_back(&m);
+    }
+  }
+  return out;
+}
+
+// Last in the order of arithmetic intensity: routed experts resident on their layer's GPU, the
+// same count on every MoE layer of a GPU. A fixed count is placed as asked (the plan says when it
+// does not fit); auto takes the largest count that keeps the GPU within kGpuExpertsFill of its
+// capacity (estimated from the weights, then corrected on the evaluated plan).
+MemoryPlan placeGpuExperts(const PlanRequest& req, const Hardware& hw, const Evaluator& evaluator, Placement& placement,
+                           MemoryPlan plan) {
+  if (req.gpu_experts == 0 || !req.model.isMoe()) return plan;
+  const int64_t E = req.model.num_experts;
+  const auto per_expert = static_cast<uint64_t>(3 * req.model.hidden_size * req.model.moe_intermediate_size *
+                                                (req.bf16 ? 2 : 4));
+  for (const GpuSpec& g : hw.gpus) {
+    const std::vector<ModulePlacement*> layers = expertsOnGpu(placement, g.device());
+    if (layers.empty()) continue;
+    auto place = [&](int64_t n) {
+      for (ModulePlacement* m : layers) m->gpu_experts = n;
+      plan = evaluator.evaluate(placement);
+    };
+    if (req.gpu_experts > 0) {
+      place(std::min(req.gpu_experts, E));
+      continue;
+    }
+    const auto limit = static_cast<uint64_t>(static_cast<double>(g.free_bytes) * kGpuExpertsFill);
+    const uint64_t used = plan.device(g.device())->total();
+    if (used >= limit) continue;
+    int64_t n = std::min<int64_t>(E, static_cast<int64_t>((limit - used) / (per_expert * layers.size())));
+    auto fits = [&] { return plan.device(g.device())->total() <= limit; };
+    place(n);
+    while (n > 0 && !fits()) {
+      n -= std::max<int64_t>(1, n / 16);
+      place(n);
+    }
+    // The largest count that fits: one more expert per layer would cross the line.
+    while (n < E) {
+      place(n + 1);
+      if (!fits()) break;
+      ++n;
+    }
+    if (n < E) place(n);
+  }
+  return plan;
+}
+
+void noteGpuExperts(MemoryPlan& plan, const PlanRequest& req, const Hardware& hw) {
+  for (const GpuSpec& g : hw.gpus) {
+    const std::vector<ModulePlacement*> layers = expertsOnGpu(plan.placement, g.device());
+    if (!layers.empty() && layers.front()->gpu_experts > 0) {
+      plan.notes.push_back(std::to_string(layers.front()->gpu_experts) + " of " + std::to_string(req.model.num_experts) +
+                           " routed experts per MoE layer resident on " + g.device() + " (" +
+                           std::to_string(layers.size()) + " layers; the most routed of each layer's first call)");
+    }
+  }
 }
 
 std::string percent(uint64_t before, uint64_t after) {
@@ -487,8 +580,13 @@ MemoryPlan evaluateChoices(const PlanRequest& request, const Hardware& hardware,
 
 }  // namespace
 
-MemoryPlan evaluatePlacement(const PlanRequest& request, const Hardware& hardware, const Placement& placement) {
+MemoryPlan evaluatePlacement(const PlanRequest& request, const Hardware& hardware, const Placement& given) {
+  // The rule file places the modules; the resident experts fill what its GPUs have left.
+  Placement placement = given;
+  const Evaluator evaluator(request, hardware, false, false);
+  placeGpuExperts(request, hardware, evaluator, placement, evaluator.evaluate(placement));
   MemoryPlan plan = evaluateChoices(request, hardware, placement);
+  noteGpuExperts(plan, request, hardware);
   if (!plan.fits) {
     adviseHost(plan, request, hardware);
     adviseGpus(plan, request);
@@ -512,7 +610,9 @@ MemoryPlan placeAndEvaluate(const PlanRequest& request, const Hardware& hardware
       plan = evaluator.evaluate(placement);
     }
   }
+  if (backend != "gpu-offload") plan = placeGpuExperts(request, hardware, evaluator, placement, std::move(plan));
   plan = evaluateChoices(request, hardware, placement);
+  noteGpuExperts(plan, request, hardware);
   if (request.experts_backend == "auto" && request.model.isMoe()) {
     plan.notes.push_back("experts backend auto: " + backend + " (the best kernels the expert engine has for this CPU)");
   }

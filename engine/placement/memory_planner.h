@@ -1,8 +1,8 @@
 #pragma once
 // The memory planner: before anything is loaded, how many bytes a LoRA run (or a chat) needs on
 // every GPU and every NUMA node, by category, for a placement; and the placement itself, filling
-// the GPUs by arithmetic intensity (attention/MLA, then shared experts, then dense MLPs) while
-// routed experts stay in host memory. When it does not fit it says what to change, with the
+// the GPUs by arithmetic intensity (attention/MLA, then shared experts, then dense MLPs, then the
+// hottest routed experts of each GPU layer) while the other routed experts stay in host memory. When it does not fit it says what to change, with the
 // effect of each change computed by planning again. docs/placement.md has every formula; they
 // follow what the engine allocates (engine/experts, engine/gpu, engine/train), and the test
 // against MemoryLedger checks the ones the ledger sees.
@@ -25,6 +25,11 @@ enum class PlanCategory : uint8_t {
 inline constexpr int kPlanCategoryCount = 8;
 std::string_view planCategoryName(PlanCategory category);  // "weights", "lora_optimizer", ...
 
+inline constexpr int64_t kAutoGpuExperts = -1;
+// Resident experts fill a GPU up to this fraction of its capacity: the rest is slack for the
+// caching allocator's fragmentation, which the planner does not model.
+inline constexpr double kGpuExpertsFill = 0.95;
+
 // What is being planned: the model, the LoRA and training settings, the expert engine choice.
 struct PlanRequest {
   io::ModelConfig model;
@@ -45,6 +50,10 @@ struct PlanRequest {
   // false: shared experts and dense MLPs may leave their layer's GPU before attention does.
   bool whole_layers = true;
   bool training = true;               // false: inference only (no LoRA grads, optimizer, caches)
+  // Routed experts resident on each MoE layer's GPU beside the CPU engine (co-computation; KT's
+  // kt_num_gpu_experts): kAutoGpuExperts fills what the GPUs have left after the dense modules,
+  // evenly per layer; N puts N on every MoE layer that is on a GPU; 0 none.
+  int64_t gpu_experts = kAutoGpuExperts;
 };
 
 // One line of the memory map: a group of modules or buffers and its bytes.

@@ -137,7 +137,8 @@ TEST(MemoryPlanner, LayersSplitOverGpusAndSpillToTheCpu) {
 
 TEST(MemoryPlanner, MonotonicInRankCutoffAndBatch) {
   const Hardware hw = preset("1x4090-24g_xeon-w7-spr_256g");
-  const PlanRequest base = request("qwen3-30b-a3b.json");
+  PlanRequest base = request("qwen3-30b-a3b.json");
+  base.gpu_experts = 0;  // auto would fill the GPU whatever the settings
   const uint64_t base_total = planMemory(base, hw).hostBytes() + planMemory(base, hw).device("cuda:0")->total();
   auto total = [&](const PlanRequest& r) {
     const MemoryPlan p = planMemory(r, hw);
@@ -173,6 +174,52 @@ TEST(MemoryPlanner, MonotonicInRankCutoffAndBatch) {
     EXPECT_LT(40 * sum(p, PlanCategory::ExpertCache), sum(planMemory(r, hw), PlanCategory::ExpertCache));
   }
   EXPECT_TRUE(recomputes);
+}
+
+// Last by arithmetic intensity: hot routed experts fill what the GPU has left after the dense
+// modules, the same count on every MoE layer, charged as the GPU's weights in the model dtype;
+// the host keeps its packs of them.
+TEST(MemoryPlanner, HotRoutedExpertsFillWhatTheGpuHasLeft) {
+  const Hardware hw = preset("1x4090-24g_xeon-w7-spr_256g");
+  PlanRequest none = request("qwen3-30b-a3b.json");
+  none.gpu_experts = 0;
+  const MemoryPlan without = planMemory(none, hw);
+  const MemoryPlan with = planMemory(request("qwen3-30b-a3b.json"), hw);
+  const int64_t n = with.placement.find("model.layers.0.mlp.experts")->gpu_experts;
+  EXPECT_GT(n, 8);   // ~14 GB left on the card, 9 MiB per expert, 48 layers
+  EXPECT_LT(n, 128);
+  for (const ModulePlacement& m : with.placement.modules) {
+    EXPECT_EQ(m.gpu_experts, m.kind == ModuleKind::RoutedExperts ? n : 0) << m.name;
+  }
+  const DevicePlan& gpu = *with.device("cuda:0");
+  uint64_t resident = 0;
+  for (const PlanItem& item : gpu.items) {
+    if (item.what == "resident routed experts") resident += item.bytes;
+  }
+  EXPECT_EQ(resident, static_cast<uint64_t>(n) * 48 * 3 * 2048 * 768 * 2);
+  EXPECT_EQ(gpu.at(PlanCategory::Weights), without.device("cuda:0")->at(PlanCategory::Weights) + resident);
+  EXPECT_LE(static_cast<double>(gpu.total()), kGpuExpertsFill * static_cast<double>(gpu.capacity_bytes));
+  EXPECT_EQ(with.hostBytes(), without.hostBytes());
+  EXPECT_TRUE(with.fits);
+  EXPECT_EQ(toRuntimePlacement(with.placement).gpu_experts, std::vector<int64_t>(48, n));
+  // The largest count: one more expert per layer crosses the fill line.
+  PlanRequest more = request("qwen3-30b-a3b.json");
+  more.gpu_experts = n + 1;
+  EXPECT_GT(static_cast<double>(planMemory(more, hw).device("cuda:0")->total()),
+            kGpuExpertsFill * static_cast<double>(gpu.capacity_bytes));
+  // A fixed count is placed as asked; offload mode and a machine without GPUs place none.
+  PlanRequest four = request("qwen3-30b-a3b.json");
+  four.gpu_experts = 4;
+  EXPECT_EQ(planMemory(four, hw).placement.find("model.layers.47.mlp.experts")->gpu_experts, 4);
+  PlanRequest offload = request("qwen3-30b-a3b.json");
+  offload.experts_backend = "gpu-offload";
+  EXPECT_EQ(planMemory(offload, hw).placement.find("model.layers.0.mlp.experts")->gpu_experts, 0);
+  Hardware cpu_only = hw;
+  cpu_only.gpus.clear();
+  EXPECT_EQ(planMemory(request("qwen3-30b-a3b.json"), cpu_only).placement.find("model.layers.0.mlp.experts")->gpu_experts, 0);
+  // Big GPUs hold every expert of a small model (the CPU engine then computes none).
+  EXPECT_EQ(planMemory(request("deepseek-v2-lite.json"), preset("1xh200_xeon-16c_128g"))
+                .placement.find("model.layers.1.mlp.experts")->gpu_experts, 64);
 }
 
 TEST(MemoryPlanner, EvaluatesARuleFilePlacementAndAdvises) {

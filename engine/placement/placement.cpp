@@ -166,7 +166,10 @@ RuntimePlacement toRuntimePlacement(const Placement& placement) {
   for (const ModulePlacement& m : placement.modules) {
     switch (m.kind) {
       case ModuleKind::Embedding: r.embed_device = m.device; break;
-      case ModuleKind::Attention: r.layer_devices.push_back(m.device); break;
+      case ModuleKind::Attention:
+        r.layer_devices.push_back(m.device);
+        r.gpu_experts.push_back(0);
+        break;
       case ModuleKind::FinalNorm: norm_device = m.device; break;
       case ModuleKind::LmHead:
         if (m.device != norm_device) {
@@ -185,6 +188,12 @@ RuntimePlacement toRuntimePlacement(const Placement& placement) {
           throw Error(m.name + " is computed on " + m.compute_device + " but its layer is on " +
                       r.layer_devices.back(), "offloaded experts run on their layer's GPU");
         }
+        if (m.gpu_experts > 0 && (m.backend == "gpu-offload" || !r.layer_devices.back().starts_with("cuda:"))) {
+          throw Error(m.name + " has " + std::to_string(m.gpu_experts) + " experts resident on " +
+                          r.layer_devices.back() + " with backend " + m.backend,
+                      "resident experts live on their layer's GPU beside the CPU engine (not gpu-offload)");
+        }
+        r.gpu_experts.back() = m.gpu_experts;
         experts = &m;
         r.experts_numa_node.resize(std::max(r.experts_numa_node.size(), static_cast<size_t>(m.layer) + 1), -1);
         if (m.device.starts_with("cpu:numa")) r.experts_numa_node[static_cast<size_t>(m.layer)] = std::stoi(m.device.substr(8));

@@ -43,6 +43,9 @@ struct ModulePlacement {
   std::string backend;         // see kExpertBackends
   std::string weight_format;   // bf16 | int8 | fp8 (| fp16 | fp32: unquantized checkpoints)
   std::string compute_device;  // gpu-offload: the GPU that computes them; else empty
+  // Co-computation: how many of them (the most routed) live on their layer's GPU, computed
+  // there while the CPU engine computes the rest (engine/gpu/resident_experts.h).
+  int64_t gpu_experts = 0;
 
   bool operator==(const ModulePlacement&) const = default;
 };
@@ -90,6 +93,7 @@ struct RuntimePlacement {
   // Per decoder layer: K when its experts are on cpu:numaK (computed on node K alone), -1 on cpu
   // (split over every NUMA node, docs/experts.md) or without routed experts.
   std::vector<int> experts_numa_node;
+  std::vector<int64_t> gpu_experts;        // per decoder layer: experts resident on its GPU
 };
 // Throws Error when the placement asks for what the runtime cannot express: a layer's parts on
 // different devices, lm_head away from model.norm, experts of different layers on different

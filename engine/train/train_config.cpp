@@ -321,6 +321,7 @@ void readTandem(const Doc& doc, TrainConfig& c) {
   set(c.loss_chunk_tokens, doc.get("loss_chunk_tokens", positiveInt));
   set(c.experts_format, doc.get("experts_format", expertsFormat));
   set(c.experts_wt_policy, doc.get("experts_wt_policy", expertsWtPolicy));
+  set(c.gpu_experts, doc.get("gpu_experts", gpuExperts));
 }
 
 // The expert backends compute in one format each (engine/experts kernels): amx_int8 in int8;
@@ -551,6 +552,7 @@ std::string toYaml(const TrainConfig& c) {
   w.integer("loss_chunk_tokens", c.loss_chunk_tokens);
   w.str("experts_format", c.experts_format);
   w.str("experts_wt_policy", c.experts_wt_policy);
+  w.str("gpu_experts", c.gpu_experts);
   return w.text();
 }
 
@@ -572,6 +574,7 @@ std::string configFingerprint(const TrainConfig& config) {
   c.per_device_eval_batch_size = defaults.per_device_eval_batch_size;
   c.expert_threads = defaults.expert_threads;
   c.experts_wt_policy = defaults.experts_wt_policy;  // the same math either way
+  c.gpu_experts = defaults.gpu_experts;              // the same math, on another device
   // Detects "a different config"; not a security boundary.
   Fnv1a64 hash;
   hash.add(toYaml(c));

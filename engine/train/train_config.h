@@ -111,6 +111,9 @@ struct TrainConfig {
   // The backward's Wᵀ: auto (the memory planner's choice: persistent when it fits), persistent
   // (a second packed copy), on_demand (repacked per backward for the routed experts).
   std::string experts_wt_policy = "auto";
+  // Routed experts per MoE layer resident on the layer's GPU beside the CPU engine (KT:
+  // kt_num_gpu_experts): auto (the memory planner fills what the GPUs have left), or a count.
+  std::string gpu_experts = "auto";
 
   bool operator==(const TrainConfig&) const = default;
 };

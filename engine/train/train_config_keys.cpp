@@ -40,7 +40,6 @@ namespace {
 
 void checkReportTo(const Entry& e);
 void checkUseKt(const Entry& e);
-void checkNumGpuExperts(const Entry& e);
 void checkPositiveInt(const Entry& e);
 
 const std::string kGc = "LLaMA-Factory controls it with disable_gradient_checkpointing "
@@ -61,7 +60,7 @@ void addSettingKeys(std::vector<KeySpec>& keys) {
         "save_steps", "save_total_limit", "save_only_model", "plot_loss", "resume_from_checkpoint",
         "experts_backend", "expert_threads", "placement_rule", "expert_chunk_tokens",
         "expert_weight_path", "device", "layer_devices", "experts_mode", "loss_chunk_tokens",
-        "experts_format", "experts_wt_policy"}) {
+        "experts_format", "experts_wt_policy", "gpu_experts"}) {
     setting(name);
   }
   for (const char* name :
@@ -90,7 +89,7 @@ void addKtKeys(std::vector<KeySpec>& keys) {
       {"chunk_size", Kind::Setting, "expert_chunk_tokens", nullptr},
       {"weight_path", Kind::Setting, "expert_weight_path", nullptr},
       {"expert_weight_format", Kind::Setting, "experts_format", nullptr},
-      {"num_gpu_experts", Kind::Ignored, "", checkNumGpuExperts},
+      {"num_gpu_experts", Kind::Setting, "gpu_experts", nullptr},
       {"enabled", Kind::Ignored, "", checkUseKt},
       {"lora_rank", Kind::Ignored, "", checkPositiveInt},  // must equal lora_rank (checked later)
       // Buffer, thread-pool and lifetime tuning of KT's own runtime; Tandem decides these itself.
@@ -383,6 +382,15 @@ std::string expertsFormat(const Entry& e) {
   fail(e, "must be one of auto, bf16, int8, fp8; got '" + text(e) + "'");
 }
 
+std::string gpuExperts(const Entry& e) {
+  const std::string value = lowered(text(e));
+  if (value == "auto") return value;
+  if (value.empty() || !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    failValue(e, "auto or a count >= 0 (routed experts per MoE layer on its GPU)");
+  }
+  return std::to_string(nonNegativeInt(e));
+}
+
 std::string expertsWtPolicy(const Entry& e) {
   const std::string value = text(e);
   if (value == "auto" || value == "persistent" || value == "on_demand") return value;
@@ -414,12 +422,6 @@ void checkReportTo(const Entry& e) {
 
 void checkUseKt(const Entry& e) { boolean(e); }
 void checkPositiveInt(const Entry& e) { positiveInt(e); }
-
-void checkNumGpuExperts(const Entry& e) {
-  if (nonNegativeInt(e) != 0) {
-    fail(e, "is not supported: Tandem keeps every routed expert on the CPU", "remove it or set 0");
-  }
-}
 
 }  // namespace
 

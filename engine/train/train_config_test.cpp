@@ -287,13 +287,20 @@ TEST(TrainConfigTest, OverridesApplyAfterTheFile) {
             "saves/run/checkpoint-500");
 }
 
+TEST(TrainConfigTest, GpuExpertsTakeKtNumGpuExperts) {
+  EXPECT_EQ(parse(kMinimal).gpu_experts, "auto");
+  EXPECT_EQ(parse(kMinimal + std::string("kt_config:\n  kt_num_gpu_experts: 4\n")).gpu_experts, "4");
+  EXPECT_EQ(parse(kMinimal + std::string("gpu_experts: AUTO\n")).gpu_experts, "auto");
+  EXPECT_EQ(parse(kMinimal + std::string("gpu_experts: 0\n")).gpu_experts, "0");
+}
+
 TEST(TrainConfigTest, HarmlessKeysAreAcceptedAndIgnored) {
   const std::string yaml = kMinimal + std::string(
                                "trust_remote_code: true\nddp_timeout: 180000000\nflash_attn: fa2\n"
                                "preprocessing_num_workers: 16\noverwrite_cache: true\n"
                                "report_to: none\ndataloader_num_workers: 4\nuse_unsloth: false\n"
                                "fp16: false\ndeepspeed: null\nquantization_bit:\n"
-                               "kt_cpu_activation: retain\nkt_config:\n  kt_num_gpu_experts: 0\n");
+                               "kt_cpu_activation: retain\n");
   TrainConfig expected = parse(kMinimal);
   EXPECT_EQ(parse(yaml), expected);
 }
@@ -355,7 +362,8 @@ TEST(TrainConfigTest, BadConfigsFailWithUsefulErrors) {
        "multiplies bf16 weights only"},
       {"experts_format: int8\nkt_config:\n  kt_expert_weight_format: fp8\n",
        "kt_config.kt_expert_weight_format ('fp8') conflicts with experts_format ('int8', cfg.yaml:4)"},
-      {"kt_config:\n  kt_num_gpu_experts: 4\n", "kt_num_gpu_experts is not supported"},
+      {"kt_config:\n  kt_num_gpu_experts: many\n", "kt_num_gpu_experts must be"},
+      {"gpu_experts: -2\n", "gpu_experts must be"},
       {"kt_config:\n  kt_lora_rank: 16\n", "kt_config.kt_lora_rank (16) differs from lora_rank (8)"},
       {"use_kt: false\ncpu_infer: 32\n", "cpu_infer is a KTransformers setting, but use_kt is false"},
       {"val_size: 0.1\neval_dataset: alpaca_en_demo\n", "val_size cannot be combined with eval_dataset"},

@@ -25,6 +25,7 @@ placement::PlanRequest planRequestFor(const TrainConfig& config, const io::Model
                 "use experts_format: auto, bf16 or int8 (int8 quantises the experts at load)");
   }
   if (config.experts_format != "auto") r.expert_weight_format = config.experts_format;
+  r.gpu_experts = config.gpu_experts == "auto" ? placement::kAutoGpuExperts : std::stoll(config.gpu_experts);
   if (config.experts_wt_policy != "auto") {
     r.transposed_weights = config.experts_wt_policy == "on_demand" ? "pool" : "persistent";
   }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <filesystem>
 #include <unistd.h>
@@ -139,6 +140,45 @@ TEST_P(PlanVersusLedger, WithinTenPercent) {
 
 INSTANTIATE_TEST_SUITE_P(Checkpointing, PlanVersusLedger, ::testing::Bool(),
                          [](const auto& param_info) { return param_info.param ? "checkpointing" : "no_checkpointing"; });
+
+// Resident experts: the planner's GPU weights item for a fixed count (gpu_experts, as `tandem
+// train` passes it) against what the engine's ResidentExperts charge to the ledger when the
+// first call makes them resident (here on the CPU device: the same bytes in the model dtype).
+TEST(PlanVersusLedger, ResidentExpertWeights) {
+  const io::ModelConfig config = io::parseModelConfig(kConfig, "test config");
+  TrainConfig tc;
+  tc.lora_rank = 8;
+  tc.cutoff_len = 64;
+  tc.per_device_train_batch_size = 1;
+  tc.bf16 = false;
+  EXPECT_EQ(planRequestFor(tc, config).gpu_experts, placement::kAutoGpuExperts);
+  tc.gpu_experts = "3";
+  EXPECT_EQ(planRequestFor(tc, config).gpu_experts, 3);
+  placement::Hardware hw = placement::probeHardware();
+  hw.gpus = {placement::GpuSpec{0, "test GPU", 64ull << 30, 64ull << 30}};
+  const placement::MemoryPlan plan = planTraining(tc, config, hw);
+  uint64_t planned_bytes = 0;
+  for (const placement::PlanItem& item : plan.device("cuda:0")->items) {
+    planned_bytes += item.what == "resident routed experts" ? item.bytes : 0;
+  }
+  gpu::ModelOptions options;  // fp32 on the CPU device
+  options.gpu_experts = placement::toRuntimePlacement(plan.placement).gpu_experts;
+  EXPECT_EQ(options.gpu_experts, (std::vector<int64_t>{3, 0, 3}));  // layer 1 is dense
+  auto model = gpu::CausalLm::random(config, options, nullptr, /*seed=*/7, ThreadPool::global());
+  auto weights = [] {
+    for (const DeviceMemoryUsage& usage : MemoryLedger::global().snapshot()) {
+      if (usage.device == "cpu") return usage.current(MemoryCategory::Weights);
+    }
+    return uint64_t{0};
+  };
+  const uint64_t before = weights();
+  {
+    at::NoGradGuard no_grad;
+    (void)model->forwardHidden(at::arange(16, at::kLong).view({1, 16}), /*training=*/false);
+  }
+  expectWithin10Percent(planned_bytes, weights() - before, "resident expert weights");
+  EXPECT_EQ(planned_bytes, 2u * 3 * 3 * 64 * 48 * 4);  // 2 MoE layers · 3 experts · 3 · H · I · fp32
+}
 
 // `tandem plan` and `tandem train` plan with the same expert choices: experts_format and
 // experts_wt_policy reach the planner as its weight format and Wᵀ form.

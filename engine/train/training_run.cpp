@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <random>
@@ -215,6 +216,20 @@ void applyRulePlacement(const placement::RuntimePlacement& runtime, gpu::ModelOp
   if (options.experts_format == "auto" && runtime.experts_weight_format == "int8") options.experts_format = "int8";
 }
 
+// The planner's resident experts (gpu_experts) for the layers that run where it planned them:
+// counts are per GPU memory, so a layer the runtime puts elsewhere gets none.
+std::vector<int64_t> plannedGpuExperts(const placement::MemoryPlan& plan, const gpu::ModelOptions& options) {
+  const auto& modules = plan.placement.modules;
+  if (std::none_of(modules.begin(), modules.end(), [](const auto& m) { return m.gpu_experts > 0; })) return {};
+  const placement::RuntimePlacement runtime = placement::toRuntimePlacement(plan.placement);
+  std::vector<int64_t> counts(runtime.gpu_experts.size(), 0);
+  if (options.experts != gpu::ExpertsMode::Cpu) return counts;
+  for (size_t layer = 0; layer < counts.size(); ++layer) {
+    if (options.layerDevice(layer).str() == runtime.layer_devices[layer]) counts[layer] = runtime.gpu_experts[layer];
+  }
+  return counts;
+}
+
 // experts_wt_policy: auto follows the memory planner (persistent when it fits, else its pool,
 // which the expert engine runs as on_demand).
 experts::WtPolicy wtPolicy(const TrainConfig& config, const placement::MemoryPlan& plan) {
@@ -234,6 +249,9 @@ std::string expertsSummary(gpu::CausalLm& model) {
     summary = "routed experts: " + (block.offload ? std::string("gpu-offload") : e.backendName()) + ", " +
               std::string(experts::weightFormatName(e.weightFormat())) + " packs, W^T " +
               std::string(experts::wtPolicyName(e.wtPolicy()));
+    if (block.resident_count > 0) {
+      summary += ", " + std::to_string(block.resident_count) + " per layer resident on the GPU";
+    }
     if (model.config().quantization) summary += " (" + model.config().quantization->quant_method + " checkpoint)";
   });
   return summary.empty() ? "no routed experts (dense model)" : summary;
@@ -292,6 +310,7 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   if (!config.placement_rule.empty() && config.layer_devices.empty()) {
     applyRulePlacement(placement::toRuntimePlacement(memory_plan.placement), options);
   }
+  options.gpu_experts = plannedGpuExperts(memory_plan, options);
   options.gradient_checkpointing = config.gradient_checkpointing;
   options.keep_expert_forward = memory_plan.keep_expert_forward;  // when host RAM has room
   options.loss_chunk_tokens = config.loss_chunk_tokens;

@@ -72,13 +72,14 @@ def hf_generate(model_dir, adapter_dir, prompts):
     return out
 
 
-def tandem_generate(tandem, case, adapter=None, merge=False):
+def tandem_generate(tandem, case, adapter=None, merge=False, extra=()):
     cmd = [tandem, "debug", "generate", "--model", str(case["model"]), "--tokens", str(case["root"] / "prompts.json"),
            "--max-new-tokens", str(NEW_TOKENS)]
     if adapter:
         cmd += ["--adapter", str(adapter)]
     if merge:
         cmd.append("--merge")
+    cmd += list(extra)
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout)
@@ -108,6 +109,16 @@ def test_merged_adapter_matches_transformers(tandem, cases, arch):
     assert "base" not in got
     assert_same_tokens(got["adapter"], hf_generate(case["model"], case["adapter"], case["prompts"]),
                        f"{arch} merged adapter")
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v2"])
+def test_resident_experts_generate_the_same(tandem, cases, arch):
+    """--gpu-experts 2: the most routed experts of the first prompt's forward computed by torch on the device (here
+    the CPU device), the rest by the CPU engine, through prefill and KV-cached decode, base and adapter."""
+    case = cases(arch)
+    got = tandem_generate(tandem, case, adapter=case["adapter"], extra=["--gpu-experts", "2"])
+    assert_same_tokens(got["base"], hf_generate(case["model"], None, case["prompts"]), f"{arch} base")
+    assert_same_tokens(got["adapter"], hf_generate(case["model"], case["adapter"], case["prompts"]), f"{arch} adapter")
 
 
 @pytest.mark.parametrize("arch", ["qwen2_moe", "deepseek_v2"])

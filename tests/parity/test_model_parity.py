@@ -280,6 +280,24 @@ def test_offload_mode_with_checkpointing_and_split(tandem, cases, tmp_path):
           extra=["--experts", "gpu-offload", "--gradient-checkpointing"] + split_devices("cpu", "cpu:0"))
 
 
+@pytest.mark.parametrize("arch", PLACED_ARCHS)
+def test_resident_experts_equal_cpu_engine(tandem, cases, tmp_path, arch):
+    """--gpu-experts 2: the two most routed experts of every MoE layer computed with torch ops on the layer's device
+    (here the CPU device), the other pairs by the CPU engine, outputs summed: matches the reference (every expert's
+    LoRA grads, so a resident pair lost or counted twice fails) and the all-engine run."""
+    case = cases(arch)
+    resident, _ = check(tandem, case, tmp_path, "grad", extra=["--gpu-experts", "2"])
+    engine = tmp_path / "engine.safetensors"
+    assert run_debug(tandem, "grad", case, engine).returncode == 0
+    assert_same_outputs(resident, engine)
+    check(tandem, case, tmp_path, "forward", extra=["--gpu-experts", "2"])
+
+
+def test_resident_experts_with_checkpointing_and_split(tandem, cases, tmp_path):
+    check(tandem, cases("deepseek_v3", rslora=True, router_lora=True), tmp_path, "grad", adapter="adapter_per_expert",
+          extra=["--gpu-experts", "3", "--gradient-checkpointing"] + split_devices("cpu", "cpu:0"))
+
+
 @pytest.mark.parametrize("extra,expected", [
     (["--layer-devices", "cpu:0-7"], "outside"),
     (["--layer-devices", "cpu:1-0"], "not a layer range"),
@@ -287,6 +305,7 @@ def test_offload_mode_with_checkpointing_and_split(tandem, cases, tmp_path):
     (["--layer-devices", "tpu:0-2"], "not a device"),
     (["--layer-devices", "cuda:7:0-2"], "not available"),
     (["--experts", "gpu"], "gpu-offload"),
+    (["--experts", "gpu-offload", "--gpu-experts", "2"], "gpu_experts"),
 ])
 def test_bad_placement_is_an_error(tandem, cases, tmp_path, extra, expected):
     result = run_debug(tandem, "grad", cases("qwen3_moe"), tmp_path / "o.safetensors", extra=extra)
@@ -309,6 +328,13 @@ def test_split_layers_cuda(tandem, cases, tmp_path, arch, dtype):
 def test_offload_mode_cuda(tandem, cases, tmp_path, arch, dtype):
     check(tandem, cases(arch, dtype), tmp_path, "grad", dtype=dtype, device="cuda:0",
           extra=["--experts", "gpu-offload"])
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v2", "deepseek_v3", "mixtral", "qwen2_moe"])
+def test_resident_experts_cuda(tandem, cases, tmp_path, arch, dtype):
+    check(tandem, cases(arch, dtype), tmp_path, "grad", dtype=dtype, device="cuda:0", extra=["--gpu-experts", "2"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,65 @@
+#include "engine/gpu/resident_experts.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "engine/experts/expert_routing.h"
+
+namespace tandem::gpu {
+
+ResidentExperts::ResidentExperts(const experts::ExpertLayerSpec& spec,
+                                 const experts::ExpertWeightViews& views,
+                                 std::vector<int64_t> experts, at::ScalarType dtype,
+                                 at::Device device)
+    : experts_(std::move(experts)), local_of_(static_cast<size_t>(spec.num_experts), -1) {
+  // Normal tensors even when the first call is a chat's (inference mode): training may follow.
+  c10::InferenceMode not_inference(false);
+  for (size_t i = 0; i < experts_.size(); ++i) local_of_[static_cast<size_t>(experts_[i])] = static_cast<int64_t>(i);
+  global_ids_ = at::tensor(experts_, at::kLong);
+  const TorchExpertWeights host = stackExpertWeights(spec, views, experts_, dtype, /*pinned=*/false);
+  weights_ = {host.gate.to(device), host.up.to(device), host.down.to(device)};
+  charge_ = MemoryCharge(MemoryLedger::global(), device.str(), MemoryCategory::Weights, weights_.bytes());
+}
+
+std::vector<int64_t> ResidentExperts::mostRouted(const at::Tensor& ids, int64_t num_experts,
+                                                 int64_t count) {
+  const at::Tensor flat = ids.to(at::kCPU, at::kLong).contiguous();
+  std::vector<int64_t> slots(static_cast<size_t>(num_experts), 0);
+  const int64_t* id = flat.data_ptr<int64_t>();
+  for (int64_t s = 0; s < flat.numel(); ++s) ++slots[static_cast<size_t>(id[s])];
+  std::vector<int64_t> order(static_cast<size_t>(num_experts));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return slots[static_cast<size_t>(a)] > slots[static_cast<size_t>(b)];
+  });
+  order.resize(static_cast<size_t>(std::clamp<int64_t>(count, 0, num_experts)));
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+ResidentExperts::Split ResidentExperts::split(const at::Tensor& ids) const {
+  const at::Tensor global = ids.to(at::kCPU, at::kLong).contiguous();
+  at::Tensor cpu_ids = at::empty(global.sizes(), at::kInt);
+  at::Tensor local = at::empty(global.sizes(), at::kLong);
+  const int64_t* g = global.data_ptr<int64_t>();
+  int32_t* c = cpu_ids.data_ptr<int32_t>();
+  int64_t* l = local.data_ptr<int64_t>();
+  for (int64_t s = 0; s < global.numel(); ++s) {
+    l[s] = local_of_[static_cast<size_t>(g[s])];
+    c[s] = l[s] >= 0 ? experts::kMaskedSlot : static_cast<int32_t>(g[s]);
+  }
+  return {cpu_ids, groupByExpert(local, static_cast<int64_t>(experts_.size()), weights_.gate.device())};
+}
+
+at::Tensor ResidentExperts::forward(experts::ExpertLora& lora, const at::Tensor& hidden,
+                                    Split& split, const at::Tensor& topk_weights,
+                                    const at::Tensor& lora_anchor) const {
+  return torchExperts([this] { return weights_; }, lora, global_ids_, std::move(split.grouping),
+                      hidden, topk_weights, lora_anchor);
+}
+
+}  // namespace tandem::gpu

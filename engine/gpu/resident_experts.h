@@ -1,0 +1,61 @@
+#pragma once
+// GPU-resident routed experts (co-computation mode, ModelOptions::gpu_experts): per MoE layer a
+// few experts whose frozen weights live permanently on the layer's device, in the model dtype,
+// computed there with torch ops (torch_experts.h) while the CPU expert engine computes the other
+// (token, expert) pairs of the same call; the outputs are summed. The CPU engine sees the
+// resident experts' slots as masked (experts::kMaskedSlot), so no pair is computed twice.
+//
+// Which experts: the `count` most routed of the layer's first call (ties: the lower id), then
+// fixed for the model's life, so the gradient-checkpointing recomputation and every later step
+// split the same way. Their LoRA stays in the ExpertLayer's ExpertLora (fp32 host): each call
+// copies the resident experts' A/B slices to the device and their gradients come back, as in
+// offload mode. The CPU engine keeps its packs of the resident experts (it could free them; it
+// does not, see docs/placement_runtime.md).
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/core/memory_ledger.h"
+#include "engine/experts/expert_lora.h"
+#include "engine/experts/expert_types.h"
+#include "engine/gpu/torch_experts.h"
+
+namespace tandem::gpu {
+
+class ResidentExperts {
+ public:
+  // Copies the listed experts' weights (views as the CPU engine reads them; fp8 dequantised) to
+  // `device` in `dtype`, charged to the ledger as that device's weights.
+  ResidentExperts(const experts::ExpertLayerSpec& spec, const experts::ExpertWeightViews& views,
+                  std::vector<int64_t> experts, at::ScalarType dtype, at::Device device);
+
+  // The `count` experts with the most slots in ids [T, k] (host, int64), ties to the lower id,
+  // returned in increasing id order.
+  static std::vector<int64_t> mostRouted(const at::Tensor& ids, int64_t num_experts, int64_t count);
+
+  struct Split {
+    at::Tensor cpu_ids;       // [T, k] int32 host: the slots of resident experts kMaskedSlot
+    ExpertGrouping grouping;  // the resident experts' pairs, on the device
+  };
+  // ids [T, k] host int64 (the router's choice).
+  Split split(const at::Tensor& ids) const;
+
+  // The resident experts' part of the layer's output: [T, H] in hidden's dtype on the device;
+  // arguments as ExpertOffload::forward.
+  at::Tensor forward(experts::ExpertLora& lora, const at::Tensor& hidden, Split& split,
+                     const at::Tensor& topk_weights, const at::Tensor& lora_anchor) const;
+
+  const std::vector<int64_t>& experts() const { return experts_; }
+  uint64_t deviceBytes() const { return weights_.bytes(); }
+
+ private:
+  std::vector<int64_t> experts_;
+  std::vector<int64_t> local_of_;  // [E]: local index of a resident expert, -1 otherwise
+  at::Tensor global_ids_;          // [n] int64 host
+  TorchExpertWeights weights_;     // on the device
+  MemoryCharge charge_;
+};
+
+}  // namespace tandem::gpu

@@ -1,0 +1,247 @@
+#include "engine/gpu/torch_experts.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+
+#include <array>
+#include <memory>
+#include <numeric>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "engine/gpu/weight_loader.h"
+
+namespace tandem::gpu {
+
+namespace {
+
+using experts::ExpertLora;
+using experts::ExpertProj;
+using experts::kExpertProjCount;
+
+// The LoRA matrices on the device: a [n, r, in], b [n, out, r] fp32 per targeted projection.
+struct DeviceLora {
+  std::array<at::Tensor, kExpertProjCount> a, b;
+  float scale = 0;
+};
+
+at::Tensor hostView(std::span<float> buffer, int64_t experts, int64_t rows, int64_t cols) {
+  return at::from_blob(buffer.data(), {experts, rows, cols}, at::kFloat);
+}
+
+// Copies A and B of the computed experts (all when `global_ids` is undefined: on the CPU device
+// then views of the buffers) to `device`; leaves that require grad when `trainable`.
+DeviceLora streamLora(ExpertLora& lora, const at::Tensor& global_ids, at::Device device,
+                      bool trainable) {
+  DeviceLora out;
+  out.scale = lora.scale();
+  for (int p = 0; p < kExpertProjCount; ++p) {
+    const auto proj = static_cast<ExpertProj>(p);
+    if (!lora.targets(proj)) continue;
+    const int64_t e = lora.numExperts(), r = lora.rank();
+    at::Tensor a = hostView(lora.allA(proj), e, r, lora.inFeatures(proj));
+    at::Tensor b = hostView(lora.allB(proj), e, lora.outFeatures(proj), r);
+    if (global_ids.defined()) {
+      a = a.index_select(0, global_ids);
+      b = b.index_select(0, global_ids);
+    }
+    out.a[p] = a.to(device);
+    out.b[p] = b.to(device);
+    if (trainable) {
+      out.a[p] = out.a[p].detach().requires_grad_(true);
+      out.b[p] = out.b[p].detach().requires_grad_(true);
+    }
+  }
+  return out;
+}
+
+// in [n, in] model dtype -> [n, out]: x Wᵀ + s · (x Aᵀ) Bᵀ, the LoRA branch in fp32.
+at::Tensor project(const at::Tensor& in, const at::Tensor& weight, const DeviceLora& lora,
+                   ExpertProj proj, int64_t expert) {
+  const at::Tensor y = at::linear(in, weight);
+  const int p = static_cast<int>(proj);
+  if (!lora.a[p].defined()) return y;
+  const at::Tensor delta =
+      at::linear(at::linear(in.to(at::kFloat), lora.a[p][expert]), lora.b[p][expert]) * lora.scale;
+  return (y + delta).to(y.scalar_type());
+}
+
+// x [T, H], weights [T, k] fp32 -> [T, H] in x's dtype; differentiable in x, weights and the
+// LoRA leaves.
+at::Tensor expertsForward(const TorchExpertWeights& w, const DeviceLora& lora,
+                          const ExpertGrouping& g, const at::Tensor& x, const at::Tensor& weights) {
+  const at::Tensor rows = x.index_select(0, g.pair_token);  // [P, H]
+  std::vector<at::Tensor> outs;
+  int64_t offset = 0;
+  for (size_t e = 0; e < g.counts.size(); ++e) {
+    const int64_t n = g.counts[e];
+    if (n == 0) continue;
+    const auto i = static_cast<int64_t>(e);
+    const at::Tensor in = rows.narrow(0, offset, n);
+    const at::Tensor h = at::silu(project(in, w.gate[i], lora, ExpertProj::Gate, i)) *
+                         project(in, w.up[i], lora, ExpertProj::Up, i);
+    outs.push_back(project(h, w.down[i], lora, ExpertProj::Down, i));
+    offset += n;
+  }
+  const at::Tensor pair_weight = weights.reshape({-1}).index_select(0, g.order).unsqueeze(1);
+  const at::Tensor weighted = at::cat(outs).to(at::kFloat) * pair_weight;  // [P, H] fp32
+  return at::zeros({x.size(0), x.size(1)}, weighted.options()).index_add(0, g.pair_token, weighted)
+      .to(x.scalar_type());
+}
+
+class TorchExpertsBackward : public torch::autograd::Node {
+ public:
+  TorchExpertsBackward(std::function<TorchExpertWeights()> weights, ExpertLora& lora,
+                       at::Tensor global_ids, ExpertGrouping grouping, at::Tensor hidden,
+                       at::Tensor topk_weights)
+      : weights_(std::move(weights)), lora_(lora), global_ids_(std::move(global_ids)),
+        grouping_(std::move(grouping)), hidden_(std::move(hidden)),
+        topk_weights_(std::move(topk_weights)) {}
+
+  std::string name() const override { return "tandem::TorchExpertsBackward"; }
+
+  // Fetches the weights again and differentiates a recomputed forward (reentrant autograd).
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    at::AutoGradMode grad_mode(true);
+    const at::Tensor x = hidden_.detach().requires_grad_(true);
+    const at::Tensor w = topk_weights_.detach().requires_grad_(true);
+    const DeviceLora lora = streamLora(lora_, global_ids_, x.device(), /*trainable=*/true);
+    const at::Tensor y = expertsForward(weights_(), lora, grouping_, x, w);
+    std::vector<at::Tensor> inputs{x, w};
+    for (int p = 0; p < kExpertProjCount; ++p) {
+      if (lora.a[p].defined()) inputs.insert(inputs.end(), {lora.a[p], lora.b[p]});
+    }
+    at::Tensor dy = grads[0].defined() ? grads[0] : at::zeros_like(y);
+    const auto d = torch::autograd::grad({y}, inputs, {dy}, /*retain_graph=*/false,
+                                         /*create_graph=*/false, /*allow_unused=*/true);
+    size_t next = 2;
+    for (int p = 0; p < kExpertProjCount; ++p) {
+      if (!lora.a[p].defined()) continue;
+      const auto proj = static_cast<ExpertProj>(p);
+      const int64_t e = lora_.numExperts(), r = lora_.rank();
+      accumulate(hostView(lora_.allGradA(proj), e, r, lora_.inFeatures(proj)), d[next++]);
+      accumulate(hostView(lora_.allGradB(proj), e, lora_.outFeatures(proj), r), d[next++]);
+    }
+    release_variables();
+    torch::autograd::variable_list result(3);
+    if (should_compute_output(0)) result[0] = d[0];
+    if (should_compute_output(1)) result[1] = d[1];
+    return result;  // the anchor gets no gradient: the LoRA grads live in the host buffers
+  }
+
+  void release_variables() override {
+    hidden_.reset();
+    topk_weights_.reset();
+    grouping_ = ExpertGrouping();
+  }
+
+ private:
+  // grad [n, rows, cols] of the computed experts -> += into their rows of host_grad [E, rows, cols].
+  void accumulate(at::Tensor host_grad, const at::Tensor& grad) const {
+    if (!grad.defined()) return;
+    if (global_ids_.defined()) {
+      host_grad.index_add_(0, global_ids_, grad.to(at::kCPU));
+    } else {
+      host_grad.add_(grad.to(at::kCPU));
+    }
+  }
+
+  std::function<TorchExpertWeights()> weights_;
+  ExpertLora& lora_;
+  at::Tensor global_ids_;
+  ExpertGrouping grouping_;
+  at::Tensor hidden_, topk_weights_;
+};
+
+}  // namespace
+
+uint64_t TorchExpertWeights::bytes() const { return gate.nbytes() + up.nbytes() + down.nbytes(); }
+
+int64_t ExpertGrouping::pairs() const { return std::accumulate(counts.begin(), counts.end(), int64_t{0}); }
+
+TorchExpertWeights stackExpertWeights(const experts::ExpertLayerSpec& spec,
+                                      const experts::ExpertWeightViews& views,
+                                      const std::vector<int64_t>& experts, at::ScalarType dtype,
+                                      bool pinned) {
+  const auto options = at::TensorOptions().dtype(dtype).pinned_memory(pinned);
+  const bool fp8 = views.type == experts::WeightType::FP8_E4M3;
+  const auto n = static_cast<int64_t>(experts.size());
+  // fp8 checkpoints: dequantised here with their block scales (torch computes in `dtype`).
+  auto stack = [&](const std::vector<const void*>& ptrs, const std::vector<const float*>& scales,
+                   int64_t rows, int64_t cols) {
+    at::Tensor host = at::empty({n, rows, cols}, options);
+    for (int64_t i = 0; i < n; ++i) {
+      const auto e = static_cast<size_t>(experts[static_cast<size_t>(i)]);
+      const at::Tensor stored = at::from_blob(const_cast<void*>(ptrs[e]), {rows, cols},
+                                              at::TensorOptions().dtype(fp8 ? at::kFloat8_e4m3fn : dtype));
+      if (!fp8) {
+        host[i].copy_(stored);
+        continue;
+      }
+      const int64_t block = experts::kFp8BlockSize;
+      const at::Tensor scale = at::from_blob(const_cast<float*>(scales[e]),
+                                             {(rows + block - 1) / block, (cols + block - 1) / block}, at::kFloat);
+      host[i].copy_(dequantizeFp8Blocks(stored, scale, dtype));
+    }
+    return host;
+  };
+  return {stack(views.gate, views.gate_scale, spec.intermediate, spec.hidden),
+          stack(views.up, views.up_scale, spec.intermediate, spec.hidden),
+          stack(views.down, views.down_scale, spec.hidden, spec.intermediate)};
+}
+
+ExpertGrouping groupByExpert(const at::Tensor& local_ids, int64_t n_experts, at::Device device) {
+  const at::Tensor ids = local_ids.to(at::kCPU, at::kLong).contiguous();
+  const int64_t top_k = ids.size(1), n_slots = ids.numel();
+  const int64_t* id = ids.data_ptr<int64_t>();
+  ExpertGrouping g;
+  g.counts.assign(static_cast<size_t>(n_experts), 0);
+  for (int64_t s = 0; s < n_slots; ++s) {
+    if (id[s] >= 0) ++g.counts[static_cast<size_t>(id[s])];
+  }
+  // A counting sort: each expert's slots in slot order (what a stable argsort gives).
+  std::vector<int64_t> next(static_cast<size_t>(n_experts), 0);
+  std::exclusive_scan(g.counts.begin(), g.counts.end(), next.begin(), int64_t{0});
+  const auto host = at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda());
+  at::Tensor order = at::empty({g.pairs()}, host), pair_token = at::empty({g.pairs()}, host);
+  int64_t* o = order.data_ptr<int64_t>();
+  int64_t* t = pair_token.data_ptr<int64_t>();
+  for (int64_t s = 0; s < n_slots; ++s) {
+    if (id[s] < 0) continue;
+    const int64_t pos = next[static_cast<size_t>(id[s])]++;
+    o[pos] = s;
+    t[pos] = s / top_k;
+  }
+  // Asynchronous from pinned memory: the copy does not wait for work queued on the device.
+  g.order = order.to(device, /*non_blocking=*/device.is_cuda());
+  g.pair_token = pair_token.to(device, /*non_blocking=*/device.is_cuda());
+  return g;
+}
+
+at::Tensor torchExperts(std::function<TorchExpertWeights()> weights, ExpertLora& lora,
+                        const at::Tensor& global_ids, ExpertGrouping grouping,
+                        const at::Tensor& hidden, const at::Tensor& topk_weights,
+                        const at::Tensor& lora_anchor) {
+  const at::Tensor w = topk_weights.to(hidden.device(), at::kFloat);
+  // No pair here: nothing to compute and nothing to differentiate (every gradient is 0).
+  if (grouping.pairs() == 0) return at::zeros({hidden.size(0), hidden.size(1)}, hidden.options());
+  at::Tensor y;
+  {
+    at::NoGradGuard no_grad;
+    y = expertsForward(weights(), streamLora(lora, global_ids, hidden.device(), /*trainable=*/false),
+                       grouping, hidden.detach(), w.detach());
+  }
+  if (!torch::autograd::compute_requires_grad(hidden, topk_weights, lora_anchor)) return y;
+  std::shared_ptr<TorchExpertsBackward> node(
+      new TorchExpertsBackward(std::move(weights), lora, global_ids, std::move(grouping),
+                               hidden.detach(), w.detach()),
+      torch::autograd::deleteNode);
+  node->set_next_edges(torch::autograd::collect_next_edges(hidden, topk_weights, lora_anchor));
+  torch::autograd::set_history(y, node);
+  return y;
+}
+
+}  // namespace tandem::gpu

@@ -1,0 +1,63 @@
+#pragma once
+// Routed experts computed with torch ops on a torch device: the one implementation behind the
+// offload mode (every expert, weights streamed per call: expert_offload.h) and the GPU-resident
+// experts (a few hot experts whose weights stay on the layer's device: resident_experts.h).
+//
+// Math as ExpertLayer: g = gate(x), u = up(x), o = down(silu(g) ⊙ u), y_t = Σ_j w_tj · o_tj over
+// the pairs computed here, with P(x) = x W_Pᵀ + s · (x A_Pᵀ) B_Pᵀ. Projections run in the model
+// dtype with the LoRA branch in fp32 and cast back (PEFT); the weighted sum is fp32.
+//
+// The expert LoRA stays in the ExpertLayer's fp32 host buffers (ExpertLora): each call copies A
+// and B of the experts it computes to the device, the backward copies their gradients back and
+// accumulates them there. Backward recomputes the forward (reentrant autograd): nothing of the
+// forward's intermediates is kept on the device.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "engine/experts/expert_lora.h"
+#include "engine/experts/expert_types.h"
+
+namespace tandem::gpu {
+
+// Frozen weights of n experts in the model dtype: gate, up [n, I, H], down [n, H, I].
+struct TorchExpertWeights {
+  at::Tensor gate, up, down;
+  uint64_t bytes() const;
+};
+
+// Host copies of the listed experts' weights (views as the CPU engine reads them, or FP8_E4M3
+// views dequantised with their block scales) in `dtype`, pinned when `pinned`.
+TorchExpertWeights stackExpertWeights(const experts::ExpertLayerSpec& spec,
+                                      const experts::ExpertWeightViews& views,
+                                      const std::vector<int64_t>& experts, at::ScalarType dtype,
+                                      bool pinned);
+
+// The (token, slot) pairs of one call grouped by the expert that computes them here, built on
+// the host (no device sync; copied to the device asynchronously from pinned memory).
+struct ExpertGrouping {
+  at::Tensor order;              // [P] int64 on the device: flat slots t·k + j, by expert (stable)
+  at::Tensor pair_token;         // [P] int64 on the device: order / k
+  std::vector<int64_t> counts;   // [n] pairs per local expert, on the host
+  int64_t pairs() const;
+};
+
+// local_ids [T, k] int64 on the host: the local expert (0..n-1) of every slot, or -1 for a slot
+// computed elsewhere.
+ExpertGrouping groupByExpert(const at::Tensor& local_ids, int64_t n_experts, at::Device device);
+
+// Local expert i is global expert `global_ids[i]` of `lora` ([n] int64 host; undefined: local i
+// is global i, every expert). `weights` returns the n experts' weights on the device (called in
+// forward and again in backward). hidden [T, H] model dtype; topk_weights [T, k] fp32, both on
+// the device; lora_anchor as routedExperts (moe_function.h). -> [T, H] in hidden's dtype: the
+// sum over the grouped pairs; differentiable in hidden and topk_weights (0 for other slots), the
+// LoRA grads accumulate into `lora`.
+at::Tensor torchExperts(std::function<TorchExpertWeights()> weights, experts::ExpertLora& lora,
+                        const at::Tensor& global_ids, ExpertGrouping grouping,
+                        const at::Tensor& hidden, const at::Tensor& topk_weights,
+                        const at::Tensor& lora_anchor);
+
+}  // namespace tandem::gpu
