@@ -222,6 +222,7 @@ BenchLayerResult timeExpertLayer(const BenchProblem& p, const BenchLayerConfig& 
   ExpertLayerOptions options;
   options.backend = config.backend;
   options.format = config.dtype == "int8" ? WeightFormat::Int8 : WeightFormat::Bf16;
+  options.task_split = config.task_split;
   ExpertLoraSpec lora{p.lora_rank, p.lora_scale, true, true, true};
 
   BenchLayerResult result;

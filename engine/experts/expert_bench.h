@@ -66,6 +66,7 @@ double benchBytes(const BenchProblem& problem, double weight_bytes);
 struct BenchLayerConfig {
   std::string backend;  // as ExpertLayerOptions::backend
   std::string dtype;    // bf16 | int8 | fp8 (fp8: the block-scaled checkpoint, packed to bf16)
+  TaskSplit task_split = TaskSplit::Auto;
 };
 struct BenchLayerResult {
   BenchTiming timing;       // median over `repeats` after one warm-up

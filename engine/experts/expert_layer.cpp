@@ -1,6 +1,7 @@
 #include "engine/experts/expert_layer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -168,6 +169,11 @@ void ExpertLayer::packAll(const std::vector<int64_t>& experts, bool transposed) 
   });
 }
 
+std::unique_ptr<kernels::PackedMatrix> ExpertLayer::packTransposed(ExpertProj proj,
+                                                                   int64_t expert) const {
+  return gemm_.pack(source(proj, expert), true, options_.format, nodeOfExpert(expert));
+}
+
 uint64_t ExpertLayer::packedBytes() const {
   uint64_t bytes = 0;
   for (const auto* packs : {packs_, packs_t_}) {
@@ -306,6 +312,10 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
   }
   const int64_t H = spec_.hidden, I = spec_.intermediate, n_pairs = n_tokens * top_k;
   ExpertRouting routing = buildRouting(topk_ids, n_tokens, top_k, spec_.num_experts);
+  // Background Wᵀ: a build this layer started for its successor in a backward that never reached
+  // it (abandoned) is freed now; a training forward tells the next build what to pack.
+  if (backward_successor_) backward_successor_->dropBackgroundWt();
+  if (cache && options_.wt_policy == WtPolicy::Background) recordRouted(routing);
   // out [P, H]: every row written by a task.
   const ExpertBufferPool::Lease out =
       ExpertBufferPool::lease(static_cast<size_t>(n_pairs * H) * sizeof(float), MemoryCategory::Scratch);
@@ -326,8 +336,22 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
     pass.up = cache->up_;
     pass.lora_z = cache->lora_z_;
   }
-  runTasks(cutIntoTasks(routing, row_block_),
-           [&](const ExpertTask& task) { forwardRows(pass, task); });
+  const std::vector<ExpertTask> tasks = cutIntoTasks(routing, row_block_);
+  if (splitColumns(tasks)) {
+    // The phases keep g and u [P, I] (and z [P, 3r]) between them: the cache's, or leased here.
+    ExpertBufferPool::Lease split;
+    if (!cache) {
+      const int64_t zw = loraZWidth();
+      split = ExpertBufferPool::lease(static_cast<size_t>(n_pairs * (2 * I + zw)) * sizeof(float),
+                                      MemoryCategory::Scratch);
+      pass.gate = split.as<float>();
+      pass.up = pass.gate + n_pairs * I;
+      pass.lora_z = zw > 0 ? pass.up + n_pairs * I : nullptr;
+    }
+    forwardColumns(pass, tasks);
+  } else {
+    runTasks(tasks, [&](const ExpertTask& task) { forwardRows(pass, task); });
+  }
 
   sumPerToken(routing, out.as<float>(), topk_weights, act_type, y);  // y_t = Σ_j w[t][j] · o_{t,j}
 
@@ -347,6 +371,115 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
     cache->state_ = ExpertForwardCache::State::Cached;
     cache->chargeLedger();
   }
+}
+
+bool ExpertLayer::splitColumns(const std::vector<ExpertTask>& tasks) const {
+  if (gemm_.columnBlock() <= 0 || options_.task_split == TaskSplit::Rows) return false;
+  return options_.task_split == TaskSplit::Columns || rowTasksUnbalanced(tasks, pool_.size() + 1);
+}
+
+void ExpertLayer::runColumnTasks(
+    const std::vector<ExpertTask>& tasks, int64_t columns,
+    const std::function<void(const ExpertTask&, int64_t, int64_t)>& body,
+    const std::function<void(const ExpertTask&)>& finish) const {
+  const std::vector<ColumnTask> pieces =
+      cutIntoColumnTasks(tasks, columns, gemm_.columnBlock(), pool_.size() + 1);
+  // left[t]: column tasks of row task t not yet done; the one that takes it to zero finishes t.
+  // acq_rel: the finisher sees every other piece's writes to the row block.
+  const auto left = std::make_unique<std::atomic<int64_t>[]>(tasks.size());
+  for (const ColumnTask& piece : pieces) left[piece.row_task].fetch_add(1, std::memory_order_relaxed);
+  pool_.parallelFor(0, static_cast<int64_t>(pieces.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const ColumnTask& piece = pieces[i];
+      const ExpertTask& task = tasks[piece.row_task];
+      body(task, piece.col_begin, piece.col_end);
+      if (finish && left[piece.row_task].fetch_sub(1, std::memory_order_acq_rel) == 1) finish(task);
+    }
+  });
+}
+
+const float* ExpertLayer::loraBt(ExpertProj proj, int64_t expert, int64_t extra_floats) const {
+  const int64_t n_out = outFeatures(proj), r = lora_.rank();
+  auto* b_t = static_cast<float*>(
+      kernels::threadArena(3, static_cast<size_t>(r * n_out + extra_floats) * sizeof(float)));
+  transposeInto(lora_.b(proj, expert).data(), n_out, r, b_t);
+  return b_t;
+}
+
+// The forward over column blocks, each line computing what forwardRows does for its rows, with
+// the same kernel calls on the same operands (hence bitwise the same results):
+//   phase 0 (row tasks): z_gate, z_up = s · x A_gateᵀ, s · x A_upᵀ, once per row block, because
+//     every I-block's epilogue adds z · Bᵀ;
+//   phase 1 (row task × I-block): g, u columns [i0, i1); the last block of a row task computes
+//     h = silu(g) ⊙ u and z_down = s · h A_downᵀ, which need whole rows of h;
+//   phase 2 (row task × H-block): o columns [h0, h1) = h W_downᵀ + z_down B_downᵀ, with h made
+//     again from g and u (m·I elementwise against the block's m·I·(h1 - h0) FMAs): keeping h
+//     would need [P, I] more than the planner's work block.
+void ExpertLayer::forwardColumns(const ForwardPass& pass, const std::vector<ExpertTask>& tasks) const {
+  const int64_t H = spec_.hidden, I = spec_.intermediate, r = lora_.rank();
+  const int64_t zw = loraZWidth();
+  const ExpertProj gate_up[] = {ExpertProj::Gate, ExpertProj::Up};
+  if (lora_.targets(ExpertProj::Gate) || lora_.targets(ExpertProj::Up)) {
+    runTasks(tasks, [&](const ExpertTask& task) {
+      const int64_t m = task.end - task.begin;
+      float* x = detail::threadScratch(m * H);
+      detail::gatherRows(kernels_, pass.x, pass.act_type, *pass.routing, task.begin, task.end, H, x);
+      for (int k = 0; k < 2; ++k) {
+        if (!lora_.targets(gate_up[k])) continue;
+        kernels_.matmulNT(m, r, H, lora_.scale(), x, H, lora_.a(gate_up[k], task.expert).data(),
+                          WeightType::F32, H, pass.lora_z + task.begin * zw + k * r, zw, false);
+      }
+    });
+  }
+  const auto hidden = [&](const ExpertTask& task, float* h) {
+    kernels_.siluMul((task.end - task.begin) * I, pass.gate + task.begin * I,
+                     pass.up + task.begin * I, h);
+  };
+  runColumnTasks(
+      tasks, I,
+      [&](const ExpertTask& task, int64_t i0, int64_t i1) {
+        const int64_t m = task.end - task.begin;
+        float* x = detail::threadScratch(m * H);
+        detail::gatherRows(kernels_, pass.x, pass.act_type, *pass.routing, task.begin, task.end, H, x);
+        for (int k = 0; k < 2; ++k) {
+          const ExpertProj proj = gate_up[k];
+          float* out = (k == 0 ? pass.gate : pass.up) + task.begin * I;
+          const kernels::PackedMatrix& pack = *packs_[static_cast<int>(proj)][task.expert];
+          if (!lora_.targets(proj)) {
+            gemm_.gemmColumns(pack, i0, i1, m, x, H, out, I, false);
+            continue;
+          }
+          const kernels::LowRankAddend addend{pass.lora_z + task.begin * zw + k * r, zw,
+                                              loraBt(proj, task.expert, 0), I, r};
+          gemm_.gemmColumns(pack, i0, i1, m, x, H, out, I, false, &addend);
+        }
+      },
+      [&](const ExpertTask& task) {
+        if (!lora_.targets(ExpertProj::Down)) return;
+        const int64_t m = task.end - task.begin;
+        float* h = detail::threadScratch(m * I);
+        hidden(task, h);
+        kernels_.matmulNT(m, r, I, lora_.scale(), h, I,
+                          lora_.a(ExpertProj::Down, task.expert).data(), WeightType::F32, I,
+                          pass.lora_z + task.begin * zw + 2 * r, zw, false);
+      });
+  runColumnTasks(
+      tasks, H,
+      [&](const ExpertTask& task, int64_t h0, int64_t h1) {
+        const int64_t m = task.end - task.begin;
+        float* h = detail::threadScratch(m * I);
+        hidden(task, h);
+        const kernels::PackedMatrix& pack = *packs_[static_cast<int>(ExpertProj::Down)][task.expert];
+        float* out = pass.out + task.begin * H;
+        if (!lora_.targets(ExpertProj::Down)) {
+          gemm_.gemmColumns(pack, h0, h1, m, h, I, out, H, false);
+          return;
+        }
+        const kernels::LowRankAddend addend{pass.lora_z + task.begin * zw + 2 * r, zw,
+                                            loraBt(ExpertProj::Down, task.expert, 0), H, r};
+        gemm_.gemmColumns(pack, h0, h1, m, h, I, out, H, false, &addend);
+      },
+      nullptr);
 }
 
 }  // namespace tandem::experts
