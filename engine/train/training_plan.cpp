@@ -25,8 +25,8 @@ placement::PlanRequest planRequestFor(const TrainConfig& config, const io::Model
                 "use experts_format: auto, bf16 or int8 (int8 quantises the experts at load)");
   }
   if (config.experts_format != "auto") r.expert_weight_format = config.experts_format;
-  if (config.experts_wt_policy != "auto") {
-    r.transposed_weights = config.experts_wt_policy == "on_demand" ? "pool" : "persistent";
+  if (config.experts_wt_policy != "auto") {  // on_demand and background: the same pool of two layers
+    r.transposed_weights = config.experts_wt_policy == "persistent" ? "persistent" : "pool";
   }
   return r;
 }
