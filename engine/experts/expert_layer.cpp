@@ -398,10 +398,9 @@ void ExpertLayer::runColumnTasks(
   });
 }
 
-const float* ExpertLayer::loraBt(ExpertProj proj, int64_t expert, int64_t extra_floats) const {
+const float* ExpertLayer::loraBt(ExpertProj proj, int64_t expert) const {
   const int64_t n_out = outFeatures(proj), r = lora_.rank();
-  auto* b_t = static_cast<float*>(
-      kernels::threadArena(3, static_cast<size_t>(r * n_out + extra_floats) * sizeof(float)));
+  auto* b_t = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(r * n_out) * sizeof(float)));
   transposeInto(lora_.b(proj, expert).data(), n_out, r, b_t);
   return b_t;
 }
@@ -450,7 +449,7 @@ void ExpertLayer::forwardColumns(const ForwardPass& pass, const std::vector<Expe
             continue;
           }
           const kernels::LowRankAddend addend{pass.lora_z + task.begin * zw + k * r, zw,
-                                              loraBt(proj, task.expert, 0), I, r};
+                                              loraBt(proj, task.expert), I, r};
           gemm_.gemmColumns(pack, i0, i1, m, x, H, out, I, false, &addend);
         }
       },
@@ -476,7 +475,7 @@ void ExpertLayer::forwardColumns(const ForwardPass& pass, const std::vector<Expe
           return;
         }
         const kernels::LowRankAddend addend{pass.lora_z + task.begin * zw + 2 * r, zw,
-                                            loraBt(ExpertProj::Down, task.expert, 0), H, r};
+                                            loraBt(ExpertProj::Down, task.expert), H, r};
         gemm_.gemmColumns(pack, h0, h1, m, h, I, out, H, false, &addend);
       },
       nullptr);

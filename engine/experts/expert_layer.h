@@ -161,7 +161,7 @@ class ExpertLayer {
                       const std::function<void(const ExpertTask&, int64_t, int64_t)>& body,
                       const std::function<void(const ExpertTask&)>& finish) const;
   // b_t [r, out] = B_Pᵀ in this thread's LoRA arena (the layout the gemm's addend reads).
-  const float* loraBt(ExpertProj proj, int64_t expert, int64_t extra_floats) const;
+  const float* loraBt(ExpertProj proj, int64_t expert) const;
 
   ExpertLayerSpec spec_;
   ExpertWeightViews weights_;

@@ -246,7 +246,7 @@ void ExpertLayer::backwardColumns(const BackwardPass& pass,
   if (down) {
     runTasks(tasks, [&](const ExpertTask& task) {
       const int64_t m = task.end - task.begin;
-      const float* b_t = loraBt(ExpertProj::Down, task.expert, 0);
+      const float* b_t = loraBt(ExpertProj::Down, task.expert);
       float* dy = detail::threadScratch(m * H);
       detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, task.begin, task.end, H, dy);
       kernels_.matmulNT(m, r, H, 1.0f, dy, H, b_t, WeightType::F32, H, t_down_all + task.begin * r,
@@ -288,7 +288,7 @@ void ExpertLayer::backwardColumns(const BackwardPass& pass,
         for (const ExpertProj proj : {ExpertProj::Gate, ExpertProj::Up}) {
           if (!lora_.targets(proj)) continue;
           const float* d_proj = (proj == ExpertProj::Gate ? pass.dgate : pass.dup) + task.begin * I;
-          kernels_.matmulNT(m, r, I, 1.0f, d_proj, I, loraBt(proj, task.expert, 0), WeightType::F32,
+          kernels_.matmulNT(m, r, I, 1.0f, d_proj, I, loraBt(proj, task.expert), WeightType::F32,
                             I, pass.lora_t[static_cast<int>(proj)] + task.begin * r, r, false);
         }
       });
