@@ -8,11 +8,13 @@
 #include <malloc.h>
 #include <sys/resource.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <new>
 #include <string>
+#include <thread>
 
 #include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
@@ -167,7 +169,9 @@ long vmDataBytes() {
 
 // A build that runs out of memory (RLIMIT_DATA just above what the process holds, in a child
 // process) fails on the pool; the backward that needs its packs rethrows that std::bad_alloc and
-// the ledger holds nothing of it.
+// the ledger holds nothing of it. The limit is lifted before that backward runs, so a backward
+// that ignored the failed build and packed for itself would succeed: only the build's own
+// exception can make it throw.
 int failingBuild() {
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);  // every pack its own mmap, none reusing freed heap
   ThreadPool pool(2);
@@ -189,6 +193,10 @@ int failingBuild() {
   const rlimit tight{static_cast<rlim_t>(vmDataBytes() + (1 << 20)), RLIM_INFINITY};
   setrlimit(RLIMIT_DATA, &tight);
   backward(s, 1, ignored);  // starts layer 0's build, which cannot get its memory
+  // The pool's two idle workers take the build's tasks at once; a second is ample for them to
+  // fail (this thread only sleeps meanwhile).
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  setrlimit(RLIMIT_DATA, &unlimited);
   int status = 1;
   try {
     backward(s, 0, ignored);
@@ -196,7 +204,6 @@ int failingBuild() {
   } catch (const std::bad_alloc&) {
     status = 0;
   }
-  setrlimit(RLIMIT_DATA, &unlimited);
   if (status == 0 && scratchBytes() != level) {
     std::fprintf(stderr, "ledger %llu after the failed build, %llu before\n",
                  static_cast<unsigned long long>(scratchBytes()), static_cast<unsigned long long>(level));
