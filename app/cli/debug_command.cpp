@@ -169,8 +169,8 @@ void addVariant(CLI::App& debug, const char* name, const char* help, bool gradie
                       "routed experts packed as auto, bf16, int8 or fp8 (the checkpoint's own fp8)")
       ->check(CLI::IsMember({"auto", "bf16", "int8", "fp8"}))
       ->capture_default_str();
-  command->add_option("--experts-wt-policy", o->experts_wt_policy, "backward W^T: persistent or on_demand")
-      ->check(CLI::IsMember({"persistent", "on_demand"}))
+  command->add_option("--experts-wt-policy", o->experts_wt_policy, "backward W^T: persistent, on_demand or background")
+      ->check(CLI::IsMember({"persistent", "on_demand", "background"}))
       ->capture_default_str();
   command->add_flag("--gradient-checkpointing", o->gradient_checkpointing, "recompute each layer in backward");
   command->add_option("--loss-chunk-tokens", o->loss_chunk_tokens, "logit rows per loss chunk")->capture_default_str();

@@ -27,7 +27,7 @@ namespace {
 
 struct ExpertsBenchArgs {
   std::string json_path;
-  std::vector<std::string> shapes, routings, backends, dtypes;
+  std::vector<std::string> shapes, routings, backends, dtypes, task_splits;
   std::vector<int64_t> tokens;
   int threads = 0;
   int nodes = 0;  // NUMA nodes the layers split over (0: TANDEM_EXPERT_NODES or the machine's)
@@ -96,7 +96,8 @@ nlohmann::json ratiosJson(const nlohmann::json& cases) {
   std::map<std::string, double> seconds;
   const auto key = [](const nlohmann::json& c, const std::string& routing) {
     return c["model_shape"].get<std::string>() + "/" + std::to_string(c["tokens"].get<int64_t>()) +
-           "/" + routing + "/" + c["backend"].get<std::string>() + "/" + c["dtype"].get<std::string>();
+           "/" + routing + "/" + c["backend"].get<std::string>() + "/" + c["dtype"].get<std::string>() +
+           "/" + c.value("task_split", std::string("auto"));
   };
   for (const auto& c : cases) {
     seconds[key(c, c["routing"])] = c["fwd_ms"].get<double>() + c["bwd_ms"].get<double>();
@@ -107,12 +108,21 @@ nlohmann::json ratiosJson(const nlohmann::json& cases) {
     nlohmann::json r = {{"model_shape", c["model_shape"]}, {"tokens", c["tokens"]},
                         {"routing", c["routing"]},         {"backend", c["backend"]},
                         {"dtype", c["dtype"]}};
+    if (c.contains("task_split")) r["task_split"] = c["task_split"];
     nlohmann::json base = c;
     base["backend"] = "libtorch_loop";
     base["dtype"] = "bf16";
+    base.erase("task_split");
     const double own = seconds[key(c, c["routing"])];
     if (auto it = seconds.find(key(base, c["routing"])); it != seconds.end()) {
       r["speedup_vs_libtorch_loop"] = it->second / own;
+    }
+    if (c.value("task_split", std::string()) == "columns") {
+      nlohmann::json rows = c;
+      rows["task_split"] = "rows";
+      if (auto it = seconds.find(key(rows, c["routing"])); it != seconds.end()) {
+        r["columns_over_rows_time"] = own / it->second;
+      }
     }
     if (c["routing"] == "zipf") {
       if (auto it = seconds.find(key(c, "uniform")); it != seconds.end()) {
@@ -154,8 +164,16 @@ void runExpertsBench(ExpertsBenchArgs args) {
     }
   }
   if (args.nodes < 0) throw Error("bench: --nodes must not be negative", "use 0 (the machine's NUMA nodes) or a count");
-  std::vector<experts::BenchLayerConfig> configs = layerConfigs(args);
-  for (experts::BenchLayerConfig& config : configs) config.numa_nodes = args.nodes;
+  if (args.task_splits.empty()) args.task_splits = {"auto"};
+  std::vector<experts::BenchLayerConfig> configs;
+  for (const experts::BenchLayerConfig& config : layerConfigs(args)) {
+    for (const auto& split : args.task_splits) {
+      experts::BenchLayerConfig c = config;
+      c.numa_nodes = args.nodes;
+      c.task_split = experts::parseTaskSplit(split);
+      configs.push_back(c);
+    }
+  }
   for (const auto& name : args.backends) {
     const bool timed = name == "libtorch_loop" ||
                        std::any_of(configs.begin(), configs.end(),
@@ -194,12 +212,13 @@ void runExpertsBench(ExpertsBenchArgs args) {
             experts::benchShape(shape_name), tokens, experts::parseBenchRouting(routing_name), seed++, pool);
         for (const auto& config : configs) {
           if (config.dtype == "fp8" && problem.gate8.empty()) experts::addFp8Weights(problem, pool);
-          std::fprintf(stderr, "bench experts: %s tokens=%lld %s %s/%s\n", shape_name.c_str(),
+          std::fprintf(stderr, "bench experts: %s tokens=%lld %s %s/%s split %s\n", shape_name.c_str(),
                        static_cast<long long>(tokens), routing_name.c_str(), config.backend.c_str(),
-                       config.dtype.c_str());
+                       config.dtype.c_str(), std::string(experts::taskSplitName(config.task_split)).c_str());
           const experts::BenchLayerResult r = experts::timeExpertLayer(problem, config, args.repeats, pool);
           nlohmann::json c = caseJson(problem, r.backend, config.dtype, r.timing, r.weight_bytes, peak, mem);
           c["wt_policy"] = r.wt_policy;
+          c["task_split"] = std::string(experts::taskSplitName(config.task_split));
           c["pack_ms"] = r.pack_ms;
           c["numa_nodes"] = r.numa_nodes;
           std::fprintf(stderr, "case %s\n", c.dump().c_str());  // survives a run cut short
@@ -257,6 +276,9 @@ void addExpertsBenchCommand(CLI::App& parent) {
                   "NUMA nodes to split each expert layer over, virtual ones when not the machine's count; "
                   "above 1 the layers run on per-node pools over every CPU (default: TANDEM_EXPERT_NODES or the machine's)");
   cmd->add_option("--repeats", args->repeats, "Timed runs per case, median reported (default 3, quick 1)");
+  cmd->add_option("--task-split", args->task_splits,
+                  "auto, rows, columns: how the layer cuts its work (default auto; several: each timed)")
+      ->delimiter(',');
   cmd->add_flag("--quick", args->quick, "Qwen3-30B-A3B shape at 512 and 2048 tokens only; smaller ceilings");
   cmd->callback([args] { runExpertsBench(*args); });
 }

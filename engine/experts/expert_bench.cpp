@@ -224,6 +224,7 @@ BenchLayerResult timeExpertLayer(const BenchProblem& p, const BenchLayerConfig& 
   options.backend = config.backend;
   options.format = config.dtype == "int8" ? WeightFormat::Int8 : WeightFormat::Bf16;
   options.numa_nodes = config.numa_nodes;
+  options.task_split = config.task_split;
   ExpertLoraSpec lora{p.lora_rank, p.lora_scale, true, true, true};
 
   BenchLayerResult result;

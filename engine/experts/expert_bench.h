@@ -67,6 +67,7 @@ struct BenchLayerConfig {
   std::string backend;  // as ExpertLayerOptions::backend
   std::string dtype;    // bf16 | int8 | fp8 (fp8: the block-scaled checkpoint, packed to bf16)
   int numa_nodes = 0;   // as ExpertLayerOptions::numa_nodes (> 1: the layer runs on node pools)
+  TaskSplit task_split = TaskSplit::Auto;
 };
 struct BenchLayerResult {
   BenchTiming timing;       // median over `repeats` after one warm-up

@@ -1,6 +1,7 @@
 #include "engine/experts/expert_layer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <exception>
 #include <future>
@@ -240,11 +241,18 @@ void ExpertLayer::packAll(NodeSlice& slice, const std::vector<int64_t>& experts,
     for (int64_t job = begin; job < end; ++job) {
       const int64_t expert = experts[job / kExpertProjCount];
       const auto proj = static_cast<ExpertProj>(job % kExpertProjCount);
-      const int node = slice.memory_node >= 0 ? slice.memory_node : nodeOfExpert(expert);
       packs[static_cast<int>(proj)][expert] =
-          gemm_.pack(source(proj, expert, slice), transposed, options_.format, node);
+          transposed ? packTransposed(proj, expert, slice)
+                     : gemm_.pack(source(proj, expert, slice), false, options_.format,
+                                  slice.memory_node >= 0 ? slice.memory_node : nodeOfExpert(expert));
     }
   });
+}
+
+std::unique_ptr<kernels::PackedMatrix> ExpertLayer::packTransposed(ExpertProj proj, int64_t expert,
+                                                                   const NodeSlice& slice) const {
+  const int node = slice.memory_node >= 0 ? slice.memory_node : nodeOfExpert(expert);
+  return gemm_.pack(source(proj, expert, slice), true, options_.format, node);
 }
 
 uint64_t ExpertLayer::packedBytes() const {
@@ -422,6 +430,10 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
   const int64_t H = spec_.hidden, I = spec_.intermediate, n_slots = n_tokens * top_k;
   const auto n_nodes = static_cast<int64_t>(slices_.size());
   ExpertRouting routing = buildRouting(topk_ids, n_tokens, top_k, spec_.num_experts);
+  // Background Wᵀ: a build this layer started for its successor in a backward that never reached
+  // it (abandoned) is freed now; a training forward tells the next build what to pack.
+  if (backward_successor_) backward_successor_->dropBackgroundWt();
+  if (cache && options_.wt_policy == WtPolicy::Background) recordRouted(routing);
   const int64_t n_pairs = routing.pairs();  // less than n_slots when slots are masked
   // out [nodes][P, H]: every row written by a task of its node.
   const ExpertBufferPool::Lease out = ExpertBufferPool::lease(
@@ -434,27 +446,42 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
     out_of_node.push_back(passes[s].out);
   }
   const size_t x_bytes = static_cast<size_t>(n_tokens * H) * activationTypeBytes(act_type);
+  // g [P, I], u [P, I] (node-major: node k's [P, w_k] at P · i0_k) and the LoRA products
+  // z [nodes][P, 3r], f32: the cache keeps them; the column split needs them between its phases.
+  const int64_t zw = loraZWidth();
+  const size_t f32_bytes = static_cast<size_t>(n_pairs * (2 * I + n_nodes * zw)) * sizeof(float);
+  const auto use_f32_block = [&](float* gate) {
+    float* up = gate + n_pairs * I;
+    for (size_t s = 0; s < slices_.size(); ++s) {
+      passes[s].gate = gate + n_pairs * slices_[s].i0;
+      passes[s].up = up + n_pairs * slices_[s].i0;
+      if (zw > 0) passes[s].lora_z = up + n_pairs * I + static_cast<int64_t>(s) * n_pairs * zw;
+    }
+  };
   if (cache) {
     cache->release();
-    // One block: g [P, I], u [P, I] (node-major: node k's [P, w_k] at P · i0_k), the LoRA
-    // products z [nodes][P, 3r] (f32), then x [T, H] in its own type.
-    const int64_t zw = loraZWidth();
-    const size_t f32_bytes =
-        static_cast<size_t>(n_pairs * (2 * I + n_nodes * zw)) * sizeof(float);
+    // One block: the f32 buffers above, then x [T, H] in its own type.
     cache->block_ = ExpertBufferPool::lease(f32_bytes + x_bytes, MemoryCategory::Activations);
     cache->gate_ = cache->block_.as<float>();
     cache->up_ = cache->gate_ + n_pairs * I;
     cache->lora_z_ = zw > 0 ? cache->up_ + n_pairs * I : nullptr;
     cache->x_ = cache->block_.as<unsigned char>() + f32_bytes;
-    for (size_t s = 0; s < slices_.size(); ++s) {
-      passes[s].gate = cache->gate_ + n_pairs * slices_[s].i0;
-      passes[s].up = cache->up_ + n_pairs * slices_[s].i0;
-      if (zw > 0) passes[s].lora_z = cache->lora_z_ + static_cast<int64_t>(s) * n_pairs * zw;
-    }
+    use_f32_block(cache->gate_);
   }
   const std::vector<ExpertTask> tasks = cutIntoTasks(routing, row_block_);
+  std::vector<char> split(slices_.size());
+  for (size_t s = 0; s < slices_.size(); ++s) split[s] = splitColumns(tasks, *slices_[s].pool);
+  ExpertBufferPool::Lease split_block;
+  if (!cache && std::find(split.begin(), split.end(), 1) != split.end()) {
+    split_block = ExpertBufferPool::lease(f32_bytes, MemoryCategory::Scratch);
+    use_f32_block(split_block.as<float>());
+  }
   onEveryNode([&](size_t s) {
-    runTasks(*slices_[s].pool, tasks, [&](const ExpertTask& task) { forwardRows(passes[s], task); });
+    if (split[s]) {
+      forwardColumns(passes[s], tasks);
+    } else {
+      runTasks(*slices_[s].pool, tasks, [&](const ExpertTask& task) { forwardRows(passes[s], task); });
+    }
   });
 
   // y_t = Σ_j w[t][j] · o_{t,j}, o summed over the nodes.
@@ -476,6 +503,118 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
     cache->state_ = ExpertForwardCache::State::Cached;
     cache->chargeLedger();
   }
+}
+
+bool ExpertLayer::splitColumns(const std::vector<ExpertTask>& tasks, const ThreadPool& pool) const {
+  if (gemm_.columnBlock() <= 0 || options_.task_split == TaskSplit::Rows) return false;
+  return options_.task_split == TaskSplit::Columns || rowTasksUnbalanced(tasks, pool.size() + 1);
+}
+
+void ExpertLayer::runColumnTasks(
+    ThreadPool& pool, const std::vector<ExpertTask>& tasks, int64_t columns,
+    const std::function<void(const ExpertTask&, int64_t, int64_t)>& body,
+    const std::function<void(const ExpertTask&)>& finish) const {
+  const std::vector<ColumnTask> pieces =
+      cutIntoColumnTasks(tasks, columns, gemm_.columnBlock(), pool.size() + 1);
+  // left[t]: column tasks of row task t not yet done; the one that takes it to zero finishes t.
+  // acq_rel: the finisher sees every other piece's writes to the row block.
+  const auto left = std::make_unique<std::atomic<int64_t>[]>(tasks.size());
+  for (const ColumnTask& piece : pieces) left[piece.row_task].fetch_add(1, std::memory_order_relaxed);
+  pool.parallelFor(0, static_cast<int64_t>(pieces.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const ColumnTask& piece = pieces[i];
+      const ExpertTask& task = tasks[piece.row_task];
+      body(task, piece.col_begin, piece.col_end);
+      if (finish && left[piece.row_task].fetch_sub(1, std::memory_order_acq_rel) == 1) finish(task);
+    }
+  });
+}
+
+const float* ExpertLayer::loraBt(ExpertProj proj, const NodeSlice& slice, int64_t expert) const {
+  const int64_t n_out = outFeatures(proj, slice), r = lora_.rank();
+  const int64_t first_row = proj == ExpertProj::Down ? 0 : slice.i0;
+  auto* b_t = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(r * n_out) * sizeof(float)));
+  transposeInto(lora_.b(proj, expert).data() + first_row * r, n_out, r, b_t);
+  return b_t;
+}
+
+// The forward over column blocks, each line computing what forwardRows does for its rows, with
+// the same kernel calls on the same operands (hence bitwise the same results):
+//   phase 0 (row tasks): z_gate, z_up = s · x A_gateᵀ, s · x A_upᵀ, once per row block, because
+//     every I-block's epilogue adds z · Bᵀ;
+//   phase 1 (row task × I-block): g, u columns [i0, i1); the last block of a row task computes
+//     h = silu(g) ⊙ u and z_down = s · h A_downᵀ, which need whole rows of h;
+//   phase 2 (row task × H-block): o columns [h0, h1) = h W_downᵀ + z_down B_downᵀ, with h made
+//     again from g and u (m·I elementwise against the block's m·I·(h1 - h0) FMAs): keeping h
+//     would need [P, I] more than the planner's work block.
+void ExpertLayer::forwardColumns(const ForwardPass& pass, const std::vector<ExpertTask>& tasks) const {
+  const NodeSlice& slice = *pass.slice;
+  ThreadPool& pool = *slice.pool;
+  // I: the slice's width; down's A is read at columns [i0, i1) of its [r, I_all] rows.
+  const int64_t H = spec_.hidden, I = slice.width(), r = lora_.rank();
+  const int64_t zw = loraZWidth(), lda_down = lora_.inFeatures(ExpertProj::Down);
+  const ExpertProj gate_up[] = {ExpertProj::Gate, ExpertProj::Up};
+  if (lora_.targets(ExpertProj::Gate) || lora_.targets(ExpertProj::Up)) {
+    runTasks(pool, tasks, [&](const ExpertTask& task) {
+      const int64_t m = task.end - task.begin;
+      float* x = detail::threadScratch(m * H);
+      detail::gatherRows(kernels_, pass.x, pass.act_type, *pass.routing, task.begin, task.end, H, x);
+      for (int k = 0; k < 2; ++k) {
+        if (!lora_.targets(gate_up[k])) continue;
+        kernels_.matmulNT(m, r, H, lora_.scale(), x, H, lora_.a(gate_up[k], task.expert).data(),
+                          WeightType::F32, H, pass.lora_z + task.begin * zw + k * r, zw, false);
+      }
+    });
+  }
+  const auto hidden = [&](const ExpertTask& task, float* h) {
+    kernels_.siluMul((task.end - task.begin) * I, pass.gate + task.begin * I,
+                     pass.up + task.begin * I, h);
+  };
+  runColumnTasks(
+      pool, tasks, I,
+      [&](const ExpertTask& task, int64_t i0, int64_t i1) {
+        const int64_t m = task.end - task.begin;
+        float* x = detail::threadScratch(m * H);
+        detail::gatherRows(kernels_, pass.x, pass.act_type, *pass.routing, task.begin, task.end, H, x);
+        for (int k = 0; k < 2; ++k) {
+          const ExpertProj proj = gate_up[k];
+          float* out = (k == 0 ? pass.gate : pass.up) + task.begin * I;
+          const kernels::PackedMatrix& pack = *slice.packs[static_cast<int>(proj)][task.expert];
+          if (!lora_.targets(proj)) {
+            gemm_.gemmColumns(pack, i0, i1, m, x, H, out, I, false);
+            continue;
+          }
+          const kernels::LowRankAddend addend{pass.lora_z + task.begin * zw + k * r, zw,
+                                              loraBt(proj, slice, task.expert), I, r};
+          gemm_.gemmColumns(pack, i0, i1, m, x, H, out, I, false, &addend);
+        }
+      },
+      [&](const ExpertTask& task) {
+        if (!lora_.targets(ExpertProj::Down)) return;
+        const int64_t m = task.end - task.begin;
+        float* h = detail::threadScratch(m * I);
+        hidden(task, h);
+        kernels_.matmulNT(m, r, I, lora_.scale(), h, I,
+                          lora_.a(ExpertProj::Down, task.expert).data() + slice.i0, WeightType::F32,
+                          lda_down, pass.lora_z + task.begin * zw + 2 * r, zw, false);
+      });
+  runColumnTasks(
+      pool, tasks, H,
+      [&](const ExpertTask& task, int64_t h0, int64_t h1) {
+        const int64_t m = task.end - task.begin;
+        float* h = detail::threadScratch(m * I);
+        hidden(task, h);
+        const kernels::PackedMatrix& pack = *slice.packs[static_cast<int>(ExpertProj::Down)][task.expert];
+        float* out = pass.out + task.begin * H;
+        if (!lora_.targets(ExpertProj::Down)) {
+          gemm_.gemmColumns(pack, h0, h1, m, h, I, out, H, false);
+          return;
+        }
+        const kernels::LowRankAddend addend{pass.lora_z + task.begin * zw + 2 * r, zw,
+                                            loraBt(ExpertProj::Down, slice, task.expert), H, r};
+        gemm_.gemmColumns(pack, h0, h1, m, h, I, out, H, false, &addend);
+      },
+      nullptr);
 }
 
 }  // namespace tandem::experts

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,6 +63,10 @@ struct ExpertLayerOptions {
   // >= 0: the whole layer on that node only (a placement's cpu:numaK): its pool and memory, no
   // split. -1: split over all numa_nodes.
   int numa_node = -1;
+  // Rows, columns, or auto: columns when the row-block tasks are too few or too unequal for the
+  // pool (expert_routing.h: rowTasksUnbalanced). Both give bitwise the same results. A backend
+  // that cannot compute column ranges (onednn) always runs rows.
+  TaskSplit task_split = TaskSplit::Auto;
 };
 
 class ExpertLayer {
@@ -104,6 +109,16 @@ class ExpertLayer {
   // zero-copy views of generic / avx512 on F32/BF16/F16 weights).
   uint64_t packedBytes() const;
 
+  // WtPolicy::Background. `layer`: the MoE layer whose backward runs right after this one's (the
+  // one before it in the forward; nullptr unlinks). When this layer's backward has finished, the
+  // Wᵀ packs of `layer` for the experts its last training forward routed to are built on the pool
+  // (while the GPU runs the attention backward between the two), charged as ("cpu", Scratch);
+  // `layer`'s backward takes them (waiting for, or helping with, the build; an exception of the
+  // build is rethrown there), builds what its routing needs beyond them, and frees them all at its
+  // end. A build nobody took (the backward was abandoned) is freed by this layer's next forward.
+  // Both layers must outlive the link (the model engine owns them together).
+  void setBackwardSuccessor(ExpertLayer* layer) { backward_successor_ = layer; }
+
  private:
   struct ForwardPass;
   struct BackwardPass;
@@ -124,6 +139,8 @@ class ExpertLayer {
   // A of down: each node its own rows / columns) or of the shared ones (A of gate/up, B of down).
   enum LoraGradKinds { kSlicedGrads = 1, kSharedGrads = 2 };
 
+  struct WtBuild;  // a background build of Wᵀ packs (expert_layer_wt.cpp)
+
   ExpertLayer(const ExpertLayerSpec& spec, ExpertWeightViews weights, const ExpertLoraSpec& lora,
               const ExpertLayerOptions& options, const kernels::GemmBackend& gemm,
               const kernels::ExpertKernels& kernels, ThreadPool& pool);
@@ -138,6 +155,15 @@ class ExpertLayer {
   void packAll(NodeSlice& slice, const std::vector<int64_t>& experts, bool transposed);
   int64_t inFeatures(ExpertProj proj, const NodeSlice& slice) const;
   int64_t outFeatures(ExpertProj proj, const NodeSlice& slice) const;
+  // One slice's Wᵀ pack of (proj, expert), in the slice's memory node.
+  std::unique_ptr<kernels::PackedMatrix> packTransposed(ExpertProj proj, int64_t expert,
+                                                        const NodeSlice& slice) const;
+  // On demand / background (expert_layer_wt.cpp): fills every slice's packs_t for the experts
+  // `routing` reaches and returns their ledger charge; the backward clears them after stage A.
+  MemoryCharge acquireTransposedPacks(const ExpertRouting& routing);
+  void recordRouted(const ExpertRouting& routing);  // a training forward's experts, for the build
+  void startBackgroundWt();                         // called by the predecessor's backward
+  void dropBackgroundWt();                          // frees a build nobody took
   void validateRouting(const int32_t* topk_ids, int64_t n_tokens, int top_k) const;
 
   // out [m, out] = in [m, in] · W_Pᵀ + s · (in A_Pᵀ) B_Pᵀ on one slice;  z [m, r] (row stride
@@ -174,6 +200,21 @@ class ExpertLayer {
   void runTasks(ThreadPool& pool, const std::vector<ExpertTask>& tasks,
                 const std::function<void(const ExpertTask&)>& body) const;
 
+  // The column split (expert_layer.cpp, expert_layer_backward.cpp) within one node slice: whether
+  // this call takes it on `pool`, and its phases. g, u [P, w] are the slice's pre-activations
+  // (the cache's, or leased).
+  bool splitColumns(const std::vector<ExpertTask>& tasks, const ThreadPool& pool) const;
+  void forwardColumns(const ForwardPass& pass, const std::vector<ExpertTask>& tasks) const;
+  void backwardColumns(const BackwardPass& pass, const std::vector<ExpertTask>& tasks) const;
+  // Runs body(task) over every column task on `pool`, then finish(row task) once per row task,
+  // by whichever column task of it ends last (no barrier between the two).
+  void runColumnTasks(ThreadPool& pool, const std::vector<ExpertTask>& tasks, int64_t columns,
+                      const std::function<void(const ExpertTask&, int64_t, int64_t)>& body,
+                      const std::function<void(const ExpertTask&)>& finish) const;
+  // b_t [r, out] = the slice's part of B_Pᵀ (gate / up: rows [i0, i1) of B; down: all of it) in
+  // this thread's LoRA arena (the layout the gemm's addend reads).
+  const float* loraBt(ExpertProj proj, const NodeSlice& slice, int64_t expert) const;
+
   ExpertLayerSpec spec_;
   ExpertWeightViews weights_;
   ExpertLora lora_;
@@ -186,6 +227,13 @@ class ExpertLayer {
   std::vector<NodeSlice> slices_;  // by node; non-empty, their [i0, i1) tile [0, I)
   MemoryCharge packed_charge_;
   ExpertBufferPool::User buffer_pool_user_;  // the pool frees its idle blocks with the last layer
+  // Background Wᵀ: the layer whose build this one starts, the experts this layer's last training
+  // forward routed to ([E] 0/1), and the build started for this layer. The build is the last
+  // member: destroyed (waited for) first, while what its tasks read is still alive.
+  ExpertLayer* backward_successor_ = nullptr;
+  std::mutex wt_mutex_;  // guards routed_ and wt_build_
+  std::vector<char> routed_;
+  std::unique_ptr<WtBuild> wt_build_;
 };
 
 }  // namespace tandem::experts

@@ -236,16 +236,8 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
     }
   }
 
-  std::vector<int64_t> routed;  // on demand: only the experts this batch reaches need Wᵀ
-  MemoryCharge on_demand_charge;
-  if (options_.wt_policy == WtPolicy::OnDemand) {
-    for (int64_t e = 0; e < spec_.num_experts; ++e) {
-      if (routing.rows(e) > 0) routed.push_back(e);
-    }
-    onEveryNode([&](size_t s) { packAll(slices_[s], routed, true); });
-    on_demand_charge = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Scratch,
-                                    packedBytes() - packed_charge_.bytes());
-  }
+  // On demand / background: only the experts this batch reaches need Wᵀ (expert_layer_wt.cpp).
+  const MemoryCharge transposed_charge = acquireTransposedPacks(routing);
   if (d_topk_weights) {  // stage A writes the computed slots; a masked one gets no gradient here
     for (size_t slot = 0; slot < routing.pos_of_slot.size(); ++slot) {
       if (routing.pos_of_slot[slot] == kMaskedSlot) d_topk_weights[slot] = 0.0f;
@@ -253,12 +245,16 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
   }
   const std::vector<ExpertTask> tasks = cutIntoTasks(routing, row_block_);
   onEveryNode([&](size_t s) {
-    runTasks(*slices_[s].pool, tasks,
-             [&](const ExpertTask& task) { backwardRows(passes[s], task); });
+    ThreadPool& pool = *slices_[s].pool;
+    if (splitColumns(tasks, pool)) {
+      backwardColumns(passes[s], tasks);
+    } else {
+      runTasks(pool, tasks, [&](const ExpertTask& task) { backwardRows(passes[s], task); });
+    }
     // With several nodes, each writes its rows / columns of the sliced matrices' gradients now.
-    if (n_nodes > 1) runLoraGradTasks(*slices_[s].pool, passes[s], kSlicedGrads, 0, 1);
+    if (n_nodes > 1) runLoraGradTasks(pool, passes[s], kSlicedGrads, 0, 1);
   });
-  if (options_.wt_policy == WtPolicy::OnDemand) {
+  if (options_.wt_policy != WtPolicy::Persistent) {
     for (NodeSlice& slice : slices_) {
       for (auto& per_proj : slice.packs_t) per_proj.clear();
     }
@@ -280,6 +276,8 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
   // Consumed keeps nothing: free the activations now rather than at the next forward.
   cache.release();
   cache.state_ = State::Consumed;
+  // The next layer of the backward gets its Wᵀ built while the GPU works on the layers between.
+  if (backward_successor_) backward_successor_->startBackgroundWt();
 }
 
 // Sums what only the nodes together know into slice 0's buffers, node by node in order:
@@ -331,6 +329,110 @@ void ExpertLayer::runLoraGradTasks(ThreadPool& pool, const BackwardPass& pass, i
   pool.parallelFor(0, static_cast<int64_t>(jobs.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) (this->*jobs[i].second)(pass, jobs[i].first);
   });
+}
+
+// Stage A over column blocks, each line computing what backwardRows does for its rows, with the
+// same kernel calls on the same operands (hence bitwise the same results):
+//   phase 0 (row tasks, LoRA on down): t_down = dY B_down, once per row block, because every
+//     I-block's epilogue adds s · t_down A_down;
+//   phase 1 (row task × I-block): dh columns [i0, i1) = dY W_down + s · t_down A_down; the last
+//     block of a row task runs the SiLU backward (its ⟨dh, h⟩ needs whole rows), d w, and
+//     t_gate, t_up = dg B_gate, du B_up;
+//   phase 2 (row task × H-block): dx columns [h0, h1) = dg W_gate + du W_up + the LoRA terms.
+// dh [P, I] lives in dx_pairs' rows (stride H) until phase 2 overwrites them with dx; only when
+// I > H does it need a block of its own.
+void ExpertLayer::backwardColumns(const BackwardPass& pass,
+                                  const std::vector<ExpertTask>& tasks) const {
+  const NodeSlice& slice = *pass.slice;
+  ThreadPool& pool = *slice.pool;
+  // I: the slice's width; down's A is read at columns [i0, i1) of its [r, I_all] rows.
+  const int64_t H = spec_.hidden, I = slice.width(), r = lora_.rank();
+  const int64_t lda_down = lora_.inFeatures(ExpertProj::Down);
+  const ExpertRouting& routing = pass.cache->routing_;
+  const int64_t n_pairs = routing.pairs();
+  ExpertBufferPool::Lease own_dh;
+  float* dh_all = pass.dx_pairs;
+  int64_t ld_dh = H;
+  if (I > H) {
+    own_dh = ExpertBufferPool::lease(static_cast<size_t>(n_pairs * I) * sizeof(float),
+                                     MemoryCategory::Scratch);
+    dh_all = own_dh.as<float>();
+    ld_dh = I;
+  }
+  const bool down = lora_.targets(ExpertProj::Down);
+  float* t_down_all = pass.lora_t[static_cast<int>(ExpertProj::Down)];
+  if (down) {
+    runTasks(pool, tasks, [&](const ExpertTask& task) {
+      const int64_t m = task.end - task.begin;
+      const float* b_t = loraBt(ExpertProj::Down, slice, task.expert);
+      float* dy = detail::threadScratch(m * H);
+      detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, task.begin, task.end, H, dy);
+      kernels_.matmulNT(m, r, H, 1.0f, dy, H, b_t, WeightType::F32, H, t_down_all + task.begin * r,
+                        r, false);
+    });
+  }
+  runColumnTasks(
+      pool, tasks, I,
+      [&](const ExpertTask& task, int64_t i0, int64_t i1) {
+        const int64_t m = task.end - task.begin;
+        float* dy = detail::threadScratch(m * H);
+        detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, task.begin, task.end, H, dy);
+        const kernels::PackedMatrix& pack = *slice.packs_t[static_cast<int>(ExpertProj::Down)][task.expert];
+        float* dh = dh_all + task.begin * ld_dh;
+        if (!down) {
+          gemm_.gemmColumns(pack, i0, i1, m, dy, H, dh, ld_dh, false);
+          return;
+        }
+        auto* z = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(m * r) * sizeof(float)));
+        const float* t = t_down_all + task.begin * r;
+        for (int64_t i = 0; i < m * r; ++i) z[i] = lora_.scale() * t[i];
+        const kernels::LowRankAddend addend{z, r, lora_.a(ExpertProj::Down, task.expert).data() + slice.i0,
+                                            lda_down, r};
+        gemm_.gemmColumns(pack, i0, i1, m, dy, H, dh, ld_dh, false, &addend);
+      },
+      [&](const ExpertTask& task) {
+        const int64_t m = task.end - task.begin;
+        float* scratch_h = detail::threadScratch(m * I);
+        for (int64_t i = 0; i < m; ++i) {
+          const int64_t pos = task.begin + i, slot = routing.slot_of_pos[pos];
+          const float w = pass.cache->weights_[slot];
+          float* h = pass.hidden ? pass.hidden + pos * I : scratch_h + i * I;
+          const float dot = kernels_.siluBackward(I, w, dh_all + pos * ld_dh, pass.dgate + pos * I,
+                                                  pass.dup + pos * I, h);
+          if (pass.d_topk_weights) pass.d_topk_weights[slot] = dot;
+          if (down) {
+            for (int64_t q = 0; q < r; ++q) t_down_all[pos * r + q] *= w;  // (w dY) B_down
+          }
+        }
+        for (const ExpertProj proj : {ExpertProj::Gate, ExpertProj::Up}) {
+          if (!lora_.targets(proj)) continue;
+          const float* d_proj = (proj == ExpertProj::Gate ? pass.dgate : pass.dup) + task.begin * I;
+          kernels_.matmulNT(m, r, I, 1.0f, d_proj, I, loraBt(proj, slice, task.expert), WeightType::F32,
+                            I, pass.lora_t[static_cast<int>(proj)] + task.begin * r, r, false);
+        }
+      });
+  runColumnTasks(
+      pool, tasks, H,
+      [&](const ExpertTask& task, int64_t h0, int64_t h1) {
+        const int64_t m = task.end - task.begin;
+        float* dx = pass.dx_pairs + task.begin * H;
+        bool accumulate = false;
+        for (const ExpertProj proj : {ExpertProj::Gate, ExpertProj::Up}) {
+          const float* d_proj = (proj == ExpertProj::Gate ? pass.dgate : pass.dup) + task.begin * I;
+          const kernels::PackedMatrix& pack = *slice.packs_t[static_cast<int>(proj)][task.expert];
+          if (!lora_.targets(proj)) {
+            gemm_.gemmColumns(pack, h0, h1, m, d_proj, I, dx, H, accumulate);
+          } else {
+            auto* z = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(m * r) * sizeof(float)));
+            const float* t = pass.lora_t[static_cast<int>(proj)] + task.begin * r;
+            for (int64_t i = 0; i < m * r; ++i) z[i] = lora_.scale() * t[i];
+            const kernels::LowRankAddend addend{z, r, lora_.a(proj, task.expert).data(), H, r};
+            gemm_.gemmColumns(pack, h0, h1, m, d_proj, I, dx, H, accumulate, &addend);
+          }
+          accumulate = true;
+        }
+      },
+      nullptr);
 }
 
 }  // namespace tandem::experts

@@ -3,10 +3,14 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "engine/core/float_convert.h"
+#include "engine/core/memory_ledger.h"
+#include "engine/core/thread_pool.h"
+#include "engine/experts/expert_layer.h"
 #include "engine/experts/expert_routing.h"
 #include "engine/experts/expert_types.h"
 #include "engine/experts/kernels/expert_kernels.h"
@@ -53,3 +57,18 @@ inline void gatherRows(const kernels::ExpertKernels& kernels, const void* src, A
 }
 
 }  // namespace tandem::experts::detail
+
+namespace tandem::experts {
+
+// A background build of one layer's Wᵀ packs (WtPolicy::Background): one pool task per (expert,
+// projection), each writing only its own slot. Complete here because ExpertLayer's constructor
+// and destructor (expert_layer.cpp) destroy it.
+struct ExpertLayer::WtBuild {
+  explicit WtBuild(ThreadPool& pool) : group(pool) {}
+  std::vector<int64_t> experts;                                // whose packs are built
+  std::vector<std::unique_ptr<kernels::PackedMatrix>> packs;  // [slices × experts × kExpertProjCount]
+  std::vector<MemoryCharge> charges;                           // per pack, ("cpu", Scratch)
+  TaskGroup group;  // last: destroyed (waited for) before the slots its tasks write
+};
+
+}  // namespace tandem::experts

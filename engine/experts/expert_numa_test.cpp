@@ -63,14 +63,18 @@ Grads run(const Problem& problem, const ExpertLayerOptions& o, int steps = 1) {
   return grads;
 }
 
+// Every Wᵀ policy, and inside each node slice both the row-block and the column-block tasks.
 void expectSplitMatchesOneNode(const Problem& problem, const std::string& backend, Tolerance tol) {
-  for (const WtPolicy policy : {WtPolicy::Persistent, WtPolicy::OnDemand}) {
+  for (const WtPolicy policy : {WtPolicy::Persistent, WtPolicy::OnDemand, WtPolicy::Background}) {
     const Grads one = run(problem, options(backend, 1, policy), 2);
     for (const int nodes : {2, 3}) {
-      SCOPED_TRACE(backend + ", " + std::to_string(nodes) + " nodes, W^T " +
-                   std::string(wtPolicyName(policy)));
-      EXPECT_TRUE(testing::gradsClose(problem, run(problem, options(backend, nodes, policy), 2),
-                                      one, tol));
+      for (const TaskSplit split : {TaskSplit::Rows, TaskSplit::Columns}) {
+        SCOPED_TRACE(backend + ", " + std::to_string(nodes) + " nodes, W^T " +
+                     std::string(wtPolicyName(policy)) + ", " + std::string(taskSplitName(split)));
+        ExpertLayerOptions o = options(backend, nodes, policy);
+        o.task_split = split;
+        EXPECT_TRUE(testing::gradsClose(problem, run(problem, o, 2), one, tol));
+      }
     }
   }
 }
@@ -86,6 +90,13 @@ TEST(ExpertNuma, VirtualNodesMatchOneNodeAvx512Bf16) {
   }
   const Problem problem = oddProblem(WeightType::BF16, ActivationType::BF16);
   expectSplitMatchesOneNode(problem, "avx512_bf16", {1e-2, 5e-2});
+}
+
+// Slots another device computes (topk id kMaskedSlot) are left out on every node.
+TEST(ExpertNuma, MaskedSlotsOnVirtualNodesMatchOneNode) {
+  Problem problem = oddProblem(WeightType::F32, ActivationType::F32);
+  for (int64_t t = 0; t < problem.spec.n_tokens; t += 3) problem.ids[t * 3 + 1] = kMaskedSlot;
+  expectSplitMatchesOneNode(problem, "generic", {1e-5, 1e-4});
 }
 
 TEST(ExpertNuma, SplitLayerMatchesTheDenseReference) {

@@ -1,6 +1,7 @@
 #include "engine/experts/expert_routing.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace tandem::experts {
 
@@ -45,6 +46,49 @@ std::vector<ExpertTask> cutIntoTasks(const ExpertRouting& routing, int64_t max_r
     return a.end - a.begin > b.end - b.begin;
   });
   return tasks;
+}
+
+namespace {
+double taskCost(const ExpertTask& task) { return static_cast<double>(task.end - task.begin + kStreamRows); }
+}  // namespace
+
+bool rowTasksUnbalanced(const std::vector<ExpertTask>& tasks, int threads) {
+  if (tasks.empty() || threads <= 1) return false;
+  double total = 0, longest = 0;
+  for (const ExpertTask& task : tasks) {
+    total += taskCost(task);
+    longest = std::max(longest, taskCost(task));
+  }
+  return longest > 0.5 * total / threads;
+}
+
+std::vector<ColumnTask> cutIntoColumnTasks(const std::vector<ExpertTask>& tasks, int64_t columns,
+                                           int64_t block, int threads) {
+  constexpr int kTasksPerThread = 4;
+  double total = 0;
+  for (const ExpertTask& task : tasks) total += taskCost(task);
+  const double unit = total / (kTasksPerThread * std::max(threads, 1));
+  const int64_t max_blocks = (columns + block - 1) / block;
+  std::vector<ColumnTask> out;
+  std::vector<double> cost;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const double c = taskCost(tasks[i]);
+    const auto wanted = static_cast<int64_t>(std::ceil(c / unit));
+    const int64_t blocks = std::clamp<int64_t>(wanted, 1, max_blocks);
+    const int64_t width = ((columns + blocks - 1) / blocks + block - 1) / block * block;
+    for (int64_t col = 0; col < columns; col += width) {
+      out.push_back({static_cast<int64_t>(i), col, std::min(columns, col + width)});
+      cost.push_back(c * static_cast<double>(out.back().col_end - col));
+    }
+  }
+  // Costliest first, as cutIntoTasks orders the row tasks (longest-processing-time-first).
+  std::vector<size_t> order(out.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cost[a] > cost[b]; });
+  std::vector<ColumnTask> sorted;
+  sorted.reserve(out.size());
+  for (const size_t i : order) sorted.push_back(out[i]);
+  return sorted;
 }
 
 }  // namespace tandem::experts

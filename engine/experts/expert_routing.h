@@ -43,4 +43,27 @@ struct ExpertTask {
 // many tasks that idle workers can steal.
 std::vector<ExpertTask> cutIntoTasks(const ExpertRouting& routing, int64_t max_rows);
 
+// The column split (ExpertLayerOptions::task_split, docs/experts.md "Scheduling"). A task's cost
+// is modelled as (rows + kStreamRows) per output column: kStreamRows rows of arithmetic cost
+// about what streaming the task's slice of weights does (a bf16 weight column feeds 2·rows
+// FLOPs per 2 bytes read; CPUs do ~10-20 FLOPs per byte of DRAM bandwidth).
+inline constexpr int64_t kStreamRows = 16;
+
+// True when the row-block tasks load `threads` badly: the longest one alone costs more than half
+// of one thread's fair share of the total (fewer tasks than threads always is). Largest-first
+// scheduling then finishes at most 1.5 fair shares in; beyond that the longest task is the step.
+bool rowTasksUnbalanced(const std::vector<ExpertTask>& tasks, int threads);
+
+// Columns [col_begin, col_end) of row-block task `row_task` (an index into the row tasks).
+struct ColumnTask {
+  int64_t row_task = 0;
+  int64_t col_begin = 0;
+  int64_t col_end = 0;
+};
+
+// Cuts each row-block task's `columns` output columns into blocks (multiples of `block` except
+// the last), more blocks for costlier tasks, about 4 · threads tasks in all; costliest first.
+std::vector<ColumnTask> cutIntoColumnTasks(const std::vector<ExpertTask>& tasks, int64_t columns,
+                                           int64_t block, int threads);
+
 }  // namespace tandem::experts

@@ -25,7 +25,12 @@ std::string_view weightFormatName(WeightFormat format) {
 }
 
 std::string_view wtPolicyName(WtPolicy policy) {
-  return policy == WtPolicy::Persistent ? "persistent" : "on_demand";
+  switch (policy) {
+    case WtPolicy::Persistent: return "persistent";
+    case WtPolicy::OnDemand: return "on_demand";
+    case WtPolicy::Background: return "background";
+  }
+  return "?";
 }
 
 WeightFormat parseWeightFormat(std::string_view name) {
@@ -38,8 +43,25 @@ WeightFormat parseWeightFormat(std::string_view name) {
 WtPolicy parseWtPolicy(std::string_view name) {
   if (name == "persistent") return WtPolicy::Persistent;
   if (name == "on_demand") return WtPolicy::OnDemand;
+  if (name == "background") return WtPolicy::Background;
   throw Error("unknown backward weight policy '" + std::string(name) + "'",
-              "use persistent or on_demand");
+              "use persistent, on_demand or background");
+}
+
+std::string_view taskSplitName(TaskSplit split) {
+  switch (split) {
+    case TaskSplit::Auto: return "auto";
+    case TaskSplit::Rows: return "rows";
+    case TaskSplit::Columns: return "columns";
+  }
+  return "?";
+}
+
+TaskSplit parseTaskSplit(std::string_view name) {
+  if (name == "auto") return TaskSplit::Auto;
+  if (name == "rows") return TaskSplit::Rows;
+  if (name == "columns") return TaskSplit::Columns;
+  throw Error("unknown expert task split '" + std::string(name) + "'", "use auto, rows or columns");
 }
 
 int64_t activationTypeBytes(ActivationType type) { return type == ActivationType::F32 ? 4 : 2; }

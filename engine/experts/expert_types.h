@@ -42,14 +42,28 @@ enum class WeightFormat { Bf16, Int8 };
 // the weight memory, no per-step cost). OnDemand: the Wᵀ packs of the experts a batch routes to
 // are rebuilt at the start of each backward and freed at its end (weight memory once, a repack
 // per step). The memory planner chooses; ExpertLayer reports it (docs/experts.md).
-enum class WtPolicy { Persistent, OnDemand };
+// Background: as OnDemand, but built ahead: when the backward of the MoE layer after this one
+// finishes, this layer's Wᵀ packs for the experts its last training forward routed to are built
+// on the pool while the GPU runs that layer's attention backward (ExpertLayer::
+// setBackwardSuccessor links the layers). Memory as OnDemand's: one layer's packs at a time,
+// plus the next one's while it is built.
+enum class WtPolicy { Persistent, OnDemand, Background };
+
+// How a call cuts its work into pool tasks (docs/experts.md, "Scheduling"):
+//   Rows: (expert, row-block) tasks, each computing whole output rows;
+//   Columns: (expert, row-block, column-block) tasks in two phases (gate/up over slices of I,
+//     then down over slices of H; the backward the same way round), bitwise the same results;
+//   Auto: Columns when the row-block tasks are too few or too unequal for the pool, else Rows.
+enum class TaskSplit { Auto, Rows, Columns };
 
 std::string_view activationTypeName(ActivationType type);
 std::string_view weightTypeName(WeightType type);
 std::string_view weightFormatName(WeightFormat format);
 std::string_view wtPolicyName(WtPolicy policy);
 WeightFormat parseWeightFormat(std::string_view name);  // "bf16" | "int8"; throws Error
-WtPolicy parseWtPolicy(std::string_view name);          // "persistent" | "on_demand"; throws Error
+WtPolicy parseWtPolicy(std::string_view name);  // "persistent" | "on_demand" | "background"; throws
+std::string_view taskSplitName(TaskSplit split);
+TaskSplit parseTaskSplit(std::string_view name);  // "auto" | "rows" | "columns"; throws Error
 int64_t activationTypeBytes(ActivationType type);
 int64_t weightTypeBytes(WeightType type);  // of one element (FP8: 1, scales not counted)
 

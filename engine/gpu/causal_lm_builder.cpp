@@ -227,6 +227,7 @@ class CausalLmBuilder {
   const LoraPlan* lora_;
   ThreadPool& pool_;
   uint64_t lora_seed_;
+  experts::ExpertLayer* previous_moe_ = nullptr;  // the last MoE layer built (layers go in order)
   int64_t expert_weight_bytes_ = 0;  // what the CPU expert engine reads (offload: ExpertOffload's)
 };
 
@@ -295,6 +296,10 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
                             static_cast<int64_t>(at::elementSize(w_.dtype()));
   }
   block->experts = experts::ExpertLayer::create(spec, std::move(views), lora_spec, options, pool_);
+  // The backward runs the MoE layers last to first: this one's precedes the previous one's, which
+  // gets its W^T built meanwhile (experts_wt_policy: background).
+  if (previous_moe_) block->experts->setBackwardSuccessor(previous_moe_);
+  previous_moe_ = block->experts.get();
   if (lora_spec.any()) {
     block->experts->lora().initPeft(++lora_seed_);
     block->lora_anchor = at::zeros({}, at::kFloat).requires_grad_(true);

@@ -393,8 +393,8 @@ std::string gpuExperts(const Entry& e) {
 
 std::string expertsWtPolicy(const Entry& e) {
   const std::string value = text(e);
-  if (value == "auto" || value == "persistent" || value == "on_demand") return value;
-  fail(e, "must be one of auto, persistent, on_demand; got '" + value + "'");
+  if (value == "auto" || value == "persistent" || value == "on_demand" || value == "background") return value;
+  fail(e, "must be one of auto, persistent, on_demand, background; got '" + value + "'");
 }
 
 std::string device(const Entry& e) {

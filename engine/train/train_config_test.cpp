@@ -257,6 +257,7 @@ TEST(TrainConfigTest, ExpertFormatAndWtPolicyKeys) {
   EXPECT_EQ(parse(kMinimal + std::string("experts_backend: avx512\nexperts_format: int8\n")).experts_format,
             "int8");
   EXPECT_EQ(parse(kMinimal + std::string("experts_wt_policy: on_demand\n")).experts_wt_policy, "on_demand");
+  EXPECT_EQ(parse(kMinimal + std::string("experts_wt_policy: background\n")).experts_wt_policy, "background");
   EXPECT_EQ(parse(kMinimal, {"experts_wt_policy=persistent"}).experts_wt_policy, "persistent");
   // The Tandem key overrides the KT spelling; the format changes the trained result, the policy not.
   const std::string kt = kMinimal + std::string("kt_config:\n  kt_expert_weight_format: bf16\n");
@@ -353,7 +354,7 @@ TEST(TrainConfigTest, BadConfigsFailWithUsefulErrors) {
       {"experts_format: fp16\n", "experts_format must be one of auto, bf16, int8, fp8; got 'fp16'"},
       {"experts_fromat: int8\n", "unknown key 'experts_fromat' \u2014 did you mean 'experts_format'?"},
       {"experts_wt_policy: pool\n",
-       "experts_wt_policy must be one of auto, persistent, on_demand; got 'pool'"},
+       "experts_wt_policy must be one of auto, persistent, on_demand, background; got 'pool'"},
       {"kt_backend: AMXInt8\nexperts_format: bf16\n",
        "experts_format ('bf16') cannot be computed by experts_backend amx_int8, which multiplies int8 weights only"},
       {"kt_backend: AMXInt8\nexperts_format: fp8\n", "experts_format ('fp8') cannot be computed by experts_backend amx_int8"},

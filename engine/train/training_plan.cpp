@@ -26,8 +26,8 @@ placement::PlanRequest planRequestFor(const TrainConfig& config, const io::Model
   }
   if (config.experts_format != "auto") r.expert_weight_format = config.experts_format;
   r.gpu_experts = config.gpu_experts == "auto" ? placement::kAutoGpuExperts : std::stoll(config.gpu_experts);
-  if (config.experts_wt_policy != "auto") {
-    r.transposed_weights = config.experts_wt_policy == "on_demand" ? "pool" : "persistent";
+  if (config.experts_wt_policy != "auto") {  // on_demand and background: the same pool of two layers
+    r.transposed_weights = config.experts_wt_policy == "persistent" ? "persistent" : "pool";
   }
   return r;
 }

@@ -202,6 +202,8 @@ TEST(PlanRequestFor, CarriesTheExpertsFormatAndWtPolicy) {
   EXPECT_EQ(planRequestFor(tc, fp8).transposed_weights, "auto");
   tc.experts_wt_policy = "on_demand";
   EXPECT_EQ(planTraining(tc, fp8, hw).transposed_weights, "pool");
+  tc.experts_wt_policy = "background";  // the same two-layer pool, filled ahead
+  EXPECT_EQ(planTraining(tc, fp8, hw).transposed_weights, "pool");
   tc.experts_wt_policy = "persistent";
   EXPECT_EQ(planTraining(tc, fp8, hw).transposed_weights, "persistent");
   tc.experts_backend = "amx_int8";

@@ -230,11 +230,12 @@ std::vector<int64_t> plannedGpuExperts(const placement::MemoryPlan& plan, const 
   return counts;
 }
 
-// experts_wt_policy: auto follows the memory planner (persistent when it fits, else its pool,
-// which the expert engine runs as on_demand).
+// experts_wt_policy: auto follows the memory planner (persistent when it fits, else its pool of
+// two layers, which the expert engine fills in the background: the next layer's W^T is built
+// while the GPU runs the layers between).
 experts::WtPolicy wtPolicy(const TrainConfig& config, const placement::MemoryPlan& plan) {
   if (config.experts_wt_policy == "auto") {
-    return plan.transposed_weights == "pool" ? experts::WtPolicy::OnDemand : experts::WtPolicy::Persistent;
+    return plan.transposed_weights == "pool" ? experts::WtPolicy::Background : experts::WtPolicy::Persistent;
   }
   return experts::parseWtPolicy(config.experts_wt_policy);
 }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 #include <utility>
 
 #include "engine/core/cpu_features.h"
@@ -122,6 +123,12 @@ void* threadArena(int slot, size_t bytes) {
     if (!arena.data) throw std::bad_alloc();
   }
   return arena.data;
+}
+
+void GemmBackend::gemmColumns(const PackedMatrix&, int64_t, int64_t, int64_t, const float*,
+                              int64_t, float*, int64_t, bool, const LowRankAddend*) const {
+  throw Error(std::string("expert backend ") + name() + " computes whole outputs only",
+              "use task_split rows (or auto) with this backend");
 }
 
 #ifndef TANDEM_EXPERTS_HAVE_AVX512  // not x86-64: none of the x86 backends exist in this build

@@ -145,6 +145,16 @@ class GemmBackend {
   // threads at once.
   virtual void gemm(const PackedMatrix& b, int64_t m, const float* a, int64_t lda, float* c,
                     int64_t ldc, bool accumulate, const LowRankAddend* addend = nullptr) const = 0;
+  // Granularity of a column split: gemmColumns takes n0 and n1 as multiples of it (n1 may also
+  // be b.n()). 0: this backend computes whole outputs only (oneDNN's layout is its own).
+  virtual int64_t columnBlock() const { return 0; }
+  // Columns [n0, n1) of gemm(b, m, a, lda, c, ldc, accumulate, addend): same pointers as gemm
+  // (c and addend->bt at column 0), only those columns written. Every output element is summed
+  // over k in the same order as by gemm, so a split over columns is bitwise the unsplit result.
+  // Error on a backend whose columnBlock() is 0.
+  virtual void gemmColumns(const PackedMatrix& b, int64_t n0, int64_t n1, int64_t m,
+                           const float* a, int64_t lda, float* c, int64_t ldc, bool accumulate,
+                           const LowRankAddend* addend = nullptr) const;
 };
 
 // Backends this build and CPU can run for `format`, best first.

@@ -63,18 +63,32 @@ class PlainGemm final : public GemmBackend {
                                          std::move(owned));
   }
 
+  int64_t columnBlock() const override { return 16; }
+
   void gemm(const PackedMatrix& packed, int64_t m, const float* a, int64_t lda, float* c,
             int64_t ldc, bool accumulate, const LowRankAddend* addend) const override {
+    gemmColumns(packed, 0, packed.n(), m, a, lda, c, ldc, accumulate, addend);
+  }
+
+  // Every element is one dot product over k (matmulNT) or one FMA chain per lane (matmulNN), in
+  // the same order whichever columns a call covers.
+  void gemmColumns(const PackedMatrix& packed, int64_t n0, int64_t n1, int64_t m, const float* a,
+                   int64_t lda, float* c, int64_t ldc, bool accumulate,
+                   const LowRankAddend* addend) const override {
     const auto& b = static_cast<const PlainMatrix&>(packed);
+    const auto* w = static_cast<const char*>(b.data);
+    const int64_t elem = weightTypeBytes(b.type), n = n1 - n0;
     if (b.transposed) {  // c = a · W, W [k, n]
-      kernels_.matmulNN(m, b.n(), b.k(), 1.0f, a, lda, b.data, b.type, b.cols, c, ldc, accumulate);
+      kernels_.matmulNN(m, n, b.k(), 1.0f, a, lda, w + n0 * elem, b.type, b.cols, c + n0, ldc,
+                        accumulate);
     } else {             // c = a · Wᵀ, W [n, k]
-      kernels_.matmulNT(m, b.n(), b.k(), 1.0f, a, lda, b.data, b.type, b.cols, c, ldc, accumulate);
+      kernels_.matmulNT(m, n, b.k(), 1.0f, a, lda, w + n0 * b.cols * elem, b.type, b.cols,
+                        c + n0, ldc, accumulate);
     }
     // The fp32 backends are the reference: the addend stays a pass of its own (z · bt).
     if (addend) {
-      kernels_.matmulNN(m, b.n(), addend->rank, 1.0f, addend->z, addend->ldz, addend->bt,
-                        WeightType::F32, addend->ldb, c, ldc, true);
+      kernels_.matmulNN(m, n, addend->rank, 1.0f, addend->z, addend->ldz, addend->bt + n0,
+                        WeightType::F32, addend->ldb, c + n0, ldc, true);
     }
   }
 

@@ -173,17 +173,18 @@ void epilogue(const void* acc, int64_t rows, int64_t cols, float* c, int64_t ldc
 // K is walked in chunks of kChunkTiles tiles, so one chunk of a column pair of B (32 KiB) stays in
 // L1 while every 32-row block of A passes over it; each row block parks its 2 × 2 accumulators in
 // `acc` [m_blocks][32][32] between chunks.
+// Only the output columns [n0, n1) (n0 a multiple of 32): the column pairs of B they cover.
 template <bool kInt8>
 TANDEM_AMX void tileLoop(const AmxMatrix<kInt8>& b, const char* a, int64_t m, int64_t a_stride,
                          float* c, int64_t ldc, bool accumulate, const float* row_scale,
-                         char* acc, const LowRankAddend* addend) {
+                         char* acc, const LowRankAddend* addend, int64_t n0, int64_t n1) {
   constexpr int64_t kChunkTiles = 16;
   constexpr int64_t kBlockBytes = 32 * 32 * 4;
   ensureTileConfig();
   const float* n_scale = b.n_scale.empty() ? nullptr : b.n_scale.data();
   const int64_t m_blocks = (m + 31) / 32;
-  for (int64_t nb = 0; nb < b.n_blocks; nb += 2) {
-    const int64_t col0 = nb * 16, cols = std::min<int64_t>(32, b.n() - col0);
+  for (int64_t nb = n0 / 16; nb < b.n_blocks; nb += 2) {
+    const int64_t col0 = nb * 16, cols = std::min<int64_t>(32, n1 - col0);
     if (cols <= 0) break;
     for (int64_t kc = 0; kc < b.k_tiles; kc += kChunkTiles) {
       const int64_t kc_end = std::min(b.k_tiles, kc + kChunkTiles);
@@ -292,9 +293,18 @@ class AmxGemm final : public GemmBackend {
     return static_cast<char*>(threadArena(2, static_cast<size_t>((m + 31) / 32) * 32 * 32 * 4));
   }
 
+  // A split falls on a pair of 16-column tiles: each block's tile products are the whole gemm's.
+  int64_t columnBlock() const override { return 32; }
+
   void gemm(const PackedMatrix& packed, int64_t m, const float* a, int64_t lda, float* c,
             int64_t ldc, bool accumulate, const LowRankAddend* addend) const override {
-    if (m <= 0 || packed.n() <= 0) return;
+    gemmColumns(packed, 0, packed.n(), m, a, lda, c, ldc, accumulate, addend);
+  }
+
+  void gemmColumns(const PackedMatrix& packed, int64_t n0, int64_t n1, int64_t m, const float* a,
+                   int64_t lda, float* c, int64_t ldc, bool accumulate,
+                   const LowRankAddend* addend) const override {
+    if (m <= 0 || n1 <= n0) return;
     const auto& b = static_cast<const AmxMatrix<kInt8>&>(packed);
     const int64_t m_pad = (m + 15) / 16 * 16, k_pad = b.k_tiles * L::kTileK;
     const int64_t a_stride = k_pad * L::kElem;
@@ -305,11 +315,11 @@ class AmxGemm final : public GemmBackend {
       activationsInt8(a, lda, m, b.k(), m_pad, k_pad, b.k_scale, row_buf,
                       reinterpret_cast<int8_t*>(a_packed), row_scale);
       tileLoop<true>(b, a_packed, m, a_stride, c, ldc, accumulate, row_scale, accumulators(m),
-                     addend);
+                     addend, n0, n1);
     } else {
       activationsBf16(a, lda, m, b.k(), m_pad, k_pad, reinterpret_cast<uint16_t*>(a_packed));
       tileLoop<false>(b, a_packed, m, a_stride, c, ldc, accumulate, nullptr, accumulators(m),
-                      addend);
+                      addend, n0, n1);
     }
   }
 };

@@ -139,14 +139,24 @@ class Avx512Bf16Gemm final : public GemmBackend {
     return packed;
   }
 
+  // A split falls on chunk boundaries: each chunk's micro-kernels are those of the whole gemm.
+  int64_t columnBlock() const override { return Geometry::kChunk; }
+
   void gemm(const PackedMatrix& packed, int64_t m, const float* a, int64_t lda, float* c,
             int64_t ldc, bool accumulate, const LowRankAddend* addend) const override {
-    if (m <= 0 || packed.n() <= 0) return;
+    gemmColumns(packed, 0, packed.n(), m, a, lda, c, ldc, accumulate, addend);
+  }
+
+  void gemmColumns(const PackedMatrix& packed, int64_t n0, int64_t n1, int64_t m, const float* a,
+                   int64_t lda, float* c, int64_t ldc, bool accumulate,
+                   const LowRankAddend* addend) const override {
+    if (m <= 0 || n1 <= n0) return;
     const auto& b = static_cast<const Bf16PairMatrix&>(packed);
     auto* a_pairs = static_cast<uint32_t*>(threadArena(0, static_cast<size_t>(m * b.pairs) * 4));
     toBf16Pairs(a, lda, m, b.k(), b.pairs, a_pairs);
-    for (int64_t chunk = 0; chunk < b.chunks; ++chunk) {
-      const int64_t col0 = chunk * Geometry::kChunk, n_valid = b.n() - col0;
+    const int64_t chunk_end = (n1 + Geometry::kChunk - 1) / Geometry::kChunk;
+    for (int64_t chunk = n0 / Geometry::kChunk; chunk < chunk_end; ++chunk) {
+      const int64_t col0 = chunk * Geometry::kChunk, n_valid = n1 - col0;
       for (int64_t i0 = 0; i0 < m; i0 += Geometry::kMaxRows) {
         const uint32_t* ai = a_pairs + i0 * b.pairs;
         float* ci = c + i0 * ldc + col0;
