@@ -49,12 +49,6 @@ void validateWeights(const ExpertLayerSpec& spec, const ExpertWeightViews& weigh
   check_scales(weights.down_scale, "down_proj");
 }
 
-// b_t [r, out] = bᵀ for b [out, r]: LoRA's B as whole rows of output columns.
-void transposeInto(const float* b, int64_t out, int64_t r, float* b_t) {
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t q = 0; q < r; ++q) b_t[q * out + o] = b[o * r + q];
-}
-
 // The NUMA node whose memory holds expert e's packs when one unpinned pool computes the layer:
 // round-robin over the nodes, so the experts' bandwidth is spread over every memory controller
 // (-1: one node, plain memory).
@@ -74,18 +68,6 @@ std::vector<int64_t> splitIntermediate(int64_t I, int n) {
   return bounds;
 }
 }  // namespace
-
-// What one forward call shares between the tasks of one node slice (width w = i1 - i0).
-struct ExpertLayer::ForwardPass {
-  const NodeSlice* slice = nullptr;
-  const void* x = nullptr;  // [T, H] act_type
-  ActivationType act_type = ActivationType::F32;
-  const ExpertRouting* routing = nullptr;
-  float* gate = nullptr;  // [P, w] pre-activations to keep (cache), or nullptr: scratch only
-  float* up = nullptr;    // [P, w]
-  float* out = nullptr;   // [P, H] the slice's part of o_{t,j} per sorted position, unweighted
-  float* lora_z = nullptr;  // [P, 3r] the cache's LoRA products, or nullptr: scratch only
-};
 
 std::unique_ptr<ExpertLayer> ExpertLayer::create(const ExpertLayerSpec& spec,
                                                  ExpertWeightViews weights,
@@ -309,9 +291,7 @@ void ExpertLayer::projectForward(ExpertProj proj, const NodeSlice& slice, int64_
   const float* a = lora_.a(proj, expert).data() + (down ? slice.i0 : 0);
   kernels_.matmulNT(m, r, n_in, lora_.scale(), in, n_in, a, WeightType::F32,
                     lora_.inFeatures(proj), z, ldz, false);
-  auto* b_t = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(r * n_out) * 4));
-  transposeInto(lora_.b(proj, expert).data() + (down ? 0 : slice.i0 * r), n_out, r, b_t);
-  const kernels::LowRankAddend addend{z, ldz, b_t, n_out, r};
+  const kernels::LowRankAddend addend{z, ldz, loraBt(proj, slice, expert), n_out, r};
   gemm_.gemm(pack, m, in, n_in, out, n_out, false, &addend);
 }
 
@@ -337,7 +317,7 @@ void ExpertLayer::projectBackward(ExpertProj proj, const NodeSlice& slice, int64
   const bool down = proj == ExpertProj::Down;
   auto* b_t = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(r * (n_out + m)) * 4));
   float* z = b_t + r * n_out;  // [m, r]
-  transposeInto(lora_.b(proj, expert).data() + (down ? 0 : slice.i0 * r), n_out, r, b_t);
+  detail::transposeInto(lora_.b(proj, expert).data() + (down ? 0 : slice.i0 * r), n_out, r, b_t);
   // lora_t = d_out B as dot products along out (B as Bᵀ rows): as d_out · B the r = 8 output
   // columns would fill half a vector per FMA.
   kernels_.matmulNT(m, r, n_out, 1.0f, d_out, n_out, b_t, WeightType::F32, n_out, lora_t, r,
@@ -503,118 +483,6 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
     cache->state_ = ExpertForwardCache::State::Cached;
     cache->chargeLedger();
   }
-}
-
-bool ExpertLayer::splitColumns(const std::vector<ExpertTask>& tasks, const ThreadPool& pool) const {
-  if (gemm_.columnBlock() <= 0 || options_.task_split == TaskSplit::Rows) return false;
-  return options_.task_split == TaskSplit::Columns || rowTasksUnbalanced(tasks, pool.size() + 1);
-}
-
-void ExpertLayer::runColumnTasks(
-    ThreadPool& pool, const std::vector<ExpertTask>& tasks, int64_t columns,
-    const std::function<void(const ExpertTask&, int64_t, int64_t)>& body,
-    const std::function<void(const ExpertTask&)>& finish) const {
-  const std::vector<ColumnTask> pieces =
-      cutIntoColumnTasks(tasks, columns, gemm_.columnBlock(), pool.size() + 1);
-  // left[t]: column tasks of row task t not yet done; the one that takes it to zero finishes t.
-  // acq_rel: the finisher sees every other piece's writes to the row block.
-  const auto left = std::make_unique<std::atomic<int64_t>[]>(tasks.size());
-  for (const ColumnTask& piece : pieces) left[piece.row_task].fetch_add(1, std::memory_order_relaxed);
-  pool.parallelFor(0, static_cast<int64_t>(pieces.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const ColumnTask& piece = pieces[i];
-      const ExpertTask& task = tasks[piece.row_task];
-      body(task, piece.col_begin, piece.col_end);
-      if (finish && left[piece.row_task].fetch_sub(1, std::memory_order_acq_rel) == 1) finish(task);
-    }
-  });
-}
-
-const float* ExpertLayer::loraBt(ExpertProj proj, const NodeSlice& slice, int64_t expert) const {
-  const int64_t n_out = outFeatures(proj, slice), r = lora_.rank();
-  const int64_t first_row = proj == ExpertProj::Down ? 0 : slice.i0;
-  auto* b_t = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(r * n_out) * sizeof(float)));
-  transposeInto(lora_.b(proj, expert).data() + first_row * r, n_out, r, b_t);
-  return b_t;
-}
-
-// The forward over column blocks, each line computing what forwardRows does for its rows, with
-// the same kernel calls on the same operands (hence bitwise the same results):
-//   phase 0 (row tasks): z_gate, z_up = s · x A_gateᵀ, s · x A_upᵀ, once per row block, because
-//     every I-block's epilogue adds z · Bᵀ;
-//   phase 1 (row task × I-block): g, u columns [i0, i1); the last block of a row task computes
-//     h = silu(g) ⊙ u and z_down = s · h A_downᵀ, which need whole rows of h;
-//   phase 2 (row task × H-block): o columns [h0, h1) = h W_downᵀ + z_down B_downᵀ, with h made
-//     again from g and u (m·I elementwise against the block's m·I·(h1 - h0) FMAs): keeping h
-//     would need [P, I] more than the planner's work block.
-void ExpertLayer::forwardColumns(const ForwardPass& pass, const std::vector<ExpertTask>& tasks) const {
-  const NodeSlice& slice = *pass.slice;
-  ThreadPool& pool = *slice.pool;
-  // I: the slice's width; down's A is read at columns [i0, i1) of its [r, I_all] rows.
-  const int64_t H = spec_.hidden, I = slice.width(), r = lora_.rank();
-  const int64_t zw = loraZWidth(), lda_down = lora_.inFeatures(ExpertProj::Down);
-  const ExpertProj gate_up[] = {ExpertProj::Gate, ExpertProj::Up};
-  if (lora_.targets(ExpertProj::Gate) || lora_.targets(ExpertProj::Up)) {
-    runTasks(pool, tasks, [&](const ExpertTask& task) {
-      const int64_t m = task.end - task.begin;
-      float* x = detail::threadScratch(m * H);
-      detail::gatherRows(kernels_, pass.x, pass.act_type, *pass.routing, task.begin, task.end, H, x);
-      for (int k = 0; k < 2; ++k) {
-        if (!lora_.targets(gate_up[k])) continue;
-        kernels_.matmulNT(m, r, H, lora_.scale(), x, H, lora_.a(gate_up[k], task.expert).data(),
-                          WeightType::F32, H, pass.lora_z + task.begin * zw + k * r, zw, false);
-      }
-    });
-  }
-  const auto hidden = [&](const ExpertTask& task, float* h) {
-    kernels_.siluMul((task.end - task.begin) * I, pass.gate + task.begin * I,
-                     pass.up + task.begin * I, h);
-  };
-  runColumnTasks(
-      pool, tasks, I,
-      [&](const ExpertTask& task, int64_t i0, int64_t i1) {
-        const int64_t m = task.end - task.begin;
-        float* x = detail::threadScratch(m * H);
-        detail::gatherRows(kernels_, pass.x, pass.act_type, *pass.routing, task.begin, task.end, H, x);
-        for (int k = 0; k < 2; ++k) {
-          const ExpertProj proj = gate_up[k];
-          float* out = (k == 0 ? pass.gate : pass.up) + task.begin * I;
-          const kernels::PackedMatrix& pack = *slice.packs[static_cast<int>(proj)][task.expert];
-          if (!lora_.targets(proj)) {
-            gemm_.gemmColumns(pack, i0, i1, m, x, H, out, I, false);
-            continue;
-          }
-          const kernels::LowRankAddend addend{pass.lora_z + task.begin * zw + k * r, zw,
-                                              loraBt(proj, slice, task.expert), I, r};
-          gemm_.gemmColumns(pack, i0, i1, m, x, H, out, I, false, &addend);
-        }
-      },
-      [&](const ExpertTask& task) {
-        if (!lora_.targets(ExpertProj::Down)) return;
-        const int64_t m = task.end - task.begin;
-        float* h = detail::threadScratch(m * I);
-        hidden(task, h);
-        kernels_.matmulNT(m, r, I, lora_.scale(), h, I,
-                          lora_.a(ExpertProj::Down, task.expert).data() + slice.i0, WeightType::F32,
-                          lda_down, pass.lora_z + task.begin * zw + 2 * r, zw, false);
-      });
-  runColumnTasks(
-      pool, tasks, H,
-      [&](const ExpertTask& task, int64_t h0, int64_t h1) {
-        const int64_t m = task.end - task.begin;
-        float* h = detail::threadScratch(m * I);
-        hidden(task, h);
-        const kernels::PackedMatrix& pack = *slice.packs[static_cast<int>(ExpertProj::Down)][task.expert];
-        float* out = pass.out + task.begin * H;
-        if (!lora_.targets(ExpertProj::Down)) {
-          gemm_.gemmColumns(pack, h0, h1, m, h, I, out, H, false);
-          return;
-        }
-        const kernels::LowRankAddend addend{pass.lora_z + task.begin * zw + 2 * r, zw,
-                                            loraBt(ExpertProj::Down, slice, task.expert), H, r};
-        gemm_.gemmColumns(pack, h0, h1, m, h, I, out, H, false, &addend);
-      },
-      nullptr);
 }
 
 }  // namespace tandem::experts

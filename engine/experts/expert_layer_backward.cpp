@@ -28,21 +28,6 @@ namespace tandem::experts {
 
 using detail::kRowBlock;
 
-// What one backward call shares between the tasks of one node slice (width w = i1 - i0).
-// Buffers are [P, ·] in sorted order.
-struct ExpertLayer::BackwardPass {
-  const NodeSlice* slice = nullptr;
-  const ExpertForwardCache* cache = nullptr;
-  const void* dy = nullptr;                // [T, H] act_type
-  float* d_topk_weights = nullptr;         // [T, k] (the slice's part) or nullptr
-  float* dgate = nullptr;                  // [P, w] g in, dg out (the cache's buffer, reused)
-  float* dup = nullptr;                    // [P, w] u in, du out
-  float* hidden = nullptr;                 // [P, w] h, kept only when LoRA targets down_proj
-  float* lora_t[kExpertProjCount] = {};    // [P, r] dP · B_P (down: already weighted by w)
-  float* lora_z = nullptr;                 // [P, 3r] the forward's s · x A_Pᵀ (down: the slice's)
-  float* dx_pairs = nullptr;               // [P, H] dx contribution of every pair
-};
-
 // Stage A for one row block of one expert.
 void ExpertLayer::backwardRows(const BackwardPass& pass, const ExpertTask& task) const {
   const NodeSlice& slice = *pass.slice;
@@ -329,110 +314,6 @@ void ExpertLayer::runLoraGradTasks(ThreadPool& pool, const BackwardPass& pass, i
   pool.parallelFor(0, static_cast<int64_t>(jobs.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) (this->*jobs[i].second)(pass, jobs[i].first);
   });
-}
-
-// Stage A over column blocks, each line computing what backwardRows does for its rows, with the
-// same kernel calls on the same operands (hence bitwise the same results):
-//   phase 0 (row tasks, LoRA on down): t_down = dY B_down, once per row block, because every
-//     I-block's epilogue adds s · t_down A_down;
-//   phase 1 (row task × I-block): dh columns [i0, i1) = dY W_down + s · t_down A_down; the last
-//     block of a row task runs the SiLU backward (its ⟨dh, h⟩ needs whole rows), d w, and
-//     t_gate, t_up = dg B_gate, du B_up;
-//   phase 2 (row task × H-block): dx columns [h0, h1) = dg W_gate + du W_up + the LoRA terms.
-// dh [P, I] lives in dx_pairs' rows (stride H) until phase 2 overwrites them with dx; only when
-// I > H does it need a block of its own.
-void ExpertLayer::backwardColumns(const BackwardPass& pass,
-                                  const std::vector<ExpertTask>& tasks) const {
-  const NodeSlice& slice = *pass.slice;
-  ThreadPool& pool = *slice.pool;
-  // I: the slice's width; down's A is read at columns [i0, i1) of its [r, I_all] rows.
-  const int64_t H = spec_.hidden, I = slice.width(), r = lora_.rank();
-  const int64_t lda_down = lora_.inFeatures(ExpertProj::Down);
-  const ExpertRouting& routing = pass.cache->routing_;
-  const int64_t n_pairs = routing.pairs();
-  ExpertBufferPool::Lease own_dh;
-  float* dh_all = pass.dx_pairs;
-  int64_t ld_dh = H;
-  if (I > H) {
-    own_dh = ExpertBufferPool::lease(static_cast<size_t>(n_pairs * I) * sizeof(float),
-                                     MemoryCategory::Scratch);
-    dh_all = own_dh.as<float>();
-    ld_dh = I;
-  }
-  const bool down = lora_.targets(ExpertProj::Down);
-  float* t_down_all = pass.lora_t[static_cast<int>(ExpertProj::Down)];
-  if (down) {
-    runTasks(pool, tasks, [&](const ExpertTask& task) {
-      const int64_t m = task.end - task.begin;
-      const float* b_t = loraBt(ExpertProj::Down, slice, task.expert);
-      float* dy = detail::threadScratch(m * H);
-      detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, task.begin, task.end, H, dy);
-      kernels_.matmulNT(m, r, H, 1.0f, dy, H, b_t, WeightType::F32, H, t_down_all + task.begin * r,
-                        r, false);
-    });
-  }
-  runColumnTasks(
-      pool, tasks, I,
-      [&](const ExpertTask& task, int64_t i0, int64_t i1) {
-        const int64_t m = task.end - task.begin;
-        float* dy = detail::threadScratch(m * H);
-        detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, task.begin, task.end, H, dy);
-        const kernels::PackedMatrix& pack = *slice.packs_t[static_cast<int>(ExpertProj::Down)][task.expert];
-        float* dh = dh_all + task.begin * ld_dh;
-        if (!down) {
-          gemm_.gemmColumns(pack, i0, i1, m, dy, H, dh, ld_dh, false);
-          return;
-        }
-        auto* z = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(m * r) * sizeof(float)));
-        const float* t = t_down_all + task.begin * r;
-        for (int64_t i = 0; i < m * r; ++i) z[i] = lora_.scale() * t[i];
-        const kernels::LowRankAddend addend{z, r, lora_.a(ExpertProj::Down, task.expert).data() + slice.i0,
-                                            lda_down, r};
-        gemm_.gemmColumns(pack, i0, i1, m, dy, H, dh, ld_dh, false, &addend);
-      },
-      [&](const ExpertTask& task) {
-        const int64_t m = task.end - task.begin;
-        float* scratch_h = detail::threadScratch(m * I);
-        for (int64_t i = 0; i < m; ++i) {
-          const int64_t pos = task.begin + i, slot = routing.slot_of_pos[pos];
-          const float w = pass.cache->weights_[slot];
-          float* h = pass.hidden ? pass.hidden + pos * I : scratch_h + i * I;
-          const float dot = kernels_.siluBackward(I, w, dh_all + pos * ld_dh, pass.dgate + pos * I,
-                                                  pass.dup + pos * I, h);
-          if (pass.d_topk_weights) pass.d_topk_weights[slot] = dot;
-          if (down) {
-            for (int64_t q = 0; q < r; ++q) t_down_all[pos * r + q] *= w;  // (w dY) B_down
-          }
-        }
-        for (const ExpertProj proj : {ExpertProj::Gate, ExpertProj::Up}) {
-          if (!lora_.targets(proj)) continue;
-          const float* d_proj = (proj == ExpertProj::Gate ? pass.dgate : pass.dup) + task.begin * I;
-          kernels_.matmulNT(m, r, I, 1.0f, d_proj, I, loraBt(proj, slice, task.expert), WeightType::F32,
-                            I, pass.lora_t[static_cast<int>(proj)] + task.begin * r, r, false);
-        }
-      });
-  runColumnTasks(
-      pool, tasks, H,
-      [&](const ExpertTask& task, int64_t h0, int64_t h1) {
-        const int64_t m = task.end - task.begin;
-        float* dx = pass.dx_pairs + task.begin * H;
-        bool accumulate = false;
-        for (const ExpertProj proj : {ExpertProj::Gate, ExpertProj::Up}) {
-          const float* d_proj = (proj == ExpertProj::Gate ? pass.dgate : pass.dup) + task.begin * I;
-          const kernels::PackedMatrix& pack = *slice.packs_t[static_cast<int>(proj)][task.expert];
-          if (!lora_.targets(proj)) {
-            gemm_.gemmColumns(pack, h0, h1, m, d_proj, I, dx, H, accumulate);
-          } else {
-            auto* z = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(m * r) * sizeof(float)));
-            const float* t = pass.lora_t[static_cast<int>(proj)] + task.begin * r;
-            for (int64_t i = 0; i < m * r; ++i) z[i] = lora_.scale() * t[i];
-            const kernels::LowRankAddend addend{z, r, lora_.a(proj, task.expert).data(), H, r};
-            gemm_.gemmColumns(pack, h0, h1, m, d_proj, I, dx, H, accumulate, &addend);
-          }
-          accumulate = true;
-        }
-      },
-      nullptr);
 }
 
 }  // namespace tandem::experts

@@ -1,5 +1,5 @@
 #pragma once
-// Internals shared by expert_layer.cpp and expert_layer_backward.cpp; not part of the API.
+// Internals shared by the expert_layer*.cpp files; not part of the API.
 
 #include <cstdint>
 #include <cstring>
@@ -10,6 +10,7 @@
 #include "engine/core/float_convert.h"
 #include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
+#include "engine/experts/expert_forward_cache.h"
 #include "engine/experts/expert_layer.h"
 #include "engine/experts/expert_routing.h"
 #include "engine/experts/expert_types.h"
@@ -56,6 +57,12 @@ inline void gatherRows(const kernels::ExpertKernels& kernels, const void* src, A
   }
 }
 
+// b_t [r, out] = bᵀ for b [out, r]: LoRA's B as whole rows of output columns.
+inline void transposeInto(const float* b, int64_t out, int64_t r, float* b_t) {
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t q = 0; q < r; ++q) b_t[q * out + o] = b[o * r + q];
+}
+
 }  // namespace tandem::experts::detail
 
 namespace tandem::experts {
@@ -63,6 +70,33 @@ namespace tandem::experts {
 // A background build of one layer's Wᵀ packs (WtPolicy::Background): one pool task per (expert,
 // projection), each writing only its own slot. Complete here because ExpertLayer's constructor
 // and destructor (expert_layer.cpp) destroy it.
+// What one forward call shares between the tasks of one node slice (width w = i1 - i0).
+struct ExpertLayer::ForwardPass {
+  const NodeSlice* slice = nullptr;
+  const void* x = nullptr;  // [T, H] act_type
+  ActivationType act_type = ActivationType::F32;
+  const ExpertRouting* routing = nullptr;
+  float* gate = nullptr;  // [P, w] pre-activations to keep (cache), or nullptr: scratch only
+  float* up = nullptr;    // [P, w]
+  float* out = nullptr;   // [P, H] the slice's part of o_{t,j} per sorted position, unweighted
+  float* lora_z = nullptr;  // [P, 3r] the cache's LoRA products, or nullptr: scratch only
+};
+
+// What one backward call shares between the tasks of one node slice (width w = i1 - i0).
+// Buffers are [P, ·] in sorted order.
+struct ExpertLayer::BackwardPass {
+  const NodeSlice* slice = nullptr;
+  const ExpertForwardCache* cache = nullptr;
+  const void* dy = nullptr;                // [T, H] act_type
+  float* d_topk_weights = nullptr;         // [T, k] (the slice's part) or nullptr
+  float* dgate = nullptr;                  // [P, w] g in, dg out (the cache's buffer, reused)
+  float* dup = nullptr;                    // [P, w] u in, du out
+  float* hidden = nullptr;                 // [P, w] h, kept only when LoRA targets down_proj
+  float* lora_t[kExpertProjCount] = {};    // [P, r] dP · B_P (down: already weighted by w)
+  float* lora_z = nullptr;                 // [P, 3r] the forward's s · x A_Pᵀ (down: the slice's)
+  float* dx_pairs = nullptr;               // [P, H] dx contribution of every pair
+};
+
 struct ExpertLayer::WtBuild {
   explicit WtBuild(ThreadPool& pool) : group(pool) {}
   std::vector<int64_t> experts;                                // whose packs are built
