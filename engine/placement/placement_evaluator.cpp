@@ -1,0 +1,239 @@
+#include "engine/placement/placement_evaluator.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/core/error.h"
+#include "engine/core/units.h"
+#include "engine/placement/memory_model.h"
+
+namespace tandem::placement {
+
+namespace {
+
+// CUDA context, cuBLAS/cuDNN workspaces and libtorch's kernels image on every GPU in use.
+constexpr uint64_t kGpuContextBytes = kGiB;
+// The process itself on the host: libtorch, thread stacks, the tokenized dataset, the tokenizer.
+constexpr uint64_t kHostProcessBytes = 2 * kGiB;
+
+std::string joinTargets(const std::vector<std::string>& targets) {
+  std::string out;
+  for (const std::string& t : targets) out += (out.empty() ? "" : ",") + t;
+  return out;
+}
+
+}  // namespace
+
+bool packsWeights(const std::string& backend) {
+  return backend == "amx_bf16" || backend == "amx_int8" || backend == "onednn" || backend == "avx512_bf16";
+}
+
+std::string resolveBackend(const std::string& backend, const Hardware& hw, const io::ModelConfig& model) {
+  if (backend != "auto") return backend;
+  const std::string stored = defaultWeightFormat("generic", model);
+  if (stored == "fp32" || stored == "fp16") return hw.cpu.avx512 ? "avx512" : "generic";
+  if (hw.cpu.amx_bf16) return "amx_bf16";
+  if (hw.cpu.avx512_bf16) return "avx512_bf16";
+  return hw.cpu.avx512 ? "avx512" : "generic";
+}
+
+
+Evaluator::Evaluator(const PlanRequest& request, const Hardware& hw, bool transposed_pool, bool keep_expert_forward)
+    : req_(request), hw_(hw), m_(request.model), pool_(transposed_pool), keep_(keep_expert_forward),
+      target_(model::LoraTarget::parse(joinTargets(request.lora_target))),
+      tokens_(request.batch_size * request.cutoff_len), act_bytes_(request.bf16 ? 2 : 4) {}
+
+void Evaluator::charge(Books& books, const std::string& device, PlanCategory c, const std::string& what,
+                       uint64_t bytes) const {
+  if (bytes == 0) return;
+  std::vector<std::string> targets;
+  if (device == "cpu") {
+    // The whole host: spread evenly over the NUMA nodes (the engine interleaves what it does not pin).
+    for (size_t n = 0; n < hw_.numa_nodes.size(); ++n) targets.push_back(hostDevice(static_cast<int>(n)));
+  } else if (device.starts_with("cpu:numa")) {
+    targets.push_back(hostDevice(std::stoi(device.substr(8))));
+  } else {
+    targets.push_back(device);
+  }
+  const uint64_t share = bytes / targets.size();
+  for (const std::string& d : targets) {
+    DevicePlan& plan = books.devices.at(d);
+    plan.bytes[static_cast<size_t>(c)] += share;
+    auto [it, inserted] = books.item_index.try_emplace({d, what}, plan.items.size());
+    if (inserted) plan.items.push_back({what, c, 0});
+    plan.items[it->second].bytes += share;
+  }
+}
+
+void Evaluator::chargeDense(Books& books, const ModulePlacement& m) const {
+  const std::string kind(moduleKindName(m.kind));
+  const auto weights = static_cast<uint64_t>(memory::moduleParameters(m_, m.kind) * act_bytes_);
+  charge(books, m.device, PlanCategory::Weights, kind + " weights", weights);
+  const auto lora = static_cast<uint64_t>(memory::loraParameters(m_, m.kind, m.layer, target_, req_.lora_rank));
+  // fp32 A/B (engine/gpu/lora_linear.cpp); training adds their gradients and AdamW's two moments.
+  charge(books, m.device, PlanCategory::LoraOptimizer, "LoRA (" + kind + ")", lora * (req_.training ? 16 : 4));
+  if (m.kind == ModuleKind::Attention) {
+    if (req_.training) {
+      const uint64_t layer_act = memory::layerActivationBytes(m_, m.layer, tokens_, act_bytes_);
+      // Checkpointing keeps each layer's input; the recomputed layer's own activations are the
+      // per-device "recompute" item below.
+      charge(books, m.device, PlanCategory::Activations, "layer activations",
+             req_.gradient_checkpointing ? static_cast<uint64_t>(tokens_ * m_.hidden_size * act_bytes_) : layer_act);
+    }
+    charge(books, m.device, PlanCategory::KvCache, "KV cache", memory::kvCacheBytes(m_, req_.kv_cache_tokens, act_bytes_));
+  }
+  if (m.kind == ModuleKind::LmHead && req_.training) {
+    charge(books, m.device, PlanCategory::Activations, "loss chunk",
+           memory::lossActivationBytes(m_, tokens_, req_.loss_chunk_tokens, act_bytes_));
+  }
+}
+
+void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std::string& layer_device,
+                              bool first) const {
+  // What the engine holds. Packing backends: a forward pack and Wᵀ, in int8 or else bf16 (fp8
+  // checkpoints are dequantised at pack time); the checkpoint's experts they packed from are mapped
+  // file pages the kernel may drop, so they are not charged. generic and avx512 read bf16/f16/f32
+  // experts in place, but copy fp8 sources or int8 experts to f32, both ways.
+  // gpu-offload: its pinned host copy, fp8 dequantised to bf16; the CPU layer packs nothing.
+  const bool packs = packsWeights(m.backend), offload = m.backend == "gpu-offload";
+  const bool int8 = m.weight_format == "int8", fp8_source = defaultWeightFormat("generic", m_) == "fp8";
+  const bool f32_copy = !packs && !offload && (int8 || fp8_source);
+  const std::string held = packs                  ? (int8 ? "int8" : "bf16")
+                           : f32_copy             ? "fp32"
+                           : offload && fp8_source ? "bf16"
+                                                   : m.weight_format;
+  const uint64_t weights = memory::routedExpertBytes(m_, held);
+  charge(books, m.device, PlanCategory::Weights, "routed experts " + held, weights);
+  if (packs || f32_copy) chargeTransposed(books, m, weights);
+  const auto lora = static_cast<uint64_t>(memory::loraParameters(m_, ModuleKind::RoutedExperts, m.layer, target_, req_.lora_rank));
+  // engine/experts/expert_lora.cpp: A, B and their gradients in f32; AdamW's moments beside them.
+  charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA", lora * (req_.training ? 8 : 4));
+  if (req_.training) charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA optimizer", lora * 8);
+  if (m.gpu_experts > 0) chargeResident(books, m, layer_device);
+  const std::string compute = offload ? m.compute_device : m.device;
+  // Experts on "cpu" are split over every NUMA node (each holds its slice of every expert, so
+  // "cpu" charges spread evenly are what the engine holds); per-node partial outputs make some
+  // buffers per node. A layer on cpu:numaK runs on that node alone, unsplit.
+  const int split = !offload && m.device == "cpu" ? static_cast<int>(hw_.numa_nodes.size()) : 1;
+  int targeted = 0;
+  bool down = false;
+  for (const char* p : {"gate_proj", "up_proj", "down_proj"}) {
+    if (req_.lora_rank > 0 && target_.matches("model.layers." + std::to_string(m.layer) + ".mlp.experts." + p)) {
+      ++targeted;
+      down = down || std::string(p) == "down_proj";
+    }
+  }
+  if (req_.training && (first || !req_.gradient_checkpointing || (keep_ && !offload))) {
+    // Without checkpointing every MoE layer's cache lives until its backward; with it, one, unless
+    // the checkpointed pass keeps the CPU experts' ones to spare the recomputation
+    // (gpu::KeptExpertForward; offload mode recomputes).
+    charge(books, compute, PlanCategory::ExpertCache, "expert forward cache",
+           memory::expertForwardCacheBytes(m_, tokens_, act_bytes_, targeted > 0 ? req_.lora_rank : 0, split));
+  }
+  if (first) {
+    charge(books, compute, PlanCategory::Activations, "expert scratch",
+           memory::expertScratchBytes(m_, tokens_, req_.training ? req_.lora_rank : 0, req_.training ? targeted : 0,
+                                      req_.training && down, split));
+  }
+  if (offload) {
+    // Two layers' weights in flight on the GPU (double buffering), streamed from pinned host memory.
+    if (first) charge(books, compute, PlanCategory::PinnedStaging, "offload buffers", 2 * weights);
+  } else if (isGpu(layer_device) && first) {
+    // Hidden states to the CPU and the routed output back, ids and weights (pinned, reused per layer).
+    const int64_t P = tokens_ * m_.num_experts_per_tok;
+    charge(books, "cpu", PlanCategory::PinnedStaging, "PCIe staging",
+           static_cast<uint64_t>(2 * tokens_ * m_.hidden_size * act_bytes_ + P * 8));
+  }
+}
+
+// Resident experts (engine/gpu/resident_experts.cpp): their weights in the model dtype on the
+// layer's GPU, and once per GPU the transient of computing them with torch ops. The CPU engine
+// keeps its packs of them (host bytes unchanged).
+void Evaluator::chargeResident(Books& books, const ModulePlacement& m, const std::string& layer_device) const {
+  const int64_t n = m.gpu_experts, H = m_.hidden_size, I = m_.moe_intermediate_size;
+  charge(books, layer_device, PlanCategory::Weights, "resident routed experts",
+         static_cast<uint64_t>(n * 3 * H * I * act_bytes_));
+  if (!books.resident_scratch.insert(layer_device).second) return;
+  // Pairs they compute: hot experts get more than their share; estimated as twice it. Per pair:
+  // the gathered row and the output [H] b, gate/up/h [I] b, the fp32 weighted output [H] and its
+  // sum; T · H fp32 for the per-token sum. Training's backward recomputes it with grads: twice.
+  const int64_t P = tokens_ * m_.num_experts_per_tok;
+  const int64_t pairs = std::min<int64_t>(P, (2 * P * n + m_.num_experts - 1) / std::max(m_.num_experts, 1));
+  const int64_t forward = pairs * (2 * H * act_bytes_ + 3 * I * act_bytes_ + 2 * H * 4) + tokens_ * H * 4;
+  const auto lora = static_cast<uint64_t>(memory::loraParameters(m_, ModuleKind::RoutedExperts, m.layer, target_, req_.lora_rank));
+  const uint64_t lora_slices = lora / static_cast<uint64_t>(std::max(m_.num_experts, 1)) * static_cast<uint64_t>(n) * 4 *
+                               (req_.training ? 2 : 1);
+  charge(books, layer_device, PlanCategory::Activations, "resident experts compute",
+         static_cast<uint64_t>(forward * (req_.training ? 2 : 1)) + lora_slices);
+}
+
+void Evaluator::chargeTransposed(Books& books, const ModulePlacement& m, uint64_t layer_weights) const {
+  if (!pool_) {
+    charge(books, m.device, PlanCategory::PackedTransposed, "packed W^T", layer_weights);
+    return;
+  }
+  // The pool holds two layers: the one the backward reads and the one being refilled. On "cpu"
+  // every node holds its slice of both (charge spreads them evenly); on cpu:numaK that node all.
+  const std::string node = m.device == "cpu" ? hostDevice(0) : hostDevice(std::stoi(m.device.substr(8)));
+  if (books.devices.at(node).at(PlanCategory::PackedTransposed) > 0) return;
+  charge(books, m.device, PlanCategory::PackedTransposed, "packed W^T pool (2 layers)", 2 * layer_weights);
+}
+
+MemoryPlan Evaluator::evaluate(const Placement& placement) const {
+  validatePlacement(placement, static_cast<int>(hw_.gpus.size()), static_cast<int>(hw_.numa_nodes.size()));
+  Books books;
+  std::vector<std::string> order;
+  for (const GpuSpec& g : hw_.gpus) {
+    books.devices[g.device()] = DevicePlan{g.device(), g.free_bytes, {}, {}};
+    order.push_back(g.device());
+  }
+  for (const NumaNodeSpec& n : hw_.numa_nodes) {
+    // What "fits" means on the host: free memory less 3 % for the OS and page tables.
+    const std::string d = hostDevice(n.id);
+    const uint64_t reserve = n.total_bytes / 100 * 3;
+    books.devices[d] = DevicePlan{d, n.free_bytes > reserve ? n.free_bytes - reserve : 0, {}, {}};
+    order.push_back(d);
+  }
+  std::string layer_device;
+  bool first_experts = true;
+  std::map<std::string, uint64_t> max_layer_act;  // per device: the recomputed layer
+  for (const ModulePlacement& m : placement.modules) {
+    if (m.kind == ModuleKind::Attention) {
+      layer_device = m.device;
+      uint64_t& peak = max_layer_act[m.device];
+      peak = std::max(peak, memory::layerActivationBytes(m_, m.layer, tokens_, act_bytes_));
+    }
+    if (m.kind == ModuleKind::RoutedExperts) {
+      chargeExperts(books, m, layer_device, first_experts);
+      first_experts = false;
+    } else {
+      chargeDense(books, m);
+    }
+  }
+  if (req_.training && req_.gradient_checkpointing) {
+    for (const auto& [device, bytes] : max_layer_act) charge(books, device, PlanCategory::Activations, "recompute", bytes);
+  }
+  for (auto& [name, plan] : books.devices) {
+    const uint64_t used = plan.total();
+    if (isGpu(name) && used > 0) {
+      // Context plus the caching allocator's slack (~10 % of what comes and goes).
+      charge(books, name, PlanCategory::Overhead, "CUDA context + allocator", kGpuContextBytes + plan.at(PlanCategory::Activations) / 10);
+    }
+  }
+  charge(books, hostDevice(0), PlanCategory::Overhead, "process", kHostProcessBytes);
+  MemoryPlan plan;
+  plan.placement = placement;
+  for (const std::string& d : order) {
+    plan.devices.push_back(books.devices.at(d));
+    const DevicePlan& dp = plan.devices.back();
+    if (!dp.fits()) {
+      plan.fits = false;
+      plan.problems.push_back(d + ": need " + formatBytes(dp.total()) + ", have " + formatBytes(dp.capacity_bytes));
+    }
+  }
+  return plan;
+}
+
+// --- the planner's placement -----------------------------------------------------------------
+
+}  // namespace tandem::placement

@@ -1,0 +1,63 @@
+#pragma once
+// The planner's book-keeping (internal to engine/placement): what one placement costs in bytes per
+// device and category (docs/placement.md, "The planner"). memory_planner.cpp searches placements
+// and writes the advice; this evaluates each candidate.
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/io/model_config.h"
+#include "engine/model/lora_target.h"
+#include "engine/placement/hardware.h"
+#include "engine/placement/memory_planner.h"
+
+namespace tandem::placement {
+
+inline constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+inline bool isGpu(const std::string& device) { return device.starts_with("cuda:"); }
+// Backends that repack every expert into their own layout at load (engine/experts/kernels):
+// the forward pack and the backward's Wᵀ pack are copies beside the stored weights. generic and
+// avx512 read bf16/f16/f32 weights where they lie (zero-copy views, both directions).
+bool packsWeights(const std::string& backend);
+// The backend "auto" stands for: the best kernels the expert engine has on this CPU, in the
+// order engine/experts picks them (availableGemmBackends), except that f32/f16 checkpoints stay on
+// the fp32 kernels (ExpertLayer::create: auto never lowers the checkpoint's precision).
+std::string resolveBackend(const std::string& backend, const Hardware& hw, const io::ModelConfig& model);
+
+class Evaluator {
+ public:
+  Evaluator(const PlanRequest& request, const Hardware& hw, bool transposed_pool, bool keep_expert_forward);
+
+  MemoryPlan evaluate(const Placement& placement) const;
+
+ private:
+  struct Books {
+    std::map<std::string, DevicePlan> devices;
+    std::map<std::pair<std::string, std::string>, size_t> item_index;  // (device, what) -> item
+    std::set<std::string> resident_scratch;  // devices charged the resident experts' transient
+  };
+  void charge(Books& books, const std::string& device, PlanCategory c, const std::string& what, uint64_t bytes) const;
+  void chargeDense(Books& books, const ModulePlacement& m) const;
+  void chargeExperts(Books& books, const ModulePlacement& m, const std::string& layer_device, bool first) const;
+  void chargeTransposed(Books& books, const ModulePlacement& m, uint64_t layer_weights) const;
+  void chargeResident(Books& books, const ModulePlacement& m, const std::string& layer_device) const;
+  std::string hostDevice(int node) const {
+    return hw_.numa_nodes.size() == 1 ? std::string("cpu") : "cpu:numa" + std::to_string(node);
+  }
+
+  const PlanRequest& req_;
+  const Hardware& hw_;
+  const io::ModelConfig& m_;
+  bool pool_;  // Wᵀ in a per-node pool of two layers instead of a persistent copy
+  bool keep_;  // with checkpointing, every MoE layer's expert forward cache kept until its backward
+  model::LoraTarget target_;
+  int64_t tokens_;
+  int64_t act_bytes_;
+};
+
+}  // namespace tandem::placement
