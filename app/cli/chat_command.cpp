@@ -174,12 +174,7 @@ void addChatCommand(CLI::App& app) {
   command->add_flag("--merge", o->merge, "merge the (single) adapter into the weights for speed; no /base then");
   command->add_option("--device", o->load.device, "cpu or cuda:N for the dense parts")->capture_default_str();
   command->add_option("--dtype", o->load.dtype, "fp32 or bf16")->capture_default_str();
-  addExpertsOptions(*command, o->load.experts_backend, o->load.experts_format);
-  command->add_option("--gpu-experts", o->load.gpu_experts,
-                      "routed experts per MoE layer resident on --device (the most routed of the first prompt), "
-                      "the rest on the CPU engine")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  addExpertsOptions(*command, o->load.experts_backend, o->load.experts_format, o->load.gpu_experts);
   command->add_option("--threads", o->threads, "CPU threads for libtorch (default: all)");
   command->callback([o, seed] {
     o->has_seed = seed->count() > 0;

@@ -247,7 +247,7 @@ void addEvalCommand(CLI::App& app) {
   command->add_option("--seed", g.seed, "sampling seed");
   command->add_option("--dtype", g.dtype, "fp32 | bf16")->capture_default_str();
   command->add_option("--device", g.device, "torch device of the dense parts: cpu | cuda[:N]")->capture_default_str();
-  addExpertsOptions(*command, g.experts_backend, g.experts_format);
+  addExpertsOptions(*command, g.experts_backend, g.experts_format, g.gpu_experts);
   command->add_option("--choices", options->choices,
                       "score multiple-choice accuracy with these answer letters, e.g. ABCD");
   command->add_option("--db", options->db,

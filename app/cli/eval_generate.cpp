@@ -42,6 +42,7 @@ PreparedEval prepareGenerateEval(const GenerateEvalOptions& options) {
   generator_options.device = options.device;
   generator_options.experts_backend = options.experts_backend;
   generator_options.experts_format = options.experts_format;
+  generator_options.gpu_experts = options.gpu_experts;
   generator_options.template_name = options.template_name;
   std::shared_ptr<infer::Generator> generator = infer::Generator::load(options.model, generator_options);
   std::string adapter;

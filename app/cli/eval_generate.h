@@ -23,6 +23,7 @@ struct GenerateEvalOptions {
   std::string device = "cpu";
   std::string experts_backend = "auto";
   std::string experts_format = "auto";
+  int64_t gpu_experts = 0;
   // Decoding: LLaMA-Factory's generating defaults, except greedy (do_sample false) unless asked.
   struct {
     bool do_sample = false;

@@ -85,7 +85,8 @@ void addServeCommand(CLI::App& app) {
   command->add_option("--api-key", o->server.api_key, "require 'Authorization: Bearer KEY' on /v1");
   command->add_option("--device", o->backend.generator.device, "cpu or cuda:N for the dense parts")->capture_default_str();
   command->add_option("--dtype", o->backend.generator.dtype, "fp32 or bf16")->capture_default_str();
-  addExpertsOptions(*command, o->backend.generator.experts_backend, o->backend.generator.experts_format);
+  addExpertsOptions(*command, o->backend.generator.experts_backend, o->backend.generator.experts_format,
+                    o->backend.generator.gpu_experts);
   command->add_option("--max-body-bytes", o->server.max_body_bytes, "largest request body")->capture_default_str();
   command->add_option("--max-tokens-limit", o->server.max_tokens_limit, "largest max_tokens a request may ask for (and the default)")
       ->capture_default_str();
