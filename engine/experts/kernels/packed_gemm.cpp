@@ -125,6 +125,11 @@ void* threadArena(int slot, size_t bytes) {
   return arena.data;
 }
 
+void GemmBackend::gemm(const PackedMatrix& b, int64_t m, const float* a, int64_t lda, float* c,
+                       int64_t ldc, bool accumulate, const LowRankAddend* addend) const {
+  gemmColumns(b, 0, b.n(), m, a, lda, c, ldc, accumulate, addend);
+}
+
 void GemmBackend::gemmColumns(const PackedMatrix&, int64_t, int64_t, int64_t, const float*,
                               int64_t, float*, int64_t, bool, const LowRankAddend*) const {
   throw Error(std::string("expert backend ") + name() + " computes whole outputs only",

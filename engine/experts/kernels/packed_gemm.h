@@ -142,9 +142,9 @@ class GemmBackend {
   virtual std::unique_ptr<PackedMatrix> pack(const SourceMatrix& src, bool transpose,
                                              WeightFormat format, int node) const = 0;
   // c [m, b.n()] (= | +=) a [m, b.k()] f32 · Bᵀ (+ addend, if given). Safe to call from many
-  // threads at once.
+  // threads at once. Default: gemmColumns over every column (the backends with column blocks).
   virtual void gemm(const PackedMatrix& b, int64_t m, const float* a, int64_t lda, float* c,
-                    int64_t ldc, bool accumulate, const LowRankAddend* addend = nullptr) const = 0;
+                    int64_t ldc, bool accumulate, const LowRankAddend* addend = nullptr) const;
   // Granularity of a column split: gemmColumns takes n0 and n1 as multiples of it (n1 may also
   // be b.n()). 0: this backend computes whole outputs only (oneDNN's layout is its own).
   virtual int64_t columnBlock() const { return 0; }

@@ -65,11 +65,6 @@ class PlainGemm final : public GemmBackend {
 
   int64_t columnBlock() const override { return 16; }
 
-  void gemm(const PackedMatrix& packed, int64_t m, const float* a, int64_t lda, float* c,
-            int64_t ldc, bool accumulate, const LowRankAddend* addend) const override {
-    gemmColumns(packed, 0, packed.n(), m, a, lda, c, ldc, accumulate, addend);
-  }
-
   // Every element is one dot product over k (matmulNT) or one FMA chain per lane (matmulNN), in
   // the same order whichever columns a call covers.
   void gemmColumns(const PackedMatrix& packed, int64_t n0, int64_t n1, int64_t m, const float* a,

@@ -296,11 +296,6 @@ class AmxGemm final : public GemmBackend {
   // A split falls on a pair of 16-column tiles: each block's tile products are the whole gemm's.
   int64_t columnBlock() const override { return 32; }
 
-  void gemm(const PackedMatrix& packed, int64_t m, const float* a, int64_t lda, float* c,
-            int64_t ldc, bool accumulate, const LowRankAddend* addend) const override {
-    gemmColumns(packed, 0, packed.n(), m, a, lda, c, ldc, accumulate, addend);
-  }
-
   void gemmColumns(const PackedMatrix& packed, int64_t n0, int64_t n1, int64_t m, const float* a,
                    int64_t lda, float* c, int64_t ldc, bool accumulate,
                    const LowRankAddend* addend) const override {

@@ -142,11 +142,6 @@ class Avx512Bf16Gemm final : public GemmBackend {
   // A split falls on chunk boundaries: each chunk's micro-kernels are those of the whole gemm.
   int64_t columnBlock() const override { return Geometry::kChunk; }
 
-  void gemm(const PackedMatrix& packed, int64_t m, const float* a, int64_t lda, float* c,
-            int64_t ldc, bool accumulate, const LowRankAddend* addend) const override {
-    gemmColumns(packed, 0, packed.n(), m, a, lda, c, ldc, accumulate, addend);
-  }
-
   void gemmColumns(const PackedMatrix& packed, int64_t n0, int64_t n1, int64_t m, const float* a,
                    int64_t lda, float* c, int64_t ldc, bool accumulate,
                    const LowRankAddend* addend) const override {
