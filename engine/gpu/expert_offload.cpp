@@ -27,7 +27,7 @@ at::Tensor ExpertOffload::forward(experts::ExpertLora& lora, const at::Tensor& h
                                   const at::Tensor& topk_ids, const at::Tensor& topk_weights,
                                   const at::Tensor& lora_anchor) const {
   ExpertGrouping grouping = groupByExpert(topk_ids.to(at::kCPU, at::kLong), host_.gate.size(0), device_);
-  return torchExperts([this] { return stream(); }, lora, at::Tensor(), std::move(grouping),
+  return torchExperts(TorchExpertsCall([this] { return stream(); }, lora, at::Tensor(), std::move(grouping)),
                       hidden, topk_weights, lora_anchor);
 }
 

@@ -30,16 +30,11 @@ at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
           tokens.scalar_type(), tokens.device());
     }
     ResidentExperts::Split split = resident->split(ids);
-    at::Tensor y_resident;
     // The resident experts and the shared experts are queued on the device once the CPU's
     // inputs reached the host: CUDA runs them while the CPU engine computes the other pairs.
-    auto on_device = [&] {
-      y_resident = resident->forward(experts->lora(), tokens, split, choice.weights, lora_anchor);
-      run_shared();
-    };
-    y = routedExperts(*experts, tokens, split.cpu_ids, choice.weights, lora_anchor, on_device,
-                      training && keep_expert_forward ? &kept : nullptr);
-    y = y + y_resident;
+    y = routedExperts(*experts, tokens, split.cpu_ids, choice.weights, lora_anchor, run_shared,
+                      training && keep_expert_forward ? &kept : nullptr,
+                      std::make_shared<const TorchExpertsCall>(resident->call(experts->lora(), split)));
   } else {
     // The shared experts are launched once the routed experts' inputs reached the host: CUDA
     // runs them while the CPU engine works (a copy to the host before would wait for them).

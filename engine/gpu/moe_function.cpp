@@ -11,6 +11,7 @@
 #include "engine/core/error.h"
 #include "engine/experts/expert_forward_cache.h"
 #include "engine/experts/expert_layer.h"
+#include "engine/gpu/torch_experts.h"
 
 namespace tandem::gpu {
 
@@ -39,13 +40,24 @@ class RoutedExpertsBackward : public torch::autograd::Node {
       : layer_(layer), cache_(std::move(cache)), device_(device), dtype_(dtype),
         n_tokens_(n_tokens), top_k_(top_k) {}
 
+  // The device's part of the call: its inputs, to recompute it in backward.
+  void addDevicePart(std::shared_ptr<const TorchExpertsCall> call, at::Tensor hidden,
+                     at::Tensor topk_weights) {
+    on_device_ = std::move(call);
+    hidden_ = std::move(hidden);
+    topk_weights_ = std::move(topk_weights);
+  }
+
   std::string name() const override { return "tandem::RoutedExpertsBackward"; }
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     const int64_t hidden = layer_.spec().hidden;
     at::Tensor d_out = grads[0];
-    if (!d_out.defined()) d_out = at::zeros({n_tokens_, hidden}, at::TensorOptions().dtype(dtype_));
+    if (!d_out.defined()) d_out = at::zeros({n_tokens_, hidden}, at::TensorOptions().dtype(dtype_).device(device_));
     const at::Tensor dy = d_out.to(at::kCPU, dtype_).contiguous();
+    // Queued on the device before the CPU starts, collected after it finished.
+    TorchExpertsCall::Gradients device_grads;
+    if (on_device_) device_grads = on_device_->backward(hidden_, topk_weights_, d_out);
     at::Tensor dx = at::empty({n_tokens_, hidden}, dy.options());
     at::Tensor d_weights = at::empty({n_tokens_, top_k_}, at::TensorOptions().dtype(at::kFloat));
     layer_.backward(*cache_, dy.data_ptr(), dx.data_ptr(), d_weights.data_ptr<float>());
@@ -53,10 +65,21 @@ class RoutedExpertsBackward : public torch::autograd::Node {
     torch::autograd::variable_list result(3);
     if (should_compute_output(0)) result[0] = dx.to(device_);
     if (should_compute_output(1)) result[1] = d_weights.to(device_);
+    if (on_device_) {
+      on_device_->accumulateLora(device_grads);
+      if (result[0].defined()) result[0] = result[0] + device_grads.d_hidden;
+      if (result[1].defined()) result[1] = result[1] + device_grads.d_topk_weights;
+    }
+    release_variables();
     return result;  // the anchor gets no gradient: the LoRA grads live in the engine
   }
 
-  void release_variables() override { cache_.reset(); }
+  void release_variables() override {
+    cache_.reset();
+    on_device_.reset();
+    hidden_.reset();
+    topk_weights_.reset();
+  }
 
  private:
   experts::ExpertLayer& layer_;
@@ -65,6 +88,8 @@ class RoutedExpertsBackward : public torch::autograd::Node {
   at::ScalarType dtype_;
   int64_t n_tokens_;
   int64_t top_k_;
+  std::shared_ptr<const TorchExpertsCall> on_device_;
+  at::Tensor hidden_, topk_weights_;  // on the device, detached: the device part's inputs
 };
 
 }  // namespace
@@ -84,7 +109,8 @@ int64_t reusedExpertForwards() { return reused_forwards.load(); }
 at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
                          const at::Tensor& topk_ids, const at::Tensor& topk_weights,
                          const at::Tensor& lora_anchor,
-                         const std::function<void()>& while_cpu_runs, KeptExpertForward* keep) {
+                         const std::function<void()>& while_cpu_runs, KeptExpertForward* keep,
+                         std::shared_ptr<const TorchExpertsCall> on_device) {
   const experts::ActivationType act = activationType(hidden);
   const int64_t n_tokens = hidden.size(0);
   const int64_t top_k = topk_ids.size(1);
@@ -97,6 +123,12 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
   }
   const bool needs_graph =
       torch::autograd::compute_requires_grad(hidden, topk_weights, lora_anchor);
+  at::Tensor y_device;
+  const at::Tensor device_weights = topk_weights.detach().to(hidden.device(), at::kFloat);
+  auto queue_device_work = [&] {
+    if (on_device) y_device = on_device->forward(hidden, device_weights);
+    if (while_cpu_runs) while_cpu_runs();
+  };
   // The checkpointed pass: no graph now, but a backward (with a recomputation) will follow.
   const bool keeping = keep && !needs_graph;
   std::unique_ptr<experts::ExpertForwardCache> cache;
@@ -108,12 +140,12 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
     y_cpu = keep->y;
     keep->clear();
     reused_forwards.fetch_add(1);
-    if (while_cpu_runs) while_cpu_runs();
+    queue_device_work();
   } else {
     if (keep) keep->clear();  // stale (inputs differ): recompute as without it
     if (needs_graph || keeping) cache = std::make_unique<experts::ExpertForwardCache>();
     y_cpu = at::empty_like(x_cpu);
-    if (while_cpu_runs) while_cpu_runs();
+    queue_device_work();
     layer.forward(x_cpu.data_ptr(), act, n_tokens, ids_cpu.data_ptr<int32_t>(),
                   weights_cpu.data_ptr<float>(), static_cast<int>(top_k), y_cpu.data_ptr(),
                   cache.get());
@@ -129,12 +161,14 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
   {
     at::NoGradGuard no_grad;
     y = y_cpu.to(hidden.device());
+    if (y_device.defined()) y = y + y_device;
   }
   if (!needs_graph) return y;
   std::shared_ptr<RoutedExpertsBackward> node(
       new RoutedExpertsBackward(layer, std::move(cache), hidden.device(), hidden.scalar_type(),
                                 n_tokens, top_k),
       torch::autograd::deleteNode);
+  if (on_device) node->addDevicePart(std::move(on_device), hidden.detach(), device_weights);
   node->set_next_edges(torch::autograd::collect_next_edges(hidden, topk_weights, lora_anchor));
   torch::autograd::set_history(y, node);
   return y;

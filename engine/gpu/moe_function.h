@@ -24,6 +24,8 @@ class ExpertLayer;
 
 namespace tandem::gpu {
 
+class TorchExpertsCall;
+
 // Gradient checkpointing recomputes a layer in backward; its routed experts are the expensive
 // part and they run on the CPU, whose RAM is the plentiful memory. With a KeptExpertForward the
 // checkpointed (no-grad) forward keeps the experts' forward cache and output in host RAM, and the
@@ -50,10 +52,15 @@ int64_t reusedExpertForwards();
 // computes: device work it queues (the shared experts) overlaps with the routed experts.
 // `keep` (optional; pass it only when training): a forward without grad (the checkpointed pass)
 // fills it, the next forward with grad (the recomputation) takes from it.
+// `on_device` (optional): the pairs that topk_ids masks (experts::kMaskedSlot), computed with
+// torch ops on hidden's device (resident experts). Its forward is queued before the CPU
+// computes and its backward before the CPU's backward, both in this one node, so the device
+// and the CPU work at once in both directions; the output is the sum of the two parts.
 at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
                          const at::Tensor& topk_ids, const at::Tensor& topk_weights,
                          const at::Tensor& lora_anchor,
                          const std::function<void()>& while_cpu_runs = {},
-                         KeptExpertForward* keep = nullptr);
+                         KeptExpertForward* keep = nullptr,
+                         std::shared_ptr<const TorchExpertsCall> on_device = nullptr);
 
 }  // namespace tandem::gpu

@@ -55,11 +55,8 @@ ResidentExperts::Split ResidentExperts::split(const at::Tensor& ids) const {
   return {cpu_ids, groupByExpert(local, static_cast<int64_t>(experts_.size()), weights_.gate.device())};
 }
 
-at::Tensor ResidentExperts::forward(experts::ExpertLora& lora, const at::Tensor& hidden,
-                                    Split& split, const at::Tensor& topk_weights,
-                                    const at::Tensor& lora_anchor) const {
-  return torchExperts([this] { return weights_; }, lora, global_ids_, std::move(split.grouping),
-                      hidden, topk_weights, lora_anchor);
+TorchExpertsCall ResidentExperts::call(experts::ExpertLora& lora, Split& split) const {
+  return TorchExpertsCall([this] { return weights_; }, lora, global_ids_, std::move(split.grouping));
 }
 
 }  // namespace tandem::gpu

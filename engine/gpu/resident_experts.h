@@ -42,10 +42,9 @@ class ResidentExperts {
   // ids [T, k] host int64 (the router's choice).
   Split split(const at::Tensor& ids) const;
 
-  // The resident experts' part of the layer's output: [T, H] in hidden's dtype on the device;
-  // arguments as ExpertOffload::forward.
-  at::Tensor forward(experts::ExpertLora& lora, const at::Tensor& hidden, Split& split,
-                     const at::Tensor& topk_weights, const at::Tensor& lora_anchor) const;
+  // The resident experts' part of one call (their pairs in `split`), computed on the device;
+  // the ResidentExperts must outlive it.
+  TorchExpertsCall call(experts::ExpertLora& lora, Split& split) const;
 
   const std::vector<int64_t>& experts() const { return experts_; }
   uint64_t deviceBytes() const { return weights_.bytes(); }

@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "engine/gpu/torch_runtime.h"
 #include "engine/gpu/weight_loader.h"
 
 namespace tandem::gpu {
@@ -58,101 +59,87 @@ DeviceLora streamLora(ExpertLora& lora, const at::Tensor& global_ids, at::Device
   return out;
 }
 
-// in [n, in] model dtype -> [n, out]: x Wᵀ + s · (x Aᵀ) Bᵀ, the LoRA branch in fp32.
-at::Tensor project(const at::Tensor& in, const at::Tensor& weight, const DeviceLora& lora,
-                   ExpertProj proj, int64_t expert) {
-  const at::Tensor y = at::linear(in, weight);
+// rows [P, in] grouped by expert (g.counts) -> [P, out]: each group's rows times its expert's
+// weight [n, out, in] transposed.
+at::Tensor groupedLinear(const at::Tensor& rows, const at::Tensor& weight, const ExpertGrouping& g,
+                         ExpertGemm gemm) {
+  if (gemm == ExpertGemm::Grouped) return at::_grouped_mm(rows, weight.transpose(1, 2), g.offsets);
+  std::vector<at::Tensor> outs;
+  int64_t offset = 0;
+  for (size_t e = 0; e < g.counts.size(); ++e) {
+    const int64_t n = g.counts[e];
+    if (n == 0) continue;
+    outs.push_back(at::linear(rows.narrow(0, offset, n), weight[static_cast<int64_t>(e)]));
+    offset += n;
+  }
+  return at::cat(outs);
+}
+
+struct Kernels {
+  ExpertGemm frozen, lora;
+};
+
+// rows [P, in] model dtype -> [P, out]: rows Wᵀ + s · (rows Aᵀ) Bᵀ per expert, the LoRA branch
+// in fp32.
+at::Tensor project(const at::Tensor& rows, const at::Tensor& weight, const DeviceLora& lora,
+                   ExpertProj proj, const ExpertGrouping& g, Kernels kernels) {
+  const at::Tensor y = groupedLinear(rows, weight, g, kernels.frozen);
   const int p = static_cast<int>(proj);
   if (!lora.a[p].defined()) return y;
-  const at::Tensor delta =
-      at::linear(at::linear(in.to(at::kFloat), lora.a[p][expert]), lora.b[p][expert]) * lora.scale;
+  const at::Tensor low = groupedLinear(rows.to(at::kFloat), lora.a[p], g, kernels.lora);
+  const at::Tensor delta = groupedLinear(low, lora.b[p], g, kernels.lora) * lora.scale;
   return (y + delta).to(y.scalar_type());
 }
 
 // x [T, H], weights [T, k] fp32 -> [T, H] in x's dtype; differentiable in x, weights and the
 // LoRA leaves.
 at::Tensor expertsForward(const TorchExpertWeights& w, const DeviceLora& lora,
-                          const ExpertGrouping& g, const at::Tensor& x, const at::Tensor& weights) {
+                          const ExpertGrouping& g, const at::Tensor& x, const at::Tensor& weights,
+                          Kernels kernels) {
   const at::Tensor rows = x.index_select(0, g.pair_token);  // [P, H]
-  std::vector<at::Tensor> outs;
-  int64_t offset = 0;
-  for (size_t e = 0; e < g.counts.size(); ++e) {
-    const int64_t n = g.counts[e];
-    if (n == 0) continue;
-    const auto i = static_cast<int64_t>(e);
-    const at::Tensor in = rows.narrow(0, offset, n);
-    const at::Tensor h = at::silu(project(in, w.gate[i], lora, ExpertProj::Gate, i)) *
-                         project(in, w.up[i], lora, ExpertProj::Up, i);
-    outs.push_back(project(h, w.down[i], lora, ExpertProj::Down, i));
-    offset += n;
-  }
+  const at::Tensor h = at::silu(project(rows, w.gate, lora, ExpertProj::Gate, g, kernels)) *
+                       project(rows, w.up, lora, ExpertProj::Up, g, kernels);
+  const at::Tensor out = project(h, w.down, lora, ExpertProj::Down, g, kernels);
   const at::Tensor pair_weight = weights.reshape({-1}).index_select(0, g.order).unsqueeze(1);
-  const at::Tensor weighted = at::cat(outs).to(at::kFloat) * pair_weight;  // [P, H] fp32
+  const at::Tensor weighted = out.to(at::kFloat) * pair_weight;  // [P, H] fp32
   return at::zeros({x.size(0), x.size(1)}, weighted.options()).index_add(0, g.pair_token, weighted)
       .to(x.scalar_type());
 }
 
+Kernels kernelsFor(const TorchExpertWeights& w, const ExpertLora& lora, const at::Tensor& x,
+                   std::optional<ExpertGemm> forced) {
+  if (forced) return {*forced, *forced};
+  const int64_t hidden = w.gate.size(2), intermediate = w.gate.size(1);
+  return {expertGemmFor(x.device(), x.scalar_type(), {hidden, intermediate}),
+          expertGemmFor(x.device(), at::kFloat, {hidden, intermediate, lora.rank()})};
+}
+
 class TorchExpertsBackward : public torch::autograd::Node {
  public:
-  TorchExpertsBackward(std::function<TorchExpertWeights()> weights, ExpertLora& lora,
-                       at::Tensor global_ids, ExpertGrouping grouping, at::Tensor hidden,
-                       at::Tensor topk_weights)
-      : weights_(std::move(weights)), lora_(lora), global_ids_(std::move(global_ids)),
-        grouping_(std::move(grouping)), hidden_(std::move(hidden)),
-        topk_weights_(std::move(topk_weights)) {}
+  TorchExpertsBackward(TorchExpertsCall call, at::Tensor hidden, at::Tensor topk_weights)
+      : call_(std::move(call)), hidden_(std::move(hidden)), topk_weights_(std::move(topk_weights)) {}
 
   std::string name() const override { return "tandem::TorchExpertsBackward"; }
 
-  // Fetches the weights again and differentiates a recomputed forward (reentrant autograd).
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
-    at::AutoGradMode grad_mode(true);
-    const at::Tensor x = hidden_.detach().requires_grad_(true);
-    const at::Tensor w = topk_weights_.detach().requires_grad_(true);
-    const DeviceLora lora = streamLora(lora_, global_ids_, x.device(), /*trainable=*/true);
-    const at::Tensor y = expertsForward(weights_(), lora, grouping_, x, w);
-    std::vector<at::Tensor> inputs{x, w};
-    for (int p = 0; p < kExpertProjCount; ++p) {
-      if (lora.a[p].defined()) inputs.insert(inputs.end(), {lora.a[p], lora.b[p]});
-    }
-    at::Tensor dy = grads[0].defined() ? grads[0] : at::zeros_like(y);
-    const auto d = torch::autograd::grad({y}, inputs, {dy}, /*retain_graph=*/false,
-                                         /*create_graph=*/false, /*allow_unused=*/true);
-    size_t next = 2;
-    for (int p = 0; p < kExpertProjCount; ++p) {
-      if (!lora.a[p].defined()) continue;
-      const auto proj = static_cast<ExpertProj>(p);
-      const int64_t e = lora_.numExperts(), r = lora_.rank();
-      accumulate(hostView(lora_.allGradA(proj), e, r, lora_.inFeatures(proj)), d[next++]);
-      accumulate(hostView(lora_.allGradB(proj), e, lora_.outFeatures(proj), r), d[next++]);
-    }
+    at::Tensor dy = grads[0];
+    if (!dy.defined()) dy = at::zeros_like(hidden_);
+    const TorchExpertsCall::Gradients d = call_.backward(hidden_, topk_weights_, dy);
+    call_.accumulateLora(d);
     release_variables();
     torch::autograd::variable_list result(3);
-    if (should_compute_output(0)) result[0] = d[0];
-    if (should_compute_output(1)) result[1] = d[1];
+    if (should_compute_output(0)) result[0] = d.d_hidden;
+    if (should_compute_output(1)) result[1] = d.d_topk_weights;
     return result;  // the anchor gets no gradient: the LoRA grads live in the host buffers
   }
 
   void release_variables() override {
     hidden_.reset();
     topk_weights_.reset();
-    grouping_ = ExpertGrouping();
   }
 
  private:
-  // grad [n, rows, cols] of the computed experts -> += into their rows of host_grad [E, rows, cols].
-  void accumulate(at::Tensor host_grad, const at::Tensor& grad) const {
-    if (!grad.defined()) return;
-    if (global_ids_.defined()) {
-      host_grad.index_add_(0, global_ids_, grad.to(at::kCPU));
-    } else {
-      host_grad.add_(grad.to(at::kCPU));
-    }
-  }
-
-  std::function<TorchExpertWeights()> weights_;
-  ExpertLora& lora_;
-  at::Tensor global_ids_;
-  ExpertGrouping grouping_;
+  TorchExpertsCall call_;
   at::Tensor hidden_, topk_weights_;
 };
 
@@ -161,6 +148,18 @@ class TorchExpertsBackward : public torch::autograd::Node {
 uint64_t TorchExpertWeights::bytes() const { return gate.nbytes() + up.nbytes() + down.nbytes(); }
 
 int64_t ExpertGrouping::pairs() const { return std::accumulate(counts.begin(), counts.end(), int64_t{0}); }
+
+ExpertGemm expertGemmFor(at::Device device, at::ScalarType dtype, const std::vector<int64_t>& row_lengths) {
+  const auto element = static_cast<int64_t>(c10::elementSize(dtype));
+  for (int64_t length : row_lengths) {
+    if (length <= 0 || length * element % 16 != 0) return ExpertGemm::PerExpert;
+  }
+  if (device.is_cpu()) return ExpertGemm::Grouped;
+  // Other GPUs or dtypes get torch's fallback, a loop that first waits for the device.
+  if (!device.is_cuda() || dtype != at::kBFloat16) return ExpertGemm::PerExpert;
+  const int major = gpuComputeMajor(device.has_index() ? device.index() : 0);
+  return major == 9 || major == 10 ? ExpertGemm::Grouped : ExpertGemm::PerExpert;
+}
 
 TorchExpertWeights stackExpertWeights(const experts::ExpertLayerSpec& spec,
                                       const experts::ExpertWeightViews& views,
@@ -205,8 +204,10 @@ ExpertGrouping groupByExpert(const at::Tensor& local_ids, int64_t n_experts, at:
   // A counting sort: each expert's slots in slot order (what a stable argsort gives).
   std::vector<int64_t> next(static_cast<size_t>(n_experts), 0);
   std::exclusive_scan(g.counts.begin(), g.counts.end(), next.begin(), int64_t{0});
-  const auto host = at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda());
-  at::Tensor order = at::empty({g.pairs()}, host), pair_token = at::empty({g.pairs()}, host);
+  const auto host = at::TensorOptions().pinned_memory(device.is_cuda());
+  at::Tensor order = at::empty({g.pairs()}, host.dtype(at::kLong));
+  at::Tensor pair_token = at::empty({g.pairs()}, host.dtype(at::kLong));
+  at::Tensor offsets = at::empty({n_experts}, host.dtype(at::kInt));
   int64_t* o = order.data_ptr<int64_t>();
   int64_t* t = pair_token.data_ptr<int64_t>();
   for (int64_t s = 0; s < n_slots; ++s) {
@@ -215,30 +216,82 @@ ExpertGrouping groupByExpert(const at::Tensor& local_ids, int64_t n_experts, at:
     o[pos] = s;
     t[pos] = s / top_k;
   }
+  std::inclusive_scan(g.counts.begin(), g.counts.end(), offsets.data_ptr<int32_t>(), std::plus<>(), int32_t{0});
   // Asynchronous from pinned memory: the copy does not wait for work queued on the device.
-  g.order = order.to(device, /*non_blocking=*/device.is_cuda());
-  g.pair_token = pair_token.to(device, /*non_blocking=*/device.is_cuda());
+  const bool async = device.is_cuda();
+  g.order = order.to(device, async);
+  g.pair_token = pair_token.to(device, async);
+  g.offsets = offsets.to(device, async);
   return g;
 }
 
-at::Tensor torchExperts(std::function<TorchExpertWeights()> weights, ExpertLora& lora,
-                        const at::Tensor& global_ids, ExpertGrouping grouping,
-                        const at::Tensor& hidden, const at::Tensor& topk_weights,
-                        const at::Tensor& lora_anchor) {
-  const at::Tensor w = topk_weights.to(hidden.device(), at::kFloat);
-  // No pair here: nothing to compute and nothing to differentiate (every gradient is 0).
-  if (grouping.pairs() == 0) return at::zeros({hidden.size(0), hidden.size(1)}, hidden.options());
-  at::Tensor y;
-  {
-    at::NoGradGuard no_grad;
-    y = expertsForward(weights(), streamLora(lora, global_ids, hidden.device(), /*trainable=*/false),
-                       grouping, hidden.detach(), w.detach());
+TorchExpertsCall::TorchExpertsCall(std::function<TorchExpertWeights()> weights, ExpertLora& lora,
+                                   at::Tensor global_ids, ExpertGrouping grouping,
+                                   std::optional<ExpertGemm> gemm)
+    : weights_(std::move(weights)), lora_(lora), global_ids_(std::move(global_ids)),
+      grouping_(std::move(grouping)), gemm_(gemm) {}
+
+at::Tensor TorchExpertsCall::forward(const at::Tensor& hidden, const at::Tensor& topk_weights) const {
+  // No pair here: nothing to compute (and every gradient is 0).
+  if (pairs() == 0) return at::zeros({hidden.size(0), hidden.size(1)}, hidden.options());
+  at::NoGradGuard no_grad;
+  const TorchExpertWeights w = weights_();
+  return expertsForward(w, streamLora(lora_, global_ids_, hidden.device(), /*trainable=*/false),
+                        grouping_, hidden.detach(), topk_weights.detach().to(at::kFloat),
+                        kernelsFor(w, lora_, hidden, gemm_));
+}
+
+TorchExpertsCall::Gradients TorchExpertsCall::backward(const at::Tensor& hidden,
+                                                       const at::Tensor& topk_weights,
+                                                       const at::Tensor& dy) const {
+  if (pairs() == 0) {
+    return {at::zeros_like(hidden), at::zeros(topk_weights.sizes(), topk_weights.options().dtype(at::kFloat)), {}};
   }
-  if (!torch::autograd::compute_requires_grad(hidden, topk_weights, lora_anchor)) return y;
+  at::AutoGradMode grad_mode(true);
+  const at::Tensor x = hidden.detach().requires_grad_(true);
+  const at::Tensor w = topk_weights.detach().to(at::kFloat).requires_grad_(true);
+  const DeviceLora lora = streamLora(lora_, global_ids_, x.device(), /*trainable=*/true);
+  const TorchExpertWeights weights = weights_();
+  const at::Tensor y = expertsForward(weights, lora, grouping_, x, w, kernelsFor(weights, lora_, x, gemm_));
+  std::vector<at::Tensor> inputs{x, w};
+  for (int p = 0; p < kExpertProjCount; ++p) {
+    if (lora.a[p].defined()) inputs.insert(inputs.end(), {lora.a[p], lora.b[p]});
+  }
+  auto d = torch::autograd::grad({y}, inputs, {dy}, /*retain_graph=*/false,
+                                 /*create_graph=*/false, /*allow_unused=*/true);
+  Gradients out{d[0], d[1], {}};
+  out.lora.assign(d.begin() + 2, d.end());
+  return out;
+}
+
+void TorchExpertsCall::accumulateLora(const Gradients& grads) const {
+  if (grads.lora.empty()) return;
+  // grad [n, rows, cols] of the computed experts -> += into their rows of host [E, rows, cols].
+  auto add = [this](at::Tensor host, const at::Tensor& grad) {
+    if (!grad.defined()) return;
+    if (global_ids_.defined()) {
+      host.index_add_(0, global_ids_, grad.to(at::kCPU));
+    } else {
+      host.add_(grad.to(at::kCPU));
+    }
+  };
+  size_t next = 0;
+  for (int p = 0; p < kExpertProjCount; ++p) {
+    const auto proj = static_cast<ExpertProj>(p);
+    if (!lora_.targets(proj)) continue;
+    const int64_t e = lora_.numExperts(), r = lora_.rank();
+    add(hostView(lora_.allGradA(proj), e, r, lora_.inFeatures(proj)), grads.lora[next++]);
+    add(hostView(lora_.allGradB(proj), e, lora_.outFeatures(proj), r), grads.lora[next++]);
+  }
+}
+
+at::Tensor torchExperts(TorchExpertsCall call, const at::Tensor& hidden,
+                        const at::Tensor& topk_weights, const at::Tensor& lora_anchor) {
+  const at::Tensor w = topk_weights.to(hidden.device(), at::kFloat);
+  const at::Tensor y = call.forward(hidden, w);
+  if (call.pairs() == 0 || !torch::autograd::compute_requires_grad(hidden, topk_weights, lora_anchor)) return y;
   std::shared_ptr<TorchExpertsBackward> node(
-      new TorchExpertsBackward(std::move(weights), lora, global_ids, std::move(grouping),
-                               hidden.detach(), w.detach()),
-      torch::autograd::deleteNode);
+      new TorchExpertsBackward(std::move(call), hidden.detach(), w.detach()), torch::autograd::deleteNode);
   node->set_next_edges(torch::autograd::collect_next_edges(hidden, topk_weights, lora_anchor));
   torch::autograd::set_history(y, node);
   return y;

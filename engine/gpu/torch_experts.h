@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "engine/experts/expert_lora.h"
@@ -36,11 +37,24 @@ TorchExpertWeights stackExpertWeights(const experts::ExpertLayerSpec& spec,
                                       const std::vector<int64_t>& experts, at::ScalarType dtype,
                                       bool pinned);
 
+// How the experts' matrix products run. PerExpert (the reference): one at::linear per expert
+// and projection, hundreds of small kernels a layer. Grouped: one at::_grouped_mm per
+// projection over all experts' rows.
+enum class ExpertGemm { PerExpert, Grouped };
+
+// Grouped where torch has a grouped kernel for the device and dtype (CUDA compute capability
+// 9.x/10.x in bf16; the CPU, where torch loops over the groups) and every matrix row is a
+// multiple of 16 bytes (its alignment rule), else PerExpert. `dtype` is the model dtype for the
+// frozen projections or fp32 for the LoRA branch; `row_lengths` are the matrices' inner sizes
+// (H, I, and the rank for the LoRA branch).
+ExpertGemm expertGemmFor(at::Device device, at::ScalarType dtype, const std::vector<int64_t>& row_lengths);
+
 // The (token, slot) pairs of one call grouped by the expert that computes them here, built on
 // the host (no device sync; copied to the device asynchronously from pinned memory).
 struct ExpertGrouping {
   at::Tensor order;              // [P] int64 on the device: flat slots t·k + j, by expert (stable)
   at::Tensor pair_token;         // [P] int64 on the device: order / k
+  at::Tensor offsets;            // [n] int32 on the device: cumulative pair counts (grouped GEMM)
   std::vector<int64_t> counts;   // [n] pairs per local expert, on the host
   int64_t pairs() const;
 };
@@ -49,15 +63,45 @@ struct ExpertGrouping {
 // computed elsewhere.
 ExpertGrouping groupByExpert(const at::Tensor& local_ids, int64_t n_experts, at::Device device);
 
-// Local expert i is global expert `global_ids[i]` of `lora` ([n] int64 host; undefined: local i
-// is global i, every expert). `weights` returns the n experts' weights on the device (called in
-// forward and again in backward). hidden [T, H] model dtype; topk_weights [T, k] fp32, both on
-// the device; lora_anchor as routedExperts (moe_function.h). -> [T, H] in hidden's dtype: the
-// sum over the grouped pairs; differentiable in hidden and topk_weights (0 for other slots), the
-// LoRA grads accumulate into `lora`.
-at::Tensor torchExperts(std::function<TorchExpertWeights()> weights, experts::ExpertLora& lora,
-                        const at::Tensor& global_ids, ExpertGrouping grouping,
-                        const at::Tensor& hidden, const at::Tensor& topk_weights,
-                        const at::Tensor& lora_anchor);
+// The experts' part of one call. Local expert i is global expert `global_ids[i]` of `lora` ([n]
+// int64 host; undefined: local i is global i, every expert). `weights` returns the n experts'
+// weights on the device (called in forward and again in backward). hidden [T, H] model dtype and
+// topk_weights [T, k] fp32, on the device.
+class TorchExpertsCall {
+ public:
+  // `gemm` forces a kernel (tests compare the two); by default expertGemmFor decides.
+  TorchExpertsCall(std::function<TorchExpertWeights()> weights, experts::ExpertLora& lora,
+                   at::Tensor global_ids, ExpertGrouping grouping,
+                   std::optional<ExpertGemm> gemm = std::nullopt);
+
+  int64_t pairs() const { return grouping_.pairs(); }
+
+  // -> [T, H] in hidden's dtype: the sum over the grouped pairs; no graph.
+  at::Tensor forward(const at::Tensor& hidden, const at::Tensor& topk_weights) const;
+
+  struct Gradients {
+    at::Tensor d_hidden;             // [T, H] hidden's dtype
+    at::Tensor d_topk_weights;       // [T, k] fp32 (0 for the slots computed elsewhere)
+    std::vector<at::Tensor> lora;    // d A, d B of every targeted projection, on the device
+  };
+  // Queues the backward of forward() for dy [T, H] on the device, recomputing that forward;
+  // returns without waiting for the device (so the CPU can work meanwhile).
+  Gradients backward(const at::Tensor& hidden, const at::Tensor& topk_weights,
+                     const at::Tensor& dy) const;
+  // Adds grads.lora to the host LoRA gradient buffers (waits for the device).
+  void accumulateLora(const Gradients& grads) const;
+
+ private:
+  std::function<TorchExpertWeights()> weights_;
+  experts::ExpertLora& lora_;
+  at::Tensor global_ids_;
+  ExpertGrouping grouping_;
+  std::optional<ExpertGemm> gemm_;
+};
+
+// TorchExpertsCall::forward as its own autograd node: differentiable in hidden and topk_weights;
+// lora_anchor as routedExperts (moe_function.h); the LoRA grads accumulate into the call's lora.
+at::Tensor torchExperts(TorchExpertsCall call, const at::Tensor& hidden,
+                        const at::Tensor& topk_weights, const at::Tensor& lora_anchor);
 
 }  // namespace tandem::gpu

@@ -99,6 +99,15 @@ TorchRuntimeInfo probeTorchRuntime() {
 void setTorchThreads(int n_threads) { at::set_num_threads(n_threads); }
 
 #ifdef TANDEM_WITH_CUDA
+int gpuComputeMajor(int index) {
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return major;
+}
+
 GpuMemoryPeak gpuMemoryPeak(int index) {
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
   constexpr auto kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
@@ -123,6 +132,7 @@ void capGpuMemory(int index, uint64_t bytes) {
   c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(index));
 }
 #else
+int gpuComputeMajor(int) { return 0; }
 GpuMemoryPeak gpuMemoryPeak(int) { return {}; }
 void resetGpuMemoryPeak(int) {}
 void capGpuMemory(int, uint64_t) {

@@ -30,6 +30,9 @@ struct TorchRuntimeInfo {
 
 TorchRuntimeInfo probeTorchRuntime();
 
+// GPU `index`'s compute capability major version (9: Hopper); 0 without CUDA or that GPU.
+int gpuComputeMajor(int index);
+
 // Limits libtorch's intra-op threads so they do not fight the expert engine's pools.
 void setTorchThreads(int n_threads);
 
