@@ -50,6 +50,8 @@ struct Options {
   bool keep_expert_forward = false;
   int torch_threads = 0;  // 0: libtorch's default
   std::string gpu_experts = "0";  // co-computation: routed experts resident per MoE layer; auto: the planner's
+  std::string experts_format = "auto";  // ModelOptions::experts_format
+  std::string experts_wt_policy = "persistent";
 };
 
 double seconds(Clock::time_point since) {
@@ -153,6 +155,8 @@ void run(const Options& o) {
   options.experts = tandem::gpu::parseExpertsMode(o.experts);
   options.gradient_checkpointing = o.gradient_checkpointing;
   options.keep_expert_forward = o.keep_expert_forward;
+  options.experts_format = o.experts_format;
+  options.experts_wt_policy = tandem::experts::parseWtPolicy(o.experts_wt_policy);
   nlohmann::json planned;
   if (o.gpu_experts != "0" && options.experts == tandem::gpu::ExpertsMode::Cpu) {
     options.gpu_experts = gpuExperts(o, config, options, planned);
@@ -198,6 +202,8 @@ void run(const Options& o) {
   out["tokens"] = o.tokens;
   out["gradient_checkpointing"] = o.gradient_checkpointing;
   out["keep_expert_forward"] = o.keep_expert_forward;
+  out["experts_format"] = o.experts_format;
+  out["experts_wt_policy"] = o.experts_wt_policy;
   out["gpu_cap_gib"] = o.gpu_cap_gib;
   out["gpu_experts"] = options.gpu_experts;  // per layer
   if (!planned.is_null()) out["planner"] = planned;
@@ -242,6 +248,10 @@ int main(int argc, char** argv) {
   app.add_flag("--keep-expert-forward", o.keep_expert_forward,
                "with checkpointing: keep the CPU experts' forward for the backward (what training does when RAM allows)");
   app.add_option("--torch-threads", o.torch_threads, "libtorch intra-op threads");
+  app.add_option("--experts-format", o.experts_format, "CPU experts' packs: auto, bf16, int8")
+      ->check(CLI::IsMember({"auto", "bf16", "int8"}));
+  app.add_option("--experts-wt-policy", o.experts_wt_policy, "CPU experts' Wᵀ packs: persistent, on_demand, background")
+      ->check(CLI::IsMember({"persistent", "on_demand", "background"}));
   app.add_option("--gpu-experts", o.gpu_experts,
                  "co-computation: routed experts per MoE layer resident on the GPU (N), or auto (the memory planner's "
                  "count for the capped GPU)")

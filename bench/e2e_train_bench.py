@@ -75,6 +75,8 @@ def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0"):
            "--lora-rank", "8", "--lora-alpha", "16", "--lora-target", ",".join(targets)]
     if args.layers:
         cmd += ["--layers", str(args.layers)]
+    if experts == "cpu":
+        cmd += ["--experts-format", args.experts_format, "--experts-wt-policy", args.experts_wt_policy]
     if args.gradient_checkpointing:
         cmd += ["--gradient-checkpointing"]
         if experts == "cpu" and not args.recompute_experts:
@@ -161,6 +163,10 @@ def main():
                         help="recompute each layer in backward, in all three set-ups")
     parser.add_argument("--recompute-experts", action="store_true",
                         help="with checkpointing, recompute the CPU experts too instead of keeping their forward")
+    parser.add_argument("--experts-format", default="auto", choices=["auto", "bf16", "int8"],
+                        help="co-computation: what the CPU expert engine packs the frozen experts to")
+    parser.add_argument("--experts-wt-policy", default="persistent", choices=["persistent", "on_demand", "background"],
+                        help="co-computation: when the CPU engine builds the experts' transposed packs for backward")
     parser.add_argument("--timeout", type=int, default=900)
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
