@@ -30,11 +30,17 @@ at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
           tokens.scalar_type(), tokens.device());
     }
     ResidentExperts::Split split = resident->split(ids);
-    // The resident experts and the shared experts are queued on the device once the CPU's
-    // inputs reached the host: CUDA runs them while the CPU engine computes the other pairs.
-    y = routedExperts(*experts, tokens, split.cpu_ids, choice.weights, lora_anchor, run_shared,
-                      training && keep_expert_forward ? &kept : nullptr,
-                      std::make_shared<const TorchExpertsCall>(resident->call(experts->lora(), split)));
+    if (split.cpu_pairs == 0) {
+      // Every pair is resident: nothing goes to the host and the CPU engine is not called.
+      y = torchExperts(resident->call(experts->lora(), split), tokens, choice.weights, lora_anchor);
+      run_shared();
+    } else {
+      // The resident experts and the shared experts are queued on the device once the CPU's
+      // inputs reached the host: CUDA runs them while the CPU engine computes the other pairs.
+      y = routedExperts(*experts, tokens, split.cpu_ids, choice.weights, lora_anchor, run_shared,
+                        training && keep_expert_forward ? &kept : nullptr,
+                        std::make_shared<const TorchExpertsCall>(resident->call(experts->lora(), split)));
+    }
   } else {
     // The shared experts are launched once the routed experts' inputs reached the host: CUDA
     // runs them while the CPU engine works (a copy to the host before would wait for them).

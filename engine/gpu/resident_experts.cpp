@@ -48,11 +48,13 @@ ResidentExperts::Split ResidentExperts::split(const at::Tensor& ids) const {
   const int64_t* g = global.data_ptr<int64_t>();
   int32_t* c = cpu_ids.data_ptr<int32_t>();
   int64_t* l = local.data_ptr<int64_t>();
+  int64_t cpu_pairs = 0;
   for (int64_t s = 0; s < global.numel(); ++s) {
     l[s] = local_of_[static_cast<size_t>(g[s])];
     c[s] = l[s] >= 0 ? experts::kMaskedSlot : static_cast<int32_t>(g[s]);
+    cpu_pairs += l[s] < 0;
   }
-  return {cpu_ids, groupByExpert(local, static_cast<int64_t>(experts_.size()), weights_.gate.device())};
+  return {cpu_ids, cpu_pairs, groupByExpert(local, static_cast<int64_t>(experts_.size()), weights_.gate.device())};
 }
 
 TorchExpertsCall ResidentExperts::call(experts::ExpertLora& lora, Split& split) const {

@@ -37,6 +37,7 @@ class ResidentExperts {
 
   struct Split {
     at::Tensor cpu_ids;       // [T, k] int32 host: the slots of resident experts kMaskedSlot
+    int64_t cpu_pairs = 0;    // slots of cpu_ids that are not masked
     ExpertGrouping grouping;  // the resident experts' pairs, on the device
   };
   // ids [T, k] host int64 (the router's choice).
