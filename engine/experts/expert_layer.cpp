@@ -256,6 +256,28 @@ int64_t ExpertLayer::outFeatures(ExpertProj proj, const NodeSlice& slice) const 
   return proj == ExpertProj::Down ? spec_.hidden : slice.width();
 }
 
+void ExpertLayer::releaseExperts(const std::vector<int64_t>& experts) {
+  for (int64_t e : experts) {
+    if (e < 0 || e >= spec_.num_experts) {
+      throw Error("cannot release expert " + std::to_string(e) + ": outside [0, " +
+                  std::to_string(spec_.num_experts) + ")");
+    }
+  }
+  released_.resize(static_cast<size_t>(spec_.num_experts), 0);
+  for (int64_t e : experts) {
+    released_[static_cast<size_t>(e)] = 1;
+    for (NodeSlice& slice : slices_) {
+      for (auto* packs : {slice.packs, slice.packs_t}) {
+        for (int p = 0; p < kExpertProjCount; ++p) {
+          if (static_cast<size_t>(e) < packs[p].size()) packs[p][static_cast<size_t>(e)].reset();
+        }
+      }
+    }
+  }
+  packed_charge_ = MemoryCharge();  // first: the ledger's peak must not count both
+  packed_charge_ = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Weights, packedBytes());
+}
+
 void ExpertLayer::validateRouting(const int32_t* topk_ids, int64_t n_tokens, int top_k) const {
   if (n_tokens < 0) throw Error("expert forward: negative token count");
   if (top_k < 1) throw Error("expert forward: top_k must be at least 1, got " +
@@ -268,6 +290,12 @@ void ExpertLayer::validateRouting(const int32_t* topk_ids, int64_t n_tokens, int
                       " is outside [0, " + std::to_string(spec_.num_experts) + ") and not " +
                       std::to_string(kMaskedSlot) + " (masked: computed elsewhere)",
                   "check the router's output (masked or padded tokens must not be routed)");
+    }
+    if (id >= 0 && !released_.empty() && released_[static_cast<size_t>(id)]) {
+      throw Error("expert forward: topk_ids[" + std::to_string(slot / top_k) + "][" +
+                      std::to_string(slot % top_k) + "] = " + std::to_string(id) +
+                      " is an expert this layer released to another device (a resident expert)",
+                  "mark its slots " + std::to_string(kMaskedSlot) + " and compute them there");
     }
   }
 }

@@ -109,6 +109,11 @@ class ExpertLayer {
   // zero-copy views of generic / avx512 on F32/BF16/F16 weights).
   uint64_t packedBytes() const;
 
+  // Frees every pack of `experts` (ids in [0, E)): from now on another device computes them (the
+  // GPU-resident experts), so their slots must be kMaskedSlot in every later call, an Error
+  // otherwise. Their LoRA stays here. Not during a forward or backward of this layer.
+  void releaseExperts(const std::vector<int64_t>& experts);
+
   // WtPolicy::Background. `layer`: the MoE layer whose backward runs right after this one's (the
   // one before it in the forward; nullptr unlinks). When this layer's backward has finished, the
   // Wᵀ packs of `layer` for the experts its last training forward routed to are built on the pool
@@ -225,6 +230,7 @@ class ExpertLayer {
   ThreadPool& pool_;
   int64_t row_block_;
   std::vector<NodeSlice> slices_;  // by node; non-empty, their [i0, i1) tile [0, I)
+  std::vector<char> released_;     // [E] 1: packs freed by releaseExperts (empty: none)
   MemoryCharge packed_charge_;
   ExpertBufferPool::User buffer_pool_user_;  // the pool frees its idle blocks with the last layer
   // Background Wᵀ: the layer whose build this one starts, the experts this layer's last training

@@ -335,6 +335,47 @@ TEST(ExpertLayer, MaskedSlotsAreSkippedAndComplementTheRest) {
   }
 }
 
+// Experts released to another device (the GPU-resident ones) give their packs back (bytes and
+// ledger) and change nothing for the others; routing to one afterwards is an Error. int8 on
+// generic: a backend that holds copies (f32) of every expert, on any CPU.
+TEST(ExpertLayer, ReleasedExpertsFreeTheirPacksAndMustStayMasked) {
+  ProblemSpec spec = loraSpec(3, true, true, true);
+  spec.layer = {6, 33, 19};
+  spec.n_tokens = 37;
+  spec.top_k = 2;
+  const Problem full = testing::makeProblem(spec);
+  Problem here = full;
+  for (int32_t& id : here.ids) {
+    if (id == 2 || id == 5) id = kMaskedSlot;
+  }
+  ExpertLayerOptions options;
+  options.backend = "generic";
+  options.format = WeightFormat::Int8;
+  auto cpuWeights = [] {
+    for (const DeviceMemoryUsage& usage : MemoryLedger::global().snapshot()) {
+      if (usage.device == "cpu") return usage.current(MemoryCategory::Weights);
+    }
+    return uint64_t{0};
+  };
+  auto kept = testing::makeLayer(here, options, testPool());
+  auto released = testing::makeLayer(here, options, testPool());
+  const uint64_t all_packs = released->packedBytes(), ledger_before = cpuWeights();
+  ASSERT_GT(all_packs, 0u);
+  released->releaseExperts({2, 5});
+  EXPECT_EQ(released->packedBytes(), all_packs / 6 * 4);
+  EXPECT_EQ(ledger_before - cpuWeights(), all_packs - released->packedBytes());
+  const Grads want = testing::runLayer(here, *kept), got = testing::runLayer(here, *released);
+  EXPECT_EQ(got.y, want.y);
+  EXPECT_EQ(got.dx, want.dx);
+  EXPECT_EQ(got.dw, want.dw);
+  for (int p = 0; p < kExpertProjCount; ++p) {
+    EXPECT_EQ(got.grad_a[p], want.grad_a[p]);
+    EXPECT_EQ(got.grad_b[p], want.grad_b[p]);
+  }
+  EXPECT_THROW(testing::runLayer(full, *released), Error);
+  EXPECT_THROW(released->releaseExperts({6}), Error);
+}
+
 TEST(ExpertLayer, ZeroTokensIsANoOp) {
   const Problem pr = testing::makeProblem(loraSpec(2, true, true, true));
   auto layer = testing::makeLayer(pr, "generic", testPool());

@@ -9,8 +9,7 @@
 // fixed for the model's life, so the gradient-checkpointing recomputation and every later step
 // split the same way. Their LoRA stays in the ExpertLayer's ExpertLora (fp32 host): each call
 // copies the resident experts' A/B slices to the device and their gradients come back, as in
-// offload mode. The CPU engine keeps its packs of the resident experts (it could free them; it
-// does not, see docs/placement_runtime.md).
+// offload mode. The CPU engine frees its packs of them (ExpertLayer::releaseExperts).
 
 #include <ATen/core/Tensor.h>
 

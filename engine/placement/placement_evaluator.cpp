@@ -102,7 +102,13 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
                            : f32_copy             ? "fp32"
                            : offload && fp8_source ? "bf16"
                                                    : m.weight_format;
-  const uint64_t weights = memory::routedExpertBytes(m_, held);
+  uint64_t weights = memory::routedExpertBytes(m_, held);
+  // The engine frees what it packed or copied of the resident experts (ExpertLayer::
+  // releaseExperts); experts read in place stay mapped.
+  if ((packs || f32_copy) && m.gpu_experts > 0) {
+    const auto experts = static_cast<uint64_t>(std::max<int64_t>(m_.num_experts, 1));
+    weights = weights / experts * (experts - static_cast<uint64_t>(std::min<int64_t>(m.gpu_experts, m_.num_experts)));
+  }
   charge(books, m.device, PlanCategory::Weights, "routed experts " + held, weights);
   if (packs || f32_copy) chargeTransposed(books, m, weights);
   const auto lora = static_cast<uint64_t>(memory::loraParameters(m_, ModuleKind::RoutedExperts, m.layer, target_, req_.lora_rank));
@@ -147,8 +153,8 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
 }
 
 // Resident experts (engine/gpu/resident_experts.cpp): their weights in the model dtype on the
-// layer's GPU, and once per GPU the transient of computing them with torch ops. The CPU engine
-// keeps its packs of them (host bytes unchanged).
+// layer's GPU, and once per GPU the transient of computing them with torch ops. (The host's
+// packs of them are freed: chargeExperts.)
 void Evaluator::chargeResident(Books& books, const ModulePlacement& m, const std::string& layer_device) const {
   const int64_t n = m.gpu_experts, H = m_.hidden_size, I = m_.moe_intermediate_size;
   charge(books, layer_device, PlanCategory::Weights, "resident routed experts",
