@@ -1,13 +1,16 @@
 // Wizard page 2: the hardware. The detected machine (GPUs with memory, CPU with the AVX-512 /
 // AMX state, NUMA nodes with RAM), the device for the dense part, and the expert engine's
-// backend, weight format, backward Wᵀ policy and threads (the KTransformers kt_backend /
-// kt_expert_weight_format / kt_num_threads settings).
+// backend, weight format, backward Wᵀ policy, GPU-resident experts and threads (the
+// KTransformers kt_backend / kt_expert_weight_format / kt_num_gpu_experts / kt_num_threads
+// settings).
 
 #include <QComboBox>
 #include <QFormLayout>
 #include <QLabel>
 #include <QSpinBox>
 #include <QVBoxLayout>
+
+#include <string>
 
 #include "engine/core/error.h"
 #include "engine/placement/hardware.h"
@@ -28,7 +31,8 @@ int comboIndexOf(QComboBox* combo, const QString& data) {
 
 HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
   setTitle(tr("Hardware"));
-  setSubTitle(tr("Where the run goes: attention and dense layers on the device below, routed experts on the CPU."));
+  setSubTitle(tr("Where the run goes: attention and dense layers on the device below, routed experts on the CPU "
+                 "(the most routed also on the GPU while it has room)."));
   const MachineInfo& machine = wizard_.machine();
   target_ = new QComboBox;
   target_->addItem(tr("This machine"), QString());
@@ -62,12 +66,19 @@ HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
                          "int8 halves them (per-channel int8, amx_int8), fp8 keeps an fp8 checkpoint's experts "
                          "(dequantised into bf16 packs); auto: int8 for amx_int8, else bf16"));
   wt_policy_ = new QComboBox;
-  for (const char* name : {"auto", "persistent", "on_demand"}) {
+  for (const char* name : {"auto", "persistent", "on_demand", "background"}) {
     wt_policy_->addItem(QString::fromLatin1(name), QString::fromLatin1(name));
   }
   wt_policy_->setToolTip(tr("experts_wt_policy: the backward's transposed expert weights. persistent keeps a second "
                             "copy (twice the expert RAM, no per-step cost); on_demand rebuilds those of the routed "
-                            "experts each step; auto: persistent when the memory plan has room"));
+                            "experts each step; background builds the next layer's while the GPU works; auto: "
+                            "persistent when the memory plan has room, else background"));
+  gpu_experts_ = new QSpinBox;
+  gpu_experts_->setRange(-1, 4096);  // -1 shows as auto
+  gpu_experts_->setSpecialValueText(tr("auto (what the GPU has left)"));
+  gpu_experts_->setToolTip(tr("gpu_experts (kt_num_gpu_experts): routed experts per MoE layer kept on the layer's GPU "
+                              "and computed there while the CPU computes the others (the most routed of the first "
+                              "step); auto: as many as the memory plan fits; 0: none"));
   threads_ = new QSpinBox;
   threads_->setRange(0, 4096);
   threads_->setSpecialValueText(tr("one per physical core"));
@@ -77,6 +88,7 @@ HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
   backend_->setObjectName(QStringLiteral("experts_backend"));
   format_->setObjectName(QStringLiteral("experts_format"));
   wt_policy_->setObjectName(QStringLiteral("experts_wt_policy"));
+  gpu_experts_->setObjectName(QStringLiteral("gpu_experts"));
   threads_->setObjectName(QStringLiteral("expert_threads"));
   auto* form = new QFormLayout;
   form->addRow(tr("&Plan for:"), target_);
@@ -84,6 +96,7 @@ HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
   form->addRow(tr("&Experts backend:"), backend_);
   form->addRow(tr("Experts &format:"), format_);
   form->addRow(tr("Backward &Wᵀ:"), wt_policy_);
+  form->addRow(tr("Experts on the &GPU:"), gpu_experts_);
   form->addRow(tr("Expert &threads:"), threads_);
   auto* layout = new QVBoxLayout(this);
   layout->addWidget(new QLabel(tr("<b>Machine</b>")));
@@ -137,6 +150,8 @@ void HardwarePage::load(const train::TrainConfig& config) {
   backend_->setCurrentIndex(comboIndexOf(backend_, QString::fromStdString(config.experts_backend)));
   format_->setCurrentIndex(comboIndexOf(format_, QString::fromStdString(config.experts_format)));
   wt_policy_->setCurrentIndex(comboIndexOf(wt_policy_, QString::fromStdString(config.experts_wt_policy)));
+  // The config was validated when it was read: auto or a count.
+  gpu_experts_->setValue(config.gpu_experts == "auto" ? -1 : std::stoi(config.gpu_experts));
   threads_->setValue(config.expert_threads);
 }
 
@@ -145,6 +160,7 @@ void HardwarePage::store(train::TrainConfig& config) const {
   config.experts_backend = backend_->currentData().toString().toStdString();
   config.experts_format = format_->currentData().toString().toStdString();
   config.experts_wt_policy = wt_policy_->currentData().toString().toStdString();
+  config.gpu_experts = gpu_experts_->value() < 0 ? "auto" : std::to_string(gpu_experts_->value());
   config.expert_threads = threads_->value();
 }
 

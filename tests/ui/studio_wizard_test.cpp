@@ -63,7 +63,8 @@ void WizardTest::producesTheHandWrittenConfig() {
   const std::filesystem::path output = std::filesystem::path(tmp_.path().toStdString()) / "wizard-out";
   train::TrainConfig hand = test::demoConfig(paths_, output);
   hand.experts_format = "bf16";
-  hand.experts_wt_policy = "on_demand";
+  hand.experts_wt_policy = "background";
+  hand.gpu_experts = "3";
 
   FineTuneWizard wizard(machine_, paths_);  // starts from LLaMA-Factory's defaults
   wizard.show();
@@ -79,7 +80,9 @@ void WizardTest::producesTheHandWrittenConfig() {
   QCOMPARE(wizard.currentId(), int(FineTuneWizard::HardwarePageId));
   QVERIFY(wizard.currentPage()->isComplete());
   field<QComboBox>(wizard, "experts_format")->setCurrentText(QStringLiteral("bf16"));
-  field<QComboBox>(wizard, "experts_wt_policy")->setCurrentText(QStringLiteral("on_demand"));
+  field<QComboBox>(wizard, "experts_wt_policy")->setCurrentText(QStringLiteral("background"));
+  QCOMPARE(field<QSpinBox>(wizard, "gpu_experts")->text(), field<QSpinBox>(wizard, "gpu_experts")->specialValueText());
+  field<QSpinBox>(wizard, "gpu_experts")->setValue(3);
   wizard.next();
 
   QCOMPARE(wizard.currentId(), int(FineTuneWizard::DatasetPageId));
@@ -123,6 +126,12 @@ void WizardTest::producesTheHandWrittenConfig() {
   QVERIFY(made == hand);
   QVERIFY(train::parseTrainConfig(wizard.yaml().toStdString(), "wizard yaml") == hand);
   QCOMPARE(train::configFingerprint(made), train::configFingerprint(hand));
+
+  // Opening that config again shows the same choices (a count of GPU experts, not auto).
+  FineTuneWizard reopened(machine_, paths_);
+  reopened.loadConfig(hand);
+  QCOMPARE(field<QSpinBox>(reopened, "gpu_experts")->value(), 3);
+  QVERIFY(reopened.config() == hand);
 }
 
 void WizardTest::pagesSayWhatIsWrong() {
