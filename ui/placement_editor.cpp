@@ -11,6 +11,7 @@
 #include <QSplitter>
 #include <QTableWidget>
 #include <QVBoxLayout>
+#include <map>
 #include <set>
 
 #include "engine/core/error.h"
@@ -214,15 +215,25 @@ void PlacementEditor::refreshTable() {
   const QSignalBlocker block(table_);
   std::vector<int> keep = selectedRows();
   table_->setRowCount(static_cast<int>(placement_.modules.size()));
+  std::map<int, std::string> attention_device;  // by layer: where its resident experts live
+  for (const placement::ModulePlacement& m : placement_.modules) {
+    if (m.kind == placement::ModuleKind::Attention) attention_device[m.layer] = m.device;
+  }
   for (int i = 0; i < static_cast<int>(placement_.modules.size()); ++i) {
     const placement::ModulePlacement& m = placement_.modules[i];
+    const QString resident = m.gpu_experts > 0 ? tr(" + %1 of %2 experts on %3")
+                                                     .arg(m.gpu_experts)
+                                                     .arg(request_.model.num_experts)
+                                                     .arg(QString::fromStdString(attention_device[m.layer]))
+                                               : QString();
     const QString cells[kColumns] = {
         QString::fromStdString(m.name),
         QString::fromLatin1(placement::moduleKindName(m.kind).data()),
         m.layer >= 0 ? QString::number(m.layer) : QString(),
         QString::fromStdString(formatCount(static_cast<uint64_t>(placement::moduleParameters(request_.model, m)))),
         QString::fromStdString(m.device) +
-            (m.compute_device.empty() ? QString() : QStringLiteral(" → %1").arg(QString::fromStdString(m.compute_device))),
+            (m.compute_device.empty() ? QString() : QStringLiteral(" → %1").arg(QString::fromStdString(m.compute_device))) +
+            resident,
         QString::fromStdString(m.backend),
         QString::fromStdString(m.weight_format)};
     for (int c = 0; c < kColumns; ++c) table_->setItem(i, c, new QTableWidgetItem(cells[c]));

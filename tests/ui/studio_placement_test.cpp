@@ -3,6 +3,8 @@
 // the same placement, edits included; and an edit that cannot fit is refused with the reason,
 // leaving the placement as it was.
 
+#include <QHeaderView>
+#include <QTableWidget>
 #include <QTest>
 
 #include "engine/io/model_config.h"
@@ -22,6 +24,7 @@ class PlacementTest : public QObject {
   void initTestCase();
   void roundTripsARuleFile();
   void refusesWhatDoesNotFit();
+  void showsTheResidentExperts();
 
  private:
   std::vector<int> rowsOf(const placement::Placement& p, placement::ModuleKind kind) {
@@ -93,6 +96,33 @@ void PlacementTest::refusesWhatDoesNotFit() {
   // A device the machine does not have is refused too.
   QVERIFY(!editor.assign({0}, QStringLiteral("cuda:3")));
   QVERIFY(editor.placement() == before);
+}
+
+// On a 24 GB card the planner keeps every routed expert of the small demo model resident: the
+// routed-experts rows say how many of how many, and on which GPU.
+void PlacementTest::showsTheResidentExperts() {
+  placement::Hardware hardware = placement::probeHardware();
+  placement::GpuSpec card;
+  card.name = "a 24 GB card";
+  card.total_bytes = card.free_bytes = 24ull << 30;
+  hardware.gpus = {card};
+  PlacementEditor editor(request_, hardware);
+  QVERIFY2(editor.problem().isEmpty(), qPrintable(editor.problem()));
+  auto* table = editor.findChild<QTableWidget*>();
+  QVERIFY(table);
+  int device_column = -1;
+  for (int c = 0; c < table->columnCount(); ++c) {
+    if (table->horizontalHeaderItem(c)->text() == QStringLiteral("Device")) device_column = c;
+  }
+  QVERIFY(device_column >= 0);
+  const std::vector<int> experts = rowsOf(editor.placement(), placement::ModuleKind::RoutedExperts);
+  QVERIFY(!experts.empty());
+  for (int row : experts) {
+    const int64_t n = editor.placement().modules[row].gpu_experts;
+    QCOMPARE(n, model_.num_experts);
+    QCOMPARE(table->item(row, device_column)->text(),
+             QStringLiteral("cpu + %1 of %1 experts on cuda:0").arg(model_.num_experts));
+  }
 }
 
 }  // namespace tandem::ui
