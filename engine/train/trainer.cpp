@@ -199,21 +199,25 @@ TrainResult Trainer::run(std::stop_token stop, std::stop_token cancel, TrainList
     double loss_sum = 0;
     double model_s = 0;
     bool cancelled = false;
-    for (const Batch& b : batches) {
-      if (cancel.stop_requested()) {
-        cancelled = true;
-        break;
+    try {
+      for (const Batch& b : batches) {
+        if (cancel.stop_requested()) {
+          cancelled = true;
+          break;
+        }
+        if (b.kept_tokens == 0) continue;
+        const auto math_start = Clock::now();
+        const at::Tensor hidden = model_.forwardHidden(b.input_ids, /*training=*/true);
+        // Each micro-batch's mean scaled to its share of the window: the step's loss is the mean
+        // over every kept token of the accumulated batch, however the tokens fell into batches.
+        const at::Tensor loss = model_.loss(hidden, b.labels) *
+                                (static_cast<double>(b.kept_tokens) / static_cast<double>(window_kept));
+        torch::autograd::backward({loss});
+        loss_sum += loss.item<double>();
+        model_s += std::chrono::duration<double>(Clock::now() - math_start).count();
       }
-      if (b.kept_tokens == 0) continue;
-      const auto math_start = Clock::now();
-      const at::Tensor hidden = model_.forwardHidden(b.input_ids, /*training=*/true);
-      // Each micro-batch's mean scaled to its share of the window: the step's loss is the mean
-      // over every kept token of the accumulated batch, however the tokens fell into batches.
-      const at::Tensor loss = model_.loss(hidden, b.labels) *
-                              (static_cast<double>(b.kept_tokens) / static_cast<double>(window_kept));
-      torch::autograd::backward({loss});
-      loss_sum += loss.item<double>();
-      model_s += std::chrono::duration<double>(Clock::now() - math_start).count();
+    } catch (const c10::OutOfMemoryError& e) {
+      failOutOfMemory(e.what_without_backtrace(), start_step);
     }
     if (cancelled) {
       optimizer_.zeroGrad();
@@ -272,6 +276,23 @@ TrainResult Trainer::run(std::stop_token stop, std::stop_token cancel, TrainList
   }
   result.steps = step_;
   return result;
+}
+
+void Trainer::failOutOfMemory(const std::string& what, int64_t run_start_step) {
+  optimizer_.zeroGrad();  // the failed step's partial gradients
+  const std::string failed_step = std::to_string(step_ + 1);
+  std::string saved = "no step finished in this run, so there is nothing new to save";
+  if (step_ > run_start_step) {
+    try {
+      saved = "step " + std::to_string(step_) + " is saved in " + saveCheckpoint().string();
+    } catch (const std::exception& e) {
+      saved = "saving step " + std::to_string(step_) + " failed too (" + e.what() + ")";
+    }
+  }
+  throw Error("out of memory in training step " + failed_step + ": " + what.substr(0, what.find('\n')),
+              saved + ". Run the same YAML with a smaller gpu_experts (a count instead of auto) to "
+              "resume from there, or start over with a lower cutoff_len or per_device_train_batch_size, "
+              "or with gradient_checkpointing: true; `tandem plan` with the YAML shows what each takes");
 }
 
 void Trainer::writeCheckpointFiles(const std::filesystem::path& dir) const {

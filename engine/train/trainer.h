@@ -128,6 +128,10 @@ class Trainer {
   void writeCheckpointFiles(const std::filesystem::path& dir) const;
   void pruneCheckpoints() const;
   void waitWhilePaused(std::stop_token stop);
+  // A device (or the host) ran out of memory inside step step_ + 1: saves the state the step
+  // started from (whole: the optimizer had not run) unless the run has no step of its own yet,
+  // and throws an Error that says where it was saved and what to change.
+  [[noreturn]] void failOutOfMemory(const std::string& what, int64_t run_start_step);
 
   gpu::CausalLm& model_;
   const gpu::LoraSettings& lora_;
