@@ -198,8 +198,18 @@ GenerationResult Generator::Impl::run(const std::string& adapter, const std::vec
   stop_strings.insert(stop_strings.end(), settings.stop.begin(), settings.stop.end());
   TextStream stream(tokenizer, std::move(stop_strings), settings.stop_on_eos ? stop_ids : std::vector<int32_t>{},
                     on_delta);
-  const TokenOutcome outcome = generateTokens(
-      *model, prompt, settings, stop_ids, seed, [&stream](int32_t id) { return stream.push(id); }, stop);
+  TokenOutcome outcome;
+  try {
+    outcome = generateTokens(
+        *model, prompt, settings, stop_ids, seed, [&stream](int32_t id) { return stream.push(id); }, stop);
+  } catch (const c10::OutOfMemoryError& e) {
+    // The request's caches unwind with it: the next request starts clean.
+    const std::string what = e.what_without_backtrace();
+    throw Error("out of memory while answering a " + std::to_string(prompt.size()) + "-token prompt: " +
+                    what.substr(0, what.find('\n')),
+                "shorten the conversation or the answer (max_tokens), or load the model with fewer "
+                "--gpu-experts");
+  }
   stream.finish();
   GenerationResult result;
   result.finish_reason = outcome.finish_reason;

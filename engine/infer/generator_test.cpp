@@ -21,6 +21,7 @@
 #include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
 #include "engine/gpu/causal_lm.h"
+#include "engine/gpu/failing_cpu_allocator_test_util.h"
 #include "engine/gpu/peft_adapter.h"
 #include "engine/infer/generate.h"
 #include "engine/infer/text_stream.h"
@@ -239,6 +240,29 @@ TEST(Generator, MergedAdapterAnswersLikeTheUnmergedOneAndHidesTheBase) {
   EXPECT_FALSE(merged->baseAvailable());
   EXPECT_THROW(merged->generate({"base", prompt, s}), Error);
   EXPECT_THROW(merged->addAdapter("other", fixture().adapter_dir), Error);
+}
+
+// Memory running out inside a request (FailingCpuAllocator: as a full GPU fails) is an Error
+// that says so, not a crash of the chat or the server, and the next request answers as usual.
+TEST(Generator, OutOfMemoryIsAnErrorAndTheNextRequestAnswers) {
+  auto gen = loadGenerator();
+  GenerationSettings s = greedy(8);
+  s.stop_on_eos = false;
+  const std::vector<int32_t> prompt = gen->encodeChat({{"user", "Who are you?"}});
+  const std::vector<int32_t> want = gen->generate({"", prompt, s}).token_ids;
+  gpu::testing::FailingCpuAllocator::instance().failIn(40);  // inside the prefill
+  try {
+    gen->generate({"", prompt, s});
+    FAIL() << "the answer went on after an allocation failed";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("out of memory while answering a " + std::to_string(prompt.size()) +
+                               "-token prompt: CPU out of memory. Tried to allocate"),
+              std::string::npos)
+        << e.message();
+    EXPECT_EQ(e.message().find("more lines"), std::string::npos) << e.message();
+    EXPECT_NE(e.whatToDo().find("max_tokens"), std::string::npos) << e.whatToDo();
+  }
+  EXPECT_EQ(gen->generate({"", prompt, s}).token_ids, want);
 }
 
 TEST(Generator, BadRequestsAreErrors) {

@@ -1,5 +1,5 @@
-// The trainer when memory runs out mid-run: libtorch's CPU allocator is wrapped so that one
-// allocation of step 2 fails the way the CUDA caching allocator does (c10::OutOfMemoryError).
+// The trainer when memory runs out mid-run: one allocation of step 2 fails the way the CUDA
+// caching allocator fails (FailingCpuAllocator).
 // The user gets an Error that says so and what to change, and step 1 is saved and resumes.
 
 #include "engine/train/trainer.h"
@@ -7,10 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
-#include <c10/core/Allocator.h>
-#include <c10/core/CPUAllocator.h>
-
-#include <atomic>
 #include <filesystem>
 #include <string>
 #include <unistd.h>
@@ -18,6 +14,7 @@
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
 #include "engine/gpu/causal_lm.h"
+#include "engine/gpu/failing_cpu_allocator_test_util.h"
 #include "engine/io/model_config.h"
 #include "engine/model/lora_target.h"
 
@@ -26,42 +23,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// libtorch's CPU allocator, except that the `fail_in`-th allocation from now fails, once (-1:
-// none). Not the first: the step's batch is made before its forward.
-class FailingAllocator final : public c10::Allocator {
- public:
-  explicit FailingAllocator(c10::Allocator* inner) : inner_(inner) {}
-  c10::DataPtr allocate(size_t n) override {
-    const bool fail = fail_in.load() > 0 && fail_in.fetch_sub(1) == 1;
-    TORCH_CHECK_WITH(OutOfMemoryError, !fail, "CPU out of memory. Tried to allocate ", n,
-                     " bytes\n(more lines of the allocator's report)");
-    return inner_->allocate(n);
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return inner_->raw_deleter(); }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    inner_->copy_data(dest, src, count);
-  }
-  std::atomic<int> fail_in{-1};
-
- private:
-  c10::Allocator* inner_;
-};
-
-FailingAllocator& failingAllocator() {
-  static FailingAllocator* allocator = [] {
-    auto* a = new FailingAllocator(c10::GetCPUAllocator());
-    c10::SetCPUAllocator(a, /*priority=*/100);  // for the rest of this test program
-    return a;
-  }();
-  return *allocator;
-}
-
 constexpr int kInTheForward = 50;  // a step of this model allocates hundreds of tensors
 
 struct ArmAfterStep : TrainListener {
   int64_t arm_after = 0;
   void onStep(const StepEvent& e) override {
-    if (e.step == arm_after) failingAllocator().fail_in = kInTheForward;
+    if (e.step == arm_after) gpu::testing::FailingCpuAllocator::instance().failIn(kInTheForward);
   }
 };
 
@@ -89,7 +56,7 @@ TEST(Trainer, OutOfMemorySavesTheLastStepAndSaysWhatToChange) {
   settings.save_steps = 0;
   settings.cutoff_len = 12;
   settings.output_dir = dir;
-  failingAllocator();  // installed before the run allocates anything
+  gpu::testing::FailingCpuAllocator::instance();  // installed before the run allocates anything
   Trainer trainer(*model, plan.settings, samples, settings, ThreadPool::global());
   ArmAfterStep listener;
   listener.arm_after = 1;
@@ -114,7 +81,7 @@ TEST(Trainer, OutOfMemorySavesTheLastStepAndSaysWhatToChange) {
   // Out of memory before this run finished a step of its own: nothing is written.
   fs::remove_all(dir);
   Trainer early(*model, plan.settings, samples, settings, ThreadPool::global());
-  failingAllocator().fail_in = kInTheForward;
+  gpu::testing::FailingCpuAllocator::instance().failIn(kInTheForward);
   EXPECT_THROW(early.run({}, {}, quiet), Error);
   EXPECT_FALSE(fs::exists(dir / "checkpoint-0"));
   fs::remove_all(dir);

@@ -1,0 +1,47 @@
+#pragma once
+// For tests: libtorch's CPU allocator wrapped so that one chosen allocation fails the way the
+// CUDA caching allocator fails when a GPU is full (c10::OutOfMemoryError), to test what a user
+// sees when memory runs out mid-run without needing a GPU or a full machine.
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+
+namespace tandem::gpu::testing {
+
+class FailingCpuAllocator final : public c10::Allocator {
+ public:
+  // Installed for the rest of the test program on first use; passes every allocation through
+  // until failIn(n).
+  static FailingCpuAllocator& instance() {
+    static FailingCpuAllocator* allocator = [] {
+      auto* a = new FailingCpuAllocator(c10::GetCPUAllocator());
+      c10::SetCPUAllocator(a, /*priority=*/100);
+      return a;
+    }();
+    return *allocator;
+  }
+
+  // The n-th allocation from now (n >= 1) fails, once.
+  void failIn(int n) { fail_in_ = n; }
+
+  c10::DataPtr allocate(size_t bytes) override {
+    const bool fail = fail_in_.load() > 0 && fail_in_.fetch_sub(1) == 1;
+    TORCH_CHECK_WITH(OutOfMemoryError, !fail, "CPU out of memory. Tried to allocate ", bytes,
+                     " bytes\n(more lines of the allocator's report)");
+    return inner_->allocate(bytes);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return inner_->raw_deleter(); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    inner_->copy_data(dest, src, count);
+  }
+
+ private:
+  explicit FailingCpuAllocator(c10::Allocator* inner) : inner_(inner) {}
+  c10::Allocator* inner_;
+  std::atomic<int> fail_in_{0};
+};
+
+}  // namespace tandem::gpu::testing
