@@ -50,11 +50,18 @@ void validateWeights(const ExpertLayerSpec& spec, const ExpertWeightViews& weigh
 }
 
 // The NUMA node whose memory holds expert e's packs when one unpinned pool computes the layer:
-// round-robin over the nodes, so the experts' bandwidth is spread over every memory controller
-// (-1: one node, plain memory).
+// round-robin over the nodes with CPUs, so the experts' bandwidth is spread over their memory
+// controllers (-1: one such node, plain memory). Memory-only nodes (CXL, HBM) get none, as the
+// planner assumes (placement_evaluator.cpp, computeNodes).
 int nodeOfExpert(int64_t expert) {
-  static const int nodes = static_cast<int>(detectNumaTopology().nodes.size());
-  return nodes > 1 ? static_cast<int>(expert % nodes) : -1;
+  static const std::vector<int> nodes = [] {
+    std::vector<int> ids;
+    for (const NumaNode& node : detectNumaTopology().nodes) {
+      if (!node.cpus.empty()) ids.push_back(node.id);
+    }
+    return ids;
+  }();
+  return nodes.size() > 1 ? nodes[static_cast<size_t>(expert) % nodes.size()] : -1;
 }
 
 // Bounds of n near-equal parts of [0, I): in whole 64-column blocks when each node gets at least

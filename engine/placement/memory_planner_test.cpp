@@ -283,6 +283,24 @@ TEST(MemoryPlanner, EveryModelOnEveryPresetGivesASensiblePlan) {
   }
 }
 
+// A memory-only NUMA node (CXL, HBM: no cores) holds none of the expert engine's packs or
+// buffers, which go to the nodes it computes on: the plan matches the machine without that node.
+TEST(MemoryPlanner, MemoryOnlyNodesHoldNoExpertSlices) {
+  const Hardware two = preset("2x4090-24g_xeon-spr-2s_512g");
+  ASSERT_EQ(two.numa_nodes.size(), 2u);
+  Hardware with_cxl = two;
+  with_cxl.numa_nodes.push_back(NumaNodeSpec{2, 0, 256 * kGiB, 256 * kGiB});
+  PlanRequest r = request("qwen3-30b-a3b.json");
+  r.gpu_experts = 0;
+  const MemoryPlan without = planMemory(r, two), with = planMemory(r, with_cxl);
+  ASSERT_TRUE(with.device("cpu:numa2"));
+  EXPECT_EQ(with.device("cpu:numa2")->total(), 0u);
+  for (const char* node : {"cpu:numa0", "cpu:numa1"}) {
+    EXPECT_GT(with.device(node)->at(PlanCategory::Weights), 0u) << node;
+    EXPECT_EQ(with.device(node)->total(), without.device(node)->total()) << node;
+  }
+}
+
 TEST(MemoryPlanner, BadRequestsAreErrors) {
   PlanRequest r = request("qwen3-30b-a3b.json");
   r.cutoff_len = 0;

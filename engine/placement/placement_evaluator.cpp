@@ -43,13 +43,25 @@ Evaluator::Evaluator(const PlanRequest& request, const Hardware& hw, bool transp
       target_(model::LoraTarget::parse(joinTargets(request.lora_target))),
       tokens_(request.batch_size * request.cutoff_len), act_bytes_(request.bf16 ? 2 : 4) {}
 
+std::vector<int> Evaluator::computeNodes() const {
+  std::vector<int> nodes;
+  for (const NumaNodeSpec& n : hw_.numa_nodes) {
+    if (n.cores > 0) nodes.push_back(n.id);
+  }
+  if (nodes.empty()) {
+    for (const NumaNodeSpec& n : hw_.numa_nodes) nodes.push_back(n.id);
+  }
+  if (nodes.empty()) nodes.push_back(0);  // "cpu" of a machine described without nodes
+  return nodes;
+}
+
 void Evaluator::charge(Books& books, const std::string& device, PlanCategory c, const std::string& what,
                        uint64_t bytes) const {
   if (bytes == 0) return;
   std::vector<std::string> targets;
   if (device == "cpu") {
-    // The whole host: spread evenly over the NUMA nodes (the engine interleaves what it does not pin).
-    for (size_t n = 0; n < hw_.numa_nodes.size(); ++n) targets.push_back(hostDevice(static_cast<int>(n)));
+    // The whole host: spread evenly over the nodes the engine computes on (each holds its slice).
+    for (int node : computeNodes()) targets.push_back(hostDevice(node));
   } else if (device.starts_with("cpu:numa")) {
     targets.push_back(hostDevice(std::stoi(device.substr(8))));
   } else {
@@ -120,7 +132,7 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
   // Experts on "cpu" are split over every NUMA node (each holds its slice of every expert, so
   // "cpu" charges spread evenly are what the engine holds); per-node partial outputs make some
   // buffers per node. A layer on cpu:numaK runs on that node alone, unsplit.
-  const int split = !offload && m.device == "cpu" ? static_cast<int>(hw_.numa_nodes.size()) : 1;
+  const int split = !offload && m.device == "cpu" ? static_cast<int>(computeNodes().size()) : 1;
   int targeted = 0;
   bool down = false;
   for (const char* p : {"gate_proj", "up_proj", "down_proj"}) {
@@ -180,7 +192,7 @@ void Evaluator::chargeTransposed(Books& books, const ModulePlacement& m, uint64_
   }
   // The pool holds two layers: the one the backward reads and the one being refilled. On "cpu"
   // every node holds its slice of both (charge spreads them evenly); on cpu:numaK that node all.
-  const std::string node = m.device == "cpu" ? hostDevice(0) : hostDevice(std::stoi(m.device.substr(8)));
+  const std::string node = m.device == "cpu" ? hostDevice(computeNodes().front()) : hostDevice(std::stoi(m.device.substr(8)));
   if (books.devices.at(node).at(PlanCategory::PackedTransposed) > 0) return;
   charge(books, m.device, PlanCategory::PackedTransposed, "packed W^T pool (2 layers)", 2 * layer_weights);
 }

@@ -49,6 +49,9 @@ class Evaluator {
   std::string hostDevice(int node) const {
     return hw_.numa_nodes.size() == 1 ? std::string("cpu") : "cpu:numa" + std::to_string(node);
   }
+  // The nodes the expert engine splits "cpu" over: those with cores (a memory-only node, CXL or
+  // HBM, has no threads to compute on: engine/experts/expert_nodes.cpp); all when none say.
+  std::vector<int> computeNodes() const;
 
   const PlanRequest& req_;
   const Hardware& hw_;
