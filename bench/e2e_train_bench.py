@@ -171,47 +171,63 @@ def main():
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
     modes = args.modes.split(",")
+    unknown = set(modes) - set(MODE_KEYS)
+    if unknown:
+        parser.error(f"unknown --modes {sorted(unknown)}; choose from {list(MODE_KEYS)}")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             config_dir = Path(tmp) / name
             config_dir.mkdir()
             (config_dir / "config.json").write_text(json.dumps(CONFIGS[name]))
-            r = {}
-            if "co" in modes:
-                r["tandem_co"] = run_tandem(args.bench, config_dir, "cpu", args, ATTENTION_TARGETS[name])
-                print(json.dumps({name: {"tandem_co": r["tandem_co"]}}), file=sys.stderr, flush=True)
-            if "resident" in modes:
-                r["tandem_resident"] = run_tandem(args.bench, config_dir, "cpu", args, ATTENTION_TARGETS[name],
-                                                  gpu_experts=args.gpu_experts)
-                print(json.dumps({name: {"tandem_resident": r["tandem_resident"]}}), file=sys.stderr, flush=True)
-            if "offload" in modes:
-                r["tandem_offload"] = run_tandem(args.bench, config_dir, "gpu-offload", args, ATTENTION_TARGETS[name])
-                print(json.dumps({name: {"tandem_offload": r["tandem_offload"]}}), file=sys.stderr, flush=True)
-            if "hf" in modes:
-                try:
-                    r["hf_peft"] = run_hf(name, args, ATTENTION_TARGETS[name])
-                except Exception as e:  # noqa: BLE001 - an OOM or a missing architecture is a result too
-                    r["hf_peft"] = {"error": f"{type(e).__name__}: {e}"[:2000]}
-                print(json.dumps({name: {"hf_peft": r["hf_peft"]}}), file=sys.stderr, flush=True)
-            co, off, hf = r.get("tandem_co", {}), r.get("tandem_offload", {}), r.get("hf_peft", {})
-            if co.get("tokens_per_s") and off.get("tokens_per_s"):
-                r["co_over_offload_tokens_per_s"] = co["tokens_per_s"] / off["tokens_per_s"]
-            if co.get("peak_gpu_gib") and hf.get("peak_gpu_gib"):
-                r["co_gpu_memory_over_hf"] = co["peak_gpu_gib"] / hf["peak_gpu_gib"]
-            res = r.get("tandem_resident", {})
-            if res.get("tokens_per_s") and off.get("tokens_per_s"):
-                r["resident_over_offload_tokens_per_s"] = res["tokens_per_s"] / off["tokens_per_s"]
-            if res.get("tokens_per_s") and co.get("tokens_per_s"):
-                r["resident_over_co_tokens_per_s"] = res["tokens_per_s"] / co["tokens_per_s"]
-            if res.get("peak_gpu_gib") and hf.get("peak_gpu_gib"):
-                r["resident_gpu_memory_over_hf"] = res["peak_gpu_gib"] / hf["peak_gpu_gib"]
-            results[name] = r
-            print(json.dumps({name: r}), file=sys.stderr, flush=True)
-    text = json.dumps(results, indent=1)
-    if args.out:
-        Path(args.out).write_text(text)
-    print(text)
+            r = results.setdefault(name, {})
+            for mode in modes:  # in the order given; each result is saved as soon as it is in
+                r[MODE_KEYS[mode]] = run_mode(mode, name, config_dir, args)
+                r.update(ratios(r))
+                print(json.dumps({name: {MODE_KEYS[mode]: r[MODE_KEYS[mode]]}}), file=sys.stderr, flush=True)
+                save(results, args.out)
+    print(json.dumps(results, indent=1))
+
+
+MODE_KEYS = {"co": "tandem_co", "resident": "tandem_resident", "offload": "tandem_offload", "hf": "hf_peft"}
+
+
+def run_mode(mode, name, config_dir, args):
+    targets = ATTENTION_TARGETS[name]
+    if mode == "co":
+        return run_tandem(args.bench, config_dir, "cpu", args, targets)
+    if mode == "resident":
+        return run_tandem(args.bench, config_dir, "cpu", args, targets, gpu_experts=args.gpu_experts)
+    if mode == "offload":
+        return run_tandem(args.bench, config_dir, "gpu-offload", args, targets)
+    try:
+        return run_hf(name, args, targets)
+    except Exception as e:  # noqa: BLE001 - an OOM or a missing architecture is a result too
+        return {"error": f"{type(e).__name__}: {e}"[:2000]}
+
+
+def ratios(r):
+    """The targets' ratios between the set-ups measured so far."""
+    co, off, hf = r.get("tandem_co", {}), r.get("tandem_offload", {}), r.get("hf_peft", {})
+    res = r.get("tandem_resident", {})
+    out = {}
+    for key, a, b, field in (("co_over_offload_tokens_per_s", co, off, "tokens_per_s"),
+                             ("co_gpu_memory_over_hf", co, hf, "peak_gpu_gib"),
+                             ("resident_over_offload_tokens_per_s", res, off, "tokens_per_s"),
+                             ("resident_over_co_tokens_per_s", res, co, "tokens_per_s"),
+                             ("resident_gpu_memory_over_hf", res, hf, "peak_gpu_gib")):
+        if a.get(field) and b.get(field):
+            out[key] = a[field] / b[field]
+    return out
+
+
+def save(results, path):
+    """Writes the JSON so far (a run cut short by a time limit keeps what it measured)."""
+    if not path:
+        return
+    tmp = Path(str(path) + ".tmp")
+    tmp.write_text(json.dumps(results, indent=1))
+    tmp.replace(path)
 
 
 if __name__ == "__main__":
