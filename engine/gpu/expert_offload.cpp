@@ -13,7 +13,7 @@ ExpertOffload::ExpertOffload(const experts::ExpertLayerSpec& spec,
     : device_(device) {
   std::vector<int64_t> all(static_cast<size_t>(spec.num_experts));
   std::iota(all.begin(), all.end(), int64_t{0});
-  host_ = stackExpertWeights(spec, weights, all, dtype, /*pinned=*/device.is_cuda());
+  host_ = stackExpertWeights(spec, weights, all, at::TensorOptions().dtype(dtype).pinned_memory(device.is_cuda()));
   charge_ = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Weights, host_.bytes());
 }
 

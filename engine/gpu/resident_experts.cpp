@@ -20,8 +20,7 @@ ResidentExperts::ResidentExperts(const experts::ExpertLayerSpec& spec,
   c10::InferenceMode not_inference(false);
   for (size_t i = 0; i < experts_.size(); ++i) local_of_[static_cast<size_t>(experts_[i])] = static_cast<int64_t>(i);
   global_ids_ = at::tensor(experts_, at::kLong);
-  const TorchExpertWeights host = stackExpertWeights(spec, views, experts_, dtype, /*pinned=*/false);
-  weights_ = {host.gate.to(device), host.up.to(device), host.down.to(device)};
+  weights_ = stackExpertWeights(spec, views, experts_, at::TensorOptions().dtype(dtype).device(device));
   charge_ = MemoryCharge(MemoryLedger::global(), device.str(), MemoryCategory::Weights, weights_.bytes());
 }
 

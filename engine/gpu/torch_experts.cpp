@@ -163,29 +163,29 @@ ExpertGemm expertGemmFor(at::Device device, at::ScalarType dtype, const std::vec
 
 TorchExpertWeights stackExpertWeights(const experts::ExpertLayerSpec& spec,
                                       const experts::ExpertWeightViews& views,
-                                      const std::vector<int64_t>& experts, at::ScalarType dtype,
-                                      bool pinned) {
-  const auto options = at::TensorOptions().dtype(dtype).pinned_memory(pinned);
+                                      const std::vector<int64_t>& experts,
+                                      const at::TensorOptions& options) {
+  const at::ScalarType dtype = c10::typeMetaToScalarType(options.dtype());
   const bool fp8 = views.type == experts::WeightType::FP8_E4M3;
   const auto n = static_cast<int64_t>(experts.size());
   // fp8 checkpoints: dequantised here with their block scales (torch computes in `dtype`).
   auto stack = [&](const std::vector<const void*>& ptrs, const std::vector<const float*>& scales,
                    int64_t rows, int64_t cols) {
-    at::Tensor host = at::empty({n, rows, cols}, options);
+    at::Tensor stacked = at::empty({n, rows, cols}, options);
     for (int64_t i = 0; i < n; ++i) {
       const auto e = static_cast<size_t>(experts[static_cast<size_t>(i)]);
       const at::Tensor stored = at::from_blob(const_cast<void*>(ptrs[e]), {rows, cols},
                                               at::TensorOptions().dtype(fp8 ? at::kFloat8_e4m3fn : dtype));
       if (!fp8) {
-        host[i].copy_(stored);
+        stacked[i].copy_(stored);
         continue;
       }
       const int64_t block = experts::kFp8BlockSize;
       const at::Tensor scale = at::from_blob(const_cast<float*>(scales[e]),
                                              {(rows + block - 1) / block, (cols + block - 1) / block}, at::kFloat);
-      host[i].copy_(dequantizeFp8Blocks(stored, scale, dtype));
+      stacked[i].copy_(dequantizeFp8Blocks(stored, scale, dtype));
     }
-    return host;
+    return stacked;
   };
   return {stack(views.gate, views.gate_scale, spec.intermediate, spec.hidden),
           stack(views.up, views.up_scale, spec.intermediate, spec.hidden),

@@ -13,6 +13,7 @@
 // forward's intermediates is kept on the device.
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/TensorOptions.h>
 
 #include <cstdint>
 #include <functional>
@@ -30,12 +31,13 @@ struct TorchExpertWeights {
   uint64_t bytes() const;
 };
 
-// Host copies of the listed experts' weights (views as the CPU engine reads them, or FP8_E4M3
-// views dequantised with their block scales) in `dtype`, pinned when `pinned`.
+// Copies of the listed experts' weights (views as the CPU engine reads them, or FP8_E4M3 views
+// dequantised with their block scales) made with `options` (dtype, device, pinned host memory),
+// one expert at a time: no host copy of them all on the way to a device.
 TorchExpertWeights stackExpertWeights(const experts::ExpertLayerSpec& spec,
                                       const experts::ExpertWeightViews& views,
-                                      const std::vector<int64_t>& experts, at::ScalarType dtype,
-                                      bool pinned);
+                                      const std::vector<int64_t>& experts,
+                                      const at::TensorOptions& options);
 
 // How the experts' matrix products run. PerExpert (the reference): one at::linear per expert
 // and projection, hundreds of small kernels a layer. Grouped: one at::_grouped_mm per
