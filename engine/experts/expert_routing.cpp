@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace tandem::experts {
 
@@ -69,26 +70,23 @@ std::vector<ColumnTask> cutIntoColumnTasks(const std::vector<ExpertTask>& tasks,
   for (const ExpertTask& task : tasks) total += taskCost(task);
   const double unit = total / (kTasksPerThread * std::max(threads, 1));
   const int64_t max_blocks = (columns + block - 1) / block;
-  std::vector<ColumnTask> out;
-  std::vector<double> cost;
+  std::vector<std::pair<double, ColumnTask>> pieces;  // (cost, task)
   for (size_t i = 0; i < tasks.size(); ++i) {
     const double c = taskCost(tasks[i]);
     const auto wanted = static_cast<int64_t>(std::ceil(c / unit));
     const int64_t blocks = std::clamp<int64_t>(wanted, 1, max_blocks);
     const int64_t width = ((columns + blocks - 1) / blocks + block - 1) / block * block;
     for (int64_t col = 0; col < columns; col += width) {
-      out.push_back({static_cast<int64_t>(i), col, std::min(columns, col + width)});
-      cost.push_back(c * static_cast<double>(out.back().col_end - col));
+      const int64_t end = std::min(columns, col + width);
+      pieces.push_back({c * static_cast<double>(end - col), {static_cast<int64_t>(i), col, end}});
     }
   }
   // Costliest first, as cutIntoTasks orders the row tasks (longest-processing-time-first).
-  std::vector<size_t> order(out.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cost[a] > cost[b]; });
-  std::vector<ColumnTask> sorted;
-  sorted.reserve(out.size());
-  for (const size_t i : order) sorted.push_back(out[i]);
-  return sorted;
+  std::stable_sort(pieces.begin(), pieces.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<ColumnTask> out;
+  out.reserve(pieces.size());
+  for (const auto& piece : pieces) out.push_back(piece.second);
+  return out;
 }
 
 }  // namespace tandem::experts
