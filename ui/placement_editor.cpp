@@ -145,7 +145,7 @@ bool PlacementEditor::tryPlacement(const placement::Placement& candidate) {
                      (plan.advice.empty() ? QString() : QStringLiteral("\n") + joined(plan.advice)));
     return false;
   }
-  placement_ = candidate;
+  placement_ = plan.placement;  // the candidate with the planner's resident expert counts
   plan_ = plan;
   status_->setProperty("problem", QString());
   status_->setStyleSheet({});

@@ -321,8 +321,11 @@ MemoryPlan evaluateChoices(const PlanRequest& request, const Hardware& hardware,
 }  // namespace
 
 MemoryPlan evaluatePlacement(const PlanRequest& request, const Hardware& hardware, const Placement& given) {
-  // The rule file places the modules; the resident experts fill what its GPUs have left.
+  // The rule file places the modules; the resident experts fill what its GPUs have left. Their
+  // counts are the planner's, whatever `given` came with (an earlier plan's, for layers that may
+  // have moved off their GPU since).
   Placement placement = given;
+  for (ModulePlacement& m : placement.modules) m.gpu_experts = 0;
   const Evaluator evaluator(request, hardware, false, false);
   placeGpuExperts(request, hardware, evaluator, placement, evaluator.evaluate(placement));
   MemoryPlan plan = evaluateChoices(request, hardware, placement);

@@ -236,6 +236,16 @@ TEST(MemoryPlanner, HotRoutedExpertsFillWhatTheGpuHasLeft) {
   // Big GPUs hold every expert of a small model (the CPU engine then computes none).
   EXPECT_EQ(planMemory(request("deepseek-v2-lite.json"), preset("1xh200_xeon-16c_128g"))
                 .placement.find("model.layers.1.mlp.experts")->gpu_experts, 64);
+  // The counts are the planner's, not the placement's: a layer an edit moved off the GPU keeps
+  // none (the studio's editor passes its last evaluated placement back in).
+  Placement moved = with.placement;
+  for (ModulePlacement& m : moved.modules) {
+    if (m.layer == 0 && m.kind != ModuleKind::RoutedExperts) m.device = "cpu";
+  }
+  const MemoryPlan re = evaluatePlacement(request("qwen3-30b-a3b.json"), hw, moved);
+  EXPECT_EQ(re.placement.find("model.layers.0.mlp.experts")->gpu_experts, 0);
+  EXPECT_GT(re.placement.find("model.layers.1.mlp.experts")->gpu_experts, 0);
+  EXPECT_NO_THROW(toRuntimePlacement(re.placement));
 }
 
 TEST(MemoryPlanner, EvaluatesARuleFilePlacementAndAdvises) {

@@ -123,6 +123,17 @@ void PlacementTest::showsTheResidentExperts() {
     QCOMPARE(table->item(row, device_column)->text(),
              QStringLiteral("cpu + %1 of %1 experts on cuda:0").arg(model_.num_experts));
   }
+  // Layer 0 moved to the CPU keeps no experts on a GPU; the other layers keep theirs.
+  std::vector<int> layer0;
+  for (int i = 0; i < editor.moduleCount(); ++i) {
+    const placement::ModulePlacement& m = editor.placement().modules[i];
+    if (m.layer == 0 && m.kind != placement::ModuleKind::RoutedExperts) layer0.push_back(i);
+  }
+  QVERIFY2(editor.assign(layer0, QStringLiteral("cpu")), qPrintable(editor.problem()));
+  QCOMPARE(table->item(experts.front(), device_column)->text(), QStringLiteral("cpu"));
+  QCOMPARE(editor.placement().modules[experts.front()].gpu_experts, int64_t{0});
+  QCOMPARE(table->item(experts.back(), device_column)->text(),
+           QStringLiteral("cpu + %1 of %1 experts on cuda:0").arg(model_.num_experts));
 }
 
 }  // namespace tandem::ui
