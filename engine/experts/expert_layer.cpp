@@ -49,6 +49,12 @@ void validateWeights(const ExpertLayerSpec& spec, const ExpertWeightViews& weigh
   check_scales(weights.down_scale, "down_proj");
 }
 
+// b_t [r, out] = bᵀ for b [out, r]: LoRA's B as whole rows of output columns.
+void transposeInto(const float* b, int64_t out, int64_t r, float* b_t) {
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t q = 0; q < r; ++q) b_t[q * out + o] = b[o * r + q];
+}
+
 // The NUMA node whose memory holds expert e's packs when one unpinned pool computes the layer:
 // round-robin over the nodes with CPUs, so the experts' bandwidth is spread over their memory
 // controllers (-1: one such node, plain memory). Memory-only nodes (CXL, HBM) get none, as the
@@ -263,6 +269,21 @@ int64_t ExpertLayer::outFeatures(ExpertProj proj, const NodeSlice& slice) const 
   return proj == ExpertProj::Down ? spec_.hidden : slice.width();
 }
 
+const float* ExpertLayer::loraBt(ExpertProj proj, const NodeSlice& slice, int64_t expert) const {
+  const int64_t n_out = outFeatures(proj, slice), r = lora_.rank();
+  const int64_t first_row = proj == ExpertProj::Down ? 0 : slice.i0;
+  auto* b_t = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(r * n_out) * sizeof(float)));
+  transposeInto(lora_.b(proj, expert).data() + first_row * r, n_out, r, b_t);
+  return b_t;
+}
+
+const float* ExpertLayer::scaledLoraT(const float* t, int64_t m) const {
+  const int64_t n = m * lora_.rank();
+  auto* z = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(n) * sizeof(float)));
+  for (int64_t i = 0; i < n; ++i) z[i] = lora_.scale() * t[i];
+  return z;
+}
+
 void ExpertLayer::releaseExperts(const std::vector<int64_t>& experts) {
   for (int64_t e : experts) {
     if (e < 0 || e >= spec_.num_experts) {
@@ -350,16 +371,13 @@ void ExpertLayer::projectBackward(ExpertProj proj, const NodeSlice& slice, int64
   }
   const int64_t r = lora_.rank();
   const bool down = proj == ExpertProj::Down;
-  auto* b_t = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(r * (n_out + m)) * 4));
-  float* z = b_t + r * n_out;  // [m, r]
-  detail::transposeInto(lora_.b(proj, expert).data() + (down ? 0 : slice.i0 * r), n_out, r, b_t);
   // lora_t = d_out B as dot products along out (B as Bᵀ rows): as d_out · B the r = 8 output
   // columns would fill half a vector per FMA.
-  kernels_.matmulNT(m, r, n_out, 1.0f, d_out, n_out, b_t, WeightType::F32, n_out, lora_t, r,
-                    false);
+  kernels_.matmulNT(m, r, n_out, 1.0f, d_out, n_out, loraBt(proj, slice, expert), WeightType::F32,
+                    n_out, lora_t, r, false);
   // lora_t is kept unscaled for the A gradient; the addend takes s · lora_t.
-  for (int64_t i = 0; i < m * r; ++i) z[i] = lora_.scale() * lora_t[i];
-  const kernels::LowRankAddend addend{z, r, lora_.a(proj, expert).data() + (down ? slice.i0 : 0),
+  const kernels::LowRankAddend addend{scaledLoraT(lora_t, m), r,
+                                      lora_.a(proj, expert).data() + (down ? slice.i0 : 0),
                                       lora_.inFeatures(proj), r};
   gemm_.gemm(pack, m, d_out, n_out, d_in, n_in, accumulate, &addend);
 }

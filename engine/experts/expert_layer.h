@@ -205,7 +205,7 @@ class ExpertLayer {
   void runTasks(ThreadPool& pool, const std::vector<ExpertTask>& tasks,
                 const std::function<void(const ExpertTask&)>& body) const;
 
-  // The column split (expert_layer.cpp, expert_layer_backward.cpp) within one node slice: whether
+  // The column split (expert_layer_columns.cpp) within one node slice: whether
   // this call takes it on `pool`, and its phases. g, u [P, w] are the slice's pre-activations
   // (the cache's, or leased).
   bool splitColumns(const std::vector<ExpertTask>& tasks, const ThreadPool& pool) const;
@@ -219,6 +219,9 @@ class ExpertLayer {
   // b_t [r, out] = the slice's part of B_Pᵀ (gate / up: rows [i0, i1) of B; down: all of it) in
   // this thread's LoRA arena (the layout the gemm's addend reads).
   const float* loraBt(ExpertProj proj, const NodeSlice& slice, int64_t expert) const;
+  // s · t for t [m, r], the backward's d_out B_P, in the same arena (loraBt's is free by then):
+  // the addend of an input gradient, while t itself stays unscaled for the A gradient.
+  const float* scaledLoraT(const float* t, int64_t m) const;
 
   ExpertLayerSpec spec_;
   ExpertWeightViews weights_;

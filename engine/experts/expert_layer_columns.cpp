@@ -13,8 +13,6 @@
 
 namespace tandem::experts {
 
-using detail::transposeInto;
-
 bool ExpertLayer::splitColumns(const std::vector<ExpertTask>& tasks, const ThreadPool& pool) const {
   if (gemm_.columnBlock() <= 0 || options_.task_split == TaskSplit::Rows) return false;
   return options_.task_split == TaskSplit::Columns || rowTasksUnbalanced(tasks, pool.size() + 1);
@@ -38,14 +36,6 @@ void ExpertLayer::runColumnTasks(
       if (finish && left[piece.row_task].fetch_sub(1, std::memory_order_acq_rel) == 1) finish(task);
     }
   });
-}
-
-const float* ExpertLayer::loraBt(ExpertProj proj, const NodeSlice& slice, int64_t expert) const {
-  const int64_t n_out = outFeatures(proj, slice), r = lora_.rank();
-  const int64_t first_row = proj == ExpertProj::Down ? 0 : slice.i0;
-  auto* b_t = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(r * n_out) * sizeof(float)));
-  transposeInto(lora_.b(proj, expert).data() + first_row * r, n_out, r, b_t);
-  return b_t;
 }
 
 // The forward over column blocks, each line computing what forwardRows does for its rows, with
@@ -179,10 +169,8 @@ void ExpertLayer::backwardColumns(const BackwardPass& pass,
           gemm_.gemmColumns(pack, i0, i1, m, dy, H, dh, ld_dh, false);
           return;
         }
-        auto* z = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(m * r) * sizeof(float)));
-        const float* t = t_down_all + task.begin * r;
-        for (int64_t i = 0; i < m * r; ++i) z[i] = lora_.scale() * t[i];
-        const kernels::LowRankAddend addend{z, r, lora_.a(ExpertProj::Down, task.expert).data() + slice.i0,
+        const kernels::LowRankAddend addend{scaledLoraT(t_down_all + task.begin * r, m), r,
+                                            lora_.a(ExpertProj::Down, task.expert).data() + slice.i0,
                                             lda_down, r};
         gemm_.gemmColumns(pack, i0, i1, m, dy, H, dh, ld_dh, false, &addend);
       },
@@ -219,10 +207,9 @@ void ExpertLayer::backwardColumns(const BackwardPass& pass,
           if (!lora_.targets(proj)) {
             gemm_.gemmColumns(pack, h0, h1, m, d_proj, I, dx, H, accumulate);
           } else {
-            auto* z = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(m * r) * sizeof(float)));
-            const float* t = pass.lora_t[static_cast<int>(proj)] + task.begin * r;
-            for (int64_t i = 0; i < m * r; ++i) z[i] = lora_.scale() * t[i];
-            const kernels::LowRankAddend addend{z, r, lora_.a(proj, task.expert).data(), H, r};
+            const kernels::LowRankAddend addend{
+                scaledLoraT(pass.lora_t[static_cast<int>(proj)] + task.begin * r, m), r,
+                lora_.a(proj, task.expert).data(), H, r};
             gemm_.gemmColumns(pack, h0, h1, m, d_proj, I, dx, H, accumulate, &addend);
           }
           accumulate = true;

@@ -57,19 +57,10 @@ inline void gatherRows(const kernels::ExpertKernels& kernels, const void* src, A
   }
 }
 
-// b_t [r, out] = bᵀ for b [out, r]: LoRA's B as whole rows of output columns.
-inline void transposeInto(const float* b, int64_t out, int64_t r, float* b_t) {
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t q = 0; q < r; ++q) b_t[q * out + o] = b[o * r + q];
-}
-
 }  // namespace tandem::experts::detail
 
 namespace tandem::experts {
 
-// A background build of one layer's Wᵀ packs (WtPolicy::Background): one pool task per (expert,
-// projection), each writing only its own slot. Complete here because ExpertLayer's constructor
-// and destructor (expert_layer.cpp) destroy it.
 // What one forward call shares between the tasks of one node slice (width w = i1 - i0).
 struct ExpertLayer::ForwardPass {
   const NodeSlice* slice = nullptr;
@@ -97,6 +88,9 @@ struct ExpertLayer::BackwardPass {
   float* dx_pairs = nullptr;               // [P, H] dx contribution of every pair
 };
 
+// A background build of one layer's Wᵀ packs (WtPolicy::Background): one pool task per (expert,
+// projection), each writing only its own slot. Complete here because ExpertLayer's constructor
+// and destructor (expert_layer.cpp) destroy it.
 struct ExpertLayer::WtBuild {
   explicit WtBuild(ThreadPool& pool) : group(pool) {}
   std::vector<int64_t> experts;                                // whose packs are built
