@@ -110,14 +110,8 @@ std::vector<Grads> runStep(Stack& s, int step) {
 
 void expectSame(const std::vector<Grads>& got, const std::vector<Grads>& want, const std::string& what) {
   for (size_t i = 0; i < got.size(); ++i) {
-    const std::string tag = what + " layer " + std::to_string(i);
-    EXPECT_EQ(got[i].y, want[i].y) << tag;
-    EXPECT_EQ(got[i].dx, want[i].dx) << tag;
-    EXPECT_EQ(got[i].dw, want[i].dw) << tag;
-    for (int p = 0; p < kExpertProjCount; ++p) {
-      EXPECT_EQ(got[i].grad_a[p], want[i].grad_a[p]) << tag << " proj " << p;
-      EXPECT_EQ(got[i].grad_b[p], want[i].grad_b[p]) << tag << " proj " << p;
-    }
+    SCOPED_TRACE(what + " layer " + std::to_string(i));
+    testing::expectIdentical(got[i], want[i]);
   }
 }
 

@@ -29,7 +29,7 @@ struct MoeBlock {
   std::unique_ptr<ExpertOffload> offload;         // offload mode only
   std::vector<at::Tensor> expert_weight_owners;  // CPU tensors the expert views point into
   // ModelOptions::gpu_experts: experts made resident on the layer's device at the first call,
-  // from its routing (the views they are copied from are kept until then).
+  // from its routing, copied from resident_source (views as the CPU engine's).
   int64_t resident_count = 0;
   experts::ExpertWeightViews resident_source;
   mutable std::unique_ptr<ResidentExperts> resident;

@@ -165,12 +165,7 @@ TEST(PlanVersusLedger, ResidentExpertWeights) {
   options.gpu_experts = placement::toRuntimePlacement(plan.placement).gpu_experts;
   EXPECT_EQ(options.gpu_experts, (std::vector<int64_t>{3, 0, 3}));  // layer 1 is dense
   auto model = gpu::CausalLm::random(config, options, nullptr, /*seed=*/7, ThreadPool::global());
-  auto weights = [] {
-    for (const DeviceMemoryUsage& usage : MemoryLedger::global().snapshot()) {
-      if (usage.device == "cpu") return usage.current(MemoryCategory::Weights);
-    }
-    return uint64_t{0};
-  };
+  auto weights = [] { return MemoryLedger::global().usage("cpu").current(MemoryCategory::Weights); };
   const uint64_t before = weights();
   {
     at::NoGradGuard no_grad;
