@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "app/cli/commands.h"
+#include "app/cli/experts_options.h"
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
 #include "engine/gpu/causal_lm.h"
@@ -154,21 +155,12 @@ void addVariant(CLI::App& debug, const char* name, const char* help, bool gradie
   command->add_option("--out", o->out, "output .safetensors")->required();
   command->add_option("--dtype", o->dtype, "fp32 or bf16")->capture_default_str();
   command->add_option("--device", o->device, "cpu or cuda:N for the dense parts")->capture_default_str();
-  command->add_option("--experts-backend", o->experts_backend, "auto, generic, avx512, avx512_bf16, amx_bf16, amx_int8 or onednn")->capture_default_str();
   command->add_option("--layer-devices", o->layer_devices,
                       "decoder layers per device, e.g. cuda:0:0-13,cuda:1:14-27 (others: --device)");
   command->add_option("--head-device", o->head_device, "final norm and lm_head (default: the last layer's)");
   command->add_option("--experts", o->experts, "cpu (CPU expert engine) or gpu-offload (weights streamed to the layer's device)")
       ->capture_default_str();
-  command->add_option("--gpu-experts", o->gpu_experts,
-                      "routed experts per MoE layer resident on the layer's device (the most routed of its "
-                      "first call), the rest on the CPU engine; cpu experts mode only")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  command->add_option("--experts-format", o->experts_format,
-                      "routed experts packed as auto, bf16, int8 or fp8 (the checkpoint's own fp8)")
-      ->check(CLI::IsMember({"auto", "bf16", "int8", "fp8"}))
-      ->capture_default_str();
+  addExpertsOptions(*command, o->experts_backend, o->experts_format, o->gpu_experts);
   command->add_option("--experts-wt-policy", o->experts_wt_policy, "backward W^T: persistent, on_demand or background")
       ->check(CLI::IsMember({"persistent", "on_demand", "background"}))
       ->capture_default_str();
@@ -203,6 +195,7 @@ struct GenerateOptions {
   std::string dtype = "fp32";
   std::string device = "cpu";
   std::string experts_backend = "auto";
+  std::string experts_format = "auto";
   int64_t max_new_tokens = 64;
   int64_t gpu_experts = 0;
   bool merge = false;
@@ -224,6 +217,7 @@ void runGenerate(const GenerateOptions& o) {
   options.dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   options.device = gpu::parseDevice(o.device);
   options.experts_backend = o.experts_backend;
+  options.experts_format = o.experts_format;
   if (o.gpu_experts > 0) {
     options.gpu_experts.assign(static_cast<size_t>(io::readModelConfig(o.model).num_hidden_layers), o.gpu_experts);
   }
@@ -265,10 +259,7 @@ void addGenerate(CLI::App& debug) {
   command->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate per prompt")->capture_default_str();
   command->add_option("--dtype", o->dtype, "fp32 or bf16")->capture_default_str();
   command->add_option("--device", o->device, "cpu or cuda:N for the dense parts")->capture_default_str();
-  command->add_option("--experts-backend", o->experts_backend, "auto, generic or avx512")->capture_default_str();
-  command->add_option("--gpu-experts", o->gpu_experts, "routed experts per MoE layer resident on --device (the most routed of the first prompt)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  addExpertsOptions(*command, o->experts_backend, o->experts_format, o->gpu_experts);
   command->add_flag("--merge", o->merge, "merge the adapter into the dense weights (prints only \"adapter\")");
   command->add_flag("--sample", o->sample, "sample with LLaMA-Factory's defaults instead of greedy");
   command->add_option("--seed", o->seed, "sampling seed")->capture_default_str();

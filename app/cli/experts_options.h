@@ -1,7 +1,7 @@
 #pragma once
-// --experts-backend, --experts-format and --gpu-experts of the commands that run a model for
-// inference (chat, serve, eval); `tandem train` takes the same choices from its YAML
-// (experts_backend / kt_backend, experts_format, gpu_experts / kt_num_gpu_experts).
+// --experts-backend, --experts-format and --gpu-experts of the commands that run a model (chat,
+// serve, eval, debug); `tandem train` takes the same choices from its YAML (experts_backend /
+// kt_backend, experts_format, gpu_experts / kt_num_gpu_experts).
 
 #include <CLI/CLI.hpp>
 
@@ -23,8 +23,8 @@ inline void addExpertsOptions(CLI::App& command, std::string& backend, std::stri
       ->capture_default_str();
   command
       .add_option("--gpu-experts", gpu_experts,
-                  "routed experts per MoE layer resident on --device (the most routed of the first prompt), "
-                  "the rest on the CPU engine")
+                  "routed experts per MoE layer resident on the layer's device (the most routed of the "
+                  "first forward), the rest on the CPU engine")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 }
