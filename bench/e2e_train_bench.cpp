@@ -13,7 +13,6 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <iostream>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -77,11 +76,13 @@ nlohmann::json ledgerJson() {
 }
 
 // Forward of the first MoE block on real activations, with the shared experts launched while the
-// CPU computes the routed ones (MoeBlock::forward) and after it: milliseconds, best of 3.
+// CPU computes the routed ones (MoeBlock::forward) and after it: milliseconds, best of 3. Not with
+// resident experts: the CPU engine no longer holds those (ExpertLayer::releaseExperts), so there
+// is no all-CPU forward to set beside the block's.
 nlohmann::json overlapProbe(CausalLm& model, int64_t tokens) {
   nlohmann::json out;
   model.visitMoeBlocks([&](const std::string& name, tandem::gpu::MoeBlock& block) {
-    if (!out.is_null() || !block.shared.defined() || block.offload) return;
+    if (!out.is_null() || !block.shared.defined() || block.offload || block.resident_count > 0) return;
     at::NoGradGuard no_grad;
     const at::Tensor w = block.shared.gate_proj.weight();
     const at::Tensor x = at::randn({tokens, w.size(1)}, w.options()) * 0.5;
@@ -128,13 +129,10 @@ std::vector<int64_t> gpuExperts(const Options& o, const tandem::io::ModelConfig&
   request.cutoff_len = o.tokens;
   request.gradient_checkpointing = o.gradient_checkpointing;
   const tandem::placement::MemoryPlan plan = tandem::placement::planMemory(request, hw);
+  const tandem::placement::RuntimePlacement runtime = tandem::placement::toRuntimePlacement(plan.placement);
   std::vector<int64_t> counts(layers, 0);
-  std::map<int, std::string> layer_device;
-  for (const auto& m : plan.placement.modules) {
-    if (m.kind == tandem::placement::ModuleKind::Attention) layer_device[m.layer] = m.device;
-    if (m.kind == tandem::placement::ModuleKind::RoutedExperts && layer_device[m.layer] == options.device.str()) {
-      counts[static_cast<size_t>(m.layer)] = m.gpu_experts;
-    }
+  for (size_t layer = 0; layer < layers; ++layer) {
+    if (runtime.layer_devices[layer] == options.device.str()) counts[layer] = runtime.gpu_experts[layer];
   }
   const tandem::placement::DevicePlan* gpu = plan.device(options.device.str());
   planned = {{"device", options.device.str()}, {"capacity_bytes", gpu->capacity_bytes}, {"total_bytes", gpu->total()},
