@@ -11,7 +11,6 @@
 #include <QSplitter>
 #include <QTableWidget>
 #include <QVBoxLayout>
-#include <map>
 #include <set>
 
 #include "engine/core/error.h"
@@ -215,16 +214,13 @@ void PlacementEditor::refreshTable() {
   const QSignalBlocker block(table_);
   std::vector<int> keep = selectedRows();
   table_->setRowCount(static_cast<int>(placement_.modules.size()));
-  std::map<int, std::string> attention_device;  // by layer: where its resident experts live
-  for (const placement::ModulePlacement& m : placement_.modules) {
-    if (m.kind == placement::ModuleKind::Attention) attention_device[m.layer] = m.device;
-  }
+  const std::vector<std::string> layer_device = placement_.layerDevices();
   for (int i = 0; i < static_cast<int>(placement_.modules.size()); ++i) {
     const placement::ModulePlacement& m = placement_.modules[i];
     const QString resident = m.gpu_experts > 0 ? tr(" + %1 of %2 experts on %3")
                                                      .arg(m.gpu_experts)
                                                      .arg(request_.model.num_experts)
-                                                     .arg(QString::fromStdString(attention_device[m.layer]))
+                                                     .arg(QString::fromStdString(layer_device.at(static_cast<size_t>(m.layer))))
                                                : QString();
     const QString cells[kColumns] = {
         QString::fromStdString(m.name),

@@ -418,11 +418,9 @@ std::string writeKtRules(const Placement& placement, const io::ModelConfig& mode
   const std::string moe_name = mixtral ? "block_sparse_moe" : "mlp";
   // Group layer modules by what the rule says, keeping first-appearance order.
   std::vector<Group> groups;
-  std::vector<std::string> attention_device(static_cast<size_t>(model.num_hidden_layers));
+  std::vector<std::string> attention_device = placement.layerDevices();
+  attention_device.resize(static_cast<size_t>(model.num_hidden_layers));
   std::vector<std::pair<std::string, std::vector<int>>> moe_blocks;  // device -> MoE layers
-  for (const ModulePlacement& m : placement.modules) {
-    if (m.kind == ModuleKind::Attention) attention_device[static_cast<size_t>(m.layer)] = m.device;
-  }
   for (const ModulePlacement& m : placement.modules) {
     if (m.layer < 0) continue;
     const std::string prefix = "model.layers." + std::to_string(m.layer) + ".";

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <map>
 
 #include "engine/core/error.h"
 #include "engine/core/units.h"
@@ -88,13 +87,11 @@ bool evictOne(Placement& p, const std::string& device, bool whole_layers) {
 
 // The MoE layers whose attention (so the layer) is on `device`, as their experts modules.
 std::vector<ModulePlacement*> expertsOnGpu(Placement& p, const std::string& device) {
-  std::map<int, std::string> layer_device;
-  for (const ModulePlacement& m : p.modules) {
-    if (m.kind == ModuleKind::Attention) layer_device[m.layer] = m.device;
-  }
+  const std::vector<std::string> layer_device = p.layerDevices();
   std::vector<ModulePlacement*> out;
   for (ModulePlacement& m : p.modules) {
-    if (m.kind == ModuleKind::RoutedExperts && m.backend != "gpu-offload" && layer_device[m.layer] == device) {
+    if (m.kind == ModuleKind::RoutedExperts && m.backend != "gpu-offload" &&
+        static_cast<size_t>(m.layer) < layer_device.size() && layer_device[static_cast<size_t>(m.layer)] == device) {
       out.push_back(&m);
     }
   }

@@ -60,6 +60,17 @@ ModulePlacement* Placement::find(std::string_view name) {
   return const_cast<ModulePlacement*>(std::as_const(*this).find(name));
 }
 
+std::vector<std::string> Placement::layerDevices() const {
+  std::vector<std::string> out;
+  for (const ModulePlacement& m : modules) {
+    if (m.kind != ModuleKind::Attention) continue;
+    const auto layer = static_cast<size_t>(m.layer);
+    if (out.size() <= layer) out.resize(layer + 1);
+    out[layer] = m.device;
+  }
+  return out;
+}
+
 std::vector<std::string> Placement::devices() const {
   std::vector<std::string> out;
   auto add = [&](const std::string& d) {

@@ -61,6 +61,9 @@ struct Placement {
   ModulePlacement* find(std::string_view name);
   // Every distinct device named, GPUs first ("cuda:0", "cuda:1", "cpu", "cpu:numa0", ...).
   std::vector<std::string> devices() const;
+  // Each decoder layer's device, the one its attention is on ([num layers]; "" for a layer
+  // without one): where the layer's activations live, so where its resident experts go.
+  std::vector<std::string> layerDevices() const;
   bool operator==(const Placement&) const = default;
 };
 

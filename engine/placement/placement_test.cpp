@@ -34,6 +34,20 @@ TEST(Placement, ModulesFollowTheArchitecture) {
   EXPECT_EQ(qwen.modules.size(), 1u + 48 * 3 + 2);
 }
 
+// A layer's device is its attention's, whatever its experts' device says.
+TEST(Placement, LayerDevicesAreWhereTheAttentionIs) {
+  Placement p = modulesOf(model("qwen3-30b-a3b.json"));
+  for (ModulePlacement& m : p.modules) {
+    m.device = m.kind == ModuleKind::RoutedExperts ? "cpu" : m.layer >= 24 ? "cuda:1" : "cuda:0";
+  }
+  const std::vector<std::string> devices = p.layerDevices();
+  ASSERT_EQ(devices.size(), 48u);
+  EXPECT_EQ(devices[0], "cuda:0");
+  EXPECT_EQ(devices[23], "cuda:0");
+  EXPECT_EQ(devices[24], "cuda:1");
+  EXPECT_EQ(devices[47], "cuda:1");
+}
+
 TEST(Placement, EveryShippedPresetAppliesToEveryModel) {
   for (const auto& entry : fs::directory_iterator(kPresets / "placement")) {
     if (entry.path().extension() != ".yaml") continue;
