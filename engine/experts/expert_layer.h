@@ -169,6 +169,7 @@ class ExpertLayer {
   void recordRouted(const ExpertRouting& routing);  // a training forward's experts, for the build
   void startBackgroundWt();                         // called by the predecessor's backward
   void dropBackgroundWt();                          // frees a build nobody took
+  std::unique_ptr<WtBuild> takeBackgroundWt();      // the build started for this layer, if any
   void validateRouting(const int32_t* topk_ids, int64_t n_tokens, int top_k) const;
 
   // out [m, out] = in [m, in] · W_Pᵀ + s · (in A_Pᵀ) B_Pᵀ on one slice;  z [m, r] (row stride

@@ -59,13 +59,14 @@ void ExpertLayer::startBackgroundWt() {
   wt_build_ = std::move(build);
 }
 
+std::unique_ptr<ExpertLayer::WtBuild> ExpertLayer::takeBackgroundWt() {
+  std::lock_guard lock(wt_mutex_);
+  return std::move(wt_build_);
+}
+
 void ExpertLayer::dropBackgroundWt() {
-  std::unique_ptr<WtBuild> build;
-  {
-    std::lock_guard lock(wt_mutex_);
-    build = std::move(wt_build_);
-  }
-  // ~WtBuild waits for its tasks; nobody needs the packs, so a failed build has no one to tell.
+  takeBackgroundWt();  // ~WtBuild waits for its tasks; nobody needs the packs, so a failed
+                       // build has no one to tell
 }
 
 MemoryCharge ExpertLayer::acquireTransposedPacks(const ExpertRouting& routing) {
@@ -78,12 +79,7 @@ MemoryCharge ExpertLayer::acquireTransposedPacks(const ExpertRouting& routing) {
   }
   std::vector<char> have(static_cast<size_t>(spec_.num_experts), 0);
   if (options_.wt_policy == WtPolicy::Background) {
-    std::unique_ptr<WtBuild> build;
-    {
-      std::lock_guard lock(wt_mutex_);
-      build = std::move(wt_build_);
-    }
-    if (build) {
+    if (const std::unique_ptr<WtBuild> build = takeBackgroundWt()) {
       build->group.wait();  // runs the build's tasks while waiting; rethrows its exception
       const size_t per_slice = build->experts.size() * kExpertProjCount;
       for (size_t job = 0; job < build->packs.size(); ++job) {
