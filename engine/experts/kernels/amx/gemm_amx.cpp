@@ -209,6 +209,8 @@ TANDEM_AMX void tileLoop(const AmxMatrix<kInt8>& b, const char* a, int64_t m, in
           _tile_loadd(4, a0 + kt * kTileBytes, a_stride);
           _tile_loadd(6, b.tile(nb, kt), kTileBytes);
           _tile_loadd(7, b.tile(nb + 1, kt), kTileBytes);
+          // GCC's tile intrinsics are macros that paste the tile number into the register
+          // name, so the two instructions cannot hide behind a template: spelled per format.
           if constexpr (kInt8) {
             _tile_dpbssd(0, 4, 6);
             _tile_dpbssd(1, 4, 7);
