@@ -2,9 +2,11 @@
 // per mode and compares): a random-weight model of a real config.json's shapes built in memory
 // (CausalLm::random, no download), one [1, tokens] sequence, `--steps` optimizer steps (forward,
 // backward, global grad-norm clip, AdamW). Prints one JSON object: seconds per step, tokens/s
-// over the steps after the first, peak GPU memory (libtorch's caching allocator), the engine's
-// memory ledger, and how long the MoE block's forward takes with the shared experts overlapped
+// over the steps after the first, peak GPU memory (libtorch's caching allocator), peak host RSS,
+// the engine's memory ledger, and how long the MoE block's forward takes with the shared experts overlapped
 // with the CPU experts versus one after the other.
+
+#include <sys/resource.h>
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -222,6 +224,9 @@ void run(const Options& o) {
     out["gpu_memory"] = gpus;
   }
   out["ledger"] = ledgerJson();
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  out["peak_host_rss_bytes"] = static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // ru_maxrss: KiB on Linux
   if (options.experts == tandem::gpu::ExpertsMode::Cpu) out["overlap_probe"] = overlapProbe(*model, o.tokens);
   std::cout << out.dump() << std::endl;
 }

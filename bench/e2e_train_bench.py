@@ -20,7 +20,8 @@ Per model shape (config.json written below from the published configs; weights b
 3. transformers + PEFT, whole model on the GPU, uncapped (the upper bound), in this process.
 All three: bf16 weights, LoRA r=8 alpha=16 on the attention projections, one sequence of --tokens
 tokens (labels = inputs), AdamW, grad clip 1.0; tokens/s over the steps after the first (warm-up);
-peak GPU memory from torch's caching allocator (max allocated, and reserved). --layers N builds the
+peak GPU memory from torch's caching allocator (max allocated, and reserved), peak host RSS of the
+Tandem process (random weights, packs and all). --layers N builds the
 first N decoder layers of the real shape (0: all).
 
 Prints one JSON object with the three results per model and the ratios the issue sets targets for:
@@ -91,6 +92,7 @@ def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0"):
     gpu = result.get("gpu_memory", {}).get("cuda:0", {})
     result["peak_gpu_gib"] = gpu.get("peak_allocated_bytes", 0) / GIB
     result["peak_gpu_reserved_gib"] = gpu.get("peak_reserved_bytes", 0) / GIB
+    result["peak_host_rss_gib"] = result.get("peak_host_rss_bytes", 0) / GIB
     return result
 
 
