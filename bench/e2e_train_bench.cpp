@@ -3,8 +3,9 @@
 // (CausalLm::random, no download), one [1, tokens] sequence, `--steps` optimizer steps (forward,
 // backward, global grad-norm clip, AdamW). Prints one JSON object: seconds per step, tokens/s
 // over the steps after the first, peak GPU memory (libtorch's caching allocator), peak host RSS,
-// the engine's memory ledger, and how long the MoE block's forward takes with the shared experts overlapped
-// with the CPU experts versus one after the other.
+// the engine's memory ledger, the routing of the first step per MoE layer (RoutingStats), and how
+// long the MoE block's forward takes with the shared experts overlapped with the CPU experts
+// versus one after the other.
 
 #include <sys/resource.h>
 
@@ -111,6 +112,38 @@ nlohmann::json overlapProbe(CausalLm& model, int64_t tokens) {
   return out;
 }
 
+// Per MoE layer, from its first forward (the warm-up step's): how many experts the 2048 × top_k
+// pairs reach, the share of pairs the 8 most routed take, and the share the CPU engine computes
+// (with n resident experts, those are the n most routed of that call: resident_experts.h).
+// Random weights route far less evenly than a trained, load-balanced router; this says how much.
+class RoutingStats {
+ public:
+  explicit RoutingStats(CausalLm& model) {
+    model.visitMoeBlocks([&](const std::string&, tandem::gpu::MoeBlock& block) {
+      const size_t index = layers_.size();
+      layers_.emplace_back();
+      block.route_observer = [this, index, &block](const at::Tensor& ids) {
+        if (layers_[index].is_object()) return;  // the recomputation of a checkpointed layer
+        const int64_t experts = block.experts->spec().num_experts;
+        const at::Tensor counts = at::bincount(ids.flatten().to(at::kCPU, at::kLong), {}, experts);
+        const auto pairs = static_cast<double>(ids.numel());
+        const at::Tensor sorted = std::get<0>(counts.sort(0, /*descending=*/true));
+        const int64_t resident = block.offload ? experts : block.resident_count;
+        auto top_share = [&](int64_t n) {
+          return n > 0 ? sorted.slice(0, 0, std::min(n, experts)).sum().item<double>() / pairs : 0.0;
+        };
+        layers_[index] = {{"experts_routed", (counts > 0).sum().item<int64_t>()},
+                          {"top8_pair_share", top_share(8)},
+                          {"cpu_pair_share", 1.0 - top_share(resident)}};
+      };
+    });
+  }
+  nlohmann::json json() const { return layers_; }
+
+ private:
+  std::vector<nlohmann::json> layers_;
+};
+
 // --gpu-experts: a count for every MoE layer, or (auto) the memory planner's for this machine's
 // GPU of `options.device`, capped as the run is. Also returns the planner's bytes for that GPU, to
 // compare with the allocator's peak.
@@ -176,12 +209,14 @@ void run(const Options& o) {
   at::manual_seed(0);  // the same tokens in every mode: step 1's loss must agree across them
   const at::Tensor ids = at::randint(config.vocab_size, {1, o.tokens}, at::kLong);
 
+  RoutingStats routing(*model);
   nlohmann::json steps = nlohmann::json::array();
   double timed_s = 0;
   if (cuda) tandem::gpu::resetGpuMemoryPeak(options.device.index());
   tandem::MemoryLedger::global().resetPeaks();
   for (int step = 0; step < o.steps; ++step) {
     const auto t0 = Clock::now();
+    if (step == 1) model->visitMoeBlocks([](const std::string&, tandem::gpu::MoeBlock& b) { b.route_observer = nullptr; });
     const at::Tensor hidden = model->forwardHidden(ids, /*training=*/true);
     const at::Tensor loss = model->loss(hidden, ids);
     const double loss_value = loss.item<double>();
@@ -224,6 +259,7 @@ void run(const Options& o) {
     out["gpu_memory"] = gpus;
   }
   out["ledger"] = ledgerJson();
+  out["routing"] = routing.json();
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   out["peak_host_rss_bytes"] = static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // ru_maxrss: KiB on Linux

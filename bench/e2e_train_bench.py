@@ -93,6 +93,10 @@ def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0"):
     result["peak_gpu_gib"] = gpu.get("peak_allocated_bytes", 0) / GIB
     result["peak_gpu_reserved_gib"] = gpu.get("peak_reserved_bytes", 0) / GIB
     result["peak_host_rss_gib"] = result.get("peak_host_rss_bytes", 0) / GIB
+    routing = result.get("routing", [])
+    if routing:  # means over the MoE layers of the first step's routing
+        result["routing_mean"] = {key: sum(layer[key] for layer in routing) / len(routing)
+                                  for key in ("experts_routed", "top8_pair_share", "cpu_pair_share")}
     return result
 
 

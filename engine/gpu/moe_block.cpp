@@ -9,6 +9,7 @@ namespace tandem::gpu {
 at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
   const at::Tensor tokens = x.reshape({-1, x.size(-1)});
   const Router::Choice choice = router.route(tokens);
+  if (route_observer) route_observer(choice.ids);
   at::Tensor shared_out;
   auto run_shared = [&] {
     if (!shared.defined()) return;

@@ -10,6 +10,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -38,6 +39,9 @@ struct MoeBlock {
   at::Tensor lora_anchor;                        // see routedExperts()
   bool keep_expert_forward = false;              // ModelOptions::keep_expert_forward
   mutable KeptExpertForward kept;                // filled by the checkpointed pass
+  // Sees every forward's routing, ids [tokens, top_k] on the block's device (the e2e bench's
+  // routing statistics); empty: nobody asks.
+  std::function<void(const at::Tensor& ids)> route_observer;
 
   // x [B, S, hidden] -> [B, S, hidden]
   at::Tensor forward(const at::Tensor& x, bool training) const;
