@@ -133,14 +133,26 @@ ExpertLayer::ExpertLayer(const ExpertLayerSpec& spec, ExpertWeightViews weights,
       pool_(pool),
       row_block_(gemm.rowBlock()) {
   makeSlices();
-  std::vector<int64_t> all(static_cast<size_t>(spec_.num_experts));
-  for (int64_t e = 0; e < spec_.num_experts; ++e) all[e] = e;
+  if (!options_.defer_packs) packUnreleased();
+}
+
+void ExpertLayer::packUnreleased() {
+  packed_ = true;
+  std::vector<int64_t> experts;
+  for (int64_t e = 0; e < spec_.num_experts; ++e) {
+    if (static_cast<size_t>(e) >= released_.size() || !released_[static_cast<size_t>(e)]) experts.push_back(e);
+  }
   if (!options_.lora_only) {
     onEveryNode([&](size_t s) {
-      packAll(slices_[s], all, false);
-      if (options_.wt_policy == WtPolicy::Persistent) packAll(slices_[s], all, true);
+      packAll(slices_[s], experts, false);
+      if (options_.wt_policy == WtPolicy::Persistent) packAll(slices_[s], experts, true);
     });
   }
+  chargePacks();
+}
+
+void ExpertLayer::chargePacks() {
+  packed_charge_ = MemoryCharge();  // first: the ledger's peak must not count both
   packed_charge_ = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Weights, packedBytes());
 }
 
@@ -302,8 +314,11 @@ void ExpertLayer::releaseExperts(const std::vector<int64_t>& experts) {
       }
     }
   }
-  packed_charge_ = MemoryCharge();  // first: the ledger's peak must not count both
-  packed_charge_ = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Weights, packedBytes());
+  if (packed_) {
+    chargePacks();
+  } else {
+    packUnreleased();
+  }
 }
 
 void ExpertLayer::validateRouting(const int32_t* topk_ids, int64_t n_tokens, int top_k) const {
@@ -456,6 +471,7 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
     throw Error("expert forward: x, topk_ids, topk_weights and y must not be null");
   }
   validateRouting(topk_ids, n_tokens, top_k);
+  if (!packed_) packUnreleased();  // defer_packs and nothing released: every expert is the CPU's
   if (cache && cache->state_ == ExpertForwardCache::State::Cached) {
     throw Error("expert forward: the forward cache still holds activations nobody consumed",
                 "run backward first, or release() the cache (activation recomputation)");

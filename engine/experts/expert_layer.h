@@ -55,6 +55,10 @@ struct ExpertLayerOptions {
   // true: the layer only holds the expert LoRA (gpu-offload mode computes the experts on the GPU);
   // nothing is packed and forward() is an Error.
   bool lora_only = false;
+  // true: nothing is packed until releaseExperts() names the experts another device computes, or
+  // the first forward. A layer with GPU-resident experts packs only the CPU's experts, so loading
+  // never holds the packs that the first call would free (the planner counts (E - n) / E of them).
+  bool defer_packs = false;
   // NUMA nodes the layer is split over (docs/experts.md, "NUMA"): node k computes the slice
   // [i0_k, i1_k) of every expert's intermediate dimension on its own pinned pool, from packs in
   // its own memory. 0: TANDEM_EXPERT_NODES, else the machine's nodes; N: N nodes (virtual ones
@@ -111,7 +115,8 @@ class ExpertLayer {
 
   // Frees every pack of `experts` (ids in [0, E)): from now on another device computes them (the
   // GPU-resident experts), so their slots must be kMaskedSlot in every later call, an Error
-  // otherwise. Their LoRA stays here. Not during a forward or backward of this layer.
+  // otherwise. Their LoRA stays here. Not during a forward or backward of this layer. With
+  // defer_packs, the first call packs the other experts (and only those).
   void releaseExperts(const std::vector<int64_t>& experts);
 
   // WtPolicy::Background. `layer`: the MoE layer whose backward runs right after this one's (the
@@ -158,6 +163,9 @@ class ExpertLayer {
   // Packs W (transposed = false) or Wᵀ of every listed (expert, projection) of one slice, in
   // parallel on the slice's pool.
   void packAll(NodeSlice& slice, const std::vector<int64_t>& experts, bool transposed);
+  // The forward packs (and persistent Wᵀ packs) of every expert not released; charges them.
+  void packUnreleased();
+  void chargePacks();  // the ledger's ("cpu", Weights) charge = packedBytes() now
   int64_t inFeatures(ExpertProj proj, const NodeSlice& slice) const;
   int64_t outFeatures(ExpertProj proj, const NodeSlice& slice) const;
   // One slice's Wᵀ pack of (proj, expert), in the slice's memory node.
@@ -235,6 +243,7 @@ class ExpertLayer {
   int64_t row_block_;
   std::vector<NodeSlice> slices_;  // by node; non-empty, their [i0, i1) tile [0, I)
   std::vector<char> released_;     // [E] 1: packs freed by releaseExperts (empty: none)
+  bool packed_ = false;            // packUnreleased() ran (defer_packs: not at construction)
   MemoryCharge packed_charge_;
   ExpertBufferPool::User buffer_pool_user_;  // the pool frees its idle blocks with the last layer
   // Background Wᵀ: the layer whose build this one starts, the experts this layer's last training

@@ -365,6 +365,46 @@ TEST(ExpertLayer, ReleasedExpertsFreeTheirPacksAndMustStayMasked) {
   EXPECT_THROW(released->releaseExperts({6}), Error);
 }
 
+// defer_packs: construction packs nothing, the release packs only the other experts (the
+// ledger's peak never holds the released ones), and a first forward without a release packs all.
+TEST(ExpertLayer, DeferredPacksHoldOnlyTheExpertsTheCpuComputes) {
+  ProblemSpec spec = loraSpec(3, true, true, true);
+  spec.layer = {6, 33, 19};
+  spec.n_tokens = 37;
+  spec.top_k = 2;
+  const Problem full = testing::makeProblem(spec);
+  Problem here = full;
+  for (int32_t& id : here.ids) {
+    if (id == 2 || id == 5) id = kMaskedSlot;
+  }
+  ExpertLayerOptions options;
+  options.backend = "generic";
+  options.format = WeightFormat::Int8;
+  auto weights = [] { return MemoryLedger::global().usage("cpu"); };
+  auto eager = testing::makeLayer(here, options, testPool());
+  auto eager_full = testing::makeLayer(full, options, testPool());
+  const uint64_t all_packs = eager->packedBytes();
+  ASSERT_GT(all_packs, 0u);
+  options.defer_packs = true;
+
+  MemoryLedger::global().resetPeaks();
+  const uint64_t before = weights().current(MemoryCategory::Weights);
+  auto released = testing::makeLayer(here, options, testPool());
+  EXPECT_EQ(released->packedBytes(), 0u);
+  EXPECT_EQ(weights().current(MemoryCategory::Weights), before);
+  released->releaseExperts({2, 5});
+  EXPECT_EQ(released->packedBytes(), all_packs / 6 * 4);
+  EXPECT_EQ(weights().current(MemoryCategory::Weights) - before, all_packs / 6 * 4);
+  EXPECT_EQ(weights().peak(MemoryCategory::Weights) - before, all_packs / 6 * 4);
+  testing::expectIdentical(testing::runLayer(here, *released), testing::runLayer(here, *eager));
+  EXPECT_THROW(testing::runLayer(full, *released), Error);
+
+  auto first_forward = testing::makeLayer(full, options, testPool());
+  EXPECT_EQ(first_forward->packedBytes(), 0u);
+  testing::expectIdentical(testing::runLayer(full, *first_forward), testing::runLayer(full, *eager_full));
+  EXPECT_EQ(first_forward->packedBytes(), all_packs);
+}
+
 TEST(ExpertLayer, ZeroTokensIsANoOp) {
   const Problem pr = testing::makeProblem(loraSpec(2, true, true, true));
   auto layer = testing::makeLayer(pr, "generic", testPool());

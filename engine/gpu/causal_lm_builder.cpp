@@ -282,6 +282,7 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
   experts::ExpertLayerOptions options = expertLayerOptions(m_.options_, views.type);
   // Offload mode computes on the GPU: the CPU layer only holds the expert LoRA (no packs).
   options.lora_only = m_.options_.experts == ExpertsMode::GpuOffload;
+  options.defer_packs = block->resident_count > 0;  // the first call knows which experts are the CPU's
   const std::vector<int>& numa_node = m_.options_.experts_numa_node;
   if (static_cast<size_t>(i) < numa_node.size()) options.numa_node = numa_node[static_cast<size_t>(i)];
   if (m_.options_.experts == ExpertsMode::GpuOffload) {

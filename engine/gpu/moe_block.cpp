@@ -29,7 +29,7 @@ at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
           experts->spec(), resident_source,
           ResidentExperts::mostRouted(ids, experts->spec().num_experts, resident_count),
           tokens.scalar_type(), tokens.device());
-      experts->releaseExperts(resident->experts());  // the CPU engine never computes them again
+      experts->releaseExperts(resident->experts());  // the CPU engine packs the others only
     }
     ResidentExperts::Split split = resident->split(ids);
     if (split.cpu_pairs == 0) {

@@ -1,6 +1,7 @@
 #include "engine/gpu/moe_function.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -144,6 +145,31 @@ TEST(ResidentExperts, MostRoutedOfTheFirstCall) {
   EXPECT_EQ(ResidentExperts::mostRouted(ids, 6, 3), (std::vector<int64_t>{1, 3, 5}));
   EXPECT_EQ(ResidentExperts::mostRouted(ids, 6, 4), (std::vector<int64_t>{0, 1, 3, 5}));
   EXPECT_EQ(ResidentExperts::mostRouted(ids, 6, 9).size(), 6u);
+}
+
+// With resident experts the CPU engine packs nothing at load and, at the first call, only the
+// experts it computes: the host never holds the packs of the resident ones (int8: real packs, not
+// zero-copy views of the weights).
+TEST(ResidentExperts, OnlyTheCpuExpertsArePacked) {
+  const io::ModelConfig config = io::parseModelConfig(kConfig, "test config");
+  auto packed = [&](int64_t gpu_experts, bool run) {
+    ModelOptions options;
+    options.experts_format = "int8";
+    options.gpu_experts.assign(2, gpu_experts);
+    auto model = CausalLm::random(config, options, nullptr, /*seed=*/3, ThreadPool::global());
+    if (run) {
+      at::NoGradGuard no_grad;
+      model->forwardHidden(at::arange(20, at::kLong).remainder(config.vocab_size).view({2, 10}), false);
+    }
+    uint64_t bytes = 0;
+    model->visitMoeBlocks([&](const std::string&, MoeBlock& block) { bytes += block.experts->packedBytes(); });
+    return bytes;
+  };
+  const uint64_t all = packed(0, false);
+  ASSERT_GT(all, 0u);
+  EXPECT_EQ(packed(2, false), 0u);
+  EXPECT_EQ(packed(2, true), all / config.num_experts * (config.num_experts - 2));
+  EXPECT_EQ(packed(config.num_experts, true), 0u);
 }
 
 }  // namespace

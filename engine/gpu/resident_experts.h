@@ -9,7 +9,8 @@
 // fixed for the model's life, so the gradient-checkpointing recomputation and every later step
 // split the same way. Their LoRA stays in the ExpertLayer's ExpertLora (fp32 host): each call
 // copies the resident experts' A/B slices to the device and their gradients come back, as in
-// offload mode. The CPU engine frees its packs of them (ExpertLayer::releaseExperts).
+// offload mode. The CPU engine never packs them (ExpertLayerOptions::defer_packs, then
+// ExpertLayer::releaseExperts packs the others).
 
 #include <ATen/core/Tensor.h>
 

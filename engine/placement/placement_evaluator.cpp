@@ -115,8 +115,8 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
                            : offload && fp8_source ? "bf16"
                                                    : m.weight_format;
   uint64_t weights = memory::routedExpertBytes(m_, held);
-  // The engine frees what it packed or copied of the resident experts (ExpertLayer::
-  // releaseExperts); experts read in place stay mapped.
+  // The engine never packs or copies the resident experts (ExpertLayerOptions::defer_packs);
+  // experts read in place stay mapped.
   if ((packs || f32_copy) && m.gpu_experts > 0) {
     const auto experts = static_cast<uint64_t>(std::max<int64_t>(m_.num_experts, 1));
     weights = weights / experts * (experts - static_cast<uint64_t>(std::min<int64_t>(m.gpu_experts, m_.num_experts)));
