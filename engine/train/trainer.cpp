@@ -166,11 +166,18 @@ void Trainer::waitWhilePaused(std::stop_token stop) {
   }
 }
 
+double remainingSeconds(double elapsed_s, double first_step_s, int64_t steps_done, int64_t steps_left) {
+  if (steps_done <= 0 || steps_left <= 0) return 0;
+  const double per_step = steps_done == 1 ? elapsed_s : (elapsed_s - first_step_s) / static_cast<double>(steps_done - 1);
+  return std::max(0.0, per_step) * static_cast<double>(steps_left);
+}
+
 TrainResult Trainer::run(std::stop_token stop, std::stop_token cancel, TrainListener& listener) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   const int64_t accum = settings_.gradient_accumulation_steps;
   const int64_t start_step = step_;
+  double first_step_s = 0;  // elapsed at the end of this run's first step
   TrainResult result;
   while (step_ < total_steps_) {
     waitWhilePaused(stop);
@@ -246,7 +253,8 @@ TrainResult Trainer::run(std::stop_token stop, std::stop_token cancel, TrainList
     e.model_s = model_s;
     e.optimizer_s = optimizer_s;
     e.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
-    e.eta_s = e.elapsed_s / static_cast<double>(step_ - start_step) * static_cast<double>(total_steps_ - step_);
+    if (step_ == start_step + 1) first_step_s = e.elapsed_s;
+    e.eta_s = remainingSeconds(e.elapsed_s, first_step_s, step_ - start_step, total_steps_ - step_);
     e.memory = MemoryLedger::global().snapshot();
     result.final_loss = e.loss;
     if (step_ % std::max<int64_t>(1, settings_.logging_steps) == 0 || step_ == total_steps_) {

@@ -32,6 +32,14 @@ struct ArmAfterStep : TrainListener {
   }
 };
 
+// The remaining time follows the steps after the first, which also packs and copies the experts.
+TEST(Trainer, RemainingTimeLeavesTheFirstStepOut) {
+  EXPECT_DOUBLE_EQ(remainingSeconds(17.0, 17.0, 1, 99), 17.0 * 99);  // nothing else to go by
+  EXPECT_DOUBLE_EQ(remainingSeconds(17.0 + 9 * 0.9, 17.0, 10, 90), 0.9 * 90);
+  EXPECT_DOUBLE_EQ(remainingSeconds(30.0, 17.0, 10, 0), 0.0);
+  EXPECT_DOUBLE_EQ(remainingSeconds(0.0, 0.0, 0, 10), 0.0);
+}
+
 TEST(Trainer, OutOfMemorySavesTheLastStepAndSaysWhatToChange) {
   const io::ModelConfig config = io::parseModelConfig(R"({"architectures": ["Qwen3MoeForCausalLM"],
     "model_type": "qwen3_moe", "hidden_size": 32, "intermediate_size": 64, "moe_intermediate_size": 16,
