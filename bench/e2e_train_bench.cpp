@@ -45,6 +45,7 @@ struct Options {
   std::string device = "cuda:0";
   std::string layer_devices;
   double gpu_cap_gib = 0;  // 0: no cap
+  double embedding_std = 0;  // 0: 0.02 as every weight (WeightLoader::synthetic)
   int lora_rank = 8;
   double lora_alpha = 16;
   std::string lora_target = "q_proj,k_proj,v_proj,o_proj,q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj";
@@ -203,7 +204,7 @@ void run(const Options& o) {
       tandem::gpu::loraPlanFromTarget(tandem::model::LoraTarget::parse(o.lora_target), lora);
 
   const auto t_build = Clock::now();
-  auto model = CausalLm::random(config, options, &plan, /*seed=*/7, tandem::ThreadPool::global());
+  auto model = CausalLm::random(config, options, &plan, /*seed=*/7, tandem::ThreadPool::global(), o.embedding_std);
   const double build_s = seconds(t_build);
   tandem::train::LoraOptimizer optimizer(*model, {}, tandem::ThreadPool::global());
   at::manual_seed(0);  // the same tokens in every mode: step 1's loss must agree across them
@@ -240,6 +241,7 @@ void run(const Options& o) {
   out["experts_format"] = o.experts_format;
   out["experts_wt_policy"] = o.experts_wt_policy;
   out["gpu_cap_gib"] = o.gpu_cap_gib;
+  out["embedding_std"] = o.embedding_std;
   out["gpu_experts"] = options.gpu_experts;  // per layer
   if (!planned.is_null()) out["planner"] = planned;
   out["layer_devices"] = tandem::gpu::formatLayerDevices(
@@ -280,6 +282,8 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "device of the dense parts");
   app.add_option("--layer-devices", o.layer_devices, "e.g. cuda:0:0-13,cuda:1:14-26");
   app.add_option("--gpu-cap-gib", o.gpu_cap_gib, "cap libtorch's GPU memory (0: none)");
+  app.add_option("--embedding-std", o.embedding_std,
+                 "std of the random token embeddings (0: 0.02 as every weight; 1: routing spread like a trained router's)");
   app.add_option("--lora-rank", o.lora_rank, "LoRA r");
   app.add_option("--lora-alpha", o.lora_alpha, "LoRA alpha");
   app.add_option("--lora-target", o.lora_target, "comma-separated module names");

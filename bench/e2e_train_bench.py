@@ -73,7 +73,8 @@ GIB = 1 << 30
 def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0"):
     cmd = [bench, "--config", str(config_dir), "--experts", experts, "--device", "cuda:0", "--gpu-experts", gpu_experts,
            "--tokens", str(args.tokens), "--steps", str(args.steps), "--gpu-cap-gib", str(args.gpu_cap_gib),
-           "--lora-rank", "8", "--lora-alpha", "16", "--lora-target", ",".join(targets)]
+           "--lora-rank", "8", "--lora-alpha", "16", "--lora-target", ",".join(targets),
+           "--embedding-std", str(args.embedding_std)]
     if args.layers:
         cmd += ["--layers", str(args.layers)]
     if experts == "cpu":
@@ -113,6 +114,9 @@ def run_hf(name, args, targets):
     start = time.time()
     with torch.device("cuda:0"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    if args.embedding_std > 0:
+        with torch.no_grad():
+            model.get_input_embeddings().weight.normal_(0.0, args.embedding_std)
     build_s = time.time() - start
     model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=targets, lora_dropout=0.0))
     if args.gradient_checkpointing:  # what LLaMA-Factory turns on by default
@@ -173,6 +177,10 @@ def main():
                         help="co-computation: what the CPU expert engine packs the frozen experts to")
     parser.add_argument("--experts-wt-policy", default="persistent", choices=["persistent", "on_demand", "background"],
                         help="co-computation: when the CPU engine builds the experts' transposed packs for backward")
+    parser.add_argument("--embedding-std", type=float, default=0.0,
+                        help="std of the random token embeddings (0: 0.02 like every weight, where the random "
+                             "routers send most tokens to a few experts; 1: routing spread like a trained, "
+                             "load-balanced router's; the JSON's routing fields say which it was)")
     parser.add_argument("--timeout", type=int, default=900)
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()

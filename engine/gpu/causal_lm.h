@@ -96,10 +96,12 @@ class CausalLm {
   static std::unique_ptr<CausalLm> load(const std::filesystem::path& model_dir,
                                         const ModelOptions& options, const LoraPlan* lora,
                                         ThreadPool& pool);
-  // A model of config.json's shapes with random weights (see WeightLoader::synthetic), e.g.
-  // the built-in demo's base model or a benchmark's; writeRandomWeights saves it as a model dir.
+  // A model of config.json's shapes with random weights (see WeightLoader::synthetic, also for
+  // embedding_std), e.g. the built-in demo's base model or a benchmark's; writeRandomWeights
+  // saves it as a model dir.
   static std::unique_ptr<CausalLm> random(const io::ModelConfig& config, const ModelOptions& options,
-                                          const LoraPlan* lora, uint64_t seed, ThreadPool& pool);
+                                          const LoraPlan* lora, uint64_t seed, ThreadPool& pool,
+                                          double embedding_std = 0);
   void writeRandomWeights(const std::filesystem::path& file) const;
   ~CausalLm();
 

@@ -393,11 +393,12 @@ experts::ExpertWeightViews CausalLmBuilder::expertWeights(int i, MoeBlock& block
 }
 
 std::unique_ptr<CausalLm> CausalLm::random(const io::ModelConfig& config, const ModelOptions& options,
-                                           const LoraPlan* lora, uint64_t seed, ThreadPool& pool) {
+                                           const LoraPlan* lora, uint64_t seed, ThreadPool& pool,
+                                           double embedding_std) {
   std::unique_ptr<CausalLm> model(new CausalLm());
   model->config_ = config;
   model->options_ = options;
-  model->weights_ = WeightLoader::synthetic(options.dtype, options.device, seed);
+  model->weights_ = WeightLoader::synthetic(options.dtype, options.device, seed, 0.02, embedding_std);
   CausalLmBuilder(*model, lora, pool).build();
   return model;
 }

@@ -79,12 +79,13 @@ WeightLoader::WeightLoader(const std::filesystem::path& model_dir, at::ScalarTyp
       device_(device) {}
 
 std::unique_ptr<WeightLoader> WeightLoader::synthetic(at::ScalarType dtype, at::Device device,
-                                                     uint64_t seed, double std) {
+                                                     uint64_t seed, double std, double embedding_std) {
   std::unique_ptr<WeightLoader> loader(new WeightLoader(dtype, device));
   loader->dir_ = "<random weights>";
   loader->synthetic_ = true;
   loader->seed_ = seed;
   loader->std_ = std;
+  loader->embedding_std_ = embedding_std;
   return loader;
 }
 
@@ -138,7 +139,8 @@ at::Tensor WeightLoader::invent(const std::string& name, const std::vector<int64
     t = at::zeros(shape, at::kFloat);
   } else {
     t = at::empty(shape, at::kFloat);
-    t.normal_(0.0, std_, gen);
+    const bool embedding = name.ends_with("embed_tokens.weight");
+    t.normal_(0.0, embedding && embedding_std_ > 0 ? embedding_std_ : std_, gen);
   }
   return t.to(dtype_).contiguous();
 }

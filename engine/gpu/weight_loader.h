@@ -33,8 +33,12 @@ class WeightLoader {
   // A loader that invents every tensor it is asked for (normal(0, std) weights, norms at one,
   // biases at zero), deterministically from `seed`: random models of real shapes with no file,
   // for the built-in demo and benchmarks. writeSynthesized() saves what was asked for.
+  // embedding_std > 0: the token embeddings' std instead. With 0.02 everywhere the residual
+  // stream of a random MoE model soon carries one direction for every token, and its routers
+  // send nearly all tokens to a few experts; embeddings near std 1 keep the tokens apart and the
+  // routing spread like a trained, load-balanced router's (bench/e2e_train_bench.py measures it).
   static std::unique_ptr<WeightLoader> synthetic(at::ScalarType dtype, at::Device device,
-                                                 uint64_t seed, double std = 0.02);
+                                                 uint64_t seed, double std = 0.02, double embedding_std = 0);
   void writeSynthesized(const std::filesystem::path& file) const;
 
   // Synthetic loaders have the per-expert layout (no fused or legacy mixtral names).
@@ -80,6 +84,7 @@ class WeightLoader {
   bool synthetic_ = false;
   uint64_t seed_ = 0;
   double std_ = 0.02;
+  double embedding_std_ = 0;  // 0: std_
   mutable std::map<std::string, at::Tensor> invented_;
   mutable std::map<std::string, io::TensorInfo> invented_info_;
   at::ScalarType dtype_;
