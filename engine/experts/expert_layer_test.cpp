@@ -335,22 +335,32 @@ TEST(ExpertLayer, MaskedSlotsAreSkippedAndComplementTheRest) {
   }
 }
 
-// Experts released to another device (the GPU-resident ones) give their packs back (bytes and
-// ledger) and change nothing for the others; routing to one afterwards is an Error. int8 on
-// generic: a backend that holds copies (f32) of every expert, on any CPU.
-TEST(ExpertLayer, ReleasedExpertsFreeTheirPacksAndMustStayMasked) {
+// Six experts of which 2 and 5 are resident on another device: `full` routes to every expert,
+// `here` masks the slots of 2 and 5. int8 on generic: a backend that holds copies (f32) of every
+// expert, on any CPU.
+struct ReleasedCase {
+  Problem full, here;
+  ExpertLayerOptions options;
+};
+ReleasedCase releasedCase() {
   ProblemSpec spec = loraSpec(3, true, true, true);
   spec.layer = {6, 33, 19};
   spec.n_tokens = 37;
   spec.top_k = 2;
-  const Problem full = testing::makeProblem(spec);
-  Problem here = full;
-  for (int32_t& id : here.ids) {
+  ReleasedCase c{testing::makeProblem(spec), {}, {}};
+  c.here = c.full;
+  for (int32_t& id : c.here.ids) {
     if (id == 2 || id == 5) id = kMaskedSlot;
   }
-  ExpertLayerOptions options;
-  options.backend = "generic";
-  options.format = WeightFormat::Int8;
+  c.options.backend = "generic";
+  c.options.format = WeightFormat::Int8;
+  return c;
+}
+
+// Experts released to another device (the GPU-resident ones) give their packs back (bytes and
+// ledger) and change nothing for the others; routing to one afterwards is an Error.
+TEST(ExpertLayer, ReleasedExpertsFreeTheirPacksAndMustStayMasked) {
+  const auto [full, here, options] = releasedCase();
   auto cpuWeights = [] { return MemoryLedger::global().usage("cpu").current(MemoryCategory::Weights); };
   auto kept = testing::makeLayer(here, options, testPool());
   auto released = testing::makeLayer(here, options, testPool());
@@ -368,18 +378,7 @@ TEST(ExpertLayer, ReleasedExpertsFreeTheirPacksAndMustStayMasked) {
 // defer_packs: construction packs nothing, the release packs only the other experts (the
 // ledger's peak never holds the released ones), and a first forward without a release packs all.
 TEST(ExpertLayer, DeferredPacksHoldOnlyTheExpertsTheCpuComputes) {
-  ProblemSpec spec = loraSpec(3, true, true, true);
-  spec.layer = {6, 33, 19};
-  spec.n_tokens = 37;
-  spec.top_k = 2;
-  const Problem full = testing::makeProblem(spec);
-  Problem here = full;
-  for (int32_t& id : here.ids) {
-    if (id == 2 || id == 5) id = kMaskedSlot;
-  }
-  ExpertLayerOptions options;
-  options.backend = "generic";
-  options.format = WeightFormat::Int8;
+  auto [full, here, options] = releasedCase();
   auto weights = [] { return MemoryLedger::global().usage("cpu"); };
   auto eager = testing::makeLayer(here, options, testPool());
   auto eager_full = testing::makeLayer(full, options, testPool());
