@@ -124,7 +124,8 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
   const bool needs_graph =
       torch::autograd::compute_requires_grad(hidden, topk_weights, lora_anchor);
   at::Tensor y_device;
-  const at::Tensor device_weights = topk_weights.detach().to(hidden.device(), at::kFloat);
+  const at::Tensor device_weights =
+      on_device ? topk_weights.detach().to(hidden.device(), at::kFloat) : at::Tensor();
   auto queue_device_work = [&] {
     if (on_device) y_device = on_device->forward(hidden, device_weights);
     if (while_cpu_runs) while_cpu_runs();
