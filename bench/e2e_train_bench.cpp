@@ -283,7 +283,7 @@ int main(int argc, char** argv) {
   app.add_option("--layer-devices", o.layer_devices, "e.g. cuda:0:0-13,cuda:1:14-26");
   app.add_option("--gpu-cap-gib", o.gpu_cap_gib, "cap libtorch's GPU memory (0: none)");
   app.add_option("--embedding-std", o.embedding_std,
-                 "std of the random token embeddings (0: 0.02 as every weight; 1: routing spread like a trained router's)");
+                 "std of the random token embeddings (0: 0.02 as every weight; 4: routing spread like a trained router's)");
   app.add_option("--lora-rank", o.lora_rank, "LoRA r");
   app.add_option("--lora-alpha", o.lora_alpha, "LoRA alpha");
   app.add_option("--lora-target", o.lora_target, "comma-separated module names");

@@ -179,7 +179,7 @@ def main():
                         help="co-computation: when the CPU engine builds the experts' transposed packs for backward")
     parser.add_argument("--embedding-std", type=float, default=0.0,
                         help="std of the random token embeddings (0: 0.02 like every weight, where the random "
-                             "routers send most tokens to a few experts; 1: routing spread like a trained, "
+                             "routers send most tokens to a few experts; 4: routing spread like a trained, "
                              "load-balanced router's; the JSON's routing fields say which it was)")
     parser.add_argument("--timeout", type=int, default=900)
     parser.add_argument("--out", help="also write the JSON here")

@@ -398,7 +398,7 @@ std::unique_ptr<CausalLm> CausalLm::random(const io::ModelConfig& config, const 
   std::unique_ptr<CausalLm> model(new CausalLm());
   model->config_ = config;
   model->options_ = options;
-  model->weights_ = WeightLoader::synthetic(options.dtype, options.device, seed, 0.02, embedding_std);
+  model->weights_ = WeightLoader::synthetic(options.dtype, options.device, seed, WeightLoader::kDefaultStd, embedding_std);
   CausalLmBuilder(*model, lora, pool).build();
   return model;
 }

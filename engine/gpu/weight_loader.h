@@ -35,10 +35,13 @@ class WeightLoader {
   // for the built-in demo and benchmarks. writeSynthesized() saves what was asked for.
   // embedding_std > 0: the token embeddings' std instead. With 0.02 everywhere the residual
   // stream of a random MoE model soon carries one direction for every token, and its routers
-  // send nearly all tokens to a few experts; embeddings near std 1 keep the tokens apart and the
-  // routing spread like a trained, load-balanced router's (bench/e2e_train_bench.py measures it).
+  // send nearly all tokens to a few experts; embeddings of std 4 keep the tokens apart and the
+  // routing spread like a trained, load-balanced router's through 16 Qwen3 layers (std 1 only
+  // through the first few; bench/e2e_train_bench.py measures it).
+  static constexpr double kDefaultStd = 0.02;
   static std::unique_ptr<WeightLoader> synthetic(at::ScalarType dtype, at::Device device,
-                                                 uint64_t seed, double std = 0.02, double embedding_std = 0);
+                                                 uint64_t seed, double std = kDefaultStd,
+                                                 double embedding_std = 0);
   void writeSynthesized(const std::filesystem::path& file) const;
 
   // Synthetic loaders have the per-expert layout (no fused or legacy mixtral names).
@@ -83,7 +86,7 @@ class WeightLoader {
   // Synthetic mode: the invented tensors (CPU, model dtype) and their infos, by name.
   bool synthetic_ = false;
   uint64_t seed_ = 0;
-  double std_ = 0.02;
+  double std_ = kDefaultStd;
   double embedding_std_ = 0;  // 0: std_
   mutable std::map<std::string, at::Tensor> invented_;
   mutable std::map<std::string, io::TensorInfo> invented_info_;
