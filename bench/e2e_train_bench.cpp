@@ -5,13 +5,16 @@
 // over the steps after the first, peak GPU memory (libtorch's caching allocator), peak host RSS,
 // the engine's memory ledger, the routing of the first step per MoE layer (RoutingStats), and how
 // long the MoE block's forward takes with the shared experts overlapped with the CPU experts
-// versus one after the other.
+// versus one after the other. With --trace, one more step runs under the Kineto profiler (CPU ops
+// and, on a GPU, its kernels and copies) and its Chrome trace is written: chrome://tracing or
+// https://ui.perfetto.dev opens it.
 
 #include <sys/resource.h>
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -55,7 +58,19 @@ struct Options {
   std::string gpu_experts = "0";  // co-computation: routed experts resident per MoE layer; auto: the planner's
   std::string experts_format = "auto";  // ModelOptions::experts_format
   std::string experts_wt_policy = "persistent";
+  std::string trace;  // a Chrome trace of one more step, written here
 };
+
+// Kineto records the CPU ops (with the engine's RECORD_FUNCTION scopes) and, on a GPU, the
+// kernels and copies, until disableProfiler().
+void startTrace(bool cuda) {
+  using torch::profiler::impl::ActivityType;
+  std::set<ActivityType> activities{ActivityType::CPU};
+  if (cuda) activities.insert(ActivityType::CUDA);
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+  torch::autograd::profiler::prepareProfiler(config, activities);
+  torch::autograd::profiler::enableProfiler(config, activities);
+}
 
 double seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
@@ -215,9 +230,8 @@ void run(const Options& o) {
   double timed_s = 0;
   if (cuda) tandem::gpu::resetGpuMemoryPeak(options.device.index());
   tandem::MemoryLedger::global().resetPeaks();
-  for (int step = 0; step < o.steps; ++step) {
+  auto train_step = [&] {
     const auto t0 = Clock::now();
-    if (step == 1) model->visitMoeBlocks([](const std::string&, tandem::gpu::MoeBlock& b) { b.route_observer = nullptr; });
     const at::Tensor hidden = model->forwardHidden(ids, /*training=*/true);
     const at::Tensor loss = model->loss(hidden, ids);
     const double loss_value = loss.item<double>();
@@ -227,10 +241,18 @@ void run(const Options& o) {
     const double backward_s = seconds(t0) - forward_s;
     optimizer.step(1e-4);
     optimizer.zeroGrad();
-    const double step_s = seconds(t0);
-    if (step > 0) timed_s += step_s;
-    steps.push_back({{"step_s", step_s}, {"forward_s", forward_s}, {"backward_s", backward_s},
-                     {"loss", loss_value}, {"grad_norm", norm}});
+    return nlohmann::json{{"step_s", seconds(t0)}, {"forward_s", forward_s}, {"backward_s", backward_s},
+                          {"loss", loss_value}, {"grad_norm", norm}};
+  };
+  for (int step = 0; step < o.steps; ++step) {
+    if (step == 1) model->visitMoeBlocks([](const std::string&, tandem::gpu::MoeBlock& b) { b.route_observer = nullptr; });
+    steps.push_back(train_step());
+    if (step > 0) timed_s += steps.back()["step_s"].get<double>();
+  }
+  if (!o.trace.empty()) {  // after the timed steps: the profiler's overhead is in none of them
+    startTrace(cuda);
+    train_step();
+    torch::autograd::profiler::disableProfiler()->save(o.trace);
   }
   nlohmann::json out;
   out["experts"] = o.experts;
@@ -290,6 +312,7 @@ int main(int argc, char** argv) {
   app.add_flag("--gradient-checkpointing", o.gradient_checkpointing, "recompute each layer in backward");
   app.add_flag("--keep-expert-forward", o.keep_expert_forward,
                "with checkpointing: keep the CPU experts' forward for the backward (what training does when RAM allows)");
+  app.add_option("--trace", o.trace, "after the timed steps, profile one more and write its Chrome trace here");
   app.add_option("--torch-threads", o.torch_threads, "libtorch intra-op threads");
   app.add_option("--experts-format", o.experts_format, "CPU experts' packs: auto, bf16, int8")
       ->check(CLI::IsMember({"auto", "bf16", "int8"}));

@@ -70,13 +70,15 @@ ATTENTION_TARGETS = {"v2-lite": ["q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o
 GIB = 1 << 30
 
 
-def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0"):
+def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0", trace=None):
     cmd = [bench, "--config", str(config_dir), "--experts", experts, "--device", "cuda:0", "--gpu-experts", gpu_experts,
            "--tokens", str(args.tokens), "--steps", str(args.steps), "--gpu-cap-gib", str(args.gpu_cap_gib),
            "--lora-rank", "8", "--lora-alpha", "16", "--lora-target", ",".join(targets),
            "--embedding-std", str(args.embedding_std)]
     if args.layers:
         cmd += ["--layers", str(args.layers)]
+    if trace:
+        cmd += ["--trace", str(trace)]
     if experts == "cpu":
         cmd += ["--experts-format", args.experts_format, "--experts-wt-policy", args.experts_wt_policy]
     if args.gradient_checkpointing:
@@ -181,6 +183,8 @@ def main():
                         help="std of the random token embeddings (0: 0.02 like every weight, where the random "
                              "routers send most tokens to a few experts; 4: routing spread like a trained, "
                              "load-balanced router's; the JSON's routing fields say which it was)")
+    parser.add_argument("--trace-dir", help="also profile one more step per Tandem mode and write its Chrome trace "
+                                            "here as MODEL_MODE.json (open in https://ui.perfetto.dev)")
     parser.add_argument("--timeout", type=int, default=900)
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
@@ -208,12 +212,13 @@ MODE_KEYS = {"co": "tandem_co", "resident": "tandem_resident", "offload": "tande
 
 def run_mode(mode, name, config_dir, args):
     targets = ATTENTION_TARGETS[name]
+    trace = Path(args.trace_dir) / f"{name}_{mode}.json" if args.trace_dir else None
     if mode == "co":
-        return run_tandem(args.bench, config_dir, "cpu", args, targets)
+        return run_tandem(args.bench, config_dir, "cpu", args, targets, trace=trace)
     if mode == "resident":
-        return run_tandem(args.bench, config_dir, "cpu", args, targets, gpu_experts=args.gpu_experts)
+        return run_tandem(args.bench, config_dir, "cpu", args, targets, gpu_experts=args.gpu_experts, trace=trace)
     if mode == "offload":
-        return run_tandem(args.bench, config_dir, "gpu-offload", args, targets)
+        return run_tandem(args.bench, config_dir, "gpu-offload", args, targets, trace=trace)
     try:
         return run_hf(name, args, targets)
     except Exception as e:  # noqa: BLE001 - an OOM or a missing architecture is a result too
