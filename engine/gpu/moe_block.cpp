@@ -1,12 +1,14 @@
 #include "engine/gpu/moe_block.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 
 #include "engine/gpu/moe_function.h"
 
 namespace tandem::gpu {
 
 at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
+  RECORD_USER_SCOPE("tandem::moe_block");
   const at::Tensor tokens = x.reshape({-1, x.size(-1)});
   const Router::Choice choice = router.route(tokens);
   if (route_observer) route_observer(choice.ids);
