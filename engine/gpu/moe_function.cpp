@@ -5,13 +5,16 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "engine/core/error.h"
 #include "engine/experts/expert_forward_cache.h"
 #include "engine/experts/expert_layer.h"
+#include "engine/experts/expert_routing.h"
 #include "engine/gpu/torch_experts.h"
 
 namespace tandem::gpu {
@@ -55,9 +58,9 @@ class RoutedExpertsBackward : public torch::autograd::Node {
  public:
   RoutedExpertsBackward(experts::ExpertLayer& layer,
                         std::unique_ptr<experts::ExpertForwardCache> cache, at::Device device,
-                        at::ScalarType dtype, int64_t n_tokens, int64_t top_k)
+                        at::ScalarType dtype, int64_t n_tokens, int64_t top_k, CpuTokens tokens)
       : layer_(layer), cache_(std::move(cache)), device_(device), dtype_(dtype),
-        n_tokens_(n_tokens), top_k_(top_k) {}
+        n_tokens_(n_tokens), top_k_(top_k), tokens_(std::move(tokens)) {}
 
   // The device's part of the call: its inputs, to recompute it in backward.
   void addDevicePart(std::shared_ptr<const TorchExpertsCall> call, at::Tensor hidden,
@@ -73,24 +76,24 @@ class RoutedExpertsBackward : public torch::autograd::Node {
     const int64_t hidden = layer_.spec().hidden;
     at::Tensor d_out = grads[0];
     if (!d_out.defined()) d_out = at::zeros({n_tokens_, hidden}, at::TensorOptions().dtype(dtype_).device(device_));
-    const at::Tensor dy = toHost(d_out, dtype_);
+    const at::Tensor dy = toHost(tokens_.gather(d_out), dtype_);
     // Queued on the device before the CPU starts, collected after it finished.
     TorchExpertsCall::Gradients device_grads;
     if (on_device_) device_grads = on_device_->backward(hidden_, topk_weights_, d_out);
-    at::Tensor dx = hostBuffer({n_tokens_, hidden}, dtype_, device_);
-    at::Tensor d_weights = hostBuffer({n_tokens_, top_k_}, at::kFloat, device_);
+    at::Tensor dx = hostBuffer({dy.size(0), hidden}, dtype_, device_);
+    at::Tensor d_weights = hostBuffer({dy.size(0), top_k_}, at::kFloat, device_);
     {
       RECORD_USER_SCOPE("tandem::cpu_experts_backward");
       layer_.backward(*cache_, dy.data_ptr(), dx.data_ptr(), d_weights.data_ptr<float>());
     }
     cache_.reset();
     torch::autograd::variable_list result(3);
-    if (should_compute_output(0)) result[0] = toDevice(dx, device_);
-    if (should_compute_output(1)) result[1] = toDevice(d_weights, device_);
-    if (on_device_) {
-      on_device_->accumulateLora(device_grads);
-      if (result[0].defined()) result[0] = result[0] + device_grads.d_hidden;
-      if (result[1].defined()) result[1] = result[1] + device_grads.d_topk_weights;
+    if (on_device_) on_device_->accumulateLora(device_grads);
+    if (should_compute_output(0)) {
+      result[0] = tokens_.scatter(toDevice(dx, device_), n_tokens_, device_grads.d_hidden);
+    }
+    if (should_compute_output(1)) {
+      result[1] = tokens_.scatter(toDevice(d_weights, device_), n_tokens_, device_grads.d_topk_weights);
     }
     release_variables();
     return result;  // the anchor gets no gradient: the LoRA grads live in the engine
@@ -110,11 +113,42 @@ class RoutedExpertsBackward : public torch::autograd::Node {
   at::ScalarType dtype_;
   int64_t n_tokens_;
   int64_t top_k_;
+  CpuTokens tokens_;
   std::shared_ptr<const TorchExpertsCall> on_device_;
   at::Tensor hidden_, topk_weights_;  // on the device, detached: the device part's inputs
 };
 
 }  // namespace
+
+CpuTokens CpuTokens::of(const at::Tensor& ids, at::Device device) {
+  const int64_t n_tokens = ids.size(0), top_k = ids.size(1);
+  const int32_t* id = ids.data_ptr<int32_t>();
+  std::vector<int64_t> rows;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    if (std::any_of(id + t * top_k, id + (t + 1) * top_k,
+                    [](int32_t e) { return e != experts::kMaskedSlot; })) {
+      rows.push_back(t);
+    }
+  }
+  const auto n_rows = static_cast<int64_t>(rows.size());
+  if (n_rows == n_tokens || n_rows == 0) return {};
+  at::Tensor host = hostBuffer({n_rows}, at::kLong, device);
+  std::copy(rows.begin(), rows.end(), host.data_ptr<int64_t>());
+  return {host, toDevice(host, device)};
+}
+
+at::Tensor CpuTokens::gather(const at::Tensor& t) const {
+  if (!rows.defined()) return t;
+  return t.index_select(0, t.is_cpu() ? host_rows : rows);
+}
+
+at::Tensor CpuTokens::scatter(const at::Tensor& part, int64_t n_tokens, const at::Tensor& onto) const {
+  if (!rows.defined()) return onto.defined() ? onto + part : part;
+  std::vector<int64_t> sizes = part.sizes().vec();
+  sizes[0] = n_tokens;
+  const at::Tensor base = onto.defined() ? onto : at::zeros(sizes, part.options());
+  return base.index_add(0, rows, part.to(base.scalar_type()));
+}
 
 KeptExpertForward::KeptExpertForward() = default;
 KeptExpertForward::~KeptExpertForward() = default;
@@ -137,12 +171,16 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
   const int64_t n_tokens = hidden.size(0);
   const int64_t top_k = topk_ids.size(1);
   at::Tensor x_cpu, ids_cpu, weights_cpu;
+  CpuTokens tokens;
   {
     at::NoGradGuard no_grad;
-    x_cpu = toHost(hidden.detach(), hidden.scalar_type());
     ids_cpu = toHost(topk_ids, at::kInt);
-    weights_cpu = toHost(topk_weights.detach(), at::kFloat);
+    if (on_device) tokens = CpuTokens::of(ids_cpu, hidden.device());
+    x_cpu = toHost(tokens.gather(hidden.detach()), hidden.scalar_type());
+    ids_cpu = tokens.gather(ids_cpu).contiguous();
+    weights_cpu = tokens.gather(toHost(topk_weights.detach(), at::kFloat)).contiguous();
   }
+  const int64_t n_cpu_tokens = x_cpu.size(0);
   const bool needs_graph =
       torch::autograd::compute_requires_grad(hidden, topk_weights, lora_anchor);
   at::Tensor y_device;
@@ -170,7 +208,7 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
     y_cpu = hostBuffer(x_cpu.sizes(), x_cpu.scalar_type(), hidden.device());
     queue_device_work();
     RECORD_USER_SCOPE("tandem::cpu_experts_forward");
-    layer.forward(x_cpu.data_ptr(), act, n_tokens, ids_cpu.data_ptr<int32_t>(),
+    layer.forward(x_cpu.data_ptr(), act, n_cpu_tokens, ids_cpu.data_ptr<int32_t>(),
                   weights_cpu.data_ptr<float>(), static_cast<int>(top_k), y_cpu.data_ptr(),
                   cache.get());
   }
@@ -184,13 +222,12 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
   at::Tensor y;
   {
     at::NoGradGuard no_grad;
-    y = toDevice(y_cpu, hidden.device());
-    if (y_device.defined()) y = y + y_device;
+    y = tokens.scatter(toDevice(y_cpu, hidden.device()), n_tokens, y_device);
   }
   if (!needs_graph) return y;
   std::shared_ptr<RoutedExpertsBackward> node(
       new RoutedExpertsBackward(layer, std::move(cache), hidden.device(), hidden.scalar_type(),
-                                n_tokens, top_k),
+                                n_tokens, top_k, std::move(tokens)),
       torch::autograd::deleteNode);
   if (on_device) node->addDevicePart(std::move(on_device), hidden.detach(), device_weights);
   node->set_next_edges(torch::autograd::collect_next_edges(hidden, topk_weights, lora_anchor));

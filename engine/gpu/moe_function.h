@@ -42,6 +42,21 @@ struct KeptExpertForward {
   void clear();
 };
 
+// The tokens the CPU engine sees when resident experts take part of the pairs: those with at
+// least one pair the others mask (~36 % of 2048 tokens when the CPU has 5 % of the top-8 pairs).
+// Only their rows cross to the host and back, and the engine's per-token work (gathers, sums,
+// the cached x) shrinks with them.
+struct CpuTokens {
+  at::Tensor host_rows, rows;  // [R] int64 token indices, ascending: on the host, on the device;
+                               // undefined: every token (or none has a CPU pair)
+
+  // ids [T, k] int32 on the host, experts::kMaskedSlot where a pair is computed elsewhere.
+  static CpuTokens of(const at::Tensor& ids, at::Device device);
+  at::Tensor gather(const at::Tensor& t) const;  // [T, ...] -> [R, ...], on t's device
+  // part [R, ...] -> [T, ...] on rows' device: onto + part at its rows (onto undefined: zeros).
+  at::Tensor scatter(const at::Tensor& part, int64_t n_tokens, const at::Tensor& onto) const;
+};
+
 // Recomputations that reused a kept forward, over the process (for tests and diagnostics).
 int64_t reusedExpertForwards();
 

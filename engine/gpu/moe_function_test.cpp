@@ -12,6 +12,7 @@
 
 #include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
+#include "engine/experts/expert_routing.h"
 #include "engine/gpu/causal_lm.h"
 #include "engine/gpu/moe_block.h"
 #include "engine/io/model_config.h"
@@ -107,7 +108,8 @@ TEST(KeptExpertForward, SameGradientsWithoutRecomputingTheExperts) {
 // and the CPU engine the rest give the all-engine numbers: the loss and every gradient, the
 // resident experts' LoRA grads included (a pair lost or counted twice would be off by its whole
 // contribution). Also with checkpointing and the kept forward (the CPU part reused, the resident
-// part recomputed), and with every expert resident (the CPU engine is not called at all).
+// part recomputed), with 5 of 6 resident (most tokens then have no CPU pair and stay on the
+// device: CpuTokens), and with every expert resident (the CPU engine is not called at all).
 TEST(ResidentExperts, SameNumbersAsTheCpuEngine) {
   const Step engine = trainStep(false, 0, /*checkpointing=*/false);
   struct Case {
@@ -116,8 +118,8 @@ TEST(ResidentExperts, SameNumbersAsTheCpuEngine) {
     bool checkpointing;
     int64_t reused;  // kept CPU forwards the recomputation reuses: none when the CPU has no pair
   };
-  for (const Case c : {Case{false, 2, false, 0}, Case{true, 2, true, 2}, Case{false, 6, true, 0},
-                       Case{true, 6, true, 0}}) {
+  for (const Case c : {Case{false, 2, false, 0}, Case{true, 2, true, 2}, Case{false, 5, false, 0},
+                       Case{true, 5, true, 2}, Case{false, 6, true, 0}, Case{true, 6, true, 0}}) {
     SCOPED_TRACE("keep " + std::to_string(c.keep) + ", gpu_experts " + std::to_string(c.gpu_experts));
     const Step split = trainStep(c.keep, c.gpu_experts, c.checkpointing);
     ASSERT_EQ(split.resident.size(), 2u);
@@ -136,6 +138,26 @@ TEST(ResidentExperts, SameNumbersAsTheCpuEngine) {
       EXPECT_LE(worst, 1e-4f * scale + 1e-9f) << name;
     }
   }
+}
+
+// Only the tokens with a pair for the CPU engine cross to the host; the engine's rows go back to
+// their tokens, added onto the device part where there is one.
+TEST(CpuTokens, OnlyTheTokensWithACpuPairCrossToTheHost) {
+  constexpr int32_t m = experts::kMaskedSlot;
+  const at::Tensor ids = at::tensor(std::vector<int32_t>{m, m, 3, m, m, m, m, 5}, at::kInt).view({4, 2});
+  const CpuTokens tokens = CpuTokens::of(ids, at::kCPU);
+  ASSERT_TRUE(tokens.rows.defined());
+  EXPECT_EQ(values(tokens.rows), (std::vector<float>{1, 3}));
+  const at::Tensor hidden = at::arange(12, at::kFloat).view({4, 3});
+  EXPECT_EQ(values(tokens.gather(hidden)), (std::vector<float>{3, 4, 5, 9, 10, 11}));
+  const at::Tensor part = at::full({2, 3}, 2.0f);
+  EXPECT_EQ(values(tokens.scatter(part, 4, at::Tensor())), (std::vector<float>{0, 0, 0, 2, 2, 2, 0, 0, 0, 2, 2, 2}));
+  EXPECT_EQ(values(tokens.scatter(part, 4, at::ones({4, 3}))), (std::vector<float>{1, 1, 1, 3, 3, 3, 1, 1, 1, 3, 3, 3}));
+  // Every token has a CPU pair, or none has: nothing to select, the tensors pass through.
+  const CpuTokens all = CpuTokens::of(at::tensor(std::vector<int32_t>{0, m, m, 1}, at::kInt).view({2, 2}), at::kCPU);
+  EXPECT_FALSE(all.rows.defined());
+  EXPECT_TRUE(all.gather(hidden).is_same(hidden));
+  EXPECT_FALSE(CpuTokens::of(at::full({2, 2}, m, at::kInt), at::kCPU).rows.defined());
 }
 
 // The resident experts are the most routed of the first call, ties to the lower id.
