@@ -37,7 +37,8 @@ struct KeptExpertForward {
   KeptExpertForward(KeptExpertForward&&) noexcept;
   KeptExpertForward& operator=(KeptExpertForward&&) noexcept;
 
-  at::Tensor x, ids, weights, y;  // CPU: hidden [T, H], ids [T, k] int32, weights [T, k] f32, y [T, H]
+  // CPU, R rows: every token, or the CPU's (CpuTokens) when resident experts take part.
+  at::Tensor x, ids, weights, y;  // hidden [R, H], ids [R, k] int32, weights [R, k] f32, y [R, H]
   std::unique_ptr<experts::ExpertForwardCache> cache;
   void clear();
 };
