@@ -31,6 +31,7 @@ struct ExpertsBenchArgs {
   std::vector<int64_t> tokens;
   int threads = 0;
   int nodes = 0;  // NUMA nodes the layers split over (0: TANDEM_EXPERT_NODES or the machine's)
+  int64_t resident = 0;  // experts per layer resident on a GPU (experts::makeBenchProblem)
   bool quick = false;
   int repeats = 0;
 };
@@ -84,6 +85,11 @@ nlohmann::json caseJson(const experts::BenchProblem& p, const std::string& backe
           {"gbytes_per_s", bytes / seconds / 1e9},
           {"roofline_fraction", bound / seconds},
           {"active_experts", p.activeExperts()}};
+  if (p.resident > 0) {
+    out["resident_experts"] = p.resident;
+    out["cpu_tokens"] = p.cpu_tokens;
+    out["cpu_pairs"] = p.pairs();
+  }
   if (t.fwd_cpu_ms > 0) {
     out["fwd_cpu_ms"] = t.fwd_cpu_ms;
     out["bwd_cpu_ms"] = t.bwd_cpu_ms;
@@ -145,7 +151,14 @@ void runExpertsBench(ExpertsBenchArgs args) {
   if (args.repeats <= 0) args.repeats = args.quick ? 1 : 3;
   const int threads = args.threads > 0 ? args.threads
                                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (const auto& name : args.shapes) experts::benchShape(name);        // validate up front
+  for (const auto& name : args.shapes) {  // validate up front
+    const int64_t experts = experts::benchShape(name).num_experts;
+    if (args.resident < 0 || args.resident >= experts) {
+      throw Error("bench: --resident " + std::to_string(args.resident) + " for " + name + "'s " +
+                      std::to_string(experts) + " experts per layer",
+                  "give 0 (every expert on the CPU) up to " + std::to_string(experts - 1));
+    }
+  }
   for (const auto& name : args.routings) experts::parseBenchRouting(name);
   for (const int64_t t : args.tokens) {
     if (t <= 0) throw Error("bench: --tokens must be positive, got " + std::to_string(t));
@@ -183,9 +196,12 @@ void runExpertsBench(ExpertsBenchArgs args) {
                    name.c_str());
     }
   }
-  const bool with_libtorch = args.backends.empty() ||
-                             std::find(args.backends.begin(), args.backends.end(), "libtorch_loop") !=
-                                 args.backends.end();
+  bool with_libtorch = args.backends.empty() ||
+                       std::find(args.backends.begin(), args.backends.end(), "libtorch_loop") != args.backends.end();
+  if (with_libtorch && args.resident > 0) {
+    std::fprintf(stderr, "bench experts: skipping libtorch_loop (it has no masked slots for --resident)\n");
+    with_libtorch = false;
+  }
 
   // Workers on the CPUs after the first; the calling thread is the pool's last pair of hands.
   std::vector<int> cpus;
@@ -209,7 +225,8 @@ void runExpertsBench(ExpertsBenchArgs args) {
     for (const int64_t tokens : args.tokens) {
       for (const auto& routing_name : args.routings) {
         experts::BenchProblem problem = experts::makeBenchProblem(
-            experts::benchShape(shape_name), tokens, experts::parseBenchRouting(routing_name), seed++, pool);
+            experts::benchShape(shape_name), tokens, experts::parseBenchRouting(routing_name), seed++, pool,
+            args.resident);
         for (const auto& config : configs) {
           if (config.dtype == "fp8" && problem.gate8.empty()) experts::addFp8Weights(problem, pool);
           std::fprintf(stderr, "bench experts: %s tokens=%lld %s %s/%s split %s\n", shape_name.c_str(),
@@ -279,6 +296,9 @@ void addExpertsBenchCommand(CLI::App& parent) {
   cmd->add_option("--task-split", args->task_splits,
                   "auto, rows, columns: how the layer cuts its work (default auto; several: each timed)")
       ->delimiter(',');
+  cmd->add_option("--resident", args->resident,
+                  "Experts per layer resident on a GPU (co-computation): their slots masked, only the tokens "
+                  "with a pair left for the CPU, as the engine gets them (default 0)");
   cmd->add_flag("--quick", args->quick, "Qwen3-30B-A3B shape at 512 and 2048 tokens only; smaller ceilings");
   cmd->callback([args] { runExpertsBench(*args); });
 }

@@ -14,6 +14,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_layer.h"
 #include "engine/experts/expert_nodes.h"
+#include "engine/experts/expert_routing.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem::experts {
@@ -154,15 +155,58 @@ std::string_view benchRoutingName(BenchRouting routing) {
 
 int64_t BenchProblem::activeExperts() const {
   std::vector<bool> used(static_cast<size_t>(shape.num_experts), false);
-  for (int32_t id : ids) used[id] = true;
+  for (int32_t id : ids) {
+    if (id != kMaskedSlot) used[static_cast<size_t>(id)] = true;
+  }
   return std::count(used.begin(), used.end(), true);
 }
 
+int64_t BenchProblem::pairs() const {
+  return std::count_if(ids.begin(), ids.end(), [](int32_t id) { return id != kMaskedSlot; });
+}
+
+namespace {
+
+// Masks the slots of the last `resident` experts and keeps the tokens with a slot left.
+void leaveResidentExpertsOut(BenchProblem& p, int64_t resident) {
+  const int64_t k = p.shape.top_k, H = p.shape.hidden;
+  const auto cpu_experts = static_cast<int32_t>(p.shape.num_experts - resident);
+  int64_t rows = 0;
+  for (int64_t t = 0; t < p.cpu_tokens; ++t) {
+    bool any = false;
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t& id = p.ids[t * k + j];
+      if (id >= cpu_experts) id = kMaskedSlot;
+      any = any || id != kMaskedSlot;
+    }
+    if (!any) continue;
+    std::copy_n(p.ids.begin() + t * k, k, p.ids.begin() + rows * k);
+    std::copy_n(p.weights.begin() + t * k, k, p.weights.begin() + rows * k);
+    std::copy_n(p.x.begin() + t * H, H, p.x.begin() + rows * H);
+    std::copy_n(p.dy.begin() + t * H, H, p.dy.begin() + rows * H);
+    ++rows;
+  }
+  p.resident = resident;
+  p.cpu_tokens = rows;
+  p.ids.resize(static_cast<size_t>(rows * k));
+  p.weights.resize(static_cast<size_t>(rows * k));
+  p.x.resize(static_cast<size_t>(rows * H));
+  p.dy.resize(static_cast<size_t>(rows * H));
+}
+
+}  // namespace
+
 BenchProblem makeBenchProblem(const BenchShape& shape, int64_t tokens, BenchRouting routing,
-                              uint64_t seed, ThreadPool& pool) {
+                              uint64_t seed, ThreadPool& pool, int64_t resident) {
+  if (resident < 0 || resident >= shape.num_experts) {
+    throw Error("bench: --resident " + std::to_string(resident) + " for a layer of " +
+                    std::to_string(shape.num_experts) + " experts",
+                "give 0 (every expert on the CPU) up to " + std::to_string(shape.num_experts - 1));
+  }
   BenchProblem p;
   p.shape = shape;
   p.tokens = tokens;
+  p.cpu_tokens = tokens;
   p.routing = routing;
   const int64_t E = shape.num_experts, H = shape.hidden, I = shape.intermediate;
   randomBf16(p.gate, E * I * H, 1.0f / std::sqrt(static_cast<float>(H)), seed + 1, pool);
@@ -171,6 +215,7 @@ BenchProblem makeBenchProblem(const BenchShape& shape, int64_t tokens, BenchRout
   randomBf16(p.x, tokens * H, 1.0f, seed + 4, pool);
   randomBf16(p.dy, tokens * H, 1e-2f, seed + 5, pool);
   makeRouting(p, seed + 6);
+  if (resident > 0) leaveResidentExpertsOut(p, resident);
   return p;
 }
 
@@ -182,7 +227,7 @@ void addFp8Weights(BenchProblem& p, ThreadPool& pool) {
 }
 
 double benchFlops(const BenchProblem& p) {
-  const double pairs = static_cast<double>(p.tokens * p.shape.top_k);
+  const double pairs = static_cast<double>(p.pairs());
   const double H = static_cast<double>(p.shape.hidden), I = static_cast<double>(p.shape.intermediate);
   const double base = 2.0 * (2.0 * 3.0 * H * I * pairs);  // forward and d hidden
   // Per projection and pair: forward 2r(in + out); backward d_in 2r(in + out) + grads 2r(in + out).
@@ -193,7 +238,7 @@ double benchFlops(const BenchProblem& p) {
 double benchBytes(const BenchProblem& p, double weight_bytes) {
   const double H = static_cast<double>(p.shape.hidden), I = static_cast<double>(p.shape.intermediate);
   const double weights = 2.0 * 3.0 * H * I * static_cast<double>(p.activeExperts()) * weight_bytes;
-  const double activations = 4.0 * static_cast<double>(p.tokens) * H * 2.0;  // x, y, dy, dx bf16
+  const double activations = 4.0 * static_cast<double>(p.cpu_tokens) * H * 2.0;  // x, y, dy, dx bf16
   return weights + activations;
 }
 
@@ -247,7 +292,7 @@ BenchLayerResult timeExpertLayer(const BenchProblem& p, const BenchLayerConfig& 
     ExpertForwardCache cache;
     const auto t0 = Clock::now();
     const double c0 = processCpuMs();
-    layer->forward(p.x.data(), ActivationType::BF16, p.tokens, p.ids.data(), p.weights.data(),
+    layer->forward(p.x.data(), ActivationType::BF16, p.cpu_tokens, p.ids.data(), p.weights.data(),
                    static_cast<int>(p.shape.top_k), y.data(), &cache);
     const double f = msSince(t0), c1 = processCpuMs();
     const auto t1 = Clock::now();

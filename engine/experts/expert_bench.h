@@ -33,21 +33,26 @@ std::string_view benchRoutingName(BenchRouting routing);
 // activations, routing, expert LoRA of rank `lora_rank` on gate, up and down.
 struct BenchProblem {
   BenchShape shape;
-  int64_t tokens = 0;
+  int64_t tokens = 0;           // the layer's tokens
+  int64_t resident = 0;         // experts on a GPU: the last ids, their slots masked
+  int64_t cpu_tokens = 0;       // the rows below: tokens with a pair left (all of them: resident 0)
   BenchRouting routing = BenchRouting::Uniform;
   int lora_rank = 8;
   float lora_scale = 2.0f;
   std::vector<uint16_t> gate, up, down;  // [E, I, H], [E, I, H], [E, H, I] bf16 bits
   std::vector<uint8_t> gate8, up8, down8;             // fp8 e4m3 codes, same shapes
   std::vector<float> gate8_scale, up8_scale, down8_scale;  // [E, ceil(out/128), ceil(in/128)]
-  std::vector<uint16_t> x, dy;           // [T, H] bf16 bits
-  std::vector<int32_t> ids;              // [T, top_k]
-  std::vector<float> weights;            // [T, top_k]
+  std::vector<uint16_t> x, dy;           // [cpu_tokens, H] bf16 bits
+  std::vector<int32_t> ids;              // [cpu_tokens, top_k], kMaskedSlot: a resident expert's
+  std::vector<float> weights;            // [cpu_tokens, top_k]
   int64_t activeExperts() const;         // experts with at least one routed token
+  int64_t pairs() const;                 // routed (token, slot) pairs, masked ones left out
 };
 
+// resident > 0: what co-computation with that many experts resident on a GPU hands the CPU
+// engine (gpu/moe_function.h, CpuTokens): their slots masked, only the tokens with a pair left.
 BenchProblem makeBenchProblem(const BenchShape& shape, int64_t tokens, BenchRouting routing,
-                              uint64_t seed, ThreadPool& pool);
+                              uint64_t seed, ThreadPool& pool, int64_t resident = 0);
 void addFp8Weights(BenchProblem& problem, ThreadPool& pool);  // fills gate8 ... down8_scale
 
 struct BenchTiming {
