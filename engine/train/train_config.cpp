@@ -573,8 +573,16 @@ std::string configFingerprint(const TrainConfig& config) {
   c.eval_steps = defaults.eval_steps;
   c.per_device_eval_batch_size = defaults.per_device_eval_batch_size;
   c.expert_threads = defaults.expert_threads;
-  c.experts_wt_policy = defaults.experts_wt_policy;  // the same math either way
-  c.gpu_experts = defaults.gpu_experts;              // the same math, on another device
+  // Where and in what pieces the same math runs: what a user changes after an out-of-memory
+  // stop (checkpointing on, layers moved, experts offloaded, smaller chunks) and then resumes.
+  c.experts_wt_policy = defaults.experts_wt_policy;
+  c.gpu_experts = defaults.gpu_experts;
+  c.gradient_checkpointing = defaults.gradient_checkpointing;
+  c.device = defaults.device;
+  c.layer_devices = defaults.layer_devices;
+  c.experts_mode = defaults.experts_mode;
+  c.loss_chunk_tokens = defaults.loss_chunk_tokens;
+  c.expert_chunk_tokens = defaults.expert_chunk_tokens;
   // Detects "a different config"; not a security boundary.
   Fnv1a64 hash;
   hash.add(toYaml(c));

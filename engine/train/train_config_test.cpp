@@ -470,7 +470,9 @@ TEST(TrainConfigTest, FingerprintFollowsTheTrainingResult) {
   for (const char* same :
        {"logging_steps=1", "save_steps=10", "output_dir=elsewhere", "overwrite_output_dir=false",
         "save_total_limit=2", "resume_from_checkpoint=true", "plot_loss=false", "report_to=none",
-        "cpu_infer=8", "ddp_timeout=10"}) {
+        "cpu_infer=8", "ddp_timeout=10", "disable_gradient_checkpointing=true", "device=cpu",
+        "layer_devices=cpu:0-47", "experts_mode=gpu-offload", "loss_chunk_tokens=256",
+        "expert_chunk_tokens=512", "gpu_experts=4", "experts_wt_policy=on_demand"}) {
     EXPECT_EQ(configFingerprint(parse(kQwen3LoraSft, {same})), fp) << same;
   }
 }

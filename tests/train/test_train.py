@@ -183,6 +183,19 @@ def test_sigkill_mid_run_then_rerun_gives_the_same_adapter(demo, tmp_path):
     assert losses(straight) == pytest.approx(losses(killed), abs=1e-6)
 
 
+def test_a_rerun_with_only_memory_settings_changed_resumes_instead_of_refusing(demo, tmp_path):
+    # What a user changes after a run stopped out of memory: where and in what pieces the same math
+    # runs. The output dir is still this run's, so it resumes from its last checkpoint.
+    base = ["model_name_or_path=" + str(demo["model"]), "dataset_dir=" + str(DEMO_DATA),
+            "output_dir=" + str(tmp_path / "out"), "max_steps=2", "save_steps=1", "overwrite_output_dir=false"]
+    first = run(["train", DEMO_PRESET, *base], demo["home"])
+    assert first.returncode == 0, first.stderr[-2000:]
+    result = run(["train", DEMO_PRESET, *base, "disable_gradient_checkpointing=false", "loss_chunk_tokens=64",
+                  "expert_chunk_tokens=32", "device=cpu", "experts_mode=cpu"], demo["home"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "resuming from" in result.stdout and "checkpoint-1" in result.stdout, result.stdout[-2000:]
+
+
 def snapshot(directory):
     """Every file under `directory` with its hash: to prove nothing was written."""
     return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
