@@ -1,5 +1,7 @@
 #include "engine/experts/expert_forward_cache.h"
 
+#include <cstring>
+
 namespace tandem::experts {
 
 namespace {
@@ -13,6 +15,10 @@ void ExpertForwardCache::release() {
   // swap-with-empty frees the vectors (clear() would keep the capacity) and gives the block back.
   ExpertForwardCache empty;
   std::swap(*this, empty);
+}
+
+bool ExpertForwardCache::cachedInputIs(const void* x, size_t x_bytes) const {
+  return state_ == State::Cached && x_bytes == x_bytes_ && (x_bytes == 0 || std::memcmp(x, x_, x_bytes) == 0);
 }
 
 void ExpertForwardCache::chargeLedger() {

@@ -37,6 +37,9 @@ class ExpertForwardCache {
   State state() const { return state_; }
   uint64_t bytes() const { return charge_.bytes() + block_.bytes(); }
   void release();  // frees everything, back to Empty
+  // Cached from a forward whose input x was exactly these bytes: what a recomputation checks
+  // before it reuses this cache instead of running the experts again (gpu::KeptExpertForward).
+  bool cachedInputIs(const void* x, size_t x_bytes) const;
 
  private:
   friend class ExpertLayer;
@@ -58,6 +61,7 @@ class ExpertForwardCache {
   // gradients; nullptr when LoRA targets nothing.
   float* lora_z_ = nullptr;
   unsigned char* x_ = nullptr;  // [T, H] the forward input, in its own activation type
+  size_t x_bytes_ = 0;
   MemoryCharge charge_;
 };
 

@@ -515,6 +515,7 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
     cache->up_ = cache->gate_ + n_pairs * I;
     cache->lora_z_ = zw > 0 ? cache->up_ + n_pairs * I : nullptr;
     cache->x_ = cache->block_.as<unsigned char>() + f32_bytes;
+    cache->x_bytes_ = x_bytes;
     use_f32_block(cache->gate_);
   }
   const std::vector<ExpertTask> tasks = cutIntoTasks(routing, row_block_);

@@ -156,7 +156,7 @@ KeptExpertForward::KeptExpertForward(KeptExpertForward&&) noexcept = default;
 KeptExpertForward& KeptExpertForward::operator=(KeptExpertForward&&) noexcept = default;
 
 void KeptExpertForward::clear() {
-  x = ids = weights = y = at::Tensor();
+  ids = weights = y = at::Tensor();
   cache.reset();
 }
 
@@ -194,7 +194,8 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
   const bool keeping = keep && !needs_graph;
   std::unique_ptr<experts::ExpertForwardCache> cache;
   at::Tensor y_cpu;
-  const bool reuse = keep && needs_graph && keep->cache && sameBytes(keep->x, x_cpu) &&
+  const bool reuse = keep && needs_graph && keep->cache &&
+                     keep->cache->cachedInputIs(x_cpu.data_ptr(), x_cpu.nbytes()) &&
                      sameBytes(keep->ids, ids_cpu) && sameBytes(keep->weights, weights_cpu);
   if (reuse) {
     cache = std::move(keep->cache);
@@ -213,7 +214,6 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
                   cache.get());
   }
   if (keeping) {
-    keep->x = x_cpu;
     keep->ids = ids_cpu;
     keep->weights = weights_cpu;
     keep->y = y_cpu;

@@ -37,8 +37,9 @@ struct KeptExpertForward {
   KeptExpertForward(KeptExpertForward&&) noexcept;
   KeptExpertForward& operator=(KeptExpertForward&&) noexcept;
 
-  // CPU, R rows: every token, or the CPU's (CpuTokens) when resident experts take part.
-  at::Tensor x, ids, weights, y;  // hidden [R, H], ids [R, k] int32, weights [R, k] f32, y [R, H]
+  // CPU, R rows: every token, or the CPU's (CpuTokens) when resident experts take part. The
+  // hidden states are not kept here: the cache holds its own copy and compares against it.
+  at::Tensor ids, weights, y;  // ids [R, k] int32, weights [R, k] f32, y [R, H]
   std::unique_ptr<experts::ExpertForwardCache> cache;
   void clear();
 };

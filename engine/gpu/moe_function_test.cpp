@@ -12,6 +12,7 @@
 
 #include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
+#include "engine/experts/expert_layer.h"
 #include "engine/experts/expert_routing.h"
 #include "engine/gpu/causal_lm.h"
 #include "engine/gpu/moe_block.h"
@@ -102,6 +103,45 @@ TEST(KeptExpertForward, SameGradientsWithoutRecomputingTheExperts) {
     EXPECT_TRUE(nonzero) << name << ": a gradient that is all zeros tests nothing";
   }
   EXPECT_GT(kept.expert_cache_peak, recomputed.expert_cache_peak);
+}
+
+// The checkpointed pass's kept forward is reused only when the recomputation's hidden states
+// and routing are bitwise the kept ones (the cache compares its own copy of x); any other input
+// runs the experts again, with the numbers of a forward that never kept anything.
+TEST(KeptExpertForward, ReusedOnlyForTheSameInputs) {
+  constexpr int64_t E = 4, H = 8, I = 6, T = 5;
+  at::manual_seed(11);
+  const at::Tensor gate = at::randn({E, I, H}), up = at::randn({E, I, H}), down = at::randn({E, H, I});
+  experts::ExpertWeightViews views;
+  views.type = experts::WeightType::F32;
+  for (int64_t e = 0; e < E; ++e) {
+    views.gate.push_back(gate[e].data_ptr<float>());
+    views.up.push_back(up[e].data_ptr<float>());
+    views.down.push_back(down[e].data_ptr<float>());
+  }
+  auto layer = experts::ExpertLayer::create({E, H, I}, views, {}, "generic", ThreadPool::global());
+  const at::Tensor ids = at::tensor(std::vector<int64_t>{0, 1, 2, 3, 1, 2, 3, 0, 2, 1}, at::kLong).view({T, 2});
+  const at::Tensor weights = at::full({T, 2}, 0.5f);
+  const at::Tensor kept_x = at::randn({T, H});
+  auto recomputed = [&](const at::Tensor& x, KeptExpertForward* keep) {
+    const at::Tensor hidden = x.clone().requires_grad_(true);
+    const at::Tensor y = routedExperts(*layer, hidden, ids, weights, at::Tensor(), {}, keep);
+    y.sum().backward();
+    return std::make_pair(values(y), values(hidden.grad()));
+  };
+  for (const bool same : {false, true}) {
+    SCOPED_TRACE(same ? "same inputs" : "other hidden states");
+    KeptExpertForward keep;
+    {
+      at::NoGradGuard no_grad;  // the checkpointed pass
+      routedExperts(*layer, kept_x, ids, weights, at::Tensor(), {}, &keep);
+    }
+    const at::Tensor x = same ? kept_x : kept_x + 0.25f;
+    const int64_t before = reusedExpertForwards();
+    const auto got = recomputed(x, &keep);
+    EXPECT_EQ(reusedExpertForwards() - before, same ? 1 : 0);
+    EXPECT_EQ(got, recomputed(x, nullptr));
+  }
 }
 
 // Resident experts (torch ops on the layer's device, here the CPU device) computing some pairs
