@@ -12,6 +12,7 @@ at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
   const at::Tensor tokens = x.reshape({-1, x.size(-1)});
   const Router::Choice choice = router.route(tokens);
   if (route_observer) route_observer(choice.ids);
+  pairs.routed += choice.ids.numel();
   at::Tensor shared_out;
   auto run_shared = [&] {
     if (!shared.defined()) return;
@@ -34,6 +35,7 @@ at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
       experts->releaseExperts(resident->experts());  // the CPU engine packs the others only
     }
     ResidentExperts::Split split = resident->split(ids);
+    pairs.resident += ids.numel() - split.cpu_pairs;
     if (split.cpu_pairs == 0) {
       // Every pair is resident: nothing goes to the host and the CPU engine is not called.
       y = torchExperts(resident->call(experts->lora(), split), tokens, choice.weights, lora_anchor);

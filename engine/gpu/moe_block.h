@@ -42,6 +42,12 @@ struct MoeBlock {
   // Sees every forward's routing, ids [tokens, top_k] on the block's device (the e2e bench's
   // routing statistics); empty: nobody asks.
   std::function<void(const at::Tensor& ids)> route_observer;
+  // (token, slot) pairs of every call so far, and how many the resident experts computed: the
+  // share of the routed work they take from the CPU engine (the run tells the user after step 1).
+  struct PairCounts {
+    int64_t routed = 0, resident = 0;
+  };
+  mutable PairCounts pairs;
 
   // x [B, S, hidden] -> [B, S, hidden]
   at::Tensor forward(const at::Tensor& x, bool training) const;

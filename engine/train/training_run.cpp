@@ -25,6 +25,7 @@
 #include "engine/store/run_store.h"
 #include "engine/train/chat_template.h"
 #include "engine/train/dataset.h"
+#include "engine/train/model_report.h"
 #include "engine/train/supervised_encoder.h"
 #include "engine/train/tokenized_cache.h"
 #include "engine/train/tokenizer_encoder.h"
@@ -189,6 +190,28 @@ class StoreListener : public TrainListener {
   int64_t run_;
 };
 
+// Says, before the run's first step is reported, how much of the routed work resident experts
+// took in it (model_report.h); then passes everything through.
+class FirstStepNote : public TrainListener {
+ public:
+  FirstStepNote(TrainListener& inner, gpu::CausalLm& model) : inner_(inner), model_(model) {}
+  void onStep(const StepEvent& e) override {
+    if (!said_) {
+      said_ = true;
+      const std::string share = residentExpertsShare(model_);
+      if (!share.empty()) inner_.onMessage(share);
+    }
+    inner_.onStep(e);
+  }
+  void onCheckpoint(int64_t step, const fs::path& dir) override { inner_.onCheckpoint(step, dir); }
+  void onMessage(const std::string& message) override { inner_.onMessage(message); }
+
+ private:
+  TrainListener& inner_;
+  gpu::CausalLm& model_;
+  bool said_ = false;
+};
+
 // The planner's verdict on this machine, before anything is loaded: a run that cannot fit is
 // refused with the planner's advice instead of dying at step 0 (or hour 3).
 placement::MemoryPlan refuseWhenItCannotFit(const TrainConfig& config, const io::ModelConfig& model_config) {
@@ -238,24 +261,6 @@ experts::WtPolicy wtPolicy(const TrainConfig& config, const placement::MemoryPla
     return plan.transposed_weights == "pool" ? experts::WtPolicy::Background : experts::WtPolicy::Persistent;
   }
   return experts::parseWtPolicy(config.experts_wt_policy);
-}
-
-// "routed experts: amx_int8, int8 packs, W^T on_demand (fp8 checkpoint)": what the planner and
-// the expert engine chose, for the user to see.
-std::string expertsSummary(gpu::CausalLm& model) {
-  std::string summary;
-  model.visitMoeBlocks([&](const std::string&, gpu::MoeBlock& block) {
-    if (!summary.empty() || !block.experts) return;
-    const experts::ExpertLayer& e = *block.experts;
-    summary = "routed experts: " + (block.offload ? std::string("gpu-offload") : e.backendName()) + ", " +
-              std::string(experts::weightFormatName(e.weightFormat())) + " packs, W^T " +
-              std::string(experts::wtPolicyName(e.wtPolicy()));
-    if (block.resident_count > 0) {
-      summary += ", " + std::to_string(block.resident_count) + " per layer resident on the GPU";
-    }
-    if (model.config().quantization) summary += " (" + model.config().quantization->quant_method + " checkpoint)";
-  });
-  return summary.empty() ? "no routed experts (dense model)" : summary;
 }
 
 }  // namespace
@@ -385,8 +390,9 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
     store->setStatus(outcome.run_id, store::RunStatus::Running);
   }
   StoreListener recorder(listener, store, outcome.run_id);
+  FirstStepNote note(recorder, *model);
   try {
-    outcome.result = trainer.run(stop, cancel, recorder);
+    outcome.result = trainer.run(stop, cancel, note);
     if (outcome.result.outcome == TrainOutcome::Completed) trainer.saveFinal(recorder);
   } catch (const std::exception& e) {
     if (store) store->setStatus(outcome.run_id, store::RunStatus::Failed, e.what());

@@ -1,0 +1,42 @@
+#include "engine/train/model_report.h"
+
+#include <cstdio>
+
+#include "engine/experts/expert_layer.h"
+#include "engine/gpu/causal_lm.h"
+
+namespace tandem::train {
+
+std::string expertsSummary(gpu::CausalLm& model) {
+  std::string summary;
+  model.visitMoeBlocks([&](const std::string&, gpu::MoeBlock& block) {
+    if (!summary.empty() || !block.experts) return;
+    const experts::ExpertLayer& e = *block.experts;
+    summary = "routed experts: " + (block.offload ? std::string("gpu-offload") : e.backendName()) + ", " +
+              std::string(experts::weightFormatName(e.weightFormat())) + " packs, W^T " +
+              std::string(experts::wtPolicyName(e.wtPolicy()));
+    if (block.resident_count > 0) {
+      summary += ", " + std::to_string(block.resident_count) + " per layer resident on the GPU";
+    }
+    if (model.config().quantization) summary += " (" + model.config().quantization->quant_method + " checkpoint)";
+  });
+  return summary.empty() ? "no routed experts (dense model)" : summary;
+}
+
+std::string residentExpertsShare(gpu::CausalLm& model) {
+  bool resident = false;
+  int64_t routed_pairs = 0, resident_pairs = 0;
+  model.visitMoeBlocks([&](const std::string&, gpu::MoeBlock& block) {
+    resident = resident || block.resident_count > 0;
+    routed_pairs += block.pairs.routed;
+    resident_pairs += block.pairs.resident;
+  });
+  if (!resident || routed_pairs == 0) return {};
+  const double share = 100.0 * static_cast<double>(resident_pairs) / static_cast<double>(routed_pairs);
+  char text[128];
+  std::snprintf(text, sizeof text, "resident experts took %.1f %% of the routed pairs so far; the CPU engine computed %.1f %%",
+                share, 100.0 - share);
+  return text;
+}
+
+}  // namespace tandem::train

@@ -1,0 +1,72 @@
+#include "engine/train/model_report.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "engine/core/thread_pool.h"
+#include "engine/gpu/causal_lm.h"
+#include "engine/io/model_config.h"
+
+namespace tandem::train {
+namespace {
+
+// The share of routed pairs the resident experts took, counted by the MoE blocks, against the
+// routing itself (every layer's ids and its resident set); nothing to say without resident experts.
+TEST(ModelReport, ResidentExpertsShareOfTheRoutedPairs) {
+  const io::ModelConfig config = io::parseModelConfig(R"({"architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe", "hidden_size": 32, "intermediate_size": 64, "moe_intermediate_size": 16,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+    "num_experts": 6, "num_experts_per_tok": 2, "norm_topk_prob": true, "decoder_sparse_step": 1,
+    "mlp_only_layers": [], "vocab_size": 64, "max_position_embeddings": 128, "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0, "tie_word_embeddings": false, "dtype": "float32"})", "test config");
+  const at::Tensor ids = at::arange(24, at::kLong).remainder(config.vocab_size).view({2, 12});
+
+  auto plain = gpu::CausalLm::random(config, {}, nullptr, /*seed=*/5, ThreadPool::global());
+  EXPECT_EQ(expertsSummary(*plain).find("resident"), std::string::npos) << expertsSummary(*plain);
+  {
+    at::NoGradGuard no_grad;
+    plain->forwardHidden(ids, false);
+  }
+  EXPECT_EQ(residentExpertsShare(*plain), "");
+
+  gpu::ModelOptions options;
+  options.gpu_experts.assign(2, 4);
+  auto model = gpu::CausalLm::random(config, options, nullptr, /*seed=*/5, ThreadPool::global());
+  EXPECT_NE(expertsSummary(*model).find("4 per layer resident"), std::string::npos) << expertsSummary(*model);
+  EXPECT_EQ(residentExpertsShare(*model), "");  // no call yet
+  std::vector<at::Tensor> routed;
+  model->visitMoeBlocks([&](const std::string&, gpu::MoeBlock& block) {
+    block.route_observer = [&](const at::Tensor& layer_ids) { routed.push_back(layer_ids.to(at::kCPU, at::kLong)); };
+  });
+  {
+    at::NoGradGuard no_grad;
+    model->forwardHidden(ids, false);
+  }
+  ASSERT_EQ(routed.size(), 2u);
+  int64_t pairs = 0, on_resident = 0, layer = 0;
+  model->visitMoeBlocks([&](const std::string&, gpu::MoeBlock& block) {
+    ASSERT_TRUE(block.resident);
+    const std::vector<int64_t>& set = block.resident->experts();
+    const at::Tensor& layer_ids = routed[static_cast<size_t>(layer++)];
+    for (int64_t i = 0; i < layer_ids.numel(); ++i) {
+      on_resident += std::count(set.begin(), set.end(), layer_ids.data_ptr<int64_t>()[i]);
+    }
+    pairs += layer_ids.numel();
+  });
+  ASSERT_GT(on_resident, 0);
+  ASSERT_LT(on_resident, pairs);  // the CPU engine had some: both parts of the sentence mean something
+  const double share = 100.0 * static_cast<double>(on_resident) / static_cast<double>(pairs);
+  char want[128];
+  std::snprintf(want, sizeof want, "resident experts took %.1f %% of the routed pairs so far; the CPU engine computed %.1f %%",
+                share, 100.0 - share);
+  EXPECT_EQ(residentExpertsShare(*model), want);
+}
+
+}  // namespace
+}  // namespace tandem::train
