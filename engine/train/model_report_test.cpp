@@ -12,6 +12,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/gpu/causal_lm.h"
 #include "engine/io/model_config.h"
+#include "engine/train/tiny_moe_test_util.h"
 
 namespace tandem::train {
 namespace {
@@ -19,12 +20,7 @@ namespace {
 // The share of routed pairs the resident experts took, counted by the MoE blocks, against the
 // routing itself (every layer's ids and its resident set); nothing to say without resident experts.
 TEST(ModelReport, ResidentExpertsShareOfTheRoutedPairs) {
-  const io::ModelConfig config = io::parseModelConfig(R"({"architectures": ["Qwen3MoeForCausalLM"],
-    "model_type": "qwen3_moe", "hidden_size": 32, "intermediate_size": 64, "moe_intermediate_size": 16,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
-    "num_experts": 6, "num_experts_per_tok": 2, "norm_topk_prob": true, "decoder_sparse_step": 1,
-    "mlp_only_layers": [], "vocab_size": 64, "max_position_embeddings": 128, "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0, "tie_word_embeddings": false, "dtype": "float32"})", "test config");
+  const io::ModelConfig config = testing::tinyQwen3MoeConfig(6);
   const at::Tensor ids = at::arange(24, at::kLong).remainder(config.vocab_size).view({2, 12});
 
   auto plain = gpu::CausalLm::random(config, {}, nullptr, /*seed=*/5, ThreadPool::global());

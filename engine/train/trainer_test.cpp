@@ -16,6 +16,7 @@
 #include "engine/gpu/causal_lm.h"
 #include "engine/gpu/failing_cpu_allocator_test_util.h"
 #include "engine/io/model_config.h"
+#include "engine/train/tiny_moe_test_util.h"
 #include "engine/model/lora_target.h"
 
 namespace tandem::train {
@@ -41,12 +42,7 @@ TEST(Trainer, RemainingTimeLeavesTheFirstStepOut) {
 }
 
 TEST(Trainer, OutOfMemorySavesTheLastStepAndSaysWhatToChange) {
-  const io::ModelConfig config = io::parseModelConfig(R"({"architectures": ["Qwen3MoeForCausalLM"],
-    "model_type": "qwen3_moe", "hidden_size": 32, "intermediate_size": 64, "moe_intermediate_size": 16,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
-    "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": true, "decoder_sparse_step": 1,
-    "mlp_only_layers": [], "vocab_size": 64, "max_position_embeddings": 128, "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0, "tie_word_embeddings": false, "dtype": "float32"})", "test config");
+  const io::ModelConfig config = testing::tinyQwen3MoeConfig(4);
   const gpu::LoraPlan plan = gpu::loraPlanFromTarget(model::LoraTarget::parse("all"), {4, 8.0, false, 0.0});
   auto model = gpu::CausalLm::random(config, {}, &plan, /*seed=*/5, ThreadPool::global());
   std::vector<EncodedSample> samples(4);
