@@ -158,6 +158,7 @@ KeptExpertForward& KeptExpertForward::operator=(KeptExpertForward&&) noexcept = 
 void KeptExpertForward::clear() {
   ids = weights = y = at::Tensor();
   cache.reset();
+  y_charge = MemoryCharge();
 }
 
 int64_t reusedExpertForwards() { return reused_forwards.load(); }
@@ -217,6 +218,7 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
     keep->ids = ids_cpu;
     keep->weights = weights_cpu;
     keep->y = y_cpu;
+    keep->y_charge = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Activations, y_cpu.nbytes());
     keep->cache = std::move(cache);
   }
   at::Tensor y;

@@ -17,6 +17,8 @@
 #include <functional>
 #include <memory>
 
+#include "engine/core/memory_ledger.h"
+
 namespace tandem::experts {
 class ExpertForwardCache;
 class ExpertLayer;
@@ -40,7 +42,8 @@ struct KeptExpertForward {
   // CPU, R rows: every token, or the CPU's (CpuTokens) when resident experts take part. The
   // hidden states are not kept here: the cache holds its own copy and compares against it.
   at::Tensor ids, weights, y;  // ids [R, k] int32, weights [R, k] f32, y [R, H]
-  std::unique_ptr<experts::ExpertForwardCache> cache;
+  std::unique_ptr<experts::ExpertForwardCache> cache;  // charges itself to the ledger
+  MemoryCharge y_charge;                               // y: ("cpu", Activations)
   void clear();
 };
 

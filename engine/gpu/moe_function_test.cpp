@@ -132,10 +132,15 @@ TEST(KeptExpertForward, ReusedOnlyForTheSameInputs) {
   for (const bool same : {false, true}) {
     SCOPED_TRACE(same ? "same inputs" : "other hidden states");
     KeptExpertForward keep;
+    const uint64_t held_before = MemoryLedger::global().usage("cpu").current(MemoryCategory::Activations);
     {
       at::NoGradGuard no_grad;  // the checkpointed pass
       routedExperts(*layer, kept_x, ids, weights, at::Tensor(), {}, &keep);
     }
+    // What is kept is charged: the cache (x among it) and the output, nothing twice.
+    ASSERT_TRUE(keep.cache);
+    EXPECT_EQ(MemoryLedger::global().usage("cpu").current(MemoryCategory::Activations) - held_before,
+              keep.cache->bytes() + static_cast<uint64_t>(T * H) * sizeof(float));
     const at::Tensor x = same ? kept_x : kept_x + 0.25f;
     const int64_t before = reusedExpertForwards();
     const auto got = recomputed(x, &keep);

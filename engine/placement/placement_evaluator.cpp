@@ -148,6 +148,11 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
     charge(books, compute, PlanCategory::ExpertCache, "expert forward cache",
            memory::expertForwardCacheBytes(m_, tokens_, act_bytes_, targeted > 0 ? req_.lora_rank : 0, split));
   }
+  if (req_.training && req_.gradient_checkpointing && keep_ && !offload) {
+    // The kept forward's output too, which the recomputation hands on instead of computing it.
+    charge(books, compute, PlanCategory::ExpertCache, "kept expert output",
+           static_cast<uint64_t>(tokens_ * m_.hidden_size * act_bytes_));
+  }
   if (first) {
     charge(books, compute, PlanCategory::Activations, "expert scratch",
            memory::expertScratchBytes(m_, tokens_, req_.training ? req_.lora_rank : 0, req_.training ? targeted : 0,
