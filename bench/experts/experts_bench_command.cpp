@@ -151,14 +151,7 @@ void runExpertsBench(ExpertsBenchArgs args) {
   if (args.repeats <= 0) args.repeats = args.quick ? 1 : 3;
   const int threads = args.threads > 0 ? args.threads
                                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (const auto& name : args.shapes) {  // validate up front
-    const int64_t experts = experts::benchShape(name).num_experts;
-    if (args.resident < 0 || args.resident >= experts) {
-      throw Error("bench: --resident " + std::to_string(args.resident) + " for " + name + "'s " +
-                      std::to_string(experts) + " experts per layer",
-                  "give 0 (every expert on the CPU) up to " + std::to_string(experts - 1));
-    }
-  }
+  for (const auto& name : args.shapes) experts::checkBenchResident(experts::benchShape(name), args.resident);  // up front
   for (const auto& name : args.routings) experts::parseBenchRouting(name);
   for (const int64_t t : args.tokens) {
     if (t <= 0) throw Error("bench: --tokens must be positive, got " + std::to_string(t));

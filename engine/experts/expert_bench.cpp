@@ -196,13 +196,17 @@ void leaveResidentExpertsOut(BenchProblem& p, int64_t resident) {
 
 }  // namespace
 
-BenchProblem makeBenchProblem(const BenchShape& shape, int64_t tokens, BenchRouting routing,
-                              uint64_t seed, ThreadPool& pool, int64_t resident) {
+void checkBenchResident(const BenchShape& shape, int64_t resident) {
   if (resident < 0 || resident >= shape.num_experts) {
-    throw Error("bench: --resident " + std::to_string(resident) + " for a layer of " +
-                    std::to_string(shape.num_experts) + " experts",
+    throw Error("bench: --resident " + std::to_string(resident) + " for " + shape.name + "'s " +
+                    std::to_string(shape.num_experts) + " experts per layer",
                 "give 0 (every expert on the CPU) up to " + std::to_string(shape.num_experts - 1));
   }
+}
+
+BenchProblem makeBenchProblem(const BenchShape& shape, int64_t tokens, BenchRouting routing,
+                              uint64_t seed, ThreadPool& pool, int64_t resident) {
+  checkBenchResident(shape, resident);
   BenchProblem p;
   p.shape = shape;
   p.tokens = tokens;

@@ -53,6 +53,8 @@ struct BenchProblem {
 // engine (gpu/moe_function.h, CpuTokens): their slots masked, only the tokens with a pair left.
 BenchProblem makeBenchProblem(const BenchShape& shape, int64_t tokens, BenchRouting routing,
                               uint64_t seed, ThreadPool& pool, int64_t resident = 0);
+// Throws Error unless 0 <= resident < the shape's experts (what makeBenchProblem accepts).
+void checkBenchResident(const BenchShape& shape, int64_t resident);
 void addFp8Weights(BenchProblem& problem, ThreadPool& pool);  // fills gate8 ... down8_scale
 
 struct BenchTiming {
