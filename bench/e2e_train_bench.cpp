@@ -179,6 +179,7 @@ std::vector<int64_t> gpuExperts(const Options& o, const tandem::io::ModelConfig&
   request.lora_target = {o.lora_target};  // the planner joins and parses the comma list
   request.cutoff_len = o.tokens;
   request.gradient_checkpointing = o.gradient_checkpointing;
+  if (o.experts_format != "auto") request.expert_weight_format = o.experts_format;
   const tandem::placement::MemoryPlan plan = tandem::placement::planMemory(request, hw);
   const tandem::placement::RuntimePlacement runtime = tandem::placement::toRuntimePlacement(plan.placement);
   std::vector<int64_t> counts(layers, 0);
@@ -314,7 +315,8 @@ int main(int argc, char** argv) {
                "with checkpointing: keep the CPU experts' forward for the backward (what training does when RAM allows)");
   app.add_option("--trace", o.trace, "after the timed steps, profile one more and write its Chrome trace here");
   app.add_option("--torch-threads", o.torch_threads, "libtorch intra-op threads");
-  app.add_option("--experts-format", o.experts_format, "CPU experts' packs: auto, bf16, int8")
+  app.add_option("--experts-format", o.experts_format,
+                 "the routed experts' weights: auto, bf16, int8 (the CPU engine's packs, resident and offloaded copies)")
       ->check(CLI::IsMember({"auto", "bf16", "int8"}));
   app.add_option("--experts-wt-policy", o.experts_wt_policy, "CPU experts' Wᵀ packs: persistent, on_demand, background")
       ->check(CLI::IsMember({"persistent", "on_demand", "background"}));

@@ -79,8 +79,9 @@ def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0", trace
         cmd += ["--layers", str(args.layers)]
     if trace:
         cmd += ["--trace", str(trace)]
+    cmd += ["--experts-format", args.experts_format]
     if experts == "cpu":
-        cmd += ["--experts-format", args.experts_format, "--experts-wt-policy", args.experts_wt_policy]
+        cmd += ["--experts-wt-policy", args.experts_wt_policy]
     if args.gradient_checkpointing:
         cmd += ["--gradient-checkpointing"]
         if experts == "cpu" and not args.recompute_experts:
@@ -176,7 +177,8 @@ def main():
     parser.add_argument("--recompute-experts", action="store_true",
                         help="with checkpointing, recompute the CPU experts too instead of keeping their forward")
     parser.add_argument("--experts-format", default="auto", choices=["auto", "bf16", "int8"],
-                        help="co-computation: what the CPU expert engine packs the frozen experts to")
+                        help="the frozen routed experts' weights in every Tandem set-up: int8 is the CPU engine's "
+                             "per-row int8, also held by the resident experts and streamed by offload mode")
     parser.add_argument("--experts-wt-policy", default="persistent", choices=["persistent", "on_demand", "background"],
                         help="co-computation: when the CPU engine builds the experts' transposed packs for backward")
     parser.add_argument("--embedding-std", type=float, default=0.0,

@@ -60,6 +60,8 @@ struct ModelOptions {
   // What the CPU expert engine packs the frozen experts to (ExpertLayerOptions::format): "auto"
   // (int8 for amx_int8, else bf16), "bf16", "int8", or "fp8": the checkpoint's own fp8 experts
   // (an Error when they are not), read as stored and dequantised into bf16 packs, as auto does.
+  // int8 also holds the resident experts and offload mode's copies in the same int8
+  // (stored_expert_weights.h); the others keep those in the model dtype.
   std::string experts_format = "auto";
   experts::WtPolicy experts_wt_policy = experts::WtPolicy::Persistent;
   // Per decoder layer (empty or short: -1): ExpertLayerOptions::numa_node, K for a placement's

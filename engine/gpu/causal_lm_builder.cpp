@@ -283,10 +283,11 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
   // Offload mode computes on the GPU: the CPU layer only holds the expert LoRA (no packs).
   options.lora_only = m_.options_.experts == ExpertsMode::GpuOffload;
   options.defer_packs = block->resident_count > 0;  // the first call knows which experts are the CPU's
+  block->resident_format = options.format;
   const std::vector<int>& numa_node = m_.options_.experts_numa_node;
   if (static_cast<size_t>(i) < numa_node.size()) options.numa_node = numa_node[static_cast<size_t>(i)];
   if (m_.options_.experts == ExpertsMode::GpuOffload) {
-    block->offload = std::make_unique<ExpertOffload>(spec, views, w_.dtype(),
+    block->offload = std::make_unique<ExpertOffload>(spec, views, w_.dtype(), options.format,
                                                      m_.options_.layerDevice(static_cast<size_t>(i)));
   } else if (views.type == experts::WeightType::FP8_E4M3) {
     // The mapped fp8 bytes and the f32 block scales copied beside them.

@@ -3,7 +3,8 @@
 // ZeRO-Offload paradigm applied to the routed experts. Their frozen weights stay in host memory
 // (pinned when the layer is on a GPU) and are copied to the layer's device for every use, once in
 // forward and once more in backward, then computed there with torch ops; nothing of them stays on
-// the device after the layer ran.
+// the device after the layer ran. experts_format int8 keeps and streams them as the CPU engine's
+// int8 (stored_expert_weights.h): half the bytes over PCIe, dequantised on the device.
 //
 // The expert LoRA stays in the ExpertLayer's fp32 host buffers (ExpertLora) in both modes: A and B
 // travel to the device with the weights, their gradients come back and accumulate there. So the
@@ -19,6 +20,7 @@
 #include "engine/core/memory_ledger.h"
 #include "engine/experts/expert_lora.h"
 #include "engine/experts/expert_types.h"
+#include "engine/gpu/stored_expert_weights.h"
 #include "engine/gpu/torch_experts.h"
 
 namespace tandem::gpu {
@@ -26,10 +28,10 @@ namespace tandem::gpu {
 class ExpertOffload {
  public:
   // Copies the experts' weights (views in `dtype`, as the CPU engine reads them, or FP8_E4M3
-  // views with their block scales, dequantised to `dtype`) into host memory: gate, up [E, I, H]
-  // and down [E, H, I]; pinned when `device` is a GPU.
+  // views with their block scales, dequantised to `dtype`) into host memory in `format`: gate, up
+  // [E, I, H] and down [E, H, I]; pinned when `device` is a GPU.
   ExpertOffload(const experts::ExpertLayerSpec& spec, const experts::ExpertWeightViews& weights,
-                at::ScalarType dtype, at::Device device);
+                at::ScalarType dtype, experts::WeightFormat format, at::Device device);
 
   // hidden [T, H] model dtype on the layer's device; topk_ids [T, k] int64; topk_weights [T, k]
   // fp32; lora_anchor as routedExperts (moe_function.h). -> [T, H] model dtype on that device.
@@ -41,11 +43,12 @@ class ExpertOffload {
   at::Device device() const { return device_; }
   uint64_t hostBytes() const { return charge_.bytes(); }
 
-  // The weights on the device, copied from host memory (asynchronously from pinned memory).
+  // The weights on the device in the model dtype, copied from host memory (asynchronously from
+  // pinned memory).
   TorchExpertWeights stream() const;
 
  private:
-  TorchExpertWeights host_;  // model dtype
+  StoredExpertWeights host_;
   at::Device device_;
   MemoryCharge charge_;
 };

@@ -31,7 +31,7 @@ at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
       resident = std::make_unique<ResidentExperts>(
           experts->spec(), resident_source,
           ResidentExperts::mostRouted(ids, experts->spec().num_experts, resident_count),
-          tokens.scalar_type(), tokens.device());
+          tokens.scalar_type(), resident_format, tokens.device());
       experts->releaseExperts(resident->experts());  // the CPU engine packs the others only
     }
     ResidentExperts::Split split = resident->split(ids);

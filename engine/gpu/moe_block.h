@@ -30,9 +30,11 @@ struct MoeBlock {
   std::unique_ptr<ExpertOffload> offload;         // offload mode only
   std::vector<at::Tensor> expert_weight_owners;  // CPU tensors the expert views point into
   // ModelOptions::gpu_experts: experts made resident on the layer's device at the first call,
-  // from its routing, copied from resident_source (views as the CPU engine's).
+  // from its routing, copied from resident_source (views as the CPU engine's) and kept in
+  // resident_format (the CPU engine's: experts_format).
   int64_t resident_count = 0;
   experts::ExpertWeightViews resident_source;
+  experts::WeightFormat resident_format = experts::WeightFormat::Bf16;
   mutable std::unique_ptr<ResidentExperts> resident;
   GatedMlp shared;                               // undefined when the model has none
   LoraLinear shared_gate;                        // qwen2_moe: [1, hidden]

@@ -44,9 +44,12 @@ std::vector<float> values(const at::Tensor& t) {
   return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
 }
 
-Step trainStep(bool keep, int64_t gpu_experts = 0, bool checkpointing = true) {
+Step trainStep(bool keep, int64_t gpu_experts = 0, bool checkpointing = true,
+               const std::string& experts_format = "auto", ExpertsMode experts = ExpertsMode::Cpu) {
   const io::ModelConfig config = io::parseModelConfig(kConfig, "test config");
   ModelOptions options;
+  options.experts = experts;
+  options.experts_format = experts_format;
   options.gradient_checkpointing = checkpointing;
   options.keep_expert_forward = keep;
   options.gpu_experts.assign(2, gpu_experts);
@@ -183,6 +186,35 @@ TEST(ResidentExperts, SameNumbersAsTheCpuEngine) {
       EXPECT_LE(worst, 1e-4f * scale + 1e-9f) << name;
     }
   }
+}
+
+float worstRelativeError(const Step& got, const Step& want) {
+  EXPECT_EQ(got.grads.size(), want.grads.size());
+  float worst = std::abs(got.loss - want.loss) / std::abs(want.loss);
+  for (const auto& [name, w] : want.grads) {
+    const std::vector<float>& g = got.grads.at(name);
+    EXPECT_EQ(g.size(), w.size()) << name;
+    float scale = 1e-30f, diff = 0;
+    for (size_t i = 0; i < w.size() && i < g.size(); ++i) {
+      scale = std::max(scale, std::abs(w[i]));
+      diff = std::max(diff, std::abs(g[i] - w[i]));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
+}
+
+// experts_format int8: the resident experts and offload mode's streamed copies are the CPU
+// engine's int8 weights (same quantisation, dequantised on the device), so both give the
+// all-engine int8 loss and gradients, which differ from the unquantised ones by far more: a path
+// that kept its experts unquantised, or quantised them otherwise, would fail.
+TEST(StoredExpertWeights, Int8ExpertsOnTheDeviceMultiplyTheEnginesInt8Weights) {
+  const Step engine = trainStep(false, 0, false, "int8");
+  EXPECT_GT(worstRelativeError(trainStep(false, 0, false, "bf16"), engine), 1e-3f);
+  EXPECT_LE(worstRelativeError(trainStep(false, 2, false, "int8"), engine), 1e-4f) << "2 resident";
+  EXPECT_LE(worstRelativeError(trainStep(true, 6, true, "int8"), engine), 1e-4f) << "all resident, kept forward";
+  EXPECT_LE(worstRelativeError(trainStep(false, 0, true, "int8", ExpertsMode::GpuOffload), engine), 1e-4f)
+      << "offload";
 }
 
 // Only the tokens with a pair for the CPU engine cross to the host; the engine's rows go back to

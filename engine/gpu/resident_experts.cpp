@@ -14,13 +14,13 @@ namespace tandem::gpu {
 ResidentExperts::ResidentExperts(const experts::ExpertLayerSpec& spec,
                                  const experts::ExpertWeightViews& views,
                                  std::vector<int64_t> experts, at::ScalarType dtype,
-                                 at::Device device)
-    : experts_(std::move(experts)), local_of_(static_cast<size_t>(spec.num_experts), -1) {
+                                 experts::WeightFormat format, at::Device device)
+    : experts_(std::move(experts)), local_of_(static_cast<size_t>(spec.num_experts), -1), device_(device) {
   // Normal tensors even when the first call is a chat's (inference mode): training may follow.
   c10::InferenceMode not_inference(false);
   for (size_t i = 0; i < experts_.size(); ++i) local_of_[static_cast<size_t>(experts_[i])] = static_cast<int64_t>(i);
   global_ids_ = at::tensor(experts_, at::kLong);
-  weights_ = stackExpertWeights(spec, views, experts_, at::TensorOptions().dtype(dtype).device(device));
+  weights_ = StoredExpertWeights::store(spec, views, experts_, dtype, format, at::TensorOptions().device(device));
   charge_ = MemoryCharge(MemoryLedger::global(), device.str(), MemoryCategory::Weights, weights_.bytes());
 }
 
@@ -53,11 +53,11 @@ ResidentExperts::Split ResidentExperts::split(const at::Tensor& ids) const {
     c[s] = l[s] >= 0 ? experts::kMaskedSlot : static_cast<int32_t>(g[s]);
     cpu_pairs += l[s] < 0;
   }
-  return {cpu_ids, cpu_pairs, groupByExpert(local, static_cast<int64_t>(experts_.size()), weights_.gate.device())};
+  return {cpu_ids, cpu_pairs, groupByExpert(local, static_cast<int64_t>(experts_.size()), device_)};
 }
 
 TorchExpertsCall ResidentExperts::call(experts::ExpertLora& lora, Split& split) const {
-  return TorchExpertsCall([this] { return weights_; }, lora, global_ids_, std::move(split.grouping));
+  return TorchExpertsCall([this] { return weights_.compute(); }, lora, global_ids_, std::move(split.grouping));
 }
 
 }  // namespace tandem::gpu

@@ -1,7 +1,7 @@
 #pragma once
 // GPU-resident routed experts (co-computation mode, ModelOptions::gpu_experts): per MoE layer a
-// few experts whose frozen weights live permanently on the layer's device, in the model dtype,
-// computed there with torch ops (torch_experts.h) while the CPU expert engine computes the other
+// few experts whose frozen weights live permanently on the layer's device, in the model dtype or
+// (experts_format int8) as the CPU engine's int8 (stored_expert_weights.h), computed there with torch ops (torch_experts.h) while the CPU expert engine computes the other
 // (token, expert) pairs of the same call; the outputs are summed. The CPU engine sees the
 // resident experts' slots as masked (experts::kMaskedSlot), so no pair is computed twice.
 //
@@ -20,6 +20,7 @@
 #include "engine/core/memory_ledger.h"
 #include "engine/experts/expert_lora.h"
 #include "engine/experts/expert_types.h"
+#include "engine/gpu/stored_expert_weights.h"
 #include "engine/gpu/torch_experts.h"
 
 namespace tandem::gpu {
@@ -27,9 +28,11 @@ namespace tandem::gpu {
 class ResidentExperts {
  public:
   // Copies the listed experts' weights (views as the CPU engine reads them; fp8 dequantised) to
-  // `device` in `dtype`, charged to the ledger as that device's weights.
+  // `device`, computed in `dtype` and kept in `format`, charged to the ledger as that device's
+  // weights.
   ResidentExperts(const experts::ExpertLayerSpec& spec, const experts::ExpertWeightViews& views,
-                  std::vector<int64_t> experts, at::ScalarType dtype, at::Device device);
+                  std::vector<int64_t> experts, at::ScalarType dtype, experts::WeightFormat format,
+                  at::Device device);
 
   // The `count` experts with the most slots in ids [T, k] (host, int64), ties to the lower id,
   // returned in increasing id order.
@@ -49,12 +52,14 @@ class ResidentExperts {
 
   const std::vector<int64_t>& experts() const { return experts_; }
   uint64_t deviceBytes() const { return weights_.bytes(); }
+  bool int8() const { return weights_.int8(); }
 
  private:
   std::vector<int64_t> experts_;
   std::vector<int64_t> local_of_;  // [E]: local index of a resident expert, -1 otherwise
   at::Tensor global_ids_;          // [n] int64 host
-  TorchExpertWeights weights_;     // on the device
+  StoredExpertWeights weights_;    // on the device
+  at::Device device_;
   MemoryCharge charge_;
 };
 

@@ -101,6 +101,10 @@ uint64_t routedExpertBytes(const ModelConfig& m, const std::string& format) {
   return bytes;
 }
 
+uint64_t oneExpertBytes(const ModelConfig& m, const std::string& format) {
+  return routedExpertBytes(m, format) / static_cast<uint64_t>(std::max<int64_t>(m.num_experts, 1));
+}
+
 int64_t loraParameters(const ModelConfig& m, ModuleKind kind, int layer, const model::LoraTarget& target, int rank) {
   if (rank <= 0) return 0;
   const std::string prefix = "model.layers." + std::to_string(layer) + ".";

@@ -106,11 +106,12 @@ MemoryPlan placeGpuExperts(const PlanRequest& req, const Hardware& hw, const Eva
                            MemoryPlan plan) {
   if (req.gpu_experts == 0 || !req.model.isMoe()) return plan;
   const int64_t E = req.model.num_experts;
-  const auto per_expert = static_cast<uint64_t>(3 * req.model.hidden_size * req.model.moe_intermediate_size *
-                                                (req.bf16 ? 2 : 4));
   for (const GpuSpec& g : hw.gpus) {
     const std::vector<ModulePlacement*> layers = expertsOnGpu(placement, g.device());
     if (layers.empty()) continue;
+    // As the GPU holds them: the model dtype, or the CPU engine's int8 (chargeResident).
+    const uint64_t per_expert = memory::oneExpertBytes(
+        req.model, layers.front()->weight_format == "int8" ? "int8" : req.bf16 ? "bf16" : "fp32");
     auto place = [&](int64_t n) {
       for (ModulePlacement* m : layers) m->gpu_experts = n;
       plan = evaluator.evaluate(placement);

@@ -252,6 +252,40 @@ TEST(MemoryPlanner, HotRoutedExpertsFillWhatTheGpuHasLeft) {
   EXPECT_NO_THROW(toRuntimePlacement(re.placement));
 }
 
+// Weight format int8 holds the resident experts as the CPU engine's int8 with their row scales
+// (about half the bytes, so about twice the count on the same card) plus one layer's worth
+// dequantised while it computes; offload mode streams int8 and charges its dequantised copies.
+TEST(MemoryPlanner, Int8ResidentExpertsAreHalfTheBytesAndTwiceTheCount) {
+  const Hardware hw = preset("1x4090-24g_xeon-w7-spr_256g");
+  auto residentOf = [&](const char* format, int64_t gpu_experts) {
+    PlanRequest r = request("qwen3-30b-a3b.json");
+    r.expert_weight_format = format;
+    r.gpu_experts = gpu_experts;
+    return planMemory(r, hw);
+  };
+  auto item = [](const MemoryPlan& plan, const std::string& what) {
+    uint64_t bytes = 0;
+    for (const PlanItem& i : plan.device("cuda:0")->items) bytes += i.what == what ? i.bytes : 0;
+    return bytes;
+  };
+  const uint64_t H = 2048, I = 768;
+  const MemoryPlan int8 = residentOf("int8", 10);
+  EXPECT_EQ(item(int8, "resident routed experts"), 10 * 48 * (3 * H * I + (2 * I + H) * 4));
+  EXPECT_EQ(item(int8, "resident experts dequantised"), 10 * 3 * H * I * 2);  // one layer, bf16
+  EXPECT_EQ(item(residentOf("bf16", 10), "resident experts dequantised"), 0u);
+  const int64_t n_bf16 = residentOf("bf16", kAutoGpuExperts).placement.find("model.layers.0.mlp.experts")->gpu_experts;
+  const int64_t n_int8 = residentOf("int8", kAutoGpuExperts).placement.find("model.layers.0.mlp.experts")->gpu_experts;
+  EXPECT_GT(n_bf16, 8);
+  EXPECT_GE(n_int8, n_bf16 * 17 / 10);
+  EXPECT_LE(n_int8, n_bf16 * 2 + 1);
+  PlanRequest offload = request("qwen3-30b-a3b.json");
+  offload.experts_backend = "gpu-offload";
+  offload.expert_weight_format = "int8";
+  const MemoryPlan streamed = planMemory(offload, hw);
+  const uint64_t layer_bf16 = 128 * 3 * H * I * 2;
+  EXPECT_EQ(item(streamed, "offload buffers"), 2 * layer_bf16 + layer_bf16 / 2 + 128 * (2 * I + H) * 4);
+}
+
 TEST(MemoryPlanner, EvaluatesARuleFilePlacementAndAdvises) {
   // LLaMA-Factory's two-GPU rule file on a single-GPU machine is an error naming the module.
   PlanRequest r = request("deepseek-v3.json");
