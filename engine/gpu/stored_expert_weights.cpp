@@ -1,8 +1,11 @@
 #include "engine/gpu/stored_expert_weights.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
+#include <array>
+#include <vector>
+
+#include "engine/core/thread_pool.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem::gpu {
@@ -14,18 +17,6 @@ namespace {
 at::Tensor dequantised(const at::Tensor& q, const at::Tensor& scale, at::ScalarType dtype) {
   at::Tensor out = at::empty(q.sizes(), q.options().dtype(dtype));
   return at::mul_out(out, q, scale.unsqueeze(-1));
-}
-
-// The dtype torch reads a stored expert view as (fp8 views are read, and dequantised, by
-// stackExpertWeights itself: it is given the dtype to dequantise them to).
-at::ScalarType storedDtype(experts::WeightType type) {
-  switch (type) {
-    case experts::WeightType::BF16: return at::kBFloat16;
-    case experts::WeightType::F16: return at::kHalf;
-    case experts::WeightType::F32:
-    case experts::WeightType::FP8_E4M3: return at::kFloat;
-  }
-  return at::kFloat;
 }
 
 }  // namespace
@@ -40,35 +31,47 @@ StoredExpertWeights StoredExpertWeights::store(const experts::ExpertLayerSpec& s
     s.values_ = stackExpertWeights(spec, views, experts, where.dtype(dtype));
     return s;
   }
+  // Quantised into host memory (pinned when `where` is), one expert per engine pool task with the
+  // CPU engine's own kernels::dequantise and quantiseRowsInt8 and no torch op (those would start
+  // threads of their own in every task), then copied to `where`'s device in one go.
   const auto n = static_cast<int64_t>(experts.size());
   const int64_t H = spec.hidden, I = spec.intermediate;
-  s.values_ = {at::empty({n, I, H}, where.dtype(at::kChar)), at::empty({n, I, H}, where.dtype(at::kChar)),
-               at::empty({n, H, I}, where.dtype(at::kChar))};
-  s.gate_scale_ = at::empty({n, I}, where.dtype(at::kFloat));
-  s.up_scale_ = at::empty({n, I}, where.dtype(at::kFloat));
-  s.down_scale_ = at::empty({n, H}, where.dtype(at::kFloat));
-  // Experts in parallel (each writes its own slices): quantising a whole model's experts for
-  // offload mode is tens of GB of weights.
-  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+  const at::TensorOptions host = at::TensorOptions().pinned_memory(where.pinned_memory());
+  struct Projection {
+    const std::vector<const void*>& data;
+    const std::vector<const float*>& block_scales;
+    int64_t rows, cols;
+    at::Tensor q, scale;  // host: [n, rows, cols] int8, [n, rows] fp32
+  };
+  std::array<Projection, 3> projections{
+      Projection{views.gate, views.gate_scale, I, H, at::empty({n, I, H}, host.dtype(at::kChar)),
+                 at::empty({n, I}, host.dtype(at::kFloat))},
+      Projection{views.up, views.up_scale, I, H, at::empty({n, I, H}, host.dtype(at::kChar)),
+                 at::empty({n, I}, host.dtype(at::kFloat))},
+      Projection{views.down, views.down_scale, H, I, at::empty({n, H, I}, host.dtype(at::kChar)),
+                 at::empty({n, H}, host.dtype(at::kFloat))}};
+  ThreadPool::global().parallelFor(0, n, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> widened(static_cast<size_t>(H * I));
     for (int64_t i = begin; i < end; ++i) {
-      // The expert's weights widened to f32 on the host (fp8: times its block scales), as the CPU
-      // engine dequantises a source matrix before quantising it.
-      const TorchExpertWeights stored =
-          stackExpertWeights(spec, views, {experts[static_cast<size_t>(i)]}, storedDtype(views.type));
-      auto quantise = [&](const at::Tensor& w, at::Tensor& q_out, at::Tensor& scale_out) {
-        const at::Tensor src = w[0].to(at::kFloat).contiguous();
-        at::Tensor q = at::empty(src.sizes(), at::kChar);
-        at::Tensor scale = at::empty({src.size(0)}, at::kFloat);
-        experts::kernels::quantiseRowsInt8(src.data_ptr<float>(), src.size(0), src.size(1), q.data_ptr<int8_t>(),
-                                           scale.data_ptr<float>());
-        q_out[i].copy_(q);
-        scale_out[i].copy_(scale);
-      };
-      quantise(stored.gate, s.values_.gate, s.gate_scale_);
-      quantise(stored.up, s.values_.up, s.up_scale_);
-      quantise(stored.down, s.values_.down, s.down_scale_);
+      const auto e = static_cast<size_t>(experts[static_cast<size_t>(i)]);
+      for (Projection& p : projections) {
+        experts::kernels::SourceMatrix src;
+        src.data = p.data[e];
+        src.type = views.type;
+        src.block_scales = views.type == experts::WeightType::FP8_E4M3 ? p.block_scales[e] : nullptr;
+        src.rows = p.rows;
+        src.cols = p.cols;
+        experts::kernels::dequantise(src, widened.data());
+        experts::kernels::quantiseRowsInt8(widened.data(), p.rows, p.cols, p.q.data_ptr<int8_t>() + i * p.rows * p.cols,
+                                           p.scale.data_ptr<float>() + i * p.rows);
+      }
     }
   });
+  auto placed = [&](const at::Tensor& t) { return where.device().is_cpu() ? t : t.to(where.device()); };
+  s.values_ = {placed(projections[0].q), placed(projections[1].q), placed(projections[2].q)};
+  s.gate_scale_ = placed(projections[0].scale);
+  s.up_scale_ = placed(projections[1].scale);
+  s.down_scale_ = placed(projections[2].scale);
   return s;
 }
 
