@@ -10,17 +10,6 @@
 
 namespace tandem::gpu {
 
-namespace {
-
-// q [n, out, in] int8 · scale [n, out] fp32 -> [n, out, in] in `dtype`, one kernel: the product
-// is computed in fp32 and cast on the way out (no fp32 copy of the weights).
-at::Tensor dequantised(const at::Tensor& q, const at::Tensor& scale, at::ScalarType dtype) {
-  at::Tensor out = at::empty(q.sizes(), q.options().dtype(dtype));
-  return at::mul_out(out, q, scale.unsqueeze(-1));
-}
-
-}  // namespace
-
 StoredExpertWeights StoredExpertWeights::store(const experts::ExpertLayerSpec& spec,
                                                const experts::ExpertWeightViews& views,
                                                const std::vector<int64_t>& experts, at::ScalarType dtype,
@@ -28,7 +17,7 @@ StoredExpertWeights StoredExpertWeights::store(const experts::ExpertLayerSpec& s
   StoredExpertWeights s;
   s.dtype_ = dtype;
   if (format != experts::WeightFormat::Int8) {
-    s.values_ = stackExpertWeights(spec, views, experts, where.dtype(dtype));
+    s.stored_ = stackExpertWeights(spec, views, experts, where.dtype(dtype));
     return s;
   }
   // Quantised into host memory (pinned when `where` is), one expert per engine pool task with the
@@ -68,34 +57,25 @@ StoredExpertWeights StoredExpertWeights::store(const experts::ExpertLayerSpec& s
     }
   });
   auto placed = [&](const at::Tensor& t) { return where.device().is_cpu() ? t : t.to(where.device()); };
-  s.values_ = {placed(projections[0].q), placed(projections[1].q), placed(projections[2].q)};
-  s.gate_scale_ = placed(projections[0].scale);
-  s.up_scale_ = placed(projections[1].scale);
-  s.down_scale_ = placed(projections[2].scale);
+  s.stored_ = {placed(projections[0].q),     placed(projections[1].q),     placed(projections[2].q),
+               placed(projections[0].scale), placed(projections[1].scale), placed(projections[2].scale)};
   return s;
 }
 
 StoredExpertWeights StoredExpertWeights::to(at::Device device, bool non_blocking) const {
   StoredExpertWeights s = *this;
-  for (at::Tensor* t : {&s.values_.gate, &s.values_.up, &s.values_.down, &s.gate_scale_, &s.up_scale_,
-                        &s.down_scale_}) {
+  TorchExpertWeights& w = s.stored_;
+  for (at::Tensor* t : {&w.gate, &w.up, &w.down, &w.gate_scale, &w.up_scale, &w.down_scale}) {
     if (t->defined()) *t = t->to(device, non_blocking);
   }
   return s;
 }
 
 TorchExpertWeights StoredExpertWeights::compute() const {
-  if (!int8()) return values_;
-  return {dequantised(values_.gate, gate_scale_, dtype_), dequantised(values_.up, up_scale_, dtype_),
-          dequantised(values_.down, down_scale_, dtype_)};
-}
-
-uint64_t StoredExpertWeights::bytes() const {
-  uint64_t scales = 0;
-  for (const at::Tensor* t : {&gate_scale_, &up_scale_, &down_scale_}) {
-    if (t->defined()) scales += t->nbytes();
-  }
-  return values_.bytes() + scales;
+  if (!int8()) return stored_;
+  TorchExpertWeights w = stored_;
+  for (at::Tensor* t : {&w.gate, &w.up, &w.down}) *t = t->to(dtype_);
+  return w;
 }
 
 }  // namespace tandem::gpu

@@ -5,9 +5,11 @@
 //   Int8: int8 quantised per output row with fp32 scales, exactly as the CPU expert engine
 //     quantises its int8 packs (kernels::quantiseRowsInt8 on the f32 weights), so every device
 //     multiplies the same weights. Half the bytes a GPU holds per resident expert and half what
-//     offload mode streams per layer. Each call dequantises them (q · scale) into the model dtype
-//     on the device, once in forward and once in backward: a transient copy of the layer's
-//     experts in the model dtype, never kept.
+//     offload mode streams per layer. Each call casts the int8 values to the model dtype on the
+//     device (exact; once in forward, once in backward: a transient copy of the layer's experts,
+//     never kept) and torch_experts applies the scales to the products' outputs. (Dequantising
+//     q · scale into the weights instead took half of a V2-Lite step's GPU time on an H200: one
+//     mixed-dtype broadcast kernel over every weight, three times a step.)
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/TensorOptions.h>
@@ -35,17 +37,16 @@ class StoredExpertWeights {
   StoredExpertWeights to(at::Device device, bool non_blocking) const;
 
   // The weights to multiply with, in the compute dtype on this copy's device: the stored tensors
-  // themselves, or (int8) a dequantised copy.
+  // themselves, or (int8) their values cast, with the row scales.
   TorchExpertWeights compute() const;
 
-  bool int8() const { return gate_scale_.defined(); }
-  int64_t experts() const { return values_.gate.size(0); }
-  uint64_t bytes() const;  // values and scales as held
+  bool int8() const { return stored_.gate_scale.defined(); }
+  int64_t experts() const { return stored_.gate.size(0); }
+  uint64_t bytes() const { return stored_.bytes(); }
 
  private:
-  TorchExpertWeights values_;                         // compute dtype, or int8
-  at::Tensor gate_scale_, up_scale_, down_scale_;     // int8: [n, I], [n, I], [n, H] fp32
-  at::ScalarType dtype_ = at::kFloat;                 // the compute dtype
+  TorchExpertWeights stored_;          // compute dtype, or int8 with fp32 row scales
+  at::ScalarType dtype_ = at::kFloat;  // the compute dtype
 };
 
 }  // namespace tandem::gpu

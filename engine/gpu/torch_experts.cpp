@@ -79,16 +79,17 @@ struct Kernels {
   ExpertGemm frozen, lora;
 };
 
-// rows [P, in] model dtype -> [P, out]: rows Wᵀ + s · (rows Aᵀ) Bᵀ per expert, the LoRA branch
-// in fp32.
-at::Tensor project(const at::Tensor& rows, const at::Tensor& weight, const DeviceLora& lora,
-                   ExpertProj proj, const ExpertGrouping& g, Kernels kernels) {
-  const at::Tensor y = groupedLinear(rows, weight, g, kernels.frozen);
+// rows [P, in] model dtype -> [P, out]: rows Wᵀ (⊙ the row scales of int8 weights, in fp32) +
+// s · (rows Aᵀ) Bᵀ per expert, the LoRA branch in fp32.
+at::Tensor project(const at::Tensor& rows, const at::Tensor& weight, const at::Tensor& row_scale,
+                   const DeviceLora& lora, ExpertProj proj, const ExpertGrouping& g, Kernels kernels) {
+  at::Tensor y = groupedLinear(rows, weight, g, kernels.frozen);
+  if (row_scale.defined()) y = y * row_scale.index_select(0, g.pair_expert);
   const int p = static_cast<int>(proj);
-  if (!lora.a[p].defined()) return y;
+  if (!lora.a[p].defined()) return y.to(rows.scalar_type());
   const at::Tensor low = groupedLinear(rows.to(at::kFloat), lora.a[p], g, kernels.lora);
   const at::Tensor delta = groupedLinear(low, lora.b[p], g, kernels.lora) * lora.scale;
-  return (y + delta).to(y.scalar_type());
+  return (y + delta).to(rows.scalar_type());
 }
 
 // x [T, H], weights [T, k] fp32 -> [T, H] in x's dtype; differentiable in x, weights and the
@@ -97,9 +98,9 @@ at::Tensor expertsForward(const TorchExpertWeights& w, const DeviceLora& lora,
                           const ExpertGrouping& g, const at::Tensor& x, const at::Tensor& weights,
                           Kernels kernels) {
   const at::Tensor rows = x.index_select(0, g.pair_token);  // [P, H]
-  const at::Tensor h = at::silu(project(rows, w.gate, lora, ExpertProj::Gate, g, kernels)) *
-                       project(rows, w.up, lora, ExpertProj::Up, g, kernels);
-  const at::Tensor out = project(h, w.down, lora, ExpertProj::Down, g, kernels);
+  const at::Tensor h = at::silu(project(rows, w.gate, w.gate_scale, lora, ExpertProj::Gate, g, kernels)) *
+                       project(rows, w.up, w.up_scale, lora, ExpertProj::Up, g, kernels);
+  const at::Tensor out = project(h, w.down, w.down_scale, lora, ExpertProj::Down, g, kernels);
   const at::Tensor pair_weight = weights.reshape({-1}).index_select(0, g.order).unsqueeze(1);
   const at::Tensor weighted = out.to(at::kFloat) * pair_weight;  // [P, H] fp32
   return at::zeros({x.size(0), x.size(1)}, weighted.options()).index_add(0, g.pair_token, weighted)
@@ -145,7 +146,13 @@ class TorchExpertsBackward : public torch::autograd::Node {
 
 }  // namespace
 
-uint64_t TorchExpertWeights::bytes() const { return gate.nbytes() + up.nbytes() + down.nbytes(); }
+uint64_t TorchExpertWeights::bytes() const {
+  uint64_t total = 0;
+  for (const at::Tensor* t : {&gate, &up, &down, &gate_scale, &up_scale, &down_scale}) {
+    if (t->defined()) total += t->nbytes();
+  }
+  return total;
+}
 
 int64_t ExpertGrouping::pairs() const { return std::accumulate(counts.begin(), counts.end(), int64_t{0}); }
 
@@ -208,13 +215,16 @@ ExpertGrouping groupByExpert(const at::Tensor& local_ids, int64_t n_experts, at:
   at::Tensor order = at::empty({g.pairs()}, host.dtype(at::kLong));
   at::Tensor pair_token = at::empty({g.pairs()}, host.dtype(at::kLong));
   at::Tensor offsets = at::empty({n_experts}, host.dtype(at::kInt));
+  at::Tensor pair_expert = at::empty({g.pairs()}, host.dtype(at::kLong));
   int64_t* o = order.data_ptr<int64_t>();
   int64_t* t = pair_token.data_ptr<int64_t>();
+  int64_t* e = pair_expert.data_ptr<int64_t>();
   for (int64_t s = 0; s < n_slots; ++s) {
     if (id[s] < 0) continue;
     const int64_t pos = next[static_cast<size_t>(id[s])]++;
     o[pos] = s;
     t[pos] = s / top_k;
+    e[pos] = id[s];
   }
   std::inclusive_scan(g.counts.begin(), g.counts.end(), offsets.data_ptr<int32_t>(), std::plus<>(), int32_t{0});
   // Asynchronous from pinned memory: the copy does not wait for work queued on the device.
@@ -222,6 +232,7 @@ ExpertGrouping groupByExpert(const at::Tensor& local_ids, int64_t n_experts, at:
   g.order = order.to(device, async);
   g.pair_token = pair_token.to(device, async);
   g.offsets = offsets.to(device, async);
+  g.pair_expert = pair_expert.to(device, async);
   return g;
 }
 

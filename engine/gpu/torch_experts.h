@@ -25,10 +25,14 @@
 
 namespace tandem::gpu {
 
-// Frozen weights of n experts in the model dtype: gate, up [n, I, H], down [n, H, I].
+// Frozen weights of n experts in the model dtype: gate, up [n, I, H], down [n, H, I]. Int8
+// experts (stored_expert_weights.h) come as their int8 values in the model dtype (exact) with
+// each weight row's fp32 scale, [n, I], [n, I], [n, H], applied to the products' outputs:
+// x (q · s)ᵀ = (x qᵀ) ⊙ s, so the weights are never rounded to the model dtype.
 struct TorchExpertWeights {
   at::Tensor gate, up, down;
-  uint64_t bytes() const;
+  at::Tensor gate_scale, up_scale, down_scale;  // undefined: unscaled
+  uint64_t bytes() const;                       // all of them, as held
 };
 
 // Copies of the listed experts' weights (views as the CPU engine reads them, or FP8_E4M3 views
@@ -57,6 +61,7 @@ struct ExpertGrouping {
   at::Tensor order;              // [P] int64 on the device: flat slots t·k + j, by expert (stable)
   at::Tensor pair_token;         // [P] int64 on the device: order / k
   at::Tensor offsets;            // [n] int32 on the device: cumulative pair counts (grouped GEMM)
+  at::Tensor pair_expert;        // [P] int64 on the device: the local expert of each grouped pair
   std::vector<int64_t> counts;   // [n] pairs per local expert, on the host
   int64_t pairs() const;
 };

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tandem::gpu {
@@ -20,6 +21,9 @@ struct Problem {
   int64_t experts = 5, hidden = 48, intermediate = 24, tokens = 13, top_k = 2;
   int rank = 4;
   at::ScalarType dtype = at::kFloat;
+  // Row scales s [n, out] of every weight (int8 experts): none, multiplied into the weights, or
+  // handed to the call beside them.
+  enum class Scales { None, InWeights, Separate } scales = Scales::None;
 };
 
 // Experts 2 and 4 get no pair (empty groups), expert 0 is computed elsewhere for some slots.
@@ -35,9 +39,19 @@ at::Tensor routing(const Problem& p) {
 Result run(const Problem& p, ExpertGemm gemm) {
   at::manual_seed(11);
   const auto options = at::TensorOptions().dtype(p.dtype);
-  const TorchExpertWeights w{at::randn({p.experts, p.intermediate, p.hidden}, options) * 0.2,
-                             at::randn({p.experts, p.intermediate, p.hidden}, options) * 0.2,
-                             at::randn({p.experts, p.hidden, p.intermediate}, options) * 0.2};
+  TorchExpertWeights w{at::randn({p.experts, p.intermediate, p.hidden}, options) * 0.2,
+                       at::randn({p.experts, p.intermediate, p.hidden}, options) * 0.2,
+                       at::randn({p.experts, p.hidden, p.intermediate}, options) * 0.2};
+  if (p.scales != Problem::Scales::None) {
+    for (auto [weight, scale] : {std::pair{&w.gate, &w.gate_scale}, std::pair{&w.up, &w.up_scale},
+                                 std::pair{&w.down, &w.down_scale}}) {
+      *scale = at::rand({p.experts, weight->size(1)}, at::kFloat) + 0.5;
+      if (p.scales == Problem::Scales::InWeights) {
+        *weight = (*weight * scale->unsqueeze(-1)).to(p.dtype);
+        scale->reset();
+      }
+    }
+  }
   experts::ExpertLayerSpec spec;
   spec.num_experts = p.experts;
   spec.hidden = p.hidden;
@@ -94,6 +108,26 @@ TEST(TorchExperts, GroupedGemmEqualsThePerExpertLoop) {
     for (size_t i = 0; i < loop.lora_grads.size(); ++i) {
       expectClose(grouped.lora_grads[i], loop.lora_grads[i], tolerance, "lora grad " + std::to_string(i));
     }
+  }
+}
+
+// Int8 experts' row scales applied to the products' outputs give the numbers of the weights
+// multiplied by them, with both kernels: y, every gradient.
+TEST(TorchExperts, RowScalesOnTheOutputsEqualScaledWeights) {
+  for (const ExpertGemm gemm : {ExpertGemm::PerExpert, ExpertGemm::Grouped}) {
+    SCOPED_TRACE(gemm == ExpertGemm::Grouped ? "grouped" : "per expert");
+    Problem scaled, separate;
+    scaled.scales = Problem::Scales::InWeights;
+    separate.scales = Problem::Scales::Separate;
+    const Result want = run(scaled, gemm), got = run(separate, gemm);
+    expectClose(got.y, want.y, 1e-5, "y");
+    expectClose(got.d_hidden, want.d_hidden, 1e-5, "d hidden");
+    expectClose(got.d_topk_weights, want.d_topk_weights, 1e-5, "d topk_weights");
+    for (size_t i = 0; i < want.lora_grads.size(); ++i) {
+      expectClose(got.lora_grads[i], want.lora_grads[i], 1e-5, "lora grad " + std::to_string(i));
+    }
+    // The scales matter (a call that ignored them would pass the comparison above otherwise).
+    EXPECT_GT((run(Problem{}, gemm).y - want.y).abs().max().item<double>(), 1e-2);
   }
 }
 

@@ -254,7 +254,7 @@ TEST(MemoryPlanner, HotRoutedExpertsFillWhatTheGpuHasLeft) {
 
 // Weight format int8 holds the resident experts as the CPU engine's int8 with their row scales
 // (about half the bytes, so about twice the count on the same card) plus one layer's worth
-// dequantised while it computes; offload mode streams int8 and charges its dequantised copies.
+// cast to the model dtype while it computes; offload mode streams int8 and charges its cast copies.
 TEST(MemoryPlanner, Int8ResidentExpertsAreHalfTheBytesAndTwiceTheCount) {
   const Hardware hw = preset("1x4090-24g_xeon-w7-spr_256g");
   auto residentOf = [&](const char* format, int64_t gpu_experts) {
@@ -271,8 +271,8 @@ TEST(MemoryPlanner, Int8ResidentExpertsAreHalfTheBytesAndTwiceTheCount) {
   const uint64_t H = 2048, I = 768;
   const MemoryPlan int8 = residentOf("int8", 10);
   EXPECT_EQ(item(int8, "resident routed experts"), 10 * 48 * (3 * H * I + (2 * I + H) * 4));
-  EXPECT_EQ(item(int8, "resident experts dequantised"), 10 * 3 * H * I * 2);  // one layer, bf16
-  EXPECT_EQ(item(residentOf("bf16", 10), "resident experts dequantised"), 0u);
+  EXPECT_EQ(item(int8, "resident int8 experts cast"), 10 * 3 * H * I * 2);  // one layer, bf16
+  EXPECT_EQ(item(residentOf("bf16", 10), "resident int8 experts cast"), 0u);
   const int64_t n_bf16 = residentOf("bf16", kAutoGpuExperts).placement.find("model.layers.0.mlp.experts")->gpu_experts;
   const int64_t n_int8 = residentOf("int8", kAutoGpuExperts).placement.find("model.layers.0.mlp.experts")->gpu_experts;
   EXPECT_GT(n_bf16, 8);

@@ -160,7 +160,7 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
   }
   if (offload) {
     // Two layers' weights in flight on the GPU (double buffering), streamed from pinned host memory;
-    // int8 ones are dequantised there into the model dtype (gpu::StoredExpertWeights): two layers
+    // int8 ones are cast there to the model dtype (gpu::StoredExpertWeights): two layers
     // of those, and one int8 copy on its way.
     const uint64_t computed = int8 ? memory::routedExpertBytes(m_, act_bytes_ == 2 ? "bf16" : "fp32") : weights;
     if (first) charge(books, compute, PlanCategory::PinnedStaging, "offload buffers", 2 * computed + (int8 ? weights : 0));
@@ -174,7 +174,7 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
 
 // Resident experts (engine/gpu/resident_experts.cpp): their weights on the layer's GPU, in the
 // model dtype or (weight format int8) as the CPU engine's int8 with its row scales, and once per
-// GPU the transient of computing them with torch ops, int8 ones dequantised first. (The host's
+// GPU the transient of computing them with torch ops, int8 ones cast to the model dtype first. (The host's
 // packs of them are freed: chargeExperts.)
 void Evaluator::chargeResident(Books& books, const ModulePlacement& m, const std::string& layer_device) const {
   const int64_t n = m.gpu_experts, H = m_.hidden_size, I = m_.moe_intermediate_size;
@@ -183,7 +183,7 @@ void Evaluator::chargeResident(Books& books, const ModulePlacement& m, const std
   charge(books, layer_device, PlanCategory::Weights, "resident routed experts",
          int8 ? memory::oneExpertBytes(m_, "int8") * static_cast<uint64_t>(n) : computed);
   if (!books.resident_scratch.insert(layer_device).second) return;
-  if (int8) charge(books, layer_device, PlanCategory::Activations, "resident experts dequantised", computed);
+  if (int8) charge(books, layer_device, PlanCategory::Activations, "resident int8 experts cast", computed);
   // Pairs they compute: hot experts get more than their share; estimated as twice it. Per pair:
   // the gathered row and the output [H] b, gate/up/h [I] b, the fp32 weighted output [H] and its
   // sum; T · H fp32 for the per-token sum. Training's backward recomputes it with grads: twice.
