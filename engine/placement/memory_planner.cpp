@@ -339,7 +339,7 @@ namespace {
 
 // The planner without advice (advice plans again with changed settings).
 MemoryPlan placeAndEvaluate(const PlanRequest& request, const Hardware& hardware) {
-  const std::string backend = resolveBackend(request.experts_backend, hardware, request.model);
+  const std::string backend = resolveBackend(request.experts_backend, hardware, request.model, request.expert_weight_format);
   const std::string format = request.expert_weight_format.empty() ? defaultWeightFormat(backend, request.model)
                                                                    : request.expert_weight_format;
   // Wᵀ lives on the host only, so the GPU filling does not depend on its form.

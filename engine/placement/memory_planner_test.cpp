@@ -284,6 +284,19 @@ TEST(MemoryPlanner, Int8ResidentExpertsAreHalfTheBytesAndTwiceTheCount) {
   const MemoryPlan streamed = planMemory(offload, hw);
   const uint64_t layer_bf16 = 128 * 3 * H * I * 2;
   EXPECT_EQ(item(streamed, "offload buffers"), 2 * layer_bf16 + layer_bf16 / 2 + 128 * (2 * I + H) * 4);
+  // auto is the engine's best int8 backend: amx_int8 packs on a Xeon with AMX; on an EPYC
+  // (no AMX) the fp32 kernels with their f32 copy of the quantised experts.
+  auto hostHeld = [](const MemoryPlan& plan) {
+    std::string held;
+    for (const DevicePlan& d : plan.devices) {
+      for (const PlanItem& i : d.items) held += !d.device.starts_with("cuda") && i.what.starts_with("routed experts ") ? i.what : "";
+    }
+    return held;
+  };
+  EXPECT_EQ(hostHeld(int8), "routed experts int8");
+  PlanRequest epyc = request("qwen3-30b-a3b.json");
+  epyc.expert_weight_format = "int8";
+  EXPECT_EQ(hostHeld(planMemory(epyc, preset("1x4090-24g_epyc-genoa-1s_384g"))), "routed experts fp32");
 }
 
 TEST(MemoryPlanner, EvaluatesARuleFilePlacementAndAdvises) {

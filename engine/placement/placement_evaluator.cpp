@@ -28,8 +28,10 @@ bool packsWeights(const std::string& backend) {
   return backend == "amx_bf16" || backend == "amx_int8" || backend == "onednn" || backend == "avx512_bf16";
 }
 
-std::string resolveBackend(const std::string& backend, const Hardware& hw, const io::ModelConfig& model) {
+std::string resolveBackend(const std::string& backend, const Hardware& hw, const io::ModelConfig& model,
+                           const std::string& format) {
   if (backend != "auto") return backend;
+  if (format == "int8") return hw.cpu.amx_int8 ? "amx_int8" : hw.cpu.avx512 ? "avx512" : "generic";
   const std::string stored = defaultWeightFormat("generic", model);
   if (stored == "fp32" || stored == "fp16") return hw.cpu.avx512 ? "avx512" : "generic";
   if (hw.cpu.amx_bf16) return "amx_bf16";

@@ -27,7 +27,10 @@ bool packsWeights(const std::string& backend);
 // The backend "auto" stands for: the best kernels the expert engine has on this CPU, in the
 // order engine/experts picks them (availableGemmBackends), except that f32/f16 checkpoints stay on
 // the fp32 kernels (ExpertLayer::create: auto never lowers the checkpoint's precision).
-std::string resolveBackend(const std::string& backend, const Hardware& hw, const io::ModelConfig& model);
+// `format`: the requested expert weight format ("" = the backend's default); auto picks, as the
+// engine's kernels::selectGemmBackend does, the best backend that multiplies it.
+std::string resolveBackend(const std::string& backend, const Hardware& hw, const io::ModelConfig& model,
+                           const std::string& format);
 
 class Evaluator {
  public:
