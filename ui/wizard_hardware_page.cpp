@@ -62,9 +62,10 @@ HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
                           "auto picks the best this CPU allows (%1)").arg(cpuIsaSummary(machine.cpu)));
   format_ = new QComboBox;
   for (const char* name : {"auto", "bf16", "int8", "fp8"}) format_->addItem(QString::fromLatin1(name), QString::fromLatin1(name));
-  format_->setToolTip(tr("experts_format (kt_expert_weight_format): how the frozen routed experts are held in RAM; "
-                         "int8 halves them (per-channel int8, amx_int8), fp8 keeps an fp8 checkpoint's experts "
-                         "(dequantised into bf16 packs); auto: int8 for amx_int8, else bf16"));
+  format_->setToolTip(tr("experts_format (kt_expert_weight_format): how the frozen routed experts are held in RAM "
+                         "and on the GPU; int8 halves them (per-channel int8, amx_int8; the GPU then holds about "
+                         "twice as many), fp8 keeps an fp8 checkpoint's experts (dequantised into bf16 packs); "
+                         "auto: int8 for amx_int8, else bf16"));
   wt_policy_ = new QComboBox;
   for (const char* name : {"auto", "persistent", "on_demand", "background"}) {
     wt_policy_->addItem(QString::fromLatin1(name), QString::fromLatin1(name));

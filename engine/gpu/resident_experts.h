@@ -1,9 +1,10 @@
 #pragma once
 // GPU-resident routed experts (co-computation mode, ModelOptions::gpu_experts): per MoE layer a
 // few experts whose frozen weights live permanently on the layer's device, in the model dtype or
-// (experts_format int8) as the CPU engine's int8 (stored_expert_weights.h), computed there with torch ops (torch_experts.h) while the CPU expert engine computes the other
-// (token, expert) pairs of the same call; the outputs are summed. The CPU engine sees the
-// resident experts' slots as masked (experts::kMaskedSlot), so no pair is computed twice.
+// (experts_format int8) as the CPU engine's int8 (stored_expert_weights.h), computed there with
+// torch ops (torch_experts.h) while the CPU expert engine computes the other (token, expert) pairs
+// of the same call; the outputs are summed. The CPU engine sees the resident experts' slots as
+// masked (experts::kMaskedSlot), so no pair is computed twice.
 //
 // Which experts: the `count` most routed of the layer's first call (ties: the lower id), then
 // fixed for the model's life, so the gradient-checkpointing recomputation and every later step
@@ -52,7 +53,6 @@ class ResidentExperts {
 
   const std::vector<int64_t>& experts() const { return experts_; }
   uint64_t deviceBytes() const { return weights_.bytes(); }
-  bool int8() const { return weights_.int8(); }
 
  private:
   std::vector<int64_t> experts_;

@@ -27,8 +27,9 @@ class StoredExpertWeights {
   StoredExpertWeights() = default;
 
   // The listed experts of `views`, computed in `dtype`, kept in `format` where `where` says
-  // (device, pinned host memory; its dtype is ignored). One expert at a time: no second host copy
-  // of them all on the way to a device.
+  // (device, pinned host memory; its dtype is ignored). In the model dtype one expert at a time,
+  // with no host copy of them all on the way to a device; in int8 through host memory (the int8
+  // of them all, then one copy to the device).
   static StoredExpertWeights store(const experts::ExpertLayerSpec& spec, const experts::ExpertWeightViews& views,
                                    const std::vector<int64_t>& experts, at::ScalarType dtype,
                                    experts::WeightFormat format, const at::TensorOptions& where);

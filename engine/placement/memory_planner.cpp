@@ -145,8 +145,9 @@ void noteGpuExperts(MemoryPlan& plan, const PlanRequest& req, const Hardware& hw
   for (const GpuSpec& g : hw.gpus) {
     const std::vector<ModulePlacement*> layers = expertsOnGpu(plan.placement, g.device());
     if (!layers.empty() && layers.front()->gpu_experts > 0) {
+      const bool int8 = layers.front()->weight_format == "int8";
       plan.notes.push_back(std::to_string(layers.front()->gpu_experts) + " of " + std::to_string(req.model.num_experts) +
-                           " routed experts per MoE layer resident on " + g.device() + " (" +
+                           " routed experts per MoE layer resident on " + g.device() + (int8 ? " in int8" : "") + " (" +
                            std::to_string(layers.size()) + " layers; the most routed of each layer's first call)");
     }
   }

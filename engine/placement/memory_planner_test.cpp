@@ -294,6 +294,13 @@ TEST(MemoryPlanner, Int8ResidentExpertsAreHalfTheBytesAndTwiceTheCount) {
     return held;
   };
   EXPECT_EQ(hostHeld(int8), "routed experts int8");
+  const std::string notes = [&] {
+    std::string all;
+    for (const std::string& note : int8.notes) all += note + "\n";
+    return all;
+  }();
+  EXPECT_NE(notes.find("10 of 128 routed experts per MoE layer resident on cuda:0 in int8"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("experts backend auto: amx_int8"), std::string::npos) << notes;
   PlanRequest epyc = request("qwen3-30b-a3b.json");
   epyc.expert_weight_format = "int8";
   EXPECT_EQ(hostHeld(planMemory(epyc, preset("1x4090-24g_epyc-genoa-1s_384g"))), "routed experts fp32");
