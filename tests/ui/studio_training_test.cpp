@@ -167,6 +167,9 @@ void TrainingTest::pauseStopAndResume() {
   // The trainer is held at a step boundary: the store says so, and no step arrives meanwhile.
   const auto run = [&] { return store_->findByOutputDir(config.output_dir); };
   QTRY_VERIFY_WITH_TIMEOUT(run() && run()->status == store::RunStatus::Paused, 60000);
+  // The trainer posts a step's signal before it holds and records the pause: deliver it first, or
+  // it lands in the wait below and looks like a step taken while paused.
+  QCoreApplication::sendPostedEvents();
   const qsizetype held_at = steps.size();
   QTest::qWait(300);
   QCOMPARE(steps.size(), held_at);
