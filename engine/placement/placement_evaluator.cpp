@@ -161,8 +161,8 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
                                       req_.training && down, split));
   }
   if (offload) {
-    // Two layers' weights in flight on the GPU (double buffering), streamed from pinned host memory;
-    // int8 ones are cast there to the model dtype (gpu::StoredExpertWeights): two layers
+    // Two layers' weights in flight on the GPU (double buffering), streamed from pinned host
+    // memory; int8 ones are cast there to the model dtype (gpu::StoredExpertWeights): two layers
     // of those, and one int8 copy on its way.
     const uint64_t computed = int8 ? memory::routedExpertBytes(m_, act_bytes_ == 2 ? "bf16" : "fp32") : weights;
     if (first) charge(books, compute, PlanCategory::PinnedStaging, "offload buffers", 2 * computed + (int8 ? weights : 0));
@@ -176,8 +176,8 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
 
 // Resident experts (engine/gpu/resident_experts.cpp): their weights on the layer's GPU, in the
 // model dtype or (weight format int8) as the CPU engine's int8 with its row scales, and once per
-// GPU the transient of computing them with torch ops, int8 ones cast to the model dtype first. (The host's
-// packs of them are freed: chargeExperts.)
+// GPU the transient of computing them with torch ops, int8 ones cast to the model dtype first.
+// (The host's packs of them are freed: chargeExperts.)
 void Evaluator::chargeResident(Books& books, const ModulePlacement& m, const std::string& layer_device) const {
   const int64_t n = m.gpu_experts, H = m_.hidden_size, I = m_.moe_intermediate_size;
   const bool int8 = m.weight_format == "int8";
