@@ -101,8 +101,9 @@ uint64_t routedExpertBytes(const ModelConfig& m, const std::string& format) {
   return bytes;
 }
 
-uint64_t oneExpertBytes(const ModelConfig& m, const std::string& format) {
-  return routedExpertBytes(m, format) / static_cast<uint64_t>(std::max<int64_t>(m.num_experts, 1));
+uint64_t residentExpertBytes(const ModelConfig& m, const std::string& weight_format, bool bf16) {
+  const std::string held = weight_format == "int8" ? "int8" : bf16 ? "bf16" : "fp32";
+  return routedExpertBytes(m, held) / static_cast<uint64_t>(std::max<int64_t>(m.num_experts, 1));
 }
 
 int64_t loraParameters(const ModelConfig& m, ModuleKind kind, int layer, const model::LoraTarget& target, int rank) {

@@ -109,9 +109,7 @@ MemoryPlan placeGpuExperts(const PlanRequest& req, const Hardware& hw, const Eva
   for (const GpuSpec& g : hw.gpus) {
     const std::vector<ModulePlacement*> layers = expertsOnGpu(placement, g.device());
     if (layers.empty()) continue;
-    // As the GPU holds them: the model dtype, or the CPU engine's int8 (chargeResident).
-    const uint64_t per_expert = memory::oneExpertBytes(
-        req.model, layers.front()->weight_format == "int8" ? "int8" : req.bf16 ? "bf16" : "fp32");
+    const uint64_t per_expert = memory::residentExpertBytes(req.model, layers.front()->weight_format, req.bf16);
     auto place = [&](int64_t n) {
       for (ModulePlacement* m : layers) m->gpu_experts = n;
       plan = evaluator.evaluate(placement);

@@ -180,12 +180,13 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
 // (The host's packs of them are freed: chargeExperts.)
 void Evaluator::chargeResident(Books& books, const ModulePlacement& m, const std::string& layer_device) const {
   const int64_t n = m.gpu_experts, H = m_.hidden_size, I = m_.moe_intermediate_size;
-  const bool int8 = m.weight_format == "int8";
-  const auto computed = static_cast<uint64_t>(n * 3 * H * I * act_bytes_);  // in the model dtype
   charge(books, layer_device, PlanCategory::Weights, "resident routed experts",
-         int8 ? memory::oneExpertBytes(m_, "int8") * static_cast<uint64_t>(n) : computed);
+         memory::residentExpertBytes(m_, m.weight_format, act_bytes_ == 2) * static_cast<uint64_t>(n));
   if (!books.resident_scratch.insert(layer_device).second) return;
-  if (int8) charge(books, layer_device, PlanCategory::Activations, "resident int8 experts cast", computed);
+  if (m.weight_format == "int8") {
+    charge(books, layer_device, PlanCategory::Activations, "resident int8 experts cast",
+           static_cast<uint64_t>(n * 3 * H * I * act_bytes_));  // in the model dtype
+  }
   // Pairs they compute: hot experts get more than their share; estimated as twice it. Per pair:
   // the gathered row and the output [H] b, gate/up/h [I] b, the fp32 weighted output [H] and its
   // sum; T · H fp32 for the per-token sum. Training's backward recomputes it with grads: twice.
