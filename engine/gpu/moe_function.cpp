@@ -178,8 +178,8 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
     ids_cpu = toHost(topk_ids, at::kInt);
     if (on_device) tokens = CpuTokens::of(ids_cpu, hidden.device());
     x_cpu = toHost(tokens.gather(hidden.detach()), hidden.scalar_type());
-    ids_cpu = tokens.gather(ids_cpu).contiguous();
-    weights_cpu = tokens.gather(toHost(topk_weights.detach(), at::kFloat)).contiguous();
+    ids_cpu = tokens.gather(ids_cpu);  // contiguous: toHost's, or index_select's
+    weights_cpu = tokens.gather(toHost(topk_weights.detach(), at::kFloat));
   }
   const int64_t n_cpu_tokens = x_cpu.size(0);
   const bool needs_graph =

@@ -32,13 +32,14 @@ StoredExpertWeights StoredExpertWeights::store(const experts::ExpertLayerSpec& s
     int64_t rows, cols;
     at::Tensor q, scale;  // host: [n, rows, cols] int8, [n, rows] fp32
   };
-  std::array<Projection, 3> projections{
-      Projection{views.gate, views.gate_scale, I, H, at::empty({n, I, H}, host.dtype(at::kChar)),
-                 at::empty({n, I}, host.dtype(at::kFloat))},
-      Projection{views.up, views.up_scale, I, H, at::empty({n, I, H}, host.dtype(at::kChar)),
-                 at::empty({n, I}, host.dtype(at::kFloat))},
-      Projection{views.down, views.down_scale, H, I, at::empty({n, H, I}, host.dtype(at::kChar)),
-                 at::empty({n, H}, host.dtype(at::kFloat))}};
+  auto projection = [&](const std::vector<const void*>& data, const std::vector<const float*>& block_scales,
+                        int64_t rows, int64_t cols) {
+    return Projection{data, block_scales, rows, cols, at::empty({n, rows, cols}, host.dtype(at::kChar)),
+                      at::empty({n, rows}, host.dtype(at::kFloat))};
+  };
+  std::array<Projection, 3> projections{projection(views.gate, views.gate_scale, I, H),
+                                        projection(views.up, views.up_scale, I, H),
+                                        projection(views.down, views.down_scale, H, I)};
   ThreadPool::global().parallelFor(0, n, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> widened(static_cast<size_t>(H * I));
     for (int64_t i = begin; i < end; ++i) {
