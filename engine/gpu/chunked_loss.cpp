@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 namespace tandem::gpu {
 
@@ -70,6 +71,20 @@ class ChunkedCrossEntropyBackward : public torch::autograd::Node {
   int64_t kept_;
 };
 
+thread_local bool recomputing = false;
+
+// Sets `recomputing` for one layer's recomputation, restored also when the layer throws.
+class RecomputeScope {
+ public:
+  RecomputeScope() : outer_(std::exchange(recomputing, true)) {}
+  ~RecomputeScope() { recomputing = outer_; }
+  RecomputeScope(const RecomputeScope&) = delete;
+  RecomputeScope& operator=(const RecomputeScope&) = delete;
+
+ private:
+  bool outer_;
+};
+
 class CheckpointBackward : public torch::autograd::Node {
  public:
   CheckpointBackward(std::function<at::Tensor(const at::Tensor&)> layer, at::Tensor input)
@@ -80,7 +95,11 @@ class CheckpointBackward : public torch::autograd::Node {
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     at::AutoGradMode grad_mode(true);
     const at::Tensor x = input_.detach().requires_grad_(true);
-    const at::Tensor y = layer_(x);
+    at::Tensor y;
+    {
+      RecomputeScope scope;
+      y = layer_(x);
+    }
     // Reentrant backward through the recomputed layer: LoRA leaves inside accumulate their
     // .grad, the experts their buffers, and x receives the gradient we pass on.
     torch::autograd::backward({y}, {grads[0]});
@@ -97,6 +116,8 @@ class CheckpointBackward : public torch::autograd::Node {
 };
 
 }  // namespace
+
+bool inCheckpointRecompute() { return recomputing; }
 
 at::Tensor chunkedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_head,
                                const at::Tensor& targets, int64_t chunk_tokens) {

@@ -21,4 +21,9 @@ at::Tensor chunkedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_he
 at::Tensor checkpointed(const std::function<at::Tensor(const at::Tensor&)>& layer,
                         const at::Tensor& x);
 
+// True on the thread where a checkpointed layer is being recomputed for its backward, which
+// follows at once: an op whose backward would recompute its own forward (the torch-side experts)
+// keeps that forward's graph instead, for as long as this one layer's backward.
+bool inCheckpointRecompute();
+
 }  // namespace tandem::gpu

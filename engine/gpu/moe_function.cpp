@@ -15,6 +15,7 @@
 #include "engine/experts/expert_forward_cache.h"
 #include "engine/experts/expert_layer.h"
 #include "engine/experts/expert_routing.h"
+#include "engine/gpu/chunked_loss.h"
 #include "engine/gpu/torch_experts.h"
 
 namespace tandem::gpu {
@@ -188,7 +189,7 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
   const at::Tensor device_weights =
       on_device ? topk_weights.detach().to(hidden.device(), at::kFloat) : at::Tensor();
   auto queue_device_work = [&] {
-    if (on_device) y_device = on_device->forward(hidden, device_weights);
+    if (on_device) y_device = on_device->forward(hidden, device_weights, needs_graph && inCheckpointRecompute());
     if (while_cpu_runs) while_cpu_runs();
   };
   // The checkpointed pass: no graph now, but a backward (with a recomputation) will follow.

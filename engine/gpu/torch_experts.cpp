@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "engine/gpu/chunked_loss.h"
 #include "engine/gpu/torch_runtime.h"
 #include "engine/gpu/weight_loader.h"
 
@@ -242,14 +243,33 @@ TorchExpertsCall::TorchExpertsCall(std::function<TorchExpertWeights()> weights, 
     : weights_(std::move(weights)), lora_(lora), global_ids_(std::move(global_ids)),
       grouping_(std::move(grouping)), gemm_(gemm) {}
 
-at::Tensor TorchExpertsCall::forward(const at::Tensor& hidden, const at::Tensor& topk_weights) const {
+at::Tensor TorchExpertsCall::forward(const at::Tensor& hidden, const at::Tensor& topk_weights,
+                                     bool keep_graph) const {
   // No pair here: nothing to compute (and every gradient is 0).
   if (pairs() == 0) return at::zeros({hidden.size(0), hidden.size(1)}, hidden.options());
+  if (keep_graph) {
+    graph_ = std::make_shared<Graph>(differentiableForward(hidden, topk_weights));
+    return graph_->y.detach();
+  }
   at::NoGradGuard no_grad;
   const TorchExpertWeights w = weights_();
   return expertsForward(w, streamLora(lora_, global_ids_, hidden.device(), /*trainable=*/false),
                         grouping_, hidden.detach(), topk_weights.detach().to(at::kFloat),
                         kernelsFor(w, lora_, hidden, gemm_));
+}
+
+TorchExpertsCall::Graph TorchExpertsCall::differentiableForward(const at::Tensor& hidden,
+                                                                const at::Tensor& topk_weights) const {
+  at::AutoGradMode grad_mode(true);
+  const at::Tensor x = hidden.detach().requires_grad_(true);
+  const at::Tensor w = topk_weights.detach().to(at::kFloat).requires_grad_(true);
+  const DeviceLora lora = streamLora(lora_, global_ids_, x.device(), /*trainable=*/true);
+  const TorchExpertWeights weights = weights_();
+  Graph graph{expertsForward(weights, lora, grouping_, x, w, kernelsFor(weights, lora_, x, gemm_)), {x, w}};
+  for (int p = 0; p < kExpertProjCount; ++p) {
+    if (lora.a[p].defined()) graph.inputs.insert(graph.inputs.end(), {lora.a[p], lora.b[p]});
+  }
+  return graph;
 }
 
 TorchExpertsCall::Gradients TorchExpertsCall::backward(const at::Tensor& hidden,
@@ -258,17 +278,10 @@ TorchExpertsCall::Gradients TorchExpertsCall::backward(const at::Tensor& hidden,
   if (pairs() == 0) {
     return {at::zeros_like(hidden), at::zeros(topk_weights.sizes(), topk_weights.options().dtype(at::kFloat)), {}};
   }
+  const std::shared_ptr<Graph> graph =
+      graph_ ? std::exchange(graph_, nullptr) : std::make_shared<Graph>(differentiableForward(hidden, topk_weights));
   at::AutoGradMode grad_mode(true);
-  const at::Tensor x = hidden.detach().requires_grad_(true);
-  const at::Tensor w = topk_weights.detach().to(at::kFloat).requires_grad_(true);
-  const DeviceLora lora = streamLora(lora_, global_ids_, x.device(), /*trainable=*/true);
-  const TorchExpertWeights weights = weights_();
-  const at::Tensor y = expertsForward(weights, lora, grouping_, x, w, kernelsFor(weights, lora_, x, gemm_));
-  std::vector<at::Tensor> inputs{x, w};
-  for (int p = 0; p < kExpertProjCount; ++p) {
-    if (lora.a[p].defined()) inputs.insert(inputs.end(), {lora.a[p], lora.b[p]});
-  }
-  auto d = torch::autograd::grad({y}, inputs, {dy}, /*retain_graph=*/false,
+  auto d = torch::autograd::grad({graph->y}, graph->inputs, {dy}, /*retain_graph=*/false,
                                  /*create_graph=*/false, /*allow_unused=*/true);
   Gradients out{d[0], d[1], {}};
   out.lora.assign(d.begin() + 2, d.end());
@@ -299,8 +312,9 @@ void TorchExpertsCall::accumulateLora(const Gradients& grads) const {
 at::Tensor torchExperts(TorchExpertsCall call, const at::Tensor& hidden,
                         const at::Tensor& topk_weights, const at::Tensor& lora_anchor) {
   const at::Tensor w = topk_weights.to(hidden.device(), at::kFloat);
-  const at::Tensor y = call.forward(hidden, w);
-  if (call.pairs() == 0 || !torch::autograd::compute_requires_grad(hidden, topk_weights, lora_anchor)) return y;
+  const bool needs_graph = torch::autograd::compute_requires_grad(hidden, topk_weights, lora_anchor);
+  const at::Tensor y = call.forward(hidden, w, /*keep_graph=*/needs_graph && inCheckpointRecompute());
+  if (call.pairs() == 0 || !needs_graph) return y;
   std::shared_ptr<TorchExpertsBackward> node(
       new TorchExpertsBackward(std::move(call), hidden.detach(), w.detach()), torch::autograd::deleteNode);
   node->set_next_edges(torch::autograd::collect_next_edges(hidden, topk_weights, lora_anchor));

@@ -10,13 +10,16 @@
 // The expert LoRA stays in the ExpertLayer's fp32 host buffers (ExpertLora): each call copies A
 // and B of the experts it computes to the device, the backward copies their gradients back and
 // accumulates them there. Backward recomputes the forward (reentrant autograd): nothing of the
-// forward's intermediates is kept on the device.
+// forward's intermediates is kept on the device, except in a checkpoint recompute, whose backward
+// follows at once: that forward keeps its graph for it, so the experts are computed twice a step
+// (forward, recompute) and not three times, and offload mode streams their weights twice.
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/TensorOptions.h>
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -83,16 +86,19 @@ class TorchExpertsCall {
 
   int64_t pairs() const { return grouping_.pairs(); }
 
-  // -> [T, H] in hidden's dtype: the sum over the grouped pairs; no graph.
-  at::Tensor forward(const at::Tensor& hidden, const at::Tensor& topk_weights) const;
+  // -> [T, H] in hidden's dtype: the sum over the grouped pairs, not differentiable. With
+  // keep_graph (a checkpoint recompute: its backward follows at once) the forward's graph is
+  // built now and kept in this call until backward(), which then does not recompute it.
+  at::Tensor forward(const at::Tensor& hidden, const at::Tensor& topk_weights, bool keep_graph = false) const;
 
   struct Gradients {
     at::Tensor d_hidden;             // [T, H] hidden's dtype
     at::Tensor d_topk_weights;       // [T, k] fp32 (0 for the slots computed elsewhere)
     std::vector<at::Tensor> lora;    // d A, d B of every targeted projection, on the device
   };
-  // Queues the backward of forward() for dy [T, H] on the device, recomputing that forward;
-  // returns without waiting for the device (so the CPU can work meanwhile).
+  // Queues the backward of forward() for dy [T, H] on the device, recomputing that forward
+  // unless it kept its graph; returns without waiting for the device (so the CPU can work
+  // meanwhile).
   Gradients backward(const at::Tensor& hidden, const at::Tensor& topk_weights,
                      const at::Tensor& dy) const;
   // Adds grads.lora to the host LoRA gradient buffers (waits for the device).
@@ -104,6 +110,15 @@ class TorchExpertsCall {
   at::Tensor global_ids_;
   ExpertGrouping grouping_;
   std::optional<ExpertGemm> gemm_;
+
+  // The differentiable forward: y and the leaves it is differentiated in (hidden, the top-k
+  // weights, then A and B of every targeted projection).
+  struct Graph {
+    at::Tensor y;
+    std::vector<at::Tensor> inputs;
+  };
+  Graph differentiableForward(const at::Tensor& hidden, const at::Tensor& topk_weights) const;
+  mutable std::shared_ptr<Graph> graph_;  // forward's, with keep_graph; taken by backward()
 };
 
 // TorchExpertsCall::forward as its own autograd node: differentiable in hidden and topk_weights;

@@ -3,9 +3,12 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "engine/gpu/chunked_loss.h"
 
 namespace tandem::gpu {
 namespace {
@@ -36,12 +39,21 @@ at::Tensor routing(const Problem& p) {
   return at::tensor(ids, at::kLong).view({p.tokens, p.top_k});
 }
 
-Result run(const Problem& p, ExpertGemm gemm) {
+// The experts' weights and LoRA, a call's inputs and the gradient it gets, for problem p.
+struct Inputs {
+  TorchExpertWeights w;
+  std::unique_ptr<experts::ExpertLora> lora;
+  at::Tensor hidden, topk_weights, dy;
+};
+
+Inputs inputs(const Problem& p) {
   at::manual_seed(11);
   const auto options = at::TensorOptions().dtype(p.dtype);
-  TorchExpertWeights w{at::randn({p.experts, p.intermediate, p.hidden}, options) * 0.2,
-                       at::randn({p.experts, p.intermediate, p.hidden}, options) * 0.2,
-                       at::randn({p.experts, p.hidden, p.intermediate}, options) * 0.2};
+  Inputs in;
+  TorchExpertWeights& w = in.w;
+  w = {at::randn({p.experts, p.intermediate, p.hidden}, options) * 0.2,
+       at::randn({p.experts, p.intermediate, p.hidden}, options) * 0.2,
+       at::randn({p.experts, p.hidden, p.intermediate}, options) * 0.2};
   if (p.scales != Problem::Scales::None) {
     for (auto [weight, scale] : {std::pair{&w.gate, &w.gate_scale}, std::pair{&w.up, &w.up_scale},
                                  std::pair{&w.down, &w.down_scale}}) {
@@ -60,27 +72,39 @@ Result run(const Problem& p, ExpertGemm gemm) {
   lora_spec.rank = p.rank;
   lora_spec.scale = 2.0f;
   lora_spec.gate = lora_spec.up = lora_spec.down = true;
-  experts::ExpertLora lora(spec, lora_spec);
-  lora.initPeft(5);
+  in.lora = std::make_unique<experts::ExpertLora>(spec, lora_spec);
+  in.lora->initPeft(5);
   for (auto proj : {ExpertProj::Gate, ExpertProj::Up, ExpertProj::Down}) {
-    for (float& b : lora.allB(proj)) b = 0.03f;
+    for (float& b : in.lora->allB(proj)) b = 0.03f;
   }
-  const at::Tensor hidden = at::randn({p.tokens, p.hidden}, options);
-  const at::Tensor topk_weights = at::rand({p.tokens, p.top_k}, at::kFloat);
-  const at::Tensor dy = at::randn({p.tokens, p.hidden}, options);
-  const TorchExpertsCall call([&] { return w; }, lora, at::Tensor(),
+  in.hidden = at::randn({p.tokens, p.hidden}, options);
+  in.topk_weights = at::rand({p.tokens, p.top_k}, at::kFloat);
+  in.dy = at::randn({p.tokens, p.hidden}, options);
+  return in;
+}
+
+// The LoRA gradients accumulated in the host buffers: A then B of gate, up, down.
+std::vector<at::Tensor> loraGrads(experts::ExpertLora& lora) {
+  std::vector<at::Tensor> grads;
+  for (auto proj : {ExpertProj::Gate, ExpertProj::Up, ExpertProj::Down}) {
+    for (auto g : {lora.allGradA(proj), lora.allGradB(proj)}) {
+      grads.push_back(at::tensor(std::vector<float>(g.begin(), g.end())));
+    }
+  }
+  return grads;
+}
+
+Result run(const Problem& p, ExpertGemm gemm) {
+  const Inputs in = inputs(p);
+  const TorchExpertsCall call([&] { return in.w; }, *in.lora, at::Tensor(),
                               groupByExpert(routing(p), p.experts, at::kCPU), gemm);
   Result r;
-  r.y = call.forward(hidden, topk_weights);
-  const TorchExpertsCall::Gradients d = call.backward(hidden, topk_weights, dy);
+  r.y = call.forward(in.hidden, in.topk_weights);
+  const TorchExpertsCall::Gradients d = call.backward(in.hidden, in.topk_weights, in.dy);
   call.accumulateLora(d);
   r.d_hidden = d.d_hidden;
   r.d_topk_weights = d.d_topk_weights;
-  for (auto proj : {ExpertProj::Gate, ExpertProj::Up, ExpertProj::Down}) {
-    for (auto grads : {lora.allGradA(proj), lora.allGradB(proj)}) {
-      r.lora_grads.push_back(at::tensor(std::vector<float>(grads.begin(), grads.end())));
-    }
-  }
+  r.lora_grads = loraGrads(*in.lora);
   return r;
 }
 
@@ -128,6 +152,34 @@ TEST(TorchExperts, RowScalesOnTheOutputsEqualScaledWeights) {
     }
     // The scales matter (a call that ignored them would pass the comparison above otherwise).
     EXPECT_GT((run(Problem{}, gemm).y - want.y).abs().max().item<double>(), 1e-2);
+  }
+}
+
+// Under gradient checkpointing the recompute keeps its graph for the backward that follows at
+// once: the weights are fetched (offload mode: streamed) twice a step, in forward and recompute,
+// not a third time in backward, and y and every gradient are those without checkpointing.
+TEST(TorchExperts, ACheckpointRecomputeKeepsItsGraphForTheBackward) {
+  const Problem p;
+  std::vector<Result> results;
+  for (const bool checkpoint : {false, true}) {
+    SCOPED_TRACE(checkpoint ? "checkpointed" : "plain");
+    Inputs in = inputs(p);
+    int fetches = 0;
+    auto layer = [&](const at::Tensor& x) {
+      TorchExpertsCall call([&] { ++fetches; return in.w; }, *in.lora, at::Tensor(),
+                            groupByExpert(routing(p), p.experts, at::kCPU));
+      return torchExperts(std::move(call), x, in.topk_weights, at::Tensor());
+    };
+    const at::Tensor x = in.hidden.clone().requires_grad_(true);
+    const at::Tensor y = checkpoint ? checkpointed(layer, x) : layer(x);
+    (y * in.dy).sum().backward();
+    EXPECT_EQ(fetches, 2);  // plain: forward, and backward's recompute
+    results.push_back({y.detach(), x.grad(), at::Tensor(), loraGrads(*in.lora)});
+  }
+  expectClose(results[1].y, results[0].y, 1e-6, "y");
+  expectClose(results[1].d_hidden, results[0].d_hidden, 1e-6, "d hidden");
+  for (size_t i = 0; i < results[0].lora_grads.size(); ++i) {
+    expectClose(results[1].lora_grads[i], results[0].lora_grads[i], 1e-6, "lora grad " + std::to_string(i));
   }
 }
 
