@@ -63,6 +63,9 @@ if(TANDEM_WITH_CUDA OR NOT TANDEM_TORCH_CUDA_VERSION)
     if(NOT CMAKE_CUDA_ARCHITECTURES)
       set(CMAKE_CUDA_ARCHITECTURES 80 90)
     endif()
+    # Our .cu files are plain kernels without torch headers; CMake 3.25 cannot give nvcc 13 C++20.
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     enable_language(CUDA)
     # Without this, TorchConfig probes the installed GPUs with try_run, which fails on a
     # machine with a toolkit but no driver (CI, build hosts).

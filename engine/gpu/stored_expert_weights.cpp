@@ -7,6 +7,7 @@
 
 #include "engine/core/thread_pool.h"
 #include "engine/experts/kernels/packed_gemm.h"
+#include "engine/gpu/int8_cast.h"
 
 namespace tandem::gpu {
 
@@ -75,7 +76,7 @@ StoredExpertWeights StoredExpertWeights::to(at::Device device, bool non_blocking
 TorchExpertWeights StoredExpertWeights::compute() const {
   if (!int8()) return stored_;
   TorchExpertWeights w = stored_;
-  for (at::Tensor* t : {&w.gate, &w.up, &w.down}) *t = t->to(dtype_);
+  for (at::Tensor* t : {&w.gate, &w.up, &w.down}) *t = castInt8(*t, dtype_);
   return w;
 }
 

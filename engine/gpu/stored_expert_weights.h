@@ -6,10 +6,10 @@
 //     quantises its int8 packs (kernels::quantiseRowsInt8 on the f32 weights), so every device
 //     multiplies the same weights. Half the bytes a GPU holds per resident expert and half what
 //     offload mode streams per layer. Each call casts the int8 values to the model dtype on the
-//     device (exact; once in forward, once in backward: a transient copy of the layer's experts,
-//     never kept) and torch_experts applies the scales to the products' outputs. (Dequantising
-//     q · scale into the weights instead took half of a V2-Lite step's GPU time on an H200: one
-//     mixed-dtype broadcast kernel over every weight, three times a step.)
+//     device (exact, int8_cast.h; once in forward, once in backward: a transient copy of the
+//     layer's experts, never kept) and torch_experts applies the scales to the products' outputs.
+//     (Dequantising q · scale into the weights instead took half of a V2-Lite step's GPU time on
+//     an H200: one mixed-dtype broadcast kernel over every weight, three times a step.)
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/TensorOptions.h>
