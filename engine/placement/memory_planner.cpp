@@ -144,9 +144,16 @@ void noteGpuExperts(MemoryPlan& plan, const PlanRequest& req, const Hardware& hw
     const std::vector<ModulePlacement*> layers = expertsOnGpu(plan.placement, g.device());
     if (!layers.empty() && layers.front()->gpu_experts > 0) {
       const bool int8 = layers.front()->weight_format == "int8";
-      plan.notes.push_back(std::to_string(layers.front()->gpu_experts) + " of " + std::to_string(req.model.num_experts) +
+      const int64_t resident = layers.front()->gpu_experts, E = req.model.num_experts;
+      // What the CPU engine is left with decides the step time (docs/benchmarks.md: with 31 % of
+      // the pairs, 16 cores took longer than streaming every expert over PCIe).
+      const auto cpu_share = static_cast<int>(std::lround(100.0 * static_cast<double>(E - std::min(resident, E)) /
+                                                          static_cast<double>(E)));
+      plan.notes.push_back(std::to_string(resident) + " of " + std::to_string(E) +
                            " routed experts per MoE layer resident on " + g.device() + (int8 ? " in int8" : "") + " (" +
-                           std::to_string(layers.size()) + " layers; the most routed of each layer's first call)");
+                           std::to_string(layers.size()) + " layers; the most routed of each layer's first call); " +
+                           "with a balanced router the CPU engine computes about " + std::to_string(cpu_share) +
+                           " % of the routed pairs");
     }
   }
 }
