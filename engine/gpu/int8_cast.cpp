@@ -10,7 +10,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "engine/core/error.h"
-#include "engine/gpu/int8_cast_cuda.h"
+#include "engine/gpu/int8_kernels_cuda.h"
 #endif
 
 namespace tandem::gpu {

@@ -3,7 +3,7 @@
 // layer's experts twice a checkpointed training step). torch's cast of mixed dtypes runs element
 // by element: on an H200 it moved a V2-Lite layer's gate (185 M weights) at 1.1 TB/s, 0.48 ms;
 // the casts were a third of a V2-Lite step's expert time. On a CUDA device to bf16 our kernel
-// (int8_cast_cuda.cu) reads and writes 16 weights a thread, 0.20 ms; elsewhere torch's cast.
+// (int8_kernels_cuda.cu) reads and writes 16 weights a thread, 0.20 ms; elsewhere torch's cast.
 
 #include <ATen/core/Tensor.h>
 

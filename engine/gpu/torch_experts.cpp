@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "engine/gpu/chunked_loss.h"
+#include "engine/gpu/row_scale.h"
 #include "engine/gpu/torch_runtime.h"
 #include "engine/gpu/weight_loader.h"
 
@@ -84,10 +85,14 @@ struct Kernels {
 // s · (rows Aᵀ) Bᵀ per expert, the LoRA branch in fp32.
 at::Tensor project(const at::Tensor& rows, const at::Tensor& weight, const at::Tensor& row_scale,
                    const DeviceLora& lora, ExpertProj proj, const ExpertGrouping& g, Kernels kernels) {
-  at::Tensor y = groupedLinear(rows, weight, g, kernels.frozen);
-  if (row_scale.defined()) y = y * row_scale.index_select(0, g.pair_expert);
   const int p = static_cast<int>(proj);
-  if (!lora.a[p].defined()) return y.to(rows.scalar_type());
+  const bool has_lora = lora.a[p].defined();
+  at::Tensor y = groupedLinear(rows, weight, g, kernels.frozen);
+  if (row_scale.defined()) {
+    // fp32 when the LoRA delta is added next, as the unscaled path's (y + delta) in fp32.
+    y = scaleRowsByExpert(y, row_scale, g.pair_expert, has_lora ? at::kFloat : rows.scalar_type());
+  }
+  if (!has_lora) return y.to(rows.scalar_type());
   const at::Tensor low = groupedLinear(rows.to(at::kFloat), lora.a[p], g, kernels.lora);
   const at::Tensor delta = groupedLinear(low, lora.b[p], g, kernels.lora) * lora.scale;
   return (y + delta).to(rows.scalar_type());
