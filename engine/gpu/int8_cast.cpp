@@ -3,13 +3,12 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
-#include <string>
 
 #ifdef TANDEM_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "engine/core/error.h"
+#include "engine/gpu/int8_kernel_check.h"
 #include "engine/gpu/int8_kernels_cuda.h"
 #endif
 
@@ -24,11 +23,7 @@ at::Tensor castInt8(const at::Tensor& q, at::ScalarType dtype) {
     at::Tensor out = at::empty(q.sizes(), q.options().dtype(dtype));  // the allocator aligns to 512
     const cudaError_t status = launchInt8ToBf16(q.data_ptr<int8_t>(), out.data_ptr(), q.numel(),
                                                 c10::cuda::getCurrentCUDAStream(q.device().index()));
-    if (status != cudaSuccess) {
-      throw Error(std::string("casting int8 expert weights on ") + q.device().str() + " failed: " +
-                      cudaGetErrorString(status),
-                  "check the GPU with nvidia-smi, or use experts_format: bf16");
-    }
+    throwIfLaunchFailed(status, "casting int8 expert weights", q.device().str());
     return out;
   }
 #endif

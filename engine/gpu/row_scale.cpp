@@ -12,7 +12,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "engine/core/error.h"
+#include "engine/gpu/int8_kernel_check.h"
 #include "engine/gpu/int8_kernels_cuda.h"
 #endif
 
@@ -32,11 +32,7 @@ at::Tensor scaled(const at::Tensor& y, const at::Tensor& scale, const at::Tensor
     const cudaError_t status = launchScaleRowsByExpert(
         in.data_ptr(), in.scalar_type() == at::kBFloat16, s.data_ptr<float>(), e.data_ptr<int64_t>(), out.data_ptr(),
         out_dtype == at::kBFloat16, in.size(0), in.size(1), c10::cuda::getCurrentCUDAStream(y.device().index()));
-    if (status != cudaSuccess) {
-      throw Error(std::string("scaling int8 experts' outputs on ") + y.device().str() + " failed: " +
-                      cudaGetErrorString(status),
-                  "check the GPU with nvidia-smi, or use experts_format: bf16");
-    }
+    throwIfLaunchFailed(status, "scaling int8 experts' outputs", y.device().str());
     return out;
   }
 #endif
