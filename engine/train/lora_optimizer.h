@@ -64,6 +64,13 @@ class LoraOptimizer {
     std::span<float> param, grad;
     std::vector<float> exp_avg, exp_avg_sq;
   };
+  // The torch-side adapters of one device, for the _foreach ops (one list per operand).
+  struct DeviceGroup {
+    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+  };
+  // By device; an adapter without a gradient gets a zero one (it still decays and moves with its
+  // moments, as torch's AdamW does for a parameter whose grad is zero).
+  std::map<std::string, DeviceGroup> groupsWithGrads();
 
   AdamWSettings settings_;
   ThreadPool& pool_;
