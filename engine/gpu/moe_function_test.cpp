@@ -157,8 +157,8 @@ TEST(KeptExpertForward, ReusedOnlyForTheSameInputs) {
 // Resident experts (torch ops on the layer's device, here the CPU device) computing some pairs
 // and the CPU engine the rest give the all-engine numbers: the loss and every gradient, the
 // resident experts' LoRA grads included (a pair lost or counted twice would be off by its whole
-// contribution). Also with checkpointing and the kept forward (the CPU part reused, the resident
-// part recomputed), with 5 of 6 resident (most tokens then have no CPU pair and stay on the
+// contribution). Also with checkpointing (the recomputation keeps the resident part's graph for
+// its backward), with the kept forward too (the CPU part reused), with 5 of 6 resident (most tokens then have no CPU pair and stay on the
 // device: CpuTokens), and with every expert resident (the CPU engine is not called at all).
 TEST(ResidentExperts, SameNumbersAsTheCpuEngine) {
   const Step engine = trainStep(false, 0, /*checkpointing=*/false);
@@ -168,8 +168,9 @@ TEST(ResidentExperts, SameNumbersAsTheCpuEngine) {
     bool checkpointing;
     int64_t reused;  // kept CPU forwards the recomputation reuses: none when the CPU has no pair
   };
-  for (const Case c : {Case{false, 2, false, 0}, Case{true, 2, true, 2}, Case{false, 5, false, 0},
-                       Case{true, 5, true, 2}, Case{false, 6, true, 0}, Case{true, 6, true, 0}}) {
+  for (const Case c : {Case{false, 2, false, 0}, Case{false, 2, true, 0}, Case{true, 2, true, 2},
+                       Case{false, 5, false, 0}, Case{true, 5, true, 2}, Case{false, 6, true, 0},
+                       Case{true, 6, true, 0}}) {
     SCOPED_TRACE("keep " + std::to_string(c.keep) + ", gpu_experts " + std::to_string(c.gpu_experts));
     const Step split = trainStep(c.keep, c.gpu_experts, c.checkpointing);
     ASSERT_EQ(split.resident.size(), 2u);
