@@ -5,7 +5,9 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
+#include <algorithm>
 #include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -13,21 +15,11 @@
 #include "engine/gpu/causal_lm.h"
 #include "engine/gpu/lora_linear.h"
 #include "engine/gpu/moe_block.h"
-#include "engine/io/model_config.h"
 #include "engine/model/lora_target.h"
+#include "engine/train/tiny_moe_test_util.h"
 
 namespace tandem::train {
 namespace {
-
-// One MoE layer with a shared expert: adapters on the torch side (attention, shared expert,
-// router) and in the expert engine's buffers.
-constexpr const char* kConfig = R"({
-  "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 32,
-  "intermediate_size": 48, "moe_intermediate_size": 16, "shared_expert_intermediate_size": 24,
-  "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "num_experts": 4,
-  "num_experts_per_tok": 2, "norm_topk_prob": false, "decoder_sparse_step": 1, "mlp_only_layers": [],
-  "vocab_size": 64, "max_position_embeddings": 128, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-  "tie_word_embeddings": false, "dtype": "float32"})";
 
 // Every LoRA weight of the model and where its gradient goes: the torch leaves, or views of the
 // expert engine's parameter and gradient buffers.
@@ -47,7 +39,8 @@ std::vector<Weight> loraWeights(gpu::CausalLm& model) {
     experts::ExpertLora& lora = block.experts->lora();
     for (auto proj : {experts::ExpertProj::Gate, experts::ExpertProj::Up, experts::ExpertProj::Down}) {
       if (!lora.targets(proj)) continue;
-      for (auto [param, grad] : {std::pair{lora.allA(proj), lora.allGradA(proj)}, std::pair{lora.allB(proj), lora.allGradB(proj)}}) {
+      for (auto [param, grad] : {std::pair{lora.allA(proj), lora.allGradA(proj)},
+                                 std::pair{lora.allB(proj), lora.allGradB(proj)}}) {
         out.push_back({at::from_blob(param.data(), {static_cast<int64_t>(param.size())}, at::kFloat), grad});
       }
     }
@@ -60,7 +53,7 @@ std::vector<Weight> loraWeights(gpu::CausalLm& model) {
 // torch.optim.AdamW and torch.nn.utils.clip_grad_norm_, which HF's Trainer runs) on copies of the
 // same weights with the same gradients. Every weight and the reported norm must agree.
 TEST(LoraOptimizer, ClipsAndStepsAsTorchsAdamW) {
-  const io::ModelConfig config = io::parseModelConfig(kConfig, "test config");
+  const io::ModelConfig config = testing::tinyQwen3MoeConfig(/*num_experts=*/4);
   const gpu::LoraPlan plan =
       gpu::loraPlanFromTarget(model::LoraTarget::parse("all"), gpu::LoraSettings{4, 8.0, false, 0.0});
   auto model = gpu::CausalLm::random(config, gpu::ModelOptions{}, &plan, /*seed=*/3, ThreadPool::global());
