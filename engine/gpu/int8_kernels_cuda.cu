@@ -32,19 +32,10 @@ __global__ void int8ToBf16(const int8_t* __restrict__ src, __nv_bfloat16* __rest
   if (tail < n) dst[tail] = __float2bfloat16_rn(static_cast<float>(src[tail]));
 }
 
-template <typename T>
-__device__ float toFloat(T v);
-template <>
 __device__ float toFloat(float v) { return v; }
-template <>
 __device__ float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ T fromFloat(float v);
-template <>
-__device__ float fromFloat(float v) { return v; }
-template <>
-__device__ __nv_bfloat16 fromFloat(float v) { return __float2bfloat16_rn(v); }
+__device__ void storeRounded(float* to, float v) { *to = v; }
+__device__ void storeRounded(__nv_bfloat16* to, float v) { *to = __float2bfloat16_rn(v); }
 
 // One block per row (grid-stride over rows), its threads over the row's columns: the row's
 // expert is read once, its scales are contiguous, so both the values and the scales coalesce.
@@ -56,7 +47,7 @@ __global__ void scaleRowsByExpert(const In* __restrict__ in, const float* __rest
     const float* s = scale + row_expert[row] * cols;
     const In* x = in + row * cols;
     Out* y = out + row * cols;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) y[c] = fromFloat<Out>(toFloat(x[c]) * s[c]);
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) storeRounded(y + c, toFloat(x[c]) * s[c]);
   }
 }
 
