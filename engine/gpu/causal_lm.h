@@ -72,9 +72,10 @@ struct ModelOptions {
   // instead of recomputing it (see KeptExpertForward; the planner decides whether RAM allows).
   bool keep_expert_forward = false;
   int64_t loss_chunk_tokens = 1024;  // rows of logits materialised at once by the loss
-  // Co-computation (experts = Cpu): per decoder layer, how many routed experts live on the
-  // layer's device (the most routed of its first call; resident_experts.h). Empty: none; the
-  // planner fills it (memory_planner.h, MemoryPlan::gpu_experts).
+  // Per decoder layer, how many routed experts live on the layer's device (the most routed of
+  // its first call; resident_experts.h): beside the CPU engine (experts = Cpu), or as offload
+  // mode's resident cache, which then streams only the others (expert_offload.h). Empty: none;
+  // the planner fills it (memory_planner.h, MemoryPlan::gpu_experts).
   std::vector<int64_t> gpu_experts;
 
   at::Device layerDevice(size_t layer) const;

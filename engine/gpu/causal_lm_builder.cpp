@@ -74,12 +74,6 @@ class CausalLmBuilder {
                       " layers, but the model has " + std::to_string(c_.num_hidden_layers),
                   "give one count per decoder layer (0 for dense layers)");
     }
-    if (o.experts != ExpertsMode::Cpu &&
-        std::any_of(o.gpu_experts.begin(), o.gpu_experts.end(), [](int64_t n) { return n > 0; })) {
-      throw Error("resident GPU experts (gpu_experts) share the work with the CPU expert engine, but the experts mode is " +
-                      std::string(expertsModeName(o.experts)),
-                  "use experts mode cpu with gpu_experts, or gpu_experts 0 with gpu-offload");
-    }
     w_.setDevice(o.device);
     m_.embed_tokens = w_.load("model.embed_tokens.weight", {c_.vocab_size, hidden});
     m_.rope_ = Rope(c_, c_.isMla() ? c_.qk_rope_head_dim : c_.head_dim);
@@ -275,20 +269,19 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
     }
   }
   experts::ExpertWeightViews views = expertWeights(i, *block);
-  if (m_.options_.experts == ExpertsMode::Cpu) {
-    block->resident_count = std::min<int64_t>(m_.options_.gpuExperts(static_cast<size_t>(i)), spec.num_experts);
-    if (block->resident_count > 0) block->resident_source = views;
-  }
+  block->resident_count = std::min<int64_t>(m_.options_.gpuExperts(static_cast<size_t>(i)), spec.num_experts);
+  if (m_.options_.experts == ExpertsMode::Cpu && block->resident_count > 0) block->resident_source = views;
   experts::ExpertLayerOptions options = expertLayerOptions(m_.options_, views.type);
   // Offload mode computes on the GPU: the CPU layer only holds the expert LoRA (no packs).
   options.lora_only = m_.options_.experts == ExpertsMode::GpuOffload;
-  options.defer_packs = block->resident_count > 0;  // the first call knows which experts are the CPU's
+  // The first call knows which experts are the CPU's.
+  options.defer_packs = m_.options_.experts == ExpertsMode::Cpu && block->resident_count > 0;
   block->resident_format = options.format;
   const std::vector<int>& numa_node = m_.options_.experts_numa_node;
   if (static_cast<size_t>(i) < numa_node.size()) options.numa_node = numa_node[static_cast<size_t>(i)];
   if (m_.options_.experts == ExpertsMode::GpuOffload) {
     block->offload = std::make_unique<ExpertOffload>(spec, views, w_.dtype(), options.format,
-                                                     m_.options_.layerDevice(static_cast<size_t>(i)));
+                                                     m_.options_.layerDevice(static_cast<size_t>(i)), block->resident_count);
   } else if (views.type == experts::WeightType::FP8_E4M3) {
     // The mapped fp8 bytes and the f32 block scales copied beside them.
     const int64_t blocks_h = ceilBlocks(spec.hidden), blocks_i = ceilBlocks(spec.intermediate);

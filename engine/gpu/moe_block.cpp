@@ -23,7 +23,9 @@ at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
   };
   at::Tensor y;
   if (offload) {
-    y = offload->forward(experts->lora(), tokens, choice.ids, choice.weights, lora_anchor);
+    int64_t resident_pairs = 0;
+    y = offload->forward(experts->lora(), tokens, choice.ids, choice.weights, lora_anchor, &resident_pairs);
+    pairs.resident += resident_pairs;
     run_shared();
   } else if (resident_count > 0) {
     const at::Tensor ids = choice.ids.to(at::kCPU, at::kLong);  // waits for the router

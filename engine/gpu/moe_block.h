@@ -27,9 +27,10 @@ namespace tandem::gpu {
 struct MoeBlock {
   Router router;
   std::unique_ptr<experts::ExpertLayer> experts;  // computes in cpu mode; holds the expert LoRA
-  std::unique_ptr<ExpertOffload> offload;         // offload mode only
+  std::unique_ptr<ExpertOffload> offload;         // offload mode only (with its own resident cache)
   std::vector<at::Tensor> expert_weight_owners;  // CPU tensors the expert views point into
-  // ModelOptions::gpu_experts: experts made resident on the layer's device at the first call,
+  // ModelOptions::gpu_experts: experts made resident on the layer's device at the first call
+  // (offload mode: by `offload`, which streams the others; else here, beside the CPU engine),
   // from its routing, copied from resident_source (views as the CPU engine's) and kept in
   // resident_format (the CPU engine's: experts_format).
   int64_t resident_count = 0;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/core/memory_ledger.h"
@@ -37,6 +38,7 @@ struct Step {
   int64_t reused = 0;                               // recomputations that reused a kept forward
   float loss = 0;
   std::vector<std::vector<int64_t>> resident;       // per MoE layer, the resident experts
+  uint64_t offload_host_bytes = 0;                  // offload mode: the streamed experts' host copies
 };
 
 std::vector<float> values(const at::Tensor& t) {
@@ -46,9 +48,10 @@ std::vector<float> values(const at::Tensor& t) {
 
 Step trainStep(bool keep, int64_t gpu_experts = 0, bool checkpointing = true,
                const std::string& experts_format = "auto", ExpertsMode experts = ExpertsMode::Cpu,
-               const std::string& experts_backend = "auto") {
+               const std::string& experts_backend = "auto", at::Device device = at::kCPU) {
   const io::ModelConfig config = io::parseModelConfig(kConfig, "test config");
   ModelOptions options;
+  options.device = device;
   options.experts = experts;
   options.experts_format = experts_format;
   options.experts_backend = experts_backend;
@@ -86,6 +89,10 @@ Step trainStep(bool keep, int64_t gpu_experts = 0, bool checkpointing = true,
       step.grads[p + ".B"] = {b.begin(), b.end()};
     }
     if (block.resident) step.resident.push_back(block.resident->experts());
+    if (block.offload) {
+      step.offload_host_bytes += block.offload->hostBytes();
+      if (block.resident_count > 0) step.resident.push_back(block.offload->residentExperts());
+    }
   });
   return step;
 }
@@ -224,6 +231,33 @@ TEST(StoredExpertWeights, Int8ExpertsOnTheDeviceMultiplyTheEnginesInt8Weights) {
   EXPECT_LE(worstRelativeError(step(true, 6, true, "int8"), engine), 1e-4f) << "all resident, kept forward";
   EXPECT_LE(worstRelativeError(step(false, 0, true, "int8", ExpertsMode::GpuOffload), engine), 1e-4f)
       << "offload";
+  EXPECT_LE(worstRelativeError(step(false, 2, true, "int8", ExpertsMode::GpuOffload), engine), 1e-4f)
+      << "offload with 2 resident";
+}
+
+// Offload mode with a resident cache (gpu_experts): the resident experts stay on the device, only
+// the others are streamed (and held in host memory), and the numbers are those of streaming
+// every expert: with and without checkpointing, with some, most or all of them resident. On a
+// GPU (the device run of this test binary) the streamed copy runs on a side stream too.
+TEST(ExpertOffload, AResidentCacheGivesTheNumbersOfStreamingEveryExpert) {
+  std::vector<at::Device> devices{at::kCPU};
+  if (at::hasCUDA()) devices.emplace_back(at::kCUDA, 0);
+  for (const at::Device device : devices) {
+    auto offload = [&](int64_t gpu_experts, bool checkpointing) {
+      return trainStep(false, gpu_experts, checkpointing, "auto", ExpertsMode::GpuOffload, "auto", device);
+    };
+    const Step streamed = offload(0, false);
+    EXPECT_TRUE(streamed.resident.empty());
+    for (const auto& [gpu_experts, checkpointing] : {std::pair{2, false}, {2, true}, {5, true}, {6, false}}) {
+      SCOPED_TRACE(device.str() + ", gpu_experts " + std::to_string(gpu_experts) + ", checkpointing " +
+                   std::to_string(checkpointing));
+      const Step cached = offload(gpu_experts, checkpointing);
+      ASSERT_EQ(cached.resident.size(), 2u);
+      for (const auto& experts : cached.resident) EXPECT_EQ(static_cast<int64_t>(experts.size()), gpu_experts);
+      EXPECT_EQ(cached.offload_host_bytes * 6, streamed.offload_host_bytes * static_cast<uint64_t>(6 - gpu_experts));
+      EXPECT_LE(worstRelativeError(cached, streamed), 1e-5f);
+    }
+  }
 }
 
 // Only the tokens with a pair for the CPU engine cross to the host; the engine's rows go back to

@@ -15,12 +15,23 @@ ResidentExperts::ResidentExperts(const experts::ExpertLayerSpec& spec,
                                  const experts::ExpertWeightViews& views,
                                  std::vector<int64_t> experts, at::ScalarType dtype,
                                  experts::WeightFormat format, at::Device device)
-    : experts_(std::move(experts)), local_of_(static_cast<size_t>(spec.num_experts), -1), device_(device) {
-  // Normal tensors even when the first call is a chat's (inference mode): training may follow.
+    : ResidentExperts(spec.num_experts, experts,
+                      // Normal tensors even when the first call is a chat's (inference mode):
+                      // training may follow.
+                      [&] {
+                        c10::InferenceMode not_inference(false);
+                        return StoredExpertWeights::store(spec, views, experts, dtype, format,
+                                                          at::TensorOptions().device(device));
+                      }(),
+                      device) {}
+
+ResidentExperts::ResidentExperts(int64_t num_experts, std::vector<int64_t> experts,
+                                 StoredExpertWeights on_device, at::Device device)
+    : experts_(std::move(experts)), local_of_(static_cast<size_t>(num_experts), -1),
+      weights_(std::move(on_device)), device_(device) {
   c10::InferenceMode not_inference(false);
   for (size_t i = 0; i < experts_.size(); ++i) local_of_[static_cast<size_t>(experts_[i])] = static_cast<int64_t>(i);
   global_ids_ = at::tensor(experts_, at::kLong);
-  weights_ = StoredExpertWeights::store(spec, views, experts_, dtype, format, at::TensorOptions().device(device));
   charge_ = MemoryCharge(MemoryLedger::global(), device.str(), MemoryCategory::Weights, weights_.bytes());
 }
 

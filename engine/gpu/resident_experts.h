@@ -34,6 +34,10 @@ class ResidentExperts {
   ResidentExperts(const experts::ExpertLayerSpec& spec, const experts::ExpertWeightViews& views,
                   std::vector<int64_t> experts, at::ScalarType dtype, experts::WeightFormat format,
                   at::Device device);
+  // The listed experts of a layer of `num_experts`, whose weights `on_device` already holds on
+  // `device` (offload mode's resident cache: a selection of its host copy).
+  ResidentExperts(int64_t num_experts, std::vector<int64_t> experts, StoredExpertWeights on_device,
+                  at::Device device);
 
   // The `count` experts with the most slots in ids [T, k] (host, int64), ties to the lower id,
   // returned in increasing id order.

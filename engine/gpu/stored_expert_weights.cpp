@@ -64,13 +64,33 @@ StoredExpertWeights StoredExpertWeights::store(const experts::ExpertLayerSpec& s
   return s;
 }
 
-StoredExpertWeights StoredExpertWeights::to(at::Device device, bool non_blocking) const {
+StoredExpertWeights StoredExpertWeights::with(const std::function<at::Tensor(const at::Tensor&)>& each) const {
   StoredExpertWeights s = *this;
   TorchExpertWeights& w = s.stored_;
   for (at::Tensor* t : {&w.gate, &w.up, &w.down, &w.gate_scale, &w.up_scale, &w.down_scale}) {
-    if (t->defined()) *t = t->to(device, non_blocking);
+    if (t->defined()) *t = each(*t);
   }
   return s;
+}
+
+StoredExpertWeights StoredExpertWeights::to(at::Device device, bool non_blocking) const {
+  return with([&](const at::Tensor& t) { return t.to(device, non_blocking); });
+}
+
+StoredExpertWeights StoredExpertWeights::to(SideCopy& copy) const {
+  return with([&](const at::Tensor& t) { return copy.to(t); });
+}
+
+StoredExpertWeights StoredExpertWeights::select(const std::vector<int64_t>& experts,
+                                                const at::TensorOptions& where) const {
+  const at::Tensor index = at::tensor(experts, at::kLong).to(stored_.gate.device());
+  return with([&](const at::Tensor& t) {
+    std::vector<int64_t> sizes = t.sizes().vec();
+    sizes[0] = static_cast<int64_t>(experts.size());
+    at::Tensor out = at::empty(sizes, t.options().pinned_memory(where.pinned_memory() && t.is_cpu()));
+    at::index_select_out(out, t, 0, index);
+    return where.device() == out.device() ? out : out.to(where.device());
+  });
 }
 
 TorchExpertWeights StoredExpertWeights::compute() const {

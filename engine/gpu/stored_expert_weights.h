@@ -15,9 +15,11 @@
 #include <c10/core/TensorOptions.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/experts/expert_types.h"
+#include "engine/gpu/side_copy.h"
 #include "engine/gpu/torch_experts.h"
 
 namespace tandem::gpu {
@@ -36,6 +38,12 @@ class StoredExpertWeights {
 
   // A copy on `device` (asynchronous from pinned memory when non_blocking).
   StoredExpertWeights to(at::Device device, bool non_blocking) const;
+  // A copy made by `copy` (side_copy.h): usable once the copy joined.
+  StoredExpertWeights to(SideCopy& copy) const;
+
+  // A copy of the listed experts (indices into this store) where `where` says (device, pinned
+  // host memory; its dtype is ignored), in the same format.
+  StoredExpertWeights select(const std::vector<int64_t>& experts, const at::TensorOptions& where) const;
 
   // The weights to multiply with, in the compute dtype on this copy's device: the stored tensors
   // themselves, or (int8) their values cast, with the row scales.
@@ -46,6 +54,9 @@ class StoredExpertWeights {
   uint64_t bytes() const { return stored_.bytes(); }
 
  private:
+  // A copy with `each` applied to every stored tensor.
+  StoredExpertWeights with(const std::function<at::Tensor(const at::Tensor&)>& each) const;
+
   TorchExpertWeights stored_;          // compute dtype, or int8 with fp32 row scales
   at::ScalarType dtype_ = at::kFloat;  // the compute dtype
 };

@@ -24,18 +24,19 @@ std::string expertsSummary(gpu::CausalLm& model) {
 }
 
 std::string residentExpertsShare(gpu::CausalLm& model) {
-  bool resident = false;
+  bool resident = false, streamed = false;
   int64_t routed_pairs = 0, resident_pairs = 0;
   model.visitMoeBlocks([&](const std::string&, gpu::MoeBlock& block) {
     resident = resident || block.resident_count > 0;
+    streamed = streamed || block.offload;
     routed_pairs += block.pairs.routed;
     resident_pairs += block.pairs.resident;
   });
   if (!resident || routed_pairs == 0) return {};
   const double share = 100.0 * static_cast<double>(resident_pairs) / static_cast<double>(routed_pairs);
   char text[128];
-  std::snprintf(text, sizeof text, "resident experts took %.1f %% of the routed pairs so far; the CPU engine computed %.1f %%",
-                share, 100.0 - share);
+  std::snprintf(text, sizeof text, "resident experts took %.1f %% of the routed pairs so far; %s %.1f %%", share,
+                streamed ? "the streamed experts computed" : "the CPU engine computed", 100.0 - share);
   return text;
 }
 

@@ -19,6 +19,7 @@ namespace {
 
 // The share of routed pairs the resident experts took, counted by the MoE blocks, against the
 // routing itself (every layer's ids and its resident set); nothing to say without resident experts.
+// The same for offload mode's resident cache.
 TEST(ModelReport, ResidentExpertsShareOfTheRoutedPairs) {
   const io::ModelConfig config = testing::tinyQwen3MoeConfig(6);
   const at::Tensor ids = at::arange(24, at::kLong).remainder(config.vocab_size).view({2, 12});
@@ -31,37 +32,43 @@ TEST(ModelReport, ResidentExpertsShareOfTheRoutedPairs) {
   }
   EXPECT_EQ(residentExpertsShare(*plain), "");
 
-  gpu::ModelOptions options;
-  options.gpu_experts.assign(2, 4);
-  auto model = gpu::CausalLm::random(config, options, nullptr, /*seed=*/5, ThreadPool::global());
-  EXPECT_NE(expertsSummary(*model).find("4 per layer resident"), std::string::npos) << expertsSummary(*model);
-  EXPECT_EQ(residentExpertsShare(*model), "");  // no call yet
-  std::vector<at::Tensor> routed;
-  model->visitMoeBlocks([&](const std::string&, gpu::MoeBlock& block) {
-    block.route_observer = [&](const at::Tensor& layer_ids) { routed.push_back(layer_ids.to(at::kCPU, at::kLong)); };
-  });
-  {
-    at::NoGradGuard no_grad;
-    model->forwardHidden(ids, false);
-  }
-  ASSERT_EQ(routed.size(), 2u);
-  int64_t pairs = 0, on_resident = 0, layer = 0;
-  model->visitMoeBlocks([&](const std::string&, gpu::MoeBlock& block) {
-    ASSERT_TRUE(block.resident);
-    const std::vector<int64_t>& set = block.resident->experts();
-    const at::Tensor& layer_ids = routed[static_cast<size_t>(layer++)];
-    for (int64_t i = 0; i < layer_ids.numel(); ++i) {
-      on_resident += std::count(set.begin(), set.end(), layer_ids.data_ptr<int64_t>()[i]);
+  // Beside the CPU engine, and as offload mode's resident cache (the others streamed).
+  for (const gpu::ExpertsMode mode : {gpu::ExpertsMode::Cpu, gpu::ExpertsMode::GpuOffload}) {
+    SCOPED_TRACE(gpu::expertsModeName(mode));
+    gpu::ModelOptions options;
+    options.experts = mode;
+    options.gpu_experts.assign(2, 4);
+    auto model = gpu::CausalLm::random(config, options, nullptr, /*seed=*/5, ThreadPool::global());
+    EXPECT_NE(expertsSummary(*model).find("4 per layer resident"), std::string::npos) << expertsSummary(*model);
+    EXPECT_EQ(residentExpertsShare(*model), "");  // no call yet
+    std::vector<at::Tensor> routed;
+    model->visitMoeBlocks([&](const std::string&, gpu::MoeBlock& block) {
+      block.route_observer = [&](const at::Tensor& layer_ids) { routed.push_back(layer_ids.to(at::kCPU, at::kLong)); };
+    });
+    {
+      at::NoGradGuard no_grad;
+      model->forwardHidden(ids, false);
     }
-    pairs += layer_ids.numel();
-  });
-  ASSERT_GT(on_resident, 0);
-  ASSERT_LT(on_resident, pairs);  // the CPU engine had some: both parts of the sentence mean something
-  const double share = 100.0 * static_cast<double>(on_resident) / static_cast<double>(pairs);
-  char want[128];
-  std::snprintf(want, sizeof want, "resident experts took %.1f %% of the routed pairs so far; the CPU engine computed %.1f %%",
-                share, 100.0 - share);
-  EXPECT_EQ(residentExpertsShare(*model), want);
+    ASSERT_EQ(routed.size(), 2u);
+    int64_t pairs = 0, on_resident = 0, layer = 0;
+    model->visitMoeBlocks([&](const std::string&, gpu::MoeBlock& block) {
+      const std::vector<int64_t> set = block.offload ? block.offload->residentExperts() : block.resident->experts();
+      ASSERT_EQ(set.size(), 4u);
+      const at::Tensor& layer_ids = routed[static_cast<size_t>(layer++)];
+      for (int64_t i = 0; i < layer_ids.numel(); ++i) {
+        on_resident += std::count(set.begin(), set.end(), layer_ids.data_ptr<int64_t>()[i]);
+      }
+      pairs += layer_ids.numel();
+    });
+    ASSERT_GT(on_resident, 0);
+    ASSERT_LT(on_resident, pairs);  // the others had some: both parts of the sentence mean something
+    const double share = 100.0 * static_cast<double>(on_resident) / static_cast<double>(pairs);
+    char want[128];
+    std::snprintf(want, sizeof want, "resident experts took %.1f %% of the routed pairs so far; %s %.1f %%", share,
+                  mode == gpu::ExpertsMode::Cpu ? "the CPU engine computed" : "the streamed experts computed",
+                  100.0 - share);
+    EXPECT_EQ(residentExpertsShare(*model), want);
+  }
 }
 
 }  // namespace
