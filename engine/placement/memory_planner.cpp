@@ -90,8 +90,8 @@ std::vector<ModulePlacement*> expertsOnGpu(Placement& p, const std::string& devi
   const std::vector<std::string> layer_device = p.layerDevices();
   std::vector<ModulePlacement*> out;
   for (ModulePlacement& m : p.modules) {
-    if (m.kind == ModuleKind::RoutedExperts && m.backend != "gpu-offload" &&
-        static_cast<size_t>(m.layer) < layer_device.size() && layer_device[static_cast<size_t>(m.layer)] == device) {
+    if (m.kind == ModuleKind::RoutedExperts && static_cast<size_t>(m.layer) < layer_device.size() &&
+        layer_device[static_cast<size_t>(m.layer)] == device) {
       out.push_back(&m);
     }
   }
@@ -144,16 +144,19 @@ void noteGpuExperts(MemoryPlan& plan, const PlanRequest& req, const Hardware& hw
     const std::vector<ModulePlacement*> layers = expertsOnGpu(plan.placement, g.device());
     if (!layers.empty() && layers.front()->gpu_experts > 0) {
       const bool int8 = layers.front()->weight_format == "int8";
+      const bool offload = layers.front()->backend == "gpu-offload";
       const int64_t resident = layers.front()->gpu_experts, E = req.model.num_experts;
-      // What the CPU engine is left with decides the step time (docs/benchmarks.md: with 31 % of
-      // the pairs, 16 cores took longer than streaming every expert over PCIe).
-      const auto cpu_share = static_cast<int>(std::lround(100.0 * static_cast<double>(E - std::min(resident, E)) /
-                                                          static_cast<double>(E)));
+      // What the CPU engine (or the PCIe link) is left with decides the step time
+      // (docs/benchmarks.md: with 31 % of the pairs, 16 cores took longer than streaming every
+      // expert over PCIe).
+      const auto rest = static_cast<int>(std::lround(100.0 * static_cast<double>(E - std::min(resident, E)) /
+                                                     static_cast<double>(E)));
       plan.notes.push_back(std::to_string(resident) + " of " + std::to_string(E) +
                            " routed experts per MoE layer resident on " + g.device() + (int8 ? " in int8" : "") + " (" +
                            std::to_string(layers.size()) + " layers; the most routed of each layer's first call); " +
-                           "with a balanced router the CPU engine computes about " + std::to_string(cpu_share) +
-                           " % of the routed pairs");
+                           (offload ? "the others are streamed per layer: with a balanced router they compute about "
+                                    : "with a balanced router the CPU engine computes about ") +
+                           std::to_string(rest) + " % of the routed pairs");
     }
   }
 }
@@ -357,7 +360,7 @@ MemoryPlan placeAndEvaluate(const PlanRequest& request, const Hardware& hardware
       plan = evaluator.evaluate(placement);
     }
   }
-  if (backend != "gpu-offload") plan = placeGpuExperts(request, hardware, evaluator, placement, std::move(plan));
+  plan = placeGpuExperts(request, hardware, evaluator, placement, std::move(plan));
   plan = evaluateChoices(request, hardware, placement);
   noteGpuExperts(plan, request, hardware);
   if (request.experts_backend == "auto" && request.model.isMoe()) {

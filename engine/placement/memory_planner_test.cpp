@@ -227,13 +227,10 @@ TEST(MemoryPlanner, HotRoutedExpertsFillWhatTheGpuHasLeft) {
   more.gpu_experts = n + 1;
   EXPECT_GT(static_cast<double>(planMemory(more, hw).device("cuda:0")->total()),
             kGpuExpertsFill * static_cast<double>(gpu.capacity_bytes));
-  // A fixed count is placed as asked; offload mode and a machine without GPUs place none.
+  // A fixed count is placed as asked; a machine without GPUs places none.
   PlanRequest four = request("qwen3-30b-a3b.json");
   four.gpu_experts = 4;
   EXPECT_EQ(planMemory(four, hw).placement.find("model.layers.47.mlp.experts")->gpu_experts, 4);
-  PlanRequest offload = request("qwen3-30b-a3b.json");
-  offload.experts_backend = "gpu-offload";
-  EXPECT_EQ(planMemory(offload, hw).placement.find("model.layers.0.mlp.experts")->gpu_experts, 0);
   Hardware cpu_only = hw;
   cpu_only.gpus.clear();
   EXPECT_EQ(planMemory(request("qwen3-30b-a3b.json"), cpu_only).placement.find("model.layers.0.mlp.experts")->gpu_experts, 0);
@@ -281,6 +278,7 @@ TEST(MemoryPlanner, Int8ResidentExpertsAreHalfTheBytesAndTwiceTheCount) {
   PlanRequest offload = request("qwen3-30b-a3b.json");
   offload.experts_backend = "gpu-offload";
   offload.expert_weight_format = "int8";
+  offload.gpu_experts = 0;
   const MemoryPlan streamed = planMemory(offload, hw);
   const uint64_t layer_bf16 = 128 * 3 * H * I * 2;
   EXPECT_EQ(item(streamed, "offload buffers"), 2 * layer_bf16 + layer_bf16 / 2 + 128 * (2 * I + H) * 4);
@@ -377,6 +375,42 @@ TEST(MemoryPlanner, BadRequestsAreErrors) {
   r = request("qwen3-30b-a3b.json");
   r.lora_target = {""};
   EXPECT_THROW(planMemory(r, preset("1x4090-24g_xeon-w7-spr_256g")), Error);
+}
+
+// Offload mode with a resident cache: auto fills the GPU with resident experts as it does beside
+// the CPU engine, the offload buffers shrink to the streamed experts' share, and the runtime
+// placement carries the counts; gpu_experts 0 is the plain offload mode.
+TEST(MemoryPlanner, OffloadModeKeepsAResidentCacheAndStreamsTheRest) {
+  const Hardware hw = preset("1x4090-24g_xeon-w7-spr_256g");
+  auto offload = [&](int64_t gpu_experts) {
+    PlanRequest r = request("qwen3-30b-a3b.json");
+    r.experts_backend = "gpu-offload";
+    r.expert_weight_format = "int8";
+    r.gpu_experts = gpu_experts;
+    return planMemory(r, hw);
+  };
+  auto buffers = [](const MemoryPlan& plan) {
+    uint64_t bytes = 0;
+    for (const PlanItem& i : plan.device("cuda:0")->items) bytes += i.what == "offload buffers" ? i.bytes : 0;
+    return bytes;
+  };
+  const MemoryPlan plain = offload(0);
+  EXPECT_EQ(plain.placement.find("model.layers.0.mlp.experts")->gpu_experts, 0);
+  const MemoryPlan cached = offload(kAutoGpuExperts);
+  ASSERT_TRUE(cached.fits);
+  const int64_t n = cached.placement.find("model.layers.0.mlp.experts")->gpu_experts;
+  EXPECT_GT(n, 16);
+  EXPECT_LT(n, 128);
+  EXPECT_EQ(cached.placement.find("model.layers.47.mlp.experts")->gpu_experts, n);
+  EXPECT_EQ(buffers(cached), buffers(plain) / 128 * static_cast<uint64_t>(128 - n));
+  const DevicePlan& gpu = *cached.device("cuda:0");
+  EXPECT_LE(static_cast<double>(gpu.total()), kGpuExpertsFill * static_cast<double>(gpu.capacity_bytes));
+  std::string notes;
+  for (const std::string& note : cached.notes) notes += note + "\n";
+  EXPECT_NE(notes.find("the others are streamed per layer"), std::string::npos) << notes;
+  const RuntimePlacement runtime = toRuntimePlacement(cached.placement);
+  EXPECT_EQ(runtime.experts_mode, "gpu-offload");
+  EXPECT_EQ(runtime.gpu_experts[3], n);
 }
 
 }  // namespace

@@ -199,10 +199,10 @@ RuntimePlacement toRuntimePlacement(const Placement& placement) {
           throw Error(m.name + " is computed on " + m.compute_device + " but its layer is on " +
                       r.layer_devices.back(), "offloaded experts run on their layer's GPU");
         }
-        if (m.gpu_experts > 0 && (m.backend == "gpu-offload" || !r.layer_devices.back().starts_with("cuda:"))) {
+        if (m.gpu_experts > 0 && !r.layer_devices.back().starts_with("cuda:")) {
           throw Error(m.name + " has " + std::to_string(m.gpu_experts) + " experts resident on " +
-                          r.layer_devices.back() + " with backend " + m.backend,
-                      "resident experts live on their layer's GPU beside the CPU engine (not gpu-offload)");
+                          r.layer_devices.back() + ", which is not a GPU",
+                      "resident experts live on their layer's GPU: set gpu_experts to 0 for layers on the CPU");
         }
         r.gpu_experts.back() = m.gpu_experts;
         experts = &m;
