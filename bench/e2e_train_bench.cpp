@@ -55,7 +55,7 @@ struct Options {
   bool gradient_checkpointing = false;
   bool keep_expert_forward = false;
   int torch_threads = 0;  // 0: libtorch's default
-  std::string gpu_experts = "0";  // co-computation: routed experts resident per MoE layer; auto: the planner's
+  std::string gpu_experts = "0";  // routed experts resident per MoE layer (either mode); auto: the planner's
   std::string experts_format = "auto";  // ModelOptions::experts_format
   std::string experts_wt_policy = "persistent";
   std::string trace;  // a Chrome trace of one more step, written here
@@ -180,6 +180,7 @@ std::vector<int64_t> gpuExperts(const Options& o, const tandem::io::ModelConfig&
   request.cutoff_len = o.tokens;
   request.gradient_checkpointing = o.gradient_checkpointing;
   if (o.experts_format != "auto") request.expert_weight_format = o.experts_format;
+  if (options.experts == tandem::gpu::ExpertsMode::GpuOffload) request.experts_backend = "gpu-offload";
   const tandem::placement::MemoryPlan plan = tandem::placement::planMemory(request, hw);
   const tandem::placement::RuntimePlacement runtime = tandem::placement::toRuntimePlacement(plan.placement);
   std::vector<int64_t> counts(layers, 0);
@@ -208,9 +209,7 @@ void run(const Options& o) {
   options.experts_format = o.experts_format;
   options.experts_wt_policy = tandem::experts::parseWtPolicy(o.experts_wt_policy);
   nlohmann::json planned;
-  if (o.gpu_experts != "0" && options.experts == tandem::gpu::ExpertsMode::Cpu) {
-    options.gpu_experts = gpuExperts(o, config, options, planned);
-  }
+  if (o.gpu_experts != "0") options.gpu_experts = gpuExperts(o, config, options, planned);
   const bool cuda = options.device.is_cuda();
   if (cuda && o.gpu_cap_gib > 0) {
     tandem::gpu::capGpuMemory(options.device.index(), static_cast<uint64_t>(o.gpu_cap_gib * (1ull << 30)));
@@ -321,7 +320,7 @@ int main(int argc, char** argv) {
   app.add_option("--experts-wt-policy", o.experts_wt_policy, "CPU experts' Wᵀ packs: persistent, on_demand, background")
       ->check(CLI::IsMember({"persistent", "on_demand", "background"}));
   app.add_option("--gpu-experts", o.gpu_experts,
-                 "co-computation: routed experts per MoE layer resident on the GPU (N), or auto (the memory planner's "
+                 "routed experts per MoE layer resident on the GPU (N; offload mode streams the others), or auto (the memory planner's "
                  "count for the capped GPU)")
       ->check([](const std::string& v) {
         return v == "auto" || (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos)

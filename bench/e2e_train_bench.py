@@ -5,7 +5,7 @@ docs/benchmarks.md).
 
     python bench/e2e_train_bench.py --bench build/bin/tandem_e2e_bench [--models v2-lite,qwen3-30b-a3b]
         [--layers 0] [--tokens 2048] [--steps 3] [--gpu-cap-gib 24] [--gradient-checkpointing]
-        [--modes co,resident,offload,hf] [--gpu-experts auto|N]
+        [--modes co,resident,offload,offload-resident,hf] [--gpu-experts auto|N]
         [--out result.json]
 
 Per model shape (config.json written below from the published configs; weights built in memory):
@@ -17,6 +17,8 @@ Per model shape (config.json written below from the published configs; weights b
    allocator's peak.
 2. Tandem offload mode (experts streamed from pinned host memory per layer, forward and
    backward), same cap (another process).
+2b. (offload-resident) offload mode with a resident cache: --gpu-experts routed experts per MoE
+   layer stay on the GPU (auto: the planner's count), only the others are streamed.
 3. transformers + PEFT, whole model on the GPU, uncapped (the upper bound), in this process.
 All three: bf16 weights, LoRA r=8 alpha=16 on the attention projections, one sequence of --tokens
 tokens (labels = inputs), AdamW, grad clip 1.0; tokens/s over the steps after the first (warm-up);
@@ -168,9 +170,10 @@ def main():
     parser.add_argument("--gpu-cap-gib", type=float, default=24.0)
     parser.add_argument("--modes", default="co,resident,offload,hf",
                         help="co: experts on the CPU engine; resident: co with --gpu-experts of them on the GPU; "
-                             "offload: streamed per layer; hf: transformers + PEFT")
+                             "offload: streamed per layer; offload-resident: offload with --gpu-experts of them "
+                             "resident on the GPU; hf: transformers + PEFT")
     parser.add_argument("--gpu-experts", default="auto",
-                        help="resident mode: routed experts per MoE layer on the GPU, N or auto (the memory planner's "
+                        help="resident and offload-resident modes: routed experts per MoE layer on the GPU, N or auto (the memory planner's "
                              "count for the capped GPU)")
     parser.add_argument("--gradient-checkpointing", action="store_true",
                         help="recompute each layer in backward, in all three set-ups")
@@ -209,7 +212,8 @@ def main():
     print(json.dumps(results, indent=1))
 
 
-MODE_KEYS = {"co": "tandem_co", "resident": "tandem_resident", "offload": "tandem_offload", "hf": "hf_peft"}
+MODE_KEYS = {"co": "tandem_co", "resident": "tandem_resident", "offload": "tandem_offload",
+             "offload-resident": "tandem_offload_resident", "hf": "hf_peft"}
 
 
 def run_mode(mode, name, config_dir, args):
@@ -221,6 +225,9 @@ def run_mode(mode, name, config_dir, args):
         return run_tandem(args.bench, config_dir, "cpu", args, targets, gpu_experts=args.gpu_experts, trace=trace)
     if mode == "offload":
         return run_tandem(args.bench, config_dir, "gpu-offload", args, targets, trace=trace)
+    if mode == "offload-resident":
+        return run_tandem(args.bench, config_dir, "gpu-offload", args, targets, gpu_experts=args.gpu_experts,
+                          trace=trace)
     try:
         return run_hf(name, args, targets)
     except Exception as e:  # noqa: BLE001 - an OOM or a missing architecture is a result too
@@ -230,13 +237,15 @@ def run_mode(mode, name, config_dir, args):
 def ratios(r):
     """The targets' ratios between the set-ups measured so far."""
     co, off, hf = r.get("tandem_co", {}), r.get("tandem_offload", {}), r.get("hf_peft", {})
-    res = r.get("tandem_resident", {})
+    res, cached = r.get("tandem_resident", {}), r.get("tandem_offload_resident", {})
     out = {}
     for key, a, b, field in (("co_over_offload_tokens_per_s", co, off, "tokens_per_s"),
                              ("co_gpu_memory_over_hf", co, hf, "peak_gpu_gib"),
                              ("resident_over_offload_tokens_per_s", res, off, "tokens_per_s"),
                              ("resident_over_co_tokens_per_s", res, co, "tokens_per_s"),
-                             ("resident_gpu_memory_over_hf", res, hf, "peak_gpu_gib")):
+                             ("resident_gpu_memory_over_hf", res, hf, "peak_gpu_gib"),
+                             ("offload_resident_over_offload_tokens_per_s", cached, off, "tokens_per_s"),
+                             ("offload_resident_over_resident_tokens_per_s", cached, res, "tokens_per_s")):
         if a.get(field) and b.get(field):
             out[key] = a[field] / b[field]
     return out

@@ -78,8 +78,9 @@ HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
   gpu_experts_->setRange(-1, 4096);  // -1 shows as auto
   gpu_experts_->setSpecialValueText(tr("auto (what the GPU has left)"));
   gpu_experts_->setToolTip(tr("gpu_experts (kt_num_gpu_experts): routed experts per MoE layer kept on the layer's GPU "
-                              "and computed there while the CPU computes the others (the most routed of the first "
-                              "step); auto: as many as the memory plan fits; 0: none"));
+                              "and computed there while the CPU computes the others, or (gpu-offload) while the others "
+                              "stream in (the most routed of the first step); auto: as many as the memory plan fits; "
+                              "0: none"));
   threads_ = new QSpinBox;
   threads_->setRange(0, 4096);
   threads_->setSpecialValueText(tr("one per physical core"));

@@ -3,7 +3,7 @@
 The GPU numbers in docs/benchmarks.md come from this program on the H200 machine; here every set-up it
 measures runs on a tiny random Qwen3-MoE so that a change which breaks one fails CI rather than the next
 device session. The set-ups compute the same model from the same seed, so their losses must agree: the
-CPU expert engine, resident experts beside it, offload mode, each with bf16 and with int8 experts (int8:
+CPU expert engine, resident experts beside it, offload mode (also with a resident cache), each with bf16 and with int8 experts (int8:
 the same quantised weights everywhere)."""
 import json
 import os
@@ -41,12 +41,15 @@ def test_every_setup_trains_the_same_model(config_dir, fmt):
         "co": bench(config_dir, "--experts", "cpu", "--keep-expert-forward", "--experts-format", fmt),
         "resident": bench(config_dir, "--experts", "cpu", "--gpu-experts", "3", "--experts-format", fmt),
         "offload": bench(config_dir, "--experts", "gpu-offload", "--experts-format", fmt),
+        "offload-resident": bench(config_dir, "--experts", "gpu-offload", "--gpu-experts", "3", "--experts-format", fmt),
     }
     for name, r in runs.items():
         assert r["experts_format"] == fmt, name
         assert len(r["steps"]) == 2, name
         assert r["tokens_per_s"] > 0, name
     assert runs["resident"]["gpu_experts"] == [3, 3]
+    assert runs["offload-resident"]["gpu_experts"] == [3, 3]
+    assert runs["offload"]["gpu_experts"] == []
     assert runs["co"]["gpu_experts"] == []
     losses = {name: [s["loss"] for s in r["steps"]] for name, r in runs.items()}
     for name, loss in losses.items():
