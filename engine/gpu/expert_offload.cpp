@@ -8,8 +8,6 @@
 #include <optional>
 #include <vector>
 
-#include "engine/gpu/side_copy.h"
-
 namespace tandem::gpu {
 
 ExpertOffload::ExpertOffload(const experts::ExpertLayerSpec& spec,
@@ -20,7 +18,6 @@ ExpertOffload::ExpertOffload(const experts::ExpertLayerSpec& spec,
       device_(device) {
   std::vector<int64_t> all(static_cast<size_t>(spec.num_experts));
   std::iota(all.begin(), all.end(), int64_t{0});
-  streamed_local_ = all;
   host_ = StoredExpertWeights::store(spec, weights, all, dtype, format,
                                      at::TensorOptions().pinned_memory(device.is_cuda()));
   charge_ = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Weights, host_.bytes());
@@ -30,29 +27,33 @@ std::vector<int64_t> ExpertOffload::residentExperts() const {
   return resident_ ? resident_->experts() : std::vector<int64_t>();
 }
 
+int64_t ExpertOffload::streamedExperts() const {
+  return resident_ ? static_cast<int64_t>(streamed_.size()) : num_experts_;
+}
+
 TorchExpertWeights ExpertOffload::stream() const {
   return host_.to(device_, /*non_blocking=*/device_.is_cuda()).compute();
 }
 
+StoredExpertWeights ExpertOffload::streamRest(SideCopy& copy) const { return host_.gather(streamed_, copy); }
+
 void ExpertOffload::makeResident(const at::Tensor& ids) const {
   c10::InferenceMode not_inference(false);  // a chat may come first; training may follow
   const std::vector<int64_t> resident = ResidentExperts::mostRouted(ids, num_experts_, resident_count_);
-  std::vector<int64_t> streamed;
-  std::fill(streamed_local_.begin(), streamed_local_.end(), -1);
+  streamed_local_.assign(static_cast<size_t>(num_experts_), -1);
   for (int64_t e = 0, r = 0; e < num_experts_; ++e) {
     if (r < static_cast<int64_t>(resident.size()) && resident[static_cast<size_t>(r)] == e) {
       ++r;
       continue;
     }
-    streamed_local_[static_cast<size_t>(e)] = static_cast<int64_t>(streamed.size());
-    streamed.push_back(e);
+    streamed_local_[static_cast<size_t>(e)] = static_cast<int64_t>(streamed_.size());
+    streamed_.push_back(e);
   }
-  // host_ still holds every expert here, so local and global indices are the same.
-  resident_ = std::make_unique<ResidentExperts>(num_experts_, resident,
-                                                host_.select(resident, at::TensorOptions().device(device_)), device_);
-  host_ = host_.select(streamed, at::TensorOptions().pinned_memory(device_.is_cuda()));
-  streamed_ids_ = at::tensor(streamed, at::kLong);
-  charge_ = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Weights, host_.bytes());
+  streamed_ids_ = at::tensor(streamed_, at::kLong);
+  SideCopy copy(device_);
+  StoredExpertWeights on_device = host_.gather(resident, copy);
+  copy.join();
+  resident_ = std::make_unique<ResidentExperts>(num_experts_, resident, std::move(on_device), device_);
 }
 
 at::Tensor ExpertOffload::forward(experts::ExpertLora& lora, const at::Tensor& hidden,
@@ -69,35 +70,37 @@ at::Tensor ExpertOffload::forward(experts::ExpertLora& lora, const at::Tensor& h
   ResidentExperts::Split split = resident_->split(ids);
   const int64_t on_resident = ids.numel() - split.cpu_pairs;
   if (resident_pairs) *resident_pairs = on_resident;
+  // The streamed experts' copy is queued first, on the side stream: it runs while the device
+  // computes the resident experts. A backward that recomputes streams them again.
+  struct Prefetch {
+    SideCopy copy;
+    std::optional<StoredExpertWeights> weights;
+  };
+  auto prefetch = std::make_shared<Prefetch>(Prefetch{SideCopy(device_), std::nullopt});
+  if (split.cpu_pairs > 0) prefetch->weights = streamRest(prefetch->copy);
+  at::Tensor y;
+  if (on_resident > 0) y = torchExperts(resident_->call(lora, split), hidden, topk_weights, lora_anchor);
+  if (split.cpu_pairs == 0 && y.defined()) return y;
+  auto weights = [this, prefetch] {
+    if (!prefetch->weights) {
+      SideCopy copy(device_);
+      const StoredExpertWeights streamed = streamRest(copy);
+      copy.join();
+      return streamed.compute();
+    }
+    prefetch->copy.join();
+    const TorchExpertWeights w = prefetch->weights->compute();
+    prefetch->weights.reset();
+    return w;
+  };
   at::Tensor streamed_local = at::empty(ids.sizes(), at::kLong);
   const int64_t* id = ids.data_ptr<int64_t>();
   int64_t* local = streamed_local.data_ptr<int64_t>();
   for (int64_t s = 0; s < ids.numel(); ++s) local[s] = streamed_local_[static_cast<size_t>(id[s])];
-  // The streamed experts' copy is queued first, on the side stream: it runs while the device
-  // computes the resident experts. Their backward (or a recomputation) streams them again.
-  auto prefetched = std::make_shared<std::optional<StoredExpertWeights>>();
-  std::shared_ptr<SideCopy> copy;
-  if (split.cpu_pairs > 0) {
-    copy = std::make_shared<SideCopy>(device_);
-    *prefetched = host_.to(*copy);
-  }
-  at::Tensor y;
-  if (on_resident > 0) y = torchExperts(resident_->call(lora, split), hidden, topk_weights, lora_anchor);
-  if (split.cpu_pairs > 0 || !y.defined()) {
-    auto weights = [this, prefetched, copy] {
-      if (!prefetched->has_value()) return stream();
-      copy->join();
-      TorchExpertWeights w = (*prefetched)->compute();
-      prefetched->reset();
-      return w;
-    };
-    ExpertGrouping grouping =
-        groupByExpert(streamed_local, static_cast<int64_t>(streamed_ids_.numel()), device_);
-    const at::Tensor y_streamed = torchExperts(TorchExpertsCall(weights, lora, streamed_ids_, std::move(grouping)),
-                                               hidden, topk_weights, lora_anchor);
-    y = y.defined() ? y + y_streamed : y_streamed;
-  }
-  return y;
+  ExpertGrouping grouping = groupByExpert(streamed_local, static_cast<int64_t>(streamed_.size()), device_);
+  const at::Tensor y_streamed = torchExperts(TorchExpertsCall(weights, lora, streamed_ids_, std::move(grouping)),
+                                             hidden, topk_weights, lora_anchor);
+  return y.defined() ? y + y_streamed : y_streamed;
 }
 
 }  // namespace tandem::gpu

@@ -12,9 +12,10 @@
 // checkpoints and adapter export are the same code for both modes.
 //
 // A resident cache (ModelOptions::gpu_experts in this mode): the `resident_count` most routed
-// experts of the layer's first call move to the device for good (resident_experts.h) and only the
-// others are streamed; their copy runs on a side stream (side_copy.h) while the device computes
-// the resident experts' pairs. Same math: the two groups of pairs are summed.
+// experts of the layer's first call are copied to the device for good (resident_experts.h) and
+// only the others are streamed; their copy runs on a side stream (side_copy.h) while the device
+// computes the resident experts' pairs. Same math: the two groups of pairs are summed. The host
+// copy keeps every expert (the streamed ones are copied out of it run by run).
 //
 // The compute (torch ops, the LoRA's round trip, the backward) is torch_experts.h's.
 
@@ -28,6 +29,7 @@
 #include "engine/experts/expert_lora.h"
 #include "engine/experts/expert_types.h"
 #include "engine/gpu/resident_experts.h"
+#include "engine/gpu/side_copy.h"
 #include "engine/gpu/stored_expert_weights.h"
 #include "engine/gpu/torch_experts.h"
 
@@ -54,24 +56,29 @@ class ExpertOffload {
   uint64_t hostBytes() const { return charge_.bytes(); }
   // The resident cache's experts (empty before the first call, or without one).
   std::vector<int64_t> residentExperts() const;
+  // Experts streamed per call: all of them, or those the resident cache leaves.
+  int64_t streamedExperts() const;
 
-  // The streamed experts' weights on the device in the model dtype, copied from host memory
+  // Every expert's weights on the device in the model dtype, copied from host memory
   // (asynchronously from pinned memory).
   TorchExpertWeights stream() const;
 
  private:
-  // The first call: moves the `resident_count_` most routed experts of ids [T, k] (host int64)
-  // to the device and keeps only the others in host memory.
+  // The first call: copies the `resident_count_` most routed experts of ids [T, k] (host int64)
+  // to the device.
   void makeResident(const at::Tensor& ids) const;
+  // The streamed experts' weights copied by `copy`, usable once it joined.
+  StoredExpertWeights streamRest(SideCopy& copy) const;
 
   int64_t num_experts_;
   int64_t resident_count_;
-  mutable StoredExpertWeights host_;              // the streamed experts
-  mutable at::Tensor streamed_ids_;               // [n] int64 host: their global ids; undefined: all
+  StoredExpertWeights host_;                      // every expert
+  mutable std::vector<int64_t> streamed_;         // with a resident cache: the others, ascending
+  mutable at::Tensor streamed_ids_;               // [n] int64 host: the same, for their LoRA
   mutable std::vector<int64_t> streamed_local_;   // [E]: local index of a streamed expert, else -1
   mutable std::unique_ptr<ResidentExperts> resident_;
   at::Device device_;
-  mutable MemoryCharge charge_;
+  MemoryCharge charge_;
 };
 
 }  // namespace tandem::gpu

@@ -24,17 +24,16 @@ SideCopy::SideCopy(at::Device device) : device_(device) {
 #endif
 }
 
-at::Tensor SideCopy::to(const at::Tensor& host) {
+void SideCopy::copy(const at::Tensor& dst, const at::Tensor& src) {
 #ifdef TANDEM_WITH_CUDA
   if (side_) {
     const c10::cuda::CUDAGuard guard(device_);
-    at::Tensor out = at::empty(host.sizes(), host.options().device(device_).pinned_memory(false));
     const c10::cuda::CUDAStreamGuard on_side(c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, *side_));
-    out.copy_(host, /*non_blocking=*/true);
-    return out;
+    at::Tensor(dst).copy_(src, /*non_blocking=*/true);
+    return;
   }
 #endif
-  return host.to(device_, /*non_blocking=*/device_.is_cuda());
+  at::Tensor(dst).copy_(src, /*non_blocking=*/device_.is_cuda());
 }
 
 void SideCopy::join() {

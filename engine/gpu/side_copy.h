@@ -21,12 +21,13 @@ class SideCopy {
  public:
   explicit SideCopy(at::Device device);
 
-  // host (pinned for an asynchronous copy) -> a copy on the device, complete after join().
-  at::Tensor to(const at::Tensor& host);
+  // dst (on the device, allocated on the current stream) <- src (host; pinned for an
+  // asynchronous copy), complete after join().
+  void copy(const at::Tensor& dst, const at::Tensor& src);
   // The current stream waits (on the device) for every copy made so far.
   void join();
 
-  bool overlaps() const { return side_.has_value(); }
+  at::Device device() const { return device_; }
 
  private:
   at::Device device_;

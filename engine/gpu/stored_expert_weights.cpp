@@ -77,19 +77,18 @@ StoredExpertWeights StoredExpertWeights::to(at::Device device, bool non_blocking
   return with([&](const at::Tensor& t) { return t.to(device, non_blocking); });
 }
 
-StoredExpertWeights StoredExpertWeights::to(SideCopy& copy) const {
-  return with([&](const at::Tensor& t) { return copy.to(t); });
-}
-
-StoredExpertWeights StoredExpertWeights::select(const std::vector<int64_t>& experts,
-                                                const at::TensorOptions& where) const {
-  const at::Tensor index = at::tensor(experts, at::kLong).to(stored_.gate.device());
+StoredExpertWeights StoredExpertWeights::gather(const std::vector<int64_t>& experts, SideCopy& copy) const {
+  const auto n = static_cast<int64_t>(experts.size());
   return with([&](const at::Tensor& t) {
     std::vector<int64_t> sizes = t.sizes().vec();
-    sizes[0] = static_cast<int64_t>(experts.size());
-    at::Tensor out = at::empty(sizes, t.options().pinned_memory(where.pinned_memory() && t.is_cpu()));
-    at::index_select_out(out, t, 0, index);
-    return where.device() == out.device() ? out : out.to(where.device());
+    sizes[0] = n;
+    at::Tensor out = at::empty(sizes, t.options().device(copy.device()).pinned_memory(false));
+    for (int64_t first = 0, end = 0; first < n; first = end) {
+      end = first + 1;
+      while (end < n && experts[static_cast<size_t>(end)] == experts[static_cast<size_t>(end - 1)] + 1) ++end;
+      copy.copy(out.narrow(0, first, end - first), t.narrow(0, experts[static_cast<size_t>(first)], end - first));
+    }
+    return out;
   });
 }
 

@@ -38,12 +38,11 @@ class StoredExpertWeights {
 
   // A copy on `device` (asynchronous from pinned memory when non_blocking).
   StoredExpertWeights to(at::Device device, bool non_blocking) const;
-  // A copy made by `copy` (side_copy.h): usable once the copy joined.
-  StoredExpertWeights to(SideCopy& copy) const;
-
-  // A copy of the listed experts (indices into this store) where `where` says (device, pinned
-  // host memory; its dtype is ignored), in the same format.
-  StoredExpertWeights select(const std::vector<int64_t>& experts, const at::TensorOptions& where) const;
+  // The listed experts (indices into this store, ascending) on copy's device, copied straight
+  // from this store's (pinned) host memory by `copy` (side_copy.h; usable once it joined), one
+  // copy per run of consecutive experts: no host copy of them on the way (pinned memory freed
+  // to torch's caching host allocator is kept there, not returned).
+  StoredExpertWeights gather(const std::vector<int64_t>& experts, SideCopy& copy) const;
 
   // The weights to multiply with, in the compute dtype on this copy's device: the stored tensors
   // themselves, or (int8) their values cast, with the row scales.
