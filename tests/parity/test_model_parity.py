@@ -280,6 +280,15 @@ def test_offload_mode_with_checkpointing_and_split(tandem, cases, tmp_path):
           extra=["--experts", "gpu-offload", "--gradient-checkpointing"] + split_devices("cpu", "cpu:0"))
 
 
+def test_offload_mode_resident_cache_with_checkpointing_and_split(tandem, cases, tmp_path):
+    """--experts gpu-offload --gpu-experts 3: offload mode keeps the three most routed experts of every MoE layer on
+    the layer's device and streams the others (two groups of pairs, outputs summed): matches the reference, every
+    expert's LoRA grads included, with the recomputation and the layers on two device objects."""
+    check(tandem, cases("deepseek_v3", rslora=True, router_lora=True), tmp_path, "grad", adapter="adapter_per_expert",
+          extra=["--experts", "gpu-offload", "--gpu-experts", "3", "--gradient-checkpointing"]
+          + split_devices("cpu", "cpu:0"))
+
+
 @pytest.mark.parametrize("arch", PLACED_ARCHS)
 def test_resident_experts_equal_cpu_engine(tandem, cases, tmp_path, arch):
     """--gpu-experts 2: the two most routed experts of every MoE layer computed with torch ops on the layer's device
@@ -305,7 +314,6 @@ def test_resident_experts_with_checkpointing_and_split(tandem, cases, tmp_path):
     (["--layer-devices", "tpu:0-2"], "not a device"),
     (["--layer-devices", "cuda:7:0-2"], "not available"),
     (["--experts", "gpu"], "gpu-offload"),
-    (["--experts", "gpu-offload", "--gpu-experts", "2"], "gpu_experts"),
 ])
 def test_bad_placement_is_an_error(tandem, cases, tmp_path, extra, expected):
     result = run_debug(tandem, "grad", cases("qwen3_moe"), tmp_path / "o.safetensors", extra=extra)
@@ -325,9 +333,10 @@ def test_split_layers_cuda(tandem, cases, tmp_path, arch, dtype):
 @needs_cuda
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v2", "deepseek_v3", "mixtral", "qwen2_moe"])
-def test_offload_mode_cuda(tandem, cases, tmp_path, arch, dtype):
+@pytest.mark.parametrize("resident", [[], ["--gpu-experts", "2"]], ids=["streamed", "resident_cache"])
+def test_offload_mode_cuda(tandem, cases, tmp_path, arch, dtype, resident):
     check(tandem, cases(arch, dtype), tmp_path, "grad", dtype=dtype, device="cuda:0",
-          extra=["--experts", "gpu-offload"])
+          extra=["--experts", "gpu-offload"] + resident)
 
 
 @needs_cuda
