@@ -348,7 +348,11 @@ namespace {
 
 // The planner without advice (advice plans again with changed settings).
 MemoryPlan placeAndEvaluate(const PlanRequest& request, const Hardware& hardware) {
-  const std::string backend = resolveBackend(request.experts_backend, hardware, request.model, request.expert_weight_format);
+  // Offload mode on a machine without a GPU computes the experts on the layers' device, the CPU:
+  // planned as the CPU engine's.
+  const std::string asked =
+      request.experts_backend == "gpu-offload" && hardware.gpus.empty() ? "auto" : request.experts_backend;
+  const std::string backend = resolveBackend(asked, hardware, request.model, request.expert_weight_format);
   const std::string format = request.expert_weight_format.empty() ? defaultWeightFormat(backend, request.model)
                                                                    : request.expert_weight_format;
   // Wᵀ lives on the host only, so the GPU filling does not depend on its form.
@@ -363,7 +367,7 @@ MemoryPlan placeAndEvaluate(const PlanRequest& request, const Hardware& hardware
   plan = placeGpuExperts(request, hardware, evaluator, placement, std::move(plan));
   plan = evaluateChoices(request, hardware, placement);
   noteGpuExperts(plan, request, hardware);
-  if (request.experts_backend == "auto" && request.model.isMoe()) {
+  if (asked == "auto" && request.model.isMoe()) {
     plan.notes.push_back("experts backend auto: " + backend + " (the best kernels the expert engine has for this CPU)");
   }
   int on_cpu = 0;

@@ -411,6 +411,15 @@ TEST(MemoryPlanner, OffloadModeKeepsAResidentCacheAndStreamsTheRest) {
   const RuntimePlacement runtime = toRuntimePlacement(cached.placement);
   EXPECT_EQ(runtime.experts_mode, "gpu-offload");
   EXPECT_EQ(runtime.gpu_experts[3], n);
+  // Without a GPU offload mode computes on the layers' device, the CPU: planned as CPU experts.
+  Hardware cpu_only = hw;
+  cpu_only.gpus.clear();
+  PlanRequest no_gpu = request("qwen3-30b-a3b.json");
+  no_gpu.experts_backend = "gpu-offload";
+  const MemoryPlan on_cpu = planMemory(no_gpu, cpu_only);
+  EXPECT_EQ(on_cpu.placement.find("model.layers.0.mlp.experts")->backend, "amx_bf16");
+  EXPECT_EQ(on_cpu.placement.find("model.layers.0.mlp.experts")->gpu_experts, 0);
+  EXPECT_NO_THROW(toRuntimePlacement(on_cpu.placement));
 }
 
 }  // namespace

@@ -25,6 +25,13 @@ placement::PlanRequest planRequestFor(const TrainConfig& config, const io::Model
                 "use experts_format: auto, bf16 or int8 (int8 quantises the experts at load)");
   }
   if (config.experts_format != "auto") r.expert_weight_format = config.experts_format;
+  if (config.experts_mode == "gpu-offload") {
+    // Offload mode streams (and keeps resident) the experts in the format the CPU backend would
+    // pack them in; the planner then charges the pinned host copy, the offload buffers and the
+    // resident cache instead of packs.
+    if (r.expert_weight_format.empty() && r.experts_backend == "amx_int8") r.expert_weight_format = "int8";
+    r.experts_backend = "gpu-offload";
+  }
   r.gpu_experts = config.gpu_experts == "auto" ? placement::kAutoGpuExperts : std::stoll(config.gpu_experts);
   if (config.experts_wt_policy != "auto") {  // on_demand and background: the same pool of two layers
     r.transposed_weights = config.experts_wt_policy == "persistent" ? "persistent" : "pool";

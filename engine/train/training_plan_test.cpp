@@ -175,6 +175,34 @@ TEST(PlanVersusLedger, ResidentExpertWeights) {
   EXPECT_EQ(planned_bytes, 2u * 3 * 3 * 64 * 48 * 4);  // 2 MoE layers · 3 experts · 3 · H · I · fp32
 }
 
+// experts_mode gpu-offload plans offload mode: the routed experts are computed on their layer's
+// GPU from a pinned host copy, and gpu_experts (auto) becomes its resident cache, filled as for
+// co-computation; amx_int8 streams int8.
+TEST(PlanRequestFor, OffloadModePlansItsResidentCache) {
+  const fs::path presets = TANDEM_PRESETS_DIR;
+  const io::ModelConfig qwen3 = io::readModelConfig(presets / "models" / "qwen3-30b-a3b.json");
+  const placement::Hardware hw = placement::resolveHardware("1x4090-24g_xeon-w7-spr_256g", presets / "hardware");
+  TrainConfig tc;
+  tc.cutoff_len = 2048;
+  tc.per_device_train_batch_size = 1;
+  tc.experts_mode = "gpu-offload";
+  tc.experts_backend = "amx_int8";
+  const placement::PlanRequest request = planRequestFor(tc, qwen3);
+  EXPECT_EQ(request.experts_backend, "gpu-offload");
+  EXPECT_EQ(request.expert_weight_format, "int8");
+  const placement::MemoryPlan plan = planTraining(tc, qwen3, hw);
+  const placement::ModulePlacement& experts = *plan.placement.find("model.layers.5.mlp.experts");
+  EXPECT_EQ(experts.backend, "gpu-offload");
+  EXPECT_EQ(experts.compute_device, "cuda:0");
+  EXPECT_GT(experts.gpu_experts, 16);
+  EXPECT_LT(experts.gpu_experts, 128);
+  const placement::RuntimePlacement runtime = placement::toRuntimePlacement(plan.placement);
+  EXPECT_EQ(runtime.experts_mode, "gpu-offload");
+  EXPECT_EQ(runtime.gpu_experts[5], experts.gpu_experts);
+  tc.gpu_experts = "0";  // the plain offload baseline
+  EXPECT_EQ(planTraining(tc, qwen3, hw).placement.find("model.layers.5.mlp.experts")->gpu_experts, 0);
+}
+
 // `tandem plan` and `tandem train` plan with the same expert choices: experts_format and
 // experts_wt_policy reach the planner as its weight format and Wᵀ form.
 TEST(PlanRequestFor, CarriesTheExpertsFormatAndWtPolicy) {

@@ -239,14 +239,14 @@ void applyRulePlacement(const placement::RuntimePlacement& runtime, gpu::ModelOp
   if (options.experts_format == "auto" && runtime.experts_weight_format == "int8") options.experts_format = "int8";
 }
 
-// The planner's resident experts (gpu_experts) for the layers that run where it planned them:
-// counts are per GPU memory, so a layer the runtime puts elsewhere gets none.
+// The planner's resident experts (gpu_experts: beside the CPU engine, or offload mode's resident
+// cache) for the layers that run where it planned them: counts are per GPU memory, so a layer the
+// runtime puts elsewhere gets none.
 std::vector<int64_t> plannedGpuExperts(const placement::MemoryPlan& plan, const gpu::ModelOptions& options) {
   const auto& modules = plan.placement.modules;
   if (std::none_of(modules.begin(), modules.end(), [](const auto& m) { return m.gpu_experts > 0; })) return {};
   const placement::RuntimePlacement runtime = placement::toRuntimePlacement(plan.placement);
   std::vector<int64_t> counts(runtime.gpu_experts.size(), 0);
-  if (options.experts != gpu::ExpertsMode::Cpu) return counts;
   for (size_t layer = 0; layer < counts.size(); ++layer) {
     if (options.layerDevice(layer).str() == runtime.layer_devices[layer]) counts[layer] = runtime.gpu_experts[layer];
   }
