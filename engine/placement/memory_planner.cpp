@@ -6,6 +6,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/units.h"
+#include "engine/placement/expert_time_estimate.h"
 #include "engine/placement/memory_model.h"
 #include "engine/placement/placement_evaluator.h"
 
@@ -139,6 +140,27 @@ MemoryPlan placeGpuExperts(const PlanRequest& req, const Hardware& hw, const Eva
   return plan;
 }
 
+// When streaming the experts the GPU leaves would be clearly faster than the CPU engine computing
+// their pairs (estimates: expert_time_estimate.h), the sentence that says so and what to set.
+std::string streamingAdvice(const MemoryPlan& plan, const PlanRequest& req, const Hardware& hw, const GpuSpec& gpu,
+                            int64_t resident, const std::string& weight_format) {
+  const int64_t E = req.model.num_experts, rest = E - std::min(resident, E);
+  if (rest == 0) return {};
+  const bool recomputed = req.gradient_checkpointing && !plan.keep_expert_forward;
+  const std::optional<double> cpu =
+      cpuExpertsMs(req.model, req.batch_size * req.cutoff_len, static_cast<double>(rest) / static_cast<double>(E),
+                   hw.cpu, recomputed);
+  const std::optional<double> streamed = streamedExpertsMs(req.model, rest, weight_format, req.bf16, gpu);
+  if (!cpu || !streamed || *streamed > 0.8 * *cpu) return {};
+  char text[320];
+  std::snprintf(text, sizeof text,
+                "; on this machine those pairs would take the CPU about %.0f ms per MoE layer and step, streaming "
+                "the same experts over PCIe %d.0 x%d about %.0f ms (estimates): experts_mode: gpu-offload keeps the "
+                "resident experts and streams the others",
+                *cpu, gpu.pcie_gen, gpu.pcie_lanes, *streamed);
+  return text;
+}
+
 void noteGpuExperts(MemoryPlan& plan, const PlanRequest& req, const Hardware& hw) {
   for (const GpuSpec& g : hw.gpus) {
     const std::vector<ModulePlacement*> layers = expertsOnGpu(plan.placement, g.device());
@@ -156,7 +178,10 @@ void noteGpuExperts(MemoryPlan& plan, const PlanRequest& req, const Hardware& hw
                            std::to_string(layers.size()) + " layers; the most routed of each layer's first call); " +
                            (offload ? "the others are streamed per layer: with a balanced router they compute about "
                                     : "with a balanced router the CPU engine computes about ") +
-                           std::to_string(rest) + " % of the routed pairs");
+                           std::to_string(rest) + " % of the routed pairs" +
+                           (offload || !req.training ? ""
+                                                        : streamingAdvice(plan, req, hw, g, resident,
+                                                                          layers.front()->weight_format)));
     }
   }
 }
