@@ -175,16 +175,27 @@ TEST(PlanVersusLedger, ResidentExpertWeights) {
   EXPECT_EQ(planned_bytes, 2u * 3 * 3 * 64 * 48 * 4);  // 2 MoE layers · 3 experts · 3 · H · I · fp32
 }
 
+// A model's config.json and a machine from presets/, and a TrainConfig for one sequence of
+// `cutoff_len` tokens.
+struct PresetCase {
+  io::ModelConfig model;
+  placement::Hardware hardware;
+  TrainConfig config;
+};
+PresetCase presetCase(const char* model, const char* hardware, int64_t cutoff_len) {
+  const fs::path presets = TANDEM_PRESETS_DIR;
+  PresetCase c{io::readModelConfig(presets / "models" / model),
+               placement::resolveHardware(hardware, presets / "hardware"), TrainConfig()};
+  c.config.cutoff_len = cutoff_len;
+  c.config.per_device_train_batch_size = 1;
+  return c;
+}
+
 // experts_mode gpu-offload plans offload mode: the routed experts are computed on their layer's
 // GPU from a pinned host copy, and gpu_experts (auto) becomes its resident cache, filled as for
 // co-computation; amx_int8 streams int8.
 TEST(PlanRequestFor, OffloadModePlansItsResidentCache) {
-  const fs::path presets = TANDEM_PRESETS_DIR;
-  const io::ModelConfig qwen3 = io::readModelConfig(presets / "models" / "qwen3-30b-a3b.json");
-  const placement::Hardware hw = placement::resolveHardware("1x4090-24g_xeon-w7-spr_256g", presets / "hardware");
-  TrainConfig tc;
-  tc.cutoff_len = 2048;
-  tc.per_device_train_batch_size = 1;
+  auto [qwen3, hw, tc] = presetCase("qwen3-30b-a3b.json", "1x4090-24g_xeon-w7-spr_256g", 2048);
   tc.experts_mode = "gpu-offload";
   tc.experts_backend = "amx_int8";
   const placement::PlanRequest request = planRequestFor(tc, qwen3);
@@ -206,12 +217,7 @@ TEST(PlanRequestFor, OffloadModePlansItsResidentCache) {
 // `tandem plan` and `tandem train` plan with the same expert choices: experts_format and
 // experts_wt_policy reach the planner as its weight format and Wᵀ form.
 TEST(PlanRequestFor, CarriesTheExpertsFormatAndWtPolicy) {
-  const fs::path presets = TANDEM_PRESETS_DIR;
-  const io::ModelConfig fp8 = io::readModelConfig(presets / "models" / "deepseek-v3.json");
-  const placement::Hardware hw = placement::resolveHardware("1xh200_xeon-emr-2s_2t", presets / "hardware");
-  TrainConfig tc;
-  tc.cutoff_len = 1024;
-  tc.per_device_train_batch_size = 1;
+  auto [fp8, hw, tc] = presetCase("deepseek-v3.json", "1xh200_xeon-emr-2s_2t", 1024);
   tc.experts_backend = "amx_bf16";
   auto experts_item = [](const placement::MemoryPlan& plan) {
     for (const placement::DevicePlan& d : plan.devices) {
@@ -237,7 +243,7 @@ TEST(PlanRequestFor, CarriesTheExpertsFormatAndWtPolicy) {
   tc.experts_format = "fp8";
   EXPECT_EQ(experts_item(planTraining(tc, fp8, hw)), "routed experts bf16");
   // fp8 is the checkpoint's own format: a bf16 checkpoint is refused before anything is planned.
-  const io::ModelConfig bf16 = io::readModelConfig(presets / "models" / "qwen3-30b-a3b.json");
+  const io::ModelConfig bf16 = io::readModelConfig(fs::path(TANDEM_PRESETS_DIR) / "models" / "qwen3-30b-a3b.json");
   EXPECT_THROW(planRequestFor(tc, bf16), Error);
 }
 
