@@ -74,6 +74,13 @@ HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
                             "copy (twice the expert RAM, no per-step cost); on_demand rebuilds those of the routed "
                             "experts each step; background builds the next layer's while the GPU works; auto: "
                             "persistent when the memory plan has room, else background"));
+  experts_mode_ = new QComboBox;
+  experts_mode_->addItem(tr("cpu: co-computation (the CPU computes what the GPU does not hold)"), QStringLiteral("cpu"));
+  experts_mode_->addItem(tr("gpu-offload: stream what the GPU does not hold from RAM"), QStringLiteral("gpu-offload"));
+  experts_mode_->setToolTip(tr("experts_mode: who computes the routed experts the GPU does not keep. cpu: the CPU "
+                               "expert engine (fast CPUs with AMX); gpu-offload: their weights are copied to the GPU "
+                               "per layer and computed there (fast PCIe links). The memory plan's note estimates both "
+                               "for this machine and says when gpu-offload is the faster"));
   gpu_experts_ = new QSpinBox;
   gpu_experts_->setRange(-1, 4096);  // -1 shows as auto
   gpu_experts_->setSpecialValueText(tr("auto (what the GPU has left)"));
@@ -90,6 +97,7 @@ HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
   backend_->setObjectName(QStringLiteral("experts_backend"));
   format_->setObjectName(QStringLiteral("experts_format"));
   wt_policy_->setObjectName(QStringLiteral("experts_wt_policy"));
+  experts_mode_->setObjectName(QStringLiteral("experts_mode"));
   gpu_experts_->setObjectName(QStringLiteral("gpu_experts"));
   threads_->setObjectName(QStringLiteral("expert_threads"));
   auto* form = new QFormLayout;
@@ -98,6 +106,7 @@ HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
   form->addRow(tr("&Experts backend:"), backend_);
   form->addRow(tr("Experts &format:"), format_);
   form->addRow(tr("Backward &Wᵀ:"), wt_policy_);
+  form->addRow(tr("Experts &mode:"), experts_mode_);
   form->addRow(tr("Experts on the &GPU:"), gpu_experts_);
   form->addRow(tr("Expert &threads:"), threads_);
   auto* layout = new QVBoxLayout(this);
@@ -152,6 +161,7 @@ void HardwarePage::load(const train::TrainConfig& config) {
   backend_->setCurrentIndex(comboIndexOf(backend_, QString::fromStdString(config.experts_backend)));
   format_->setCurrentIndex(comboIndexOf(format_, QString::fromStdString(config.experts_format)));
   wt_policy_->setCurrentIndex(comboIndexOf(wt_policy_, QString::fromStdString(config.experts_wt_policy)));
+  experts_mode_->setCurrentIndex(comboIndexOf(experts_mode_, QString::fromStdString(config.experts_mode)));
   // The config was validated when it was read: auto or a count.
   gpu_experts_->setValue(config.gpu_experts == "auto" ? -1 : std::stoi(config.gpu_experts));
   threads_->setValue(config.expert_threads);
@@ -162,6 +172,7 @@ void HardwarePage::store(train::TrainConfig& config) const {
   config.experts_backend = backend_->currentData().toString().toStdString();
   config.experts_format = format_->currentData().toString().toStdString();
   config.experts_wt_policy = wt_policy_->currentData().toString().toStdString();
+  config.experts_mode = experts_mode_->currentData().toString().toStdString();
   config.gpu_experts = gpu_experts_->value() < 0 ? "auto" : std::to_string(gpu_experts_->value());
   config.expert_threads = threads_->value();
 }

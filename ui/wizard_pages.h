@@ -71,6 +71,7 @@ class HardwarePage : public ConfigPage {
   QComboBox* backend_;
   QComboBox* format_;
   QComboBox* wt_policy_;
+  QComboBox* experts_mode_;
   QSpinBox* gpu_experts_;  // -1: auto
   QSpinBox* threads_;
 };

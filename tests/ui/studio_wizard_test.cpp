@@ -65,6 +65,7 @@ void WizardTest::producesTheHandWrittenConfig() {
   hand.experts_format = "bf16";
   hand.experts_wt_policy = "background";
   hand.gpu_experts = "3";
+  hand.experts_mode = "gpu-offload";
 
   FineTuneWizard wizard(machine_, paths_);  // starts from LLaMA-Factory's defaults
   wizard.show();
@@ -83,6 +84,9 @@ void WizardTest::producesTheHandWrittenConfig() {
   field<QComboBox>(wizard, "experts_wt_policy")->setCurrentText(QStringLiteral("background"));
   QCOMPARE(field<QSpinBox>(wizard, "gpu_experts")->text(), field<QSpinBox>(wizard, "gpu_experts")->specialValueText());
   field<QSpinBox>(wizard, "gpu_experts")->setValue(3);
+  QCOMPARE(field<QComboBox>(wizard, "experts_mode")->currentData().toString(), QStringLiteral("cpu"));
+  field<QComboBox>(wizard, "experts_mode")->setCurrentIndex(
+      field<QComboBox>(wizard, "experts_mode")->findData(QStringLiteral("gpu-offload")));
   wizard.next();
 
   QCOMPARE(wizard.currentId(), int(FineTuneWizard::DatasetPageId));
@@ -127,10 +131,11 @@ void WizardTest::producesTheHandWrittenConfig() {
   QVERIFY(train::parseTrainConfig(wizard.yaml().toStdString(), "wizard yaml") == hand);
   QCOMPARE(train::configFingerprint(made), train::configFingerprint(hand));
 
-  // Opening that config again shows the same choices (a count of GPU experts, not auto).
+  // Opening that config again shows the same choices (a count of GPU experts, not auto; offload mode).
   FineTuneWizard reopened(machine_, paths_);
   reopened.loadConfig(hand);
   QCOMPARE(field<QSpinBox>(reopened, "gpu_experts")->value(), 3);
+  QCOMPARE(field<QComboBox>(reopened, "experts_mode")->currentData().toString(), QStringLiteral("gpu-offload"));
   QVERIFY(reopened.config() == hand);
 }
 
