@@ -10,6 +10,7 @@
 #include <QSpinBox>
 #include <QVBoxLayout>
 
+#include <optional>
 #include <string>
 
 #include "engine/core/error.h"
@@ -119,6 +120,13 @@ HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
 }
 
 bool HardwarePage::isComplete() const { return problem_->text().isEmpty(); }
+
+void HardwarePage::initializePage() {
+  // A layer has no more experts to keep on the GPU than the chosen model has (the engine would
+  // cap a larger count anyway).
+  const std::optional<model::ModelSummary>& summary = wizard_.modelSummary();
+  if (summary && summary->config.num_experts > 0) gpu_experts_->setMaximum(summary->config.num_experts);
+}
 
 void HardwarePage::choosePreset() {
   const QString file = target_->currentData().toString();

@@ -59,6 +59,7 @@ class HardwarePage : public ConfigPage {
   void load(const train::TrainConfig& config) override;
   void store(train::TrainConfig& config) const override;
   bool isComplete() const override;
+  void initializePage() override;
 
  private:
   void choosePreset();

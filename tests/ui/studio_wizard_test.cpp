@@ -83,6 +83,7 @@ void WizardTest::producesTheHandWrittenConfig() {
   field<QComboBox>(wizard, "experts_format")->setCurrentText(QStringLiteral("bf16"));
   field<QComboBox>(wizard, "experts_wt_policy")->setCurrentText(QStringLiteral("background"));
   QCOMPARE(field<QSpinBox>(wizard, "gpu_experts")->text(), field<QSpinBox>(wizard, "gpu_experts")->specialValueText());
+  QCOMPARE(field<QSpinBox>(wizard, "gpu_experts")->maximum(), 16);  // the model's experts
   field<QSpinBox>(wizard, "gpu_experts")->setValue(3);
   QCOMPARE(field<QComboBox>(wizard, "experts_mode")->currentData().toString(), QStringLiteral("cpu"));
   field<QComboBox>(wizard, "experts_mode")->setCurrentIndex(
