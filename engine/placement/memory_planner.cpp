@@ -140,11 +140,12 @@ MemoryPlan placeGpuExperts(const PlanRequest& req, const Hardware& hw, const Eva
   return plan;
 }
 
-// When streaming the experts the GPU leaves would be clearly faster than the CPU engine computing
-// their pairs (estimates: expert_time_estimate.h), the sentence that says so and what to set.
+// When streaming the `rest` experts per layer the GPU leaves would be clearly faster than the CPU
+// engine computing their pairs (estimates: expert_time_estimate.h), the sentence that says so and
+// what to set.
 std::string streamingAdvice(const MemoryPlan& plan, const PlanRequest& req, const Hardware& hw, const GpuSpec& gpu,
-                            int64_t resident, const std::string& weight_format) {
-  const int64_t E = req.model.num_experts, rest = E - std::min(resident, E);
+                            int64_t rest, const std::string& weight_format) {
+  const int64_t E = req.model.num_experts;
   if (rest == 0) return {};
   const bool recomputed = req.gradient_checkpointing && !plan.keep_expert_forward;
   const std::optional<double> cpu =
@@ -168,19 +169,20 @@ void noteGpuExperts(MemoryPlan& plan, const PlanRequest& req, const Hardware& hw
       const bool int8 = layers.front()->weight_format == "int8";
       const bool offload = layers.front()->backend == "gpu-offload";
       const int64_t resident = layers.front()->gpu_experts, E = req.model.num_experts;
+      const int64_t rest = E - std::min(resident, E);
       // What the CPU engine (or the PCIe link) is left with decides the step time
       // (docs/benchmarks.md: with 31 % of the pairs, 16 cores took longer than streaming every
       // expert over PCIe).
-      const auto rest = static_cast<int>(std::lround(100.0 * static_cast<double>(E - std::min(resident, E)) /
-                                                     static_cast<double>(E)));
+      const auto rest_percent =
+          static_cast<int>(std::lround(100.0 * static_cast<double>(rest) / static_cast<double>(E)));
       plan.notes.push_back(std::to_string(resident) + " of " + std::to_string(E) +
                            " routed experts per MoE layer resident on " + g.device() + (int8 ? " in int8" : "") + " (" +
                            std::to_string(layers.size()) + " layers; the most routed of each layer's first call); " +
                            (offload ? "the others are streamed per layer: with a balanced router they compute about "
                                     : "with a balanced router the CPU engine computes about ") +
-                           std::to_string(rest) + " % of the routed pairs" +
+                           std::to_string(rest_percent) + " % of the routed pairs" +
                            (offload || !req.training ? ""
-                                                        : streamingAdvice(plan, req, hw, g, resident,
+                                                        : streamingAdvice(plan, req, hw, g, rest,
                                                                           layers.front()->weight_format)));
     }
   }

@@ -29,6 +29,19 @@ uint64_t sum(const MemoryPlan& plan, PlanCategory c) {
   return total;
 }
 
+std::string notesText(const MemoryPlan& plan) {
+  std::string text;
+  for (const std::string& note : plan.notes) text += note + "\n";
+  return text;
+}
+
+// The bytes of the plan's items named `what` on cuda:0.
+uint64_t gpuItem(const MemoryPlan& plan, const std::string& what) {
+  uint64_t bytes = 0;
+  for (const PlanItem& i : plan.device("cuda:0")->items) bytes += i.what == what ? i.bytes : 0;
+  return bytes;
+}
+
 std::string adviceText(const MemoryPlan& plan) {
   std::string text;
   for (const std::string& a : plan.advice) text += a + "\n";
@@ -261,16 +274,11 @@ TEST(MemoryPlanner, Int8ResidentExpertsAreHalfTheBytesAndTwiceTheCount) {
     r.gpu_experts = gpu_experts;
     return planMemory(r, hw);
   };
-  auto item = [](const MemoryPlan& plan, const std::string& what) {
-    uint64_t bytes = 0;
-    for (const PlanItem& i : plan.device("cuda:0")->items) bytes += i.what == what ? i.bytes : 0;
-    return bytes;
-  };
   const uint64_t H = 2048, I = 768;
   const MemoryPlan int8 = residentOf("int8", 10);
-  EXPECT_EQ(item(int8, "resident routed experts"), 10 * 48 * (3 * H * I + (2 * I + H) * 4));
-  EXPECT_EQ(item(int8, "resident int8 experts cast"), 10 * 3 * H * I * 2);  // one layer, bf16
-  EXPECT_EQ(item(residentOf("bf16", 10), "resident int8 experts cast"), 0u);
+  EXPECT_EQ(gpuItem(int8, "resident routed experts"), 10 * 48 * (3 * H * I + (2 * I + H) * 4));
+  EXPECT_EQ(gpuItem(int8, "resident int8 experts cast"), 10 * 3 * H * I * 2);  // one layer, bf16
+  EXPECT_EQ(gpuItem(residentOf("bf16", 10), "resident int8 experts cast"), 0u);
   const int64_t n_bf16 = residentOf("bf16", kAutoGpuExperts).placement.find("model.layers.0.mlp.experts")->gpu_experts;
   const int64_t n_int8 = residentOf("int8", kAutoGpuExperts).placement.find("model.layers.0.mlp.experts")->gpu_experts;
   EXPECT_GT(n_bf16, 8);
@@ -282,7 +290,7 @@ TEST(MemoryPlanner, Int8ResidentExpertsAreHalfTheBytesAndTwiceTheCount) {
   offload.gpu_experts = 0;
   const MemoryPlan streamed = planMemory(offload, hw);
   const uint64_t layer_bf16 = 128 * 3 * H * I * 2;
-  EXPECT_EQ(item(streamed, "offload buffers"), 2 * layer_bf16 + layer_bf16 / 2 + 128 * (2 * I + H) * 4);
+  EXPECT_EQ(gpuItem(streamed, "offload buffers"), 2 * layer_bf16 + layer_bf16 / 2 + 128 * (2 * I + H) * 4);
   // auto is the engine's best int8 backend: amx_int8 packs on a Xeon with AMX; on an EPYC
   // (no AMX) the fp32 kernels with their f32 copy of the quantised experts.
   auto hostHeld = [](const MemoryPlan& plan) {
@@ -293,11 +301,7 @@ TEST(MemoryPlanner, Int8ResidentExpertsAreHalfTheBytesAndTwiceTheCount) {
     return held;
   };
   EXPECT_EQ(hostHeld(int8), "routed experts int8");
-  const std::string notes = [&] {
-    std::string all;
-    for (const std::string& note : int8.notes) all += note + "\n";
-    return all;
-  }();
+  const std::string notes = notesText(int8);
   EXPECT_NE(notes.find("10 of 128 routed experts per MoE layer resident on cuda:0 in int8"), std::string::npos) << notes;
   EXPECT_NE(notes.find("the CPU engine computes about 92 % of the routed pairs"), std::string::npos) << notes;
   EXPECT_NE(notes.find("experts backend auto: amx_int8"), std::string::npos) << notes;
@@ -388,17 +392,12 @@ TEST(MemoryPlanner, AdvisesStreamingWhereTheLinkOutrunsTheCpu) {
   h200.gpus[0].total_bytes = h200.gpus[0].free_bytes = 24ull << 30;
   PlanRequest int8 = request("qwen3-30b-a3b.json");
   int8.expert_weight_format = "int8";
-  auto notes = [](const MemoryPlan& plan) {
-    std::string all;
-    for (const std::string& note : plan.notes) all += note + "\n";
-    return all;
-  };
   const std::string advice = "experts_mode: gpu-offload keeps the resident experts and streams the others";
-  EXPECT_NE(notes(planMemory(int8, h200)).find(advice), std::string::npos) << notes(planMemory(int8, h200));
-  EXPECT_EQ(notes(planMemory(int8, preset("1x4090-24g_xeon-w7-spr_256g"))).find(advice), std::string::npos);
+  EXPECT_NE(notesText(planMemory(int8, h200)).find(advice), std::string::npos) << notesText(planMemory(int8, h200));
+  EXPECT_EQ(notesText(planMemory(int8, preset("1x4090-24g_xeon-w7-spr_256g"))).find(advice), std::string::npos);
   PlanRequest offload = int8;
   offload.experts_backend = "gpu-offload";
-  EXPECT_EQ(notes(planMemory(offload, h200)).find(advice), std::string::npos);  // already streams
+  EXPECT_EQ(notesText(planMemory(offload, h200)).find(advice), std::string::npos);  // already streams
   // A whole Qwen3-30B-A3B layer on those 16 cores: 39 ms forward + 47 ms backward measured.
   const std::optional<double> layer = cpuExpertsMs(int8.model, 2048, 1.0, h200.cpu, /*recomputed=*/false);
   ASSERT_TRUE(layer.has_value());
@@ -423,11 +422,6 @@ TEST(MemoryPlanner, OffloadModeKeepsAResidentCacheAndStreamsTheRest) {
     r.gpu_experts = gpu_experts;
     return planMemory(r, hw);
   };
-  auto buffers = [](const MemoryPlan& plan) {
-    uint64_t bytes = 0;
-    for (const PlanItem& i : plan.device("cuda:0")->items) bytes += i.what == "offload buffers" ? i.bytes : 0;
-    return bytes;
-  };
   const MemoryPlan plain = offload(0);
   EXPECT_EQ(plain.placement.find("model.layers.0.mlp.experts")->gpu_experts, 0);
   const MemoryPlan cached = offload(kAutoGpuExperts);
@@ -436,12 +430,10 @@ TEST(MemoryPlanner, OffloadModeKeepsAResidentCacheAndStreamsTheRest) {
   EXPECT_GT(n, 16);
   EXPECT_LT(n, 128);
   EXPECT_EQ(cached.placement.find("model.layers.47.mlp.experts")->gpu_experts, n);
-  EXPECT_EQ(buffers(cached), buffers(plain) / 128 * static_cast<uint64_t>(128 - n));
+  EXPECT_EQ(gpuItem(cached, "offload buffers"), gpuItem(plain, "offload buffers") / 128 * static_cast<uint64_t>(128 - n));
   const DevicePlan& gpu = *cached.device("cuda:0");
   EXPECT_LE(static_cast<double>(gpu.total()), kGpuExpertsFill * static_cast<double>(gpu.capacity_bytes));
-  std::string notes;
-  for (const std::string& note : cached.notes) notes += note + "\n";
-  EXPECT_NE(notes.find("the others are streamed per layer"), std::string::npos) << notes;
+  EXPECT_NE(notesText(cached).find("the others are streamed per layer"), std::string::npos) << notesText(cached);
   const RuntimePlacement runtime = toRuntimePlacement(cached.placement);
   EXPECT_EQ(runtime.experts_mode, "gpu-offload");
   EXPECT_EQ(runtime.gpu_experts[3], n);

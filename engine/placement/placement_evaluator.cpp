@@ -164,7 +164,7 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
     // Two layers' weights in flight on the GPU (double buffering), streamed from pinned host
     // memory; int8 ones are cast there to the model dtype (gpu::StoredExpertWeights): two layers
     // of those, and one int8 copy on its way. Resident experts (a cache) are not streamed. The
-    // host copy is charged whole: it holds every expert until the first call picks the resident.
+    // host copy is charged whole: it keeps every expert (the streamed ones are copied out of it).
     const uint64_t computed = int8 ? memory::routedExpertBytes(m_, act_bytes_ == 2 ? "bf16" : "fp32") : weights;
     const auto experts = static_cast<uint64_t>(std::max<int64_t>(m_.num_experts, 1));
     const uint64_t streamed = experts - static_cast<uint64_t>(std::clamp<int64_t>(m.gpu_experts, 0, m_.num_experts));

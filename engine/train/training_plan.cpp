@@ -2,6 +2,7 @@
 
 #include "engine/core/error.h"
 #include "engine/placement/kt_rules.h"
+#include "engine/placement/placement.h"
 
 namespace tandem::train {
 
@@ -29,7 +30,9 @@ placement::PlanRequest planRequestFor(const TrainConfig& config, const io::Model
     // Offload mode streams (and keeps resident) the experts in the format the CPU backend would
     // pack them in; the planner then charges the pinned host copy, the offload buffers and the
     // resident cache instead of packs.
-    if (r.expert_weight_format.empty() && r.experts_backend == "amx_int8") r.expert_weight_format = "int8";
+    if (r.expert_weight_format.empty() && placement::defaultWeightFormat(r.experts_backend, model) == "int8") {
+      r.expert_weight_format = "int8";
+    }
     r.experts_backend = "gpu-offload";
   }
   r.gpu_experts = config.gpu_experts == "auto" ? placement::kAutoGpuExperts : std::stoll(config.gpu_experts);
