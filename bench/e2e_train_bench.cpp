@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <iostream>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -26,6 +27,7 @@
 #include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
 #include "engine/gpu/causal_lm.h"
+#include "engine/gpu/moe_block.h"
 #include "engine/gpu/moe_function.h"
 #include "engine/gpu/torch_runtime.h"
 #include "engine/io/model_config.h"
@@ -58,8 +60,25 @@ struct Options {
   std::string gpu_experts = "0";  // routed experts resident per MoE layer (either mode); auto: the planner's
   std::string experts_format = "auto";  // ModelOptions::experts_format
   std::string experts_wt_policy = "persistent";
+  bool stream_ahead = true;  // ModelOptions::stream_experts_ahead
   std::string trace;  // a Chrome trace of one more step, written here
 };
+
+// Offload mode's copies over the run (ExpertStreamer::Counts, summed over the devices).
+nlohmann::json streamerJson(CausalLm& model, bool look_ahead) {
+  std::set<const tandem::gpu::ExpertStreamer*> streamers;
+  model.visitMoeBlocks([&](const std::string&, tandem::gpu::MoeBlock& b) {
+    if (b.offload) streamers.insert(&b.offload->streamer());
+  });
+  tandem::gpu::ExpertStreamer::Counts sum;
+  for (const auto* s : streamers) {
+    const tandem::gpu::ExpertStreamer::Counts c = s->counts();
+    sum.taken += c.taken;
+    sum.ready += c.ready;
+    sum.copied_ahead += c.copied_ahead;
+  }
+  return {{"look_ahead", look_ahead}, {"taken", sum.taken}, {"ready", sum.ready}, {"copied_ahead", sum.copied_ahead}};
+}
 
 // Kineto records the CPU ops (with the engine's RECORD_FUNCTION scopes) and, on a GPU, the
 // kernels and copies, until disableProfiler().
@@ -208,6 +227,7 @@ void run(const Options& o) {
   options.keep_expert_forward = o.keep_expert_forward;
   options.experts_format = o.experts_format;
   options.experts_wt_policy = tandem::experts::parseWtPolicy(o.experts_wt_policy);
+  options.stream_experts_ahead = o.stream_ahead;
   nlohmann::json planned;
   if (o.gpu_experts != "0") options.gpu_experts = gpuExperts(o, config, options, planned);
   const bool cuda = options.device.is_cuda();
@@ -288,6 +308,7 @@ void run(const Options& o) {
   getrusage(RUSAGE_SELF, &usage);
   out["peak_host_rss_bytes"] = static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // ru_maxrss: KiB on Linux
   if (options.experts == tandem::gpu::ExpertsMode::Cpu) out["overlap_probe"] = overlapProbe(*model, o.tokens);
+  if (options.experts == tandem::gpu::ExpertsMode::GpuOffload) out["streamer"] = streamerJson(*model, o.stream_ahead);
   std::cout << out.dump() << std::endl;
 }
 
@@ -312,6 +333,8 @@ int main(int argc, char** argv) {
   app.add_flag("--gradient-checkpointing", o.gradient_checkpointing, "recompute each layer in backward");
   app.add_flag("--keep-expert-forward", o.keep_expert_forward,
                "with checkpointing: keep the CPU experts' forward for the backward (what training does when RAM allows)");
+  app.add_option("--stream-ahead", o.stream_ahead,
+                 "offload mode: copy the next layer's streamed experts while this one computes (false: when it runs)");
   app.add_option("--trace", o.trace, "after the timed steps, profile one more and write its Chrome trace here");
   app.add_option("--torch-threads", o.torch_threads, "libtorch intra-op threads");
   app.add_option("--experts-format", o.experts_format,

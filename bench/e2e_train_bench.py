@@ -5,7 +5,8 @@ docs/benchmarks.md).
 
     python bench/e2e_train_bench.py --bench build/bin/tandem_e2e_bench [--models v2-lite,qwen3-30b-a3b]
         [--layers 0] [--tokens 2048] [--steps 3] [--gpu-cap-gib 24] [--gradient-checkpointing]
-        [--modes co,resident,offload,offload-resident,hf] [--gpu-experts auto|N]
+        [--modes co,resident,offload,offload-resident,offload-serial,offload-resident-serial,hf]
+        [--gpu-experts auto|N]
         [--out result.json]
 
 Per model shape (config.json written below from the published configs; weights built in memory):
@@ -19,6 +20,8 @@ Per model shape (config.json written below from the published configs; weights b
    backward), same cap (another process).
 2b. (offload-resident) offload mode with a resident cache: --gpu-experts routed experts per MoE
    layer stay on the GPU (auto: the planner's count), only the others are streamed.
+2c. (offload-serial, offload-resident-serial) the same two without the streamer's look-ahead: each
+   layer's experts are copied when it runs, not while the layer before computes.
 3. transformers + PEFT, whole model on the GPU, uncapped (the upper bound), in this process.
 All three: bf16 weights, LoRA r=8 alpha=16 on the attention projections, one sequence of --tokens
 tokens (labels = inputs), AdamW, grad clip 1.0; tokens/s over the steps after the first (warm-up);
@@ -72,7 +75,7 @@ ATTENTION_TARGETS = {"v2-lite": ["q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o
 GIB = 1 << 30
 
 
-def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0", trace=None):
+def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0", trace=None, stream_ahead=True):
     cmd = [bench, "--config", str(config_dir), "--experts", experts, "--device", "cuda:0", "--gpu-experts", gpu_experts,
            "--tokens", str(args.tokens), "--steps", str(args.steps), "--gpu-cap-gib", str(args.gpu_cap_gib),
            "--lora-rank", "8", "--lora-alpha", "16", "--lora-target", ",".join(targets),
@@ -81,6 +84,8 @@ def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0", trace
         cmd += ["--layers", str(args.layers)]
     if trace:
         cmd += ["--trace", str(trace)]
+    if experts == "gpu-offload":
+        cmd += ["--stream-ahead", "true" if stream_ahead else "false"]
     cmd += ["--experts-format", args.experts_format]
     if experts == "cpu":
         cmd += ["--experts-wt-policy", args.experts_wt_policy]
@@ -171,7 +176,8 @@ def main():
     parser.add_argument("--modes", default="co,resident,offload,hf",
                         help="co: experts on the CPU engine; resident: co with --gpu-experts of them on the GPU; "
                              "offload: streamed per layer; offload-resident: offload with --gpu-experts of them "
-                             "resident on the GPU; hf: transformers + PEFT")
+                             "resident on the GPU; offload-serial, offload-resident-serial: the same without the "
+                             "next layer's copy ahead; hf: transformers + PEFT")
     parser.add_argument("--gpu-experts", default="auto",
                         help="resident and offload-resident modes: routed experts per MoE layer on the GPU, N or auto (the memory planner's "
                              "count for the capped GPU)")
@@ -213,7 +219,8 @@ def main():
 
 
 MODE_KEYS = {"co": "tandem_co", "resident": "tandem_resident", "offload": "tandem_offload",
-             "offload-resident": "tandem_offload_resident", "hf": "hf_peft"}
+             "offload-resident": "tandem_offload_resident", "offload-serial": "tandem_offload_serial",
+             "offload-resident-serial": "tandem_offload_resident_serial", "hf": "hf_peft"}
 
 
 def run_mode(mode, name, config_dir, args):
@@ -223,11 +230,12 @@ def run_mode(mode, name, config_dir, args):
         return run_tandem(args.bench, config_dir, "cpu", args, targets, trace=trace)
     if mode == "resident":
         return run_tandem(args.bench, config_dir, "cpu", args, targets, gpu_experts=args.gpu_experts, trace=trace)
-    if mode == "offload":
-        return run_tandem(args.bench, config_dir, "gpu-offload", args, targets, trace=trace)
-    if mode == "offload-resident":
+    if mode in ("offload", "offload-serial"):
+        return run_tandem(args.bench, config_dir, "gpu-offload", args, targets, trace=trace,
+                          stream_ahead=mode == "offload")
+    if mode in ("offload-resident", "offload-resident-serial"):
         return run_tandem(args.bench, config_dir, "gpu-offload", args, targets, gpu_experts=args.gpu_experts,
-                          trace=trace)
+                          trace=trace, stream_ahead=mode == "offload-resident")
     try:
         return run_hf(name, args, targets)
     except Exception as e:  # noqa: BLE001 - an OOM or a missing architecture is a result too
@@ -238,6 +246,7 @@ def ratios(r):
     """The targets' ratios between the set-ups measured so far."""
     co, off, hf = r.get("tandem_co", {}), r.get("tandem_offload", {}), r.get("hf_peft", {})
     res, cached = r.get("tandem_resident", {}), r.get("tandem_offload_resident", {})
+    off_serial, cached_serial = r.get("tandem_offload_serial", {}), r.get("tandem_offload_resident_serial", {})
     out = {}
     for key, a, b, field in (("co_over_offload_tokens_per_s", co, off, "tokens_per_s"),
                              ("co_gpu_memory_over_hf", co, hf, "peak_gpu_gib"),
@@ -245,7 +254,10 @@ def ratios(r):
                              ("resident_over_co_tokens_per_s", res, co, "tokens_per_s"),
                              ("resident_gpu_memory_over_hf", res, hf, "peak_gpu_gib"),
                              ("offload_resident_over_offload_tokens_per_s", cached, off, "tokens_per_s"),
-                             ("offload_resident_over_resident_tokens_per_s", cached, res, "tokens_per_s")):
+                             ("offload_resident_over_resident_tokens_per_s", cached, res, "tokens_per_s"),
+                             ("offload_over_offload_serial_tokens_per_s", off, off_serial, "tokens_per_s"),
+                             ("offload_resident_over_offload_resident_serial_tokens_per_s", cached, cached_serial,
+                              "tokens_per_s")):
         if a.get(field) and b.get(field):
             out[key] = a[field] / b[field]
     return out

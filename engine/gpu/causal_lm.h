@@ -77,6 +77,10 @@ struct ModelOptions {
   // mode's resident cache, which then streams only the others (expert_offload.h). Empty: none;
   // the planner fills it (memory_planner.h, MemoryPlan::gpu_experts).
   std::vector<int64_t> gpu_experts;
+  // Offload mode: copy the next layer's streamed experts while the device computes this one
+  // (expert_streamer.h); false copies each layer's when it runs (the baseline it is measured
+  // against).
+  bool stream_experts_ahead = true;
 
   at::Device layerDevice(size_t layer) const;
   at::Device headDevice() const;

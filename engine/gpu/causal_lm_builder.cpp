@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <string>
 
@@ -214,6 +215,12 @@ class CausalLmBuilder {
   experts::ExpertWeightViews expertWeights(int i, MoeBlock& block);
   const void* expertPointer(const io::TensorView& tensor, int64_t element_offset, MoeBlock& block,
                             const std::string& name, const Shape& shape);
+  // Offload mode: one per device, its layers registered in forward order.
+  std::shared_ptr<ExpertStreamer> streamerFor(at::Device device) {
+    std::shared_ptr<ExpertStreamer>& s = streamers_[device.str()];
+    if (!s) s = std::make_shared<ExpertStreamer>(device, m_.options_.stream_experts_ahead);
+    return s;
+  }
 
   CausalLm& m_;
   const io::ModelConfig& c_;
@@ -222,6 +229,7 @@ class CausalLmBuilder {
   ThreadPool& pool_;
   uint64_t lora_seed_;
   experts::ExpertLayer* previous_moe_ = nullptr;  // the last MoE layer built (layers go in order)
+  std::map<std::string, std::shared_ptr<ExpertStreamer>> streamers_;  // by device
   int64_t expert_weight_bytes_ = 0;  // what the CPU expert engine reads (offload: ExpertOffload's)
 };
 
@@ -281,7 +289,8 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
   if (static_cast<size_t>(i) < numa_node.size()) options.numa_node = numa_node[static_cast<size_t>(i)];
   if (m_.options_.experts == ExpertsMode::GpuOffload) {
     block->offload = std::make_unique<ExpertOffload>(spec, views, w_.dtype(), options.format,
-                                                     m_.options_.layerDevice(static_cast<size_t>(i)), block->resident_count);
+                                                     streamerFor(m_.options_.layerDevice(static_cast<size_t>(i))),
+                                                     block->resident_count);
   } else if (views.type == experts::WeightType::FP8_E4M3) {
     // The mapped fp8 bytes and the f32 block scales copied beside them.
     const int64_t blocks_h = ceilBlocks(spec.hidden), blocks_i = ceilBlocks(spec.intermediate);

@@ -13,9 +13,12 @@
 //
 // A resident cache (ModelOptions::gpu_experts in this mode): the `resident_count` most routed
 // experts of the layer's first call are copied to the device for good (resident_experts.h) and
-// only the others are streamed; their copy runs on a side stream (side_copy.h) while the device
-// computes the resident experts' pairs. Same math: the two groups of pairs are summed. The host
-// copy keeps every expert (the streamed ones are copied out of it run by run).
+// only the others are streamed. Same math: the two groups of pairs are summed. The host copy
+// keeps every expert (the streamed ones are copied out of it run by run).
+//
+// The copies run on a side stream (side_copy.h) through the device's ExpertStreamer
+// (expert_streamer.h), which starts the next layer's while the device computes this one's, and
+// a layer's own before its resident experts, which the copy then overlaps.
 //
 // The compute (torch ops, the LoRA's round trip, the backward) is torch_experts.h's.
 
@@ -23,12 +26,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/core/memory_ledger.h"
 #include "engine/experts/expert_lora.h"
 #include "engine/experts/expert_types.h"
 #include "engine/gpu/resident_experts.h"
+#include "engine/gpu/expert_streamer.h"
 #include "engine/gpu/side_copy.h"
 #include "engine/gpu/stored_expert_weights.h"
 #include "engine/gpu/torch_experts.h"
@@ -39,9 +44,10 @@ class ExpertOffload {
  public:
   // Copies the experts' weights (views in `dtype`, as the CPU engine reads them, or FP8_E4M3
   // views with their block scales, dequantised to `dtype`) into host memory in `format`: gate, up
-  // [E, I, H] and down [E, H, I]; pinned when `device` is a GPU.
+  // [E, I, H] and down [E, H, I]; pinned when the streamer's device is a GPU. Registers the layer
+  // with `streamer` (the layers of a device in forward order), which must outlive its calls.
   ExpertOffload(const experts::ExpertLayerSpec& spec, const experts::ExpertWeightViews& weights,
-                at::ScalarType dtype, experts::WeightFormat format, at::Device device,
+                at::ScalarType dtype, experts::WeightFormat format, std::shared_ptr<ExpertStreamer> streamer,
                 int64_t resident_count = 0);
 
   // hidden [T, H] model dtype on the layer's device; topk_ids [T, k] int64; topk_weights [T, k]
@@ -59,25 +65,26 @@ class ExpertOffload {
   // Experts streamed per call: all of them, or those the resident cache leaves.
   int64_t streamedExperts() const;
 
-  // Every expert's weights on the device in the model dtype, copied from host memory
-  // (asynchronously from pinned memory).
-  TorchExpertWeights stream() const;
+  const ExpertStreamer& streamer() const { return *streamer_; }
 
  private:
   // The first call: copies the `resident_count_` most routed experts of ids [T, k] (host int64)
   // to the device.
   void makeResident(const at::Tensor& ids) const;
-  // The streamed experts' weights copied by `copy`, usable once it joined.
-  StoredExpertWeights streamRest(SideCopy& copy) const;
+  // The streamed experts' weights copied by `copy`, usable once it joined; nullopt before the
+  // first call chose the resident cache.
+  std::optional<StoredExpertWeights> streamed(SideCopy& copy) const;
 
   int64_t num_experts_;
   int64_t resident_count_;
   StoredExpertWeights host_;                      // every expert
-  mutable std::vector<int64_t> streamed_;         // with a resident cache: the others, ascending
+  mutable std::vector<int64_t> streamed_;         // every expert, or those the cache leaves, ascending
   mutable at::Tensor streamed_ids_;               // [n] int64 host: the same, for their LoRA
   mutable std::vector<int64_t> streamed_local_;   // [E]: local index of a streamed expert, else -1
   mutable std::unique_ptr<ResidentExperts> resident_;
   at::Device device_;
+  std::shared_ptr<ExpertStreamer> streamer_;
+  int stream_index_ = -1;  // this layer's in streamer_
   MemoryCharge charge_;
 };
 

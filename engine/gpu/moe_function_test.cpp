@@ -39,6 +39,7 @@ struct Step {
   float loss = 0;
   std::vector<std::vector<int64_t>> resident;       // per MoE layer, the resident experts
   int64_t streamed_experts = 0;                     // offload mode: experts streamed per call, all layers
+  ExpertStreamer::Counts streamer;                  // offload mode: its device's streamer
 };
 
 std::vector<float> values(const at::Tensor& t) {
@@ -48,7 +49,8 @@ std::vector<float> values(const at::Tensor& t) {
 
 Step trainStep(bool keep, int64_t gpu_experts = 0, bool checkpointing = true,
                const std::string& experts_format = "auto", ExpertsMode experts = ExpertsMode::Cpu,
-               const std::string& experts_backend = "auto", at::Device device = at::kCPU) {
+               const std::string& experts_backend = "auto", at::Device device = at::kCPU,
+               bool stream_ahead = true) {
   const io::ModelConfig config = io::parseModelConfig(kConfig, "test config");
   ModelOptions options;
   options.device = device;
@@ -58,6 +60,7 @@ Step trainStep(bool keep, int64_t gpu_experts = 0, bool checkpointing = true,
   options.gradient_checkpointing = checkpointing;
   options.keep_expert_forward = keep;
   options.gpu_experts.assign(2, gpu_experts);
+  options.stream_experts_ahead = stream_ahead;
   const LoraPlan plan = loraPlanFromTarget(model::LoraTarget::parse("all"), LoraSettings{4, 8.0, false, 0.0});
   auto model = CausalLm::random(config, options, &plan, /*seed=*/3, ThreadPool::global());
   model->visitMoeBlocks([](const std::string&, MoeBlock& block) {  // B ≠ 0: expert LoRA matters
@@ -91,6 +94,7 @@ Step trainStep(bool keep, int64_t gpu_experts = 0, bool checkpointing = true,
     if (block.resident) step.resident.push_back(block.resident->experts());
     if (block.offload) {
       step.streamed_experts += block.offload->streamedExperts();
+      step.streamer = block.offload->streamer().counts();
       if (block.resident_count > 0) step.resident.push_back(block.offload->residentExperts());
     }
   });
@@ -236,18 +240,25 @@ TEST(StoredExpertWeights, Int8ExpertsOnTheDeviceMultiplyTheEnginesInt8Weights) {
 }
 
 // Offload mode with a resident cache (gpu_experts): the resident experts stay on the device, only
-// the others are streamed, and the numbers are those of streaming every expert: with and without checkpointing, with some, most or all of them resident. On a
-// GPU (the device run of this test binary) the streamed copy runs on a side stream too.
+// the others are streamed, and the numbers are those of streaming every expert: with and without
+// checkpointing, with some, most or all of them resident. On a GPU (the device run of this test
+// binary) the copies run on a side stream. The streamer's look-ahead changes no number; without a
+// cache it copies layer 1's experts while layer 0 computes (with one, layer 1 chooses its cache
+// only when it runs, so a first step copies nothing ahead; expert_streamer_test.cpp has the longer
+// sequences).
 TEST(ExpertOffload, AResidentCacheGivesTheNumbersOfStreamingEveryExpert) {
   std::vector<at::Device> devices{at::kCPU};
   if (at::hasCUDA()) devices.emplace_back(at::kCUDA, 0);
   for (const at::Device device : devices) {
-    auto offload = [&](int64_t gpu_experts, bool checkpointing) {
-      return trainStep(false, gpu_experts, checkpointing, "auto", ExpertsMode::GpuOffload, "auto", device);
+    auto offload = [&](int64_t gpu_experts, bool checkpointing, bool ahead = true) {
+      return trainStep(false, gpu_experts, checkpointing, "auto", ExpertsMode::GpuOffload, "auto", device, ahead);
     };
     const Step streamed = offload(0, false);
     EXPECT_TRUE(streamed.resident.empty());
     EXPECT_EQ(streamed.streamed_experts, 2 * 6);
+    EXPECT_EQ(streamed.streamer.taken, 4);  // forward 0, 1; backward 1, 0
+    EXPECT_EQ(streamed.streamer.ready, 3);
+    EXPECT_EQ(streamed.streamer.copied_ahead, 1);
     for (const auto& [gpu_experts, checkpointing] : {std::pair{2, false}, {2, true}, {5, true}, {6, false}}) {
       SCOPED_TRACE(device.str() + ", gpu_experts " + std::to_string(gpu_experts) + ", checkpointing " +
                    std::to_string(checkpointing));
@@ -256,6 +267,9 @@ TEST(ExpertOffload, AResidentCacheGivesTheNumbersOfStreamingEveryExpert) {
       for (const auto& experts : cached.resident) EXPECT_EQ(static_cast<int64_t>(experts.size()), gpu_experts);
       EXPECT_EQ(cached.streamed_experts, 2 * (6 - gpu_experts));
       EXPECT_LE(worstRelativeError(cached, streamed), 1e-5f);
+      const Step serial = offload(gpu_experts, checkpointing, /*ahead=*/false);
+      EXPECT_EQ(worstRelativeError(serial, cached), 0.0f);
+      EXPECT_EQ(serial.streamer.copied_ahead, 0);
     }
   }
 }

@@ -161,14 +161,15 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
                                       req_.training && down, split));
   }
   if (offload) {
-    // Two layers' weights in flight on the GPU (double buffering), streamed from pinned host
-    // memory; int8 ones are cast there to the model dtype (gpu::StoredExpertWeights): two layers
-    // of those, and one int8 copy on its way. Resident experts (a cache) are not streamed. The
-    // host copy is charged whole: it keeps every expert (the streamed ones are copied out of it).
-    const uint64_t computed = int8 ? memory::routedExpertBytes(m_, act_bytes_ == 2 ? "bf16" : "fp32") : weights;
+    // Two layers' streamed experts on the GPU, the one computing and the next on its way
+    // (gpu::ExpertStreamer), copied from pinned host memory; int8 ones are cast there to the model
+    // dtype for the layer computing (gpu::StoredExpertWeights). Resident experts (a cache) are not
+    // streamed. The host copy is charged whole: it keeps every expert (the streamed ones are
+    // copied out of it).
+    const uint64_t cast = int8 ? memory::routedExpertBytes(m_, act_bytes_ == 2 ? "bf16" : "fp32") : 0;
     const auto experts = static_cast<uint64_t>(std::max<int64_t>(m_.num_experts, 1));
     const uint64_t streamed = experts - static_cast<uint64_t>(std::clamp<int64_t>(m.gpu_experts, 0, m_.num_experts));
-    const uint64_t buffers = (2 * computed + (int8 ? weights : 0)) / experts * streamed;
+    const uint64_t buffers = (2 * weights + cast) / experts * streamed;
     if (first) charge(books, compute, PlanCategory::PinnedStaging, "offload buffers", buffers);
   } else if (isGpu(layer_device) && first) {
     // Hidden states to the CPU and the routed output back, ids and weights (pinned, reused per layer).

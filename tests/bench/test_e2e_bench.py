@@ -42,6 +42,7 @@ def test_every_setup_trains_the_same_model(config_dir, fmt):
         "resident": bench(config_dir, "--experts", "cpu", "--gpu-experts", "3", "--experts-format", fmt),
         "offload": bench(config_dir, "--experts", "gpu-offload", "--experts-format", fmt),
         "offload-resident": bench(config_dir, "--experts", "gpu-offload", "--gpu-experts", "3", "--experts-format", fmt),
+        "offload-serial": bench(config_dir, "--experts", "gpu-offload", "--stream-ahead", "false", "--experts-format", fmt),
     }
     for name, r in runs.items():
         assert r["experts_format"] == fmt, name
@@ -57,6 +58,12 @@ def test_every_setup_trains_the_same_model(config_dir, fmt):
         assert loss == pytest.approx(losses["co"], rel=2e-3), (name, losses)
     # The optimizer stepped: the second step's loss moved.
     assert losses["co"][1] != losses["co"][0]
+    # The streamer's look-ahead moves copies earlier, never numbers; it copied layer 1 while layer 0 ran.
+    assert losses["offload-serial"] == losses["offload"]
+    assert runs["offload"]["streamer"]["look_ahead"] and runs["offload"]["streamer"]["copied_ahead"] > 0
+    assert not runs["offload-serial"]["streamer"]["look_ahead"]
+    assert runs["offload-serial"]["streamer"]["copied_ahead"] == 0
+    assert runs["offload"]["streamer"]["taken"] == runs["offload-serial"]["streamer"]["taken"] > 0
 
 
 def test_int8_experts_are_not_the_bf16_ones(config_dir):
