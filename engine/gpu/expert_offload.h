@@ -2,8 +2,8 @@
 // Offload mode (ExpertsMode::GpuOffload), the baseline co-computation is measured against: the
 // ZeRO-Offload paradigm applied to the routed experts. Their frozen weights stay in host memory
 // (pinned when the layer is on a GPU) and are copied to the layer's device for every use, once in
-// forward and once more in backward, then computed there with torch ops; nothing of them stays on
-// the device after the layer ran. experts_format int8 keeps and streams them as the CPU engine's
+// forward and once more in backward, then computed there with torch ops; the device holds two
+// layers' copies at most (expert_streamer.h). experts_format int8 keeps and streams them as the CPU engine's
 // int8 (stored_expert_weights.h): half the bytes over PCIe, dequantised on the device.
 //
 // The expert LoRA stays in the ExpertLayer's fp32 host buffers (ExpertLora) in both modes: A and B
