@@ -1,5 +1,7 @@
 #include "engine/gpu/expert_streamer.h"
 
+#include <c10/core/InferenceMode.h>
+
 #include <utility>
 
 #include "engine/core/error.h"
@@ -25,6 +27,8 @@ bool ExpertStreamer::copyInto(int index, int keep) {
   Entry& e = entries_[0].index == keep ? entries_[1] : entries_[0];
   if (e.copy) e.copy->join();  // the block may go back to the allocator: its copy must be done
   e = Entry();
+  // Normal tensors even when a chat (inference mode) copies them: a training step may use them.
+  c10::InferenceMode not_inference(false);
   SideCopy copy(device_);
   std::optional<StoredExpertWeights> weights = sources_[static_cast<size_t>(index)](copy);
   if (!weights) return false;

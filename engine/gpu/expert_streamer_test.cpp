@@ -1,6 +1,7 @@
 #include "engine/gpu/expert_streamer.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -128,6 +129,21 @@ TEST(ExpertStreamer, WrongGuessesAndUnknownLayers) {
   EXPECT_EQ(s.counts().taken, 13);
   layers.known[0] = false;
   EXPECT_THROW(s.take(0), std::exception);
+}
+
+// A chat (inference mode) may come before a training step on the same model: what it copies is
+// kept and served to the step, so it must not be made of inference tensors (autograd refuses
+// to save those for backward).
+TEST(ExpertStreamer, CopiesMadeInInferenceModeServeTraining) {
+  Layers layers(2);
+  const std::unique_ptr<ExpertStreamer> owner = layers.streamer(at::kCPU, /*look_ahead=*/true);
+  {
+    c10::InferenceMode chat;
+    takeAll(*owner, {0});
+  }
+  const TorchExpertWeights w = owner->take(1).compute();  // copied ahead during the chat
+  EXPECT_EQ(owner->counts().ready, 1);
+  EXPECT_FALSE(w.gate.is_inference());
 }
 
 }  // namespace
