@@ -69,13 +69,13 @@ at::Tensor ExpertOffload::forward(experts::ExpertLora& lora, const at::Tensor& h
   at::Tensor streamed_ids;     // [T, k] int64 host: the streamed experts' local index, -1 elsewhere
   int64_t on_resident = 0;
   if (resident_) {
-    ResidentExperts::Split split = resident_->split(ids);
-    on_resident = ids.numel() - split.cpu_pairs;
+    ResidentExperts::Split split = resident_->split(ids, /*with_cpu_ids=*/false);
+    on_resident = ids.numel() - split.other_pairs;
     // The streamed experts' copy first (unless it is on its way): it runs while the device
     // computes the resident ones.
-    if (split.cpu_pairs > 0) streamer_->start(stream_index_);
+    if (split.other_pairs > 0) streamer_->start(stream_index_);
     if (on_resident > 0) y = torchExperts(resident_->call(lora, split), hidden, topk_weights, lora_anchor);
-    if (split.cpu_pairs == 0 && y.defined()) {
+    if (split.other_pairs == 0 && y.defined()) {
       if (resident_pairs) *resident_pairs = on_resident;
       return y;
     }

@@ -37,8 +37,8 @@ at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
       experts->releaseExperts(resident->experts());  // the CPU engine packs the others only
     }
     ResidentExperts::Split split = resident->split(ids);
-    pairs.resident += ids.numel() - split.cpu_pairs;
-    if (split.cpu_pairs == 0) {
+    pairs.resident += ids.numel() - split.other_pairs;
+    if (split.other_pairs == 0) {
       // Every pair is resident: nothing goes to the host and the CPU engine is not called.
       y = torchExperts(resident->call(experts->lora(), split), tokens, choice.weights, lora_anchor);
       run_shared();

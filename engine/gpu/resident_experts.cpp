@@ -51,20 +51,20 @@ std::vector<int64_t> ResidentExperts::mostRouted(const at::Tensor& ids, int64_t 
   return order;
 }
 
-ResidentExperts::Split ResidentExperts::split(const at::Tensor& ids) const {
+ResidentExperts::Split ResidentExperts::split(const at::Tensor& ids, bool with_cpu_ids) const {
   const at::Tensor global = ids.to(at::kCPU, at::kLong).contiguous();
-  at::Tensor cpu_ids = at::empty(global.sizes(), at::kInt);
+  at::Tensor cpu_ids = with_cpu_ids ? at::empty(global.sizes(), at::kInt) : at::Tensor();
   at::Tensor local = at::empty(global.sizes(), at::kLong);
   const int64_t* g = global.data_ptr<int64_t>();
-  int32_t* c = cpu_ids.data_ptr<int32_t>();
+  int32_t* c = with_cpu_ids ? cpu_ids.data_ptr<int32_t>() : nullptr;
   int64_t* l = local.data_ptr<int64_t>();
-  int64_t cpu_pairs = 0;
+  int64_t other_pairs = 0;
   for (int64_t s = 0; s < global.numel(); ++s) {
     l[s] = local_of_[static_cast<size_t>(g[s])];
-    c[s] = l[s] >= 0 ? experts::kMaskedSlot : static_cast<int32_t>(g[s]);
-    cpu_pairs += l[s] < 0;
+    if (c) c[s] = l[s] >= 0 ? experts::kMaskedSlot : static_cast<int32_t>(g[s]);
+    other_pairs += l[s] < 0;
   }
-  return {cpu_ids, cpu_pairs, groupByExpert(local, static_cast<int64_t>(experts_.size()), device_)};
+  return {cpu_ids, other_pairs, groupByExpert(local, static_cast<int64_t>(experts_.size()), device_)};
 }
 
 TorchExpertsCall ResidentExperts::call(experts::ExpertLora& lora, Split& split) const {

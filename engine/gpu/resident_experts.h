@@ -45,11 +45,13 @@ class ResidentExperts {
 
   struct Split {
     at::Tensor cpu_ids;       // [T, k] int32 host: the slots of resident experts kMaskedSlot
-    int64_t cpu_pairs = 0;    // slots of cpu_ids that are not masked
+                              // (the CPU engine's input; undefined when not asked for)
+    int64_t other_pairs = 0;  // slots the resident experts leave: the CPU engine's, or offload
+                              // mode's streamed experts'
     ExpertGrouping grouping;  // the resident experts' pairs, on the device
   };
   // ids [T, k] host int64 (the router's choice).
-  Split split(const at::Tensor& ids) const;
+  Split split(const at::Tensor& ids, bool with_cpu_ids = true) const;
 
   // The resident experts' part of one call (their pairs in `split`), computed on the device;
   // the ResidentExperts must outlive it.
