@@ -117,12 +117,13 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
                            : offload && fp8_source ? "bf16"
                                                    : m.weight_format;
   uint64_t weights = memory::routedExpertBytes(m_, held);
+  // The experts the GPU does not keep: the CPU engine's, or offload mode's streamed ones.
+  const auto experts = static_cast<uint64_t>(std::max<int64_t>(m_.num_experts, 1));
+  const uint64_t not_resident =
+      experts - static_cast<uint64_t>(std::clamp<int64_t>(m.gpu_experts, 0, m_.num_experts));
   // The engine never packs or copies the resident experts (ExpertLayerOptions::defer_packs);
   // experts read in place stay mapped.
-  if ((packs || f32_copy) && m.gpu_experts > 0) {
-    const auto experts = static_cast<uint64_t>(std::max<int64_t>(m_.num_experts, 1));
-    weights = weights / experts * (experts - static_cast<uint64_t>(std::min<int64_t>(m.gpu_experts, m_.num_experts)));
-  }
+  if ((packs || f32_copy) && m.gpu_experts > 0) weights = weights / experts * not_resident;
   charge(books, m.device, PlanCategory::Weights, "routed experts " + held, weights);
   if (packs || f32_copy) chargeTransposed(books, m, weights);
   const auto lora = static_cast<uint64_t>(memory::loraParameters(m_, ModuleKind::RoutedExperts, m.layer, target_, req_.lora_rank));
@@ -166,11 +167,11 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
     // dtype for the layer computing (gpu::StoredExpertWeights). Resident experts (a cache) are not
     // streamed. The host copy is charged whole: it keeps every expert (the streamed ones are
     // copied out of it).
-    const uint64_t cast = int8 ? memory::routedExpertBytes(m_, act_bytes_ == 2 ? "bf16" : "fp32") : 0;
-    const auto experts = static_cast<uint64_t>(std::max<int64_t>(m_.num_experts, 1));
-    const uint64_t streamed = experts - static_cast<uint64_t>(std::clamp<int64_t>(m.gpu_experts, 0, m_.num_experts));
-    const uint64_t buffers = (2 * weights + cast) / experts * streamed;
-    if (first) charge(books, compute, PlanCategory::PinnedStaging, "offload buffers", buffers);
+    if (first) {
+      const uint64_t cast = int8 ? memory::routedExpertBytes(m_, act_bytes_ == 2 ? "bf16" : "fp32") : 0;
+      charge(books, compute, PlanCategory::PinnedStaging, "offload buffers",
+             (2 * weights + cast) / experts * not_resident);
+    }
   } else if (isGpu(layer_device) && first) {
     // Hidden states to the CPU and the routed output back, ids and weights (pinned, reused per layer).
     const int64_t P = tokens_ * m_.num_experts_per_tok;
