@@ -46,7 +46,10 @@ int ExpertStreamer::guessNext(int index) {
   } else if (last_ >= 0) {
     direction_ = index > last_ ? 1 : -1;
   }
-  return index + direction_;
+  const int next = index + direction_;
+  // Generation runs forward passes back to back and no backward: the first layer follows the last.
+  if (next == static_cast<int>(sources_.size()) && c10::InferenceMode::is_enabled()) return 0;
+  return next;
 }
 
 void ExpertStreamer::start(int index) {

@@ -8,7 +8,8 @@
 // The next layer is a guess from the layers served: the forward runs them first to last; a
 // backward last to first (the checkpoint recomputations, or without checkpointing the weights
 // each backward streams again); a layer served twice in a row (the last layer's recomputation
-// right after its forward) turns the direction round, and layer 0 starts a forward. A wrong
+// right after its forward) turns the direction round, and layer 0 starts a forward; in inference
+// mode (generation: forward passes only) layer 0 follows the last layer. A wrong
 // guess costs a copy the link made for nothing; the layer then streams when it is asked for.
 //
 // At most two layers' experts are on the device: the layer served last (served again without a

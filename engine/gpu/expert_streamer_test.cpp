@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -105,14 +106,24 @@ TEST(ExpertStreamer, WithoutLookAheadCopiesWhenAsked) {
   EXPECT_EQ(layers.copies.size(), 9u);
 }
 
-// Generation runs forward passes only: layer 0 after the last starts the next, so only the
-// first layer of each pass is copied when asked for.
+// Generation (inference mode) runs forward passes only: layer 0 follows the last, so only the
+// very first layer is copied when asked for. Outside inference mode (a training step's
+// checkpointed forward) the last layer is followed by its own recomputation, and layer 0 of a
+// second pass is copied when asked for.
 TEST(ExpertStreamer, ForwardPassesAfterEachOther) {
-  Layers layers(4);
-  const std::unique_ptr<ExpertStreamer> owner = layers.streamer(at::kCPU, /*look_ahead=*/true);
-  ExpertStreamer& s = *owner;
-  takeAll(s, {0, 1, 2, 3, 0, 1, 2, 3});
-  EXPECT_EQ(s.counts().ready, 6);
+  for (const bool inference : {false, true}) {
+    SCOPED_TRACE(inference ? "inference mode" : "grad mode");
+    Layers layers(4);
+    const std::unique_ptr<ExpertStreamer> owner = layers.streamer(at::kCPU, /*look_ahead=*/true);
+    {
+      std::optional<c10::InferenceMode> generation;
+      if (inference) generation.emplace();
+      takeAll(*owner, {0, 1, 2, 3, 0, 1, 2, 3});
+    }
+    EXPECT_EQ(owner->counts().ready, inference ? 7 : 6);
+    // In inference mode the last pass also copies layer 0 for a pass that does not come.
+    EXPECT_EQ(layers.copies.size(), inference ? 9u : 8u);
+  }
 }
 
 // A wrong guess (a layer skipped: all its pairs went to resident experts) and a layer that does
