@@ -38,7 +38,9 @@ int64_t ExpertOffload::streamedExperts() const {
 
 std::optional<StoredExpertWeights> ExpertOffload::streamed(SideCopy& copy) const {
   if (resident_count_ > 0 && !resident_) return std::nullopt;
-  return host_.gather(streamed_, copy);
+  std::vector<int64_t> first(streamed_.size());  // where host_ keeps them
+  std::iota(first.begin(), first.end(), int64_t{0});
+  return host_.gather(first, copy);
 }
 
 void ExpertOffload::makeResident(const at::Tensor& ids) const {
@@ -54,8 +56,16 @@ void ExpertOffload::makeResident(const at::Tensor& ids) const {
     streamed_.push_back(e);
   }
   streamed_ids_ = at::tensor(streamed_, at::kLong);
+  // The streamed experts first in the host copy: each call then copies one run per tensor, not
+  // one per run of consecutive streamed experts (hundreds of small copies a layer, each costing
+  // the host a few microseconds while the device waited on it).
+  std::vector<int64_t> order = streamed_;
+  order.insert(order.end(), resident.begin(), resident.end());
+  host_.permute(order);
+  std::vector<int64_t> resident_rows(resident.size());
+  std::iota(resident_rows.begin(), resident_rows.end(), static_cast<int64_t>(streamed_.size()));
   SideCopy copy(device_);
-  StoredExpertWeights on_device = host_.gather(resident, copy);
+  StoredExpertWeights on_device = host_.gather(resident_rows, copy);
   copy.join();
   resident_ = std::make_unique<ResidentExperts>(num_experts_, resident, std::move(on_device), device_);
 }

@@ -14,7 +14,8 @@
 // A resident cache (ModelOptions::gpu_experts in this mode): the `resident_count` most routed
 // experts of the layer's first call are copied to the device for good (resident_experts.h) and
 // only the others are streamed. Same math: the two groups of pairs are summed. The host copy
-// keeps every expert (the streamed ones are copied out of it run by run).
+// keeps every expert, reordered at that first call so the streamed ones come first: each call
+// copies them out of it in one run per tensor.
 //
 // The copies run on a side stream (side_copy.h) through the device's ExpertStreamer
 // (expert_streamer.h), which starts the next layer's while the device computes this one's, and
@@ -77,7 +78,8 @@ class ExpertOffload {
 
   int64_t num_experts_;
   int64_t resident_count_;
-  StoredExpertWeights host_;                      // every expert
+  // Every expert; with a resident cache reordered at the first call, the streamed ones first.
+  mutable StoredExpertWeights host_;
   mutable std::vector<int64_t> streamed_;         // every expert, or those the cache leaves, ascending
   mutable at::Tensor streamed_ids_;               // [n] int64 host: the same, for their LoRA
   mutable std::vector<int64_t> streamed_local_;   // [E]: local index of a streamed expert, else -1

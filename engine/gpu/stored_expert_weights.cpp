@@ -5,6 +5,7 @@
 #include <array>
 #include <vector>
 
+#include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
 #include "engine/experts/kernels/packed_gemm.h"
 #include "engine/gpu/int8_cast.h"
@@ -90,6 +91,33 @@ StoredExpertWeights StoredExpertWeights::gather(const std::vector<int64_t>& expe
     }
     return out;
   });
+}
+
+void StoredExpertWeights::permute(const std::vector<int64_t>& order) {
+  const auto n = static_cast<int64_t>(order.size());
+  if (n != experts() || !stored_.gate.device().is_cpu()) {
+    throw Error("StoredExpertWeights::permute needs a host store and one position per expert",
+                "this is a bug in Tandem; please report it");
+  }
+  TorchExpertWeights& w = stored_;
+  for (at::Tensor* t : {&w.gate, &w.up, &w.down, &w.gate_scale, &w.up_scale, &w.down_scale}) {
+    if (!t->defined()) continue;
+    // Cycle by cycle with one expert held aside: no second copy of the layer in host memory.
+    std::vector<bool> placed(static_cast<size_t>(n), false);
+    const at::Tensor held = at::empty_like((*t)[0]);
+    for (int64_t start = 0; start < n; ++start) {
+      if (placed[static_cast<size_t>(start)]) continue;
+      held.copy_((*t)[start]);
+      int64_t to = start;
+      for (int64_t from = order[static_cast<size_t>(to)]; from != start; from = order[static_cast<size_t>(to)]) {
+        (*t)[to].copy_((*t)[from]);
+        placed[static_cast<size_t>(to)] = true;
+        to = from;
+      }
+      (*t)[to].copy_(held);
+      placed[static_cast<size_t>(to)] = true;
+    }
+  }
 }
 
 TorchExpertWeights StoredExpertWeights::compute() const {

@@ -44,6 +44,11 @@ class StoredExpertWeights {
   // to torch's caching host allocator is kept there, not returned).
   StoredExpertWeights gather(const std::vector<int64_t>& experts, SideCopy& copy) const;
 
+  // Reorders the experts of this host store in place: position i gets the expert that was at
+  // position order[i] (a permutation of 0..experts()-1). Offload mode puts the experts it streams
+  // first, so each call copies one run per tensor.
+  void permute(const std::vector<int64_t>& order);
+
   // The weights to multiply with, in the compute dtype on this copy's device: the stored tensors
   // themselves, or (int8) their values cast, with the row scales.
   TorchExpertWeights compute() const;
