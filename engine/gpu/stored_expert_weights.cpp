@@ -95,8 +95,14 @@ StoredExpertWeights StoredExpertWeights::gather(const std::vector<int64_t>& expe
 
 void StoredExpertWeights::permute(const std::vector<int64_t>& order) {
   const auto n = static_cast<int64_t>(order.size());
-  if (n != experts() || !stored_.gate.device().is_cpu()) {
-    throw Error("StoredExpertWeights::permute needs a host store and one position per expert",
+  std::vector<bool> listed(static_cast<size_t>(n), false);
+  bool permutation = n == experts();
+  for (const int64_t from : order) {
+    permutation = permutation && from >= 0 && from < n && !listed[static_cast<size_t>(from)];
+    if (permutation) listed[static_cast<size_t>(from)] = true;
+  }
+  if (!permutation || !stored_.gate.device().is_cpu()) {
+    throw Error("StoredExpertWeights::permute needs a host store and a permutation of its experts",
                 "this is a bug in Tandem; please report it");
   }
   TorchExpertWeights& w = stored_;

@@ -58,6 +58,8 @@ TEST(StoredExpertWeights, PermuteMovesEveryExpertWhereTheOrderSays) {
   StoredExpertWeights stored = StoredExpertWeights::store(spec, views, all, at::kFloat,
                                                           experts::WeightFormat::Bf16, at::TensorOptions());
   EXPECT_THROW(stored.permute({0, 1}), std::exception);
+  EXPECT_THROW(stored.permute({1, 1, 2, 3, 4, 5}), std::exception);  // would never close its cycle
+  EXPECT_THROW(stored.permute({0, 1, 2, 3, 4, 6}), std::exception);
 }
 
 }  // namespace
