@@ -35,8 +35,12 @@ class PlacementTest : public QObject {
     return p;
   }
 
+  // This machine's RAM and NUMA nodes with a 24 GB card, and a CPU with AVX-512 BF16 whatever
+  // this one has: the planner then picks avx512_bf16 for the experts on every host, so an edit
+  // to `generic` is a change (on an AVX2-only host the planner's own choice is generic).
   static placement::Hardware withA24GbCard() {
     placement::Hardware hardware = placement::probeHardware();
+    hardware.cpu.avx2 = hardware.cpu.avx512 = hardware.cpu.avx512_bf16 = true;
     placement::GpuSpec card;
     card.name = "a 24 GB card";
     card.total_bytes = card.free_bytes = 24ull << 30;
