@@ -7,6 +7,7 @@
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_test_util.h"
+#include "engine/experts/kernels/expert_kernels.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem::experts {
@@ -64,7 +65,7 @@ TEST(ExpertBackends, MatchGenericOnRaggedShapes) {
   for (const std::string& backend : backends) {
     // The bf16 backends round weights and activations to bf16: expert_formats_test.cpp holds
     // them to the format tolerances; here the fp32 backends must match generic to fp32 rounding.
-    if (backend != "avx512") continue;
+    if (backend != "avx512" && backend != "avx2") continue;
     for (const ProblemSpec& spec : sweep()) {
       const testing::Problem problem = testing::makeProblem(spec);
       auto generic = testing::makeLayer(problem, "generic", testPool());
@@ -93,7 +94,9 @@ TEST(ExpertBackends, AutoPicksTheBestAndGenericAlwaysWorks) {
 TEST(ExpertBackends, AutoNeverRoundsF32Weights) {
   ProblemSpec spec;
   spec.weight_type = WeightType::F32;
-  const std::string fp32_best = cpuFeatures().canUseAvx512() ? "avx512" : "generic";
+  const std::string fp32_best = cpuFeatures().canUseAvx512() ? "avx512"
+                                : cpuFeatures().canUseAvx2() ? "avx2"
+                                                             : "generic";
   EXPECT_EQ(testing::makeLayer(testing::makeProblem(spec), "auto", testPool())->backendName(),
             fp32_best);
   spec.weight_type = WeightType::BF16;
@@ -106,7 +109,7 @@ TEST(ExpertBackends, Avx512UnderAGenericCapIsAnError) {
   EXPECT_EQ(kernels::availableGemmBackends(capped, WeightFormat::Bf16),
             std::vector<std::string>{"generic"});
   EXPECT_STREQ(kernels::selectGemmBackend("auto", WeightFormat::Bf16, capped).name(), "generic");
-  for (const char* isa_backend : {"avx512", "avx512_bf16", "amx_bf16"}) {
+  for (const char* isa_backend : {"avx512", "avx2", "avx512_bf16", "amx_bf16"}) {
     EXPECT_THROW(kernels::selectGemmBackend(isa_backend, WeightFormat::Bf16, capped), Error)
         << isa_backend;
   }
@@ -118,11 +121,28 @@ TEST(ExpertBackends, Avx512UnderAGenericCapIsAnError) {
     EXPECT_NE(std::string(error.whatToDo()).find("generic"), std::string::npos) << error.what();
   }
   // Through the public entry, when this process itself runs capped (TANDEM_CPU_ISA=generic).
-  if (!cpuFeatures().canUseAvx512()) {
+  if (!cpuFeatures().canUseAvx2()) {
     const testing::Problem problem = testing::makeProblem(ProblemSpec{});
     EXPECT_THROW(testing::makeLayer(problem, "avx512", testPool()), Error);
+    EXPECT_THROW(testing::makeLayer(problem, "avx2", testPool()), Error);
     EXPECT_EQ(testing::makeLayer(problem, "auto", testPool())->backendName(), "generic");
   }
+}
+
+// A CPU with AVX2 but no AVX-512 (AMD Zen 1-3, most client cores): the avx2 backend, picked by
+// auto for every format, and no AVX-512 backend.
+TEST(ExpertBackends, AnAvx2CapOffersAvx2AndGeneric) {
+  const CpuFeatures capped = detectCpuFeatures(IsaLevel::Avx2);
+  if (!capped.canUseAvx2()) GTEST_SKIP() << "no AVX2 + FMA + F16C here";
+  for (const WeightFormat format : {WeightFormat::Bf16, WeightFormat::Int8}) {
+    EXPECT_EQ(kernels::availableGemmBackends(capped, format),
+              (std::vector<std::string>{"avx2", "generic"}));
+    EXPECT_STREQ(kernels::selectGemmBackend("auto", format, capped).name(), "avx2");
+  }
+  EXPECT_STREQ(kernels::bestFp32Backend(capped), "avx2");
+  EXPECT_STREQ(kernels::loraKernels("avx2", capped).name, "avx2");
+  EXPECT_STREQ(kernels::loraKernels("generic", capped).name, "generic");
+  EXPECT_THROW(kernels::selectGemmBackend("avx512", WeightFormat::Bf16, capped), Error);
 }
 
 }  // namespace

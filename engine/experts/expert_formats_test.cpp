@@ -156,6 +156,7 @@ INSTANTIATE_TEST_SUITE_P(
     AllBackends, BackendFormat,
     ::testing::Values(Case{"generic", WeightFormat::Bf16}, Case{"generic", WeightFormat::Int8},
                       Case{"avx512", WeightFormat::Bf16}, Case{"avx512", WeightFormat::Int8},
+                      Case{"avx2", WeightFormat::Bf16}, Case{"avx2", WeightFormat::Int8},
                       Case{"avx512_bf16", WeightFormat::Bf16}, Case{"amx_bf16", WeightFormat::Bf16},
                       Case{"amx_int8", WeightFormat::Int8}, Case{"onednn", WeightFormat::Bf16}),
     caseName);

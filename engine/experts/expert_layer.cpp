@@ -110,7 +110,7 @@ std::unique_ptr<ExpertLayer> ExpertLayer::create(const ExpertLayerSpec& spec,
   std::string backend = options.backend;
   const bool wider_than_bf16 = weights.type == WeightType::F32 || weights.type == WeightType::F16;
   if (backend == "auto" && options.format == WeightFormat::Bf16 && wider_than_bf16) {
-    backend = cpuFeatures().canUseAvx512() && kernels::avx512Gemm() ? "avx512" : "generic";
+    backend = kernels::bestFp32Backend(cpuFeatures());
   }
   const kernels::GemmBackend& gemm =
       kernels::selectGemmBackend(backend, options.format, cpuFeatures());

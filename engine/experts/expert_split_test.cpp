@@ -96,7 +96,7 @@ struct Case {
 };
 
 TEST(ExpertColumnSplit, BitwiseEqualToRowSplitOnEveryBackend) {
-  // H = 29, I = 37: ragged 16-column blocks (generic, avx512); H = 150, I = 131: several 64- and
+  // H = 29, I = 37: ragged 16-column blocks (generic, avx2, avx512); H = 150, I = 131: several 64- and
   // 32-column blocks (avx512_bf16, AMX). 1 token: every expert has 0 or 1 rows.
   const Case cases[] = {{{7, 29, 37}, 23, false}, {{7, 29, 37}, 61, true}, {{7, 29, 37}, 1, false},
                         {{7, 150, 131}, 40, true}, {{7, 150, 131}, 17, false}};

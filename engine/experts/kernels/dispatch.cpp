@@ -12,20 +12,30 @@ constexpr ExpertKernels kAvx512{"avx512",         avx512::matmulNT, avx512::matm
                                 avx512::matmulTN, avx512::siluMul,  avx512::siluBackward,
                                 avx512::axpy,     avx512::widenBf16};
 #endif
+#ifdef TANDEM_EXPERTS_HAVE_AVX2
+constexpr ExpertKernels kAvx2{"avx2",         avx2::matmulNT, avx2::matmulNN,
+                              avx2::matmulTN, avx2::siluMul,  avx2::siluBackward,
+                              avx2::axpy,     avx2::widenBf16};
+#endif
 }  // namespace
 
 const ExpertKernels& genericKernels() { return kGeneric; }
 #ifdef TANDEM_EXPERTS_HAVE_AVX512
 const ExpertKernels& avx512Kernels() { return kAvx512; }
 #endif
+#ifdef TANDEM_EXPERTS_HAVE_AVX2
+const ExpertKernels& avx2Kernels() { return kAvx2; }
+#endif
 
 const ExpertKernels& loraKernels(std::string_view backend, const CpuFeatures& features) {
+  if (backend == kGeneric.name) return kGeneric;
 #ifdef TANDEM_EXPERTS_HAVE_AVX512
-  if (backend != kGeneric.name && features.canUseAvx512()) return kAvx512;
-#else
-  (void)backend;
-  (void)features;
+  if (features.canUseAvx512()) return kAvx512;
 #endif
+#ifdef TANDEM_EXPERTS_HAVE_AVX2
+  if (features.canUseAvx2()) return kAvx2;
+#endif
+  (void)features;
   return kGeneric;
 }
 

@@ -1,5 +1,5 @@
-// avx512:: elementwise kernels (SiLU ⊙ up, its backward, axpy, bf16 widening) against ref:: on ragged lengths,
-// with pre-activations far into both tails of the sigmoid.
+// Every vector table's elementwise kernels (SiLU ⊙ up, its backward, axpy, bf16 widening) against
+// ref:: on ragged lengths, with pre-activations far into both tails of the sigmoid.
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/cpu_features.h"
-#include "engine/experts/kernels/expert_kernels.h"
+#include "engine/experts/kernels/vector_kernels_test_util.h"
 
 namespace tandem::experts::kernels {
 namespace {
@@ -35,30 +34,27 @@ std::vector<float> randomFloats(std::mt19937& rng, int64_t n, float bound) {
   return ::testing::AssertionSuccess();
 }
 
-class Avx512Elementwise : public ::testing::Test {
+class VectorElementwise : public testing::VectorKernelsTest {
  protected:
-  void SetUp() override {
-    if (!cpuFeatures().canUseAvx512()) GTEST_SKIP() << "no AVX-512 here (or capped)";
-  }
   std::mt19937 rng_{11};
 };
 
-const int64_t kLengths[] = {1, 7, 16, 33, 768};
+const int64_t kLengths[] = {1, 7, 8, 9, 16, 33, 768};
 
-TEST_F(Avx512Elementwise, SiluMulMatchesRef) {
+TEST_P(VectorElementwise, SiluMulMatchesRef) {
   for (const float bound : {4.0f, 120.0f}) {  // 120: exp(±g) past fp32's range
     for (const int64_t n : kLengths) {
       const std::vector<float> g = randomFloats(rng_, n, bound), u = randomFloats(rng_, n, 2.0f);
       std::vector<float> want(n + 1, -7.0f), got(n + 1, -7.0f);  // one past the end: untouched
       ref::siluMul(n, g.data(), u.data(), want.data());
-      avx512::siluMul(n, g.data(), u.data(), got.data());
+      kernels().siluMul(n, g.data(), u.data(), got.data());
       EXPECT_TRUE(near(got, want, "siluMul n=" + std::to_string(n) + " |g|<" +
                                       std::to_string(bound)));
     }
   }
 }
 
-TEST_F(Avx512Elementwise, SiluBackwardMatchesRef) {
+TEST_P(VectorElementwise, SiluBackwardMatchesRef) {
   for (const float bound : {4.0f, 120.0f}) {
     for (const int64_t n : kLengths) {
       const std::vector<float> g = randomFloats(rng_, n, bound), u = randomFloats(rng_, n, 2.0f);
@@ -67,7 +63,7 @@ TEST_F(Avx512Elementwise, SiluBackwardMatchesRef) {
       std::vector<float> h_ref(n), h_vec(n);
       const float dot_ref = ref::siluBackward(n, 0.3f, dh.data(), g_ref.data(), u_ref.data(),
                                               h_ref.data());
-      const float dot_vec = avx512::siluBackward(n, 0.3f, dh.data(), g_vec.data(), u_vec.data(),
+      const float dot_vec = kernels().siluBackward(n, 0.3f, dh.data(), g_vec.data(), u_vec.data(),
                                                  h_vec.data());
       const std::string what = " n=" + std::to_string(n) + " |g|<" + std::to_string(bound);
       EXPECT_TRUE(near(h_vec, h_ref, "h" + what));
@@ -80,26 +76,32 @@ TEST_F(Avx512Elementwise, SiluBackwardMatchesRef) {
   }
 }
 
-TEST_F(Avx512Elementwise, AxpyMatchesRef) {
+TEST_P(VectorElementwise, AxpyMatchesRef) {
   for (const int64_t n : kLengths) {
     const std::vector<float> x = randomFloats(rng_, n, 1.0f);
     std::vector<float> want = randomFloats(rng_, n + 1, 1.0f), got = want;
     ref::axpy(n, 0.7f, x.data(), want.data());
-    avx512::axpy(n, 0.7f, x.data(), got.data());
+    kernels().axpy(n, 0.7f, x.data(), got.data());
     EXPECT_TRUE(near(got, want, "axpy n=" + std::to_string(n)));
   }
 }
 
-TEST_F(Avx512Elementwise, WidenBf16MatchesRef) {
+TEST_P(VectorElementwise, WidenBf16MatchesRef) {
   for (const int64_t n : kLengths) {
     std::vector<uint16_t> bits(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) bits[i] = static_cast<uint16_t>(rng_());  // NaN, inf too
     std::vector<float> want(n + 1, -7.0f), got(n + 1, -7.0f);
     ref::widenBf16(n, bits.data(), want.data());
-    avx512::widenBf16(n, bits.data(), got.data());
+    kernels().widenBf16(n, bits.data(), got.data());
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "n=" << n;
   }
 }
+
+// Empty on a build without x86 kernels.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(VectorElementwise);
+INSTANTIATE_TEST_SUITE_P(Tables, VectorElementwise,
+                         ::testing::ValuesIn(testing::vectorTableNames()),
+                         testing::vectorTableName);
 
 }  // namespace
 }  // namespace tandem::experts::kernels

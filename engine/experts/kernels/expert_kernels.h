@@ -3,9 +3,11 @@
 //
 // ref/     plain loops, the specification, always compiled (table "generic").
 // avx512/  AVX-512 F/BW/VL/DQ + FMA, flags on those files only (table "avx512").
+// avx2/    AVX2 + FMA + F16C, the same kernels eight lanes wide (table "avx2"), for the x86-64
+//          CPUs without AVX-512.
 // They serve the LoRA products (rank r is small: fp32 throughout) and the elementwise work (SiLU,
 // per-token sums) of every backend, and the base GEMMs of the zero-copy backends `generic` and
-// `avx512` (packed_gemm.h has the packed ones), reading the checkpoint's weights directly and
+// `avx512` / `avx2` (packed_gemm.h has the packed ones), reading the checkpoint's weights directly and
 // converting bf16/f16 on the fly.
 //
 // All matrices are row-major with an explicit leading dimension in elements. `a`, `c` are fp32;
@@ -87,9 +89,29 @@ void widenBf16(int64_t n, const uint16_t* bits, float* out);
 }  // namespace avx512
 #endif
 
+#ifdef TANDEM_EXPERTS_HAVE_AVX2
+namespace avx2 {
+void matmulNT(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
+              bool accumulate);
+void matmulNN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
+              bool accumulate);
+void matmulTN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float* c, int64_t ldc);
+void siluMul(int64_t n, const float* g, const float* u, float* h);
+float siluBackward(int64_t n, float w, const float* dh, float* g, float* u, float* h);
+void axpy(int64_t n, float alpha, const float* x, float* y);
+void widenBf16(int64_t n, const uint16_t* bits, float* out);
+}  // namespace avx2
+#endif
+
 const ExpertKernels& genericKernels();
 #ifdef TANDEM_EXPERTS_HAVE_AVX512
 const ExpertKernels& avx512Kernels();
+#endif
+#ifdef TANDEM_EXPERTS_HAVE_AVX2
+const ExpertKernels& avx2Kernels();
 #endif
 
 // The fp32 table for the LoRA products next to base GEMM backend `backend`: the reference for

@@ -1,5 +1,5 @@
-// avx512:: matmul kernels against ref:: over ragged shapes, every weight dtype, alpha and
-// accumulate, with weight pointers aligned to only 2 bytes.
+// Every vector table's matmul kernels (avx512::, avx2::) against ref:: over ragged shapes, every
+// weight dtype, alpha and accumulate, with weight pointers aligned to only 2 bytes.
 
 #include <gtest/gtest.h>
 
@@ -7,9 +7,8 @@
 #include <cstring>
 #include <random>
 
-#include "engine/core/cpu_features.h"
 #include "engine/core/float_convert.h"
-#include "engine/experts/kernels/expert_kernels.h"
+#include "engine/experts/kernels/vector_kernels_test_util.h"
 
 namespace tandem::experts::kernels {
 namespace {
@@ -50,19 +49,18 @@ std::vector<unsigned char> encode(const std::vector<float>& values, WeightType t
   return ::testing::AssertionSuccess();
 }
 
-class Avx512Matmul : public ::testing::Test {
+class VectorMatmul : public testing::VectorKernelsTest {
  protected:
-  void SetUp() override {
-    if (!cpuFeatures().canUseAvx512()) GTEST_SKIP() << "no AVX-512 here (or capped)";
-  }
   std::mt19937 rng_{7};
 };
 
-const int64_t kMs[] = {1, 3, 5, 17};
+// m: below, at and past both tiles (4 rows NT, 6 rows NN / TN); n, k: below, at and past a
+// vector of 8 and of 16.
+const int64_t kMs[] = {1, 3, 5, 6, 7, 13, 17};
 const int64_t kNs[] = {1, 7, 16, 33, 70};
-const int64_t kKs[] = {1, 5, 16, 19, 45};
+const int64_t kKs[] = {1, 5, 8, 16, 19, 45};
 
-TEST_F(Avx512Matmul, NTAndNNMatchRef) {
+TEST_P(VectorMatmul, NTAndNNMatchRef) {
   for (const WeightType type : {WeightType::F32, WeightType::BF16, WeightType::F16}) {
     for (int64_t m : kMs) {
       for (int64_t n : kNs) {
@@ -79,14 +77,14 @@ TEST_F(Avx512Matmul, NTAndNNMatchRef) {
             std::vector<float> want = c0, got = c0;
             ref::matmulNT(m, n, k, 0.5f, a.data(), lda, b_nt.data() + 2, type, k + 1,
                           want.data(), ldc, accumulate);
-            avx512::matmulNT(m, n, k, 0.5f, a.data(), lda, b_nt.data() + 2, type, k + 1,
+            kernels().matmulNT(m, n, k, 0.5f, a.data(), lda, b_nt.data() + 2, type, k + 1,
                              got.data(), ldc, accumulate);
             EXPECT_TRUE(near(got, want, k, "NT " + what));
             want = c0;
             got = c0;
             ref::matmulNN(m, n, k, 1.5f, a.data(), lda, b_nn.data() + 2, type, n + 1,
                           want.data(), ldc, accumulate);
-            avx512::matmulNN(m, n, k, 1.5f, a.data(), lda, b_nn.data() + 2, type, n + 1,
+            kernels().matmulNN(m, n, k, 1.5f, a.data(), lda, b_nn.data() + 2, type, n + 1,
                              got.data(), ldc, accumulate);
             EXPECT_TRUE(near(got, want, k, "NN " + what));
           }
@@ -96,7 +94,7 @@ TEST_F(Avx512Matmul, NTAndNNMatchRef) {
   }
 }
 
-TEST_F(Avx512Matmul, TNMatchesRef) {
+TEST_P(VectorMatmul, TNMatchesRef) {
   for (int64_t m : kMs) {
     for (int64_t n : kNs) {
       for (int64_t k : kKs) {
@@ -105,7 +103,7 @@ TEST_F(Avx512Matmul, TNMatchesRef) {
         const std::vector<float> c0 = randomFloats(rng_, k * (n + 3));
         std::vector<float> want = c0, got = c0;
         ref::matmulTN(m, n, k, 0.75f, a.data(), k + 1, b.data(), n + 2, want.data(), n + 3);
-        avx512::matmulTN(m, n, k, 0.75f, a.data(), k + 1, b.data(), n + 2, got.data(), n + 3);
+        kernels().matmulTN(m, n, k, 0.75f, a.data(), k + 1, b.data(), n + 2, got.data(), n + 3);
         EXPECT_TRUE(near(got, want, m,
                          "TN m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" +
                              std::to_string(k)));
@@ -113,6 +111,11 @@ TEST_F(Avx512Matmul, TNMatchesRef) {
     }
   }
 }
+
+// Empty on a build without x86 kernels.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(VectorMatmul);
+INSTANTIATE_TEST_SUITE_P(Tables, VectorMatmul, ::testing::ValuesIn(testing::vectorTableNames()),
+                         testing::vectorTableName);
 
 }  // namespace
 }  // namespace tandem::experts::kernels

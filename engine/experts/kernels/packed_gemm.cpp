@@ -153,6 +153,7 @@ std::vector<const GemmBackend*> candidates(const CpuFeatures& f) {
   if (f.canUseAmxInt8() && amxInt8Gemm()) out.push_back(amxInt8Gemm());
   if (f.canUseAvx512Bf16() && avx512Bf16Gemm()) out.push_back(avx512Bf16Gemm());
   if (f.canUseAvx512() && avx512Gemm()) out.push_back(avx512Gemm());
+  if (f.canUseAvx2() && avx2Gemm()) out.push_back(avx2Gemm());
   out.push_back(&genericGemm());
   // oneDNN is a comparison backend (its own threading, its own layout): never picked by auto.
   // Its bf16 matmul needs AVX-512 (avx512_core); below that cap it has no implementation.
@@ -160,6 +161,12 @@ std::vector<const GemmBackend*> candidates(const CpuFeatures& f) {
   return out;
 }
 }  // namespace
+
+const char* bestFp32Backend(const CpuFeatures& features) {
+  if (features.canUseAvx512() && avx512Gemm()) return avx512Gemm()->name();
+  if (features.canUseAvx2() && avx2Gemm()) return avx2Gemm()->name();
+  return genericGemm().name();
+}
 
 std::vector<std::string> availableGemmBackends(const CpuFeatures& features, WeightFormat format) {
   std::vector<std::string> names;

@@ -5,6 +5,7 @@
 //   backend       packed B                                   activations   needs
 //   generic       zero-copy view (F32/BF16/F16) or f32 copy  f32           nothing (the reference)
 //   avx512        same as generic                            f32           AVX-512 F/BW/VL/DQ
+//   avx2          same as generic                            f32           AVX2 + FMA + F16C
 //   avx512_bf16   bf16 pairs [n/64][k/2][64][2] (vdpbf16ps)  bf16 pairs    + AVX512_BF16
 //   amx_bf16      bf16 VNNI tiles, 16 k-pairs × 16 cols      bf16 [m, k]   AMX-BF16 (+ permission)
 //   amx_int8      int8 VNNI tiles, 16 k-quads × 16 cols      int8 per row  AMX-INT8
@@ -160,22 +161,28 @@ class GemmBackend {
 // Backends this build and CPU can run for `format`, best first.
 std::vector<std::string> availableGemmBackends(const CpuFeatures& features, WeightFormat format);
 
-// "auto" picks the best available for `format`; "generic" always works; "avx512" is the AVX-512F
-// fp32 backend. Anything unavailable (CPU, TANDEM_CPU_ISA cap, build, format) is an Error that
-// names what is available. Returns an object with static lifetime.
+// "auto" picks the best available for `format`; "generic" always works; "avx512" and "avx2" are
+// the fp32 backends of those ISAs. Anything unavailable (CPU, TANDEM_CPU_ISA cap, build, format)
+// is an Error that names what is available. Returns an object with static lifetime.
 const GemmBackend& selectGemmBackend(std::string_view name, WeightFormat format,
                                      const CpuFeatures& features);
+
+// The best backend that computes in fp32 on the weights as stored (avx512, avx2, generic): what
+// "auto" means for f32 / f16 checkpoints, which a bf16 pack would round.
+const char* bestFp32Backend(const CpuFeatures& features);
 
 // The individual backends (static lifetime); nullptr where this build has no such backend.
 const GemmBackend& genericGemm();
 const GemmBackend* avx512Gemm();
+const GemmBackend* avx2Gemm();
 const GemmBackend* avx512Bf16Gemm();
 const GemmBackend* amxBf16Gemm();
 const GemmBackend* amxInt8Gemm();
 const GemmBackend* onednnGemm();
 
 // Best-of-`repeats` TFLOP/s of oneDNN's bf16 matmul on [size]² × [size]², on `threads` OpenMP
-// threads of the calling thread (a machine ceiling for `tandem bench experts`); 0 without oneDNN.
+// threads of the calling thread (a machine ceiling for `tandem bench experts`); 0 without oneDNN
+// or below AVX-512 (where oneDNN has no bf16 matmul).
 double onednnSquareGemmTflops(int64_t size, int threads, int repeats);
 
 }  // namespace tandem::experts::kernels

@@ -1,4 +1,4 @@
-// The fp32 backends `generic` and `avx512` behind the packed-GEMM interface. They read F32 / BF16
+// The fp32 backends `generic`, `avx2` and `avx512` behind the packed-GEMM interface. They read F32 / BF16
 // / F16 checkpoints zero-copy (widening on the fly), so their "pack" of W and of Wᵀ is the same
 // view: Wᵀ is multiplied with the NN kernel instead of being transposed. FP8 sources and the int8
 // format get an f32 copy of what the weights mean (dequantised, or quantised then dequantised),
@@ -101,6 +101,15 @@ const GemmBackend& genericGemm() {
 const GemmBackend* avx512Gemm() {
 #ifdef TANDEM_EXPERTS_HAVE_AVX512
   static const PlainGemm backend(avx512Kernels());
+  return &backend;
+#else
+  return nullptr;
+#endif
+}
+
+const GemmBackend* avx2Gemm() {
+#ifdef TANDEM_EXPERTS_HAVE_AVX2
+  static const PlainGemm backend(avx2Kernels());
   return &backend;
 #else
   return nullptr;

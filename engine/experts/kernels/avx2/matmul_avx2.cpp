@@ -1,0 +1,227 @@
+// AVX2 + FMA (+ F16C) expert matmuls, for the x86-64 CPUs without AVX-512 (AMD Zen 1-3,
+// Intel client cores before Ice Lake, Alder Lake and later). Compiled with those flags on this
+// file only; the dispatcher calls in only when cpuFeatures().canUseAvx2(). Everything but the
+// three entry points sits in an anonymous namespace, so no AVX2 code leaks into other
+// translation units at link time.
+//
+// Same structure as the AVX-512 file, eight lanes wide and with half the registers (16): weights
+// are converted to fp32 eight at a time inside the load (bf16: shift left 16; f16: vcvtph2ps), so
+// the checkpoint's memory is read zero-copy. Ragged edges use vmaskmovps for f32 and a zeroed
+// buffer for 16-bit weights (AVX2 has no masked 16-bit load), so no padding is required.
+
+#include "engine/experts/kernels/avx2/avx2_util.h"
+#include "engine/experts/kernels/expert_kernels.h"
+
+namespace tandem::experts::kernels::avx2 {
+
+namespace {
+
+// Register block geometry (16 ymm registers). The loops over a block carry `#pragma GCC
+// unroll`: at -O2 GCC leaves them rolled and the accumulators spill to memory.
+struct DotTile {        // matmulNT: kM rows of a against kN rows of b: 8 accumulators
+  static constexpr int kM = 4;
+  static constexpr int kN = 2;
+};
+struct BroadcastTile {  // matmulNN/TN: kM rows of c × 16 columns: 12 accumulators + 2 b + 1 a
+  static constexpr int kM = 6;
+  static constexpr int kVecs = 2;
+  static constexpr int kCols = kVecs * 8;
+};
+
+// Eight weights starting at element `index`, converted to fp32; lanes at or past `remaining`
+// are 0.
+template <WeightType kType>
+__m256 loadWeights(const void* base, int64_t index, int64_t remaining) {
+  const auto* bytes = static_cast<const char*>(base);
+  if constexpr (kType == WeightType::F32) {
+    return loadFloats(reinterpret_cast<const float*>(bytes + index * 4), remaining);
+  } else if constexpr (kType == WeightType::BF16) {
+    return widenBf16x8(load16Bit(bytes + index * 2, remaining));
+  } else {
+    return _mm256_cvtph_ps(load16Bit(bytes + index * 2, remaining));
+  }
+}
+
+void storeRow(float* c, __m256 sum, float alpha, bool accumulate, int64_t remaining) {
+  __m256 value = _mm256_mul_ps(_mm256_set1_ps(alpha), sum);
+  if (accumulate) value = _mm256_add_ps(value, loadFloats(c, remaining));
+  storeFloats(c, value, remaining);
+}
+
+// One step of eight k positions for a kM × kN tile; `remaining` is a constant 8 in the main
+// loop (the branches in the loads fold away) and the tail's length once.
+template <WeightType kType, int kM>
+inline void dotStep(const float* const (&a_row)[kM], const int64_t (&b_row)[DotTile::kN],
+                    const void* b, int64_t p, int64_t remaining,
+                    __m256 (&acc)[kM][DotTile::kN]) {
+  __m256 bv[DotTile::kN];
+#pragma GCC unroll 4
+  for (int jj = 0; jj < DotTile::kN; ++jj) bv[jj] = loadWeights<kType>(b, b_row[jj] + p, remaining);
+#pragma GCC unroll 4
+  for (int ii = 0; ii < kM; ++ii) {
+    const __m256 av = loadFloats(a_row[ii] + p, remaining);
+#pragma GCC unroll 4
+    for (int jj = 0; jj < DotTile::kN; ++jj) acc[ii][jj] = _mm256_fmadd_ps(av, bv[jj], acc[ii][jj]);
+  }
+}
+
+// c [m, n] (= | +=) alpha · a [m, k] · bᵀ, b [n, k]. Rows past the edge of a or b alias the last
+// valid row (computed, never stored), which keeps the tile free of branches.
+template <WeightType kType, int kM>
+void matmulNtRows(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                  const void* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  constexpr int kN = DotTile::kN;
+  const int64_t k_whole = k / 8 * 8;
+  // b outer: its kN rows (one block of weights) stay in L1 while every row block of a passes.
+  for (int64_t j0 = 0; j0 < n; j0 += kN) {
+    int64_t b_row[kN];
+    for (int jj = 0; jj < kN; ++jj) b_row[jj] = std::min(j0 + jj, n - 1) * ldb;
+    for (int64_t i0 = 0; i0 < m; i0 += kM) {
+      const float* a_row[kM];
+      for (int ii = 0; ii < kM; ++ii) a_row[ii] = a + std::min(i0 + ii, m - 1) * lda;
+      __m256 acc[kM][kN];
+#pragma GCC unroll 4
+      for (auto& row : acc)
+#pragma GCC unroll 4
+        for (auto& v : row) v = _mm256_setzero_ps();
+      for (int64_t p = 0; p < k_whole; p += 8) dotStep<kType, kM>(a_row, b_row, b, p, 8, acc);
+      if (k_whole < k) dotStep<kType, kM>(a_row, b_row, b, k_whole, k - k_whole, acc);
+      for (int ii = 0; ii < kM && i0 + ii < m; ++ii) {
+        for (int jj = 0; jj < kN && j0 + jj < n; ++jj) {
+          float* out = c + (i0 + ii) * ldc + j0 + jj;
+          const float sum = alpha * reduceAdd(acc[ii][jj]);
+          *out = accumulate ? *out + sum : sum;
+        }
+      }
+    }
+  }
+}
+
+// Whole kM-row tiles, then the leftover rows one at a time: a decode step sends one token to
+// each expert, and an aliased 4-row tile would do 4× its arithmetic for that one row.
+template <WeightType kType>
+void matmulNtImpl(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                  const void* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  const int64_t tiled = m / DotTile::kM * DotTile::kM;
+  if (tiled > 0) matmulNtRows<kType, DotTile::kM>(tiled, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
+  if (m > tiled) {
+    matmulNtRows<kType, 1>(m - tiled, n, k, alpha, a + tiled * lda, lda, b, ldb, c + tiled * ldc, ldc,
+                           accumulate);
+  }
+}
+
+// acc [kM][kVecs] = Σ_p A(i, p) · b [p, n0 + 8q ...]. kWhole: all 16 columns exist, so the loads
+// take the constant 8 and carry no tail branch.
+template <WeightType kType, int kM, bool kWhole>
+inline void broadcastSum(const float* const (&a_row)[kM], int64_t a_cs, const void* b,
+                         int64_t ldb, int64_t n0, const int64_t (&remaining)[BroadcastTile::kVecs],
+                         int64_t k, __m256 (&acc)[kM][BroadcastTile::kVecs]) {
+  constexpr int kVecs = BroadcastTile::kVecs;
+  for (int64_t p = 0; p < k; ++p) {
+    __m256 bv[kVecs];
+#pragma GCC unroll 4
+    for (int q = 0; q < kVecs; ++q) {
+      bv[q] = loadWeights<kType>(b, p * ldb + n0 + 8 * q, kWhole ? 8 : remaining[q]);
+    }
+#pragma GCC unroll 8
+    for (int ii = 0; ii < kM; ++ii) {
+      const __m256 av = _mm256_broadcast_ss(a_row[ii] + p * a_cs);
+#pragma GCC unroll 4
+      for (int q = 0; q < kVecs; ++q) acc[ii][q] = _mm256_fmadd_ps(av, bv[q], acc[ii][q]);
+    }
+  }
+}
+
+// c [m, n] (= | +=) alpha · Σ_p A(i, p) · b [p, n], with A(i, p) = a[i · a_rs + p · a_cs], so one
+// kernel serves a · b (a_rs = lda, a_cs = 1) and aᵀ · b (a_rs = 1, a_cs = lda).
+template <WeightType kType, int kM>
+void matmulBroadcastRows(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                         int64_t a_rs, int64_t a_cs, const void* b, int64_t ldb, float* c,
+                         int64_t ldc, bool accumulate) {
+  constexpr int kVecs = BroadcastTile::kVecs;
+  for (int64_t n0 = 0; n0 < n; n0 += BroadcastTile::kCols) {
+    int64_t remaining[kVecs];
+    for (int q = 0; q < kVecs; ++q) remaining[q] = n - n0 - 8 * q;
+    for (int64_t i0 = 0; i0 < m; i0 += kM) {
+      const float* a_row[kM];
+      for (int ii = 0; ii < kM; ++ii) a_row[ii] = a + std::min(i0 + ii, m - 1) * a_rs;
+      __m256 acc[kM][kVecs];
+#pragma GCC unroll 8
+      for (auto& row : acc)
+#pragma GCC unroll 4
+        for (auto& v : row) v = _mm256_setzero_ps();
+      if (remaining[kVecs - 1] >= 8) {
+        broadcastSum<kType, kM, true>(a_row, a_cs, b, ldb, n0, remaining, k, acc);
+      } else {
+        broadcastSum<kType, kM, false>(a_row, a_cs, b, ldb, n0, remaining, k, acc);
+      }
+      for (int ii = 0; ii < kM && i0 + ii < m; ++ii) {
+        for (int q = 0; q < kVecs && remaining[q] > 0; ++q) {
+          storeRow(c + (i0 + ii) * ldc + n0 + 8 * q, acc[ii][q], alpha, accumulate, remaining[q]);
+        }
+      }
+    }
+  }
+}
+
+// Whole 6-row tiles, then the leftover rows one at a time (see matmulNtImpl).
+template <WeightType kType>
+void matmulBroadcastImpl(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                         int64_t a_rs, int64_t a_cs, const void* b, int64_t ldb, float* c,
+                         int64_t ldc, bool accumulate) {
+  const int64_t tiled = m / BroadcastTile::kM * BroadcastTile::kM;
+  if (tiled > 0) {
+    matmulBroadcastRows<kType, BroadcastTile::kM>(tiled, n, k, alpha, a, a_rs, a_cs, b, ldb, c,
+                                                  ldc, accumulate);
+  }
+  if (m > tiled) {
+    matmulBroadcastRows<kType, 1>(m - tiled, n, k, alpha, a + tiled * a_rs, a_rs, a_cs, b, ldb,
+                                  c + tiled * ldc, ldc, accumulate);
+  }
+}
+
+}  // namespace
+
+void matmulNT(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
+              bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  switch (b_type) {
+    case WeightType::F32:
+      return matmulNtImpl<WeightType::F32>(m, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
+    case WeightType::BF16:
+      return matmulNtImpl<WeightType::BF16>(m, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
+    case WeightType::F16:
+      return matmulNtImpl<WeightType::F16>(m, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
+    case WeightType::FP8_E4M3:  // dequantised to f32 when packed (plain_gemm.cpp)
+      break;
+  }
+}
+
+void matmulNN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
+              bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  switch (b_type) {
+    case WeightType::F32:
+      return matmulBroadcastImpl<WeightType::F32>(m, n, k, alpha, a, lda, 1, b, ldb, c, ldc,
+                                                  accumulate);
+    case WeightType::BF16:
+      return matmulBroadcastImpl<WeightType::BF16>(m, n, k, alpha, a, lda, 1, b, ldb, c, ldc,
+                                                   accumulate);
+    case WeightType::F16:
+      return matmulBroadcastImpl<WeightType::F16>(m, n, k, alpha, a, lda, 1, b, ldb, c, ldc,
+                                                  accumulate);
+    case WeightType::FP8_E4M3:  // dequantised to f32 when packed (plain_gemm.cpp)
+      break;
+  }
+}
+
+void matmulTN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float* c, int64_t ldc) {
+  if (k <= 0 || n <= 0) return;
+  // c [k, n] is the output: its rows run over a's columns, the sum over a's m rows.
+  matmulBroadcastImpl<WeightType::F32>(k, n, m, alpha, a, 1, lda, b, ldb, c, ldc, true);
+}
+
+}  // namespace tandem::experts::kernels::avx2
