@@ -56,7 +56,7 @@ HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
   }
   device_->setToolTip(tr("device: where attention, router, shared experts and the LM head run"));
   backend_ = new QComboBox;
-  for (const char* name : {"auto", "generic", "avx512", "avx512_bf16", "amx_bf16", "amx_int8", "onednn"}) {
+  for (const char* name : {"auto", "generic", "avx2", "avx512", "avx512_bf16", "amx_bf16", "amx_int8", "onednn"}) {
     backend_->addItem(QString::fromLatin1(name), QString::fromLatin1(name));
   }
   backend_->setToolTip(tr("experts_backend (KTransformers kt_backend): the CPU kernels of the routed experts; "

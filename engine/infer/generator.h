@@ -38,7 +38,7 @@ namespace tandem::infer {
 struct GeneratorOptions {
   std::string dtype = "bf16";            // fp32 | bf16 (the dense parts and the activations)
   std::string device = "cpu";            // torch device of the dense parts: cpu | cuda[:N]
-  // The routed experts on the CPU (docs/experts.md): kernels auto | generic | avx512 | avx512_bf16 |
+  // The routed experts on the CPU (docs/experts.md): kernels auto | generic | avx2 | avx512 | avx512_bf16 |
   // amx_bf16 | amx_int8 | onednn, and the format of their packs auto | bf16 | int8 | fp8. Inference
   // runs no backward, so the experts' Wᵀ is never packed.
   std::string experts_backend = "auto";

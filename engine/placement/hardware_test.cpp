@@ -29,7 +29,7 @@ memory: {total_gib: 512}
 TEST(HardwarePreset, EveryShippedPresetLoads) {
   const auto files = listHardwarePresets(kPresets);
   ASSERT_GE(files.size(), 12u);
-  bool amd = false, amx_two_sockets = false, ram_256 = false, ram_2t = false;
+  bool amd = false, avx2_only = false, amx_two_sockets = false, ram_256 = false, ram_2t = false;
   for (const auto& file : files) {
     SCOPED_TRACE(file.string());
     const Hardware hw = loadHardwarePreset(file);
@@ -37,11 +37,14 @@ TEST(HardwarePreset, EveryShippedPresetLoads) {
     EXPECT_FALSE(hw.gpus.empty());
     EXPECT_EQ(hw.numa_nodes.size(), static_cast<size_t>(hw.cpu.sockets));
     EXPECT_GE(hw.ramBytes(), uint64_t{127} << 30);
-    // EPYC has AVX-512 (BF16) but no AMX; every Xeon preset here has AMX.
+    // EPYC Genoa / Turin have AVX-512 (BF16) but no AMX, Milan AVX2 only; every Xeon preset here
+    // has AMX.
+    EXPECT_TRUE(hw.cpu.avx2);
     if (hw.cpu.vendor == "amd") {
       amd = true;
       EXPECT_FALSE(hw.cpu.amx_bf16);
-      EXPECT_TRUE(hw.cpu.avx512_bf16);
+      EXPECT_EQ(hw.cpu.avx512_bf16, hw.cpu.avx512);
+      avx2_only |= !hw.cpu.avx512;
     } else {
       EXPECT_TRUE(hw.cpu.amx_int8);
     }
@@ -55,7 +58,7 @@ TEST(HardwarePreset, EveryShippedPresetLoads) {
     EXPECT_EQ(again.cpu.physical_cores, hw.cpu.physical_cores);
     EXPECT_EQ(again.cpu.amx_int8, hw.cpu.amx_int8);
   }
-  EXPECT_TRUE(amd && amx_two_sockets && ram_256 && ram_2t);
+  EXPECT_TRUE(amd && avx2_only && amx_two_sockets && ram_256 && ram_2t);
 }
 
 TEST(HardwarePreset, ReadsTheSchema) {

@@ -12,7 +12,7 @@
 //
 // Devices: "cuda:N", "cpu" (the whole host) or "cpu:numaK" (one NUMA node). Routed experts:
 // device = where their weights live ("cpu", "cpu:numaK"); backend amx_bf16 | amx_int8 |
-// avx512_bf16 | onednn | generic | auto compute them there, "gpu-offload" streams them from
+// avx512_bf16 | avx512 | avx2 | onednn | generic | auto compute them there, "gpu-offload" streams them from
 // pinned host memory to `compute_device` per layer (the ZeRO-Offload baseline).
 // Sources: the memory planner, a preset (presets/placement/*.yaml) and KTransformers rule files
 // (kt_rules.h). Plain structs, no libtorch or Qt: the studio lists and edits them.
@@ -51,7 +51,7 @@ struct ModulePlacement {
 };
 
 inline constexpr std::string_view kExpertBackends[] = {
-    "auto", "amx_bf16", "amx_int8", "avx512_bf16", "avx512", "onednn", "generic", "gpu-offload"};
+    "auto", "amx_bf16", "amx_int8", "avx512_bf16", "avx512", "avx2", "onednn", "generic", "gpu-offload"};
 inline constexpr std::string_view kWeightFormats[] = {"bf16", "int8", "fp8", "fp16", "fp32"};
 
 struct Placement {

@@ -28,15 +28,22 @@ bool packsWeights(const std::string& backend) {
   return backend == "amx_bf16" || backend == "amx_int8" || backend == "onednn" || backend == "avx512_bf16";
 }
 
+namespace {
+// The fp32 backends read the experts as stored: the widest vectors the CPU has.
+std::string fp32Backend(const Hardware& hw) {
+  return hw.cpu.avx512 ? "avx512" : hw.cpu.avx2 ? "avx2" : "generic";
+}
+}  // namespace
+
 std::string resolveBackend(const std::string& backend, const Hardware& hw, const io::ModelConfig& model,
                            const std::string& format) {
   if (backend != "auto") return backend;
-  if (format == "int8") return hw.cpu.amx_int8 ? "amx_int8" : hw.cpu.avx512 ? "avx512" : "generic";
+  if (format == "int8") return hw.cpu.amx_int8 ? "amx_int8" : fp32Backend(hw);
   const std::string stored = defaultWeightFormat("generic", model);
-  if (stored == "fp32" || stored == "fp16") return hw.cpu.avx512 ? "avx512" : "generic";
+  if (stored == "fp32" || stored == "fp16") return fp32Backend(hw);
   if (hw.cpu.amx_bf16) return "amx_bf16";
   if (hw.cpu.avx512_bf16) return "avx512_bf16";
-  return hw.cpu.avx512 ? "avx512" : "generic";
+  return fp32Backend(hw);
 }
 
 
@@ -106,7 +113,7 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
                               bool first) const {
   // What the engine holds. Packing backends: a forward pack and Wᵀ, in int8 or else bf16 (fp8
   // checkpoints are dequantised at pack time); the checkpoint's experts they packed from are mapped
-  // file pages the kernel may drop, so they are not charged. generic and avx512 read bf16/f16/f32
+  // file pages the kernel may drop, so they are not charged. generic, avx2 and avx512 read bf16/f16/f32
   // experts in place, but copy fp8 sources or int8 experts to f32, both ways.
   // gpu-offload: its pinned host copy, fp8 dequantised to bf16; the CPU layer packs nothing.
   const bool packs = packsWeights(m.backend), offload = m.backend == "gpu-offload";

@@ -21,8 +21,8 @@ inline constexpr uint64_t kGiB = uint64_t{1} << 30;
 
 inline bool isGpu(const std::string& device) { return device.starts_with("cuda:"); }
 // Backends that repack every expert into their own layout at load (engine/experts/kernels):
-// the forward pack and the backward's Wᵀ pack are copies beside the stored weights. generic and
-// avx512 read bf16/f16/f32 weights where they lie (zero-copy views, both directions).
+// the forward pack and the backward's Wᵀ pack are copies beside the stored weights. generic,
+// avx2 and avx512 read bf16/f16/f32 weights where they lie (zero-copy views, both directions).
 bool packsWeights(const std::string& backend);
 // The backend "auto" stands for: the best kernels the expert engine has on this CPU, in the
 // order engine/experts picks them (availableGemmBackends), except that f32/f16 checkpoints stay on

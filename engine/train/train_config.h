@@ -95,7 +95,7 @@ struct TrainConfig {
   std::filesystem::path resume_path;  // set when resume == Path
 
   // ### tandem: the expert engine and devices (KTransformers keys map here)
-  std::string experts_backend = "auto";  // auto|generic|avx512|avx512_bf16|amx_bf16|amx_int8|onednn
+  std::string experts_backend = "auto";  // auto|generic|avx2|avx512|avx512_bf16|amx_bf16|amx_int8|onednn
   int expert_threads = 0;                // 0 = one per physical core
   std::filesystem::path placement_rule;  // kt_optimize_rule; "" = Tandem's own placement
   int64_t expert_chunk_tokens = 8192;    // KT chunk_size: tokens per CPU expert pass

@@ -344,17 +344,19 @@ std::string lowered(std::string s) {
 }
 
 constexpr std::string_view kBackends =
-    "auto, generic, avx512, avx512_bf16, amx_bf16, amx_int8, onednn";
+    "auto, generic, avx2, avx512, avx512_bf16, amx_bf16, amx_int8, onednn";
 
 }  // namespace
 
 std::string expertsBackend(const Entry& e) {
   static const std::map<std::string, std::string> names = {
       {"auto", "auto"},         {"generic", "generic"},          {"avx512", "avx512"},
+      {"avx2", "avx2"},
       {"avx512bf16", "avx512_bf16"}, {"amxbf16", "amx_bf16"},    {"amxint8", "amx_int8"},
       {"onednn", "onednn"},
-      // KT's llamafile kernels are its portable (non-AMX) path; Tandem's is generic.
-      {"llamafile", "generic"}};
+      // KT's llamafile kernels are its default CPU path, vectorised for whatever the CPU has:
+      // Tandem's best kernels for the CPU, as a rule file's llamafile means (kt_rules.cpp).
+      {"llamafile", "auto"}};
   const std::string key = lowered(text(e));
   if (auto it = names.find(key); it != names.end()) return it->second;
   static const std::array<std::string_view, 11> kt_only = {

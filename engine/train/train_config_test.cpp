@@ -224,9 +224,9 @@ TEST(TrainConfigTest, EveryKTransformersGenerationMapsToTheSameSettings) {
 TEST(TrainConfigTest, KTransformersBackendNamesMapToTandemBackends) {
   const std::vector<std::pair<std::string, std::string>> names = {
       {"AMXBF16", "amx_bf16"}, {"AMXInt8", "amx_int8"},   {"AMXINT8", "amx_int8"},
-      {"llamafile", "generic"}, {"LLAMAFILE", "generic"}, {"auto", "auto"},
+      {"llamafile", "auto"},    {"LLAMAFILE", "auto"},     {"auto", "auto"},
       {"amx_bf16", "amx_bf16"}, {"AVX512BF16", "avx512_bf16"}, {"onednn", "onednn"},
-      {"generic", "generic"},   {"avx512", "avx512"}};
+      {"generic", "generic"},   {"avx512", "avx512"},    {"avx2", "avx2"}};
   for (const auto& [kt, tandem_name] : names) {
     EXPECT_EQ(parse(kMinimal + ("kt_backend: " + kt + "\n")).experts_backend, tandem_name) << kt;
     EXPECT_EQ(parse(kMinimal + ("kt_method: " + kt + "\n")).experts_backend, tandem_name) << kt;
@@ -283,7 +283,7 @@ TEST(TrainConfigTest, OverridesApplyAfterTheFile) {
   EXPECT_EQ(c.template_name, "qwen3");
   // A Tandem spelling overrides a KT spelling of the same setting, and vice versa.
   EXPECT_EQ(parse(yaml, {"experts_backend=generic"}).experts_backend, "generic");
-  EXPECT_EQ(parse(kMinimal, {"kt_config.kt_backend=llamafile"}).experts_backend, "generic");
+  EXPECT_EQ(parse(kMinimal, {"kt_config.kt_backend=AMXInt8"}).experts_backend, "amx_int8");
   EXPECT_EQ(parse(kMinimal, {"resume_from_checkpoint=saves/run/checkpoint-500"}).resume_path,
             "saves/run/checkpoint-500");
 }

@@ -56,7 +56,7 @@ at::Device pickDevice(const std::string& device) {
 // Every backend the expert engine has passes through (ExpertLayer says which this CPU can run);
 // other names from KTransformers configs fall back to the best available one, and say so.
 std::string expertsBackend(const std::string& requested) {
-  for (const char* built : {"auto", "generic", "avx512", "avx512_bf16", "amx_bf16", "amx_int8", "onednn"}) {
+  for (const char* built : {"auto", "generic", "avx2", "avx512", "avx512_bf16", "amx_bf16", "amx_int8", "onednn"}) {
     if (requested == built) return requested;
   }
   logWarn() << "experts backend '" << requested << "' is not built yet; using the best available";
