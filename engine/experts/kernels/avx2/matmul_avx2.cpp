@@ -11,6 +11,7 @@
 
 #include "engine/experts/kernels/avx2/avx2_util.h"
 #include "engine/experts/kernels/expert_kernels.h"
+#include "engine/experts/kernels/weight_type_dispatch.h"
 
 namespace tandem::experts::kernels::avx2 {
 
@@ -186,35 +187,18 @@ void matmulNT(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int6
               const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
               bool accumulate) {
   if (m <= 0 || n <= 0) return;
-  switch (b_type) {
-    case WeightType::F32:
-      return matmulNtImpl<WeightType::F32>(m, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
-    case WeightType::BF16:
-      return matmulNtImpl<WeightType::BF16>(m, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
-    case WeightType::F16:
-      return matmulNtImpl<WeightType::F16>(m, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
-    case WeightType::FP8_E4M3:  // dequantised to f32 when packed (plain_gemm.cpp)
-      break;
-  }
+  withZeroCopyWeightType(b_type, [&]<WeightType kType>() {
+    matmulNtImpl<kType>(m, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
+  });
 }
 
 void matmulNN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
               const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
               bool accumulate) {
   if (m <= 0 || n <= 0) return;
-  switch (b_type) {
-    case WeightType::F32:
-      return matmulBroadcastImpl<WeightType::F32>(m, n, k, alpha, a, lda, 1, b, ldb, c, ldc,
-                                                  accumulate);
-    case WeightType::BF16:
-      return matmulBroadcastImpl<WeightType::BF16>(m, n, k, alpha, a, lda, 1, b, ldb, c, ldc,
-                                                   accumulate);
-    case WeightType::F16:
-      return matmulBroadcastImpl<WeightType::F16>(m, n, k, alpha, a, lda, 1, b, ldb, c, ldc,
-                                                  accumulate);
-    case WeightType::FP8_E4M3:  // dequantised to f32 when packed (plain_gemm.cpp)
-      break;
-  }
+  withZeroCopyWeightType(b_type, [&]<WeightType kType>() {
+    matmulBroadcastImpl<kType>(m, n, k, alpha, a, lda, 1, b, ldb, c, ldc, accumulate);
+  });
 }
 
 void matmulTN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
