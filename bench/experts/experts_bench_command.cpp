@@ -45,9 +45,12 @@ std::vector<experts::BenchLayerConfig> layerConfigs(const ExpertsBenchArgs& args
     return list.empty() || std::find(list.begin(), list.end(), name) != list.end();
   };
   std::vector<experts::BenchLayerConfig> configs;
-  for (const char* name : {"amx_bf16", "amx_int8", "avx512_bf16", "onednn", "avx512", "generic"}) {
-    const bool explicit_only = std::string(name) == "avx512" || std::string(name) == "generic";
-    if (args.backends.empty() && explicit_only) continue;  // fp32 fallbacks: only when asked
+  const std::string best_bf16 = experts::kernels::selectGemmBackend("auto", WeightFormat::Bf16, cpu).name();
+  for (const char* name : {"amx_bf16", "amx_int8", "avx512_bf16", "onednn", "avx512", "avx2", "generic"}) {
+    // fp32 fallbacks: only when asked, except avx2 where it is the best this CPU has.
+    const std::string n = name;
+    const bool explicit_only = n == "avx512" || n == "generic" || (n == "avx2" && best_bf16 != n);
+    if (args.backends.empty() && explicit_only) continue;
     if (!wanted(args.backends, name)) continue;
     for (const WeightFormat format : {WeightFormat::Bf16, WeightFormat::Int8}) {
       const auto names = experts::kernels::availableGemmBackends(cpu, format);
@@ -59,9 +62,7 @@ std::vector<experts::BenchLayerConfig> layerConfigs(const ExpertsBenchArgs& args
     }
   }
   if (wanted(args.dtypes, "fp8")) {
-    const experts::kernels::GemmBackend& best =
-        experts::kernels::selectGemmBackend("auto", WeightFormat::Bf16, cpu);
-    if (wanted(args.backends, best.name())) configs.push_back({best.name(), "fp8"});
+    if (wanted(args.backends, best_bf16)) configs.push_back({best_bf16, "fp8"});
   }
   return configs;
 }
@@ -158,10 +159,10 @@ void runExpertsBench(ExpertsBenchArgs args) {
   }
   for (const auto& name : args.backends) {
     const std::vector<std::string> known = {"amx_bf16", "amx_int8", "avx512_bf16", "onednn",
-                                            "avx512",   "generic",  "libtorch_loop"};
+                                            "avx512",   "avx2",     "generic",  "libtorch_loop"};
     if (std::find(known.begin(), known.end(), name) == known.end()) {
       throw Error("bench: unknown backend '" + name + "'",
-                  "use amx_bf16, amx_int8, avx512_bf16, onednn, avx512, generic or libtorch_loop");
+                  "use amx_bf16, amx_int8, avx512_bf16, onednn, avx512, avx2, generic or libtorch_loop");
     }
   }
   for (const auto& name : args.dtypes) {
@@ -278,7 +279,7 @@ void addExpertsBenchCommand(CLI::App& parent) {
   cmd->add_option("--tokens", args->tokens, "Token counts, e.g. 512,2048,8192")->delimiter(',');
   cmd->add_option("--routing", args->routings, "uniform, zipf")->delimiter(',');
   cmd->add_option("--backends", args->backends,
-                  "amx_bf16, amx_int8, avx512_bf16, onednn, avx512, generic, libtorch_loop (default: the fast ones available)")
+                  "amx_bf16, amx_int8, avx512_bf16, onednn, avx512, avx2, generic, libtorch_loop (default: the fast ones available)")
       ->delimiter(',');
   cmd->add_option("--dtypes", args->dtypes, "bf16, int8, fp8 (default: all)")->delimiter(',');
   cmd->add_option("--threads", args->threads, "Threads (default: every hardware thread)");
