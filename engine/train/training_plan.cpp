@@ -16,8 +16,7 @@ placement::PlanRequest planRequestFor(const TrainConfig& config, const io::Model
   r.gradient_checkpointing = config.gradient_checkpointing;
   r.bf16 = config.bf16;
   r.loss_chunk_tokens = config.loss_chunk_tokens;
-  // TrainConfig spells the AVX-512 BF16 kernels "avx512" too (training_run maps it the same way).
-  r.experts_backend = config.experts_backend == "avx512" ? "avx512_bf16" : config.experts_backend;
+  r.experts_backend = config.experts_backend;
   // The runtime's choices (training_run.cpp): the experts' format as the planner spells it
   // ("" = its default for the backend and checkpoint), and on_demand Wᵀ is the planner's pool.
   if (config.experts_format == "fp8" && !(model.quantization && model.quantization->quant_method == "fp8")) {

@@ -216,6 +216,24 @@ TEST(PlanRequestFor, OffloadModePlansItsResidentCache) {
 
 // `tandem plan` and `tandem train` plan with the same expert choices: experts_format and
 // experts_wt_policy reach the planner as its weight format and Wᵀ form.
+// The fp32 backends read the experts where they lie: the plan names the backend the run uses
+// (training_run.cpp passes it through) and charges no packs, where avx512_bf16 adds a forward
+// pack and a Wᵀ pack. (The plan once read avx512 as avx512_bf16 and overcharged it.)
+TEST(PlanRequestFor, Fp32BackendsArePlannedAsTheyRun) {
+  auto [qwen3, hw, tc] = presetCase("qwen3-30b-a3b.json", "1x4090-24g_epyc-genoa-1s_384g", 2048);
+  const char* backends[] = {"avx512", "avx2", "avx512_bf16"};
+  uint64_t host[3];
+  for (int i = 0; i < 3; ++i) {
+    tc.experts_backend = backends[i];
+    EXPECT_EQ(planRequestFor(tc, qwen3).experts_backend, backends[i]);
+    const placement::MemoryPlan plan = planTraining(tc, qwen3, hw);
+    EXPECT_EQ(plan.placement.find("model.layers.5.mlp.experts")->backend, backends[i]);
+    host[i] = plan.device("cpu")->total();  // one NUMA node
+  }
+  EXPECT_EQ(host[0], host[1]);
+  EXPECT_GT(host[2], host[0] + host[0] / 4);
+}
+
 TEST(PlanRequestFor, CarriesTheExpertsFormatAndWtPolicy) {
   auto [fp8, hw, tc] = presetCase("deepseek-v3.json", "1xh200_xeon-emr-2s_2t", 1024);
   tc.experts_backend = "amx_bf16";
