@@ -54,10 +54,11 @@ class VectorMatmul : public testing::VectorKernelsTest {
   std::mt19937 rng_{7};
 };
 
-// m: below, at and past both tiles (4 rows NT, 6 rows NN / TN); n, k: below, at and past a
-// vector of 8 and of 16.
+// m: below, at and past every tile height (NT: avx512 4 rows, avx2 2; NN / TN: avx512 4, avx2 3);
+// n: below, at and past the tile widths (avx2 NT: 6, then 2-wide tiles for the rest; NN: 16 and
+// 32 columns) and a vector of 8; k: below, at and past a vector of 8 and 16.
 const int64_t kMs[] = {1, 3, 5, 6, 7, 13, 17};
-const int64_t kNs[] = {1, 7, 16, 33, 70};
+const int64_t kNs[] = {1, 6, 7, 8, 16, 33, 70};
 const int64_t kKs[] = {1, 5, 8, 16, 19, 45};
 
 TEST_P(VectorMatmul, NTAndNNMatchRef) {

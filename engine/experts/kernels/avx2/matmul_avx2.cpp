@@ -19,13 +19,19 @@ namespace {
 
 // Register block geometry (16 ymm registers). The loops over a block carry `#pragma GCC
 // unroll`: at -O2 GCC leaves them rolled and the accumulators spill to memory.
-struct DotTile {        // matmulNT: kM rows of a against kN rows of b: 8 accumulators
-  static constexpr int kM = 4;
-  static constexpr int kN = 2;
+// matmulNT: kM rows of a against kN rows of b, 12 accumulators. Each a vector serves 6 FMAs (a
+// 4 × 2 tile gave 2, and the loads of a from L2 then bounded the forward at ~15 % more time).
+struct DotTile {
+  static constexpr int kM = 2;
+  static constexpr int kN = 6;
+  static constexpr int kNarrowN = 2;  // the columns left over past the last 6
 };
-struct BroadcastTile {  // matmulNN/TN: kM rows of c × 16 columns: 12 accumulators + 2 b + 1 a
-  static constexpr int kM = 6;
-  static constexpr int kVecs = 2;
+// matmulNN/TN: kM rows of c × 32 columns (a whole 64-byte line of bf16 weights per k step: b's
+// rows are far apart, 1.5-4 KB, so each row's line is fetched once), 12 accumulators + 3 a + 1 b.
+// 6 rows × 16 columns took ~11 % longer in the backward.
+struct BroadcastTile {
+  static constexpr int kM = 3;
+  static constexpr int kVecs = 4;
   static constexpr int kCols = kVecs * 8;
 };
 
@@ -51,27 +57,25 @@ void storeRow(float* c, __m256 sum, float alpha, bool accumulate, int64_t remain
 
 // One step of eight k positions for a kM × kN tile; `remaining` is a constant 8 in the main
 // loop (the branches in the loads fold away) and the tail's length once.
-template <WeightType kType, int kM>
-inline void dotStep(const float* const (&a_row)[kM], const int64_t (&b_row)[DotTile::kN],
-                    const void* b, int64_t p, int64_t remaining,
-                    __m256 (&acc)[kM][DotTile::kN]) {
-  __m256 bv[DotTile::kN];
+template <WeightType kType, int kM, int kN>
+inline void dotStep(const float* const (&a_row)[kM], const int64_t (&b_row)[kN], const void* b,
+                    int64_t p, int64_t remaining, __m256 (&acc)[kM][kN]) {
+  __m256 av[kM];
 #pragma GCC unroll 4
-  for (int jj = 0; jj < DotTile::kN; ++jj) bv[jj] = loadWeights<kType>(b, b_row[jj] + p, remaining);
+  for (int ii = 0; ii < kM; ++ii) av[ii] = loadFloats(a_row[ii] + p, remaining);
+#pragma GCC unroll 8
+  for (int jj = 0; jj < kN; ++jj) {
+    const __m256 bv = loadWeights<kType>(b, b_row[jj] + p, remaining);
 #pragma GCC unroll 4
-  for (int ii = 0; ii < kM; ++ii) {
-    const __m256 av = loadFloats(a_row[ii] + p, remaining);
-#pragma GCC unroll 4
-    for (int jj = 0; jj < DotTile::kN; ++jj) acc[ii][jj] = _mm256_fmadd_ps(av, bv[jj], acc[ii][jj]);
+    for (int ii = 0; ii < kM; ++ii) acc[ii][jj] = _mm256_fmadd_ps(av[ii], bv, acc[ii][jj]);
   }
 }
 
 // c [m, n] (= | +=) alpha · a [m, k] · bᵀ, b [n, k]. Rows past the edge of a or b alias the last
 // valid row (computed, never stored), which keeps the tile free of branches.
-template <WeightType kType, int kM>
-void matmulNtRows(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                  const void* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  constexpr int kN = DotTile::kN;
+template <WeightType kType, int kM, int kN>
+void matmulNtTiles(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                   const void* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   const int64_t k_whole = k / 8 * 8;
   // b outer: its kN rows (one block of weights) stay in L1 while every row block of a passes.
   for (int64_t j0 = 0; j0 < n; j0 += kN) {
@@ -83,10 +87,10 @@ void matmulNtRows(int64_t m, int64_t n, int64_t k, float alpha, const float* a, 
       __m256 acc[kM][kN];
 #pragma GCC unroll 4
       for (auto& row : acc)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (auto& v : row) v = _mm256_setzero_ps();
-      for (int64_t p = 0; p < k_whole; p += 8) dotStep<kType, kM>(a_row, b_row, b, p, 8, acc);
-      if (k_whole < k) dotStep<kType, kM>(a_row, b_row, b, k_whole, k - k_whole, acc);
+      for (int64_t p = 0; p < k_whole; p += 8) dotStep<kType, kM, kN>(a_row, b_row, b, p, 8, acc);
+      if (k_whole < k) dotStep<kType, kM, kN>(a_row, b_row, b, k_whole, k - k_whole, acc);
       for (int ii = 0; ii < kM && i0 + ii < m; ++ii) {
         for (int jj = 0; jj < kN && j0 + jj < n; ++jj) {
           float* out = c + (i0 + ii) * ldc + j0 + jj;
@@ -98,8 +102,25 @@ void matmulNtRows(int64_t m, int64_t n, int64_t k, float alpha, const float* a, 
   }
 }
 
-// Whole kM-row tiles, then the leftover rows one at a time: a decode step sends one token to
-// each expert, and an aliased 4-row tile would do 4× its arithmetic for that one row.
+// Whole kN-column tiles, then the leftover columns in narrow ones: the LoRA products have n = r
+// (8, 16, ...), where an aliased 6-column tile would waste up to half its arithmetic.
+template <WeightType kType, int kM>
+void matmulNtRows(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                  const void* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  constexpr int64_t kBytes = kType == WeightType::F32 ? 4 : 2;
+  const int64_t wide = n / DotTile::kN * DotTile::kN;
+  if (wide > 0) {
+    matmulNtTiles<kType, kM, DotTile::kN>(m, wide, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
+  }
+  if (n > wide) {
+    matmulNtTiles<kType, kM, DotTile::kNarrowN>(m, n - wide, k, alpha, a, lda,
+                                                 static_cast<const char*>(b) + wide * ldb * kBytes,
+                                                 ldb, c + wide, ldc, accumulate);
+  }
+}
+
+// Whole kM-row tiles, then the leftover row: a decode step sends one token to each expert, and
+// an aliased 2-row tile would do twice its arithmetic for that one row.
 template <WeightType kType>
 void matmulNtImpl(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                   const void* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
@@ -111,7 +132,7 @@ void matmulNtImpl(int64_t m, int64_t n, int64_t k, float alpha, const float* a, 
   }
 }
 
-// acc [kM][kVecs] = Σ_p A(i, p) · b [p, n0 + 8q ...]. kWhole: all 16 columns exist, so the loads
+// acc [kM][kVecs] = Σ_p A(i, p) · b [p, n0 + 8q ...]. kWhole: all 32 columns exist, so the loads
 // take the constant 8 and carry no tail branch.
 template <WeightType kType, int kM, bool kWhole>
 inline void broadcastSum(const float* const (&a_row)[kM], int64_t a_cs, const void* b,
@@ -119,16 +140,14 @@ inline void broadcastSum(const float* const (&a_row)[kM], int64_t a_cs, const vo
                          int64_t k, __m256 (&acc)[kM][BroadcastTile::kVecs]) {
   constexpr int kVecs = BroadcastTile::kVecs;
   for (int64_t p = 0; p < k; ++p) {
-    __m256 bv[kVecs];
+    __m256 av[kM];
+#pragma GCC unroll 8
+    for (int ii = 0; ii < kM; ++ii) av[ii] = _mm256_broadcast_ss(a_row[ii] + p * a_cs);
 #pragma GCC unroll 4
     for (int q = 0; q < kVecs; ++q) {
-      bv[q] = loadWeights<kType>(b, p * ldb + n0 + 8 * q, kWhole ? 8 : remaining[q]);
-    }
+      const __m256 bv = loadWeights<kType>(b, p * ldb + n0 + 8 * q, kWhole ? 8 : remaining[q]);
 #pragma GCC unroll 8
-    for (int ii = 0; ii < kM; ++ii) {
-      const __m256 av = _mm256_broadcast_ss(a_row[ii] + p * a_cs);
-#pragma GCC unroll 4
-      for (int q = 0; q < kVecs; ++q) acc[ii][q] = _mm256_fmadd_ps(av, bv[q], acc[ii][q]);
+      for (int ii = 0; ii < kM; ++ii) acc[ii][q] = _mm256_fmadd_ps(av[ii], bv, acc[ii][q]);
     }
   }
 }
@@ -165,7 +184,9 @@ void matmulBroadcastRows(int64_t m, int64_t n, int64_t k, float alpha, const flo
   }
 }
 
-// Whole 6-row tiles, then the leftover rows one at a time (see matmulNtImpl).
+// Whole 3-row tiles, then the one or two rows left as one tile of their own height: each pass
+// streams b's block again, so two 1-row passes would cost nearly two 3-row ones (a row block
+// of 32 leaves 2).
 template <WeightType kType>
 void matmulBroadcastImpl(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                          int64_t a_rs, int64_t a_cs, const void* b, int64_t ldb, float* c,
@@ -175,9 +196,12 @@ void matmulBroadcastImpl(int64_t m, int64_t n, int64_t k, float alpha, const flo
     matmulBroadcastRows<kType, BroadcastTile::kM>(tiled, n, k, alpha, a, a_rs, a_cs, b, ldb, c,
                                                   ldc, accumulate);
   }
-  if (m > tiled) {
-    matmulBroadcastRows<kType, 1>(m - tiled, n, k, alpha, a + tiled * a_rs, a_rs, a_cs, b, ldb,
-                                  c + tiled * ldc, ldc, accumulate);
+  const float* a_rest = a + tiled * a_rs;
+  float* c_rest = c + tiled * ldc;
+  if (m - tiled == 2) {
+    matmulBroadcastRows<kType, 2>(2, n, k, alpha, a_rest, a_rs, a_cs, b, ldb, c_rest, ldc, accumulate);
+  } else if (m - tiled == 1) {
+    matmulBroadcastRows<kType, 1>(1, n, k, alpha, a_rest, a_rs, a_cs, b, ldb, c_rest, ldc, accumulate);
   }
 }
 
