@@ -47,8 +47,8 @@ namespace tandem::experts {
 
 struct ExpertLayerOptions {
   // "auto" (best for this CPU and format; for f32 / f16 weights in the bf16 format the best fp32
-  // backend, so auto never rounds the weights), "generic", "avx512", "avx512_bf16", "amx_bf16",
-  // "amx_int8", "onednn"; an unavailable one is an Error naming those available.
+  // backend, so auto never rounds the weights), "generic", "avx2", "avx512", "avx512_bf16",
+  // "amx_bf16", "amx_int8", "onednn"; an unavailable one is an Error naming those available.
   std::string backend = "auto";
   WeightFormat format = WeightFormat::Bf16;
   WtPolicy wt_policy = WtPolicy::Persistent;
@@ -75,7 +75,7 @@ struct ExpertLayerOptions {
 
 class ExpertLayer {
  public:
-  // The weight views must outlive the layer (the generic and avx512 backends read them
+  // The weight views must outlive the layer (the generic, avx2 and avx512 backends read them
   // zero-copy; the others copy what they need into their packs here).
   static std::unique_ptr<ExpertLayer> create(const ExpertLayerSpec& spec,
                                              ExpertWeightViews weights,
@@ -110,7 +110,7 @@ class ExpertLayer {
   WeightFormat weightFormat() const { return options_.format; }
   WtPolicy wtPolicy() const { return options_.wt_policy; }
   // Bytes the packs hold now: forward packs, plus the Wᵀ packs when persistent (0 for the
-  // zero-copy views of generic / avx512 on F32/BF16/F16 weights).
+  // zero-copy views of generic / avx2 / avx512 on F32/BF16/F16 weights).
   uint64_t packedBytes() const;
 
   // Frees every pack of `experts` (ids in [0, E)): from now on another device computes them (the
