@@ -7,14 +7,31 @@
 
 namespace tandem::train {
 
+namespace {
+// How the frozen experts are held: the fp32 backends read bf16 / f16 / f32 experts where they lie
+// (engine/experts/kernels/plain_gemm.cpp); every other backend, and int8 or an fp8 checkpoint on
+// those, holds packs.
+std::string heldAs(const experts::ExpertLayer& e, bool fp8_checkpoint) {
+  const std::string format(experts::weightFormatName(e.weightFormat()));
+  const std::string& backend = e.backendName();
+  const bool fp32_backend = backend == "generic" || backend == "avx2" || backend == "avx512";
+  if (fp32_backend && e.weightFormat() == experts::WeightFormat::Bf16 && !fp8_checkpoint) {
+    return "read in place";
+  }
+  return format + " packs";
+}
+}  // namespace
+
 std::string expertsSummary(gpu::CausalLm& model) {
   std::string summary;
   model.visitMoeBlocks([&](const std::string&, gpu::MoeBlock& block) {
     if (!summary.empty() || !block.experts) return;
     const experts::ExpertLayer& e = *block.experts;
-    summary = "routed experts: " + (block.offload ? std::string("gpu-offload") : e.backendName()) + ", " +
-              std::string(experts::weightFormatName(e.weightFormat())) + " packs, W^T " +
-              std::string(experts::wtPolicyName(e.wtPolicy()));
+    const bool fp8 = model.config().quantization && model.config().quantization->quant_method == "fp8";
+    const std::string held =
+        block.offload ? std::string(experts::weightFormatName(e.weightFormat())) + " packs" : heldAs(e, fp8);
+    summary = "routed experts: " + (block.offload ? std::string("gpu-offload") : e.backendName()) + ", " + held +
+              ", W^T " + std::string(experts::wtPolicyName(e.wtPolicy()));
     if (block.resident_count > 0) {
       summary += ", " + std::to_string(block.resident_count) + " per layer resident on the GPU";
     }

@@ -26,6 +26,8 @@ TEST(ModelReport, ResidentExpertsShareOfTheRoutedPairs) {
 
   auto plain = gpu::CausalLm::random(config, {}, nullptr, /*seed=*/5, ThreadPool::global());
   EXPECT_EQ(expertsSummary(*plain).find("resident"), std::string::npos) << expertsSummary(*plain);
+  // auto on these f32 weights is an fp32 backend, which reads them where they lie.
+  EXPECT_NE(expertsSummary(*plain).find(", read in place, W^T "), std::string::npos) << expertsSummary(*plain);
   {
     at::NoGradGuard no_grad;
     plain->forwardHidden(ids, false);
@@ -69,6 +71,17 @@ TEST(ModelReport, ResidentExpertsShareOfTheRoutedPairs) {
                   100.0 - share);
     EXPECT_EQ(residentExpertsShare(*model), want);
   }
+}
+
+// int8 on the reference backend is an f32 copy of what the int8 weights mean: packs, not in place.
+TEST(ModelReport, SaysWhetherTheExpertsAreReadInPlaceOrPacked) {
+  gpu::ModelOptions options;
+  options.experts_backend = "generic";
+  options.experts_format = "int8";
+  auto model = gpu::CausalLm::random(testing::tinyQwen3MoeConfig(6), options, nullptr, /*seed=*/5,
+                                     ThreadPool::global());
+  EXPECT_NE(expertsSummary(*model).find("routed experts: generic, int8 packs, W^T "), std::string::npos)
+      << expertsSummary(*model);
 }
 
 }  // namespace
