@@ -46,18 +46,17 @@ std::vector<experts::BenchLayerConfig> layerConfigs(const ExpertsBenchArgs& args
   };
   std::vector<experts::BenchLayerConfig> configs;
   const std::string best_bf16 = experts::kernels::selectGemmBackend("auto", WeightFormat::Bf16, cpu).name();
-  for (const char* name : {"amx_bf16", "amx_int8", "avx512_bf16", "onednn", "avx512", "avx2", "generic"}) {
+  for (const std::string name : {"amx_bf16", "amx_int8", "avx512_bf16", "onednn", "avx512", "avx2", "generic"}) {
     // fp32 fallbacks: only when asked, except avx2 where it is the best this CPU has.
-    const std::string n = name;
-    const bool explicit_only = n == "avx512" || n == "generic" || (n == "avx2" && best_bf16 != n);
+    const bool explicit_only =
+        name == "avx512" || name == "generic" || (name == "avx2" && best_bf16 != name);
     if (args.backends.empty() && explicit_only) continue;
     if (!wanted(args.backends, name)) continue;
     for (const WeightFormat format : {WeightFormat::Bf16, WeightFormat::Int8}) {
       const auto names = experts::kernels::availableGemmBackends(cpu, format);
       if (std::find(names.begin(), names.end(), name) == names.end()) continue;
       const std::string dtype(experts::weightFormatName(format));
-      const bool own_format = std::string(name) == "amx_int8" ? format == WeightFormat::Int8
-                                                              : format == WeightFormat::Bf16;
+      const bool own_format = name == "amx_int8" ? format == WeightFormat::Int8 : format == WeightFormat::Bf16;
       if (own_format && wanted(args.dtypes, dtype)) configs.push_back({name, dtype});
     }
   }

@@ -56,8 +56,8 @@ at::Device pickDevice(const std::string& device) {
 // Every backend the expert engine has passes through (ExpertLayer says which this CPU can run);
 // other names from KTransformers configs fall back to the best available one, and say so.
 std::string expertsBackend(const std::string& requested) {
-  for (const char* built : {"auto", "generic", "avx2", "avx512", "avx512_bf16", "amx_bf16", "amx_int8", "onednn"}) {
-    if (requested == built) return requested;
+  for (std::string_view built : placement::kExpertBackends) {
+    if (built != "gpu-offload" && requested == built) return requested;  // offload is not a CPU engine
   }
   logWarn() << "experts backend '" << requested << "' is not built yet; using the best available";
   return "auto";

@@ -1,5 +1,6 @@
 #include "engine/core/cpu_features.h"
 #include "engine/experts/kernels/expert_kernels.h"
+#include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem::experts::kernels {
 
@@ -27,8 +28,10 @@ const ExpertKernels& avx512Kernels() { return kAvx512; }
 const ExpertKernels& avx2Kernels() { return kAvx2; }
 #endif
 
-const ExpertKernels& loraKernels(std::string_view backend, const CpuFeatures& features) {
-  if (backend == kGeneric.name) return kGeneric;
+namespace {
+// The widest fp32 table the CPU allows: the LoRA table of the fast backends, and the fp32
+// backend (plain_gemm.cpp names each after its table) that auto keeps f32 / f16 weights on.
+const ExpertKernels& bestFp32Kernels(const CpuFeatures& features) {
 #ifdef TANDEM_EXPERTS_HAVE_AVX512
   if (features.canUseAvx512()) return kAvx512;
 #endif
@@ -38,5 +41,12 @@ const ExpertKernels& loraKernels(std::string_view backend, const CpuFeatures& fe
   (void)features;
   return kGeneric;
 }
+}  // namespace
+
+const ExpertKernels& loraKernels(std::string_view backend, const CpuFeatures& features) {
+  return backend == kGeneric.name ? kGeneric : bestFp32Kernels(features);
+}
+
+const char* bestFp32Backend(const CpuFeatures& features) { return bestFp32Kernels(features).name; }
 
 }  // namespace tandem::experts::kernels

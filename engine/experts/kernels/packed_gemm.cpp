@@ -162,12 +162,6 @@ std::vector<const GemmBackend*> candidates(const CpuFeatures& f) {
 }
 }  // namespace
 
-const char* bestFp32Backend(const CpuFeatures& features) {
-  if (features.canUseAvx512() && avx512Gemm()) return avx512Gemm()->name();
-  if (features.canUseAvx2() && avx2Gemm()) return avx2Gemm()->name();
-  return genericGemm().name();
-}
-
 std::vector<std::string> availableGemmBackends(const CpuFeatures& features, WeightFormat format) {
   std::vector<std::string> names;
   for (const GemmBackend* backend : candidates(features)) {

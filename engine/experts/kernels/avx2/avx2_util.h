@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 namespace tandem::experts::kernels::avx2 {
 namespace {
@@ -36,10 +37,7 @@ inline void storeFloats(float* p, __m256 v, int64_t remaining) {
 inline __m128i load16Bit(const void* p, int64_t remaining) {
   if (remaining >= 8) return _mm_loadu_si128(static_cast<const __m128i*>(p));
   alignas(16) uint16_t buffer[8] = {};
-  const auto* bytes = static_cast<const unsigned char*>(p);
-  for (int64_t i = 0; i < remaining; ++i) {
-    buffer[i] = static_cast<uint16_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8));
-  }
+  if (remaining > 0) std::memcpy(buffer, p, static_cast<size_t>(remaining) * 2);
   return _mm_load_si128(reinterpret_cast<const __m128i*>(buffer));
 }
 
