@@ -95,6 +95,34 @@ TEST_P(VectorMatmul, NTAndNNMatchRef) {
   }
 }
 
+// avx2's matmulNN sums over k in panels of 128 from 12 rows on (17 here; 6 and 7 read b in
+// place): k at, past and well past one panel, the last one ragged.
+TEST_P(VectorMatmul, NNOverSeveralPanelsMatchesRef) {
+  for (const WeightType type : {WeightType::F32, WeightType::BF16, WeightType::F16}) {
+    for (int64_t m : {6, 7, 17}) {
+      for (int64_t n : {33, 70}) {
+        for (int64_t k : {128, 129, 300}) {
+          const int64_t lda = k + 3, ldc = n + 2;
+          const std::vector<float> a = randomFloats(rng_, m * lda);
+          const std::vector<float> c0 = randomFloats(rng_, m * ldc);
+          const std::vector<unsigned char> b = encode(randomFloats(rng_, k * (n + 1)), type);
+          for (const bool accumulate : {false, true}) {
+            std::vector<float> want = c0, got = c0;
+            ref::matmulNN(m, n, k, 1.5f, a.data(), lda, b.data() + 2, type, n + 1, want.data(), ldc,
+                          accumulate);
+            kernels().matmulNN(m, n, k, 1.5f, a.data(), lda, b.data() + 2, type, n + 1, got.data(),
+                               ldc, accumulate);
+            EXPECT_TRUE(near(got, want, k,
+                             "NN " + std::string(weightTypeName(type)) + " m=" + std::to_string(m) +
+                                 " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                                 (accumulate ? " +=" : " =")));
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_P(VectorMatmul, TNMatchesRef) {
   for (int64_t m : kMs) {
     for (int64_t n : kNs) {

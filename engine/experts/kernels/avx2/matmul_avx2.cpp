@@ -34,6 +34,16 @@ struct BroadcastTile {
   static constexpr int kVecs = 4;
   static constexpr int kCols = kVecs * 8;
 };
+// From kMinRows rows of a on, matmulNN first copies each 32-column block of b, kDepth k rows at a
+// time, into a contiguous fp32 panel that every row tile then reads: b's rows are 1.5-4 KB apart,
+// so read in place each k step fetches a line from another row, and rows 4 KB apart share one L1
+// set. The copy also widens the weights once per panel instead of once per row tile. On 2 Zen 3
+// cores a 32-row block of the Qwen3 backward ran 1.1-1.5x faster packed; below ~12 rows the copy
+// cost more than it saved.
+struct PackedPanel {
+  static constexpr int64_t kMinRows = 12;
+  static constexpr int64_t kDepth = 128;  // 16 KB of fp32: the panel stays in L1 beside a's rows
+};
 
 // Eight weights starting at element `index`, converted to fp32; lanes at or past `remaining`
 // are 0.
@@ -49,7 +59,7 @@ __m256 loadWeights(const void* base, int64_t index, int64_t remaining) {
   }
 }
 
-void storeRow(float* c, __m256 sum, float alpha, bool accumulate, int64_t remaining) {
+[[gnu::always_inline]] inline void storeRow(float* c, __m256 sum, float alpha, bool accumulate, int64_t remaining) {
   __m256 value = _mm256_mul_ps(_mm256_set1_ps(alpha), sum);
   if (accumulate) value = _mm256_add_ps(value, loadFloats(c, remaining));
   storeFloats(c, value, remaining);
@@ -132,22 +142,39 @@ void matmulNtImpl(int64_t m, int64_t n, int64_t k, float alpha, const float* a, 
   }
 }
 
-// acc [kM][kVecs] = Σ_p A(i, p) · b [p, n0 + 8q ...]. kWhole: all 32 columns exist, so the loads
-// take the constant 8 and carry no tail branch.
+// acc [kM][kVecs] += A(i, p) · b [p, n0 + 8q ...] for one p (b_p: the offset of b [p, n0]).
+// kWhole: all 32 columns exist, so the loads take the constant 8 and carry no tail branch. One k
+// step per call, the loop over k in the caller beside its accumulators, as dotStep: with the loop
+// in here GCC kept the sums in registers but also stored all 12 to the stack every step.
 template <WeightType kType, int kM, bool kWhole>
-inline void broadcastSum(const float* const (&a_row)[kM], int64_t a_cs, const void* b,
-                         int64_t ldb, int64_t n0, const int64_t (&remaining)[BroadcastTile::kVecs],
-                         int64_t k, __m256 (&acc)[kM][BroadcastTile::kVecs]) {
-  constexpr int kVecs = BroadcastTile::kVecs;
-  for (int64_t p = 0; p < k; ++p) {
-    __m256 av[kM];
+inline void broadcastStep(const float* const (&a_row)[kM], int64_t a_p, const void* b, int64_t b_p,
+                          const int64_t (&remaining)[BroadcastTile::kVecs],
+                          __m256 (&acc)[kM][BroadcastTile::kVecs]) {
+  __m256 av[kM];
 #pragma GCC unroll 8
-    for (int ii = 0; ii < kM; ++ii) av[ii] = _mm256_broadcast_ss(a_row[ii] + p * a_cs);
+  for (int ii = 0; ii < kM; ++ii) av[ii] = _mm256_broadcast_ss(a_row[ii] + a_p);
 #pragma GCC unroll 4
-    for (int q = 0; q < kVecs; ++q) {
-      const __m256 bv = loadWeights<kType>(b, p * ldb + n0 + 8 * q, kWhole ? 8 : remaining[q]);
+  for (int q = 0; q < BroadcastTile::kVecs; ++q) {
+    const __m256 bv = loadWeights<kType>(b, b_p + 8 * q, kWhole ? 8 : remaining[q]);
 #pragma GCC unroll 8
-      for (int ii = 0; ii < kM; ++ii) acc[ii][q] = _mm256_fmadd_ps(av[ii], bv, acc[ii][q]);
+    for (int ii = 0; ii < kM; ++ii) acc[ii][q] = _mm256_fmadd_ps(av[ii], bv, acc[ii][q]);
+  }
+}
+
+// The first `rows` rows of a broadcast tile into c (row stride ldc), `remaining` columns. The
+// loops unroll whole, so every acc[ii][q] is a register: a loop with a bound known only at run
+// time (ii < rows) indexes acc in memory, and GCC then stores the sums every k step.
+template <int kM>
+[[gnu::always_inline]] inline void storeTile(const __m256 (&acc)[kM][BroadcastTile::kVecs], int64_t rows,
+               const int64_t (&remaining)[BroadcastTile::kVecs], float alpha, bool accumulate,
+               float* c, int64_t ldc) {
+#pragma GCC unroll 8
+  for (int ii = 0; ii < kM; ++ii) {
+#pragma GCC unroll 4
+    for (int q = 0; q < BroadcastTile::kVecs; ++q) {
+      if (ii < rows && remaining[q] > 0) {
+        storeRow(c + ii * ldc + 8 * q, acc[ii][q], alpha, accumulate, remaining[q]);
+      }
     }
   }
 }
@@ -171,14 +198,77 @@ void matmulBroadcastRows(int64_t m, int64_t n, int64_t k, float alpha, const flo
 #pragma GCC unroll 4
         for (auto& v : row) v = _mm256_setzero_ps();
       if (remaining[kVecs - 1] >= 8) {
-        broadcastSum<kType, kM, true>(a_row, a_cs, b, ldb, n0, remaining, k, acc);
-      } else {
-        broadcastSum<kType, kM, false>(a_row, a_cs, b, ldb, n0, remaining, k, acc);
-      }
-      for (int ii = 0; ii < kM && i0 + ii < m; ++ii) {
-        for (int q = 0; q < kVecs && remaining[q] > 0; ++q) {
-          storeRow(c + (i0 + ii) * ldc + n0 + 8 * q, acc[ii][q], alpha, accumulate, remaining[q]);
+        for (int64_t p = 0; p < k; ++p) {
+          broadcastStep<kType, kM, true>(a_row, p * a_cs, b, p * ldb + n0, remaining, acc);
         }
+      } else {
+        for (int64_t p = 0; p < k; ++p) {
+          broadcastStep<kType, kM, false>(a_row, p * a_cs, b, p * ldb + n0, remaining, acc);
+        }
+      }
+      storeTile<kM>(acc, m - i0, remaining, alpha, accumulate, c + i0 * ldc + n0, ldc);
+    }
+  }
+}
+
+// b [p0, p0 + depth) × [n0, n0 + 32) as fp32 rows of 32, columns past n as 0.
+template <WeightType kType>
+void packPanel(const void* b, int64_t ldb, int64_t p0, int64_t depth, int64_t n0,
+               const int64_t (&remaining)[BroadcastTile::kVecs], float* panel) {
+  for (int64_t p = 0; p < depth; ++p) {
+#pragma GCC unroll 4
+    for (int q = 0; q < BroadcastTile::kVecs; ++q) {
+      _mm256_store_ps(panel + p * BroadcastTile::kCols + 8 * q,
+                      loadWeights<kType>(b, (p0 + p) * ldb + n0 + 8 * q, remaining[q]));
+    }
+  }
+}
+
+// One panel (k rows [p0, p0 + depth) of a 32-column block) against rows [i0, i0 + kM) of a:
+// c (= | +=) alpha · the panel's part of the sum. Rows past m alias row m - 1 (never stored).
+template <int kM>
+void panelTile(int64_t m, int64_t i0, const float* a, int64_t a_rs, int64_t a_cs, int64_t p0,
+               int64_t depth, const float* panel, const int64_t (&remaining)[BroadcastTile::kVecs],
+               float alpha, float* c, int64_t ldc, bool accumulate) {
+  constexpr int kVecs = BroadcastTile::kVecs;
+  const float* a_row[kM];
+  for (int ii = 0; ii < kM; ++ii) a_row[ii] = a + std::min(i0 + ii, m - 1) * a_rs + p0 * a_cs;
+  __m256 acc[kM][kVecs];
+#pragma GCC unroll 8
+  for (auto& row : acc)
+#pragma GCC unroll 4
+    for (auto& v : row) v = _mm256_setzero_ps();
+  for (int64_t p = 0; p < depth; ++p) {
+    broadcastStep<WeightType::F32, kM, true>(a_row, p * a_cs, panel, p * BroadcastTile::kCols,
+                                             remaining, acc);
+  }
+  storeTile<kM>(acc, m - i0, remaining, alpha, accumulate, c + i0 * ldc, ldc);
+}
+
+// matmulBroadcastImpl through packed panels (PackedPanel): the sum over k runs panel by panel,
+// the first panel's partial sums stored as the call asks, the later ones added.
+template <WeightType kType>
+void matmulPackedImpl(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_rs,
+                      int64_t a_cs, const void* b, int64_t ldb, float* c, int64_t ldc,
+                      bool accumulate) {
+  constexpr int kVecs = BroadcastTile::kVecs, kM = BroadcastTile::kM;
+  alignas(32) thread_local float panel[PackedPanel::kDepth * BroadcastTile::kCols];
+  const int64_t tiled = m / kM * kM;
+  for (int64_t n0 = 0; n0 < n; n0 += BroadcastTile::kCols) {
+    int64_t remaining[kVecs];
+    for (int q = 0; q < kVecs; ++q) remaining[q] = n - n0 - 8 * q;
+    for (int64_t p0 = 0; p0 < k; p0 += PackedPanel::kDepth) {
+      const int64_t depth = std::min(PackedPanel::kDepth, k - p0);
+      const bool add = accumulate || p0 > 0;
+      packPanel<kType>(b, ldb, p0, depth, n0, remaining, panel);
+      for (int64_t i0 = 0; i0 < tiled; i0 += kM) {
+        panelTile<kM>(m, i0, a, a_rs, a_cs, p0, depth, panel, remaining, alpha, c + n0, ldc, add);
+      }
+      // The one or two rows left as one tile of their own height (see matmulBroadcastImpl).
+      if (m - tiled == 2) {
+        panelTile<2>(m, tiled, a, a_rs, a_cs, p0, depth, panel, remaining, alpha, c + n0, ldc, add);
+      } else if (m - tiled == 1) {
+        panelTile<1>(m, tiled, a, a_rs, a_cs, p0, depth, panel, remaining, alpha, c + n0, ldc, add);
       }
     }
   }
@@ -221,7 +311,11 @@ void matmulNN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int6
               bool accumulate) {
   if (m <= 0 || n <= 0) return;
   withZeroCopyWeightType(b_type, [&]<WeightType kType>() {
-    matmulBroadcastImpl<kType>(m, n, k, alpha, a, lda, 1, b, ldb, c, ldc, accumulate);
+    if (m >= PackedPanel::kMinRows) {
+      matmulPackedImpl<kType>(m, n, k, alpha, a, lda, 1, b, ldb, c, ldc, accumulate);
+    } else {
+      matmulBroadcastImpl<kType>(m, n, k, alpha, a, lda, 1, b, ldb, c, ldc, accumulate);
+    }
   });
 }
 

@@ -92,8 +92,12 @@ void matmulNtRows(int64_t m, int64_t n, int64_t k, float alpha, const float* a, 
           for (int jj = 0; jj < kN; ++jj) acc[ii][jj] = _mm512_fmadd_ps(av, bv[jj], acc[ii][jj]);
         }
       }
-      for (int ii = 0; ii < kM && i0 + ii < m; ++ii) {
-        for (int jj = 0; jj < kN && j0 + jj < n; ++jj) {
+      // Constant bounds, so the loops unroll whole and acc stays in registers (as in the NN tile).
+#pragma GCC unroll 4
+      for (int ii = 0; ii < kM; ++ii) {
+#pragma GCC unroll 4
+        for (int jj = 0; jj < kN; ++jj) {
+          if (i0 + ii >= m || j0 + jj >= n) continue;
           float* out = c + (i0 + ii) * ldc + j0 + jj;
           const float sum = alpha * _mm512_reduce_add_ps(acc[ii][jj]);
           *out = accumulate ? *out + sum : sum;
@@ -147,10 +151,16 @@ void matmulBroadcastImpl(int64_t m, int64_t n, int64_t k, float alpha, const flo
           for (int q = 0; q < kVecs; ++q) acc[ii][q] = _mm512_fmadd_ps(av, bv[q], acc[ii][q]);
         }
       }
-      for (int ii = 0; ii < kM && i0 + ii < m; ++ii) {
+      // Constant bounds, so the loops unroll whole and every acc[ii][q] is a register: with a
+      // bound known only at run time acc is indexed in memory, and GCC then stores the sums to
+      // the stack at every k step.
+#pragma GCC unroll 4
+      for (int ii = 0; ii < kM; ++ii) {
+#pragma GCC unroll 4
         for (int q = 0; q < kVecs; ++q) {
-          if (mask[q] == 0) break;
-          storeRow(c + (i0 + ii) * ldc + n0 + 16 * q, acc[ii][q], alpha, accumulate, mask[q]);
+          if (i0 + ii < m && mask[q] != 0) {
+            storeRow(c + (i0 + ii) * ldc + n0 + 16 * q, acc[ii][q], alpha, accumulate, mask[q]);
+          }
         }
       }
     }
