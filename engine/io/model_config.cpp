@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
+#include "engine/io/gguf_model.h"
 
 namespace tandem::io {
 namespace {
@@ -428,6 +429,12 @@ ModelConfig parseModelConfig(std::string_view json_text, const std::string& labe
 }
 
 ModelConfig readModelConfig(const std::filesystem::path& path) {
+  if (isGgufPath(path)) {
+    const std::unique_ptr<GgufModel> gguf = GgufModel::open(path);
+    ModelConfig config = parseModelConfig(gguf->configJson(), gguf->path().string() + " (its metadata as config.json)");
+    config.source = gguf->path();
+    return config;
+  }
   std::error_code ec;
   std::filesystem::path file = std::filesystem::is_directory(path, ec) ? path / "config.json" : path;
   std::ifstream in(file, std::ios::binary);

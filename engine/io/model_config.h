@@ -125,7 +125,8 @@ struct ModelConfig {
 // Parses config.json text; `label` (usually the path) names the file in error messages.
 ModelConfig parseModelConfig(std::string_view json_text, const std::string& label);
 
-// Reads `path`: a config.json file, or a model directory holding one.
+// Reads `path`: a config.json file, or a model directory holding one, or a GGUF model (a .gguf
+// file, or a directory with one and no config.json; its metadata translated by GgufModel).
 ModelConfig readModelConfig(const std::filesystem::path& path);
 
 }  // namespace tandem::io

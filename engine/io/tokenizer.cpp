@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
+#include "engine/io/gguf_model.h"
 #include "engine/io/tokenizer_pretokenize.h"
 
 namespace tandem::io {
@@ -343,6 +344,10 @@ Tokenizer Tokenizer::fromJson(std::string_view tokenizer_json, std::string_view 
 }
 
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
+  if (isGgufPath(path)) {
+    const std::unique_ptr<GgufModel> gguf = GgufModel::open(path);
+    return fromJson(gguf->tokenizerJson(), gguf->tokenizerConfigJson(), gguf->path().string() + " (its tokenizer)");
+  }
   std::filesystem::path file = path;
   if (std::filesystem::is_directory(path)) file = path / "tokenizer.json";
   if (!std::filesystem::exists(file)) {
