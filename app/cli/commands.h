@@ -18,5 +18,6 @@ void addEvalCommand(CLI::App& app);
 void addDebugJiebaCommand(CLI::App& app);  // after addDebugCommand: adds `debug jieba`
 void addPlanCommand(CLI::App& app);
 void addBenchCommand(CLI::App& app);
+void addExportCommand(CLI::App& app);
 
 }  // namespace tandem::cli

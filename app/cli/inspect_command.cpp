@@ -1,5 +1,5 @@
-// `tandem inspect MODEL_DIR [--json]`: what a Hugging Face model directory holds, from config.json
-// and the safetensors headers alone (no weights are read): architecture, layer and expert layout,
+// `tandem inspect MODEL_DIR [--json]`: what a Hugging Face model directory (or a GGUF file) holds,
+// from config.json and the safetensors headers (or the GGUF metadata) alone (no weights are read): architecture, layer and expert layout,
 // attention kind, parameters by role, by dtype, active per token, and bytes on disk.
 
 #include <cstdio>
@@ -56,7 +56,8 @@ nlohmann::json toJson(const ModelSummary& s) {
   nlohmann::json dtypes = nlohmann::json::object();
   for (const auto& [name, count] : s.dtype_parameters) dtypes[name] = count;
   nlohmann::json out = {
-      {"model_dir", c.source.parent_path().string()},
+      // A GGUF model is its file; a HF model the directory of its config.json.
+      {"model_dir", (c.source.extension() == ".gguf" ? c.source : c.source.parent_path()).string()},
       {"architecture", std::string(io::architectureName(c.architecture))},
       {"model_type", c.model_type},
       {"dtype", c.dtype},

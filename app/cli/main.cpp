@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   tandem::cli::addDebugJiebaCommand(app);
   tandem::cli::addPlanCommand(app);
   tandem::cli::addBenchCommand(app);
+  tandem::cli::addExportCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -8,6 +8,7 @@
 #include "engine/core/error.h"
 #include "engine/core/hash.h"
 #include "engine/core/units.h"
+#include "engine/io/gguf_model.h"
 #include "engine/io/safetensors.h"
 
 namespace tandem::gpu {
@@ -72,11 +73,19 @@ at::ScalarType scalarTypeOf(io::DType dtype, const std::string& tensor_name) {
 
 WeightLoader::WeightLoader(const std::filesystem::path& model_dir, at::ScalarType dtype,
                            at::Device device, const std::optional<io::QuantizationConfig>& quantization)
-    : dir_(model_dir),
-      files_(io::SafetensorsModel::open(model_dir)),
-      fp8_checkpoint_(checkQuantization(quantization, model_dir)),
-      dtype_(dtype),
-      device_(device) {}
+    : dir_(model_dir), dtype_(dtype), device_(device) {
+  if (io::isGgufPath(model_dir)) {
+    gguf_ = io::GgufModel::open(model_dir);
+    dir_ = gguf_->path();
+    return;
+  }
+  files_ = io::SafetensorsModel::open(model_dir);
+  fp8_checkpoint_ = checkQuantization(quantization, model_dir);
+}
+
+WeightLoader::WeightLoader(at::ScalarType dtype, at::Device device) : dtype_(dtype), device_(device) {}
+
+WeightLoader::~WeightLoader() = default;
 
 std::unique_ptr<WeightLoader> WeightLoader::synthetic(at::ScalarType dtype, at::Device device,
                                                      uint64_t seed, double std, double embedding_std) {
@@ -90,12 +99,13 @@ std::unique_ptr<WeightLoader> WeightLoader::synthetic(at::ScalarType dtype, at::
 }
 
 bool WeightLoader::has(const std::string& name) const {
+  if (gguf_) return gguf_->find(name) != nullptr;
   if (!synthetic_) return files_.contains(name);
   return name.find("gate_up_proj") == std::string::npos && name.find("block_sparse_moe") == std::string::npos;
 }
 
 void WeightLoader::writeSynthesized(const std::filesystem::path& file) const {
-  writeTensorFile(file, invented_);
+  writeTensorFile(file, owned_);
 }
 
 void writeTensorFile(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors,
@@ -145,34 +155,49 @@ at::Tensor WeightLoader::invent(const std::string& name, const std::vector<int64
   return t.to(dtype_).contiguous();
 }
 
-void WeightLoader::keepInvented(const std::string& name, const at::Tensor& t) const {
-  invented_.emplace(name, t);
+void WeightLoader::keepOwned(const std::string& name, const at::Tensor& t) const {
+  owned_.emplace(name, t);
   io::TensorInfo info;
   info.name = name;
   info.dtype = dtype_ == at::kBFloat16 ? io::DType::BF16 : io::DType::F32;
   info.shape = t.sizes().vec();
   info.end = t.nbytes();
-  invented_info_[name] = info;
+  owned_info_[name] = info;
 }
 
 void WeightLoader::inventAll(const std::vector<std::string>& names, const std::vector<int64_t>& shape) const {
   if (!synthetic_) return;
   std::vector<std::string> missing;
   for (const std::string& name : names) {
-    if (!invented_.contains(name)) missing.push_back(name);
+    if (!owned_.contains(name)) missing.push_back(name);
   }
   std::vector<at::Tensor> made(missing.size());
   at::parallel_for(0, static_cast<int64_t>(missing.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) made[static_cast<size_t>(i)] = invent(missing[static_cast<size_t>(i)], shape);
   });
-  for (size_t i = 0; i < missing.size(); ++i) keepInvented(missing[i], made[i]);
+  for (size_t i = 0; i < missing.size(); ++i) keepOwned(missing[i], made[i]);
+}
+
+at::Tensor WeightLoader::dequantizeGguf(const std::string& name, const std::vector<int64_t>& shape) const {
+  const io::GgufTensorSource* source = gguf_->find(name);
+  if (source == nullptr) {
+    throw Error("tensor " + name + " (HF name) is missing from " + dir_.string(),
+                "the GGUF file does not hold every tensor its metadata implies: re-convert or re-download it");
+  }
+  if (source->shape != shape) {
+    throw Error("tensor " + source->tensor->name + " in " + dir_.string() + " is " + name + " of shape " +
+                    shapeText(source->shape) + ", but the file's metadata implies " + shapeText(shape),
+                "the file is inconsistent: re-convert or re-download it");
+  }
+  std::vector<float> values = gguf_->read(*source);
+  return at::from_blob(values.data(), shape, at::TensorOptions().dtype(at::kFloat)).clone();
 }
 
 io::TensorView WeightLoader::view(const std::string& name, const std::vector<int64_t>& shape) const {
-  if (synthetic_) {
-    if (!invented_.contains(name)) keepInvented(name, invent(name, shape));
-    const at::Tensor& t = invented_.at(name);
-    return {&invented_info_.at(name),
+  if (synthetic_ || gguf_) {
+    if (!owned_.contains(name)) keepOwned(name, synthetic_ ? invent(name, shape) : dequantizeGguf(name, shape).to(dtype_));
+    const at::Tensor& t = owned_.at(name);
+    return {&owned_info_.at(name),
             {reinterpret_cast<const std::byte*>(t.data_ptr()), static_cast<size_t>(t.nbytes())}};
   }
   if (!files_.contains(name)) {
@@ -189,7 +214,7 @@ io::TensorView WeightLoader::view(const std::string& name, const std::vector<int
 }
 
 bool WeightLoader::isFp8(const std::string& name) const {
-  return !synthetic_ && files_.contains(name) && files_.view(name).info->dtype == io::DType::F8_E4M3;
+  return !synthetic_ && !gguf_ && files_.contains(name) && files_.view(name).info->dtype == io::DType::F8_E4M3;
 }
 
 at::Tensor WeightLoader::blockScales(const std::string& name, const std::vector<int64_t>& shape) const {
@@ -223,6 +248,8 @@ at::Tensor WeightLoader::blockScales(const std::string& name, const std::vector<
 }
 
 at::Tensor WeightLoader::cpuTensor(const std::string& name, const std::vector<int64_t>& shape) const {
+  // Dense weights go to their device: no CPU copy is kept.
+  if (gguf_) return dequantizeGguf(name, shape);
   const io::TensorView tensor = view(name, shape);
   if (tensor.info->dtype == io::DType::F8_E4M3) {
     const at::Tensor scales = blockScales(name, shape);

@@ -9,6 +9,11 @@
 // W[o][i] = fp8[o][i] · scale_inv[o / 128][i / 128] (DeepSeek's inference/kernel.py weight_dequant;
 // edge blocks are partial). load() dequantises such tensors once, to the model dtype; the routed
 // experts stay fp8 (view() + blockScales()) and the expert engine dequantises them as it packs.
+//
+// A GGUF model (io::isGgufPath) is read through io::GgufModel, which names its tensors as HF does:
+// load() dequantises each one to the model dtype on its way to the device; view() dequantises
+// into a CPU tensor of the model dtype that this loader keeps (the routed experts' bytes), since
+// ggml's blocks are not a layout the expert engine reads.
 
 #include <ATen/core/Tensor.h>
 
@@ -22,14 +27,20 @@
 #include "engine/io/model_config.h"
 #include "engine/io/safetensors.h"
 
+namespace tandem::io {
+class GgufModel;
+}
+
 namespace tandem::gpu {
 
 class WeightLoader {
  public:
   // `quantization`: config.json's quantization_config. Only fp8 e4m3 with 128 × 128 blocks is
   // read; another method, fmt or block size is an Error here, before anything is loaded.
+  // `model_dir`: a Hugging Face model directory, or a GGUF model.
   WeightLoader(const std::filesystem::path& model_dir, at::ScalarType dtype, at::Device device,
                const std::optional<io::QuantizationConfig>& quantization = std::nullopt);
+  ~WeightLoader();
   // A loader that invents every tensor it is asked for (normal(0, std) weights, norms at one,
   // biases at zero), deterministically from `seed`: random models of real shapes with no file,
   // for the built-in demo and benchmarks. writeSynthesized() saves what was asked for.
@@ -76,20 +87,24 @@ class WeightLoader {
  private:
   at::Tensor cpuTensor(const std::string& name, const std::vector<int64_t>& shape) const;
   at::Tensor invent(const std::string& name, const std::vector<int64_t>& shape) const;
-  void keepInvented(const std::string& name, const at::Tensor& t) const;
+  // The GGUF tensor `name` (HF name) as an fp32 CPU tensor, after the shape check.
+  at::Tensor dequantizeGguf(const std::string& name, const std::vector<int64_t>& shape) const;
+  void keepOwned(const std::string& name, const at::Tensor& t) const;
 
-  WeightLoader(at::ScalarType dtype, at::Device device) : dtype_(dtype), device_(device) {}
+  WeightLoader(at::ScalarType dtype, at::Device device);
 
   std::filesystem::path dir_;
   io::SafetensorsModel files_;
+  std::unique_ptr<io::GgufModel> gguf_;  // set for a GGUF model (then files_ is empty)
   bool fp8_checkpoint_ = false;  // quantization_config says fp8 e4m3, 128 × 128 blocks
-  // Synthetic mode: the invented tensors (CPU, model dtype) and their infos, by name.
   bool synthetic_ = false;
   uint64_t seed_ = 0;
   double std_ = kDefaultStd;
   double embedding_std_ = 0;  // 0: std_
-  mutable std::map<std::string, at::Tensor> invented_;
-  mutable std::map<std::string, io::TensorInfo> invented_info_;
+  // Tensors this loader made and keeps for view(): invented (synthetic mode) or dequantised from
+  // a GGUF file (CPU, model dtype), with their infos, by name.
+  mutable std::map<std::string, at::Tensor> owned_;
+  mutable std::map<std::string, io::TensorInfo> owned_info_;
   at::ScalarType dtype_;
   at::Device device_;
   mutable std::map<std::string, uint64_t> loaded_bytes_;

@@ -65,6 +65,7 @@ void readRope(const ArchKeys& k, const std::string& label, Json& config) {
         rope["mscale_all_dim"] = *log_mul / 0.1;
         rope["mscale"] = *log_mul / 0.1;
       }
+      if (auto factor = k.optReal("rope.scaling.yarn_attn_factor")) rope["attention_factor"] = *factor;
       if (auto fast = k.optReal("rope.scaling.yarn_beta_fast")) rope["beta_fast"] = *fast;
       if (auto slow = k.optReal("rope.scaling.yarn_beta_slow")) rope["beta_slow"] = *slow;
     }
@@ -92,11 +93,15 @@ std::string hfModelType(const GgufFile& file) {
   if (arch == "qwen2moe") return "qwen2_moe";
   if (arch == "qwen3moe") return "qwen3_moe";
   if (arch == "deepseek2") {
-    const bool sigmoid = k.optInteger("expert_gating_func").value_or(kGatingSoftmax) == kGatingSigmoid;
-    return sigmoid || file.findTensor("blk." + std::to_string(k.optInteger("leading_dense_block_count").value_or(0)) +
-                                      ".exp_probs_b.bias") != nullptr
-               ? "deepseek_v3"
-               : "deepseek_v2";
+    // llama.cpp gates with softmax unless the key says sigmoid (DeepSeek-V3, Kimi-K2 write 2).
+    if (k.optInteger("expert_gating_func").value_or(kGatingSoftmax) == kGatingSigmoid) return "deepseek_v3";
+    const std::string first_moe = "blk." + std::to_string(k.optInteger("leading_dense_block_count").value_or(0));
+    if (file.findTensor(first_moe + ".exp_probs_b.bias") != nullptr) {
+      throw Error(file.path().string() + ": a deepseek2 model with exp_probs_b (DeepSeek-V3's correction bias) but "
+                      "softmax gating, which no DeepSeek release has",
+                  "re-convert the model with a current llama.cpp, which writes deepseek2.expert_gating_func 2 for it");
+    }
+    return "deepseek_v2";
   }
   throw Error(file.path().string() + ": general.architecture is '" + arch + "', which Tandem does not read",
               "Tandem reads GGUF models of the architectures llama (and Mixtral), qwen2, qwen3, qwen2moe, "
@@ -106,6 +111,11 @@ std::string hfModelType(const GgufFile& file) {
 Json hfConfig(const GgufFile& file, const std::string& model_type, int64_t embedding_rows, bool tied) {
   const std::string arch = file.getString("general.architecture");
   const std::string label = file.path().string();
+  if (file.findTensor("rope_freqs.weight") != nullptr) {
+    throw Error(label + ": rope_freqs.weight (Llama-3.1-style rope scaling, stored as per-frequency factors) is not "
+                    "read yet",
+                "use the Hugging Face model directory of this model");
+  }
   const ArchKeys k(file, arch);
   Json c;
   c["model_type"] = model_type;
@@ -162,6 +172,8 @@ Json hfConfig(const GgufFile& file, const std::string& model_type, int64_t embed
     c["qk_nope_head_dim"] = key_length - rope_dim;
     c["v_head_dim"] = value_length;
     c["rope_interleave"] = true;
+    // The converter writes MLA as MQA (head_count_kv 1); HF's config has one kv head per head.
+    c["num_key_value_heads"] = c["num_attention_heads"];
     const bool sigmoid = k.optInteger("expert_gating_func").value_or(kGatingSoftmax) == kGatingSigmoid;
     c["scoring_func"] = sigmoid ? "sigmoid" : "softmax";
     const auto groups = k.optInteger("expert_group_count").value_or(1);

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <regex>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/core/error.h"
 #include "engine/core/units.h"
 #include "engine/io/gguf_model_detail.h"
@@ -208,9 +210,9 @@ std::unique_ptr<GgufModel> GgufModel::open(const fs::path& path) {
     }
     if (name->role == "ffn_gate_inp_shexp") {  // qwen2moe: the file has [H], the HF Linear [1, H]
       add(p + "mlp.shared_expert_gate." + name->suffix, t, -1, {1, shape.back()});
-      model->tensors_.at(p + "mlp.shared_expert_gate." + name->suffix).reshaped = shape.size() == 1;
       continue;
     }
+    if (name->role == "attn_k_b" || name->role == "attn_v_b") continue;  // joined below
     const std::optional<std::string> module = layerModule(name->role, model_type);
     if (!module) {
       model->unmapped_.push_back(t.name);
@@ -228,7 +230,32 @@ std::unique_ptr<GgufModel> GgufModel::open(const fs::path& path) {
       model->tensors_.at(hf_name).unpermute_heads = n;
     }
   }
+  model->joinMlaKvB();
   return model;
+}
+
+void GgufModel::joinMlaKvB() {
+  const GgufFile& file = *file_;
+  const int layers = nlohmann::json::parse(config_json_).at("num_hidden_layers").get<int>();
+  for (int layer = 0; layer < layers; ++layer) {
+    const std::string blk = "blk." + std::to_string(layer) + ".";
+    const GgufTensorInfo* k_b = file.findTensor(blk + "attn_k_b.weight");
+    const GgufTensorInfo* v_b = file.findTensor(blk + "attn_v_b.weight");
+    if (k_b == nullptr && v_b == nullptr) continue;
+    const std::vector<int64_t> k = k_b ? k_b->torchShape() : std::vector<int64_t>{};  // [heads, kv_lora, nope]
+    const std::vector<int64_t> v = v_b ? v_b->torchShape() : std::vector<int64_t>{};  // [heads, v, kv_lora]
+    if (k.size() != 3 || v.size() != 3 || k[0] != v[0] || k[1] != v[2]) {
+      throw Error(file.path().string() + ": layer " + std::to_string(layer) + " needs attn_k_b [heads, kv_lora_rank, "
+                      "nope] and attn_v_b [heads, v, kv_lora_rank]; it has " + formatShape(k) + " and " + formatShape(v),
+                  "the file is corrupt or from an unsupported converter");
+    }
+    GgufTensorSource source;
+    source.hf_name = layerPrefix(layer) + "self_attn.kv_b_proj.weight";
+    source.shape = {k[0] * (k[2] + v[1]), k[1]};
+    source.tensor = k_b;
+    source.mla_value = v_b;
+    tensors_.emplace(source.hf_name, source);
+  }
 }
 
 std::vector<float> GgufModel::read(const GgufTensorSource& source) const {
@@ -242,6 +269,7 @@ std::vector<float> GgufModel::read(const GgufTensorSource& source) const {
     bytes = bytes.subspan(static_cast<size_t>(per_expert * static_cast<uint64_t>(source.expert)),
                           static_cast<size_t>(per_expert));
   }
+  if (source.mla_value != nullptr) return readMlaKvB(source);
   std::vector<float> values(static_cast<size_t>(numel));
   dequantizeGgml(t.type, bytes, numel, values.data(), t.name);
   if (source.unpermute_heads <= 0) return values;
@@ -263,6 +291,25 @@ std::vector<float> GgufModel::read(const GgufTensorSource& source) const {
     }
   }
   return hf;
+}
+
+std::vector<float> GgufModel::readMlaKvB(const GgufTensorSource& source) const {
+  const std::vector<float> k_b = file_->dequantize(*source.tensor);     // [heads, kv_lora, nope]
+  const std::vector<float> v_b = file_->dequantize(*source.mla_value);  // [heads, v, kv_lora]
+  const std::vector<int64_t> k = source.tensor->torchShape(), v = source.mla_value->torchShape();
+  const int64_t heads = k[0], kv_lora = k[1], nope = k[2], v_dim = v[1];
+  std::vector<float> kv_b(static_cast<size_t>(heads * (nope + v_dim) * kv_lora));
+  auto at = [](const std::vector<float>& t, int64_t i) { return t[static_cast<size_t>(i)]; };
+  for (int64_t h = 0; h < heads; ++h) {
+    float* rows = &kv_b[static_cast<size_t>(h * (nope + v_dim) * kv_lora)];
+    for (int64_t i = 0; i < nope; ++i) {
+      for (int64_t c = 0; c < kv_lora; ++c) rows[i * kv_lora + c] = at(k_b, (h * kv_lora + c) * nope + i);
+    }
+    for (int64_t j = 0; j < v_dim; ++j) {
+      for (int64_t c = 0; c < kv_lora; ++c) rows[(nope + j) * kv_lora + c] = at(v_b, (h * v_dim + j) * kv_lora + c);
+    }
+  }
+  return kv_b;
 }
 
 }  // namespace tandem::io

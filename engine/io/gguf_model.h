@@ -6,8 +6,9 @@
 // same way). docs/gguf.md lists the architectures, keys and tensors it maps, and what it refuses.
 //
 // Tensors are dequantised to fp32 on request (ggml's block formats, exactly), stacked experts
-// ([n_expert, ...]) are sliced per expert, and the q/k rows that the converter permuted for
-// llama.cpp's rope (llama, mixtral) are put back in HF's order.
+// ([n_expert, ...]) are sliced per expert, the q/k rows that the converter permuted for
+// llama.cpp's rope (llama, mixtral) are put back in HF's order, and deepseek2's kv_b_proj is
+// put back together from the two halves the converter split it into.
 
 #include <cstdint>
 #include <filesystem>
@@ -37,8 +38,10 @@ struct GgufTensorSource {
   const GgufTensorInfo* tensor = nullptr;
   int64_t expert = -1;         // >= 0: this expert's slice of a stacked [n_expert, ...] tensor
   int unpermute_heads = 0;     // > 0: undo the converter's rope row permutation over this many heads
-  // A 2-D [rows, cols] tensor that the file stores as 1-D (qwen2moe's shared_expert_gate [1, H]).
-  bool reshaped = false;
+  // deepseek2's kv_b_proj [heads × (nope + v), kv_lora_rank], which the converter split for
+  // llama.cpp's absorbed MLA: `tensor` is attn_k_b [heads, kv_lora_rank, nope] (transposed per
+  // head) and this is attn_v_b [heads, v, kv_lora_rank].
+  const GgufTensorInfo* mla_value = nullptr;
 };
 
 class GgufModel {
@@ -68,6 +71,8 @@ class GgufModel {
 
  private:
   GgufModel() = default;
+  void joinMlaKvB();
+  std::vector<float> readMlaKvB(const GgufTensorSource& source) const;
 
   std::unique_ptr<GgufFile> file_;
   std::string gguf_arch_;

@@ -74,7 +74,7 @@ class GgufModelTest : public ::testing::Test {
       addTensor("blk.0.attn_q.weight", {8, 8});
       addTensor("blk.0.ffn_gate_exps.weight", {8, 2, 3});
       addTensor("blk.0.ffn_down_exps.weight", {2, 8, 3});
-      addTensor("rope_freqs.weight", {2});
+      addTensor("blk.0.nextn.eh_proj.weight", {2});
     }
     return m;
   }
@@ -131,7 +131,7 @@ TEST_F(GgufModelTest, SlicesStackedExpertsAndKeepsUnmappedNames) {
   EXPECT_EQ(values.back(), 31.0f);
   EXPECT_NE(model->find("model.layers.0.mlp.experts.2.down_proj.weight"), nullptr);
   EXPECT_EQ(model->find("model.layers.0.mlp.experts.3.down_proj.weight"), nullptr);
-  EXPECT_EQ(model->unmapped(), std::vector<std::string>{"rope_freqs.weight"});
+  EXPECT_EQ(model->unmapped(), std::vector<std::string>{"blk.0.nextn.eh_proj.weight"});
 }
 
 TEST_F(GgufModelTest, UndoesTheRopePermutationOfLlamaQueries) {

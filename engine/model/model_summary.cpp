@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "engine/io/gguf_model.h"
 #include "engine/io/safetensors.h"
 
 namespace tandem::model {
@@ -128,7 +129,37 @@ ModelSummary summarizeTensors(io::ModelConfig config, std::span<const TensorReco
   return s;
 }
 
+namespace {
+
+// A GGUF model's tensors under their HF names; dtypes are ggml's ("Q4_K", "BF16"), so they are
+// counted here rather than by summarizeTensors' io::DType names.
+ModelSummary summarizeGguf(const std::filesystem::path& path) {
+  const std::unique_ptr<io::GgufModel> gguf = io::GgufModel::open(path);
+  io::ModelConfig config = io::parseModelConfig(gguf->configJson(), gguf->path().string());
+  config.source = gguf->path();
+  std::vector<TensorRecord> records;
+  std::map<std::string, int64_t> by_type;
+  for (const auto& [name, source] : gguf->tensors()) {
+    records.push_back({name, io::DType::F32, source.shape});
+    std::string type(io::ggmlTypeName(source.tensor->type));
+    std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return std::toupper(c); });
+    by_type[type] += numel(source.shape);
+  }
+  for (const std::string& name : gguf->unmapped()) {
+    const io::GgufTensorInfo* t = gguf->file().findTensor(name);
+    records.push_back({name, io::DType::F32, t->torchShape()});
+  }
+  ModelSummary s = summarizeTensors(std::move(config), records);
+  s.dtype_parameters = std::move(by_type);
+  s.bytes_on_disk = gguf->file().fileBytes();
+  s.num_files = 1;
+  return s;
+}
+
+}  // namespace
+
 ModelSummary summarizeModel(const std::filesystem::path& dir) {
+  if (io::isGgufPath(dir)) return summarizeGguf(dir);
   io::ModelConfig config = io::readModelConfig(dir);
   // A config.json path is accepted too; the weights sit beside it.
   std::error_code ec;

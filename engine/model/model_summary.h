@@ -82,7 +82,8 @@ inline constexpr size_t kMaxListedUnrecognised = 10;
 // Pure counting over tensor headers; bytes_on_disk and num_files are left 0.
 ModelSummary summarizeTensors(io::ModelConfig config, std::span<const TensorRecord> tensors);
 
-// Reads `dir`/config.json and the safetensors headers (single file or sharded index).
+// Reads `dir`/config.json and the safetensors headers (single file or sharded index), or a GGUF
+// model (its tensors under their HF names, dtypes as ggml names them: "Q4_K", "BF16").
 ModelSummary summarizeModel(const std::filesystem::path& dir);
 
 }  // namespace tandem::model

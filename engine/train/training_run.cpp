@@ -12,13 +12,16 @@
 #include <unistd.h>
 
 #include "engine/core/error.h"
+#include "engine/core/hash.h"
 #include "engine/core/log.h"
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_types.h"
 #include "engine/gpu/causal_lm.h"
 #include "engine/gpu/device_map.h"
+#include "engine/gpu/gguf_lora.h"
 #include "engine/gpu/peft_adapter.h"
 #include "engine/io/atomic_file.h"
+#include "engine/io/gguf_model.h"
 #include "engine/io/tokenizer.h"
 #include "engine/model/lora_target.h"
 #include "engine/placement/placement.h"
@@ -63,6 +66,16 @@ std::string expertsBackend(const std::string& requested) {
   return "auto";
 }
 
+// A run on a GGUF model also leaves its adapter as llama.cpp reads it, beside the PEFT one.
+void writeLlamaCppLora(const fs::path& output_dir, const fs::path& model, const io::ModelConfig& model_config,
+                       TrainListener& listener) {
+  const std::unique_ptr<io::GgufModel> base = io::GgufModel::open(model);
+  const fs::path file = output_dir / "adapter_model.gguf";
+  gpu::writeGgufLora(gpu::readPeftAdapter(output_dir, model_config), *base, file);
+  listener.onMessage("llama.cpp LoRA written to " + file.string() + " (llama-cli -m " + base->path().string() +
+                     " --lora " + file.string() + ")");
+}
+
 std::vector<EncodedSample> encodeAll(const TrainConfig& config, const std::vector<std::string>& names,
                                      const io::Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                      TrainListener& listener) {
@@ -71,9 +84,19 @@ std::vector<EncodedSample> encodeAll(const TrainConfig& config, const std::vecto
       loadDatasets(config.dataset_dir, names, config.max_samples, report);
   listener.onMessage(report.summary());
   // Tokenising is the slow part; a run over the same data and settings reads it back instead.
-  std::vector<fs::path> files = {fs::path(config.model_name_or_path) / "tokenizer.json"};
-  for (const DatasetFileReport& d : report.datasets) files.push_back(d.file);
+  std::vector<fs::path> files;
   std::ostringstream settings;
+  if (io::isGgufPath(config.model_name_or_path)) {
+    // The tokenizer is inside the (multi-GB) file: hash its metadata as translated, not the file.
+    const std::unique_ptr<io::GgufModel> gguf = io::GgufModel::open(config.model_name_or_path);
+    Fnv1a64 tokenizer_hash;
+    tokenizer_hash.addField(gguf->tokenizerJson());
+    tokenizer_hash.addField(gguf->tokenizerConfigJson());
+    settings << "gguf_tokenizer=" << tokenizer_hash.hex() << " ";
+  } else {
+    files.push_back(fs::path(config.model_name_or_path) / "tokenizer.json");
+  }
+  for (const DatasetFileReport& d : report.datasets) files.push_back(d.file);
   settings << "template=" << config.template_name << " thinking=" << config.enable_thinking
            << " cutoff=" << config.cutoff_len << " prompt=" << config.train_on_prompt
            << " history=" << config.mask_history << " max=" << config.max_samples.value_or(-1)
@@ -393,7 +416,10 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   FirstStepNote note(recorder, *model);
   try {
     outcome.result = trainer.run(stop, cancel, note);
-    if (outcome.result.outcome == TrainOutcome::Completed) trainer.saveFinal(recorder);
+    if (outcome.result.outcome == TrainOutcome::Completed) {
+      trainer.saveFinal(recorder);
+      if (io::isGgufPath(model_dir)) writeLlamaCppLora(config.output_dir, model_dir, model_config, recorder);
+    }
   } catch (const std::exception& e) {
     if (store) store->setStatus(outcome.run_id, store::RunStatus::Failed, e.what());
     throw;
