@@ -3,6 +3,7 @@
 // this machine's RAM and GPU memory together.
 
 #include <QApplication>
+#include <QFileDialog>
 #include <QLabel>
 #include <QLayout>
 #include <QLineEdit>
@@ -77,13 +78,20 @@ QString summaryHtml(const model::ModelSummary& s) {
 
 ModelPage::ModelPage(FineTuneWizard& wizard) : wizard_(wizard) {
   setTitle(tr("Base model"));
-  setSubTitle(tr("A Hugging Face model folder (config.json, tokenizer.json and *.safetensors)."));
+  setSubTitle(tr("A Hugging Face model folder (config.json, tokenizer.json and *.safetensors), or a GGUF file."));
   path_ = new QLineEdit;
   path_->setPlaceholderText(tr("/path/to/Qwen3-30B-A3B"));
   path_->setAccessibleName(tr("Model folder"));
   auto* demo = new QPushButton(tr("Use the &demo model"));
   demo->setToolTip(tr("A small random Qwen3-MoE made on this machine (no download), as `tandem demo` uses"));
   QWidget* row = pathField(path_, PathKind::Folder, tr("Model folder"), {}, tr("&Browse…"));
+  auto* gguf = new QPushButton(tr("&GGUF file…"));
+  gguf->setToolTip(tr("A llama.cpp model file; its weights are dequantised as they load"));
+  connect(gguf, &QPushButton::clicked, this, [this] {
+    const QString file = QFileDialog::getOpenFileName(this, tr("GGUF model"), path_->text(), tr("GGUF (*.gguf)"));
+    if (!file.isEmpty()) path_->setText(file);
+  });
+  row->layout()->addWidget(gguf);
   row->layout()->addWidget(demo);
   summary_ = new QLabel;
   summary_->setTextFormat(Qt::RichText);
@@ -138,9 +146,6 @@ void ModelPage::inspect() {
   wizard_.setModelSummary(std::nullopt);
   if (text.isEmpty()) {
     showProblem(problem_, {});  // nothing chosen yet is not an error; Next stays disabled
-  } else if (text.endsWith(QStringLiteral(".gguf"), Qt::CaseInsensitive)) {
-    showProblem(problem_, tr("GGUF files cannot be fine-tuned by this build yet (the engine reads safetensors only).\n"
-                             "→ pick the Hugging Face folder of the same model."));
   } else {
     try {
       const model::ModelSummary s = model::summarizeModel(text.toStdString());
