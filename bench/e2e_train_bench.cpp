@@ -181,7 +181,8 @@ class RoutingStats {
 
 // --gpu-experts: a count for every MoE layer, or (auto) the memory planner's for this machine's
 // GPU of `options.device`, capped as the run is. Also returns the planner's bytes for that GPU, to
-// compare with the allocator's peak.
+// compare with the allocator's peak, and why the whole plan does not fit when it does not (the
+// host's RAM is planned with what it has available when the bench starts).
 std::vector<int64_t> gpuExperts(const Options& o, const tandem::io::ModelConfig& config,
                                 const tandem::gpu::ModelOptions& options, nlohmann::json& planned) {
   const auto layers = static_cast<size_t>(config.num_hidden_layers);
@@ -208,7 +209,7 @@ std::vector<int64_t> gpuExperts(const Options& o, const tandem::io::ModelConfig&
   }
   const tandem::placement::DevicePlan* gpu = plan.device(options.device.str());
   planned = {{"device", options.device.str()}, {"capacity_bytes", gpu->capacity_bytes}, {"total_bytes", gpu->total()},
-             {"fits", plan.fits}, {"notes", plan.notes}};
+             {"fits", plan.fits}, {"problems", plan.problems}, {"notes", plan.notes}};
   return counts;
 }
 
