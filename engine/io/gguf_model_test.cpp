@@ -188,10 +188,10 @@ TEST_F(GgufModelTest, RefusesWhatItDoesNotRead) {
 
   Metadata spm = qwen3moe();
   for (auto& [key, value] : spm) {
-    if (key == "tokenizer.ggml.model") value = GgufValue::ofString("llama");
+    if (key == "tokenizer.ggml.model") value = GgufValue::ofString("bert");
   }
   write(spm, "spm.gguf");
-  EXPECT_NE(errorOf([&] { Tokenizer::load(dir_ / "spm.gguf"); }).find("tokenizer.ggml.model is 'llama'"),
+  EXPECT_NE(errorOf([&] { Tokenizer::load(dir_ / "spm.gguf"); }).find("tokenizer.ggml.model is 'bert'"),
             std::string::npos);
 
   Metadata pre = qwen3moe();

@@ -1,11 +1,17 @@
 // tokenizer.json + tokenizer_config.json from a GGUF file's `tokenizer.ggml.*` metadata.
 //
-// GGUF keeps the vocabulary (tokens, token_type, merges or scores) and names the pre-tokenizer
-// (`tokenizer.ggml.pre`); the split regexes live in llama.cpp's code. Each pre name read here is
-// turned back into the pre-tokenizer of the published tokenizer.json it was converted from, so
-// Tandem encodes as the original Hugging Face tokenizer does (docs/gguf.md).
+// Byte-level BPE (`tokenizer.ggml.model` gpt2): GGUF keeps the vocabulary and merges and names the
+// pre-tokenizer (`tokenizer.ggml.pre`); the split regexes live in llama.cpp's code. Each pre name
+// read here is turned back into the pre-tokenizer of the published tokenizer.json it was converted
+// from, so Tandem encodes as the original Hugging Face tokenizer does (docs/gguf.md).
+//
+// SentencePiece BPE (`llama`: Llama-2, Mistral, Mixtral): GGUF keeps the pieces in the model's order
+// and no merges; they are rebuilt as transformers' LlamaConverter builds them from tokenizer.model
+// (generate_merges), with byte fallback and the legacy "▁" normalizer it gives those models.
 #include <algorithm>
 #include <map>
+#include <string_view>
+#include <unordered_map>
 
 #include "engine/core/error.h"
 #include "engine/io/gguf_model_detail.h"
@@ -17,6 +23,7 @@ using Json = nlohmann::json;
 
 // llama.cpp's llama_token_type values (tokenizer.ggml.token_type).
 constexpr int64_t kTokenNormal = 1;
+constexpr int64_t kTokenUnknown = 2;
 constexpr int64_t kTokenControl = 3;
 constexpr int64_t kTokenUserDefined = 4;
 
@@ -94,52 +101,122 @@ Json bosTemplate(const std::string& bos, int64_t bos_id) {
           {"special_tokens", {{bos, {{"id", bos}, {"ids", Json::array({bos_id})}, {"tokens", Json::array({bos})}}}}}};
 }
 
+// tokenizer.ggml.token_type, one per token (all normal when the key is absent).
+std::vector<int64_t> tokenTypes(const GgufFile& file, size_t n_tokens) {
+  if (file.find("tokenizer.ggml.token_type") == nullptr) return std::vector<int64_t>(n_tokens, kTokenNormal);
+  std::vector<int64_t> types = file.getInts("tokenizer.ggml.token_type");
+  if (types.size() != n_tokens) {
+    throw Error(file.path().string() + ": tokenizer.ggml.token_type has " + std::to_string(types.size()) +
+                    " entries for " + std::to_string(n_tokens) + " tokens",
+                "the file's tokenizer metadata is corrupt");
+  }
+  return types;
+}
+
+// Code point boundaries of a UTF-8 string (its byte offsets, and the end).
+std::vector<size_t> codePointOffsets(const std::string& s) {
+  std::vector<size_t> offsets;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) offsets.push_back(i);
+  }
+  offsets.push_back(s.size());
+  return offsets;
+}
+
+// transformers' generate_merges(vocab) over the pieces in id order (SentencePieceExtractor.extract):
+// every split of a piece into two pieces of the vocab is a merge; merges are ranked by the merged
+// piece's id, then by the lengths of the left and right parts (code points), shorter first.
+Json sentencePieceMerges(const std::vector<std::string>& tokens) {
+  std::unordered_map<std::string_view, size_t> ids;
+  for (size_t id = 0; id < tokens.size(); ++id) ids.emplace(tokens[id], id);
+  Json merges = Json::array();
+  for (const std::string& piece : tokens) {
+    const std::vector<size_t> cuts = codePointOffsets(piece);
+    for (size_t c = 1; c + 1 < cuts.size(); ++c) {
+      const std::string_view left(piece.data(), cuts[c]);
+      const std::string_view right(piece.data() + cuts[c], piece.size() - cuts[c]);
+      if (ids.contains(left) && ids.contains(right)) merges.push_back(Json::array({left, right}));
+    }
+  }
+  return merges;
+}
+
+Json vocabularyOf(const std::vector<std::string>& tokens) {
+  Json vocab = Json::object();
+  // A token that appears twice keeps its first id, as llama.cpp's token_to_id does.
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    if (!vocab.contains(tokens[id])) vocab[tokens[id]] = id;
+  }
+  return vocab;
+}
+
+struct ModelPart {
+  Json model, normalizer, pre_tokenizer, decoder;
+  bool default_add_bos = false;  // llama.cpp's default when tokenizer.ggml.add_bos_token is absent
+};
+
+ModelPart byteLevelModel(const GgufFile& file, const std::vector<std::string>& tokens) {
+  const PreTokenizer pre = preTokenizerFor(file.optString("tokenizer.ggml.pre").value_or("default"), file.path().string());
+  return {{{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
+           {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
+           {"ignore_merges", pre.ignore_merges}, {"vocab", vocabularyOf(tokens)},
+           {"merges", file.getStrings("tokenizer.ggml.merges")}},
+          pre.normalizer,
+          pre.pre_tokenizer,
+          {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}};
+}
+
+ModelPart sentencePieceModel(const GgufFile& file, const std::vector<std::string>& tokens,
+                             const std::vector<int64_t>& types) {
+  const auto unk = std::find(types.begin(), types.end(), kTokenUnknown);
+  const Json unk_token = unk == types.end() ? Json(nullptr) : Json(tokens[static_cast<size_t>(unk - types.begin())]);
+  // Converters that went through tokenizer.json keep its merges; tokenizer.model has none.
+  const Json merges = file.find("tokenizer.ggml.merges") != nullptr ? Json(file.getStrings("tokenizer.ggml.merges"))
+                                                                     : sentencePieceMerges(tokens);
+  Json normalizer = Json::array();
+  if (file.optBool("tokenizer.ggml.add_space_prefix").value_or(true)) {
+    normalizer.push_back({{"type", "Prepend"}, {"prepend", "\u2581"}});
+  }
+  normalizer.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}});
+  const Json decoder = {
+      {"type", "Sequence"},
+      {"decoders", Json::array({{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                                {{"type", "ByteFallback"}},
+                                {{"type", "Fuse"}},
+                                {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
+  return {{{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", unk_token}, {"continuing_subword_prefix", nullptr},
+           {"end_of_word_suffix", nullptr}, {"fuse_unk", true}, {"byte_fallback", true}, {"ignore_merges", false},
+           {"vocab", vocabularyOf(tokens)}, {"merges", merges}},
+          {{"type", "Sequence"}, {"normalizers", normalizer}},
+          nullptr,
+          decoder,
+          true};
+}
+
 }  // namespace
 
 HfTokenizerFiles hfTokenizer(const GgufFile& file) {
   const std::string label = file.path().string();
   const std::string model = file.getString("tokenizer.ggml.model");
-  if (model != "gpt2") {
-    throw Error(label + ": tokenizer.ggml.model is '" + model + "', which Tandem does not read yet",
-                "Tandem reads GGUF byte-level BPE tokenizers (tokenizer.ggml.model gpt2: Qwen, DeepSeek, Llama-3); "
-                "for SentencePiece models (llama: Llama-2, Mixtral) use the Hugging Face model directory");
+  if (model != "gpt2" && model != "llama") {
+    throw Error(label + ": tokenizer.ggml.model is '" + model + "', which Tandem does not read",
+                "Tandem reads GGUF BPE tokenizers: byte-level (gpt2: Qwen, DeepSeek, Llama-3) and SentencePiece "
+                "(llama: Llama-2, Mistral, Mixtral); use the Hugging Face model directory instead");
   }
   const std::vector<std::string>& tokens = file.getStrings("tokenizer.ggml.tokens");
-  const std::vector<std::string>& merges = file.getStrings("tokenizer.ggml.merges");
-  std::vector<int64_t> types;
-  if (file.find("tokenizer.ggml.token_type") != nullptr) {
-    types = file.getInts("tokenizer.ggml.token_type");
-    if (types.size() != tokens.size()) {
-      throw Error(label + ": tokenizer.ggml.token_type has " + std::to_string(types.size()) + " entries for " +
-                      std::to_string(tokens.size()) + " tokens",
-                  "the file's tokenizer metadata is corrupt");
-    }
-  }
-  const PreTokenizer pre = preTokenizerFor(file.optString("tokenizer.ggml.pre").value_or("default"), label);
+  const std::vector<int64_t> types = tokenTypes(file, tokens.size());
+  ModelPart part = model == "gpt2" ? byteLevelModel(file, tokens) : sentencePieceModel(file, tokens, types);
 
-  Json vocab = Json::object();
   Json added = Json::array();
   for (size_t id = 0; id < tokens.size(); ++id) {
-    const int64_t type = types.empty() ? kTokenNormal : types[id];
-    if (type == kTokenControl || type == kTokenUserDefined) {
-      added.push_back(addedToken(static_cast<int64_t>(id), tokens[id], type == kTokenControl));
+    const int64_t type = types[id];
+    if (type == kTokenControl || type == kTokenUserDefined || (type == kTokenUnknown && model == "llama")) {
+      added.push_back(addedToken(static_cast<int64_t>(id), tokens[id], type != kTokenUserDefined));
     }
-    if (vocab.contains(tokens[id])) {
-      throw Error(label + ": token '" + tokens[id] + "' appears twice in tokenizer.ggml.tokens",
-                  "the file's tokenizer metadata is corrupt");
-    }
-    vocab[tokens[id]] = id;
   }
-
-  Json tokenizer = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
-                    {"normalizer", pre.normalizer}, {"pre_tokenizer", pre.pre_tokenizer},
-                    {"post_processor", nullptr},
-                    {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
-                                 {"use_regex", true}}},
-                    {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-                               {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-                               {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", pre.ignore_merges},
-                               {"vocab", vocab}, {"merges", merges}}}};
+  Json tokenizer = {{"version", "1.0"}, {"truncation", nullptr},   {"padding", nullptr},
+                    {"added_tokens", added}, {"normalizer", part.normalizer}, {"pre_tokenizer", part.pre_tokenizer},
+                    {"post_processor", nullptr}, {"decoder", part.decoder}, {"model", part.model}};
 
   Json config = {{"tokenizer_class", "PreTrainedTokenizerFast"}};
   const std::optional<std::string> bos = tokenAt(file, tokens, "tokenizer.ggml.bos_token_id");
@@ -148,14 +225,12 @@ HfTokenizerFiles hfTokenizer(const GgufFile& file) {
   if (bos) config["bos_token"] = *bos;
   if (eos) config["eos_token"] = *eos;
   if (pad) config["pad_token"] = *pad;
-  // The converter writes add_bos_token from the HF tokenizer; llama.cpp's BPE default is false.
-  const bool add_bos = file.optBool("tokenizer.ggml.add_bos_token").value_or(false);
-  if (add_bos) {
-    if (!bos) {
-      throw Error(label + ": tokenizer.ggml.add_bos_token is true but there is no tokenizer.ggml.bos_token_id",
-                  "the file's tokenizer metadata is corrupt");
-    }
-    tokenizer["post_processor"] = bosTemplate(*bos, file.getInt("tokenizer.ggml.bos_token_id"));
+  // The converter writes add_bos_token from the HF tokenizer; without it, llama.cpp's default.
+  const bool add_bos = file.optBool("tokenizer.ggml.add_bos_token").value_or(part.default_add_bos);
+  if (add_bos && bos) tokenizer["post_processor"] = bosTemplate(*bos, file.getInt("tokenizer.ggml.bos_token_id"));
+  if (add_bos && !bos && file.find("tokenizer.ggml.add_bos_token") != nullptr) {
+    throw Error(label + ": tokenizer.ggml.add_bos_token is true but there is no tokenizer.ggml.bos_token_id",
+                "the file's tokenizer metadata is corrupt");
   }
   if (auto chat_template = file.optString("tokenizer.chat_template")) config["chat_template"] = *chat_template;
   return {std::move(tokenizer), std::move(config)};

@@ -207,7 +207,7 @@ def test_tokenizer_from_metadata_encodes_as_the_hf_tokenizer(cases, tmp_path, ar
     lines = tmp_path / "in.jsonl"
     lines.write_text("".join(json.dumps(t) + "\n" for t in texts))
     run([TOKENIZE_TOOL, case["gguf"], lines, tmp_path / "out.jsonl"])
-    ours = [json.loads(line)["ids"] for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    ours = [json.loads(line)["ids"] for line in (tmp_path / "out.jsonl").read_text().split("\n") if line]
     for text, ids in zip(texts, ours):
         assert ids == hf.encode(text, add_special_tokens=False).ids, repr(text)
     # llama.cpp's BPE and Unicode tables are its own and differ from tokenizers' on some non-ASCII text; on
@@ -235,3 +235,42 @@ def test_bad_gguf_files_are_refused_with_what_to_do(cases, tmp_path):
         result = subprocess.run([TANDEM, "inspect", str(path)], capture_output=True, text=True, timeout=120)
         assert result.returncode == 1, result.stderr
         assert "cut.gguf" in result.stderr and "error:" in result.stderr, result.stderr
+
+
+def test_sentencepiece_vocab_encodes_as_sentencepiece_and_llama_cpp(tmp_path):
+    """Mixtral / Llama-2 GGUFs carry a SentencePiece vocabulary (tokenizer.ggml.model "llama", no merges)."""
+    import random
+
+    import sentencepiece as spm
+
+    rng = random.Random(3)
+    words = tokenizer_fixtures.WORDS["en"] + tokenizer_fixtures.WORDS["de"] + tokenizer_fixtures.WORDS["ru"]
+    (tmp_path / "corpus.txt").write_text("\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(3000)))
+    # As Llama-2's tokenizer.model: BPE with byte fallback, no normalization, whitespace kept, digits split.
+    spm.SentencePieceTrainer.train(input=str(tmp_path / "corpus.txt"), model_prefix=str(tmp_path / "sp"),
+                                   vocab_size=500, model_type="bpe", byte_fallback=True, character_coverage=1.0,
+                                   unk_id=0, bos_id=1, eos_id=2, pad_id=-1, normalization_rule_name="identity",
+                                   remove_extra_whitespaces=False, split_digits=True, num_threads=2, minloglevel=2)
+    case = L.build_gguf_case("mixtral", tmp_path / "case", vocab_size=500)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (case["model"] / name).unlink(missing_ok=True)
+    (case["model"] / "tokenizer.model").write_bytes((tmp_path / "sp.model").read_bytes())
+    (case["model"] / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "bos_token": "<s>", "eos_token": "</s>",
+         "unk_token": "<unk>"}))
+    gguf = L.convert_hf_to_gguf(case["model"], tmp_path / "model.gguf", "f32")
+    assert L.gguf_metadata(gguf)["tokenizer.ggml.model"] == "llama"
+
+    sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "sp.model"))
+    texts = [" ".join(rng.choice(words + ["  ", "\n", "1234", "日本", "😀"]) for _ in range(rng.randint(1, 10)))
+             for _ in range(150)] + tokenizer_fixtures.test_strings(50, seed=3)
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(t) + "\n" for t in texts)
+                                       + json.dumps({"text": "hello", "add_special_tokens": True}) + "\n")
+    run([TOKENIZE_TOOL, gguf, tmp_path / "in.jsonl", tmp_path / "out.jsonl"])
+    out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().split("\n") if line]
+    for text, line in zip(texts, out):
+        assert line["ids"] == sp.encode(text), repr(text)
+        assert line["decoded"] == text, repr(text)
+    for text, line in list(zip(texts, out))[:60]:
+        assert line["ids"] == L.llama_tokenize(gguf, text, add_bos=False, special=False), repr(text)
+    assert out[-1]["ids"] == [sp.bos_id()] + sp.encode("hello")  # add_bos_token from the metadata
