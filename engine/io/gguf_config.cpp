@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
+#include <numbers>
 
 #include "engine/core/error.h"
 #include "engine/io/gguf_model_detail.h"
@@ -82,6 +84,68 @@ void readExperts(const ArchKeys& k, Json& config) {
   if (k.has("expert_feed_forward_length")) config["moe_intermediate_size"] = k.uniform("expert_feed_forward_length");
 }
 
+// Llama-3.1's rope scaling, which the converter stores as per-frequency divisors (rope_freqs.weight
+// [head_dim / 2]: 1 for high frequencies, `factor` for low ones, 1 / ((1 - s) / factor + s) in the
+// band between, s linear in 1 / wavelength) instead of metadata. HF's llama3 parameters are read
+// back from them: the result depends only on the band's edges in 1 / wavelength (low_freq_factor /
+// original_max_position_embeddings and high_freq_factor / original_max_position_embeddings), so
+// any original length reproduces the divisors; 8192 is Llama-3's.
+Json llama3Rope(const GgufFile& file, const GgufTensorInfo& rope_freqs, double theta) {
+  const std::string label = file.path().string();
+  const std::vector<float> divisors = file.dequantize(rope_freqs);
+  const size_t n = divisors.size();
+  auto fail = [&](const std::string& why) -> Error {
+    return Error(label + ": rope_freqs.weight " + why + ", not the llama3 rope scaling of Llama-3.1",
+                 "use the Hugging Face model directory of this model");
+  };
+  const double factor = *std::max_element(divisors.begin(), divisors.end());
+  if (n == 0 || factor <= 1.0) throw fail("has no frequency divided by more than 1");
+  // x = 1 / wavelength of each rotary pair, as HF computes it: inv_freq / 2π.
+  std::vector<double> x(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(2 * n)) / (2 * std::numbers::pi);
+  }
+  auto near = [](double a, double b) { return std::abs(a - b) <= 1e-6 * std::max(1.0, std::abs(b)); };
+  double low_max = 0, high_min = std::numeric_limits<double>::infinity();
+  std::vector<std::pair<double, double>> band;  // (x, s)
+  for (size_t i = 0; i < n; ++i) {
+    const double r = divisors[i];
+    if (near(r, 1.0)) {
+      high_min = std::min(high_min, x[i]);
+    } else if (near(r, factor)) {
+      low_max = std::max(low_max, x[i]);
+    } else {
+      band.emplace_back(x[i], (1.0 / r - 1.0 / factor) / (1.0 - 1.0 / factor));
+    }
+  }
+  // The band's edges L < H in x: s = (x - L) / (H - L).
+  double lo = 0, hi = 0;
+  if (band.size() >= 2) {  // least squares of s = a x - b
+    double sx = 0, ss = 0, sxx = 0, sxs = 0;
+    for (const auto& [bx, bs] : band) sx += bx, ss += bs, sxx += bx * bx, sxs += bx * bs;
+    const double m = static_cast<double>(band.size());
+    const double a = (m * sxs - sx * ss) / (m * sxx - sx * sx);
+    const double b = (sx * a - ss) / m;
+    lo = b / a;
+    hi = (b + 1) / a;
+  } else if (band.size() == 1) {  // one point fixes one relation; put the low edge midway (log) below it
+    const auto [bx, bs] = band.front();
+    lo = low_max > 0 ? std::sqrt(low_max * bx) : bx / 2;
+    hi = lo + (bx - lo) / bs;
+  } else {  // no point in the band: any edges between the two classes
+    if (low_max <= 0 || !std::isfinite(high_min)) throw fail("has no band between the scaled and unscaled frequencies");
+    lo = low_max * std::pow(high_min / low_max, 1.0 / 3);
+    hi = low_max * std::pow(high_min / low_max, 2.0 / 3);
+  }
+  if (!(lo > low_max * (1 - 1e-9) && hi > lo && hi < high_min * (1 + 1e-9))) {
+    throw fail("does not follow llama3's piecewise rule");
+  }
+  constexpr int64_t kOriginal = 8192;
+  return {{"rope_type", "llama3"}, {"rope_theta", theta}, {"factor", factor},
+          {"low_freq_factor", lo * kOriginal}, {"high_freq_factor", hi * kOriginal},
+          {"original_max_position_embeddings", kOriginal}};
+}
+
 }  // namespace
 
 std::string hfModelType(const GgufFile& file) {
@@ -111,11 +175,6 @@ std::string hfModelType(const GgufFile& file) {
 Json hfConfig(const GgufFile& file, const std::string& model_type, int64_t embedding_rows, bool tied) {
   const std::string arch = file.getString("general.architecture");
   const std::string label = file.path().string();
-  if (file.findTensor("rope_freqs.weight") != nullptr) {
-    throw Error(label + ": rope_freqs.weight (Llama-3.1-style rope scaling, stored as per-frequency factors) is not "
-                    "read yet",
-                "use the Hugging Face model directory of this model");
-  }
   const ArchKeys k(file, arch);
   Json c;
   c["model_type"] = model_type;
@@ -133,6 +192,9 @@ Json hfConfig(const GgufFile& file, const std::string& model_type, int64_t embed
   // GGUF files keep no compute dtype; bf16 is what the models read here are published in.
   c["dtype"] = "bfloat16";
   readRope(k, label, c);
+  if (const GgufTensorInfo* factors = file.findTensor("rope_freqs.weight")) {
+    c["rope_parameters"] = llama3Rope(file, *factors, c["rope_parameters"].at("rope_theta").get<double>());
+  }
 
   if (model_type == "mixtral") {
     c["num_local_experts"] = k.integer("expert_count");

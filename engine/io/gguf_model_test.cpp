@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <cmath>
+#include <numbers>
 #include <numeric>
 
 #include "engine/core/error.h"
@@ -162,6 +164,38 @@ TEST_F(GgufModelTest, UndoesTheRopePermutationOfLlamaQueries) {
   EXPECT_EQ(readModelConfig(dir_ / "model.gguf").architecture, Architecture::Llama);
   const std::vector<float> q = model->read(*model->find("model.layers.0.self_attn.q_proj.weight"));
   for (int row = 0; row < 8; ++row) EXPECT_EQ(q[static_cast<size_t>(row * 8)], static_cast<float>(row)) << row;
+}
+
+TEST_F(GgufModelTest, ReadsLlama31RopeScalingBackFromItsDivisors) {
+  // Llama-3.1-8B's rope (theta 500000, head_dim 128, factor 8, low 1, high 4, original 8192), stored as
+  // llama.cpp's converter stores it: one divisor per rotary pair.
+  constexpr double kTheta = 500000, kFactor = 8, kLow = 1, kHigh = 4, kOriginal = 8192;
+  std::vector<float>& divisors = storage_.emplace_back(64);
+  for (size_t i = 0; i < divisors.size(); ++i) {
+    const double wavelen = 2 * std::numbers::pi * std::pow(kTheta, 2.0 * static_cast<double>(i) / 128);
+    const double smooth = (kOriginal / wavelen - kLow) / (kHigh - kLow);
+    divisors[i] = wavelen < kOriginal / kHigh   ? 1.0f
+                  : wavelen > kOriginal / kLow ? static_cast<float>(kFactor)
+                                               : static_cast<float>(1 / ((1 - smooth) / kFactor + smooth));
+  }
+  tensors_.push_back({"rope_freqs.weight", GgmlType::F32, {64},
+                      {reinterpret_cast<const std::byte*>(divisors.data()), divisors.size() * sizeof(float)}});
+  addTensor("token_embd.weight", {8, 5});
+  Metadata m = {{"general.architecture", GgufValue::ofString("llama")},
+                {"llama.block_count", GgufValue::ofUInt32(1)},
+                {"llama.embedding_length", GgufValue::ofUInt32(8)},
+                {"llama.feed_forward_length", GgufValue::ofUInt32(16)},
+                {"llama.attention.head_count", GgufValue::ofUInt32(1)},
+                {"llama.rope.freq_base", GgufValue::ofFloat32(static_cast<float>(kTheta))},
+                {"llama.attention.layer_norm_rms_epsilon", GgufValue::ofFloat32(1e-5f)}};
+  addTokenizer(m, "llama-bpe");
+  write(m);
+  const ModelConfig c = readModelConfig(dir_);
+  EXPECT_EQ(c.rope.type, RopeType::Llama3);
+  EXPECT_DOUBLE_EQ(c.rope.factor, kFactor);
+  EXPECT_NEAR(*c.rope.low_freq_factor, kLow, 1e-4);
+  EXPECT_NEAR(*c.rope.high_freq_factor, kHigh, 1e-4);
+  EXPECT_EQ(*c.rope.original_max_position_embeddings, 8192);
 }
 
 TEST_F(GgufModelTest, RebuildsTheByteLevelTokenizer) {

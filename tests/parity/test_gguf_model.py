@@ -45,6 +45,7 @@ ARCHS = {
     "deepseek_v3": {},
     "deepseek_v2": {"topk_method": "greedy", "n_group": 1, "topk_group": 1},
     "llama": {},
+    "llama3": {},  # Llama-3.1 rope scaling (the file has per-frequency divisors, rope_freqs.weight) and tied embeddings
     "qwen2": {},
     "qwen3": {},
 }
