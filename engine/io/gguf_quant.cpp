@@ -211,18 +211,26 @@ void dequantizeQ3K(const BlockQ3K& b, float* y) {
   }
 }
 
+// Q4_K / Q5_K: the scale and min of sub-blocks 2k and 2k+1 (of 32 elements each).
+struct PairScales {
+  float d1, m1, d2, m2;
+};
+PairScales pairScalesK4(uint16_t d_half, uint16_t dmin_half, const uint8_t* scales, int k) {
+  const float d = half(d_half);
+  const float dmin = half(dmin_half);
+  uint8_t sc, m;
+  scaleMinK4(2 * k, scales, &sc, &m);
+  PairScales out{d * static_cast<float>(sc), dmin * static_cast<float>(m), 0, 0};
+  scaleMinK4(2 * k + 1, scales, &sc, &m);
+  out.d2 = d * static_cast<float>(sc);
+  out.m2 = dmin * static_cast<float>(m);
+  return out;
+}
+
 // 64 elements per 32 bytes of qs: low nibbles are sub-block 2k, high nibbles sub-block 2k+1.
 void dequantizeQ4K(const BlockQ4K& b, float* y) {
-  const float d = half(b.d);
-  const float dmin = half(b.dmin);
   for (int k = 0; k < kQKK / 64; ++k) {
-    uint8_t sc, m;
-    scaleMinK4(2 * k, b.scales, &sc, &m);
-    const float d1 = d * static_cast<float>(sc);
-    const float m1 = dmin * static_cast<float>(m);
-    scaleMinK4(2 * k + 1, b.scales, &sc, &m);
-    const float d2 = d * static_cast<float>(sc);
-    const float m2 = dmin * static_cast<float>(m);
+    const auto [d1, m1, d2, m2] = pairScalesK4(b.d, b.dmin, b.scales, k);
     const uint8_t* q = b.qs + 32 * k;
     for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
     for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
@@ -231,16 +239,8 @@ void dequantizeQ4K(const BlockQ4K& b, float* y) {
 
 // As Q4_K plus a fifth bit: bit 2k of qh[l] for the low nibble, bit 2k+1 for the high one.
 void dequantizeQ5K(const BlockQ5K& b, float* y) {
-  const float d = half(b.d);
-  const float dmin = half(b.dmin);
   for (int k = 0; k < kQKK / 64; ++k) {
-    uint8_t sc, m;
-    scaleMinK4(2 * k, b.scales, &sc, &m);
-    const float d1 = d * static_cast<float>(sc);
-    const float m1 = dmin * static_cast<float>(m);
-    scaleMinK4(2 * k + 1, b.scales, &sc, &m);
-    const float d2 = d * static_cast<float>(sc);
-    const float m2 = dmin * static_cast<float>(m);
+    const auto [d1, m1, d2, m2] = pairScalesK4(b.d, b.dmin, b.scales, k);
     const uint8_t* ql = b.qs + 32 * k;
     const uint8_t u1 = static_cast<uint8_t>(1u << (2 * k));
     const uint8_t u2 = static_cast<uint8_t>(2u << (2 * k));
