@@ -5,7 +5,7 @@
 
 Pipeline reproduced: a synthetic alpaca dataset (instruction / input / output; English, other
 scripts, code, numbers, emoji) -> the qwen3_nothink chat template (LLaMA-Factory's strings, as in
-engine/train/chat_template.cpp) -> one rendered text per sample -> token ids. The same rendered
+engine/chat/chat_template.cpp) -> one rendered text per sample -> token ids. The same rendered
 texts go to both tokenizers. Two tokenizers, both byte-level BPE with the Qwen2 pre-tokenizer
 (NFC + Split(Qwen2 regex, Isolated) + ByteLevel):
 

@@ -26,12 +26,12 @@
 #include "engine/core/error.h"
 #include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
-#include "engine/gpu/causal_lm.h"
-#include "engine/gpu/moe_block.h"
-#include "engine/gpu/moe_function.h"
+#include "engine/model/causal_lm.h"
+#include "engine/model/moe_block.h"
+#include "engine/model/moe_function.h"
 #include "engine/gpu/torch_runtime.h"
 #include "engine/io/model_config.h"
-#include "engine/model/lora_target.h"
+#include "engine/io/lora_target.h"
 #include "engine/placement/hardware.h"
 #include "engine/placement/memory_planner.h"
 #include "engine/train/lora_optimizer.h"
@@ -39,7 +39,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using tandem::gpu::CausalLm;
+using tandem::model::CausalLm;
 
 struct Options {
   std::string config_dir;
@@ -66,13 +66,13 @@ struct Options {
 
 // Offload mode's copies over the run (ExpertStreamer::Counts, summed over the devices).
 nlohmann::json streamerJson(CausalLm& model, bool look_ahead) {
-  std::set<const tandem::gpu::ExpertStreamer*> streamers;
-  model.visitMoeBlocks([&](const std::string&, tandem::gpu::MoeBlock& b) {
+  std::set<const tandem::model::ExpertStreamer*> streamers;
+  model.visitMoeBlocks([&](const std::string&, tandem::model::MoeBlock& b) {
     if (b.offload) streamers.insert(&b.offload->streamer());
   });
-  tandem::gpu::ExpertStreamer::Counts sum;
+  tandem::model::ExpertStreamer::Counts sum;
   for (const auto* s : streamers) {
-    const tandem::gpu::ExpertStreamer::Counts c = s->counts();
+    const tandem::model::ExpertStreamer::Counts c = s->counts();
     sum.taken += c.taken;
     sum.ready += c.ready;
     sum.copied_ahead += c.copied_ahead;
@@ -119,7 +119,7 @@ nlohmann::json ledgerJson() {
 // is no all-CPU forward to set beside the block's.
 nlohmann::json overlapProbe(CausalLm& model, int64_t tokens) {
   nlohmann::json out;
-  model.visitMoeBlocks([&](const std::string& name, tandem::gpu::MoeBlock& block) {
+  model.visitMoeBlocks([&](const std::string& name, tandem::model::MoeBlock& block) {
     if (!out.is_null() || !block.shared.defined() || block.offload || block.resident_count > 0) return;
     at::NoGradGuard no_grad;
     const at::Tensor w = block.shared.gate_proj.weight();
@@ -137,7 +137,7 @@ nlohmann::json overlapProbe(CausalLm& model, int64_t tokens) {
     const double overlapped = best([&] { return block.forward(x.unsqueeze(0), false); });
     const double serial = best([&] {
       const auto choice = block.router.route(x);
-      const at::Tensor routed = tandem::gpu::routedExperts(*block.experts, x, choice.ids, choice.weights, at::Tensor());
+      const at::Tensor routed = tandem::model::routedExperts(*block.experts, x, choice.ids, choice.weights, at::Tensor());
       sync(routed);
       return routed + block.shared.forward(x, false);
     });
@@ -154,7 +154,7 @@ nlohmann::json overlapProbe(CausalLm& model, int64_t tokens) {
 class RoutingStats {
  public:
   explicit RoutingStats(CausalLm& model) {
-    model.visitMoeBlocks([&](const std::string&, tandem::gpu::MoeBlock& block) {
+    model.visitMoeBlocks([&](const std::string&, tandem::model::MoeBlock& block) {
       const size_t index = layers_.size();
       layers_.emplace_back();
       block.route_observer = [this, index, &block](const at::Tensor& ids) {
@@ -184,7 +184,7 @@ class RoutingStats {
 // compare with the allocator's peak, and why the whole plan does not fit when it does not (the
 // host's RAM is planned with what it has available when the bench starts).
 std::vector<int64_t> gpuExperts(const Options& o, const tandem::io::ModelConfig& config,
-                                const tandem::gpu::ModelOptions& options, nlohmann::json& planned) {
+                                const tandem::model::ModelOptions& options, nlohmann::json& planned) {
   const auto layers = static_cast<size_t>(config.num_hidden_layers);
   if (o.gpu_experts != "auto") return std::vector<int64_t>(layers, std::stoll(o.gpu_experts));
   tandem::placement::Hardware hw = tandem::placement::probeHardware();
@@ -200,7 +200,7 @@ std::vector<int64_t> gpuExperts(const Options& o, const tandem::io::ModelConfig&
   request.cutoff_len = o.tokens;
   request.gradient_checkpointing = o.gradient_checkpointing;
   if (o.experts_format != "auto") request.expert_weight_format = o.experts_format;
-  if (options.experts == tandem::gpu::ExpertsMode::GpuOffload) request.experts_backend = "gpu-offload";
+  if (options.experts == tandem::model::ExpertsMode::GpuOffload) request.experts_backend = "gpu-offload";
   const tandem::placement::MemoryPlan plan = tandem::placement::planMemory(request, hw);
   const tandem::placement::RuntimePlacement runtime = tandem::placement::toRuntimePlacement(plan.placement);
   std::vector<int64_t> counts(layers, 0);
@@ -217,13 +217,13 @@ void run(const Options& o) {
   if (o.torch_threads > 0) tandem::gpu::setTorchThreads(o.torch_threads);
   tandem::io::ModelConfig config = tandem::io::readModelConfig(o.config_dir);
   if (o.layers > 0) config.num_hidden_layers = o.layers;
-  tandem::gpu::ModelOptions options;
+  tandem::model::ModelOptions options;
   options.dtype = at::kBFloat16;
-  options.device = tandem::gpu::parseDevice(o.device);
+  options.device = tandem::model::parseDevice(o.device);
   if (!o.layer_devices.empty()) {
-    options.layer_devices = tandem::gpu::parseLayerDevices(o.layer_devices, config.num_hidden_layers, options.device);
+    options.layer_devices = tandem::model::parseLayerDevices(o.layer_devices, config.num_hidden_layers, options.device);
   }
-  options.experts = tandem::gpu::parseExpertsMode(o.experts);
+  options.experts = tandem::model::parseExpertsMode(o.experts);
   options.gradient_checkpointing = o.gradient_checkpointing;
   options.keep_expert_forward = o.keep_expert_forward;
   options.experts_format = o.experts_format;
@@ -236,8 +236,8 @@ void run(const Options& o) {
     tandem::gpu::capGpuMemory(options.device.index(), static_cast<uint64_t>(o.gpu_cap_gib * (1ull << 30)));
   }
   tandem::gpu::LoraSettings lora{o.lora_rank, o.lora_alpha, false, 0.0};
-  const tandem::gpu::LoraPlan plan =
-      tandem::gpu::loraPlanFromTarget(tandem::model::LoraTarget::parse(o.lora_target), lora);
+  const tandem::model::LoraPlan plan =
+      tandem::model::loraPlanFromTarget(tandem::io::LoraTarget::parse(o.lora_target), lora);
 
   const auto t_build = Clock::now();
   auto model = CausalLm::random(config, options, &plan, /*seed=*/7, tandem::ThreadPool::global(), o.embedding_std);
@@ -266,7 +266,7 @@ void run(const Options& o) {
                           {"loss", loss_value}, {"grad_norm", norm}};
   };
   for (int step = 0; step < o.steps; ++step) {
-    if (step == 1) model->visitMoeBlocks([](const std::string&, tandem::gpu::MoeBlock& b) { b.route_observer = nullptr; });
+    if (step == 1) model->visitMoeBlocks([](const std::string&, tandem::model::MoeBlock& b) { b.route_observer = nullptr; });
     steps.push_back(train_step());
     if (step > 0) timed_s += steps.back()["step_s"].get<double>();
   }
@@ -287,7 +287,7 @@ void run(const Options& o) {
   out["embedding_std"] = o.embedding_std;
   out["gpu_experts"] = options.gpu_experts;  // per layer
   if (!planned.is_null()) out["planner"] = planned;
-  out["layer_devices"] = tandem::gpu::formatLayerDevices(
+  out["layer_devices"] = tandem::model::formatLayerDevices(
       options.layer_devices.empty() ? std::vector<at::Device>(static_cast<size_t>(config.num_hidden_layers), options.device)
                                     : options.layer_devices);
   out["build_s"] = build_s;
@@ -308,8 +308,8 @@ void run(const Options& o) {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   out["peak_host_rss_bytes"] = static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // ru_maxrss: KiB on Linux
-  if (options.experts == tandem::gpu::ExpertsMode::Cpu) out["overlap_probe"] = overlapProbe(*model, o.tokens);
-  if (options.experts == tandem::gpu::ExpertsMode::GpuOffload) out["streamer"] = streamerJson(*model, o.stream_ahead);
+  if (options.experts == tandem::model::ExpertsMode::Cpu) out["overlap_probe"] = overlapProbe(*model, o.tokens);
+  if (options.experts == tandem::model::ExpertsMode::GpuOffload) out["streamer"] = streamerJson(*model, o.stream_ahead);
   std::cout << out.dump() << std::endl;
 }
 

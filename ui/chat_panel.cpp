@@ -14,7 +14,7 @@
 #include <QTextBrowser>
 #include <QVBoxLayout>
 
-#include "engine/train/chat_template.h"
+#include "engine/chat/chat_template.h"
 #include "ui/chat_controller.h"
 #include "ui/path_field.h"
 
@@ -27,7 +27,7 @@ ChatPanel::ChatPanel(ChatController& controller, QWidget* parent) : QWidget(pare
   adapter_->setPlaceholderText(tr("LoRA adapter folder (a run's output); empty: base model only"));
   template_ = new QComboBox;
   template_->addItem(tr("(from the model type)"), QString());
-  for (const std::string& name : train::templateNames()) {
+  for (const std::string& name : chat::templateNames()) {
     template_->addItem(QString::fromStdString(name), QString::fromStdString(name));
   }
   template_->setToolTip(tr("The chat template the adapter was trained with"));

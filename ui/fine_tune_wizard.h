@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <optional>
 
-#include "engine/model/model_summary.h"
+#include "engine/io/model_summary.h"
 #include "engine/placement/hardware.h"
 #include "engine/placement/memory_planner.h"
 #include "engine/train/train_config.h"
@@ -54,8 +54,8 @@ class FineTuneWizard : public QWizard {
   const MachineInfo& machine() const { return machine_; }
   const StudioPaths& paths() const { return paths_; }
   // Set by the model page when the chosen folder could be inspected.
-  const std::optional<model::ModelSummary>& modelSummary() const { return summary_; }
-  void setModelSummary(std::optional<model::ModelSummary> summary) { summary_ = std::move(summary); }
+  const std::optional<io::ModelSummary>& modelSummary() const { return summary_; }
+  void setModelSummary(std::optional<io::ModelSummary> summary) { summary_ = std::move(summary); }
 
   // The machine plans are made for: this one (probed) or a presets/hardware/ preset.
   const placement::Hardware& hardware() const { return hardware_; }
@@ -77,7 +77,7 @@ class FineTuneWizard : public QWizard {
   const MachineInfo& machine_;
   StudioPaths paths_;
   train::TrainConfig base_;
-  std::optional<model::ModelSummary> summary_;
+  std::optional<io::ModelSummary> summary_;
   placement::Hardware hardware_;
 };
 

@@ -72,7 +72,7 @@ MainWindow::MainWindow(StudioSettings settings, StudioPaths paths, QWidget* pare
     config.resume = train::ResumeFrom::Latest;
     startTraining(config);
   });
-  connect(training_.get(), &TrainingController::stepped, this, [this](const TrainPoint& p) {
+  connect(training_.get(), &TrainingController::stepped, this, [this](const StepEvent& p) {
     statusBar()->showMessage(tr("training: step %1 / %2, loss %3").arg(p.step).arg(p.total_steps).arg(p.loss, 0, 'f', 4));
   });
   connect(training_.get(), &TrainingController::finished, this, [this](const TrainFinish& f) {

@@ -16,7 +16,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/units.h"
-#include "engine/train/trainer.h"
+#include "engine/model/checkpoint_dir.h"
 #include "ui/error_text.h"
 #include "ui/metric_chart.h"
 #include "ui/wizard_pages.h"
@@ -44,7 +44,7 @@ bool resumable(const store::RunRecord& r) {
       r.status != store::RunStatus::Interrupted) {
     return false;
   }
-  return !train::lastCheckpoint(r.output_dir).empty();
+  return !model::lastCheckpoint(r.output_dir).empty();
 }
 
 }  // namespace

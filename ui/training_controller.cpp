@@ -21,23 +21,12 @@ QString trainEndName(TrainEnd end) {
 }
 
 // Lives on the training thread; every call hops to the GUI thread through a queued emit.
-class TrainingController::Listener : public train::TrainListener {
+class TrainingController::Listener : public TrainListener {
  public:
   explicit Listener(TrainingController& owner) : owner_(owner) {}
 
-  void onStep(const train::StepEvent& e) override {
-    TrainPoint p;
-    p.step = e.step;
-    p.total_steps = e.total_steps;
-    p.epoch = e.epoch;
-    p.loss = e.loss;
-    p.learning_rate = e.learning_rate;
-    p.grad_norm = e.grad_norm;
-    p.tokens_per_s = e.tokens_per_s;
-    p.elapsed_s = e.elapsed_s;
-    p.eta_s = e.eta_s;
-    p.memory = e.memory;
-    QMetaObject::invokeMethod(&owner_, [o = &owner_, p] { emit o->stepped(p); }, Qt::QueuedConnection);
+  void onStep(const StepEvent& e) override {
+    QMetaObject::invokeMethod(&owner_, [o = &owner_, e] { emit o->stepped(e); }, Qt::QueuedConnection);
     // The trainer calls us between optimizer steps: the one place a pause is safe.
     owner_.waitWhilePaused();
   }
@@ -56,7 +45,7 @@ class TrainingController::Listener : public train::TrainListener {
 };
 
 TrainingController::TrainingController(store::RunStore* store, QObject* parent) : QObject(parent), store_(store) {
-  qRegisterMetaType<TrainPoint>();
+  qRegisterMetaType<StepEvent>();
   qRegisterMetaType<TrainFinish>();
 }
 
@@ -104,8 +93,8 @@ void TrainingController::run(train::TrainConfig config, std::stop_token stop, st
     finish.steps = outcome.result.steps;
     finish.final_loss = outcome.result.final_loss;
     finish.run_id = outcome.run_id;
-    finish.end = outcome.result.outcome == train::TrainOutcome::Completed ? TrainEnd::Completed
-                 : outcome.result.outcome == train::TrainOutcome::Stopped ? TrainEnd::Stopped
+    finish.end = outcome.result.outcome == TrainOutcome::Completed ? TrainEnd::Completed
+                 : outcome.result.outcome == TrainOutcome::Stopped ? TrainEnd::Stopped
                                                                           : TrainEnd::Cancelled;
   } catch (const Error& e) {
     finish.end = TrainEnd::Failed;

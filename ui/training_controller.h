@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "engine/train/train_config.h"
-#include "ui/train_point.h"
+#include "ui/train_finish.h"
 
 namespace tandem::store {
 class RunStore;
@@ -47,7 +47,7 @@ class TrainingController : public QObject {
 
  signals:
   void started(const QString& output_dir);
-  void stepped(const tandem::ui::TrainPoint& point);
+  void stepped(const tandem::StepEvent& point);
   void checkpointed(qint64 step, const QString& dir);
   void messaged(const QString& message);
   void pausedChanged(bool paused);

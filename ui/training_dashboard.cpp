@@ -157,7 +157,7 @@ void TrainingDashboard::onStarted(const QString& output_dir) {
   appendLog(tr("training into %1").arg(output_dir));
 }
 
-void TrainingDashboard::onStepped(const TrainPoint& p) {
+void TrainingDashboard::onStepped(const StepEvent& p) {
   steps_.push_back(static_cast<double>(p.step));
   losses_.push_back(p.loss);
   loss_chart_->append(raw_series_, static_cast<double>(p.step), p.loss);

@@ -7,7 +7,7 @@
 #include <QWidget>
 #include <vector>
 
-#include "ui/train_point.h"
+#include "ui/train_finish.h"
 
 class QCheckBox;
 class QLabel;
@@ -40,7 +40,7 @@ class TrainingDashboard : public QWidget {
 
  private slots:
   void onStarted(const QString& output_dir);
-  void onStepped(const tandem::ui::TrainPoint& point);
+  void onStepped(const tandem::StepEvent& point);
   void onCheckpointed(qint64 step, const QString& dir);
   void onFinished(const tandem::ui::TrainFinish& finish);
   void onPausedChanged(bool paused);

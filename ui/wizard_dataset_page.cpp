@@ -25,9 +25,9 @@
 
 #include "engine/core/error.h"
 #include "engine/io/tokenizer.h"
-#include "engine/train/chat_template.h"
-#include "engine/train/supervised_encoder.h"
-#include "engine/train/tokenizer_encoder.h"
+#include "engine/chat/chat_template.h"
+#include "engine/chat/supervised_encoder.h"
+#include "engine/chat/tokenizer_encoder.h"
 #include "ui/error_text.h"
 #include "ui/path_field.h"
 #include "ui/wizard_pages.h"
@@ -41,7 +41,7 @@ constexpr int kPreviewRows = 50;
 const char* const kTrainedShades[2] = {"#c8f0d0", "#a6e3b5"};
 const char* const kMaskedShades[2] = {"#e4e4e4", "#cfcfcf"};
 
-QString lastTurn(const train::Conversation& c, train::Role role) {
+QString lastTurn(const chat::Conversation& c, chat::Role role) {
   for (auto it = c.messages.rbegin(); it != c.messages.rend(); ++it) {
     if (it->role == role) return QString::fromStdString(it->content);
   }
@@ -62,7 +62,7 @@ DatasetPage::DatasetPage(FineTuneWizard& wizard) : wizard_(wizard) {
   dataset_->setToolTip(tr("dataset: names from dataset_info.json, comma-separated, or a file path"));
   auto* browse_file = new QPushButton(tr("&File…"));
   template_ = new QComboBox;
-  for (const std::string& name : train::templateNames()) template_->addItem(QString::fromStdString(name));
+  for (const std::string& name : chat::templateNames()) template_->addItem(QString::fromStdString(name));
   template_->setToolTip(tr("template: the chat template the model was trained with (qwen3, llama3, deepseek3, …)"));
   cutoff_ = new QSpinBox;
   cutoff_->setRange(1, 1 << 20);
@@ -238,14 +238,14 @@ void DatasetPage::refresh() {
     table_->setRowCount(shown);
     bool any_system = false;
     for (int i = 0; i < shown; ++i) {
-      const train::Conversation& c = rows_[i];
+      const chat::Conversation& c = rows_[i];
       table_->setItem(i, 0, new QTableWidgetItem(oneLine(QString::fromStdString(c.system))));
       any_system = any_system || !c.system.empty();
-      table_->setItem(i, 1, new QTableWidgetItem(oneLine(lastTurn(c, train::Role::User))));
-      table_->setItem(i, 2, new QTableWidgetItem(oneLine(lastTurn(c, train::Role::Assistant))));
+      table_->setItem(i, 1, new QTableWidgetItem(oneLine(lastTurn(c, chat::Role::User))));
+      table_->setItem(i, 2, new QTableWidgetItem(oneLine(lastTurn(c, chat::Role::Assistant))));
     }
     table_->setColumnHidden(0, !any_system);  // an empty column would take a third of the width
-    train::templateByName(config.template_name);  // an unknown name is the page's problem
+    chat::templateByName(config.template_name);  // an unknown name is the page's problem
     showProblem(problem_, {});
     ok_ = true;
     if (shown > 0) table_->selectRow(0);
@@ -264,17 +264,17 @@ void DatasetPage::renderRow(int row) {
   config.model_name_or_path = wizard_.config().model_name_or_path;
   try {
     const io::Tokenizer tokenizer = io::Tokenizer::load(config.model_name_or_path);
-    const train::ChatTemplate& chat_template = train::templateByName(config.template_name);
-    const train::TokenizerEncoder encoder(tokenizer, chat_template);
-    train::SupervisedOptions options;
+    const chat::ChatTemplate& chat_template = chat::templateByName(config.template_name);
+    const chat::TokenizerEncoder encoder(tokenizer, chat_template);
+    chat::SupervisedOptions options;
     options.cutoff_len = config.cutoff_len;
     options.train_on_prompt = config.train_on_prompt;
     options.mask_history = config.mask_history;
-    const train::EncodedSample sample = train::encodeSupervised(rows_[row], chat_template, encoder, options);
+    const chat::EncodedSample sample = chat::encodeSupervised(rows_[row], chat_template, encoder, options);
     QString html = QStringLiteral("<div style='font-family:monospace; white-space:pre-wrap;'>");
     int64_t trained = 0;
     for (size_t i = 0; i < sample.input_ids.size(); ++i) {
-      const bool is_trained = sample.labels[i] != train::kIgnoreIndex;
+      const bool is_trained = sample.labels[i] != chat::kIgnoreIndex;
       trained += is_trained ? 1 : 0;
       const int32_t id = sample.input_ids[i];
       const QString piece = QString::fromStdString(tokenizer.decode(std::span<const int32_t>(&id, 1)));

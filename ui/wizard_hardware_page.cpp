@@ -124,7 +124,7 @@ bool HardwarePage::isComplete() const { return problem_->text().isEmpty(); }
 void HardwarePage::initializePage() {
   // A layer has no more experts to keep on the GPU than the chosen model has (the engine would
   // cap a larger count anyway).
-  const std::optional<model::ModelSummary>& summary = wizard_.modelSummary();
+  const std::optional<io::ModelSummary>& summary = wizard_.modelSummary();
   if (summary && summary->config.num_experts > 0) gpu_experts_->setMaximum(summary->config.num_experts);
 }
 

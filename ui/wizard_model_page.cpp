@@ -42,7 +42,7 @@ void showProblem(QLabel* label, const QString& problem) {
 
 namespace {
 
-QString summaryHtml(const model::ModelSummary& s) {
+QString summaryHtml(const io::ModelSummary& s) {
   const io::ModelConfig& c = s.config;
   QString dtypes;
   for (const auto& [dtype, count] : s.dtype_parameters) {
@@ -148,7 +148,7 @@ void ModelPage::inspect() {
     showProblem(problem_, {});  // nothing chosen yet is not an error; Next stays disabled
   } else {
     try {
-      const model::ModelSummary s = model::summarizeModel(text.toStdString());
+      const io::ModelSummary s = io::summarizeModel(text.toStdString());
       summary_->setText(summaryHtml(s));
       wizard_.setModelSummary(s);
       QString verdict;

@@ -111,7 +111,7 @@ class DatasetPage : public ConfigPage {
   QLabel* skipped_;
   QLabel* problem_;
   QTimer* debounce_;
-  std::vector<train::Conversation> rows_;
+  std::vector<chat::Conversation> rows_;
   bool ok_ = false;
 };
 

@@ -15,10 +15,10 @@
 #include "app/cli/experts_options.h"
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
-#include "engine/gpu/causal_lm.h"
-#include "engine/gpu/peft_adapter.h"
+#include "engine/model/causal_lm.h"
+#include "engine/model/peft_adapter.h"
 #include "engine/gpu/torch_runtime.h"
-#include "engine/gpu/weight_loader.h"
+#include "engine/model/weight_loader.h"
 #include "engine/infer/adapter_set.h"
 #include "engine/infer/generate.h"
 
@@ -97,15 +97,15 @@ void runDebug(const DebugOptions& o, bool gradients) {
   }
 
   gpu::setTorchThreads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  gpu::ModelOptions options;
+  model::ModelOptions options;
   options.dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   const io::ModelConfig config = io::readModelConfig(o.model);
-  options.device = gpu::parseDevice(o.device);
+  options.device = model::parseDevice(o.device);
   if (!o.layer_devices.empty()) {
-    options.layer_devices = gpu::parseLayerDevices(o.layer_devices, config.num_hidden_layers, options.device);
+    options.layer_devices = model::parseLayerDevices(o.layer_devices, config.num_hidden_layers, options.device);
   }
-  if (!o.head_device.empty()) options.head_device = gpu::parseDevice(o.head_device);
-  options.experts = gpu::parseExpertsMode(o.experts);
+  if (!o.head_device.empty()) options.head_device = model::parseDevice(o.head_device);
+  options.experts = model::parseExpertsMode(o.experts);
   options.experts_backend = o.experts_backend;
   options.experts_format = o.experts_format;
   options.experts_wt_policy = experts::parseWtPolicy(o.experts_wt_policy);
@@ -113,18 +113,18 @@ void runDebug(const DebugOptions& o, bool gradients) {
   options.gradient_checkpointing = o.gradient_checkpointing;
   options.loss_chunk_tokens = o.loss_chunk_tokens;
 
-  std::unique_ptr<gpu::PeftAdapter> adapter;
-  std::unique_ptr<gpu::LoraPlan> plan;
+  std::unique_ptr<model::PeftAdapter> adapter;
+  std::unique_ptr<model::LoraPlan> plan;
   if (!o.adapter.empty()) {
-    adapter = std::make_unique<gpu::PeftAdapter>(gpu::readPeftAdapter(o.adapter, config));
-    plan = std::make_unique<gpu::LoraPlan>(gpu::loraPlanFor(*adapter));
+    adapter = std::make_unique<model::PeftAdapter>(model::readPeftAdapter(o.adapter, config));
+    plan = std::make_unique<model::LoraPlan>(model::loraPlanFor(*adapter));
     plan->settings.dropout = 0;  // debug runs are deterministic
   } else if (gradients) {
     throw Error("debug grad needs --adapter: gradients are of LoRA weights",
                 "give a PEFT adapter dir");
   }
-  auto model = gpu::CausalLm::load(o.model, options, plan.get(), ThreadPool::global());
-  if (adapter) gpu::applyPeftAdapter(*adapter, *model);
+  auto model = model::CausalLm::load(o.model, options, plan.get(), ThreadPool::global());
+  if (adapter) model::applyPeftAdapter(*adapter, *model);
 
   std::map<std::string, at::Tensor> out;
   if (gradients) {
@@ -134,7 +134,7 @@ void runDebug(const DebugOptions& o, bool gradients) {
     at::NoGradGuard no_grad;
     out["loss"] = loss.detach().to(at::kCPU);
     out["logits"] = model->logits(hidden.detach()).to(at::kCPU);
-    for (auto& [name, grad] : gpu::loraTensors(*model, /*gradients=*/true)) out[name] = grad;
+    for (auto& [name, grad] : model::loraTensors(*model, /*gradients=*/true)) out[name] = grad;
   } else {
     at::NoGradGuard no_grad;
     const at::Tensor hidden = model->forwardHidden(ids, /*training=*/false);
@@ -142,7 +142,7 @@ void runDebug(const DebugOptions& o, bool gradients) {
     if (labels.defined()) out["loss"] = model->loss(hidden, labels).to(at::kCPU);
   }
   for (auto& [name, t] : out) t = t.to(at::kFloat);
-  gpu::writeTensorFile(o.out, out);
+  model::writeTensorFile(o.out, out);
 }
 
 void addVariant(CLI::App& debug, const char* name, const char* help, bool gradients) {
@@ -179,14 +179,14 @@ void runExport(const ExportOptions& o) {
     throw Error("--format must be fused, fused-peft0.21 or per-expert");
   }
   const io::ModelConfig config = io::readModelConfig(o.model);
-  const gpu::PeftAdapter adapter = gpu::readPeftAdapter(o.adapter, config);
-  const gpu::LoraPlan plan = gpu::loraPlanFor(adapter);
-  auto model = gpu::CausalLm::load(o.model, gpu::ModelOptions{}, &plan, ThreadPool::global());
-  gpu::applyPeftAdapter(adapter, *model);
-  gpu::writePeftAdapter(*model, adapter.settings, o.out,
-                        o.format == "fused"            ? gpu::ExpertAdapterForm::Fused
-                        : o.format == "fused-peft0.21" ? gpu::ExpertAdapterForm::FusedPeft021
-                                                       : gpu::ExpertAdapterForm::PerExpert,
+  const model::PeftAdapter adapter = model::readPeftAdapter(o.adapter, config);
+  const model::LoraPlan plan = model::loraPlanFor(adapter);
+  auto model = model::CausalLm::load(o.model, model::ModelOptions{}, &plan, ThreadPool::global());
+  model::applyPeftAdapter(adapter, *model);
+  model::writePeftAdapter(*model, adapter.settings, o.out,
+                        o.format == "fused"            ? model::ExpertAdapterForm::Fused
+                        : o.format == "fused-peft0.21" ? model::ExpertAdapterForm::FusedPeft021
+                                                       : model::ExpertAdapterForm::PerExpert,
                         o.model);
 }
 
@@ -213,15 +213,15 @@ void runGenerate(const GenerateOptions& o) {
   if (o.merge && o.adapter.empty()) throw Error("--merge needs --adapter");
   const auto rows = readRows(o.tokens, "tokens");
   gpu::setTorchThreads(o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  gpu::ModelOptions options;
+  model::ModelOptions options;
   options.dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
-  options.device = gpu::parseDevice(o.device);
+  options.device = model::parseDevice(o.device);
   options.experts_backend = o.experts_backend;
   options.experts_format = o.experts_format;
   if (o.gpu_experts > 0) {
     options.gpu_experts.assign(static_cast<size_t>(io::readModelConfig(o.model).num_hidden_layers), o.gpu_experts);
   }
-  auto model = gpu::CausalLm::load(o.model, options, nullptr, ThreadPool::global());
+  auto model = model::CausalLm::load(o.model, options, nullptr, ThreadPool::global());
   infer::AdapterSet adapters(*model);
   if (!o.adapter.empty()) {
     adapters.add("adapter", o.adapter, o.merge ? infer::AdapterMode::Merged : infer::AdapterMode::Unmerged);

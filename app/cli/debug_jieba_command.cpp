@@ -9,7 +9,7 @@
 #include "app/cli/commands.h"
 #include "app/cli/resource_dir.h"
 #include "engine/core/error.h"
-#include "engine/infer/jieba_segmenter.h"
+#include "engine/eval/jieba_segmenter.h"
 
 namespace tandem::cli {
 
@@ -18,7 +18,7 @@ namespace {
 void cutLines(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot read " + path, "pass a file with one JSON string per line");
-  const infer::JiebaSegmenter& jieba = infer::JiebaSegmenter::shared(resourcesDir() / "jieba");
+  const eval::JiebaSegmenter& jieba = eval::JiebaSegmenter::shared(resourcesDir() / "jieba");
   std::string line;
   int64_t line_no = 0;
   while (std::getline(in, line)) {

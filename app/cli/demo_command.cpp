@@ -55,7 +55,7 @@ void runDemo(const fs::path& workdir) {
               (presets / "training" / "demo_lora_sft.yaml").string().c_str());
   store::RunStore store = store::RunStore::open(store::RunStore::defaultPath());
   const train::TrainingRunOutcome outcome = runTrainingInForeground(config, &store, /*quiet=*/false);
-  if (outcome.result.outcome != train::TrainOutcome::Completed) throw Error("the demo run did not finish");
+  if (outcome.result.outcome != TrainOutcome::Completed) throw Error("the demo run did not finish");
   plotIfAsked(config);
 
   infer::GeneratorOptions options;

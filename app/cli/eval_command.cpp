@@ -17,7 +17,7 @@
 #include "app/cli/eval_generate.h"
 #include "app/cli/resource_dir.h"
 #include "engine/core/error.h"
-#include "engine/infer/batch_eval.h"
+#include "engine/eval/batch_eval.h"
 #include "engine/store/run_store.h"
 
 namespace tandem::cli {
@@ -50,34 +50,34 @@ std::string formatDuration(double seconds) {
   return text;
 }
 
-void printProgress(const infer::BatchEvalProgress& p) {
+void printProgress(const eval::BatchEvalProgress& p) {
   std::fprintf(stderr, "\r[eval] %lld/%lld samples  %.2f samples/s  ETA %s   ", static_cast<long long>(p.done),
                static_cast<long long>(p.total), p.samplesPerS(), formatDuration(p.etaS()).c_str());
   std::fflush(stderr);
 }
 
-void reportBadRows(int64_t bad_rows, const std::vector<infer::BadRow>& problems, const std::string& file) {
+void reportBadRows(int64_t bad_rows, const std::vector<eval::BadRow>& problems, const std::string& file) {
   if (bad_rows == 0) return;
   std::fprintf(stderr, "warning: %s: %lld bad rows skipped\n", file.c_str(), static_cast<long long>(bad_rows));
-  for (const infer::BadRow& problem : problems) {
+  for (const eval::BadRow& problem : problems) {
     std::fprintf(stderr, "  line %lld: %s\n", static_cast<long long>(problem.line), problem.reason.c_str());
   }
 }
 
 // Runs the evaluation on a worker thread so that Ctrl-C (first: stop and write what is done)
 // is handled here while a generation is in flight.
-infer::BatchEvalResult runInForeground(int64_t total, const infer::PredictFn& predict,
-                                       const infer::BatchEvalSettings& settings) {
+eval::BatchEvalResult runInForeground(int64_t total, const eval::PredictFn& predict,
+                                       const eval::BatchEvalSettings& settings) {
   std::stop_source stop;
   std::exception_ptr error;
-  infer::BatchEvalResult result;
+  eval::BatchEvalResult result;
   std::atomic<bool> done{false};
   g_interrupts.store(0);
   auto previous_int = std::signal(SIGINT, onEvalInterrupt);
   auto previous_term = std::signal(SIGTERM, onEvalInterrupt);
   std::jthread job([&] {
     try {
-      result = infer::runBatchEval(total, predict, settings, printProgress, stop.get_token());
+      result = eval::runBatchEval(total, predict, settings, printProgress, stop.get_token());
     } catch (...) {
       error = std::current_exception();
     }
@@ -118,7 +118,7 @@ class EvalRunRecord {
     id_ = store_->createRun(run);
   }
 
-  void finish(const infer::BatchEvalResult& result) {
+  void finish(const eval::BatchEvalResult& result) {
     if (!store_) return;
     store::StepMetrics metrics;
     metrics.step = result.samples;
@@ -138,10 +138,10 @@ class EvalRunRecord {
   int64_t id_ = 0;
 };
 
-infer::BatchEvalResult runRecorded(EvalRunRecord& record, int64_t total, const infer::PredictFn& predict,
-                                   const infer::BatchEvalSettings& settings) {
+eval::BatchEvalResult runRecorded(EvalRunRecord& record, int64_t total, const eval::PredictFn& predict,
+                                   const eval::BatchEvalSettings& settings) {
   try {
-    infer::BatchEvalResult result = runInForeground(total, predict, settings);
+    eval::BatchEvalResult result = runInForeground(total, predict, settings);
     record.finish(result);
     return result;
   } catch (const std::exception& e) {
@@ -150,11 +150,11 @@ infer::BatchEvalResult runRecorded(EvalRunRecord& record, int64_t total, const i
   }
 }
 
-void printResults(const infer::BatchEvalResult& result, const fs::path& output_dir) {
+void printResults(const eval::BatchEvalResult& result, const fs::path& output_dir) {
   if (result.failed > 0) {
     std::fprintf(stderr, "warning: %lld samples could not be answered and were skipped\n",
                  static_cast<long long>(result.failed));
-    for (const infer::BadRow& failure : result.first_failures) {
+    for (const eval::BadRow& failure : result.first_failures) {
       std::fprintf(stderr, "  sample %lld: %s\n", static_cast<long long>(failure.line), failure.reason.c_str());
     }
   }
@@ -178,7 +178,7 @@ void checkChoices(const std::string& choices) {
 }
 
 void scorePredictionsFile(EvalOptions options) {
-  const infer::PredictionsFile file = infer::readPredictions(options.predictions);
+  const eval::PredictionsFile file = eval::readPredictions(options.predictions);
   reportBadRows(file.bad_rows, file.first_problems, options.predictions);
   if (file.rows.empty()) {
     throw Error("no usable prediction in " + options.predictions,
@@ -186,7 +186,7 @@ void scorePredictionsFile(EvalOptions options) {
   }
   if (options.output_dir.empty()) options.output_dir = fs::path(options.predictions).parent_path().string();
   if (options.output_dir.empty()) options.output_dir = ".";
-  infer::BatchEvalSettings settings;
+  eval::BatchEvalSettings settings;
   settings.output_dir = options.output_dir;
   settings.jieba_dir = resourcesDir() / "jieba";
   settings.choice_letters = options.choices;
@@ -195,7 +195,7 @@ void scorePredictionsFile(EvalOptions options) {
   const auto predict = [&](int64_t index, std::stop_token) { return file.rows[static_cast<size_t>(index)]; };
   const auto total = static_cast<int64_t>(file.rows.size());
   EvalRunRecord record(options, "", options.predictions, total);
-  const infer::BatchEvalResult result = runRecorded(record, total, predict, settings);
+  const eval::BatchEvalResult result = runRecorded(record, total, predict, settings);
   printResults(result, options.output_dir);
 }
 
@@ -205,13 +205,13 @@ void generateAndScore(EvalOptions options) {
   }
   PreparedEval prepared = prepareGenerateEval(options.generate);
   reportBadRows(prepared.bad_rows, prepared.first_problems, options.generate.dataset);
-  infer::BatchEvalSettings settings;
+  eval::BatchEvalSettings settings;
   settings.output_dir = options.output_dir;
   settings.jieba_dir = resourcesDir() / "jieba";
   settings.choice_letters = options.choices;
   settings.bad_rows = prepared.bad_rows;
   EvalRunRecord record(options, options.generate.model, options.generate.dataset, prepared.samples);
-  const infer::BatchEvalResult result = runRecorded(record, prepared.samples, prepared.predict, settings);
+  const eval::BatchEvalResult result = runRecorded(record, prepared.samples, prepared.predict, settings);
   std::printf("predictions: %s\n", (fs::path(options.output_dir) / "generated_predictions.jsonl").string().c_str());
   printResults(result, options.output_dir);
 }

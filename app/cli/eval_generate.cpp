@@ -9,12 +9,12 @@ namespace tandem::cli {
 
 namespace {
 
-std::string generatorRole(train::Role role) {
+std::string generatorRole(chat::Role role) {
   switch (role) {
-    case train::Role::User: return "user";
-    case train::Role::Observation: return "observation";
-    case train::Role::Assistant:
-    case train::Role::FunctionCall: return "assistant";
+    case chat::Role::User: return "user";
+    case chat::Role::Observation: return "observation";
+    case chat::Role::Assistant:
+    case chat::Role::FunctionCall: return "assistant";
   }
   return "user";
 }
@@ -35,7 +35,7 @@ infer::GenerationSettings generationSettings(const GenerateEvalOptions& options)
 
 PreparedEval prepareGenerateEval(const GenerateEvalOptions& options) {
   train::DatasetReport report;
-  auto data = std::make_shared<const std::vector<train::Conversation>>(train::loadDatasets(
+  auto data = std::make_shared<const std::vector<chat::Conversation>>(train::loadDatasets(
       options.dataset_dir, train::splitDatasetNames(options.dataset), options.max_samples, report));
   infer::GeneratorOptions generator_options;
   generator_options.dtype = options.dtype;
@@ -55,7 +55,7 @@ PreparedEval prepareGenerateEval(const GenerateEvalOptions& options) {
   prepared.bad_rows = report.totalSkipped();
   for (const train::DatasetFileReport& file : report.datasets) {
     for (const train::RowProblem& problem : file.first_problems) {
-      if (prepared.first_problems.size() < infer::PredictionsFile::kMaxReportedProblems) {
+      if (prepared.first_problems.size() < eval::PredictionsFile::kMaxReportedProblems) {
         prepared.first_problems.push_back({problem.line, file.file + ": " + problem.reason});
       }
     }
@@ -64,7 +64,7 @@ PreparedEval prepareGenerateEval(const GenerateEvalOptions& options) {
   // LLaMA-Factory's predict: the prompt is every message before the last response (decoded with
   // its special tokens), the label is that response.
   prepared.predict = [generator, data, settings, adapter](int64_t index, std::stop_token stop) {
-    const train::Conversation& conversation = (*data)[static_cast<size_t>(index)];
+    const chat::Conversation& conversation = (*data)[static_cast<size_t>(index)];
     infer::ChatRequest request;
     request.adapter = adapter;
     request.settings = settings;
@@ -75,7 +75,7 @@ PreparedEval prepareGenerateEval(const GenerateEvalOptions& options) {
     const std::vector<int32_t> prompt_ids = generator->encodeChat(request.messages);
     const infer::GenerationResult result = generator->chat(request, {}, stop);
     if (result.finish_reason == infer::FinishReason::Cancelled) throw Cancelled();
-    return infer::PredictionRow{generator->tokenizer().decode(prompt_ids, /*skip_special_tokens=*/false), result.text,
+    return eval::PredictionRow{generator->tokenizer().decode(prompt_ids, /*skip_special_tokens=*/false), result.text,
                                 conversation.messages.back().content};
   };
   return prepared;

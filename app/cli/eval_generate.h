@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/infer/batch_eval.h"
+#include "engine/eval/batch_eval.h"
 
 namespace tandem::cli {
 
@@ -39,8 +39,8 @@ struct GenerateEvalOptions {
 struct PreparedEval {
   int64_t samples = 0;
   int64_t bad_rows = 0;                    // dataset rows that could not be used
-  std::vector<infer::BadRow> first_problems;
-  infer::PredictFn predict;                // owns the model and the data
+  std::vector<eval::BadRow> first_problems;
+  eval::PredictFn predict;                // owns the model and the data
 };
 
 // Throws tandem::Error on a bad model, adapter, dataset or template.

@@ -9,14 +9,14 @@
 
 #include "app/cli/commands.h"
 #include "engine/core/units.h"
-#include "engine/model/model_summary.h"
+#include "engine/io/model_summary.h"
 
 namespace tandem::cli {
 
 namespace {
 
-using model::ModelSummary;
-using model::ParamCategory;
+using io::ModelSummary;
+using io::ParamCategory;
 
 nlohmann::json attentionJson(const io::ModelConfig& c) {
   nlohmann::json a = {{"kind", c.isMla() ? "mla" : "gqa"},
@@ -49,9 +49,9 @@ nlohmann::json ropeJson(const io::ModelConfig& c) {
 nlohmann::json toJson(const ModelSummary& s) {
   const io::ModelConfig& c = s.config;
   nlohmann::json parameters = {{"total", s.parameters.total()}};
-  for (size_t i = 0; i < model::kParamCategoryCount; ++i) {
+  for (size_t i = 0; i < io::kParamCategoryCount; ++i) {
     auto category = static_cast<ParamCategory>(i);
-    parameters[std::string(model::paramCategoryKey(category))] = s.parameters[category];
+    parameters[std::string(io::paramCategoryKey(category))] = s.parameters[category];
   }
   nlohmann::json dtypes = nlohmann::json::object();
   for (const auto& [name, count] : s.dtype_parameters) dtypes[name] = count;
@@ -157,11 +157,11 @@ void printHuman(const ModelSummary& s) {
     std::printf("Quantization   %s %s\n", c.quantization->quant_method.c_str(), c.quantization->fmt.c_str());
   }
   std::printf("\nParameters     %s (%lld)\n", count(total).c_str(), static_cast<long long>(total));
-  for (size_t i = 0; i < model::kParamCategoryCount; ++i) {
+  for (size_t i = 0; i < io::kParamCategoryCount; ++i) {
     auto category = static_cast<ParamCategory>(i);
     const int64_t n = s.parameters[category];
     if (n == 0) continue;
-    std::printf("  %-16s %10s  %5.1f%%\n", std::string(model::paramCategoryKey(category)).c_str(),
+    std::printf("  %-16s %10s  %5.1f%%\n", std::string(io::paramCategoryKey(category)).c_str(),
                 count(n).c_str(), total > 0 ? 100.0 * static_cast<double>(n) / static_cast<double>(total) : 0.0);
   }
   std::printf("  %-16s %10s  (per token, approximate)\n", "active", count(s.active_parameters).c_str());
@@ -196,7 +196,7 @@ void addInspectCommand(CLI::App& app) {
       ->required();
   command->add_flag("--json", *json, "Print one JSON object instead of text");
   command->callback([dir, json] {
-    const ModelSummary summary = model::summarizeModel(*dir);
+    const ModelSummary summary = io::summarizeModel(*dir);
     if (*json) {
       std::printf("%s\n", toJson(summary).dump(2).c_str());
     } else {

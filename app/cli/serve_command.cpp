@@ -13,8 +13,8 @@
 #include "app/cli/experts_options.h"
 #include "engine/core/error.h"
 #include "engine/gpu/torch_runtime.h"
-#include "engine/infer/model_chat_backend.h"
-#include "engine/infer/openai_server.h"
+#include "engine/serve/model_chat_backend.h"
+#include "engine/serve/openai_server.h"
 
 namespace tandem::cli {
 
@@ -25,8 +25,8 @@ std::atomic<bool> g_stop_requested{false};
 extern "C" void onStopSignal(int) { g_stop_requested.store(true); }
 
 struct ServeOptions {
-  infer::ModelChatBackendOptions backend;
-  infer::ServerOptions server;
+  serve::ModelChatBackendOptions backend;
+  serve::ServerOptions server;
   std::vector<std::string> adapters;  // NAME=DIR
   int threads = 0;
 };
@@ -45,8 +45,8 @@ void runServe(ServeOptions o) {
   if (o.server.max_tokens_limit < 1) throw Error("--max-tokens-limit must be at least 1");
   if (o.server.max_body_bytes < 1024) throw Error("--max-body-bytes must be at least 1024");
   gpu::setTorchThreads(o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  infer::ModelChatBackend backend(o.backend);
-  infer::OpenAiServer server(backend, o.server);
+  serve::ModelChatBackend backend(o.backend);
+  serve::OpenAiServer server(backend, o.server);
   const int port = server.bind();
   std::string models;
   for (const std::string& id : backend.modelIds()) models += (models.empty() ? "" : ", ") + id;

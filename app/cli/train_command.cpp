@@ -89,7 +89,7 @@ void addTrainCommand(CLI::App& app) {
     const train::TrainConfig config = train::loadTrainConfig(*config_path, *overrides);
     store::RunStore store = store::RunStore::open(db->empty() ? store::RunStore::defaultPath() : std::filesystem::path(*db));
     const train::TrainingRunOutcome outcome = runTrainingInForeground(config, &store, /*quiet=*/false);
-    if (outcome.result.outcome == train::TrainOutcome::Cancelled) throw Error("training cancelled");
+    if (outcome.result.outcome == TrainOutcome::Cancelled) throw Error("training cancelled");
     plotIfAsked(config);
   });
 }

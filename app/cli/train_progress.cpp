@@ -10,7 +10,7 @@ namespace tandem::cli {
 
 ProgressPrinter::ProgressPrinter(bool quiet) : quiet_(quiet), tty_(::isatty(STDOUT_FILENO) == 1) {}
 
-void ProgressPrinter::onStep(const train::StepEvent& e) {
+void ProgressPrinter::onStep(const StepEvent& e) {
   if (quiet_) return;
   std::lock_guard lock(mutex_);
   const int width = 24;

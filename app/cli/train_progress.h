@@ -12,10 +12,10 @@
 
 namespace tandem::cli {
 
-class ProgressPrinter : public train::TrainListener {
+class ProgressPrinter : public TrainListener {
  public:
   explicit ProgressPrinter(bool quiet);
-  void onStep(const train::StepEvent& e) override;
+  void onStep(const StepEvent& e) override;
   void onCheckpoint(int64_t step, const std::filesystem::path& dir) override;
   void onMessage(const std::string& message) override;
   void finish();

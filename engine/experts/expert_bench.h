@@ -50,7 +50,7 @@ struct BenchProblem {
 };
 
 // resident > 0: what co-computation with that many experts resident on a GPU hands the CPU
-// engine (gpu/moe_function.h, CpuTokens): their slots masked, only the tokens with a pair left.
+// engine (model/moe_function.h, CpuTokens): their slots masked, only the tokens with a pair left.
 BenchProblem makeBenchProblem(const BenchShape& shape, int64_t tokens, BenchRouting routing,
                               uint64_t seed, ThreadPool& pool, int64_t resident = 0);
 // Throws Error unless 0 <= resident < the shape's experts (what makeBenchProblem accepts).

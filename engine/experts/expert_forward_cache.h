@@ -38,7 +38,7 @@ class ExpertForwardCache {
   uint64_t bytes() const { return charge_.bytes() + block_.bytes(); }
   void release();  // frees everything, back to Empty
   // Cached from a forward whose input x was exactly these bytes: what a recomputation checks
-  // before it reuses this cache instead of running the experts again (gpu::KeptExpertForward).
+  // before it reuses this cache instead of running the experts again (model::KeptExpertForward).
   bool cachedInputIs(const void* x, size_t x_bytes) const;
 
  private:

@@ -8,7 +8,7 @@
 namespace tandem::experts {
 
 // A topk id of kMaskedSlot means "not computed here": another device computes that (token,
-// expert) pair (GPU-resident experts, engine/gpu/resident_experts.h). It has no sorted position,
+// expert) pair (GPU-resident experts, engine/model/resident_experts.h). It has no sorted position,
 // adds nothing to the token's output, and its routing-weight gradient is 0.
 inline constexpr int32_t kMaskedSlot = -1;
 

@@ -8,24 +8,13 @@
 
 #include "engine/core/error.h"
 #include "engine/experts/expert_layer.h"
-#include "engine/gpu/causal_lm.h"
-#include "engine/gpu/peft_adapter.h"
-#include "engine/train/trainer.h"
+#include "engine/model/causal_lm.h"
+#include "engine/model/peft_adapter.h"
+#include "engine/model/checkpoint_dir.h"
 
 namespace tandem::infer {
 
 namespace fs = std::filesystem;
-
-fs::path resolveAdapterDir(const fs::path& dir) {
-  if (!fs::is_directory(dir)) {
-    throw Error("adapter " + dir.string() + " is not a directory",
-                "give a PEFT adapter dir, a training output dir or one of its checkpoint-N dirs");
-  }
-  if (fs::exists(dir / "adapter_config.json")) return dir;
-  if (fs::path last = train::lastCheckpoint(dir); !last.empty()) return last;
-  throw Error(dir.string() + " holds no adapter_config.json and no complete checkpoint-N",
-              "give a PEFT adapter dir, a training output dir or one of its checkpoint-N dirs");
-}
 
 struct AdapterSet::Adapter {
   std::string name;
@@ -36,7 +25,7 @@ struct AdapterSet::Adapter {
   std::map<std::string, experts::ExpertLora> experts;
 };
 
-AdapterSet::AdapterSet(gpu::CausalLm& model) : model_(model) {}
+AdapterSet::AdapterSet(model::CausalLm& model) : model_(model) {}
 AdapterSet::~AdapterSet() = default;
 
 namespace {
@@ -56,8 +45,8 @@ void AdapterSet::add(const std::string& name, const fs::path& dir, AdapterMode m
     throw Error("a merged adapter must be the only adapter",
                 "load the adapters unmerged to switch between them");
   }
-  const fs::path source = resolveAdapterDir(dir);
-  const gpu::PeftAdapter peft = gpu::readPeftAdapter(source, model_.config());
+  const fs::path source = model::resolveAdapterDir(dir);
+  const model::PeftAdapter peft = model::readPeftAdapter(source, model_.config());
   auto adapter = std::make_unique<Adapter>();
   adapter->name = name;
   adapter->settings = peft.settings;
@@ -80,7 +69,7 @@ void AdapterSet::add(const std::string& name, const fs::path& dir, AdapterMode m
     adapter->dense[module] = {a->second.to(float_on).contiguous(), b.to(float_on).contiguous()};
     used.insert(module);
   });
-  model_.visitMoeBlocks([&](const std::string& mlp, gpu::MoeBlock& block) {
+  model_.visitMoeBlocks([&](const std::string& mlp, model::MoeBlock& block) {
     const experts::ExpertLayerSpec& spec = block.experts->spec();
     auto key = [&](experts::ExpertProj proj, int64_t e) {
       return mlp + ".experts." + std::to_string(e) + "." + std::string(experts::expertProjName(proj));
@@ -180,7 +169,7 @@ void AdapterSet::swapIn(Adapter& adapter) {
     linear.clearLora();
     linear.attachLora(adapter.settings, it->second.first, it->second.second);
   });
-  model_.visitMoeBlocks([&](const std::string& mlp, gpu::MoeBlock& block) {
+  model_.visitMoeBlocks([&](const std::string& mlp, model::MoeBlock& block) {
     auto it = adapter.experts.find(mlp);
     if (it != adapter.experts.end()) std::swap(block.experts->lora(), it->second);
   });
@@ -190,7 +179,7 @@ void AdapterSet::swapOut(Adapter& adapter) {
   model_.visitLinears([&](const std::string& module, gpu::LoraLinear& linear) {
     if (adapter.dense.count(module)) linear.clearLora();
   });
-  model_.visitMoeBlocks([&](const std::string& mlp, gpu::MoeBlock& block) {
+  model_.visitMoeBlocks([&](const std::string& mlp, model::MoeBlock& block) {
     auto it = adapter.experts.find(mlp);
     if (it != adapter.experts.end()) std::swap(block.experts->lora(), it->second);
   });

@@ -15,19 +15,15 @@
 
 #include "engine/infer/generator.h"
 
-namespace tandem::gpu {
+namespace tandem::model {
 class CausalLm;
 }
 
 namespace tandem::infer {
 
-// A PEFT adapter dir as given, or the adapter inside a Tandem training output / checkpoint dir.
-// Throws tandem::Error naming what was looked for.
-std::filesystem::path resolveAdapterDir(const std::filesystem::path& dir);
-
 class AdapterSet {
  public:
-  explicit AdapterSet(gpu::CausalLm& model);
+  explicit AdapterSet(model::CausalLm& model);
   ~AdapterSet();
   AdapterSet(const AdapterSet&) = delete;
   AdapterSet& operator=(const AdapterSet&) = delete;
@@ -48,7 +44,7 @@ class AdapterSet {
   void swapIn(Adapter& adapter);   // attach its LoRA; experts' buffers swapped into the engine
   void swapOut(Adapter& adapter);  // detach; experts' buffers swapped back into `adapter`
 
-  gpu::CausalLm& model_;
+  model::CausalLm& model_;
   std::vector<std::unique_ptr<Adapter>> adapters_;
   std::string active_;
   bool merged_ = false;

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "engine/core/error.h"
-#include "engine/gpu/causal_lm.h"
-#include "engine/gpu/kv_cache.h"
+#include "engine/model/causal_lm.h"
+#include "engine/model/kv_cache.h"
 #include "engine/infer/sampler.h"
 
 namespace tandem::infer {
@@ -22,7 +22,7 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-TokenOutcome generateTokens(const gpu::CausalLm& model, std::span<const int32_t> prompt,
+TokenOutcome generateTokens(const model::CausalLm& model, std::span<const int32_t> prompt,
                             const GenerationSettings& settings, std::span<const int32_t> stop_ids,
                             uint64_t seed, const TokenCallback& on_token, std::stop_token stop) {
   if (prompt.empty()) throw Error("cannot generate from an empty prompt");
@@ -40,7 +40,7 @@ TokenOutcome generateTokens(const gpu::CausalLm& model, std::span<const int32_t>
   const int64_t max_new = capacity - prompt_len;
 
   c10::InferenceMode inference;
-  gpu::KvCache cache(model.config().num_hidden_layers, /*batch=*/1, capacity);
+  model::KvCache cache(model.config().num_hidden_layers, /*batch=*/1, capacity);
   Sampler sampler(settings, seed);
   std::vector<int32_t> seen(prompt.begin(), prompt.end());
   seen.reserve(seen.size() + static_cast<size_t>(max_new));

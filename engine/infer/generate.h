@@ -12,10 +12,10 @@
 
 #include "engine/infer/generator.h"
 
-namespace tandem::gpu {
+namespace tandem::model {
 class CausalLm;
 class KvCache;
-}  // namespace tandem::gpu
+}  // namespace tandem::model
 
 namespace tandem::infer {
 
@@ -32,7 +32,7 @@ using TokenCallback = std::function<bool(int32_t id)>;
 // prompt: token ids (non-empty). Ends on a `stop_ids` token (when settings.stop_on_eos), at
 // settings.max_new_tokens, when on_token says so (Stop) or when `stop` is requested
 // (Cancelled, checked before every step). `seed` drives the sampler.
-TokenOutcome generateTokens(const gpu::CausalLm& model, std::span<const int32_t> prompt,
+TokenOutcome generateTokens(const model::CausalLm& model, std::span<const int32_t> prompt,
                             const GenerationSettings& settings, std::span<const int32_t> stop_ids,
                             uint64_t seed, const TokenCallback& on_token = {},
                             std::stop_token stop = {});

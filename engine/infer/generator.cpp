@@ -8,15 +8,15 @@
 
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
-#include "engine/gpu/causal_lm.h"
-#include "engine/gpu/device_map.h"
+#include "engine/model/causal_lm.h"
+#include "engine/model/device_map.h"
 #include "engine/infer/adapter_set.h"
 #include "engine/infer/generate.h"
 #include "engine/infer/text_stream.h"
 #include "engine/io/tokenizer.h"
-#include "engine/train/chat_template.h"
-#include "engine/train/supervised_encoder.h"
-#include "engine/train/tokenizer_encoder.h"
+#include "engine/chat/chat_template.h"
+#include "engine/chat/supervised_encoder.h"
+#include "engine/chat/tokenizer_encoder.h"
 
 namespace tandem::infer {
 
@@ -54,8 +54,8 @@ std::string guessTemplate(const io::ModelConfig& config, const io::Tokenizer& to
   return "default";
 }
 
-train::Conversation toConversation(const std::vector<ChatMessage>& messages) {
-  train::Conversation conv;
+chat::Conversation toConversation(const std::vector<ChatMessage>& messages) {
+  chat::Conversation conv;
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (m.role == "system") {
@@ -63,15 +63,15 @@ train::Conversation toConversation(const std::vector<ChatMessage>& messages) {
       conv.system += m.content;
       continue;
     }
-    train::Role role;
-    if (m.role == "user") role = train::Role::User;
-    else if (m.role == "assistant") role = train::Role::Assistant;
-    else if (m.role == "observation" || m.role == "tool") role = train::Role::Observation;
+    chat::Role role;
+    if (m.role == "user") role = chat::Role::User;
+    else if (m.role == "assistant") role = chat::Role::Assistant;
+    else if (m.role == "observation" || m.role == "tool") role = chat::Role::Observation;
     else throw Error("message " + std::to_string(i) + " has the unknown role '" + m.role + "'",
                      "use system, user, assistant or observation");
     // Prompts sit at even positions, answers at odd ones (LLaMA-Factory's alternation).
     const bool prompt_slot = conv.messages.size() % 2 == 0;
-    const bool is_prompt = role == train::Role::User || role == train::Role::Observation;
+    const bool is_prompt = role == chat::Role::User || role == chat::Role::Observation;
     if (prompt_slot != is_prompt) {
       throw Error("messages must alternate user and assistant (message " + std::to_string(i) + " is '" +
                   m.role + "')");
@@ -85,12 +85,12 @@ train::Conversation toConversation(const std::vector<ChatMessage>& messages) {
 }  // namespace
 
 struct Generator::Impl {
-  Impl(io::Tokenizer tok, train::ChatTemplate tmpl) : tokenizer(std::move(tok)), chat_template(std::move(tmpl)) {}
+  Impl(io::Tokenizer tok, chat::ChatTemplate tmpl) : tokenizer(std::move(tok)), chat_template(std::move(tmpl)) {}
 
-  std::unique_ptr<gpu::CausalLm> model;
+  std::unique_ptr<model::CausalLm> model;
   io::Tokenizer tokenizer;
-  train::ChatTemplate chat_template;
-  std::unique_ptr<train::TokenizerEncoder> encoder;
+  chat::ChatTemplate chat_template;
+  std::unique_ptr<chat::TokenizerEncoder> encoder;
   std::unique_ptr<AdapterSet> adapters;
   std::vector<int32_t> stop_ids;        // eos and the template's single-token stop words
   std::vector<std::string> stop_texts;  // the template's stop words that are not one token
@@ -115,9 +115,9 @@ std::unique_ptr<Generator> Generator::load(const fs::path& model_dir, const Gene
 
 std::unique_ptr<Generator> Generator::load(const fs::path& model_dir, const GeneratorOptions& options,
                                            ThreadPool& pool) {
-  gpu::ModelOptions model_options;
+  model::ModelOptions model_options;
   model_options.dtype = parseDtype(options.dtype);
-  model_options.device = gpu::parseDevice(options.device);
+  model_options.device = model::parseDevice(options.device);
   model_options.experts_backend = options.experts_backend;
   model_options.experts_format = options.experts_format;
   // on_demand packs Wᵀ at the start of a backward: a generator never runs one, so none is held
@@ -130,19 +130,19 @@ std::unique_ptr<Generator> Generator::load(const fs::path& model_dir, const Gene
   io::Tokenizer tokenizer = io::Tokenizer::load(model_dir);
   const std::string template_name =
       options.template_name.empty() ? guessTemplate(config, tokenizer) : options.template_name;
-  train::ChatTemplate chat_template = train::templateByName(template_name);
+  chat::ChatTemplate chat_template = chat::templateByName(template_name);
   if (!options.default_system.empty()) chat_template.setDefaultSystem(options.default_system);
   chat_template.setEnableThinking(options.enable_thinking);
 
   auto impl = std::make_unique<Impl>(std::move(tokenizer), std::move(chat_template));
-  impl->encoder = std::make_unique<train::TokenizerEncoder>(impl->tokenizer, impl->chat_template);
+  impl->encoder = std::make_unique<chat::TokenizerEncoder>(impl->tokenizer, impl->chat_template);
   impl->stop_ids.push_back(impl->encoder->eosId());
   if (const auto eos = impl->tokenizer.eosId()) impl->stop_ids.push_back(*eos);
   for (const std::string& word : impl->chat_template.stopWords()) {
     if (const auto id = impl->tokenizer.tokenToId(word)) impl->stop_ids.push_back(*id);
     else impl->stop_texts.push_back(word);
   }
-  impl->model = gpu::CausalLm::load(model_dir, model_options, nullptr, pool);
+  impl->model = model::CausalLm::load(model_dir, model_options, nullptr, pool);
   impl->adapters = std::make_unique<AdapterSet>(*impl->model);
   impl->model_name = fs::absolute(model_dir).lexically_normal().filename().string();
   if (impl->model_name.empty()) impl->model_name = fs::absolute(model_dir).lexically_normal().parent_path().filename().string();
@@ -174,8 +174,8 @@ bool Generator::baseAvailable() const {
 }
 
 std::vector<int32_t> Generator::encodeChat(const std::vector<ChatMessage>& messages) const {
-  const train::Pieces pieces = impl_->chat_template.renderForGeneration(toConversation(messages));
-  return train::encodePieces(pieces, *impl_->encoder);
+  const chat::Pieces pieces = impl_->chat_template.renderForGeneration(toConversation(messages));
+  return chat::encodePieces(pieces, *impl_->encoder);
 }
 
 GenerationResult Generator::chat(const ChatRequest& request, const DeltaCallback& on_delta,

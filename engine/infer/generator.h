@@ -44,7 +44,7 @@ struct GeneratorOptions {
   std::string experts_backend = "auto";
   std::string experts_format = "auto";
   // Routed experts per MoE layer resident on `device` (the most routed of the first prompt's
-  // forward), the rest on the CPU engine; 0: none (engine/gpu/resident_experts.h).
+  // forward), the rest on the CPU engine; 0: none (engine/model/resident_experts.h).
   int64_t gpu_experts = 0;
   // LLaMA-Factory template name (qwen3, llama3, deepseek3, ...); empty: chosen from the
   // model type (qwen3*: qwen3, qwen2*: qwen, deepseek_v3: deepseek3, deepseek_v2: deepseek,

@@ -20,9 +20,9 @@
 #include "engine/core/error.h"
 #include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
-#include "engine/gpu/causal_lm.h"
+#include "engine/model/causal_lm.h"
 #include "engine/gpu/failing_cpu_allocator_test_util.h"
-#include "engine/gpu/peft_adapter.h"
+#include "engine/model/peft_adapter.h"
 #include "engine/infer/generate.h"
 #include "engine/infer/text_stream.h"
 #include "engine/io/tokenizer.h"
@@ -57,25 +57,25 @@ const Fixture& fixture() {
       "rope_theta": 10000.0, "tie_word_embeddings": false, "vocab_size": )" + std::to_string(vocab) + "}";
     std::ofstream(out.model_dir / "config.json") << config;
     const io::ModelConfig model_config = io::readModelConfig(out.model_dir);
-    gpu::ModelOptions options;
-    gpu::CausalLm::random(model_config, options, nullptr, 11, ThreadPool::global())
+    model::ModelOptions options;
+    model::CausalLm::random(model_config, options, nullptr, 11, ThreadPool::global())
         ->writeRandomWeights(out.model_dir / "model.safetensors");
 
-    gpu::LoraPlan plan;
+    model::LoraPlan plan;
     plan.settings.rank = 4;
     plan.settings.alpha = 8;
     plan.targets = [](const std::string& name) { return !name.ends_with("mlp.gate"); };
-    auto tuned = gpu::CausalLm::load(out.model_dir, options, &plan, ThreadPool::global());
+    auto tuned = model::CausalLm::load(out.model_dir, options, &plan, ThreadPool::global());
     at::NoGradGuard no_grad;
     tuned->visitLinears([](const std::string&, gpu::LoraLinear& l) {
       if (l.hasLora()) l.loraB().normal_(0, 0.5);
     });
-    tuned->visitMoeBlocks([](const std::string&, gpu::MoeBlock& block) {
+    tuned->visitMoeBlocks([](const std::string&, model::MoeBlock& block) {
       for (int p = 0; p < experts::kExpertProjCount; ++p) {
         for (float& v : block.experts->lora().allB(static_cast<experts::ExpertProj>(p))) v = 0.3f;
       }
     });
-    gpu::writePeftAdapter(*tuned, plan.settings, out.adapter_dir, gpu::ExpertAdapterForm::Fused, "test");
+    model::writePeftAdapter(*tuned, plan.settings, out.adapter_dir, model::ExpertAdapterForm::Fused, "test");
     return out;
   }();
   return f;
@@ -160,7 +160,7 @@ TEST(Generator, MaxNewTokensAndCancellation) {
 }
 
 TEST(Generator, StopIdsEndTheAnswerAtTheirFirstOccurrence) {
-  auto model = gpu::CausalLm::load(fixture().model_dir, gpu::ModelOptions{}, nullptr, ThreadPool::global());
+  auto model = model::CausalLm::load(fixture().model_dir, model::ModelOptions{}, nullptr, ThreadPool::global());
   const std::vector<int32_t> prompt = {5, 17, 3, 9};
   GenerationSettings s = greedy(30);
   s.stop_on_eos = false;
@@ -216,10 +216,10 @@ TEST(Generator, AdaptersSwitchPerRequestLikeAModelLoadedWithTheAdapter) {
 
   // Reference: the adapter built into the model at load (the training path).
   const io::ModelConfig config = io::readModelConfig(fixture().model_dir);
-  const gpu::PeftAdapter adapter = gpu::readPeftAdapter(fixture().adapter_dir, config);
-  const gpu::LoraPlan plan = gpu::loraPlanFor(adapter);
-  auto reference = gpu::CausalLm::load(fixture().model_dir, gpu::ModelOptions{}, &plan, ThreadPool::global());
-  gpu::applyPeftAdapter(adapter, *reference);
+  const model::PeftAdapter adapter = model::readPeftAdapter(fixture().adapter_dir, config);
+  const model::LoraPlan plan = model::loraPlanFor(adapter);
+  auto reference = model::CausalLm::load(fixture().model_dir, model::ModelOptions{}, &plan, ThreadPool::global());
+  model::applyPeftAdapter(adapter, *reference);
   EXPECT_EQ(generateTokens(*reference, prompt, s, {}, 0).ids, tuned);
 
   EXPECT_THROW(gen->generate({"nope", prompt, s}), Error);
@@ -309,11 +309,11 @@ TEST(Generator, HoldsNoBackwardPacksOfTheExperts) {
   const uint64_t unpacked = cpuWeightBytesOf([&] { return Generator::load(fixture().model_dir, options); });
   options.experts_backend = "avx512_bf16";
   const uint64_t generator = cpuWeightBytesOf([&] { return Generator::load(fixture().model_dir, options); });
-  gpu::ModelOptions training;
+  model::ModelOptions training;
   training.experts_backend = "avx512_bf16";
   training.experts_wt_policy = experts::WtPolicy::Persistent;
   const uint64_t persistent = cpuWeightBytesOf(
-      [&] { return gpu::CausalLm::load(fixture().model_dir, training, nullptr, ThreadPool::global()); });
+      [&] { return model::CausalLm::load(fixture().model_dir, training, nullptr, ThreadPool::global()); });
   const double forward_packs = static_cast<double>(generator - unpacked);
   ASSERT_GT(forward_packs, 0);
   // The Wᵀ packs are about the size of the forward packs (their column padding differs at these

@@ -106,7 +106,7 @@ uint64_t residentExpertBytes(const ModelConfig& m, const std::string& weight_for
   return routedExpertBytes(m, held) / static_cast<uint64_t>(std::max<int64_t>(m.num_experts, 1));
 }
 
-int64_t loraParameters(const ModelConfig& m, ModuleKind kind, int layer, const model::LoraTarget& target, int rank) {
+int64_t loraParameters(const ModelConfig& m, ModuleKind kind, int layer, const io::LoraTarget& target, int rank) {
   if (rank <= 0) return 0;
   const std::string prefix = "model.layers." + std::to_string(layer) + ".";
   auto sum = [&](const std::vector<Linear>& linears, const std::string& module) {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "engine/io/model_config.h"
-#include "engine/model/lora_target.h"
+#include "engine/io/lora_target.h"
 #include "engine/placement/placement.h"
 
 namespace tandem::placement::memory {
@@ -20,12 +20,12 @@ int64_t moduleParameters(const io::ModelConfig& m, ModuleKind kind);
 // Routed experts of one MoE layer: E · 3 · H · I elements in `format`, plus the per-channel
 // (int8) or 128×128-block (fp8) scales the format carries.
 uint64_t routedExpertBytes(const io::ModelConfig& m, const std::string& format);
-// One routed expert as a GPU holds it (gpu::StoredExpertWeights): the CPU engine's int8 with its
+// One routed expert as a GPU holds it (model::StoredExpertWeights): the CPU engine's int8 with its
 // row scales for weight format int8, else the model dtype (bf16, or fp32).
 uint64_t residentExpertBytes(const io::ModelConfig& m, const std::string& weight_format, bool bf16);
 
 // LoRA parameters (A and B) a module gets from lora_target at rank r.
-int64_t loraParameters(const io::ModelConfig& m, ModuleKind kind, int layer, const model::LoraTarget& target, int rank);
+int64_t loraParameters(const io::ModelConfig& m, ModuleKind kind, int layer, const io::LoraTarget& target, int rank);
 
 // ExpertForwardCache of one MoE layer (engine/experts/expert_forward_cache.cpp chargeLedger):
 // x [T, H] b + weights [P] f32 + gate, up [P, I] f32 + the LoRA products [nodes][P, 3r] f32 (r =

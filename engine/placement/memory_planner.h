@@ -79,7 +79,7 @@ struct MemoryPlan {
   std::vector<DevicePlan> devices;  // GPUs by index, then host node(s)
   bool fits = true;
   std::string transposed_weights;     // persistent | pool; empty when the experts backend does not pack
-  bool keep_expert_forward = false;   // checkpointing keeps the CPU experts' forward (gpu::ModelOptions)
+  bool keep_expert_forward = false;   // checkpointing keeps the CPU experts' forward (model::ModelOptions)
   std::vector<std::string> problems;  // one per device that overflows: "need X, have Y"
   std::vector<std::string> advice;    // what to change, each with its effect
   std::vector<std::string> notes;     // decisions the planner made (backend, Wᵀ form, ...)

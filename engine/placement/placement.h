@@ -44,7 +44,7 @@ struct ModulePlacement {
   std::string weight_format;   // bf16 | int8 | fp8 (| fp16 | fp32: unquantized checkpoints)
   std::string compute_device;  // gpu-offload: the GPU that computes them; else empty
   // Co-computation: how many of them (the most routed) live on their layer's GPU, computed
-  // there while the CPU engine computes the rest (engine/gpu/resident_experts.h).
+  // there while the CPU engine computes the rest (engine/model/resident_experts.h).
   int64_t gpu_experts = 0;
 
   bool operator==(const ModulePlacement&) const = default;

@@ -49,7 +49,7 @@ std::string resolveBackend(const std::string& backend, const Hardware& hw, const
 
 Evaluator::Evaluator(const PlanRequest& request, const Hardware& hw, bool transposed_pool, bool keep_expert_forward)
     : req_(request), hw_(hw), m_(request.model), pool_(transposed_pool), keep_(keep_expert_forward),
-      target_(model::LoraTarget::parse(joinTargets(request.lora_target))),
+      target_(io::LoraTarget::parse(joinTargets(request.lora_target))),
       tokens_(request.batch_size * request.cutoff_len), act_bytes_(request.bf16 ? 2 : 4) {}
 
 std::vector<int> Evaluator::computeNodes() const {
@@ -154,7 +154,7 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
   if (req_.training && (first || !req_.gradient_checkpointing || (keep_ && !offload))) {
     // Without checkpointing every MoE layer's cache lives until its backward; with it, one, unless
     // the checkpointed pass keeps the CPU experts' ones to spare the recomputation
-    // (gpu::KeptExpertForward; offload mode recomputes).
+    // (model::KeptExpertForward; offload mode recomputes).
     charge(books, compute, PlanCategory::ExpertCache, "expert forward cache",
            memory::expertForwardCacheBytes(m_, tokens_, act_bytes_, targeted > 0 ? req_.lora_rank : 0, split));
   }
@@ -170,8 +170,8 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
   }
   if (offload) {
     // Two layers' streamed experts on the GPU, the one computing and the next on its way
-    // (gpu::ExpertStreamer), copied from pinned host memory; int8 ones are cast there to the model
-    // dtype for the layer computing (gpu::StoredExpertWeights). Resident experts (a cache) are not
+    // (model::ExpertStreamer), copied from pinned host memory; int8 ones are cast there to the model
+    // dtype for the layer computing (model::StoredExpertWeights). Resident experts (a cache) are not
     // streamed. The host copy is charged whole: it keeps every expert (the streamed ones are
     // copied out of it).
     if (first) {
@@ -187,7 +187,7 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
   }
 }
 
-// Resident experts (engine/gpu/resident_experts.cpp): their weights on the layer's GPU, in the
+// Resident experts (engine/model/resident_experts.cpp): their weights on the layer's GPU, in the
 // model dtype or (weight format int8) as the CPU engine's int8 with its row scales, and once per
 // GPU the transient of computing them with torch ops, int8 ones cast to the model dtype first.
 // (The host's packs of them are freed: chargeExperts.)

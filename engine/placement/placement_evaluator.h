@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/io/model_config.h"
-#include "engine/model/lora_target.h"
+#include "engine/io/lora_target.h"
 #include "engine/placement/hardware.h"
 #include "engine/placement/memory_planner.h"
 
@@ -61,7 +61,7 @@ class Evaluator {
   const io::ModelConfig& m_;
   bool pool_;  // Wᵀ in a per-node pool of two layers instead of a persistent copy
   bool keep_;  // with checkpointing, every MoE layer's expert forward cache kept until its backward
-  model::LoraTarget target_;
+  io::LoraTarget target_;
   int64_t tokens_;
   int64_t act_bytes_;
 };

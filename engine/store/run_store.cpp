@@ -447,6 +447,18 @@ void RunStore::recordStep(int64_t run, const StepMetrics& m) {
   tx.commit();
 }
 
+void RunStore::recordStep(int64_t run, const StepEvent& event) {
+  StepMetrics m;
+  m.step = event.step;
+  m.loss = event.loss;
+  m.learning_rate = event.learning_rate;
+  m.grad_norm = event.grad_norm;
+  m.tokens_per_s = event.tokens_per_s;
+  m.elapsed_s = event.elapsed_s;
+  m.eta_s = event.eta_s;
+  recordStep(run, m);
+}
+
 void RunStore::recordEvent(int64_t run, std::string_view kind, std::string_view message) {
   std::lock_guard lock(impl_->mutex);
   Transaction tx(impl_->db.get());

@@ -20,6 +20,8 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/core/train_events.h"
+
 namespace tandem::store {
 
 // 'running' and 'paused' are live: some process on `host` (pid) owns the run. The other four
@@ -122,6 +124,9 @@ class RunStore {
   void setStatus(int64_t run, RunStatus status, std::optional<std::string> error = {});
   // Inserts or replaces the row for (run, step), and sets the run's last_step and final_loss.
   void recordStep(int64_t run, const StepMetrics& metrics);
+  // A training step as the trainer reports it (its loss, learning rate, grad norm, tokens/s,
+  // elapsed time and ETA; the rest of the event is not kept).
+  void recordStep(int64_t run, const StepEvent& event);
   void recordEvent(int64_t run, std::string_view kind, std::string_view message);
 
   std::vector<RunRecord> listRuns(const RunFilter& filter = {}) const;  // newest first

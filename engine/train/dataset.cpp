@@ -208,7 +208,7 @@ std::vector<Record> readRecords(const fs::path& file) {
 
 // ---- conversion ------------------------------------------------------------------------------
 
-using Converted = std::variant<Conversation, std::string>;  // a conversation or why not
+using Converted = std::variant<chat::Conversation, std::string>;  // a conversation or why not
 
 // A column may be absent or null; otherwise it must be a string.
 std::optional<std::string> optionalString(const Json& row, const std::string& column,
@@ -238,7 +238,7 @@ Converted convertAlpaca(const Json& row, const DatasetAttr& attr) {
     if (row.is_string()) return row.get<std::string>();  // csv field-count message
     return std::string("not a JSON object");
   }
-  Conversation conv;
+  chat::Conversation conv;
   std::string error;
   if (!attr.history.empty() && row.contains(attr.history) && !row[attr.history].is_null()) {
     const Json& history = row[attr.history];
@@ -246,8 +246,8 @@ Converted convertAlpaca(const Json& row, const DatasetAttr& attr) {
     for (const Json& pair : history) {
       if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() || !pair[1].is_string())
         return "\"" + attr.history + "\" entries must be [prompt, response] string pairs";
-      conv.messages.push_back({Role::User, pair[0].get<std::string>()});
-      conv.messages.push_back({Role::Assistant, pair[1].get<std::string>()});
+      conv.messages.push_back({chat::Role::User, pair[0].get<std::string>()});
+      conv.messages.push_back({chat::Role::Assistant, pair[1].get<std::string>()});
     }
   }
   if (!row.contains(attr.prompt)) return "missing \"" + attr.prompt + "\"";
@@ -262,8 +262,8 @@ Converted convertAlpaca(const Json& row, const DatasetAttr& attr) {
   auto response_it = row.find(attr.response);
   if (response_it == row.end() || response_it->is_null()) return "missing \"" + attr.response + "\"";
   if (!response_it->is_string()) return "\"" + attr.response + "\" is not a string";
-  conv.messages.push_back({Role::User, std::move(user)});
-  conv.messages.push_back({Role::Assistant, response_it->get<std::string>()});
+  conv.messages.push_back({chat::Role::User, std::move(user)});
+  conv.messages.push_back({chat::Role::Assistant, response_it->get<std::string>()});
 
   auto system = optionalString(row, attr.system, error);
   auto tools = toolsText(row, attr.tools, error);
@@ -281,7 +281,7 @@ Converted convertSharegpt(const Json& row, const DatasetAttr& attr) {
   const Json& messages = *it;
   if (messages.empty()) return std::string("empty conversation");
 
-  Conversation conv;
+  chat::Conversation conv;
   std::string error;
   size_t first = 0;
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -307,11 +307,11 @@ Converted convertSharegpt(const Json& row, const DatasetAttr& attr) {
   for (size_t i = first; i < messages.size(); ++i) {
     const std::string role = messages[i][attr.role_tag].get<std::string>();
     const bool prompt_side = (i - first) % 2 == 0;
-    Role mapped;
-    if (prompt_side && role == attr.user_tag) mapped = Role::User;
-    else if (prompt_side && role == attr.observation_tag) mapped = Role::Observation;
-    else if (!prompt_side && role == attr.assistant_tag) mapped = Role::Assistant;
-    else if (!prompt_side && role == attr.function_tag) mapped = Role::FunctionCall;
+    chat::Role mapped;
+    if (prompt_side && role == attr.user_tag) mapped = chat::Role::User;
+    else if (prompt_side && role == attr.observation_tag) mapped = chat::Role::Observation;
+    else if (!prompt_side && role == attr.assistant_tag) mapped = chat::Role::Assistant;
+    else if (!prompt_side && role == attr.function_tag) mapped = chat::Role::FunctionCall;
     else
       return "message " + std::to_string(i + 1) + ": expected " +
              (prompt_side ? "'" + attr.user_tag + "' or '" + attr.observation_tag + "'"
@@ -439,7 +439,7 @@ std::vector<fs::path> filesOf(const fs::path& path) {
 }
 
 void convertInto(const DatasetAttr& attr, const fs::path& file, std::vector<Record> records,
-                 int64_t& budget, DatasetFileReport& rep, std::vector<Conversation>& out) {
+                 int64_t& budget, DatasetFileReport& rep, std::vector<chat::Conversation>& out) {
   for (Record& record : records) {
     if (budget == 0) break;
     --budget;
@@ -452,7 +452,7 @@ void convertInto(const DatasetAttr& attr, const fs::path& file, std::vector<Reco
         rep.first_problems.push_back({record.line, *reason});
       continue;
     }
-    Conversation& conv = std::get<Conversation>(c);
+    chat::Conversation& conv = std::get<chat::Conversation>(c);
     conv.source = {file.string(), record.line, record.index};
     out.push_back(std::move(conv));
     ++rep.rows_kept;
@@ -467,16 +467,6 @@ std::string problemList(const DatasetFileReport& rep) {
 }
 
 }  // namespace
-
-std::string_view roleName(Role role) {
-  switch (role) {
-    case Role::User: return "user";
-    case Role::Assistant: return "assistant";
-    case Role::FunctionCall: return "function_call";
-    case Role::Observation: return "observation";
-  }
-  return "?";
-}
 
 int64_t DatasetReport::totalKept() const {
   int64_t n = 0;
@@ -513,12 +503,12 @@ std::vector<std::string> splitDatasetNames(std::string_view comma_list) {
   return names;
 }
 
-std::vector<Conversation> loadDatasets(const std::filesystem::path& dataset_dir,
+std::vector<chat::Conversation> loadDatasets(const std::filesystem::path& dataset_dir,
                                        const std::vector<std::string>& names,
                                        std::optional<int64_t> max_samples, DatasetReport& report) {
   if (names.empty()) throw Error("no dataset given", "set `dataset: name1,name2` in the config");
   std::optional<Json> info = readDatasetInfo(dataset_dir);
-  std::vector<Conversation> out;
+  std::vector<chat::Conversation> out;
   for (const std::string& name : names) {
     DatasetAttr attr;
     std::vector<fs::path> files;

@@ -25,31 +25,9 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/chat/conversation.h"
+
 namespace tandem::train {
-
-enum class Role : uint8_t { User, Assistant, FunctionCall, Observation };
-std::string_view roleName(Role role);  // "user", "assistant", "function_call", "observation"
-
-struct Message {
-  Role role = Role::User;
-  std::string content;
-};
-
-// Where a conversation came from, for error messages.
-struct SourceRef {
-  std::string file;     // path as given / resolved
-  int64_t line = 0;     // 1-based line where the record starts (csv: the record's first line)
-  int64_t index = 0;    // 0-based record index in the file (csv: not counting the header)
-};
-
-// messages alternate: even positions User or Observation, odd positions Assistant or FunctionCall;
-// the count is even (>= 2), so the last message is the response that is trained on.
-struct Conversation {
-  std::string system;   // empty: the template's default system prompt applies
-  std::string tools;    // JSON text of the tool list, empty when none
-  std::vector<Message> messages;
-  SourceRef source;
-};
 
 struct RowProblem {
   int64_t line = 0;
@@ -79,7 +57,7 @@ struct DatasetReport {
 // read as a plain file. max_samples, as in LLaMA-Factory, keeps the first N records of EACH
 // dataset before bad rows are dropped. Throws tandem::Error on unknown names, missing or unreadable
 // files, invalid JSON/CSV, and datasets without a single usable row.
-std::vector<Conversation> loadDatasets(const std::filesystem::path& dataset_dir,
+std::vector<chat::Conversation> loadDatasets(const std::filesystem::path& dataset_dir,
                                        const std::vector<std::string>& names,
                                        std::optional<int64_t> max_samples,
                                        DatasetReport& report);

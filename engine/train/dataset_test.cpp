@@ -43,7 +43,7 @@ class DatasetTest : public testing::Test {
   void write(const std::string& name, const std::string& text) {
     std::ofstream(dir_ / name, std::ios::binary) << text;
   }
-  std::vector<Conversation> load(const std::vector<std::string>& names,
+  std::vector<chat::Conversation> load(const std::vector<std::string>& names,
                                  std::optional<int64_t> max_samples = std::nullopt) {
     report_ = {};
     return loadDatasets(dir_, names, max_samples, report_);
@@ -72,9 +72,9 @@ TEST_F(DatasetTest, Alpaca) {
   auto convs = load({"alpaca_demo"});
   ASSERT_EQ(convs.size(), 3u);
   EXPECT_EQ(convs[0].messages[0].content, "Add\n1 2");  // instruction + "\n" + input
-  EXPECT_EQ(convs[0].messages[0].role, Role::User);
+  EXPECT_EQ(convs[0].messages[0].role, chat::Role::User);
   EXPECT_EQ(convs[0].messages[1].content, "3");
-  EXPECT_EQ(convs[0].messages[1].role, Role::Assistant);
+  EXPECT_EQ(convs[0].messages[1].role, chat::Role::Assistant);
   EXPECT_EQ(convs[1].messages[0].content, "Greet");
   EXPECT_EQ(convs[1].system, "");  // as in LLaMA-Factory: no "system" column mapped, none read
   EXPECT_EQ(convs[2].messages[0].content, "only input");
@@ -109,7 +109,7 @@ TEST_F(DatasetTest, Sharegpt) {
   ASSERT_EQ(convs.size(), 2u);
   EXPECT_EQ(convs[0].system, "Sys");
   ASSERT_EQ(convs[0].messages.size(), 4u);
-  EXPECT_EQ(convs[0].messages[2].role, Role::Observation);
+  EXPECT_EQ(convs[0].messages[2].role, chat::Role::Observation);
   EXPECT_EQ(convs[0].messages[3].content, "Done");
   EXPECT_EQ(convs[1].system, "col");
 }

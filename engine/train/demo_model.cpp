@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/thread_pool.h"
-#include "engine/gpu/causal_lm.h"
+#include "engine/model/causal_lm.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/model_config.h"
 #include "engine/io/tokenizer.h"
@@ -48,7 +48,7 @@ DemoModel ensureDemoModel(const fs::path& workdir, const fs::path& resources_dir
   const nlohmann::json config = demoModelConfig(tokenizer.vocabSize(), tokenizer.eosId().value_or(0));
   io::writeFileAtomically(tmp / "config.json", config.dump(2) + "\n");
   const io::ModelConfig model_config = io::readModelConfig(tmp);
-  auto model = gpu::CausalLm::random(model_config, gpu::ModelOptions{}, nullptr, /*seed=*/2024,
+  auto model = model::CausalLm::random(model_config, model::ModelOptions{}, nullptr, /*seed=*/2024,
                                      ThreadPool::global());
   model->writeRandomWeights(tmp / "model.safetensors");
   fs::remove_all(model_dir);

@@ -7,7 +7,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
-#include "engine/gpu/causal_lm.h"
+#include "engine/model/causal_lm.h"
 
 namespace tandem::train {
 
@@ -39,7 +39,7 @@ void fusedAdamWStep(std::span<float> param, std::span<const float> grad, std::sp
   });
 }
 
-LoraOptimizer::LoraOptimizer(gpu::CausalLm& model, const AdamWSettings& settings, ThreadPool& pool)
+LoraOptimizer::LoraOptimizer(model::CausalLm& model, const AdamWSettings& settings, ThreadPool& pool)
     : settings_(settings), pool_(pool) {
   model.visitLinears([&](const std::string& name, gpu::LoraLinear& linear) {
     if (!linear.hasLora()) return;
@@ -47,7 +47,7 @@ LoraOptimizer::LoraOptimizer(gpu::CausalLm& model, const AdamWSettings& settings
       torch_params_.push_back({name + suffix, tensor, at::zeros_like(tensor), at::zeros_like(tensor)});
     }
   });
-  model.visitMoeBlocks([&](const std::string& mlp, gpu::MoeBlock& block) {
+  model.visitMoeBlocks([&](const std::string& mlp, model::MoeBlock& block) {
     experts::ExpertLora& lora = block.experts->lora();
     for (int p = 0; p < experts::kExpertProjCount; ++p) {
       const auto proj = static_cast<experts::ExpertProj>(p);

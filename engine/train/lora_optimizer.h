@@ -19,7 +19,7 @@
 namespace tandem {
 class ThreadPool;
 }
-namespace tandem::gpu {
+namespace tandem::model {
 class CausalLm;
 }
 
@@ -40,7 +40,7 @@ void fusedAdamWStep(std::span<float> param, std::span<const float> grad, std::sp
 
 class LoraOptimizer {
  public:
-  LoraOptimizer(gpu::CausalLm& model, const AdamWSettings& settings, ThreadPool& pool);
+  LoraOptimizer(model::CausalLm& model, const AdamWSettings& settings, ThreadPool& pool);
 
   // Global L2 norm of all LoRA gradients; scales them down to max_norm when above (and > 0).
   double clipGradNorm(double max_norm);

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "engine/core/thread_pool.h"
-#include "engine/gpu/causal_lm.h"
+#include "engine/model/causal_lm.h"
 #include "engine/gpu/lora_linear.h"
-#include "engine/gpu/moe_block.h"
-#include "engine/model/lora_target.h"
+#include "engine/model/moe_block.h"
+#include "engine/io/lora_target.h"
 #include "engine/train/tiny_moe_test_util.h"
 
 namespace tandem::train {
@@ -28,14 +28,14 @@ struct Weight {
   std::span<float> expert_grad;  // empty: a torch leaf (its .grad())
 };
 
-std::vector<Weight> loraWeights(gpu::CausalLm& model) {
+std::vector<Weight> loraWeights(model::CausalLm& model) {
   std::vector<Weight> out;
   model.visitLinears([&](const std::string&, gpu::LoraLinear& l) {
     if (!l.hasLora()) return;
     out.push_back({l.loraA(), {}});
     out.push_back({l.loraB(), {}});
   });
-  model.visitMoeBlocks([&](const std::string&, gpu::MoeBlock& block) {
+  model.visitMoeBlocks([&](const std::string&, model::MoeBlock& block) {
     experts::ExpertLora& lora = block.experts->lora();
     for (auto proj : {experts::ExpertProj::Gate, experts::ExpertProj::Up, experts::ExpertProj::Down}) {
       if (!lora.targets(proj)) continue;
@@ -54,9 +54,9 @@ std::vector<Weight> loraWeights(gpu::CausalLm& model) {
 // same weights with the same gradients. Every weight and the reported norm must agree.
 TEST(LoraOptimizer, ClipsAndStepsAsTorchsAdamW) {
   const io::ModelConfig config = testing::tinyQwen3MoeConfig(/*num_experts=*/4);
-  const gpu::LoraPlan plan =
-      gpu::loraPlanFromTarget(model::LoraTarget::parse("all"), gpu::LoraSettings{4, 8.0, false, 0.0});
-  auto model = gpu::CausalLm::random(config, gpu::ModelOptions{}, &plan, /*seed=*/3, ThreadPool::global());
+  const model::LoraPlan plan =
+      model::loraPlanFromTarget(io::LoraTarget::parse("all"), gpu::LoraSettings{4, 8.0, false, 0.0});
+  auto model = model::CausalLm::random(config, model::ModelOptions{}, &plan, /*seed=*/3, ThreadPool::global());
   const std::vector<Weight> weights = loraWeights(*model);
   ASSERT_GT(weights.size(), 8u);
   ASSERT_TRUE(std::any_of(weights.begin(), weights.end(), [](const Weight& w) { return !w.expert_grad.empty(); }));

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "engine/experts/expert_layer.h"
-#include "engine/gpu/causal_lm.h"
+#include "engine/model/causal_lm.h"
 
 namespace tandem::train {
 
@@ -22,9 +22,9 @@ std::string heldAs(const experts::ExpertLayer& e, bool fp8_checkpoint) {
 }
 }  // namespace
 
-std::string expertsSummary(gpu::CausalLm& model) {
+std::string expertsSummary(model::CausalLm& model) {
   std::string summary;
-  model.visitMoeBlocks([&](const std::string&, gpu::MoeBlock& block) {
+  model.visitMoeBlocks([&](const std::string&, model::MoeBlock& block) {
     if (!summary.empty() || !block.experts) return;
     const experts::ExpertLayer& e = *block.experts;
     const bool fp8 = model.config().quantization && model.config().quantization->quant_method == "fp8";
@@ -40,10 +40,10 @@ std::string expertsSummary(gpu::CausalLm& model) {
   return summary.empty() ? "no routed experts (dense model)" : summary;
 }
 
-std::string residentExpertsShare(gpu::CausalLm& model) {
+std::string residentExpertsShare(model::CausalLm& model) {
   bool resident = false, streamed = false;
   int64_t routed_pairs = 0, resident_pairs = 0;
-  model.visitMoeBlocks([&](const std::string&, gpu::MoeBlock& block) {
+  model.visitMoeBlocks([&](const std::string&, model::MoeBlock& block) {
     resident = resident || block.resident_count > 0;
     streamed = streamed || block.offload;
     routed_pairs += block.pairs.routed;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/core/thread_pool.h"
-#include "engine/gpu/causal_lm.h"
+#include "engine/model/causal_lm.h"
 #include "engine/io/model_config.h"
 #include "engine/train/tiny_moe_test_util.h"
 
@@ -24,7 +24,7 @@ TEST(ModelReport, ResidentExpertsShareOfTheRoutedPairs) {
   const io::ModelConfig config = testing::tinyQwen3MoeConfig(6);
   const at::Tensor ids = at::arange(24, at::kLong).remainder(config.vocab_size).view({2, 12});
 
-  auto plain = gpu::CausalLm::random(config, {}, nullptr, /*seed=*/5, ThreadPool::global());
+  auto plain = model::CausalLm::random(config, {}, nullptr, /*seed=*/5, ThreadPool::global());
   EXPECT_EQ(expertsSummary(*plain).find("resident"), std::string::npos) << expertsSummary(*plain);
   // auto on these f32 weights is an fp32 backend, which reads them where they lie.
   EXPECT_NE(expertsSummary(*plain).find(", read in place, W^T "), std::string::npos) << expertsSummary(*plain);
@@ -35,16 +35,16 @@ TEST(ModelReport, ResidentExpertsShareOfTheRoutedPairs) {
   EXPECT_EQ(residentExpertsShare(*plain), "");
 
   // Beside the CPU engine, and as offload mode's resident cache (the others streamed).
-  for (const gpu::ExpertsMode mode : {gpu::ExpertsMode::Cpu, gpu::ExpertsMode::GpuOffload}) {
-    SCOPED_TRACE(gpu::expertsModeName(mode));
-    gpu::ModelOptions options;
+  for (const model::ExpertsMode mode : {model::ExpertsMode::Cpu, model::ExpertsMode::GpuOffload}) {
+    SCOPED_TRACE(model::expertsModeName(mode));
+    model::ModelOptions options;
     options.experts = mode;
     options.gpu_experts.assign(2, 4);
-    auto model = gpu::CausalLm::random(config, options, nullptr, /*seed=*/5, ThreadPool::global());
+    auto model = model::CausalLm::random(config, options, nullptr, /*seed=*/5, ThreadPool::global());
     EXPECT_NE(expertsSummary(*model).find("4 per layer resident"), std::string::npos) << expertsSummary(*model);
     EXPECT_EQ(residentExpertsShare(*model), "");  // no call yet
     std::vector<at::Tensor> routed;
-    model->visitMoeBlocks([&](const std::string&, gpu::MoeBlock& block) {
+    model->visitMoeBlocks([&](const std::string&, model::MoeBlock& block) {
       block.route_observer = [&](const at::Tensor& layer_ids) { routed.push_back(layer_ids.to(at::kCPU, at::kLong)); };
     });
     {
@@ -53,7 +53,7 @@ TEST(ModelReport, ResidentExpertsShareOfTheRoutedPairs) {
     }
     ASSERT_EQ(routed.size(), 2u);
     int64_t pairs = 0, on_resident = 0, layer = 0;
-    model->visitMoeBlocks([&](const std::string&, gpu::MoeBlock& block) {
+    model->visitMoeBlocks([&](const std::string&, model::MoeBlock& block) {
       const std::vector<int64_t> set = block.offload ? block.offload->residentExperts() : block.resident->experts();
       ASSERT_EQ(set.size(), 4u);
       const at::Tensor& layer_ids = routed[static_cast<size_t>(layer++)];
@@ -67,7 +67,7 @@ TEST(ModelReport, ResidentExpertsShareOfTheRoutedPairs) {
     const double share = 100.0 * static_cast<double>(on_resident) / static_cast<double>(pairs);
     char want[128];
     std::snprintf(want, sizeof want, "resident experts took %.1f %% of the routed pairs so far; %s %.1f %%", share,
-                  mode == gpu::ExpertsMode::Cpu ? "the CPU engine computed" : "the streamed experts computed",
+                  mode == model::ExpertsMode::Cpu ? "the CPU engine computed" : "the streamed experts computed",
                   100.0 - share);
     EXPECT_EQ(residentExpertsShare(*model), want);
   }
@@ -75,10 +75,10 @@ TEST(ModelReport, ResidentExpertsShareOfTheRoutedPairs) {
 
 // int8 on the reference backend is an f32 copy of what the int8 weights mean: packs, not in place.
 TEST(ModelReport, SaysWhetherTheExpertsAreReadInPlaceOrPacked) {
-  gpu::ModelOptions options;
+  model::ModelOptions options;
   options.experts_backend = "generic";
   options.experts_format = "int8";
-  auto model = gpu::CausalLm::random(testing::tinyQwen3MoeConfig(6), options, nullptr, /*seed=*/5,
+  auto model = model::CausalLm::random(testing::tinyQwen3MoeConfig(6), options, nullptr, /*seed=*/5,
                                      ThreadPool::global());
   EXPECT_NE(expertsSummary(*model).find("routed experts: generic, int8 packs, W^T "), std::string::npos)
       << expertsSummary(*model);

@@ -36,7 +36,7 @@ std::filesystem::path tokenizedCacheDir() {
 }
 
 // Layout: magic, u64 count, then per sample u64 n, n int32 ids, n int32 labels (little endian).
-std::optional<std::vector<EncodedSample>> readTokenizedCache(const std::filesystem::path& file) {
+std::optional<std::vector<chat::EncodedSample>> readTokenizedCache(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) return std::nullopt;
   const std::string bytes(std::istreambuf_iterator<char>(in), {});
@@ -50,11 +50,11 @@ std::optional<std::vector<EncodedSample>> readTokenizedCache(const std::filesyst
   char magic[8];
   uint64_t count = 0;
   if (!take(magic, 8) || std::memcmp(magic, kMagic, 8) != 0 || !take(&count, 8)) return std::nullopt;
-  std::vector<EncodedSample> samples;
+  std::vector<chat::EncodedSample> samples;
   for (uint64_t i = 0; i < count; ++i) {
     uint64_t n = 0;
     if (!take(&n, 8) || n > (bytes.size() - pos) / 8) return std::nullopt;
-    EncodedSample s;
+    chat::EncodedSample s;
     s.input_ids.resize(n);
     s.labels.resize(n);
     take(s.input_ids.data(), n * 4);
@@ -65,12 +65,12 @@ std::optional<std::vector<EncodedSample>> readTokenizedCache(const std::filesyst
   return samples;
 }
 
-void writeTokenizedCache(const std::filesystem::path& file, const std::vector<EncodedSample>& samples) {
+void writeTokenizedCache(const std::filesystem::path& file, const std::vector<chat::EncodedSample>& samples) {
   std::string bytes(kMagic, sizeof kMagic);
   auto put = [&](const void* data, size_t n) { bytes.append(static_cast<const char*>(data), n); };
   const uint64_t count = samples.size();
   put(&count, 8);
-  for (const EncodedSample& s : samples) {
+  for (const chat::EncodedSample& s : samples) {
     const uint64_t n = s.input_ids.size();
     put(&n, 8);
     put(s.input_ids.data(), n * 4);

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/train/supervised_encoder.h"
+#include "engine/chat/supervised_encoder.h"
 
 namespace tandem::train {
 
@@ -20,7 +20,7 @@ std::string tokenizedCacheKey(const std::vector<std::filesystem::path>& files, c
 // $TANDEM_HOME/cache/tokenized, else ~/.cache/tandem/tokenized.
 std::filesystem::path tokenizedCacheDir();
 
-std::optional<std::vector<EncodedSample>> readTokenizedCache(const std::filesystem::path& file);
-void writeTokenizedCache(const std::filesystem::path& file, const std::vector<EncodedSample>& samples);
+std::optional<std::vector<chat::EncodedSample>> readTokenizedCache(const std::filesystem::path& file);
+void writeTokenizedCache(const std::filesystem::path& file, const std::vector<chat::EncodedSample>& samples);
 
 }  // namespace tandem::train

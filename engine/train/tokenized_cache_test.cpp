@@ -12,7 +12,7 @@ namespace {
 TEST(TokenizedCache, RoundTripsAndRejectsDamage) {
   const auto dir = std::filesystem::temp_directory_path() / ("tandem_tok_cache_" + std::to_string(::getpid()));
   const auto file = dir / "x.bin";
-  std::vector<EncodedSample> samples = {{{1, 2, 3}, {-100, 2, 3}}, {{}, {}}, {{7}, {7}}};
+  std::vector<chat::EncodedSample> samples = {{{1, 2, 3}, {-100, 2, 3}}, {{}, {}}, {{7}, {7}}};
   writeTokenizedCache(file, samples);
   const auto back = readTokenizedCache(file);
   ASSERT_TRUE(back.has_value());

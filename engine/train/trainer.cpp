@@ -21,9 +21,10 @@
 
 #include "engine/core/error.h"
 #include "engine/core/units.h"
-#include "engine/gpu/causal_lm.h"
-#include "engine/gpu/peft_adapter.h"
-#include "engine/gpu/weight_loader.h"
+#include "engine/model/causal_lm.h"
+#include "engine/model/checkpoint_dir.h"
+#include "engine/model/peft_adapter.h"
+#include "engine/model/weight_loader.h"
 #include "engine/io/atomic_file.h"
 
 namespace tandem::train {
@@ -34,10 +35,10 @@ constexpr int32_t kIgnore = -100;
 
 // Greedy packing in data order: whole samples concatenated up to cutoff_len tokens, as
 // LLaMA-Factory's plain packing does (no attention masking between the packed samples).
-std::vector<EncodedSample> pack(std::vector<EncodedSample> samples, int64_t cutoff_len) {
-  std::vector<EncodedSample> packed;
-  EncodedSample current;
-  for (EncodedSample& s : samples) {
+std::vector<chat::EncodedSample> pack(std::vector<chat::EncodedSample> samples, int64_t cutoff_len) {
+  std::vector<chat::EncodedSample> packed;
+  chat::EncodedSample current;
+  for (chat::EncodedSample& s : samples) {
     if (!current.input_ids.empty() &&
         static_cast<int64_t>(current.input_ids.size() + s.input_ids.size()) > cutoff_len) {
       packed.push_back(std::move(current));
@@ -65,8 +66,8 @@ void appendLine(const std::filesystem::path& path, const std::string& line) {
 
 }  // namespace
 
-Trainer::Trainer(gpu::CausalLm& model, const gpu::LoraSettings& lora, std::vector<EncodedSample> samples,
-                 TrainerSettings settings, ThreadPool& pool, std::vector<EncodedSample> eval_samples)
+Trainer::Trainer(model::CausalLm& model, const gpu::LoraSettings& lora, std::vector<chat::EncodedSample> samples,
+                 TrainerSettings settings, ThreadPool& pool, std::vector<chat::EncodedSample> eval_samples)
     : model_(model), lora_(lora),
       samples_(settings.packing ? pack(std::move(samples), settings.cutoff_len) : std::move(samples)),
       eval_samples_(std::move(eval_samples)),
@@ -102,7 +103,7 @@ std::vector<int64_t> Trainer::epochOrder(int64_t epoch) const {
   return order;
 }
 
-Trainer::Batch Trainer::makeBatch(const std::vector<EncodedSample>& samples, const std::vector<int64_t>& order,
+Trainer::Batch Trainer::makeBatch(const std::vector<chat::EncodedSample>& samples, const std::vector<int64_t>& order,
                                   int64_t first, int64_t batch_size) const {
   const int64_t n = std::min<int64_t>(batch_size, static_cast<int64_t>(order.size()) - first);
   size_t width = 0;
@@ -111,7 +112,7 @@ Trainer::Batch Trainer::makeBatch(const std::vector<EncodedSample>& samples, con
   b.input_ids = at::full({n, static_cast<int64_t>(width)}, settings_.pad_id, at::kLong);
   b.labels = at::full({n, static_cast<int64_t>(width)}, kIgnore, at::kLong);
   for (int64_t i = 0; i < n; ++i) {
-    const EncodedSample& s = samples[order[first + i]];
+    const chat::EncodedSample& s = samples[order[first + i]];
     int64_t* ids = b.input_ids[i].data_ptr<int64_t>();
     int64_t* labels = b.labels[i].data_ptr<int64_t>();
     std::copy(s.input_ids.begin(), s.input_ids.end(), ids);
@@ -304,10 +305,10 @@ void Trainer::failOutOfMemory(const std::string& what, int64_t run_start_step) {
 }
 
 void Trainer::writeCheckpointFiles(const std::filesystem::path& dir) const {
-  gpu::writePeftAdapter(model_, lora_, dir, gpu::ExpertAdapterForm::Fused, settings_.base_model_name);
+  model::writePeftAdapter(model_, lora_, dir, model::ExpertAdapterForm::Fused, settings_.base_model_name);
   std::map<std::string, at::Tensor> state = optimizer_.stateDict();
   state["rng.cpu"] = at::detail::getDefaultCPUGenerator().get_state();
-  gpu::writeTensorFile(dir / "optimizer.safetensors", state, {});
+  model::writeTensorFile(dir / "optimizer.safetensors", state, {});
   nlohmann::json history = nlohmann::json::array();
   for (const std::string& l : log_history_) history.push_back(nlohmann::json::parse(l));
   const nlohmann::json trainer_state = {
@@ -339,7 +340,7 @@ void Trainer::pruneCheckpoints() const {
   if (settings_.save_total_limit <= 0) return;
   std::vector<std::pair<int64_t, std::filesystem::path>> found;
   for (const auto& entry : std::filesystem::directory_iterator(settings_.output_dir)) {
-    if (const auto step = checkpointStep(entry.path()); entry.is_directory() && step) {
+    if (const auto step = model::checkpointStep(entry.path()); entry.is_directory() && step) {
       found.emplace_back(*step, entry.path());
     }
   }
@@ -350,7 +351,7 @@ void Trainer::pruneCheckpoints() const {
 }
 
 void Trainer::saveFinal(TrainListener& listener) const {
-  gpu::writePeftAdapter(model_, lora_, settings_.output_dir, gpu::ExpertAdapterForm::Fused,
+  model::writePeftAdapter(model_, lora_, settings_.output_dir, model::ExpertAdapterForm::Fused,
                         settings_.base_model_name);
   nlohmann::json history = nlohmann::json::array();
   for (const std::string& l : log_history_) history.push_back(nlohmann::json::parse(l));
@@ -377,40 +378,10 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   std::string all;
   for (const std::string& l : log_history_) all += l + "\n";
   io::writeFileAtomically(settings_.output_dir / "trainer_log.jsonl", all);
-  const std::map<std::string, at::Tensor> tensors = gpu::readTensorFile(checkpoint_dir / "optimizer.safetensors");
+  const std::map<std::string, at::Tensor> tensors = model::readTensorFile(checkpoint_dir / "optimizer.safetensors");
   optimizer_.loadStateDict(tensors, state["optimizer_steps"].get<int64_t>());
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   generator.set_state(tensors.at("rng.cpu"));
-}
-
-std::optional<int64_t> checkpointStep(const std::filesystem::path& dir) {
-  const std::string name = dir.filename().string();
-  const std::string prefix = "checkpoint-";
-  if (!name.starts_with(prefix) || name.size() == prefix.size() || name.size() > prefix.size() + 18) {
-    return std::nullopt;
-  }
-  int64_t step = 0;
-  for (char c : name.substr(prefix.size())) {
-    if (c < '0' || c > '9') return std::nullopt;
-    step = step * 10 + (c - '0');
-  }
-  return step;
-}
-
-std::filesystem::path lastCheckpoint(const std::filesystem::path& output_dir) {
-  std::filesystem::path best;
-  int64_t best_step = -1;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(output_dir, ec)) {
-    const auto step = checkpointStep(entry.path());
-    if (!entry.is_directory() || !step) continue;
-    if (!std::filesystem::exists(entry.path() / "trainer_state.json")) continue;  // incomplete
-    if (*step > best_step) {
-      best_step = *step;
-      best = entry.path();
-    }
-  }
-  return best;
 }
 
 }  // namespace tandem::train

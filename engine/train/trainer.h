@@ -17,12 +17,15 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/memory_ledger.h"
+#include "engine/core/train_events.h"
 #include "engine/train/lora_optimizer.h"
 #include "engine/train/lr_schedule.h"
-#include "engine/train/supervised_encoder.h"
+#include "engine/chat/supervised_encoder.h"
 
-namespace tandem::gpu {
+namespace tandem::model {
 class CausalLm;
+}
+namespace tandem::gpu {
 struct LoraSettings;
 }
 
@@ -56,48 +59,16 @@ struct TrainerSettings {
   int64_t eval_batch_size = 8;
 };
 
-struct StepEvent {
-  int64_t step = 0;         // optimizer steps done
-  int64_t total_steps = 0;
-  double epoch = 0;         // fractional, as transformers logs it
-  double loss = 0;          // mean over this step's kept tokens
-  double learning_rate = 0;
-  double grad_norm = 0;
-  double tokens_per_s = 0;  // non-padding tokens of this step / its wall time
-  double elapsed_s = 0;
-  double eta_s = 0;
-  double step_s = 0;       // wall time of this step
-  double model_s = 0;      // of which forward + backward (the model math)
-  double optimizer_s = 0;  // of which grad clip + AdamW
-  std::vector<DeviceMemoryUsage> memory;
-};
-
 // Seconds `steps_left` more steps take at the pace of this run's steps after its first: the
 // first also packs the CPU experts, copies the resident ones to the GPU and warms the allocators
 // (15 s of a 17 s first step on the 48-layer Qwen3 shape, where later steps take 0.9 s). With
 // one step done, that step is all there is to go by.
 double remainingSeconds(double elapsed_s, double first_step_s, int64_t steps_done, int64_t steps_left);
 
-class TrainListener {
- public:
-  virtual ~TrainListener() = default;
-  virtual void onStep(const StepEvent&) {}
-  virtual void onCheckpoint(int64_t /*step*/, const std::filesystem::path&) {}
-  virtual void onMessage(const std::string&) {}
-};
-
-enum class TrainOutcome { Completed, Stopped, Cancelled };
-
-struct TrainResult {
-  TrainOutcome outcome = TrainOutcome::Completed;
-  int64_t steps = 0;
-  double final_loss = 0;
-};
-
 class Trainer {
  public:
-  Trainer(gpu::CausalLm& model, const gpu::LoraSettings& lora, std::vector<EncodedSample> samples,
-          TrainerSettings settings, ThreadPool& pool, std::vector<EncodedSample> eval_samples = {});
+  Trainer(model::CausalLm& model, const gpu::LoraSettings& lora, std::vector<chat::EncodedSample> samples,
+          TrainerSettings settings, ThreadPool& pool, std::vector<chat::EncodedSample> eval_samples = {});
 
   // Mean loss over the held-out samples (no gradients); NaN without any.
   double evaluate() const;
@@ -128,7 +99,7 @@ class Trainer {
     int64_t real_tokens = 0;
   };
   std::vector<int64_t> epochOrder(int64_t epoch) const;
-  Batch makeBatch(const std::vector<EncodedSample>& samples, const std::vector<int64_t>& order,
+  Batch makeBatch(const std::vector<chat::EncodedSample>& samples, const std::vector<int64_t>& order,
                   int64_t first, int64_t batch_size) const;
   void logLine(nlohmann::json line);
   void writeCheckpointFiles(const std::filesystem::path& dir) const;
@@ -139,10 +110,10 @@ class Trainer {
   // and throws an Error that says where it was saved and what to change.
   [[noreturn]] void failOutOfMemory(const std::string& what, int64_t run_start_step);
 
-  gpu::CausalLm& model_;
+  model::CausalLm& model_;
   const gpu::LoraSettings& lora_;
-  std::vector<EncodedSample> samples_;
-  std::vector<EncodedSample> eval_samples_;
+  std::vector<chat::EncodedSample> samples_;
+  std::vector<chat::EncodedSample> eval_samples_;
   TrainerSettings settings_;
   LoraOptimizer optimizer_;
   LrSchedule schedule_;
@@ -157,11 +128,5 @@ class Trainer {
   std::condition_variable pause_cv_;
   bool paused_ = false;
 };
-
-// The newest complete checkpoint-N in output_dir, or empty.
-std::filesystem::path lastCheckpoint(const std::filesystem::path& output_dir);
-
-// N of a "checkpoint-N" dir name; nullopt for any other name (user dirs that merely look alike).
-std::optional<int64_t> checkpointStep(const std::filesystem::path& dir);
 
 }  // namespace tandem::train

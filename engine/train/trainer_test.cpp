@@ -13,11 +13,11 @@
 
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
-#include "engine/gpu/causal_lm.h"
+#include "engine/model/causal_lm.h"
 #include "engine/gpu/failing_cpu_allocator_test_util.h"
 #include "engine/io/model_config.h"
 #include "engine/train/tiny_moe_test_util.h"
-#include "engine/model/lora_target.h"
+#include "engine/io/lora_target.h"
 
 namespace tandem::train {
 namespace {
@@ -43,9 +43,9 @@ TEST(Trainer, RemainingTimeLeavesTheFirstStepOut) {
 
 TEST(Trainer, OutOfMemorySavesTheLastStepAndSaysWhatToChange) {
   const io::ModelConfig config = testing::tinyQwen3MoeConfig(4);
-  const gpu::LoraPlan plan = gpu::loraPlanFromTarget(model::LoraTarget::parse("all"), {4, 8.0, false, 0.0});
-  auto model = gpu::CausalLm::random(config, {}, &plan, /*seed=*/5, ThreadPool::global());
-  std::vector<EncodedSample> samples(4);
+  const model::LoraPlan plan = model::loraPlanFromTarget(io::LoraTarget::parse("all"), {4, 8.0, false, 0.0});
+  auto model = model::CausalLm::random(config, {}, &plan, /*seed=*/5, ThreadPool::global());
+  std::vector<chat::EncodedSample> samples(4);
   for (size_t s = 0; s < samples.size(); ++s) {
     for (int32_t t = 0; t < 12; ++t) {
       samples[s].input_ids.push_back(static_cast<int32_t>((s * 13 + t * 5) % 64));

@@ -15,9 +15,9 @@
 #include "engine/core/error.h"
 #include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
-#include "engine/gpu/causal_lm.h"
+#include "engine/model/causal_lm.h"
 #include "engine/io/safetensors.h"
-#include "engine/model/lora_target.h"
+#include "engine/io/lora_target.h"
 #include "engine/placement/hardware.h"
 #include "engine/train/trainer.h"
 
@@ -46,12 +46,12 @@ struct Measured {
 
 Measured trainOneStep(const io::ModelConfig& config, const TrainConfig& tc, bool keep_expert_forward,
                       const fs::path& dir) {
-  gpu::ModelOptions options;  // fp32 on the CPU device, as the demo
+  model::ModelOptions options;  // fp32 on the CPU device, as the demo
   options.gradient_checkpointing = tc.gradient_checkpointing;
   options.keep_expert_forward = keep_expert_forward;
   const gpu::LoraSettings lora{static_cast<int>(tc.lora_rank), static_cast<double>(tc.lora_alpha), false, 0.0};
-  const gpu::LoraPlan plan = gpu::loraPlanFromTarget(model::LoraTarget::parse("all"), lora);
-  auto model = gpu::CausalLm::random(config, options, &plan, /*seed=*/7, ThreadPool::global());
+  const model::LoraPlan plan = model::loraPlanFromTarget(io::LoraTarget::parse("all"), lora);
+  auto model = model::CausalLm::random(config, options, &plan, /*seed=*/7, ThreadPool::global());
   Measured out;
   model->writeRandomWeights(dir / "model.safetensors");
   const io::SafetensorsFile file = io::SafetensorsFile::open(dir / "model.safetensors");
@@ -59,9 +59,9 @@ Measured trainOneStep(const io::ModelConfig& config, const TrainConfig& tc, bool
     out.weight_file_bytes += t.byteSize();
   }
   // Every sample exactly cutoff_len tokens: the step's batch is [batch, cutoff_len], as planned.
-  std::vector<EncodedSample> samples;
+  std::vector<chat::EncodedSample> samples;
   for (int s = 0; s < tc.per_device_train_batch_size; ++s) {
-    EncodedSample sample;
+    chat::EncodedSample sample;
     for (int64_t t = 0; t < tc.cutoff_len; ++t) {
       sample.input_ids.push_back(static_cast<int32_t>((s * 31 + t * 7) % config.vocab_size));
       sample.labels.push_back(t == 0 ? -100 : sample.input_ids.back());
@@ -161,10 +161,10 @@ TEST(PlanVersusLedger, ResidentExpertWeights) {
   for (const placement::PlanItem& item : plan.device("cuda:0")->items) {
     planned_bytes += item.what == "resident routed experts" ? item.bytes : 0;
   }
-  gpu::ModelOptions options;  // fp32 on the CPU device
+  model::ModelOptions options;  // fp32 on the CPU device
   options.gpu_experts = placement::toRuntimePlacement(plan.placement).gpu_experts;
   EXPECT_EQ(options.gpu_experts, (std::vector<int64_t>{3, 0, 3}));  // layer 1 is dense
-  auto model = gpu::CausalLm::random(config, options, nullptr, /*seed=*/7, ThreadPool::global());
+  auto model = model::CausalLm::random(config, options, nullptr, /*seed=*/7, ThreadPool::global());
   auto weights = [] { return MemoryLedger::global().usage("cpu").current(MemoryCategory::Weights); };
   const uint64_t before = weights();
   {

@@ -16,22 +16,23 @@
 #include "engine/core/log.h"
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_types.h"
-#include "engine/gpu/causal_lm.h"
-#include "engine/gpu/device_map.h"
-#include "engine/gpu/gguf_lora.h"
-#include "engine/gpu/peft_adapter.h"
+#include "engine/model/causal_lm.h"
+#include "engine/model/checkpoint_dir.h"
+#include "engine/model/device_map.h"
+#include "engine/model/gguf_lora.h"
+#include "engine/model/peft_adapter.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/gguf_model.h"
 #include "engine/io/tokenizer.h"
-#include "engine/model/lora_target.h"
+#include "engine/io/lora_target.h"
 #include "engine/placement/placement.h"
 #include "engine/store/run_store.h"
-#include "engine/train/chat_template.h"
+#include "engine/chat/chat_template.h"
 #include "engine/train/dataset.h"
 #include "engine/train/model_report.h"
-#include "engine/train/supervised_encoder.h"
+#include "engine/chat/supervised_encoder.h"
 #include "engine/train/tokenized_cache.h"
-#include "engine/train/tokenizer_encoder.h"
+#include "engine/chat/tokenizer_encoder.h"
 #include "engine/train/training_plan.h"
 
 namespace tandem::train {
@@ -71,16 +72,16 @@ void writeLlamaCppLora(const fs::path& output_dir, const fs::path& model, const 
                        TrainListener& listener) {
   const std::unique_ptr<io::GgufModel> base = io::GgufModel::open(model);
   const fs::path file = output_dir / "adapter_model.gguf";
-  gpu::writeGgufLora(gpu::readPeftAdapter(output_dir, model_config), *base, file);
+  model::writeGgufLora(model::readPeftAdapter(output_dir, model_config), *base, file);
   listener.onMessage("llama.cpp LoRA written to " + file.string() + " (llama-cli -m " + base->path().string() +
                      " --lora " + file.string() + ")");
 }
 
-std::vector<EncodedSample> encodeAll(const TrainConfig& config, const std::vector<std::string>& names,
-                                     const io::Tokenizer& tokenizer, const ChatTemplate& chat_template,
+std::vector<chat::EncodedSample> encodeAll(const TrainConfig& config, const std::vector<std::string>& names,
+                                     const io::Tokenizer& tokenizer, const chat::ChatTemplate& chat_template,
                                      TrainListener& listener) {
   DatasetReport report;
-  const std::vector<Conversation> conversations =
+  const std::vector<chat::Conversation> conversations =
       loadDatasets(config.dataset_dir, names, config.max_samples, report);
   listener.onMessage(report.summary());
   // Tokenising is the slow part; a run over the same data and settings reads it back instead.
@@ -106,14 +107,14 @@ std::vector<EncodedSample> encodeAll(const TrainConfig& config, const std::vecto
     listener.onMessage("tokenised data from the cache " + cache_file.string());
     return std::move(*cached);
   }
-  const TokenizerEncoder encoder(tokenizer, chat_template);
-  SupervisedOptions options;
+  const chat::TokenizerEncoder encoder(tokenizer, chat_template);
+  chat::SupervisedOptions options;
   options.cutoff_len = config.cutoff_len;
   options.train_on_prompt = config.train_on_prompt;
   options.mask_history = config.mask_history;
-  std::vector<EncodedSample> samples;
+  std::vector<chat::EncodedSample> samples;
   samples.reserve(conversations.size());
-  for (const Conversation& c : conversations) samples.push_back(encodeSupervised(c, chat_template, encoder, options));
+  for (const chat::Conversation& c : conversations) samples.push_back(chat::encodeSupervised(c, chat_template, encoder, options));
   try {
     writeTokenizedCache(cache_file, samples);
   } catch (const Error& e) {
@@ -124,7 +125,7 @@ std::vector<EncodedSample> encodeAll(const TrainConfig& config, const std::vecto
 
 // val_size held out as LLaMA-Factory does (a fraction, rounded up, or a count), from a shuffle by
 // the seed (our own, so the split is not byte-for-byte `datasets`' train_test_split).
-std::vector<EncodedSample> holdOut(std::vector<EncodedSample>& samples, double val_size, uint64_t seed) {
+std::vector<chat::EncodedSample> holdOut(std::vector<chat::EncodedSample>& samples, double val_size, uint64_t seed) {
   if (val_size <= 0 || samples.empty()) return {};
   const auto n = static_cast<int64_t>(samples.size());
   const int64_t n_eval = std::min<int64_t>(
@@ -136,7 +137,7 @@ std::vector<EncodedSample> holdOut(std::vector<EncodedSample>& samples, double v
   }
   std::mt19937_64 rng(seed);
   for (int64_t i = n; i > 1; --i) std::swap(samples[i - 1], samples[rng() % i]);
-  std::vector<EncodedSample> eval(std::make_move_iterator(samples.end() - n_eval),
+  std::vector<chat::EncodedSample> eval(std::make_move_iterator(samples.end() - n_eval),
                                   std::make_move_iterator(samples.end()));
   samples.resize(n - n_eval);
   return eval;
@@ -177,7 +178,7 @@ fs::path prepareOutputDir(const TrainConfig& config, const std::string& fingerpr
                 "set overwrite_output_dir: true to start over there, or choose another output_dir");
   }
   if (config.resume == ResumeFrom::Path) return config.resume_path;
-  return lastCheckpoint(dir);
+  return model::lastCheckpoint(dir);
 }
 
 class StoreListener : public TrainListener {
@@ -186,15 +187,7 @@ class StoreListener : public TrainListener {
   void onStep(const StepEvent& e) override {
     if (store_) {
       try {
-        store::StepMetrics m;
-        m.step = e.step;
-        m.loss = e.loss;
-        m.learning_rate = e.learning_rate;
-        m.grad_norm = e.grad_norm;
-        m.tokens_per_s = e.tokens_per_s;
-        m.elapsed_s = e.elapsed_s;
-        m.eta_s = e.eta_s;
-        store_->recordStep(run_, m);
+        store_->recordStep(run_, e);
       } catch (const Error& err) {
         logWarn() << "run store: " << err.message() << " (training goes on)";
       }
@@ -217,7 +210,7 @@ class StoreListener : public TrainListener {
 // took in it (model_report.h); then passes everything through.
 class FirstStepNote : public TrainListener {
  public:
-  FirstStepNote(TrainListener& inner, gpu::CausalLm& model) : inner_(inner), model_(model) {}
+  FirstStepNote(TrainListener& inner, model::CausalLm& model) : inner_(inner), model_(model) {}
   void onStep(const StepEvent& e) override {
     if (!said_) {
       said_ = true;
@@ -231,7 +224,7 @@ class FirstStepNote : public TrainListener {
 
  private:
   TrainListener& inner_;
-  gpu::CausalLm& model_;
+  model::CausalLm& model_;
   bool said_ = false;
 };
 
@@ -250,12 +243,12 @@ placement::MemoryPlan refuseWhenItCannotFit(const TrainConfig& config, const io:
 }
 
 // A kt_optimize_rule file decides where the layers run (explicit layer_devices win over it).
-void applyRulePlacement(const placement::RuntimePlacement& runtime, gpu::ModelOptions& options) {
-  options.device = gpu::parseDevice(runtime.embed_device);
+void applyRulePlacement(const placement::RuntimePlacement& runtime, model::ModelOptions& options) {
+  options.device = model::parseDevice(runtime.embed_device);
   options.layer_devices.clear();
-  for (const std::string& device : runtime.layer_devices) options.layer_devices.push_back(gpu::parseDevice(device));
-  options.head_device = gpu::parseDevice(runtime.head_device);
-  options.experts = gpu::parseExpertsMode(runtime.experts_mode);
+  for (const std::string& device : runtime.layer_devices) options.layer_devices.push_back(model::parseDevice(device));
+  options.head_device = model::parseDevice(runtime.head_device);
+  options.experts = model::parseExpertsMode(runtime.experts_mode);
   if (!runtime.experts_backend.empty()) options.experts_backend = expertsBackend(runtime.experts_backend);
   options.experts_numa_node = runtime.experts_numa_node;
   // A rule file's int8 experts (weight_format: int8) are quantised at load like experts_format: int8.
@@ -265,7 +258,7 @@ void applyRulePlacement(const placement::RuntimePlacement& runtime, gpu::ModelOp
 // The planner's resident experts (gpu_experts: beside the CPU engine, or offload mode's resident
 // cache) for the layers that run where it planned them: counts are per GPU memory, so a layer the
 // runtime puts elsewhere gets none.
-std::vector<int64_t> plannedGpuExperts(const placement::MemoryPlan& plan, const gpu::ModelOptions& options) {
+std::vector<int64_t> plannedGpuExperts(const placement::MemoryPlan& plan, const model::ModelOptions& options) {
   const auto& modules = plan.placement.modules;
   if (std::none_of(modules.begin(), modules.end(), [](const auto& m) { return m.gpu_experts > 0; })) return {};
   const placement::RuntimePlacement runtime = placement::toRuntimePlacement(plan.placement);
@@ -304,35 +297,35 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   if (config.template_name.empty()) {
     throw Error("no template given", "set template: (e.g. qwen3, qwen3_nothink, llama3, deepseek3)");
   }
-  const ChatTemplate& chat_template = templateByName(config.template_name);
-  std::vector<EncodedSample> samples = encodeAll(config, config.dataset, tokenizer, chat_template, listener);
-  std::vector<EncodedSample> eval_samples =
+  const chat::ChatTemplate& chat_template = chat::templateByName(config.template_name);
+  std::vector<chat::EncodedSample> samples = encodeAll(config, config.dataset, tokenizer, chat_template, listener);
+  std::vector<chat::EncodedSample> eval_samples =
       config.eval_dataset.empty() ? holdOut(samples, config.val_size, static_cast<uint64_t>(config.seed))
                                   : encodeAll(config, config.eval_dataset, tokenizer, chat_template, listener);
 
   gpu::LoraSettings lora{static_cast<int>(config.lora_rank), static_cast<double>(config.lora_alpha),
                          config.use_rslora, config.lora_dropout};
-  const model::LoraTarget target = model::LoraTarget::parse(joinTargets(config.lora_target));
-  gpu::LoraPlan plan;
-  std::unique_ptr<gpu::PeftAdapter> start_adapter;
+  const io::LoraTarget target = io::LoraTarget::parse(joinTargets(config.lora_target));
+  model::LoraPlan plan;
+  std::unique_ptr<model::PeftAdapter> start_adapter;
   if (!config.adapter_name_or_path.empty()) {
-    start_adapter = std::make_unique<gpu::PeftAdapter>(gpu::readPeftAdapter(config.adapter_name_or_path, model_config));
-    plan = gpu::loraPlanFor(*start_adapter);
+    start_adapter = std::make_unique<model::PeftAdapter>(model::readPeftAdapter(config.adapter_name_or_path, model_config));
+    plan = model::loraPlanFor(*start_adapter);
     lora = start_adapter->settings;
     lora.dropout = config.lora_dropout;
     plan.settings = lora;
   } else {
-    plan = gpu::loraPlanFromTarget(target, lora);
+    plan = model::loraPlanFromTarget(target, lora);
   }
   plan.seed = static_cast<uint64_t>(config.seed);
   at::manual_seed(static_cast<uint64_t>(config.seed));
-  gpu::ModelOptions options;
+  model::ModelOptions options;
   options.dtype = config.bf16 ? at::kBFloat16 : at::kFloat;
   options.device = pickDevice(config.device);
   if (!config.layer_devices.empty()) {
-    options.layer_devices = gpu::parseLayerDevices(config.layer_devices, model_config.num_hidden_layers, options.device);
+    options.layer_devices = model::parseLayerDevices(config.layer_devices, model_config.num_hidden_layers, options.device);
   }
-  options.experts = gpu::parseExpertsMode(config.experts_mode);
+  options.experts = model::parseExpertsMode(config.experts_mode);
   options.experts_backend = expertsBackend(config.experts_backend);
   options.experts_format = config.experts_format;
   options.experts_wt_policy = wtPolicy(config, memory_plan);
@@ -344,9 +337,9 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   options.keep_expert_forward = memory_plan.keep_expert_forward;  // when host RAM has room
   options.loss_chunk_tokens = config.loss_chunk_tokens;
   ThreadPool& pool = ThreadPool::global();
-  auto model = gpu::CausalLm::load(model_dir, options, &plan, pool);
+  auto model = model::CausalLm::load(model_dir, options, &plan, pool);
   listener.onMessage(expertsSummary(*model));
-  if (start_adapter) gpu::applyPeftAdapter(*start_adapter, *model);
+  if (start_adapter) model::applyPeftAdapter(*start_adapter, *model);
   std::set<std::string> leaves;
   model->visitLinears([&](const std::string& name, gpu::LoraLinear&) { leaves.insert(name.substr(name.rfind('.') + 1)); });
   if (model_config.isMoe()) leaves.insert({"gate_proj", "up_proj", "down_proj"});
@@ -386,10 +379,10 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   io::writeFileAtomically(config.output_dir / kRunFile,
                           nlohmann::json({{"config_fingerprint", fingerprint}, {"config", toYaml(config)}}).dump(2) + "\n");
   if (!checkpoint.empty()) {
-    gpu::applyPeftAdapter(gpu::readPeftAdapter(checkpoint, model_config), *model);
+    model::applyPeftAdapter(model::readPeftAdapter(checkpoint, model_config), *model);
     trainer.restore(checkpoint);
     outcome.resumed = true;
-    outcome.resumed_from_step = checkpointStep(checkpoint).value_or(0);
+    outcome.resumed_from_step = model::checkpointStep(checkpoint).value_or(0);
     listener.onMessage("resuming from " + checkpoint.string());
   }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerates the jieba tables Tandem's C++ segmenter reads (engine/infer/jieba_segmenter.h)
+"""Regenerates the jieba tables Tandem's C++ segmenter reads (engine/eval/jieba_segmenter.h)
 from the installed PyPI `jieba` package (pinned in scripts/python-requirements.txt).
 
     python resources/jieba/generate.py            # writes dict.txt.gz and hmm.txt.gz here

@@ -13,6 +13,7 @@
 
 #include "engine/infer/generator.h"
 #include "engine/store/run_store.h"
+#include "engine/model/checkpoint_dir.h"
 #include "engine/train/trainer.h"
 #include "tests/ui/ui_test_support.h"
 #include "ui/chat_controller.h"
@@ -76,7 +77,7 @@ void TrainingTest::dashboardReceivesRealSteps() {
 
   QCOMPARE(steps.size(), 4);
   for (int i = 0; i < steps.size(); ++i) {
-    const auto p = steps[i].front().value<TrainPoint>();
+    const auto p = steps[i].front().value<StepEvent>();
     QCOMPARE(p.step, int64_t{i + 1});
     QCOMPARE(p.total_steps, int64_t{4});
     QVERIFY(std::isfinite(p.loss) && p.loss > 0);
@@ -180,7 +181,7 @@ void TrainingTest::pauseStopAndResume() {
   const auto stopped = finished.front().front().value<TrainFinish>();
   QVERIFY2(stopped.end == TrainEnd::Stopped, qPrintable(stopped.error));
   QCOMPARE(run()->status, store::RunStatus::Stopped);
-  QVERIFY(!train::lastCheckpoint(config.output_dir).empty());
+  QVERIFY(!model::lastCheckpoint(config.output_dir).empty());
 
   // Resume as the runs view does: the recorded config, from the newest checkpoint.
   const train::TrainConfig again = RunsView::resumeConfig(*run());
@@ -191,7 +192,7 @@ void TrainingTest::pauseStopAndResume() {
   const auto done = finished.front().front().value<TrainFinish>();
   QVERIFY2(done.end == TrainEnd::Completed, qPrintable(done.error));
   QCOMPARE(done.steps, int64_t{6});
-  QCOMPARE(steps.front().front().value<TrainPoint>().step, stopped.steps + 1);
+  QCOMPARE(steps.front().front().value<StepEvent>().step, stopped.steps + 1);
   QCOMPARE(run()->status, store::RunStatus::Completed);
   QCOMPARE(run()->last_step.value_or(0), int64_t{6});
 }
@@ -226,7 +227,7 @@ void TrainingTest::closingDuringARunStopsWithACheckpoint() {
   QVERIFY(run.has_value());
   QCOMPARE(run->status, store::RunStatus::Stopped);
   QVERIFY(run->last_step.value_or(0) < 50);
-  QVERIFY(!train::lastCheckpoint(config.output_dir).empty());
+  QVERIFY(!model::lastCheckpoint(config.output_dir).empty());
 }
 
 }  // namespace tandem::ui

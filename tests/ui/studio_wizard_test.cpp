@@ -14,10 +14,10 @@
 #include <QTextDocument>
 
 #include "engine/io/tokenizer.h"
-#include "engine/train/chat_template.h"
+#include "engine/chat/chat_template.h"
 #include "engine/train/dataset.h"
-#include "engine/train/supervised_encoder.h"
-#include "engine/train/tokenizer_encoder.h"
+#include "engine/chat/supervised_encoder.h"
+#include "engine/chat/tokenizer_encoder.h"
 #include "tests/ui/ui_test_support.h"
 #include "ui/machine_info.h"
 #include "ui/resources.h"
@@ -193,15 +193,15 @@ void WizardTest::datasetPageColoursTrainedTokens() {
   train::DatasetReport report;
   const auto rows = train::loadDatasets(config.dataset_dir, config.dataset, std::nullopt, report);
   const io::Tokenizer tokenizer = io::Tokenizer::load(config.model_name_or_path);
-  const train::ChatTemplate& chat_template = train::templateByName(config.template_name);
-  const train::TokenizerEncoder encoder(tokenizer, chat_template);
-  train::SupervisedOptions options;
+  const chat::ChatTemplate& chat_template = chat::templateByName(config.template_name);
+  const chat::TokenizerEncoder encoder(tokenizer, chat_template);
+  chat::SupervisedOptions options;
   options.cutoff_len = config.cutoff_len;
-  const train::EncodedSample sample = train::encodeSupervised(rows[0], chat_template, encoder, options);
+  const chat::EncodedSample sample = chat::encodeSupervised(rows[0], chat_template, encoder, options);
   QString trained, masked;
   for (size_t i = 0; i < sample.input_ids.size(); ++i) {
     const QString piece = QString::fromStdString(tokenizer.decode(std::span<const int32_t>(&sample.input_ids[i], 1)));
-    (sample.labels[i] == train::kIgnoreIndex ? masked : trained) += piece;
+    (sample.labels[i] == chat::kIgnoreIndex ? masked : trained) += piece;
   }
   QVERIFY(!trained.isEmpty() && !masked.isEmpty());
 

@@ -1,0 +1,24 @@
+#pragma once
+// LoRA adapters as llama.cpp reads them (`llama-cli --lora FILE.gguf`, llama_adapter_lora_init):
+// a GGUF file with general.type "adapter", adapter.type "lora", adapter.lora.alpha, and for each
+// adapted base tensor NAME two tensors NAME.lora_a (ggml ne [in, r], torch [r, in]) and
+// NAME.lora_b (ne [r, out], torch [out, r]); stacked experts add a last ne dimension n_expert.
+// llama.cpp scales each pair by alpha / r, r read from the pair itself.
+//
+// The names and layouts come from the base GGUF model the adapter is for, so the file loads on
+// exactly that model: its q/k rows permuted as the base's are (llama, mixtral), its experts
+// stacked as the base's ffn_*_exps. docs/gguf.md says what is exported and what cannot be.
+
+#include <filesystem>
+
+#include "engine/model/peft_adapter.h"
+#include "engine/io/gguf_model.h"
+
+namespace tandem::model {
+
+// Writes `adapter` (read with readPeftAdapter against the base's config) as a llama.cpp LoRA for
+// `base`, atomically. Every LoRA pair must adapt a tensor `base` holds; a routed-expert LoRA needs
+// every expert of its layer. Errors name the module and say what to do.
+void writeGgufLora(const PeftAdapter& adapter, const io::GgufModel& base, const std::filesystem::path& path);
+
+}  // namespace tandem::model

@@ -1,0 +1,62 @@
+#include "engine/model/moe_block.h"
+
+#include <ATen/ATen.h>
+#include <ATen/record_function.h>
+
+#include "engine/model/moe_function.h"
+
+namespace tandem::model {
+
+at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
+  RECORD_USER_SCOPE("tandem::moe_block");
+  const at::Tensor tokens = x.reshape({-1, x.size(-1)});
+  const gpu::Router::Choice choice = router.route(tokens);
+  if (route_observer) route_observer(choice.ids);
+  pairs.routed += choice.ids.numel();
+  at::Tensor shared_out;
+  auto run_shared = [&] {
+    if (!shared.defined()) return;
+    shared_out = shared.forward(tokens, training);
+    if (shared_gate.defined()) {
+      shared_out = at::sigmoid(shared_gate.forward(tokens, training)) * shared_out;
+    }
+  };
+  at::Tensor y;
+  if (offload) {
+    int64_t resident_pairs = 0;
+    y = offload->forward(experts->lora(), tokens, choice.ids, choice.weights, lora_anchor, &resident_pairs);
+    pairs.resident += resident_pairs;
+    run_shared();
+  } else if (resident_count > 0) {
+    const at::Tensor ids = choice.ids.to(at::kCPU, at::kLong);  // waits for the router
+    if (!resident) {
+      resident = std::make_unique<ResidentExperts>(
+          experts->spec(), resident_source,
+          ResidentExperts::mostRouted(ids, experts->spec().num_experts, resident_count),
+          tokens.scalar_type(), resident_format, tokens.device());
+      experts->releaseExperts(resident->experts());  // the CPU engine packs the others only
+    }
+    ResidentExperts::Split split = resident->split(ids);
+    pairs.resident += ids.numel() - split.other_pairs;
+    if (split.other_pairs == 0) {
+      // Every pair is resident: nothing goes to the host and the CPU engine is not called.
+      y = torchExperts(resident->call(experts->lora(), split), tokens, choice.weights, lora_anchor);
+      run_shared();
+    } else {
+      // The resident experts and the shared experts are queued on the device once the CPU's
+      // inputs reached the host: CUDA runs them while the CPU engine computes the other pairs.
+      y = routedExperts(*experts, tokens, split.cpu_ids, choice.weights, lora_anchor, run_shared,
+                        training && keep_expert_forward ? &kept : nullptr,
+                        std::make_shared<const TorchExpertsCall>(resident->call(experts->lora(), split)));
+    }
+  } else {
+    // The shared experts are launched once the routed experts' inputs reached the host: CUDA
+    // runs them while the CPU engine works (a copy to the host before would wait for them).
+    y = routedExperts(*experts, tokens, choice.ids, choice.weights, lora_anchor, run_shared,
+                      training && keep_expert_forward ? &kept : nullptr);
+  }
+  if (shared_out.defined()) y = y + shared_out;
+  return y.view(x.sizes());
+}
+
+}  // namespace tandem::model

@@ -1,0 +1,136 @@
+#include "engine/model/stored_expert_weights.h"
+
+#include <ATen/ATen.h>
+
+#include <array>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "engine/core/thread_pool.h"
+#include "engine/experts/kernels/packed_gemm.h"
+#include "engine/gpu/int8_cast.h"
+
+namespace tandem::model {
+
+StoredExpertWeights StoredExpertWeights::store(const experts::ExpertLayerSpec& spec,
+                                               const experts::ExpertWeightViews& views,
+                                               const std::vector<int64_t>& experts, at::ScalarType dtype,
+                                               experts::WeightFormat format, const at::TensorOptions& where) {
+  StoredExpertWeights s;
+  s.dtype_ = dtype;
+  if (format != experts::WeightFormat::Int8) {
+    s.stored_ = stackExpertWeights(spec, views, experts, where.dtype(dtype));
+    return s;
+  }
+  // Quantised into host memory (pinned when `where` is), one expert per engine pool task with the
+  // CPU engine's own kernels::dequantise and quantiseRowsInt8 and no torch op (those would start
+  // threads of their own in every task), then copied to `where`'s device in one go.
+  const auto n = static_cast<int64_t>(experts.size());
+  const int64_t H = spec.hidden, I = spec.intermediate;
+  const at::TensorOptions host = at::TensorOptions().pinned_memory(where.pinned_memory());
+  struct Projection {
+    const std::vector<const void*>& data;
+    const std::vector<const float*>& block_scales;
+    int64_t rows, cols;
+    at::Tensor q, scale;  // host: [n, rows, cols] int8, [n, rows] fp32
+  };
+  auto projection = [&](const std::vector<const void*>& data, const std::vector<const float*>& block_scales,
+                        int64_t rows, int64_t cols) {
+    return Projection{data, block_scales, rows, cols, at::empty({n, rows, cols}, host.dtype(at::kChar)),
+                      at::empty({n, rows}, host.dtype(at::kFloat))};
+  };
+  std::array<Projection, 3> projections{projection(views.gate, views.gate_scale, I, H),
+                                        projection(views.up, views.up_scale, I, H),
+                                        projection(views.down, views.down_scale, H, I)};
+  ThreadPool::global().parallelFor(0, n, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> widened(static_cast<size_t>(H * I));
+    for (int64_t i = begin; i < end; ++i) {
+      const auto e = static_cast<size_t>(experts[static_cast<size_t>(i)]);
+      for (Projection& p : projections) {
+        experts::kernels::SourceMatrix src;
+        src.data = p.data[e];
+        src.type = views.type;
+        src.block_scales = views.type == experts::WeightType::FP8_E4M3 ? p.block_scales[e] : nullptr;
+        src.rows = p.rows;
+        src.cols = p.cols;
+        experts::kernels::dequantise(src, widened.data());
+        experts::kernels::quantiseRowsInt8(widened.data(), p.rows, p.cols, p.q.data_ptr<int8_t>() + i * p.rows * p.cols,
+                                           p.scale.data_ptr<float>() + i * p.rows);
+      }
+    }
+  });
+  auto placed = [&](const at::Tensor& t) { return where.device().is_cpu() ? t : t.to(where.device()); };
+  s.stored_ = {placed(projections[0].q),     placed(projections[1].q),     placed(projections[2].q),
+               placed(projections[0].scale), placed(projections[1].scale), placed(projections[2].scale)};
+  return s;
+}
+
+StoredExpertWeights StoredExpertWeights::with(const std::function<at::Tensor(const at::Tensor&)>& each) const {
+  StoredExpertWeights s = *this;
+  TorchExpertWeights& w = s.stored_;
+  for (at::Tensor* t : {&w.gate, &w.up, &w.down, &w.gate_scale, &w.up_scale, &w.down_scale}) {
+    if (t->defined()) *t = each(*t);
+  }
+  return s;
+}
+
+StoredExpertWeights StoredExpertWeights::to(at::Device device, bool non_blocking) const {
+  return with([&](const at::Tensor& t) { return t.to(device, non_blocking); });
+}
+
+StoredExpertWeights StoredExpertWeights::gather(const std::vector<int64_t>& experts, gpu::SideCopy& copy) const {
+  const auto n = static_cast<int64_t>(experts.size());
+  return with([&](const at::Tensor& t) {
+    std::vector<int64_t> sizes = t.sizes().vec();
+    sizes[0] = n;
+    at::Tensor out = at::empty(sizes, t.options().device(copy.device()).pinned_memory(false));
+    for (int64_t first = 0, end = 0; first < n; first = end) {
+      end = first + 1;
+      while (end < n && experts[static_cast<size_t>(end)] == experts[static_cast<size_t>(end - 1)] + 1) ++end;
+      copy.copy(out.narrow(0, first, end - first), t.narrow(0, experts[static_cast<size_t>(first)], end - first));
+    }
+    return out;
+  });
+}
+
+void StoredExpertWeights::permute(const std::vector<int64_t>& order) {
+  const auto n = static_cast<int64_t>(order.size());
+  std::vector<bool> listed(static_cast<size_t>(n), false);
+  bool permutation = n == experts();
+  for (const int64_t from : order) {
+    permutation = permutation && from >= 0 && from < n && !listed[static_cast<size_t>(from)];
+    if (permutation) listed[static_cast<size_t>(from)] = true;
+  }
+  if (!permutation || !stored_.gate.device().is_cpu()) {
+    throw Error("StoredExpertWeights::permute needs a host store and a permutation of its experts",
+                "this is a bug in Tandem; please report it");
+  }
+  TorchExpertWeights& w = stored_;
+  for (at::Tensor* t : {&w.gate, &w.up, &w.down, &w.gate_scale, &w.up_scale, &w.down_scale}) {
+    if (!t->defined()) continue;
+    // Cycle by cycle with one expert held aside: no second copy of the layer in host memory.
+    std::vector<bool> placed(static_cast<size_t>(n), false);
+    const at::Tensor held = at::empty_like((*t)[0]);
+    for (int64_t start = 0; start < n; ++start) {
+      if (placed[static_cast<size_t>(start)]) continue;
+      held.copy_((*t)[start]);
+      int64_t to = start;
+      for (int64_t from = order[static_cast<size_t>(to)]; from != start; from = order[static_cast<size_t>(to)]) {
+        (*t)[to].copy_((*t)[from]);
+        placed[static_cast<size_t>(to)] = true;
+        to = from;
+      }
+      (*t)[to].copy_(held);
+      placed[static_cast<size_t>(to)] = true;
+    }
+  }
+}
+
+TorchExpertWeights StoredExpertWeights::compute() const {
+  if (!int8()) return stored_;
+  TorchExpertWeights w = stored_;
+  for (at::Tensor* t : {&w.gate, &w.up, &w.down}) *t = gpu::castInt8(*t, dtype_);
+  return w;
+}
+
+}  // namespace tandem::model

@@ -1,0 +1,68 @@
+#pragma once
+// How n experts' frozen weights are kept between calls by the torch-side experts (resident on a
+// GPU, or in offload mode's pinned host copy), as experts_format says:
+//   Bf16 (and auto): in the model dtype (fp8 checkpoints dequantised with their block scales);
+//   Int8: int8 quantised per output row with fp32 scales, exactly as the CPU expert engine
+//     quantises its int8 packs (kernels::quantiseRowsInt8 on the f32 weights), so every device
+//     multiplies the same weights. Half the bytes a GPU holds per resident expert and half what
+//     offload mode streams per layer. Each call casts the int8 values to the model dtype on the
+//     device (exact, int8_cast.h; once in forward, once in backward: a transient copy of the
+//     layer's experts, never kept) and torch_experts applies the scales to the products' outputs.
+//     (Dequantising q · scale into the weights instead took half of a V2-Lite step's GPU time on
+//     an H200: one mixed-dtype broadcast kernel over every weight, three times a step.)
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/TensorOptions.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "engine/experts/expert_types.h"
+#include "engine/gpu/side_copy.h"
+#include "engine/model/torch_experts.h"
+
+namespace tandem::model {
+
+class StoredExpertWeights {
+ public:
+  StoredExpertWeights() = default;
+
+  // The listed experts of `views`, computed in `dtype`, kept in `format` where `where` says
+  // (device, pinned host memory; its dtype is ignored). In the model dtype one expert at a time,
+  // with no host copy of them all on the way to a device; in int8 through host memory (the int8
+  // of them all, then one copy to the device).
+  static StoredExpertWeights store(const experts::ExpertLayerSpec& spec, const experts::ExpertWeightViews& views,
+                                   const std::vector<int64_t>& experts, at::ScalarType dtype,
+                                   experts::WeightFormat format, const at::TensorOptions& where);
+
+  // A copy on `device` (asynchronous from pinned memory when non_blocking).
+  StoredExpertWeights to(at::Device device, bool non_blocking) const;
+  // The listed experts (indices into this store, ascending) on copy's device, copied straight
+  // from this store's (pinned) host memory by `copy` (side_copy.h; usable once it joined), one
+  // copy per run of consecutive experts: no host copy of them on the way (pinned memory freed
+  // to torch's caching host allocator is kept there, not returned).
+  StoredExpertWeights gather(const std::vector<int64_t>& experts, gpu::SideCopy& copy) const;
+
+  // Reorders the experts of this host store in place: position i gets the expert that was at
+  // position order[i] (a permutation of 0..experts()-1). Offload mode puts the experts it streams
+  // first, so each call copies one run per tensor.
+  void permute(const std::vector<int64_t>& order);
+
+  // The weights to multiply with, in the compute dtype on this copy's device: the stored tensors
+  // themselves, or (int8) their values cast, with the row scales.
+  TorchExpertWeights compute() const;
+
+  bool int8() const { return stored_.gate_scale.defined(); }
+  int64_t experts() const { return stored_.gate.size(0); }
+  uint64_t bytes() const { return stored_.bytes(); }
+
+ private:
+  // A copy with `each` applied to every stored tensor.
+  StoredExpertWeights with(const std::function<at::Tensor(const at::Tensor&)>& each) const;
+
+  TorchExpertWeights stored_;          // compute dtype, or int8 with fp32 row scales
+  at::ScalarType dtype_ = at::kFloat;  // the compute dtype
+};
+
+}  // namespace tandem::model
