@@ -26,4 +26,12 @@ class Cancelled : public Error {
   Cancelled() : Error("cancelled") {}
 };
 
+// Thrown when a device or the host ran out of memory inside an engine call (engine/model turns
+// libtorch's out-of-memory error into this); message() is the allocator's first line. Callers
+// add what was running and what to change.
+class OutOfMemory : public Error {
+ public:
+  explicit OutOfMemory(std::string message) : Error(std::move(message)) {}
+};
+
 }  // namespace tandem

@@ -35,6 +35,9 @@ class TrainListener {
   virtual void onStep(const StepEvent&) {}
   virtual void onCheckpoint(int64_t /*step*/, const std::filesystem::path&) {}
   virtual void onMessage(const std::string&) {}
+  // The run waits at a step boundary (PauseGate), and goes on again.
+  virtual void onPaused() {}
+  virtual void onResumed() {}
 };
 
 enum class TrainOutcome { Completed, Stopped, Cancelled };

@@ -10,16 +10,9 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/gpu/lora_settings.h"
+
 namespace tandem::gpu {
-
-struct LoraSettings {
-  int rank = 0;
-  double alpha = 0;
-  bool rslora = false;  // scale = alpha / sqrt(r) instead of alpha / r
-  double dropout = 0;
-
-  double scale() const;
-};
 
 class LoraLinear {
  public:

@@ -1,7 +1,4 @@
-#pragma once
-// For tests: libtorch's CPU allocator wrapped so that one chosen allocation fails the way the
-// CUDA caching allocator fails when a GPU is full (c10::OutOfMemoryError), to test what a user
-// sees when memory runs out mid-run without needing a GPU or a full machine.
+#include "engine/gpu/failing_cpu_allocator.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -11,20 +8,12 @@
 
 namespace tandem::gpu::testing {
 
+namespace {
+
 class FailingCpuAllocator final : public c10::Allocator {
  public:
-  // Installed for the rest of the test program on first use; passes every allocation through
-  // until failIn(n).
-  static FailingCpuAllocator& instance() {
-    static FailingCpuAllocator* allocator = [] {
-      auto* a = new FailingCpuAllocator(c10::GetCPUAllocator());
-      c10::SetCPUAllocator(a, /*priority=*/100);
-      return a;
-    }();
-    return *allocator;
-  }
+  explicit FailingCpuAllocator(c10::Allocator* inner) : inner_(inner) {}
 
-  // The n-th allocation from now (n >= 1) fails, once.
   void failIn(int n) { fail_in_ = n; }
 
   c10::DataPtr allocate(size_t bytes) override {
@@ -39,9 +28,23 @@ class FailingCpuAllocator final : public c10::Allocator {
   }
 
  private:
-  explicit FailingCpuAllocator(c10::Allocator* inner) : inner_(inner) {}
   c10::Allocator* inner_;
   std::atomic<int> fail_in_{0};
 };
+
+FailingCpuAllocator& allocator() {
+  static FailingCpuAllocator* installed = [] {
+    auto* a = new FailingCpuAllocator(c10::GetCPUAllocator());
+    c10::SetCPUAllocator(a, /*priority=*/100);
+    return a;
+  }();
+  return *installed;
+}
+
+}  // namespace
+
+void installFailingCpuAllocator() { allocator(); }
+
+void failCpuAllocationIn(int n) { allocator().failIn(n); }
 
 }  // namespace tandem::gpu::testing
