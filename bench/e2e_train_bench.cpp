@@ -26,41 +26,49 @@
 #include "engine/core/error.h"
 #include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
+#include "engine/gpu/torch_runtime.h"
+#include "engine/io/lora_target.h"
+#include "engine/io/model_config.h"
 #include "engine/model/causal_lm.h"
+#include "engine/model/device_map.h"
+#include "engine/model/lora_optimizer.h"
+#include "engine/model/machine_probe.h"
+#include "engine/model/model.h"
+#include "engine/model/model_resolver.h"
 #include "engine/model/moe_block.h"
 #include "engine/model/moe_function.h"
-#include "engine/gpu/torch_runtime.h"
-#include "engine/io/model_config.h"
-#include "engine/io/lora_target.h"
-#include "engine/placement/hardware.h"
 #include "engine/placement/memory_planner.h"
-#include "engine/train/lora_optimizer.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using tandem::model::CausalLm;
 
+// The bench's model defaults: bf16 on cuda:0, no resident experts, a persistent Wᵀ.
+tandem::model::ModelRequest benchRequest() {
+  tandem::model::ModelRequest request;
+  request.bf16 = true;
+  request.device = "cuda:0";
+  request.gpu_experts = "0";
+  request.experts_wt_policy = "persistent";
+  return request;
+}
+
 struct Options {
   std::string config_dir;
   int layers = 0;  // 0: config.json's count
   int64_t tokens = 2048;
   int steps = 3;
-  std::string experts = "cpu";
-  std::string device = "cuda:0";
-  std::string layer_devices;
+  // Placement and the expert engine, resolved as training resolves them (model_resolver.h):
+  // --gpu-experts auto is the memory planner's count for the GPU of --device, capped as the run is.
+  tandem::model::ModelRequest request = benchRequest();
   double gpu_cap_gib = 0;  // 0: no cap
   double embedding_std = 0;  // 0: 0.02 as every weight (WeightLoader::synthetic)
   int lora_rank = 8;
   double lora_alpha = 16;
   std::string lora_target = "q_proj,k_proj,v_proj,o_proj,q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj";
-  bool gradient_checkpointing = false;
-  bool keep_expert_forward = false;
+  bool keep_expert_forward = false;  // forced, whatever the planner would say
   int torch_threads = 0;  // 0: libtorch's default
-  std::string gpu_experts = "0";  // routed experts resident per MoE layer (either mode); auto: the planner's
-  std::string experts_format = "auto";  // ModelOptions::experts_format
-  std::string experts_wt_policy = "persistent";
-  bool stream_ahead = true;  // ModelOptions::stream_experts_ahead
   std::string trace;  // a Chrome trace of one more step, written here
 };
 
@@ -179,77 +187,59 @@ class RoutingStats {
   std::vector<nlohmann::json> layers_;
 };
 
-// --gpu-experts: a count for every MoE layer, or (auto) the memory planner's for this machine's
-// GPU of `options.device`, capped as the run is. Also returns the planner's bytes for that GPU, to
-// compare with the allocator's peak, and why the whole plan does not fit when it does not (the
-// host's RAM is planned with what it has available when the bench starts).
-std::vector<int64_t> gpuExperts(const Options& o, const tandem::io::ModelConfig& config,
-                                const tandem::model::ModelOptions& options, nlohmann::json& planned) {
-  const auto layers = static_cast<size_t>(config.num_hidden_layers);
-  if (o.gpu_experts != "auto") return std::vector<int64_t>(layers, std::stoll(o.gpu_experts));
-  tandem::placement::Hardware hw = tandem::placement::probeHardware();
-  std::erase_if(hw.gpus, [&](const auto& g) { return g.device() != options.device.str(); });
-  if (hw.gpus.empty()) throw tandem::Error("--gpu-experts auto plans for the GPU of --device, which is not there");
-  if (o.gpu_cap_gib > 0) {
-    hw.gpus[0].free_bytes = std::min(hw.gpus[0].free_bytes, static_cast<uint64_t>(o.gpu_cap_gib * (1ull << 30)));
+// The memory plan of the bench's run on this machine, its GPUs capped as the run is (the host's
+// RAM is planned with what it has available when the bench starts).
+tandem::placement::MemoryPlan planRun(const Options& o, const tandem::io::ModelConfig& config) {
+  tandem::placement::Hardware hw = tandem::model::probeMachine();
+  for (tandem::placement::GpuSpec& gpu : hw.gpus) {
+    if (o.gpu_cap_gib > 0) gpu.free_bytes = std::min(gpu.free_bytes, static_cast<uint64_t>(o.gpu_cap_gib * (1ull << 30)));
   }
-  tandem::placement::PlanRequest request;
-  request.model = config;
+  tandem::placement::PlanRequest request = tandem::model::planRequestFor(o.request, config);
   request.lora_rank = o.lora_rank;
   request.lora_target = {o.lora_target};  // the planner joins and parses the comma list
   request.cutoff_len = o.tokens;
-  request.gradient_checkpointing = o.gradient_checkpointing;
-  if (o.experts_format != "auto") request.expert_weight_format = o.experts_format;
-  if (options.experts == tandem::model::ExpertsMode::GpuOffload) request.experts_backend = "gpu-offload";
-  const tandem::placement::MemoryPlan plan = tandem::placement::planMemory(request, hw);
-  const tandem::placement::RuntimePlacement runtime = tandem::placement::toRuntimePlacement(plan.placement);
-  std::vector<int64_t> counts(layers, 0);
-  for (size_t layer = 0; layer < layers; ++layer) {
-    if (runtime.layer_devices[layer] == options.device.str()) counts[layer] = runtime.gpu_experts[layer];
-  }
-  const tandem::placement::DevicePlan* gpu = plan.device(options.device.str());
-  planned = {{"device", options.device.str()}, {"capacity_bytes", gpu->capacity_bytes}, {"total_bytes", gpu->total()},
-             {"fits", plan.fits}, {"problems", plan.problems}, {"notes", plan.notes}};
-  return counts;
+  return tandem::model::planModel(request, o.request, tandem::model::usableHardware(o.request, hw));
+}
+
+// The planner's bytes for the first layer's GPU, to compare with the allocator's peak, and why
+// the whole plan does not fit when it does not.
+nlohmann::json plannedJson(const tandem::placement::MemoryPlan& plan, const tandem::model::ModelOptions& options) {
+  const std::string device = options.layerDevice(0).str();
+  const tandem::placement::DevicePlan* gpu = plan.device(device);
+  if (!gpu) return nullptr;
+  return {{"device", device}, {"capacity_bytes", gpu->capacity_bytes}, {"total_bytes", gpu->total()},
+          {"fits", plan.fits}, {"problems", plan.problems}, {"notes", plan.notes}};
 }
 
 void run(const Options& o) {
   if (o.torch_threads > 0) tandem::gpu::setTorchThreads(o.torch_threads);
   tandem::io::ModelConfig config = tandem::io::readModelConfig(o.config_dir);
   if (o.layers > 0) config.num_hidden_layers = o.layers;
-  tandem::model::ModelOptions options;
-  options.dtype = at::kBFloat16;
-  options.device = tandem::model::parseDevice(o.device);
-  if (!o.layer_devices.empty()) {
-    options.layer_devices = tandem::model::parseLayerDevices(o.layer_devices, config.num_hidden_layers, options.device);
-  }
-  options.experts = tandem::model::parseExpertsMode(o.experts);
-  options.gradient_checkpointing = o.gradient_checkpointing;
+  const tandem::placement::MemoryPlan memory_plan = planRun(o, config);
+  tandem::model::ModelOptions options = tandem::model::resolveModelOptions(o.request, config, memory_plan);
   options.keep_expert_forward = o.keep_expert_forward;
-  options.experts_format = o.experts_format;
-  options.experts_wt_policy = tandem::experts::parseWtPolicy(o.experts_wt_policy);
-  options.stream_experts_ahead = o.stream_ahead;
-  nlohmann::json planned;
-  if (o.gpu_experts != "0") options.gpu_experts = gpuExperts(o, config, options, planned);
-  const bool cuda = options.device.is_cuda();
+  const nlohmann::json planned = plannedJson(memory_plan, options);
+  const bool cuda = options.layerDevice(0).isGpu();
   if (cuda && o.gpu_cap_gib > 0) {
-    tandem::gpu::capGpuMemory(options.device.index(), static_cast<uint64_t>(o.gpu_cap_gib * (1ull << 30)));
+    tandem::gpu::capGpuMemory(options.layerDevice(0).gpuIndex(), static_cast<uint64_t>(o.gpu_cap_gib * (1ull << 30)));
   }
   tandem::gpu::LoraSettings lora{o.lora_rank, o.lora_alpha, false, 0.0};
   const tandem::model::LoraPlan plan =
       tandem::model::loraPlanFromTarget(tandem::io::LoraTarget::parse(o.lora_target), lora);
 
   const auto t_build = Clock::now();
-  auto model = CausalLm::random(config, options, &plan, /*seed=*/7, tandem::ThreadPool::global(), o.embedding_std);
+  auto loaded = tandem::model::Model::random(config, options, &plan, /*seed=*/7, tandem::ThreadPool::global(),
+                                             o.embedding_std);
+  CausalLm* model = &loaded->lm();
   const double build_s = seconds(t_build);
-  tandem::train::LoraOptimizer optimizer(*model, {}, tandem::ThreadPool::global());
+  tandem::model::LoraOptimizer optimizer(*model, {}, tandem::ThreadPool::global());
   at::manual_seed(0);  // the same tokens in every mode: step 1's loss must agree across them
   const at::Tensor ids = at::randint(config.vocab_size, {1, o.tokens}, at::kLong);
 
   RoutingStats routing(*model);
   nlohmann::json steps = nlohmann::json::array();
   double timed_s = 0;
-  if (cuda) tandem::gpu::resetGpuMemoryPeak(options.device.index());
+  if (cuda) tandem::gpu::resetGpuMemoryPeak(options.layerDevice(0).gpuIndex());
   tandem::MemoryLedger::global().resetPeaks();
   auto train_step = [&] {
     const auto t0 = Clock::now();
@@ -276,20 +266,18 @@ void run(const Options& o) {
     torch::autograd::profiler::disableProfiler()->save(o.trace);
   }
   nlohmann::json out;
-  out["experts"] = o.experts;
+  out["experts"] = o.request.experts_mode;
   out["layers"] = config.num_hidden_layers;
   out["tokens"] = o.tokens;
-  out["gradient_checkpointing"] = o.gradient_checkpointing;
+  out["gradient_checkpointing"] = o.request.gradient_checkpointing;
   out["keep_expert_forward"] = o.keep_expert_forward;
-  out["experts_format"] = o.experts_format;
-  out["experts_wt_policy"] = o.experts_wt_policy;
+  out["experts_format"] = o.request.experts_format;
+  out["experts_wt_policy"] = o.request.experts_wt_policy;
   out["gpu_cap_gib"] = o.gpu_cap_gib;
   out["embedding_std"] = o.embedding_std;
   out["gpu_experts"] = options.gpu_experts;  // per layer
   if (!planned.is_null()) out["planner"] = planned;
-  out["layer_devices"] = tandem::model::formatLayerDevices(
-      options.layer_devices.empty() ? std::vector<at::Device>(static_cast<size_t>(config.num_hidden_layers), options.device)
-                                    : options.layer_devices);
+  out["layer_devices"] = tandem::model::formatLayerDevices(loaded->placement().layers);
   out["build_s"] = build_s;
   out["steps"] = steps;
   out["tokens_per_s"] = o.steps > 1 ? static_cast<double>(o.tokens) * (o.steps - 1) / timed_s : 0.0;
@@ -309,7 +297,9 @@ void run(const Options& o) {
   getrusage(RUSAGE_SELF, &usage);
   out["peak_host_rss_bytes"] = static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // ru_maxrss: KiB on Linux
   if (options.experts == tandem::model::ExpertsMode::Cpu) out["overlap_probe"] = overlapProbe(*model, o.tokens);
-  if (options.experts == tandem::model::ExpertsMode::GpuOffload) out["streamer"] = streamerJson(*model, o.stream_ahead);
+  if (options.experts == tandem::model::ExpertsMode::GpuOffload) {
+    out["streamer"] = streamerJson(*model, o.request.stream_experts_ahead);
+  }
   std::cout << out.dump() << std::endl;
 }
 
@@ -322,28 +312,28 @@ int main(int argc, char** argv) {
   app.add_option("--layers", o.layers, "decoder layers to build (0: all)");
   app.add_option("--tokens", o.tokens, "sequence length");
   app.add_option("--steps", o.steps, "optimizer steps (the first is warm-up)");
-  app.add_option("--experts", o.experts, "cpu or gpu-offload");
-  app.add_option("--device", o.device, "device of the dense parts");
-  app.add_option("--layer-devices", o.layer_devices, "e.g. cuda:0:0-13,cuda:1:14-26");
+  app.add_option("--experts", o.request.experts_mode, "cpu or gpu-offload");
+  app.add_option("--device", o.request.device, "device of the dense parts (auto: the planner's placement)");
+  app.add_option("--layer-devices", o.request.layer_devices, "e.g. cuda:0:0-13,cuda:1:14-26");
   app.add_option("--gpu-cap-gib", o.gpu_cap_gib, "cap libtorch's GPU memory (0: none)");
   app.add_option("--embedding-std", o.embedding_std,
                  "std of the random token embeddings (0: 0.02 as every weight; 4: routing spread like a trained router's)");
   app.add_option("--lora-rank", o.lora_rank, "LoRA r");
   app.add_option("--lora-alpha", o.lora_alpha, "LoRA alpha");
   app.add_option("--lora-target", o.lora_target, "comma-separated module names");
-  app.add_flag("--gradient-checkpointing", o.gradient_checkpointing, "recompute each layer in backward");
+  app.add_flag("--gradient-checkpointing", o.request.gradient_checkpointing, "recompute each layer in backward");
   app.add_flag("--keep-expert-forward", o.keep_expert_forward,
                "with checkpointing: keep the CPU experts' forward for the backward (what training does when RAM allows)");
-  app.add_option("--stream-ahead", o.stream_ahead,
+  app.add_option("--stream-ahead", o.request.stream_experts_ahead,
                  "offload mode: copy the next layer's streamed experts while this one computes (false: when it runs)");
   app.add_option("--trace", o.trace, "after the timed steps, profile one more and write its Chrome trace here");
   app.add_option("--torch-threads", o.torch_threads, "libtorch intra-op threads");
-  app.add_option("--experts-format", o.experts_format,
+  app.add_option("--experts-format", o.request.experts_format,
                  "the routed experts' weights: auto, bf16, int8 (the CPU engine's packs, resident and offloaded copies)")
       ->check(CLI::IsMember({"auto", "bf16", "int8"}));
-  app.add_option("--experts-wt-policy", o.experts_wt_policy, "CPU experts' Wᵀ packs: persistent, on_demand, background")
+  app.add_option("--experts-wt-policy", o.request.experts_wt_policy, "CPU experts' Wᵀ packs: persistent, on_demand, background")
       ->check(CLI::IsMember({"persistent", "on_demand", "background"}));
-  app.add_option("--gpu-experts", o.gpu_experts,
+  app.add_option("--gpu-experts", o.request.gpu_experts,
                  "routed experts per MoE layer resident on the GPU (N; offload mode streams the others), or auto (the memory planner's "
                  "count for the capped GPU)")
       ->check([](const std::string& v) {

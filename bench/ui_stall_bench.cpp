@@ -24,7 +24,7 @@
 
 #include "engine/gpu/torch_runtime.h"
 #include "engine/store/run_store.h"
-#include "engine/train/demo_model.h"
+#include "engine/model/demo_model.h"
 #include "ui/machine_info.h"
 #include "ui/resources.h"
 #include "ui/training_controller.h"
@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   QTemporaryDir tmp;
   const std::filesystem::path work = tmp.path().toStdString();
   const std::filesystem::path resources = TANDEM_RESOURCES_DIR;
-  const train::DemoModel demo = train::ensureDemoModel(work / "demo", resources);
+  const model::DemoModel demo = model::ensureDemoModel(work / "demo", resources);
   train::TrainConfig config = train::loadTrainConfig(
       std::filesystem::path(TANDEM_PRESETS_DIR) / "training" / "demo_lora_sft.yaml",
       {"model_name_or_path=" + demo.dir.string(), "dataset_dir=" + (resources / "demo").string(),

@@ -4,7 +4,6 @@
 #include <random>
 
 #include "engine/core/error.h"
-#include "engine/gpu/torch_runtime.h"
 #include "engine/io/model_config.h"
 #include "ui/engine_thread.h"
 #include "ui/error_text.h"
@@ -19,11 +18,11 @@ struct ChatController::Models {
   std::vector<QString> adapter_dirs;  // adapter-<index>
 };
 
+// Placed as every product places a model (the memory planner's placement for this machine), in
+// the checkpoint's own precision when that is fp32 (the demo model), else bf16.
 infer::GeneratorOptions chatOptionsFor(const QString& model_dir, const QString& template_name) {
   infer::GeneratorOptions options;
-  const io::ModelConfig config = io::readModelConfig(model_dir.toStdString());
-  options.dtype = config.dtype == "float32" ? "fp32" : "bf16";
-  options.device = gpu::probeTorchRuntime().gpus.empty() ? "cpu" : "cuda:0";
+  options.bf16 = io::readModelConfig(model_dir.toStdString()).dtype != "float32";
   options.template_name = template_name.toStdString();
   return options;
 }

@@ -1,6 +1,6 @@
 #include "ui/fine_tune_wizard.h"
 
-#include "engine/train/demo_model.h"
+#include "engine/model/demo_model.h"
 #include "engine/train/training_plan.h"
 #include "ui/wizard_pages.h"
 
@@ -42,7 +42,7 @@ std::optional<placement::MemoryPlan> FineTuneWizard::plan() const {
 QString FineTuneWizard::yaml() const { return QString::fromStdString(train::toYaml(config())); }
 
 train::TrainConfig FineTuneWizard::demoConfig(const std::filesystem::path& output_parent) const {
-  const train::DemoModel demo = train::ensureDemoModel(paths_.demo_workdir, paths_.resources);
+  const model::DemoModel demo = model::ensureDemoModel(paths_.demo_workdir, paths_.resources);
   return train::loadTrainConfig(paths_.presets / "training" / "demo_lora_sft.yaml",
                                 {"model_name_or_path=" + demo.dir.string(),
                                  "dataset_dir=" + (paths_.resources / "demo").string(),

@@ -4,7 +4,7 @@
 #include <QSettings>
 
 #include "engine/store/run_store.h"
-#include "engine/train/demo_model.h"
+#include "engine/model/demo_model.h"
 
 namespace tandem::ui {
 
@@ -15,7 +15,7 @@ StudioSettings StudioSettings::load() {
                                QString::fromStdString(store::RunStore::defaultPath().string())).toString();
   out.output_parent = s.value(QStringLiteral("paths/output_parent"), QDir::home().filePath(QStringLiteral("tandem-runs"))).toString();
   out.demo_workdir = s.value(QStringLiteral("paths/demo_workdir"),
-                             QString::fromStdString(train::defaultDemoWorkdir().string())).toString();
+                             QString::fromStdString(model::defaultDemoWorkdir().string())).toString();
   out.log_scale_loss = s.value(QStringLiteral("charts/log_scale_loss"), false).toBool();
   out.chat_max_new_tokens = s.value(QStringLiteral("chat/max_new_tokens"), 64).toInt();
   return out;

@@ -27,8 +27,6 @@ class TrainingController::Listener : public TrainListener {
 
   void onStep(const StepEvent& e) override {
     QMetaObject::invokeMethod(&owner_, [o = &owner_, e] { emit o->stepped(e); }, Qt::QueuedConnection);
-    // The trainer calls us between optimizer steps: the one place a pause is safe.
-    owner_.waitWhilePaused();
   }
   void onCheckpoint(int64_t step, const std::filesystem::path& dir) override {
     const QString path = QString::fromStdString(dir.string());
@@ -54,10 +52,7 @@ TrainingController::~TrainingController() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool TrainingController::isPaused() const {
-  std::lock_guard lock(pause_mutex_);
-  return paused_;
-}
+bool TrainingController::isPaused() const { return pause_.paused(); }
 
 void TrainingController::start(const train::TrainConfig& config) {
   if (running_) {
@@ -73,10 +68,7 @@ void TrainingController::start(const train::TrainConfig& config) {
   running_ = true;
   stop_ = {};
   cancel_ = {};
-  {
-    std::lock_guard lock(pause_mutex_);
-    paused_ = false;
-  }
+  pause_.resume();
   emit started(QString::fromStdString(config.output_dir.string()));
   thread_ = std::jthread([this, config, stop = stop_.get_token(), cancel = cancel_.get_token()] {
     run(config, stop, cancel);
@@ -89,7 +81,7 @@ void TrainingController::run(train::TrainConfig config, std::stop_token stop, st
   TrainFinish finish;
   finish.output_dir = QString::fromStdString(config.output_dir.string());
   try {
-    const train::TrainingRunOutcome outcome = train::runTraining(config, listener, stop, cancel, store_);
+    const train::TrainingRunOutcome outcome = train::runTraining(config, listener, {stop, cancel, &pause_}, store_);
     finish.steps = outcome.result.steps;
     finish.final_loss = outcome.result.final_loss;
     finish.run_id = outcome.run_id;
@@ -113,46 +105,15 @@ void TrainingController::run(train::TrainConfig config, std::stop_token stop, st
       Qt::QueuedConnection);
 }
 
-void TrainingController::waitWhilePaused() {
-  std::unique_lock lock(pause_mutex_);
-  const std::stop_token stop = stop_.get_token();
-  const std::stop_token cancel = cancel_.get_token();
-  if (!paused_ || stop.stop_requested() || cancel.stop_requested()) return;
-  int64_t run_id = 0;
-  if (store_) {
-    if (const auto run = store_->findByOutputDir(config_.output_dir)) run_id = run->id;
-  }
-  if (run_id) {
-    store_->setStatus(run_id, store::RunStatus::Paused);
-    store_->recordEvent(run_id, "paused", "paused from the studio");
-  }
-  // Either token ends the wait: stop still writes its checkpoint once the trainer goes on.
-  std::stop_callback on_stop(stop, [this] { pause_cv_.notify_all(); });
-  std::stop_callback on_cancel(cancel, [this] { pause_cv_.notify_all(); });
-  pause_cv_.wait(lock, [&] { return !paused_ || stop.stop_requested() || cancel.stop_requested(); });
-  if (run_id) {
-    store_->setStatus(run_id, store::RunStatus::Running);
-    store_->recordEvent(run_id, "resumed", "resumed from the studio");
-  }
-}
-
 void TrainingController::pause() {
-  if (!running_) return;
-  {
-    std::lock_guard lock(pause_mutex_);
-    if (paused_) return;
-    paused_ = true;
-  }
+  if (!running_ || pause_.paused()) return;
+  pause_.pause();
   emit pausedChanged(true);
 }
 
 void TrainingController::resume() {
-  {
-    std::lock_guard lock(pause_mutex_);
-    if (!paused_) return;
-    paused_ = false;
-  }
-  pause_cv_.notify_all();
+  if (!pause_.paused()) return;
+  pause_.resume();
   emit pausedChanged(false);
 }
 

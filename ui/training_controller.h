@@ -3,19 +3,18 @@
 // std::jthread; a TrainListener on that thread re-emits each event as a queued signal, so widgets
 // only ever run on the GUI thread and the GUI never waits on the engine (DESIGN.md).
 //
-// Pause holds the training thread at the next step boundary: the trainer calls the listener
-// between optimizer steps, and the listener waits there until resume, stop or cancel. Stop ends
-// the run at a step boundary with a checkpoint (resumable); cancel ends it at the next
-// micro-batch without one. The run store records paused/resumed as status changes and events.
+// Pause holds the training thread at the next step boundary (the trainer's PauseGate, which
+// resume, stop and cancel all open). Stop ends the run at a step boundary with a checkpoint
+// (resumable); cancel ends it at the next micro-batch without one. The run store records
+// paused/resumed as status changes and events (runTraining does).
 
 #include <QObject>
 #include <QString>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <stop_token>
 #include <thread>
 
+#include "engine/core/pause_gate.h"
 #include "engine/train/train_config.h"
 #include "ui/train_finish.h"
 
@@ -56,7 +55,6 @@ class TrainingController : public QObject {
  private:
   class Listener;
   friend class Listener;
-  void waitWhilePaused();  // on the training thread
   void run(train::TrainConfig config, std::stop_token stop, std::stop_token cancel);
 
   store::RunStore* store_;
@@ -64,9 +62,7 @@ class TrainingController : public QObject {
   bool running_ = false;  // GUI thread only
   std::stop_source stop_;
   std::stop_source cancel_;
-  mutable std::mutex pause_mutex_;
-  std::condition_variable_any pause_cv_;
-  bool paused_ = false;
+  PauseGate pause_;
   std::jthread thread_;
 };
 

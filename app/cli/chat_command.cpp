@@ -16,10 +16,11 @@
 #include <vector>
 
 #include "app/cli/commands.h"
-#include "app/cli/experts_options.h"
+#include "app/cli/model_options.h"
 #include "engine/core/error.h"
 #include "engine/gpu/torch_runtime.h"
 #include "engine/infer/generator.h"
+#include "engine/model/model_report.h"
 
 namespace tandem::cli {
 
@@ -85,9 +86,10 @@ void runChat(ChatOptions o) {
   std::vector<std::string> names;
   for (size_t i = 0; i < o.adapters.size(); ++i) {
     const auto [name, dir] = adapterSpec(o.adapters[i], i);
-    generator->addAdapter(name, dir, o.merge ? infer::AdapterMode::Merged : infer::AdapterMode::Unmerged);
+    generator->addAdapter(name, dir, o.merge ? model::AdapterMode::Merged : model::AdapterMode::Unmerged);
     names.push_back(name);
   }
+  status(model::placementSummary(generator->placement()));
   std::string active = names.empty() ? "base" : names.front();
   status("model " + generator->modelName() + ", template " + generator->templateName() + ", answering with " +
          active + (names.empty() ? "" : "; /base and /adapter switch") + ", /reset, /exit");
@@ -172,9 +174,7 @@ void addChatCommand(CLI::App& app) {
   auto* seed = command->add_option("--seed", o->seed, "sampling seed (default: random)");
   command->add_flag("--greedy", o->greedy, "greedy decoding instead of sampling");
   command->add_flag("--merge", o->merge, "merge the (single) adapter into the weights for speed; no /base then");
-  command->add_option("--device", o->load.device, "cpu or cuda:N for the dense parts")->capture_default_str();
-  command->add_option("--dtype", o->load.dtype, "fp32 or bf16")->capture_default_str();
-  addExpertsOptions(*command, o->load.experts_backend, o->load.experts_format, o->load.gpu_experts);
+  addModelOptions(*command, o->load);
   command->add_option("--threads", o->threads, "CPU threads for libtorch (default: all)");
   command->callback([o, seed] {
     o->has_seed = seed->count() > 0;

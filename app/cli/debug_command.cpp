@@ -2,43 +2,52 @@
 // what the parity tests and users compare against transformers + peft: logits, loss, LoRA
 // gradients, generated token ids.
 
-#include <ATen/ATen.h>
-#include <ATen/core/grad_mode.h>
-#include <torch/csrc/autograd/autograd.h>
-
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "app/cli/commands.h"
-#include "app/cli/experts_options.h"
+#include "app/cli/model_options.h"
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
-#include "engine/model/causal_lm.h"
-#include "engine/model/peft_adapter.h"
 #include "engine/gpu/torch_runtime.h"
-#include "engine/model/weight_loader.h"
-#include "engine/infer/adapter_set.h"
 #include "engine/infer/generate.h"
+#include "engine/model/adapter_files.h"
+#include "engine/model/adapter_set.h"
+#include "engine/model/debug_tensors.h"
+#include "engine/model/machine_probe.h"
+#include "engine/model/model.h"
+#include "engine/model/model_resolver.h"
 
 namespace tandem::cli {
 
 namespace {
 
+// The debug commands' model defaults: everything on the CPU, no resident experts, a persistent
+// Wᵀ, unless the options say otherwise.
+model::ModelRequest debugRequest() {
+  model::ModelRequest request;
+  request.device = "cpu";
+  request.gpu_experts = "0";
+  request.experts_wt_policy = "persistent";
+  return request;
+}
+
 struct DebugOptions {
   std::string model, adapter, tokens, labels, out;
-  std::string dtype = "fp32";
-  std::string device = "cpu";
-  std::string experts_backend = "auto";
-  std::string layer_devices, head_device;
-  std::string experts = "cpu";
-  std::string experts_format = "auto";
-  std::string experts_wt_policy = "persistent";
-  int64_t gpu_experts = 0;
-  bool gradient_checkpointing = false;
-  int64_t loss_chunk_tokens = 1024;
+  model::ModelRequest request = debugRequest();
 };
+
+// The model of `dir`, placed by the memory plan for this machine and the request.
+std::unique_ptr<model::Model> loadModel(const std::string& dir, const model::ModelRequest& request,
+                                        const model::LoraPlan* lora) {
+  const io::ModelConfig config = io::readModelConfig(dir);
+  placement::PlanRequest plan_request = model::planRequestFor(request, config);
+  const placement::MemoryPlan plan =
+      model::planModel(plan_request, request, model::usableHardware(request, model::probeMachine()));
+  return model::Model::load(dir, model::resolveModelOptions(request, config, plan), lora, ThreadPool::global());
+}
 
 // A JSON array of arrays of ints; rows may differ in length (right padding).
 std::vector<std::vector<int64_t>> readRows(const std::string& path, const char* what) {
@@ -69,21 +78,21 @@ std::vector<std::vector<int64_t>> readRows(const std::string& path, const char* 
   return rows;
 }
 
-at::Tensor padRows(const std::vector<std::vector<int64_t>>& rows, int64_t pad) {
-  size_t width = 0;
-  for (const auto& row : rows) width = std::max(width, row.size());
-  at::Tensor t = at::full({static_cast<int64_t>(rows.size()), static_cast<int64_t>(width)}, pad, at::kLong);
-  for (size_t r = 0; r < rows.size(); ++r) {
-    std::copy(rows[r].begin(), rows[r].end(), t[r].data_ptr<int64_t>());
-  }
-  return t;
+// Rows right-padded with `pad` into one [rows, width] block.
+std::vector<int64_t> padRows(const std::vector<std::vector<int64_t>>& rows, size_t width, int64_t pad) {
+  std::vector<int64_t> out(rows.size() * width, pad);
+  for (size_t r = 0; r < rows.size(); ++r) std::copy(rows[r].begin(), rows[r].end(), out.begin() + r * width);
+  return out;
 }
 
 void runDebug(const DebugOptions& o, bool gradients) {
-  if (o.dtype != "fp32" && o.dtype != "bf16") throw Error("--dtype must be fp32 or bf16");
   const auto token_rows = readRows(o.tokens, "tokens");
-  const at::Tensor ids = padRows(token_rows, 0);
-  at::Tensor labels;
+  size_t width = 0;
+  for (const auto& row : token_rows) width = std::max(width, row.size());
+  model::TokenBatch batch;
+  batch.rows = static_cast<int64_t>(token_rows.size());
+  batch.width = static_cast<int64_t>(width);
+  batch.input_ids = padRows(token_rows, width, 0);
   if (!o.labels.empty()) {
     const auto label_rows = readRows(o.labels, "labels");
     bool same_shape = label_rows.size() == token_rows.size();
@@ -91,58 +100,25 @@ void runDebug(const DebugOptions& o, bool gradients) {
       same_shape = label_rows[r].size() == token_rows[r].size();
     }
     if (!same_shape) throw Error(o.labels + ": labels must have exactly the shape of the tokens");
-    labels = padRows(label_rows, -100);
+    batch.labels = padRows(label_rows, width, -100);
   } else if (gradients) {
     throw Error("debug grad needs --labels", "give a labels file shaped like the tokens");
   }
 
   gpu::setTorchThreads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  model::ModelOptions options;
-  options.dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
-  const io::ModelConfig config = io::readModelConfig(o.model);
-  options.device = model::parseDevice(o.device);
-  if (!o.layer_devices.empty()) {
-    options.layer_devices = model::parseLayerDevices(o.layer_devices, config.num_hidden_layers, options.device);
-  }
-  if (!o.head_device.empty()) options.head_device = model::parseDevice(o.head_device);
-  options.experts = model::parseExpertsMode(o.experts);
-  options.experts_backend = o.experts_backend;
-  options.experts_format = o.experts_format;
-  options.experts_wt_policy = experts::parseWtPolicy(o.experts_wt_policy);
-  if (o.gpu_experts > 0) options.gpu_experts.assign(static_cast<size_t>(config.num_hidden_layers), o.gpu_experts);
-  options.gradient_checkpointing = o.gradient_checkpointing;
-  options.loss_chunk_tokens = o.loss_chunk_tokens;
-
-  std::unique_ptr<model::PeftAdapter> adapter;
+  model::ModelRequest request = o.request;
+  request.training = gradients;
   std::unique_ptr<model::LoraPlan> plan;
   if (!o.adapter.empty()) {
-    adapter = std::make_unique<model::PeftAdapter>(model::readPeftAdapter(o.adapter, config));
-    plan = std::make_unique<model::LoraPlan>(model::loraPlanFor(*adapter));
+    plan = std::make_unique<model::LoraPlan>(model::adapterLoraPlan(o.adapter, io::readModelConfig(o.model)));
     plan->settings.dropout = 0;  // debug runs are deterministic
   } else if (gradients) {
     throw Error("debug grad needs --adapter: gradients are of LoRA weights",
                 "give a PEFT adapter dir");
   }
-  auto model = model::CausalLm::load(o.model, options, plan.get(), ThreadPool::global());
-  if (adapter) model::applyPeftAdapter(*adapter, *model);
-
-  std::map<std::string, at::Tensor> out;
-  if (gradients) {
-    const at::Tensor hidden = model->forwardHidden(ids, /*training=*/true);
-    const at::Tensor loss = model->loss(hidden, labels);
-    torch::autograd::backward({loss});
-    at::NoGradGuard no_grad;
-    out["loss"] = loss.detach().to(at::kCPU);
-    out["logits"] = model->logits(hidden.detach()).to(at::kCPU);
-    for (auto& [name, grad] : model::loraTensors(*model, /*gradients=*/true)) out[name] = grad;
-  } else {
-    at::NoGradGuard no_grad;
-    const at::Tensor hidden = model->forwardHidden(ids, /*training=*/false);
-    out["logits"] = model->logits(hidden).to(at::kCPU);
-    if (labels.defined()) out["loss"] = model->loss(hidden, labels).to(at::kCPU);
-  }
-  for (auto& [name, t] : out) t = t.to(at::kFloat);
-  model::writeTensorFile(o.out, out);
+  auto model = loadModel(o.model, request, plan.get());
+  if (!o.adapter.empty()) model::applyAdapter(o.adapter, *model);
+  model::writeDebugTensors(*model, batch, gradients, o.out);
 }
 
 void addVariant(CLI::App& debug, const char* name, const char* help, bool gradients) {
@@ -153,19 +129,8 @@ void addVariant(CLI::App& debug, const char* name, const char* help, bool gradie
   command->add_option("--tokens", o->tokens, "JSON array of token-id rows (ragged = right padding)")->required();
   command->add_option("--labels", o->labels, "JSON labels shaped like the tokens, -100 ignored");
   command->add_option("--out", o->out, "output .safetensors")->required();
-  command->add_option("--dtype", o->dtype, "fp32 or bf16")->capture_default_str();
-  command->add_option("--device", o->device, "cpu or cuda:N for the dense parts")->capture_default_str();
-  command->add_option("--layer-devices", o->layer_devices,
-                      "decoder layers per device, e.g. cuda:0:0-13,cuda:1:14-27 (others: --device)");
-  command->add_option("--head-device", o->head_device, "final norm and lm_head (default: the last layer's)");
-  command->add_option("--experts", o->experts, "cpu (CPU expert engine) or gpu-offload (weights streamed to the layer's device)")
-      ->capture_default_str();
-  addExpertsOptions(*command, o->experts_backend, o->experts_format, o->gpu_experts);
-  command->add_option("--experts-wt-policy", o->experts_wt_policy, "backward W^T: persistent, on_demand or background")
-      ->check(CLI::IsMember({"persistent", "on_demand", "background"}))
-      ->capture_default_str();
-  command->add_flag("--gradient-checkpointing", o->gradient_checkpointing, "recompute each layer in backward");
-  command->add_option("--loss-chunk-tokens", o->loss_chunk_tokens, "logit rows per loss chunk")->capture_default_str();
+  addModelOptions(*command, o->request);
+  addTrainingModelOptions(*command, o->request);
   command->callback([o, gradients] { runDebug(*o, gradients); });
 }
 
@@ -178,12 +143,10 @@ void runExport(const ExportOptions& o) {
   if (o.format != "fused" && o.format != "fused-peft0.21" && o.format != "per-expert") {
     throw Error("--format must be fused, fused-peft0.21 or per-expert");
   }
-  const io::ModelConfig config = io::readModelConfig(o.model);
-  const model::PeftAdapter adapter = model::readPeftAdapter(o.adapter, config);
-  const model::LoraPlan plan = model::loraPlanFor(adapter);
-  auto model = model::CausalLm::load(o.model, model::ModelOptions{}, &plan, ThreadPool::global());
-  model::applyPeftAdapter(adapter, *model);
-  model::writePeftAdapter(*model, adapter.settings, o.out,
+  const model::LoraPlan plan = model::adapterLoraPlan(o.adapter, io::readModelConfig(o.model));
+  auto model = model::Model::load(o.model, model::ModelOptions{}, &plan, ThreadPool::global());
+  model::applyAdapter(o.adapter, *model);
+  model::writeAdapter(*model, plan.settings, o.out,
                         o.format == "fused"            ? model::ExpertAdapterForm::Fused
                         : o.format == "fused-peft0.21" ? model::ExpertAdapterForm::FusedPeft021
                                                        : model::ExpertAdapterForm::PerExpert,
@@ -192,12 +155,8 @@ void runExport(const ExportOptions& o) {
 
 struct GenerateOptions {
   std::string model, adapter, tokens;
-  std::string dtype = "fp32";
-  std::string device = "cpu";
-  std::string experts_backend = "auto";
-  std::string experts_format = "auto";
+  model::ModelRequest request = debugRequest();
   int64_t max_new_tokens = 64;
-  int64_t gpu_experts = 0;
   bool merge = false;
   bool sample = false;
   uint64_t seed = 0;
@@ -209,22 +168,15 @@ struct GenerateOptions {
 // --adapter, base and adapter answers alternate per prompt, so switching adapters on one loaded
 // base is exercised both ways.
 void runGenerate(const GenerateOptions& o) {
-  if (o.dtype != "fp32" && o.dtype != "bf16") throw Error("--dtype must be fp32 or bf16");
   if (o.merge && o.adapter.empty()) throw Error("--merge needs --adapter");
   const auto rows = readRows(o.tokens, "tokens");
   gpu::setTorchThreads(o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  model::ModelOptions options;
-  options.dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
-  options.device = model::parseDevice(o.device);
-  options.experts_backend = o.experts_backend;
-  options.experts_format = o.experts_format;
-  if (o.gpu_experts > 0) {
-    options.gpu_experts.assign(static_cast<size_t>(io::readModelConfig(o.model).num_hidden_layers), o.gpu_experts);
-  }
-  auto model = model::CausalLm::load(o.model, options, nullptr, ThreadPool::global());
-  infer::AdapterSet adapters(*model);
+  model::ModelRequest request = o.request;
+  request.training = false;
+  auto model = loadModel(o.model, request, nullptr);
+  model::AdapterSet adapters(*model);
   if (!o.adapter.empty()) {
-    adapters.add("adapter", o.adapter, o.merge ? infer::AdapterMode::Merged : infer::AdapterMode::Unmerged);
+    adapters.add("adapter", o.adapter, o.merge ? model::AdapterMode::Merged : model::AdapterMode::Unmerged);
   }
   infer::GenerationSettings settings;
   settings.do_sample = o.sample;
@@ -257,9 +209,7 @@ void addGenerate(CLI::App& debug) {
   command->add_option("--adapter", o->adapter, "PEFT adapter dir or Tandem checkpoint dir");
   command->add_option("--tokens", o->tokens, "JSON array of prompt rows (token ids)")->required();
   command->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate per prompt")->capture_default_str();
-  command->add_option("--dtype", o->dtype, "fp32 or bf16")->capture_default_str();
-  command->add_option("--device", o->device, "cpu or cuda:N for the dense parts")->capture_default_str();
-  addExpertsOptions(*command, o->experts_backend, o->experts_format, o->gpu_experts);
+  addModelOptions(*command, o->request);
   command->add_flag("--merge", o->merge, "merge the adapter into the dense weights (prints only \"adapter\")");
   command->add_flag("--sample", o->sample, "sample with LLaMA-Factory's defaults instead of greedy");
   command->add_option("--seed", o->seed, "sampling seed")->capture_default_str();

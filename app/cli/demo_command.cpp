@@ -3,8 +3,6 @@
 // fine-tunes it with LoRA on the bundled identity dataset, and asks both the base model and the
 // adapter one of the dataset's questions.
 
-#include <ATen/ATen.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -16,7 +14,7 @@
 #include "engine/gpu/torch_runtime.h"
 #include "engine/infer/generator.h"
 #include "engine/io/tokenizer.h"
-#include "engine/train/demo_model.h"
+#include "engine/model/demo_model.h"
 
 namespace tandem::cli {
 
@@ -43,7 +41,7 @@ void runDemo(const fs::path& workdir) {
   const fs::path resources = sourceDir("TANDEM_RESOURCES", TANDEM_RESOURCES_DIR);
   const fs::path presets = sourceDir("TANDEM_PRESETS", TANDEM_PRESETS_DIR);
   fs::create_directories(workdir);
-  const train::DemoModel demo = train::ensureDemoModel(workdir, resources);
+  const model::DemoModel demo = model::ensureDemoModel(workdir, resources);
   const fs::path& model_dir = demo.dir;
   if (demo.created) std::printf("made the demo model (random Qwen3-MoE) in %s\n", model_dir.string().c_str());
   const fs::path output_dir = workdir / "output";
@@ -59,7 +57,7 @@ void runDemo(const fs::path& workdir) {
   plotIfAsked(config);
 
   infer::GeneratorOptions options;
-  options.dtype = "fp32";
+  options.bf16 = false;
   options.template_name = config.template_name;
   auto generator = infer::Generator::load(model_dir, options);
   generator->addAdapter("tuned", output_dir);
@@ -76,9 +74,11 @@ void runDemo(const fs::path& workdir) {
 
 void addDemoCommand(CLI::App& app) {
   auto* command = app.add_subcommand("demo", "Make a small MoE model, fine-tune it on the bundled identity set, ask it");
-  auto workdir = std::make_shared<std::string>(train::defaultDemoWorkdir().string());
-  command->add_option("--workdir", *workdir, "where the demo model and its adapter go")->capture_default_str();
-  command->callback([workdir] { runDemo(*workdir); });
+  auto workdir = std::make_shared<std::string>();
+  // The default is worked out when the demo runs: a machine without a home directory then gets
+  // the demo's error, not every command.
+  command->add_option("--workdir", *workdir, "where the demo model and its adapter go (default: the cache dir's demo)");
+  command->callback([workdir] { runDemo(workdir->empty() ? model::defaultDemoWorkdir() : fs::path(*workdir)); });
 }
 
 }  // namespace tandem::cli

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "app/cli/commands.h"
-#include "app/cli/experts_options.h"
+#include "app/cli/model_options.h"
 #include "app/cli/eval_generate.h"
 #include "app/cli/resource_dir.h"
 #include "engine/core/error.h"
@@ -233,7 +233,7 @@ void addEvalCommand(CLI::App& app) {
       command->add_option("--dataset", g.dataset, "dataset name(s) in dataset_info.json, or a file")->needs(model);
   model->needs(dataset);
   command->add_option("--dataset-dir", g.dataset_dir, "folder with dataset_info.json")->capture_default_str();
-  command->add_option("--template", g.template_name, "chat template (default: from the model type)");
+  command->add_option("--template", g.generator.template_name, "chat template (default: from the model type)");
   command->add_option("--max-samples", g.max_samples, "use the first N samples of each dataset");
   command->add_option("--output-dir", options->output_dir,
                       "where the results go (default with --predictions: beside the file)");
@@ -245,9 +245,7 @@ void addEvalCommand(CLI::App& app) {
   command->add_option("--top-k", g.settings.top_k, "top-k sampling (0: off)")->capture_default_str();
   command->add_option("--repetition-penalty", g.settings.repetition_penalty, "1.0: off")->capture_default_str();
   command->add_option("--seed", g.seed, "sampling seed");
-  command->add_option("--dtype", g.dtype, "fp32 | bf16")->capture_default_str();
-  command->add_option("--device", g.device, "torch device of the dense parts: cpu | cuda[:N]")->capture_default_str();
-  addExpertsOptions(*command, g.experts_backend, g.experts_format, g.gpu_experts);
+  addModelOptions(*command, g.generator);
   command->add_option("--choices", options->choices,
                       "score multiple-choice accuracy with these answer letters, e.g. ABCD");
   command->add_option("--db", options->db,

@@ -1,7 +1,10 @@
 #include "app/cli/eval_generate.h"
 
+#include <cstdio>
+
 #include "engine/core/error.h"
 #include "engine/infer/generator.h"
+#include "engine/model/model_report.h"
 #include "engine/io/tokenizer.h"
 #include "engine/train/dataset.h"
 
@@ -37,14 +40,8 @@ PreparedEval prepareGenerateEval(const GenerateEvalOptions& options) {
   train::DatasetReport report;
   auto data = std::make_shared<const std::vector<chat::Conversation>>(train::loadDatasets(
       options.dataset_dir, train::splitDatasetNames(options.dataset), options.max_samples, report));
-  infer::GeneratorOptions generator_options;
-  generator_options.dtype = options.dtype;
-  generator_options.device = options.device;
-  generator_options.experts_backend = options.experts_backend;
-  generator_options.experts_format = options.experts_format;
-  generator_options.gpu_experts = options.gpu_experts;
-  generator_options.template_name = options.template_name;
-  std::shared_ptr<infer::Generator> generator = infer::Generator::load(options.model, generator_options);
+  std::shared_ptr<infer::Generator> generator = infer::Generator::load(options.model, options.generator);
+  std::fprintf(stderr, "[eval] %s\n", model::placementSummary(generator->placement()).c_str());
   std::string adapter;
   if (!options.adapter.empty()) {
     adapter = "adapter";

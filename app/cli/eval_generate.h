@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/eval/batch_eval.h"
+#include "engine/infer/generator.h"
 
 namespace tandem::cli {
 
@@ -17,13 +18,10 @@ struct GenerateEvalOptions {
   std::string adapter;
   std::string dataset;              // comma-separated names, or a file
   std::string dataset_dir = "data";  // LLaMA-Factory's default
-  std::string template_name;        // empty: the generator's choice for the model type
   std::optional<int64_t> max_samples;
-  std::string dtype = "bf16";
-  std::string device = "cpu";
-  std::string experts_backend = "auto";
-  std::string experts_format = "auto";
-  int64_t gpu_experts = 0;
+  // How the model is placed (the planner's placement by default, as for chat and serve) and its
+  // template (empty: the generator's choice for the model type).
+  infer::GeneratorOptions generator;
   // Decoding: LLaMA-Factory's generating defaults, except greedy (do_sample false) unless asked.
   struct {
     bool do_sample = false;

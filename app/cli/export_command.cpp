@@ -7,8 +7,7 @@
 #include <string>
 
 #include "app/cli/commands.h"
-#include "engine/model/gguf_lora.h"
-#include "engine/io/gguf_model.h"
+#include "engine/model/adapter_files.h"
 
 namespace tandem::cli {
 namespace {
@@ -18,13 +17,10 @@ struct ExportOptions {
 };
 
 void runExport(const ExportOptions& o) {
-  const std::unique_ptr<io::GgufModel> base = io::GgufModel::open(o.model);
-  const io::ModelConfig config = io::readModelConfig(base->path());
-  const model::PeftAdapter adapter = model::readPeftAdapter(o.adapter, config);
   const std::filesystem::path out = o.out.empty() ? std::filesystem::path(o.adapter) / "adapter_model.gguf"
-                                                    : std::filesystem::path(o.out);
-  model::writeGgufLora(adapter, *base, out);
-  std::printf("wrote %s (llama-cli -m %s --lora %s)\n", out.c_str(), base->path().c_str(), out.c_str());
+                                                  : std::filesystem::path(o.out);
+  model::exportLlamaCppAdapter(o.adapter, o.model, out);
+  std::printf("wrote %s (llama-cli -m %s --lora %s)\n", out.c_str(), o.model.c_str(), out.c_str());
 }
 
 }  // namespace

@@ -10,9 +10,10 @@
 #include <thread>
 
 #include "app/cli/commands.h"
-#include "app/cli/experts_options.h"
+#include "app/cli/model_options.h"
 #include "engine/core/error.h"
 #include "engine/gpu/torch_runtime.h"
+#include "engine/model/model_report.h"
 #include "engine/serve/model_chat_backend.h"
 #include "engine/serve/openai_server.h"
 
@@ -50,8 +51,9 @@ void runServe(ServeOptions o) {
   const int port = server.bind();
   std::string models;
   for (const std::string& id : backend.modelIds()) models += (models.empty() ? "" : ", ") + id;
-  std::printf("serving %s as models: %s\nlistening on http://%s:%d/v1%s\n", o.backend.model_dir.string().c_str(),
-              models.c_str(), o.server.host.c_str(), port, o.server.api_key.empty() ? "" : " (API key required)");
+  std::printf("serving %s as models: %s\n%s\nlistening on http://%s:%d/v1%s\n", o.backend.model_dir.string().c_str(),
+              models.c_str(), model::placementSummary(backend.generator().placement()).c_str(), o.server.host.c_str(),
+              port, o.server.api_key.empty() ? "" : " (API key required)");
   std::fflush(stdout);
 
   g_stop_requested.store(false);
@@ -83,10 +85,7 @@ void addServeCommand(CLI::App& app) {
   command->add_option("--host", o->server.host, "address to listen on")->capture_default_str();
   command->add_option("--port", o->server.port, "port (0: any free port)")->capture_default_str();
   command->add_option("--api-key", o->server.api_key, "require 'Authorization: Bearer KEY' on /v1");
-  command->add_option("--device", o->backend.generator.device, "cpu or cuda:N for the dense parts")->capture_default_str();
-  command->add_option("--dtype", o->backend.generator.dtype, "fp32 or bf16")->capture_default_str();
-  addExpertsOptions(*command, o->backend.generator.experts_backend, o->backend.generator.experts_format,
-                    o->backend.generator.gpu_experts);
+  addModelOptions(*command, o->backend.generator);
   command->add_option("--max-body-bytes", o->server.max_body_bytes, "largest request body")->capture_default_str();
   command->add_option("--max-tokens-limit", o->server.max_tokens_limit, "largest max_tokens a request may ask for (and the default)")
       ->capture_default_str();

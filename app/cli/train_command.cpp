@@ -40,7 +40,7 @@ train::TrainingRunOutcome runTrainingInForeground(const train::TrainConfig& conf
   auto previous_term = std::signal(SIGTERM, onInterrupt);
   std::jthread job([&] {
     try {
-      outcome = train::runTraining(config, printer, stop.get_token(), cancel.get_token(), store);
+      outcome = train::runTraining(config, printer, {stop.get_token(), cancel.get_token()}, store);
     } catch (...) {
       error = std::current_exception();
     }

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/train/dataset.h"
+#include "engine/chat/conversation.h"
 
 namespace tandem::chat {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "engine/chat/chat_template.h"
-#include "engine/train/dataset.h"
+#include "engine/chat/conversation.h"
 
 namespace tandem::chat {
 

@@ -1,15 +1,12 @@
 #include "engine/infer/generate.h"
 
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
-
 #include <algorithm>
 #include <chrono>
 #include <string>
 
 #include "engine/core/error.h"
-#include "engine/model/causal_lm.h"
-#include "engine/model/kv_cache.h"
+#include "engine/model/decode_session.h"
+#include "engine/model/model.h"
 #include "engine/infer/sampler.h"
 
 namespace tandem::infer {
@@ -22,7 +19,7 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-TokenOutcome generateTokens(const model::CausalLm& model, std::span<const int32_t> prompt,
+TokenOutcome generateTokens(const model::Model& model, std::span<const int32_t> prompt,
                             const GenerationSettings& settings, std::span<const int32_t> stop_ids,
                             uint64_t seed, const TokenCallback& on_token, std::stop_token stop) {
   if (prompt.empty()) throw Error("cannot generate from an empty prompt");
@@ -39,8 +36,7 @@ TokenOutcome generateTokens(const model::CausalLm& model, std::span<const int32_
   if (context > 0) capacity = std::min(capacity, context);
   const int64_t max_new = capacity - prompt_len;
 
-  c10::InferenceMode inference;
-  model::KvCache cache(model.config().num_hidden_layers, /*batch=*/1, capacity);
+  model::DecodeSession session(model, capacity);
   Sampler sampler(settings, seed);
   std::vector<int32_t> seen(prompt.begin(), prompt.end());
   seen.reserve(seen.size() + static_cast<size_t>(max_new));
@@ -51,14 +47,11 @@ TokenOutcome generateTokens(const model::CausalLm& model, std::span<const int32_
   }
 
   auto start = std::chrono::steady_clock::now();
-  std::vector<int64_t> prompt_ids(prompt.begin(), prompt.end());
-  at::Tensor hidden = model.forwardCached(at::tensor(prompt_ids, at::kLong).view({1, prompt_len}), cache);
+  std::vector<float> logits = session.feed(prompt);
   out.prefill_seconds = secondsSince(start);
   start = std::chrono::steady_clock::now();
-  at::Tensor next_input = at::empty({1, 1}, at::kLong);
   while (true) {
-    const at::Tensor logits = model.logits(hidden.select(1, hidden.size(1) - 1)).select(0, 0);
-    const int32_t id = sampler.next(logits, seen);
+    const int32_t id = sampler.next(std::move(logits), seen);
     out.ids.push_back(id);
     seen.push_back(id);
     const bool is_stop = settings.stop_on_eos &&
@@ -76,8 +69,7 @@ TokenOutcome generateTokens(const model::CausalLm& model, std::span<const int32_
       out.finish_reason = FinishReason::Cancelled;
       break;
     }
-    next_input.fill_(static_cast<int64_t>(id));
-    hidden = model.forwardCached(next_input, cache);
+    logits = session.feed(std::span<const int32_t>(&id, 1));
   }
   out.decode_seconds = secondsSince(start);
   return out;

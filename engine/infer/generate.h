@@ -1,7 +1,8 @@
 #pragma once
-// The decode loop on a CausalLm: one prefill of the prompt into a KV cache, then one cached
-// step per new token, each picked by the Sampler (greedy or LLaMA-Factory-style sampling).
-// Runs without autograd; the MoE blocks call the expert engine with no forward cache.
+// The decode loop on a Model: one prefill of the prompt into a KV cache, then one cached step
+// per new token (model::DecodeSession), each picked by the Sampler (greedy or
+// LLaMA-Factory-style sampling). Runs without autograd; the MoE blocks call the expert engine
+// with no forward cache.
 // Generator (generator.h) adds templates, text streaming, stop strings and adapters on top.
 
 #include <cstdint>
@@ -13,9 +14,8 @@
 #include "engine/infer/generator.h"
 
 namespace tandem::model {
-class CausalLm;
-class KvCache;
-}  // namespace tandem::model
+class Model;
+}
 
 namespace tandem::infer {
 
@@ -32,7 +32,7 @@ using TokenCallback = std::function<bool(int32_t id)>;
 // prompt: token ids (non-empty). Ends on a `stop_ids` token (when settings.stop_on_eos), at
 // settings.max_new_tokens, when on_token says so (Stop) or when `stop` is requested
 // (Cancelled, checked before every step). `seed` drives the sampler.
-TokenOutcome generateTokens(const model::CausalLm& model, std::span<const int32_t> prompt,
+TokenOutcome generateTokens(const model::Model& model, std::span<const int32_t> prompt,
                             const GenerationSettings& settings, std::span<const int32_t> stop_ids,
                             uint64_t seed, const TokenCallback& on_token = {},
                             std::stop_token stop = {});

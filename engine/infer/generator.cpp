@@ -1,16 +1,15 @@
 #include "engine/infer/generator.h"
 
-#include <ATen/ATen.h>
-
 #include <algorithm>
 #include <mutex>
 #include <random>
 
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
-#include "engine/model/causal_lm.h"
-#include "engine/model/device_map.h"
-#include "engine/infer/adapter_set.h"
+#include "engine/model/adapter_set.h"
+#include "engine/model/machine_probe.h"
+#include "engine/model/model.h"
+#include "engine/model/model_resolver.h"
 #include "engine/infer/generate.h"
 #include "engine/infer/text_stream.h"
 #include "engine/io/tokenizer.h"
@@ -33,10 +32,20 @@ std::string_view finishReasonName(FinishReason reason) {
 
 namespace {
 
-at::ScalarType parseDtype(const std::string& dtype) {
-  if (dtype == "fp32" || dtype == "float32") return at::kFloat;
-  if (dtype == "bf16" || dtype == "bfloat16") return at::kBFloat16;
-  throw Error("dtype '" + dtype + "' is not supported for generation", "use fp32 or bf16");
+// The KV cache the planner reserves for a chat: the context, up to this many tokens (a request
+// allocates its own prompt + answer, which is smaller for nearly every chat).
+constexpr int64_t kPlannedContextTokens = 8192;
+
+// The memory plan on this machine, as for training (model_resolver.h), with no backward and a
+// chat's KV cache; refused with the planner's advice when the model does not fit.
+placement::MemoryPlan planGeneration(const GeneratorOptions& options, const io::ModelConfig& config) {
+  placement::PlanRequest request = model::planRequestFor(options, config);
+  request.kv_cache_tokens = config.max_position_embeddings > 0
+                                ? std::min<int64_t>(config.max_position_embeddings, kPlannedContextTokens)
+                                : kPlannedContextTokens;
+  placement::MemoryPlan plan = model::planModel(request, options, model::usableHardware(options, model::probeMachine()));
+  model::requireFits(plan, "this model");
+  return plan;
 }
 
 // LLaMA-Factory's usual template for each model family (its README's model table).
@@ -87,11 +96,11 @@ chat::Conversation toConversation(const std::vector<ChatMessage>& messages) {
 struct Generator::Impl {
   Impl(io::Tokenizer tok, chat::ChatTemplate tmpl) : tokenizer(std::move(tok)), chat_template(std::move(tmpl)) {}
 
-  std::unique_ptr<model::CausalLm> model;
+  std::unique_ptr<model::Model> model;
   io::Tokenizer tokenizer;
   chat::ChatTemplate chat_template;
   std::unique_ptr<chat::TokenizerEncoder> encoder;
-  std::unique_ptr<AdapterSet> adapters;
+  std::unique_ptr<model::AdapterSet> adapters;
   std::vector<int32_t> stop_ids;        // eos and the template's single-token stop words
   std::vector<std::string> stop_texts;  // the template's stop words that are not one token
   std::string model_name;
@@ -115,18 +124,8 @@ std::unique_ptr<Generator> Generator::load(const fs::path& model_dir, const Gene
 
 std::unique_ptr<Generator> Generator::load(const fs::path& model_dir, const GeneratorOptions& options,
                                            ThreadPool& pool) {
-  model::ModelOptions model_options;
-  model_options.dtype = parseDtype(options.dtype);
-  model_options.device = model::parseDevice(options.device);
-  model_options.experts_backend = options.experts_backend;
-  model_options.experts_format = options.experts_format;
-  // on_demand packs Wᵀ at the start of a backward: a generator never runs one, so none is held
-  // (persistent would double the experts' host memory for nothing).
-  model_options.experts_wt_policy = experts::WtPolicy::OnDemand;
   const io::ModelConfig config = io::readModelConfig(model_dir);
-  if (options.gpu_experts > 0) {
-    model_options.gpu_experts.assign(static_cast<size_t>(config.num_hidden_layers), options.gpu_experts);
-  }
+  const model::ModelOptions model_options = model::resolveModelOptions(options, config, planGeneration(options, config));
   io::Tokenizer tokenizer = io::Tokenizer::load(model_dir);
   const std::string template_name =
       options.template_name.empty() ? guessTemplate(config, tokenizer) : options.template_name;
@@ -142,8 +141,8 @@ std::unique_ptr<Generator> Generator::load(const fs::path& model_dir, const Gene
     if (const auto id = impl->tokenizer.tokenToId(word)) impl->stop_ids.push_back(*id);
     else impl->stop_texts.push_back(word);
   }
-  impl->model = model::CausalLm::load(model_dir, model_options, nullptr, pool);
-  impl->adapters = std::make_unique<AdapterSet>(*impl->model);
+  impl->model = model::Model::load(model_dir, model_options, nullptr, pool);
+  impl->adapters = std::make_unique<model::AdapterSet>(*impl->model);
   impl->model_name = fs::absolute(model_dir).lexically_normal().filename().string();
   if (impl->model_name.empty()) impl->model_name = fs::absolute(model_dir).lexically_normal().parent_path().filename().string();
   return std::unique_ptr<Generator>(new Generator(std::move(impl)));
@@ -202,11 +201,10 @@ GenerationResult Generator::Impl::run(const std::string& adapter, const std::vec
   try {
     outcome = generateTokens(
         *model, prompt, settings, stop_ids, seed, [&stream](int32_t id) { return stream.push(id); }, stop);
-  } catch (const c10::OutOfMemoryError& e) {
+  } catch (const OutOfMemory& e) {
     // The request's caches unwind with it: the next request starts clean.
-    const std::string what = e.what_without_backtrace();
     throw Error("out of memory while answering a " + std::to_string(prompt.size()) + "-token prompt: " +
-                    what.substr(0, what.find('\n')),
+                    e.message(),
                 "shorten the conversation or the answer (max_tokens), or load the model with fewer "
                 "--gpu-experts");
   }
@@ -226,5 +224,6 @@ const io::Tokenizer& Generator::tokenizer() const { return impl_->tokenizer; }
 const std::string& Generator::templateName() const { return impl_->chat_template.name(); }
 const std::string& Generator::modelName() const { return impl_->model_name; }
 int64_t Generator::contextLength() const { return impl_->model->config().max_position_embeddings; }
+model::AppliedPlacement Generator::placement() const { return impl_->model->placement(); }
 
 }  // namespace tandem::infer

@@ -1,8 +1,9 @@
 #pragma once
 // Generator: one base model with named LoRA adapters, answering chat or token prompts.
 //
-// Usage: `auto gen = Generator::load(model_dir, GeneratorOptions{});` loads the base (experts on
-// the CPU expert engine, the rest on options.device); `gen->addAdapter("tuned", dir)` reads a PEFT
+// Usage: `auto gen = Generator::load(model_dir, GeneratorOptions{});` loads the base where the
+// memory planner places it on this machine (model_resolver.h: as training does, layers split
+// over the GPUs, routed experts on the CPU expert engine); `gen->addAdapter("tuned", dir)` reads a PEFT
 // adapter dir, a training output dir or one of its checkpoint-N/ dirs, and keeps it beside the
 // base, unmerged. Each request names its adapter (`""` or `"base"`: the bare base) and carries
 // GenerationSettings (LLaMA-Factory's generating defaults); `gen->chat(request, on_delta, stop)`
@@ -25,6 +26,10 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/model/adapter_set.h"
+#include "engine/model/model.h"
+#include "engine/model/model_request.h"
+
 namespace tandem {
 class ThreadPool;
 }
@@ -34,18 +39,14 @@ class Tokenizer;
 
 namespace tandem::infer {
 
-// How the base model is placed and which template turns messages into a prompt.
-struct GeneratorOptions {
-  std::string dtype = "bf16";            // fp32 | bf16 (the dense parts and the activations)
-  std::string device = "cpu";            // torch device of the dense parts: cpu | cuda[:N]
-  // The routed experts on the CPU (docs/experts.md): kernels auto | generic | avx2 | avx512 | avx512_bf16 |
-  // amx_bf16 | amx_int8 | onednn, and the format of their packs auto | bf16 | int8 | fp8. Inference
-  // runs no backward, so the experts' Wᵀ is never packed.
-  std::string experts_backend = "auto";
-  std::string experts_format = "auto";
-  // Routed experts per MoE layer resident on `device` (the most routed of the first prompt's
-  // forward), the rest on the CPU engine; 0: none (engine/model/resident_experts.h).
-  int64_t gpu_experts = 0;
+// How the base model is placed (the ModelRequest every product fills: the memory planner's
+// placement on this machine unless device / layer_devices / gpu_experts say otherwise, as for
+// training) and which template turns messages into a prompt.
+struct GeneratorOptions : model::ModelRequest {
+  GeneratorOptions() {
+    bf16 = true;
+    training = false;  // no backward: no Wᵀ packs, no optimizer memory
+  }
   // LLaMA-Factory template name (qwen3, llama3, deepseek3, ...); empty: chosen from the
   // model type (qwen3*: qwen3, qwen2*: qwen, deepseek_v3: deepseek3, deepseek_v2: deepseek,
   // llama with a Llama-3 tokenizer: llama3, mixtral: mistral, otherwise default).
@@ -109,11 +110,7 @@ struct TokenRequest {
   GenerationSettings settings;
 };
 
-// How an adapter is applied. Unmerged adapters are switched per request. A merged adapter is
-// folded into the base's dense weights (W += s·B·A) once, for speed; the routed experts keep it
-// as LoRA in the expert kernel (a merged copy of every expert would double the largest part of
-// the model). A merged adapter must be the only adapter, and the bare base is gone afterwards.
-enum class AdapterMode { Unmerged, Merged };
+using model::AdapterMode;
 
 class Generator {
  public:
@@ -149,6 +146,8 @@ class Generator {
   const std::string& templateName() const;
   const std::string& modelName() const;  // the model dir's name
   int64_t contextLength() const;          // max_position_embeddings
+  // Where the model's parts run: the memory plan's placement for this machine (or the overrides).
+  model::AppliedPlacement placement() const;
 
   struct Impl;
 

@@ -5,8 +5,6 @@
 
 #include "engine/infer/generator.h"
 
-#include <ATen/ATen.h>
-#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -20,10 +18,11 @@
 #include "engine/core/error.h"
 #include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
-#include "engine/model/causal_lm.h"
-#include "engine/gpu/failing_cpu_allocator_test_util.h"
-#include "engine/model/peft_adapter.h"
+#include "engine/gpu/failing_cpu_allocator.h"
 #include "engine/infer/generate.h"
+#include "engine/model/adapter_files.h"
+#include "engine/model/model.h"
+#include "engine/model/random_adapter_test_util.h"
 #include "engine/infer/text_stream.h"
 #include "engine/io/tokenizer.h"
 
@@ -57,25 +56,14 @@ const Fixture& fixture() {
       "rope_theta": 10000.0, "tie_word_embeddings": false, "vocab_size": )" + std::to_string(vocab) + "}";
     std::ofstream(out.model_dir / "config.json") << config;
     const io::ModelConfig model_config = io::readModelConfig(out.model_dir);
-    model::ModelOptions options;
-    model::CausalLm::random(model_config, options, nullptr, 11, ThreadPool::global())
+    model::Model::random(model_config, model::ModelOptions{}, nullptr, 11, ThreadPool::global())
         ->writeRandomWeights(out.model_dir / "model.safetensors");
 
     model::LoraPlan plan;
     plan.settings.rank = 4;
     plan.settings.alpha = 8;
     plan.targets = [](const std::string& name) { return !name.ends_with("mlp.gate"); };
-    auto tuned = model::CausalLm::load(out.model_dir, options, &plan, ThreadPool::global());
-    at::NoGradGuard no_grad;
-    tuned->visitLinears([](const std::string&, gpu::LoraLinear& l) {
-      if (l.hasLora()) l.loraB().normal_(0, 0.5);
-    });
-    tuned->visitMoeBlocks([](const std::string&, model::MoeBlock& block) {
-      for (int p = 0; p < experts::kExpertProjCount; ++p) {
-        for (float& v : block.experts->lora().allB(static_cast<experts::ExpertProj>(p))) v = 0.3f;
-      }
-    });
-    model::writePeftAdapter(*tuned, plan.settings, out.adapter_dir, model::ExpertAdapterForm::Fused, "test");
+    model::testing::writeRandomAdapter(out.model_dir, out.adapter_dir, plan, /*seed=*/3, 0.5, 0.3f);
     return out;
   }();
   return f;
@@ -83,7 +71,7 @@ const Fixture& fixture() {
 
 std::unique_ptr<Generator> loadGenerator() {
   GeneratorOptions options;
-  options.dtype = "fp32";
+  options.bf16 = false;
   options.template_name = "qwen3_nothink";
   return Generator::load(fixture().model_dir, options);
 }
@@ -160,7 +148,7 @@ TEST(Generator, MaxNewTokensAndCancellation) {
 }
 
 TEST(Generator, StopIdsEndTheAnswerAtTheirFirstOccurrence) {
-  auto model = model::CausalLm::load(fixture().model_dir, model::ModelOptions{}, nullptr, ThreadPool::global());
+  auto model = model::Model::load(fixture().model_dir, model::ModelOptions{}, nullptr, ThreadPool::global());
   const std::vector<int32_t> prompt = {5, 17, 3, 9};
   GenerationSettings s = greedy(30);
   s.stop_on_eos = false;
@@ -216,10 +204,9 @@ TEST(Generator, AdaptersSwitchPerRequestLikeAModelLoadedWithTheAdapter) {
 
   // Reference: the adapter built into the model at load (the training path).
   const io::ModelConfig config = io::readModelConfig(fixture().model_dir);
-  const model::PeftAdapter adapter = model::readPeftAdapter(fixture().adapter_dir, config);
-  const model::LoraPlan plan = model::loraPlanFor(adapter);
-  auto reference = model::CausalLm::load(fixture().model_dir, model::ModelOptions{}, &plan, ThreadPool::global());
-  model::applyPeftAdapter(adapter, *reference);
+  const model::LoraPlan plan = model::adapterLoraPlan(fixture().adapter_dir, config);
+  auto reference = model::Model::load(fixture().model_dir, model::ModelOptions{}, &plan, ThreadPool::global());
+  model::applyAdapter(fixture().adapter_dir, *reference);
   EXPECT_EQ(generateTokens(*reference, prompt, s, {}, 0).ids, tuned);
 
   EXPECT_THROW(gen->generate({"nope", prompt, s}), Error);
@@ -250,7 +237,7 @@ TEST(Generator, OutOfMemoryIsAnErrorAndTheNextRequestAnswers) {
   s.stop_on_eos = false;
   const std::vector<int32_t> prompt = gen->encodeChat({{"user", "Who are you?"}});
   const std::vector<int32_t> want = gen->generate({"", prompt, s}).token_ids;
-  gpu::testing::FailingCpuAllocator::instance().failIn(40);  // inside the prefill
+  gpu::testing::failCpuAllocationIn(40);  // inside the prefill
   try {
     gen->generate({"", prompt, s});
     FAIL() << "the answer went on after an allocation failed";
@@ -283,7 +270,10 @@ TEST(Generator, BadRequestsAreErrors) {
   options.template_name = "no_such_template";
   EXPECT_THROW(Generator::load(fixture().model_dir, options), Error);
   options = GeneratorOptions{};
-  options.dtype = "fp8";
+  options.device = "tpu";
+  EXPECT_THROW(Generator::load(fixture().model_dir, options), Error);
+  options = GeneratorOptions{};
+  options.layer_devices = "cpu:0-9";  // the model has 2 layers
   EXPECT_THROW(Generator::load(fixture().model_dir, options), Error);
   options = GeneratorOptions{};
   options.experts_format = "fp8";  // the fixture's experts are not fp8
@@ -304,7 +294,7 @@ uint64_t cpuWeightBytesOf(Load load) {
 TEST(Generator, HoldsNoBackwardPacksOfTheExperts) {
   if (!cpuFeatures().canUseAvx512Bf16()) GTEST_SKIP() << "needs a packing backend (avx512_bf16)";
   GeneratorOptions options;
-  options.dtype = "fp32";
+  options.bf16 = false;
   options.experts_backend = "generic";  // zero-copy views: no packs
   const uint64_t unpacked = cpuWeightBytesOf([&] { return Generator::load(fixture().model_dir, options); });
   options.experts_backend = "avx512_bf16";
@@ -313,7 +303,7 @@ TEST(Generator, HoldsNoBackwardPacksOfTheExperts) {
   training.experts_backend = "avx512_bf16";
   training.experts_wt_policy = experts::WtPolicy::Persistent;
   const uint64_t persistent = cpuWeightBytesOf(
-      [&] { return model::CausalLm::load(fixture().model_dir, training, nullptr, ThreadPool::global()); });
+      [&] { return model::Model::load(fixture().model_dir, training, nullptr, ThreadPool::global()); });
   const double forward_packs = static_cast<double>(generator - unpacked);
   ASSERT_GT(forward_packs, 0);
   // The Wᵀ packs are about the size of the forward packs (their column padding differs at these

@@ -1,16 +1,69 @@
 #include "engine/infer/sampler.h"
 
-#include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <vector>
+#include <numeric>
 
 #include "engine/core/error.h"
 
 namespace tandem::infer {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// score < 0 ? score * penalty : score / penalty, once per distinct token seen.
+void penaliseRepeats(std::vector<float>& scores, double penalty, std::span<const int32_t> seen) {
+  std::vector<int32_t> unique(seen.begin(), seen.end());
+  std::sort(unique.begin(), unique.end());
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  const auto p = static_cast<float>(penalty);
+  for (const int32_t id : unique) {
+    if (id < 0 || static_cast<size_t>(id) >= scores.size()) continue;
+    float& s = scores[static_cast<size_t>(id)];
+    s = s < 0 ? s * p : s / p;
+  }
+}
+
+// Everything below the k-th largest score goes (ties with it stay).
+void keepTopK(std::vector<float>& scores, int64_t k) {
+  std::vector<float> sorted = scores;
+  std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
+  const float kth = sorted[static_cast<size_t>(k - 1)];
+  for (float& s : scores) {
+    if (s < kth) s = kNegInf;
+  }
+}
+
+// softmax(scores) in double; -inf entries get 0.
+std::vector<double> probabilities(const std::vector<float>& scores) {
+  const float max = *std::max_element(scores.begin(), scores.end());
+  std::vector<double> probs(scores.size());
+  double sum = 0;
+  for (size_t i = 0; i < scores.size(); ++i) {
+    probs[i] = std::exp(static_cast<double>(scores[i]) - max);
+    sum += probs[i];
+  }
+  for (double& p : probs) p /= sum;
+  return probs;
+}
+
+// Ascending order; drop the low tail whose total probability is <= 1 - top_p, always keeping
+// the most likely token.
+void keepTopP(std::vector<float>& scores, double top_p) {
+  const std::vector<double> probs = probabilities(scores);
+  std::vector<size_t> order(scores.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] < scores[b]; });
+  double mass = 0;
+  for (size_t i = 0; i + 1 < order.size(); ++i) {
+    mass += probs[order[i]];
+    if (mass <= 1.0 - top_p) scores[order[i]] = kNegInf;
+  }
+}
+
+}  // namespace
 
 void validateSettings(const GenerationSettings& s) {
   if (s.max_new_tokens <= 0) throw Error("max_new_tokens must be positive", "give at least 1");
@@ -25,51 +78,40 @@ void validateSettings(const GenerationSettings& s) {
   if (s.top_k < 0) throw Error("top_k must not be negative", "0 turns the top-k filter off");
 }
 
-at::Tensor processLogits(const at::Tensor& logits, const GenerationSettings& s,
-                         std::span<const int32_t> seen) {
-  at::Tensor scores = logits.to(at::kFloat).clone();
-  const int64_t vocab = scores.size(0);
-  if (s.repetition_penalty != 1.0 && !seen.empty()) {
-    // score < 0 ? score * penalty : score / penalty, once per distinct token seen.
-    std::vector<int64_t> unique(seen.begin(), seen.end());
-    std::sort(unique.begin(), unique.end());
-    unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
-    const at::Tensor ids = at::tensor(unique, at::kLong).to(scores.device());
-    const at::Tensor picked = scores.index_select(0, ids);
-    scores.index_copy_(0, ids, at::where(picked < 0, picked * s.repetition_penalty,
-                                         picked / s.repetition_penalty));
+void processLogits(std::vector<float>& scores, const GenerationSettings& s, std::span<const int32_t> seen) {
+  if (scores.empty()) throw Error("no logits to pick a token from");
+  if (s.repetition_penalty != 1.0 && !seen.empty()) penaliseRepeats(scores, s.repetition_penalty, seen);
+  if (!s.do_sample) return;
+  if (s.temperature != 1.0) {
+    const auto t = static_cast<float>(s.temperature);
+    for (float& v : scores) v /= t;
   }
-  if (!s.do_sample) return scores;
-  const double neg_inf = -std::numeric_limits<double>::infinity();
-  if (s.temperature != 1.0) scores = scores / s.temperature;
-  if (s.top_k > 0 && s.top_k < vocab) {
-    // Everything below the k-th largest score goes (ties with it stay).
-    const at::Tensor kth = std::get<0>(at::topk(scores, s.top_k)).select(0, s.top_k - 1);
-    scores = scores.masked_fill(scores < kth, neg_inf);
-  }
-  if (s.top_p < 1.0) {
-    // Ascending sort; drop the low tail whose total probability is <= 1 - top_p, always keeping
-    // the most likely token.
-    auto [sorted, order] = at::sort(scores, /*dim=*/0, /*descending=*/false);
-    const at::Tensor cumulative = at::softmax(sorted, 0).cumsum(0);
-    at::Tensor drop_sorted = cumulative <= (1.0 - s.top_p);
-    drop_sorted.select(0, vocab - 1).fill_(false);
-    const at::Tensor drop = at::zeros_like(drop_sorted).scatter(0, order, drop_sorted);
-    scores = scores.masked_fill(drop, neg_inf);
-  }
-  return scores;
+  if (s.top_k > 0 && s.top_k < static_cast<int64_t>(scores.size())) keepTopK(scores, s.top_k);
+  if (s.top_p < 1.0) keepTopP(scores, s.top_p);
 }
 
-Sampler::Sampler(const GenerationSettings& settings, uint64_t seed)
-    : settings_(settings), generator_(at::detail::createCPUGenerator(seed)) {
+Sampler::Sampler(const GenerationSettings& settings, uint64_t seed) : settings_(settings), rng_(seed) {
   validateSettings(settings_);
 }
 
-int32_t Sampler::next(const at::Tensor& logits, std::span<const int32_t> seen) {
-  const at::Tensor scores = processLogits(logits.to(at::kCPU), settings_, seen);
-  if (!settings_.do_sample) return static_cast<int32_t>(scores.argmax().item<int64_t>());
-  const at::Tensor probs = at::softmax(scores, 0);
-  return static_cast<int32_t>(at::multinomial(probs, 1, false, generator_).item<int64_t>());
+int32_t Sampler::next(std::vector<float> logits, std::span<const int32_t> seen) {
+  processLogits(logits, settings_, seen);
+  if (!settings_.do_sample) {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  const std::vector<double> probs = probabilities(logits);
+  // 53 random bits as a double in [0, 1): the same on every standard library, unlike
+  // std::uniform_real_distribution.
+  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+  double mass = 0;
+  size_t last_possible = 0;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] <= 0) continue;
+    last_possible = i;
+    mass += probs[i];
+    if (u < mass) return static_cast<int32_t>(i);
+  }
+  return static_cast<int32_t>(last_possible);  // rounding left u just above the total
 }
 
 }  // namespace tandem::infer

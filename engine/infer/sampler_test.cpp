@@ -3,13 +3,13 @@
 
 #include "engine/infer/sampler.h"
 
-#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -20,9 +20,9 @@ namespace {
 
 const float kNegInf = -std::numeric_limits<float>::infinity();
 
-std::vector<float> values(const at::Tensor& t) {
-  const at::Tensor c = t.contiguous();
-  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+std::vector<float> processed(std::vector<float> logits, const GenerationSettings& s, std::span<const int32_t> seen) {
+  processLogits(logits, s, seen);
+  return logits;
 }
 
 GenerationSettings sampling(double temperature, double top_p, int64_t top_k) {
@@ -47,9 +47,9 @@ TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeScoresOfSeenT
   GenerationSettings s;
   s.do_sample = false;
   s.repetition_penalty = 2.0;
-  const at::Tensor logits = at::tensor({1.0f, -1.0f, 3.0f, -0.5f, 0.25f});
+  const std::vector<float> logits = {1.0f, -1.0f, 3.0f, -0.5f, 0.25f};
   const std::vector<int32_t> seen = {0, 1, 1, 4};  // repeats count once
-  EXPECT_EQ(values(processLogits(logits, s, seen)), (std::vector<float>{0.5f, -2.0f, 3.0f, -0.5f, 0.125f}));
+  EXPECT_EQ(processed(logits, s, seen), (std::vector<float>{0.5f, -2.0f, 3.0f, -0.5f, 0.125f}));
 }
 
 TEST(Sampler, GreedyIsArgmaxAfterThePenalty) {
@@ -57,21 +57,20 @@ TEST(Sampler, GreedyIsArgmaxAfterThePenalty) {
   s.do_sample = false;
   s.repetition_penalty = 4.0;
   Sampler sampler(s, 1);
-  const at::Tensor logits = at::tensor({2.0f, 1.0f, 0.0f});
+  const std::vector<float> logits = {2.0f, 1.0f, 0.0f};
   EXPECT_EQ(sampler.next(logits, {}), 0);
   EXPECT_EQ(sampler.next(logits, std::vector<int32_t>{0}), 1);  // 2 / 4 = 0.5 < 1
 }
 
 TEST(Sampler, TemperatureDividesTheScores) {
-  const at::Tensor logits = at::tensor({1.0f, -2.0f, 0.5f});
-  EXPECT_EQ(values(processLogits(logits, sampling(0.5, 1.0, 0), {})), (std::vector<float>{2.0f, -4.0f, 1.0f}));
+  const std::vector<float> logits = {1.0f, -2.0f, 0.5f};
+  EXPECT_EQ(processed(logits, sampling(0.5, 1.0, 0), {}), (std::vector<float>{2.0f, -4.0f, 1.0f}));
 }
 
 TEST(Sampler, TopKKeepsTheKBestAndTiesWithTheKth) {
-  const at::Tensor logits = at::tensor({0.1f, 0.9f, 0.5f, 0.5f, 0.2f});
-  EXPECT_EQ(values(processLogits(logits, sampling(1.0, 1.0, 2), {})),
-            (std::vector<float>{kNegInf, 0.9f, 0.5f, 0.5f, kNegInf}));
-  EXPECT_EQ(values(processLogits(logits, sampling(1.0, 1.0, 1), {})),
+  const std::vector<float> logits = {0.1f, 0.9f, 0.5f, 0.5f, 0.2f};
+  EXPECT_EQ(processed(logits, sampling(1.0, 1.0, 2), {}), (std::vector<float>{kNegInf, 0.9f, 0.5f, 0.5f, kNegInf}));
+  EXPECT_EQ(processed(logits, sampling(1.0, 1.0, 1), {}),
             (std::vector<float>{kNegInf, 0.9f, kNegInf, kNegInf, kNegInf}));
 }
 
@@ -93,9 +92,8 @@ std::vector<bool> topPKeepReference(const std::vector<double>& probs, double top
 
 TEST(Sampler, TopPKeepsTheSmallestNucleus) {
   const std::vector<float> raw = {std::log(0.05f), std::log(0.4f), std::log(0.15f), std::log(0.3f), std::log(0.1f)};
-  const at::Tensor logits = at::tensor(raw);
   for (double top_p : {0.3, 0.5, 0.72, 0.86, 0.97, 0.999}) {
-    const std::vector<float> got = values(processLogits(logits, sampling(1.0, top_p, 0), {}));
+    const std::vector<float> got = processed(raw, sampling(1.0, top_p, 0), {});
     const std::vector<double> probs = {0.05, 0.4, 0.15, 0.3, 0.1};
     const std::vector<bool> keep = topPKeepReference(probs, top_p);
     for (size_t i = 0; i < raw.size(); ++i) {
@@ -106,18 +104,22 @@ TEST(Sampler, TopPKeepsTheSmallestNucleus) {
 
 TEST(Sampler, WarpersApplyInTransformersOrder) {
   // temperature first, then top-k, then top-p on the tempered distribution.
-  const at::Tensor logits = at::tensor({4.0f, 3.0f, 2.0f, 1.0f});
-  const std::vector<float> got = values(processLogits(logits, sampling(2.0, 0.6, 3), {}));
+  const std::vector<float> got = processed({4.0f, 3.0f, 2.0f, 1.0f}, sampling(2.0, 0.6, 3), {});
   // tempered [2, 1.5, 1, 0.5] -> top-3 drops 0.5 -> softmax over [2, 1.5, 1] = [.506, .307, .186]:
   // ascending mass .186 <= 0.4 drops token 2, .186 + .307 > 0.4 keeps token 1.
   EXPECT_EQ(got, (std::vector<float>{2.0f, 1.5f, kNegInf, kNegInf}));
 }
 
 TEST(Sampler, SameSeedSameDrawsAndDrawsStayInsideTheFilter) {
-  const at::Tensor logits = at::randn({50}, at::TensorOptions().dtype(at::kFloat));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> logits(50);
+  for (float& v : logits) v = normal(rng);
   const GenerationSettings s = sampling(1.5, 1.0, 5);
-  const at::Tensor allowed = std::get<1>(at::topk(logits, 5));
-  const std::set<int64_t> top5(allowed.data_ptr<int64_t>(), allowed.data_ptr<int64_t>() + 5);
+  std::vector<int32_t> by_score(logits.size());
+  std::iota(by_score.begin(), by_score.end(), 0);
+  std::sort(by_score.begin(), by_score.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  const std::set<int32_t> top5(by_score.begin(), by_score.begin() + 5);
   Sampler a(s, 42), b(s, 42), c(s, 43);
   std::vector<int32_t> da, db, dc;
   for (int i = 0; i < 64; ++i) {
@@ -132,7 +134,7 @@ TEST(Sampler, SameSeedSameDrawsAndDrawsStayInsideTheFilter) {
 }
 
 TEST(Sampler, DrawFrequenciesFollowTheTemperedDistribution) {
-  const at::Tensor logits = at::tensor({0.0f, std::log(3.0f)});  // p = 1/4, 3/4 at temperature 1
+  const std::vector<float> logits = {0.0f, std::log(3.0f)};  // p = 1/4, 3/4 at temperature 1
   Sampler sampler(sampling(1.0, 1.0, 0), 7);
   int ones = 0;
   const int n = 4000;

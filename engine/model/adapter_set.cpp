@@ -1,4 +1,4 @@
-#include "engine/infer/adapter_set.h"
+#include "engine/model/adapter_set.h"
 
 #include <ATen/ATen.h>
 
@@ -9,10 +9,11 @@
 #include "engine/core/error.h"
 #include "engine/experts/expert_layer.h"
 #include "engine/model/causal_lm.h"
+#include "engine/model/model.h"
 #include "engine/model/peft_adapter.h"
 #include "engine/model/checkpoint_dir.h"
 
-namespace tandem::infer {
+namespace tandem::model {
 
 namespace fs = std::filesystem;
 
@@ -25,7 +26,7 @@ struct AdapterSet::Adapter {
   std::map<std::string, experts::ExpertLora> experts;
 };
 
-AdapterSet::AdapterSet(model::CausalLm& model) : model_(model) {}
+AdapterSet::AdapterSet(Model& model) : model_(model) {}
 AdapterSet::~AdapterSet() = default;
 
 namespace {
@@ -52,8 +53,7 @@ void AdapterSet::add(const std::string& name, const fs::path& dir, AdapterMode m
   adapter->settings = peft.settings;
   adapter->settings.dropout = 0;
   std::set<std::string> used;
-  const auto float_on = at::TensorOptions().dtype(at::kFloat).device(model_.options().device);
-  model_.visitLinears([&](const std::string& module, gpu::LoraLinear& linear) {
+  model_.lm().visitLinears([&](const std::string& module, gpu::LoraLinear& linear) {
     auto a = peft.a.find(module);
     if (a == peft.a.end()) return;
     const at::Tensor& b = peft.b.at(module);
@@ -66,10 +66,12 @@ void AdapterSet::add(const std::string& name, const fs::path& dir, AdapterMode m
                       ", " + std::to_string(r) + "]",
                   "the adapter was made for another model, or the file is damaged");
     }
+    // On the layer's own device: a model split over devices has its layers' LoRA on each.
+    const auto float_on = at::TensorOptions().dtype(at::kFloat).device(linear.weight().device());
     adapter->dense[module] = {a->second.to(float_on).contiguous(), b.to(float_on).contiguous()};
     used.insert(module);
   });
-  model_.visitMoeBlocks([&](const std::string& mlp, model::MoeBlock& block) {
+  model_.lm().visitMoeBlocks([&](const std::string& mlp, model::MoeBlock& block) {
     const experts::ExpertLayerSpec& spec = block.experts->spec();
     auto key = [&](experts::ExpertProj proj, int64_t e) {
       return mlp + ".experts." + std::to_string(e) + "." + std::string(experts::expertProjName(proj));
@@ -115,7 +117,7 @@ void AdapterSet::add(const std::string& name, const fs::path& dir, AdapterMode m
   if (mode == AdapterMode::Merged) {
     activate("");
     swapIn(*adapter);
-    model_.visitLinears([](const std::string&, gpu::LoraLinear& linear) { linear.mergeLora(); });
+    model_.lm().visitLinears([](const std::string&, gpu::LoraLinear& linear) { linear.mergeLora(); });
     adapter->dense.clear();
     merged_ = true;
     active_ = name;
@@ -163,26 +165,26 @@ void AdapterSet::activate(std::string_view requested) {
 }
 
 void AdapterSet::swapIn(Adapter& adapter) {
-  model_.visitLinears([&](const std::string& module, gpu::LoraLinear& linear) {
+  model_.lm().visitLinears([&](const std::string& module, gpu::LoraLinear& linear) {
     auto it = adapter.dense.find(module);
     if (it == adapter.dense.end()) return;
     linear.clearLora();
     linear.attachLora(adapter.settings, it->second.first, it->second.second);
   });
-  model_.visitMoeBlocks([&](const std::string& mlp, model::MoeBlock& block) {
+  model_.lm().visitMoeBlocks([&](const std::string& mlp, model::MoeBlock& block) {
     auto it = adapter.experts.find(mlp);
     if (it != adapter.experts.end()) std::swap(block.experts->lora(), it->second);
   });
 }
 
 void AdapterSet::swapOut(Adapter& adapter) {
-  model_.visitLinears([&](const std::string& module, gpu::LoraLinear& linear) {
+  model_.lm().visitLinears([&](const std::string& module, gpu::LoraLinear& linear) {
     if (adapter.dense.count(module)) linear.clearLora();
   });
-  model_.visitMoeBlocks([&](const std::string& mlp, model::MoeBlock& block) {
+  model_.lm().visitMoeBlocks([&](const std::string& mlp, model::MoeBlock& block) {
     auto it = adapter.experts.find(mlp);
     if (it != adapter.experts.end()) std::swap(block.experts->lora(), it->second);
   });
 }
 
-}  // namespace tandem::infer
+}  // namespace tandem::model

@@ -1,5 +1,5 @@
 #pragma once
-// Named LoRA adapters kept beside one base CausalLm, unmerged, and switched between requests.
+// Named LoRA adapters kept beside one base Model, unmerged, and switched between requests.
 // Switching re-points each LoRA-capable linear at the chosen adapter's A/B tensors (no copy) and
 // swaps the routed experts' LoRA buffers in and out of the expert engine, so any number of
 // adapters share the one base and a switch costs a walk over the modules.
@@ -13,17 +13,19 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/infer/generator.h"
-
 namespace tandem::model {
-class CausalLm;
-}
 
-namespace tandem::infer {
+class Model;
+
+// How an adapter is applied. Unmerged adapters are switched per request. A merged adapter is
+// folded into the base's dense weights (W += s·B·A) once, for speed; the routed experts keep it
+// as LoRA in the expert kernel (a merged copy of every expert would double the largest part of
+// the model). A merged adapter must be the only adapter, and the bare base is gone afterwards.
+enum class AdapterMode { Unmerged, Merged };
 
 class AdapterSet {
  public:
-  explicit AdapterSet(model::CausalLm& model);
+  explicit AdapterSet(Model& model);
   ~AdapterSet();
   AdapterSet(const AdapterSet&) = delete;
   AdapterSet& operator=(const AdapterSet&) = delete;
@@ -44,10 +46,10 @@ class AdapterSet {
   void swapIn(Adapter& adapter);   // attach its LoRA; experts' buffers swapped into the engine
   void swapOut(Adapter& adapter);  // detach; experts' buffers swapped back into `adapter`
 
-  model::CausalLm& model_;
+  Model& model_;
   std::vector<std::unique_ptr<Adapter>> adapters_;
   std::string active_;
   bool merged_ = false;
 };
 
-}  // namespace tandem::infer
+}  // namespace tandem::model

@@ -10,26 +10,6 @@ namespace tandem::model {
 
 CausalLm::~CausalLm() = default;
 
-LoraPlan loraPlanFromTarget(const io::LoraTarget& target, const gpu::LoraSettings& settings) {
-  LoraPlan plan;
-  plan.settings = settings;
-  plan.targets = [target](const std::string& name) { return target.matches(name); };
-  return plan;
-}
-
-at::Device ModelOptions::layerDevice(size_t layer) const {
-  return layer < layer_devices.size() ? layer_devices[layer] : device;
-}
-
-at::Device ModelOptions::headDevice() const {
-  if (head_device) return *head_device;
-  return layer_devices.empty() ? device : layer_devices.back();
-}
-
-int64_t ModelOptions::gpuExperts(size_t layer) const {
-  return layer < gpu_experts.size() ? gpu_experts[layer] : 0;
-}
-
 at::Tensor DecoderLayer::forward(const at::Tensor& x, const gpu::RopeTables& rope, double eps,
                                  bool training) const {
   const at::Tensor normed = gpu::rmsNorm(x, input_layernorm, eps);
@@ -41,13 +21,13 @@ at::Tensor DecoderLayer::forward(const at::Tensor& x, const gpu::RopeTables& rop
 
 at::Tensor CausalLm::forwardHidden(const at::Tensor& input_ids, bool training) const {
   if (input_ids.dim() != 2) throw Error("input ids must be [batch, seq]");
-  const at::Tensor ids = input_ids.to(options_.device, at::kLong);
+  const at::Tensor ids = input_ids.to(embed_device_, at::kLong);
   if (ids.numel() > 0 && (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= config_.vocab_size)) {
     throw Error("a token id is outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")",
                 "the tokens do not belong to this model's tokenizer");
   }
   at::Tensor x = at::embedding(embed_tokens, ids);
-  at::Device rope_device = options_.device;
+  at::Device rope_device = embed_device_;
   gpu::RopeTables rope = rope_.tables(ids.size(1), rope_device);
   const bool checkpoint = training && options_.gradient_checkpointing;
   // With checkpointing, the layer inputs must carry grad for the recomputed layers' LoRA
@@ -57,7 +37,7 @@ at::Tensor CausalLm::forwardHidden(const at::Tensor& input_ids, bool training) c
   for (size_t i = 0; i < layers_.size(); ++i) {
     const DecoderLayer& layer = layers_[i];
     // Only the activations cross to the layer's device (autograd sends their gradient back).
-    const at::Device device = options_.layerDevice(i);
+    const at::Device device = layer_devices_[i];
     if (device != rope_device) {
       rope_device = device;
       rope = rope_.tables(ids.size(1), device);
@@ -72,7 +52,7 @@ at::Tensor CausalLm::forwardHidden(const at::Tensor& input_ids, bool training) c
       x = layer.forward(x, rope, eps, training);
     }
   }
-  return gpu::rmsNorm(x.to(options_.headDevice()), final_norm, eps);
+  return gpu::rmsNorm(x.to(head_device_), final_norm, eps);
 }
 
 at::Tensor CausalLm::logits(const at::Tensor& hidden) const {
@@ -84,7 +64,7 @@ at::Tensor CausalLm::loss(const at::Tensor& hidden, const at::Tensor& labels) co
     throw Error("labels must have the same [batch, seq] shape as the tokens");
   }
   // Position t predicts label t+1; the last position of each row predicts nothing.
-  const at::Tensor lab = labels.to(options_.headDevice(), at::kLong);
+  const at::Tensor lab = labels.to(head_device_, at::kLong);
   const at::Tensor shifted = at::cat({lab.narrow(1, 1, lab.size(1) - 1),
                                       at::full({lab.size(0), 1}, -100, lab.options())}, 1);
   return gpu::chunkedCrossEntropy(hidden.reshape({-1, hidden.size(-1)}), lm_head, shifted.reshape({-1}),
@@ -115,6 +95,12 @@ void CausalLm::visitLinears(const std::function<void(const std::string&, gpu::Lo
 void CausalLm::visitMoeBlocks(const std::function<void(const std::string&, MoeBlock&)>& visit) {
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (layers_[i].moe) visit("model.layers." + std::to_string(i) + ".mlp", *layers_[i].moe);
+  }
+}
+
+void CausalLm::visitMoeBlocks(const std::function<void(size_t layer, const MoeBlock&)>& visit) const {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i].moe) visit(i, *layers_[i].moe);
   }
 }
 

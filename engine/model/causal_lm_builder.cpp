@@ -14,6 +14,7 @@
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/causal_lm.h"
+#include "engine/model/torch_device.h"
 
 namespace tandem::model {
 
@@ -38,6 +39,7 @@ experts::ExpertLayerOptions expertLayerOptions(const ModelOptions& o, experts::W
   experts::ExpertLayerOptions options;
   options.backend = o.experts_backend;
   options.wt_policy = o.experts_wt_policy;
+  options.task_split = o.experts_task_split;
   if (o.experts_format == "fp8") {
     if (stored != experts::WeightType::FP8_E4M3) {
       throw Error("experts format fp8 keeps the checkpoint's fp8 experts, but this checkpoint's experts are " +
@@ -65,24 +67,19 @@ class CausalLmBuilder {
   void build() {
     const int64_t hidden = c_.hidden_size;
     const ModelOptions& o = m_.options_;
-    if (!o.layer_devices.empty() && o.layer_devices.size() != static_cast<size_t>(c_.num_hidden_layers)) {
-      throw Error("the layer device list names " + std::to_string(o.layer_devices.size()) +
-                      " layers, but the model has " + std::to_string(c_.num_hidden_layers),
-                  "give one device per decoder layer");
-    }
     if (!o.gpu_experts.empty() && o.gpu_experts.size() != static_cast<size_t>(c_.num_hidden_layers)) {
       throw Error("the resident expert counts name " + std::to_string(o.gpu_experts.size()) +
                       " layers, but the model has " + std::to_string(c_.num_hidden_layers),
                   "give one count per decoder layer (0 for dense layers)");
     }
-    w_.setDevice(o.device);
+    w_.setDevice(m_.embed_device_);
     m_.embed_tokens = w_.load("model.embed_tokens.weight", {c_.vocab_size, hidden});
     m_.rope_ = gpu::Rope(c_, c_.isMla() ? c_.qk_rope_head_dim : c_.head_dim);
     for (int i = 0; i < c_.num_hidden_layers; ++i) {
-      w_.setDevice(o.layerDevice(static_cast<size_t>(i)));
+      w_.setDevice(m_.layerDevice(static_cast<size_t>(i)));
       m_.layers_.push_back(buildLayer(i));
     }
-    w_.setDevice(o.headDevice());
+    w_.setDevice(m_.head_device_);
     m_.final_norm = w_.load("model.norm.weight", {hidden});
     if (!c_.tie_word_embeddings && !w_.has("lm_head.weight")) {
       throw Error("tensor lm_head.weight is missing from " + w_.dir().string() +
@@ -90,7 +87,7 @@ class CausalLmBuilder {
                   "the download may be incomplete");
     }
     // Tied: the one frozen matrix, copied only when the head sits on another device.
-    m_.lm_head = c_.tie_word_embeddings ? m_.embed_tokens.to(o.headDevice())
+    m_.lm_head = c_.tie_word_embeddings ? m_.embed_tokens.to(m_.head_device_)
                                         : w_.load("lm_head.weight", {c_.vocab_size, hidden});
     chargeMemory();
   }
@@ -289,7 +286,7 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
   if (static_cast<size_t>(i) < numa_node.size()) options.numa_node = numa_node[static_cast<size_t>(i)];
   if (m_.options_.experts == ExpertsMode::GpuOffload) {
     block->offload = std::make_unique<ExpertOffload>(spec, views, w_.dtype(), options.format,
-                                                     streamerFor(m_.options_.layerDevice(static_cast<size_t>(i))),
+                                                     streamerFor(m_.layerDevice(static_cast<size_t>(i))),
                                                      block->resident_count);
   } else if (views.type == experts::WeightType::FP8_E4M3) {
     // The mapped fp8 bytes and the f32 block scales copied beside them.
@@ -395,13 +392,29 @@ experts::ExpertWeightViews CausalLmBuilder::expertWeights(int i, MoeBlock& block
   return views;
 }
 
+void CausalLm::setOptions(const ModelOptions& options) {
+  const auto layers = static_cast<size_t>(config_.num_hidden_layers);
+  if (!options.layer_devices.empty() && options.layer_devices.size() != layers) {
+    throw Error("the layer device list names " + std::to_string(options.layer_devices.size()) +
+                    " layers, but the model has " + std::to_string(layers),
+                "give one device per decoder layer");
+  }
+  options_ = options;
+  embed_device_ = torchDevice(options.device);
+  layer_devices_.clear();
+  for (size_t i = 0; i < layers; ++i) layer_devices_.push_back(torchDevice(options.layerDevice(i)));
+  head_device_ = torchDevice(options.headDevice());
+  dtype_ = torchDtype(options.dtype);
+}
+
 std::unique_ptr<CausalLm> CausalLm::random(const io::ModelConfig& config, const ModelOptions& options,
                                            const LoraPlan* lora, uint64_t seed, ThreadPool& pool,
                                            double embedding_std) {
   std::unique_ptr<CausalLm> model(new CausalLm());
   model->config_ = config;
-  model->options_ = options;
-  model->weights_ = WeightLoader::synthetic(options.dtype, options.device, seed, WeightLoader::kDefaultStd, embedding_std);
+  model->setOptions(options);
+  model->weights_ = WeightLoader::synthetic(model->dtype_, model->embed_device_, seed, WeightLoader::kDefaultStd,
+                                            embedding_std);
   CausalLmBuilder(*model, lora, pool).build();
   return model;
 }
@@ -413,13 +426,10 @@ void CausalLm::writeRandomWeights(const std::filesystem::path& file) const {
 std::unique_ptr<CausalLm> CausalLm::load(const std::filesystem::path& model_dir,
                                          const ModelOptions& options, const LoraPlan* lora,
                                          ThreadPool& pool) {
-  if (options.dtype != at::kFloat && options.dtype != at::kBFloat16) {
-    throw Error("models run in fp32 or bf16", "pass --dtype fp32 or --dtype bf16");
-  }
   std::unique_ptr<CausalLm> model(new CausalLm());
   model->config_ = io::readModelConfig(model_dir);
-  model->options_ = options;
-  model->weights_ = std::make_unique<WeightLoader>(model_dir, options.dtype, options.device,
+  model->setOptions(options);
+  model->weights_ = std::make_unique<WeightLoader>(model_dir, model->dtype_, model->embed_device_,
                                                    model->config_.quantization);
   CausalLmBuilder(*model, lora, pool).build();
   return model;

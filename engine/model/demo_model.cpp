@@ -1,4 +1,4 @@
-#include "engine/train/demo_model.h"
+#include "engine/model/demo_model.h"
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -9,7 +9,7 @@
 #include "engine/io/model_config.h"
 #include "engine/io/tokenizer.h"
 
-namespace tandem::train {
+namespace tandem::model {
 
 namespace {
 
@@ -56,4 +56,4 @@ DemoModel ensureDemoModel(const fs::path& workdir, const fs::path& resources_dir
   return {model_dir, true};
 }
 
-}  // namespace tandem::train
+}  // namespace tandem::model

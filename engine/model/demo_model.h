@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-namespace tandem::train {
+namespace tandem::model {
 
 struct DemoModel {
   std::filesystem::path dir;  // holds config.json, model.safetensors, tokenizer files
@@ -19,4 +19,4 @@ std::filesystem::path defaultDemoWorkdir();
 // there; a half-made one (killed midway) is rebuilt. Throws tandem::Error.
 DemoModel ensureDemoModel(const std::filesystem::path& workdir, const std::filesystem::path& resources_dir);
 
-}  // namespace tandem::train
+}  // namespace tandem::model

@@ -1,9 +1,5 @@
 #include "engine/model/device_map.h"
 
-#include <ATen/Context.h>
-#include <ATen/detail/CUDAHooksInterface.h>
-#include <c10/util/Exception.h>
-
 #include <charconv>
 #include <optional>
 
@@ -22,41 +18,9 @@ std::optional<int> parseInt(std::string_view text) {
 
 }  // namespace
 
-ExpertsMode parseExpertsMode(std::string_view text) {
-  if (text == "cpu") return ExpertsMode::Cpu;
-  if (text == "gpu-offload") return ExpertsMode::GpuOffload;
-  throw Error("experts mode '" + std::string(text) + "' is not known",
-              "use cpu (the CPU expert engine) or gpu-offload (weights streamed to the GPU)");
-}
-
-std::string_view expertsModeName(ExpertsMode mode) {
-  return mode == ExpertsMode::Cpu ? "cpu" : "gpu-offload";
-}
-
-c10::Device parseDevice(std::string_view text) {
-  c10::Device device(c10::kCPU);
-  try {
-    device = c10::Device(std::string(text));
-  } catch (const c10::Error&) {
-    throw Error("'" + std::string(text) + "' is not a device", "use cpu or cuda:N");
-  }
-  if (!device.is_cpu() && !device.is_cuda()) {
-    throw Error("device " + std::string(text) + " is not one Tandem runs on", "use cpu or cuda:N");
-  }
-  if (device.is_cuda()) {
-    const int count = at::hasCUDA() ? at::detail::getCUDAHooks().getNumGPUs() : 0;
-    if (device.index() >= count) {
-      throw Error("device " + std::string(text) + " is not available: libtorch sees " +
-                      std::to_string(count) + " GPU(s)",
-                  count > 0 ? "use cuda:0 .. cuda:" + std::to_string(count - 1) : "use cpu");
-    }
-  }
-  return device;
-}
-
-std::vector<c10::Device> parseLayerDevices(std::string_view text, int num_layers,
-                                           c10::Device fallback) {
-  std::vector<c10::Device> devices(static_cast<size_t>(num_layers), fallback);
+std::vector<placement::Device> parseLayerDevices(std::string_view text, int num_layers,
+                                                 placement::Device fallback) {
+  std::vector<placement::Device> devices(static_cast<size_t>(num_layers), fallback);
   std::vector<bool> named(static_cast<size_t>(num_layers), false);
   const std::string hint = "write DEVICE:FIRST-LAST items separated by commas, e.g. cuda:0:0-13,cuda:1:14-27";
   size_t start = 0;
@@ -86,7 +50,7 @@ std::vector<c10::Device> parseLayerDevices(std::string_view text, int num_layers
                       std::to_string(num_layers - 1),
                   "the model has " + std::to_string(num_layers) + " decoder layers");
     }
-    const c10::Device device = parseDevice(item.substr(0, colon));
+    const placement::Device device = placement::Device::parse(item.substr(0, colon), "layer devices");
     for (int layer = *first; layer <= *last; ++layer) {
       if (named[static_cast<size_t>(layer)]) {
         throw Error("layer devices: layer " + std::to_string(layer) + " is placed twice",
@@ -99,7 +63,7 @@ std::vector<c10::Device> parseLayerDevices(std::string_view text, int num_layers
   return devices;
 }
 
-std::string formatLayerDevices(const std::vector<c10::Device>& devices) {
+std::string formatLayerDevices(const std::vector<placement::Device>& devices) {
   std::string out;
   for (size_t first = 0; first < devices.size();) {
     size_t last = first;

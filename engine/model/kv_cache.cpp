@@ -166,8 +166,8 @@ at::Tensor CausalLm::forwardCached(const at::Tensor& input_ids, KvCache& cache) 
                   "the tokens do not belong to this model's tokenizer");
     }
   }
-  const at::Tensor ids = host_ids.to(options_.device);
-  if (!cache.rope().cos.defined()) cache.rope() = rope_.tables(cache.capacity(), options_.device);
+  const at::Tensor ids = host_ids.to(embed_device_);
+  if (!cache.rope().cos.defined()) cache.rope() = rope_.tables(cache.capacity(), embed_device_);
   const gpu::RopeTables rope = {cache.rope().cos.narrow(0, past, seq), cache.rope().sin.narrow(0, past, seq)};
   const double eps = config_.rms_norm_eps;
   at::Tensor x = at::embedding(embed_tokens, ids);

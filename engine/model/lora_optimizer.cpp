@@ -1,4 +1,4 @@
-#include "engine/train/lora_optimizer.h"
+#include "engine/model/lora_optimizer.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -9,7 +9,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/model/causal_lm.h"
 
-namespace tandem::train {
+namespace tandem::model {
 
 namespace {
 constexpr int64_t kChunk = 1 << 14;  // elements per task: large enough to amortise scheduling
@@ -193,4 +193,4 @@ void LoraOptimizer::loadStateDict(const std::map<std::string, at::Tensor>& state
   step_ = step;
 }
 
-}  // namespace tandem::train
+}  // namespace tandem::model

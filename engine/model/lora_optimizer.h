@@ -15,22 +15,14 @@
 #include <vector>
 
 #include "engine/core/memory_ledger.h"
+#include "engine/model/lora_training.h"
 
 namespace tandem {
 class ThreadPool;
 }
 namespace tandem::model {
+
 class CausalLm;
-}
-
-namespace tandem::train {
-
-struct AdamWSettings {
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-};
 
 // One fused AdamW step on CPU buffers of equal length: param, grad, exp_avg, exp_avg_sq.
 // step is 1-based (after increment). Bias corrections as torch: 1 - beta^step.
@@ -80,4 +72,4 @@ class LoraOptimizer {
   int64_t step_ = 0;
 };
 
-}  // namespace tandem::train
+}  // namespace tandem::model

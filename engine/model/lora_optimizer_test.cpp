@@ -1,4 +1,4 @@
-#include "engine/train/lora_optimizer.h"
+#include "engine/model/lora_optimizer.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -16,9 +16,9 @@
 #include "engine/gpu/lora_linear.h"
 #include "engine/model/moe_block.h"
 #include "engine/io/lora_target.h"
-#include "engine/train/tiny_moe_test_util.h"
+#include "engine/model/tiny_moe_test_util.h"
 
-namespace tandem::train {
+namespace tandem::model {
 namespace {
 
 // Every LoRA weight of the model and where its gradient goes: the torch leaves, or views of the
@@ -96,4 +96,4 @@ TEST(LoraOptimizer, ClipsAndStepsAsTorchsAdamW) {
 }
 
 }  // namespace
-}  // namespace tandem::train
+}  // namespace tandem::model

@@ -1,11 +1,15 @@
-#include "engine/train/model_report.h"
+#include "engine/model/model_report.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <numeric>
 
 #include "engine/experts/expert_layer.h"
 #include "engine/model/causal_lm.h"
+#include "engine/model/device_map.h"
+#include "engine/model/model.h"
 
-namespace tandem::train {
+namespace tandem::model {
 
 namespace {
 // How the frozen experts are held: the fp32 backends read bf16 / f16 / f32 experts where they lie
@@ -22,9 +26,21 @@ std::string heldAs(const experts::ExpertLayer& e, bool fp8_checkpoint) {
 }
 }  // namespace
 
-std::string expertsSummary(model::CausalLm& model) {
+std::string placementSummary(const AppliedPlacement& placement) {
+  std::string text = "placement: layers " + formatLayerDevices(placement.layers) + ", lm_head on " + placement.head.str();
+  const int64_t resident =
+      std::accumulate(placement.resident_experts.begin(), placement.resident_experts.end(), int64_t{0});
+  const auto layers = std::count_if(placement.resident_experts.begin(), placement.resident_experts.end(),
+                                    [](int64_t n) { return n > 0; });
+  if (resident > 0) {
+    text += ", " + std::to_string(resident) + " routed experts resident over " + std::to_string(layers) + " layers";
+  }
+  return text;
+}
+
+std::string expertsSummary(const Model& model) {
   std::string summary;
-  model.visitMoeBlocks([&](const std::string&, model::MoeBlock& block) {
+  model.lm().visitMoeBlocks([&](size_t, const MoeBlock& block) {
     if (!summary.empty() || !block.experts) return;
     const experts::ExpertLayer& e = *block.experts;
     const bool fp8 = model.config().quantization && model.config().quantization->quant_method == "fp8";
@@ -40,10 +56,10 @@ std::string expertsSummary(model::CausalLm& model) {
   return summary.empty() ? "no routed experts (dense model)" : summary;
 }
 
-std::string residentExpertsShare(model::CausalLm& model) {
+std::string residentExpertsShare(const Model& model) {
   bool resident = false, streamed = false;
   int64_t routed_pairs = 0, resident_pairs = 0;
-  model.visitMoeBlocks([&](const std::string&, model::MoeBlock& block) {
+  model.lm().visitMoeBlocks([&](size_t, const MoeBlock& block) {
     resident = resident || block.resident_count > 0;
     streamed = streamed || block.offload;
     routed_pairs += block.pairs.routed;
@@ -57,4 +73,4 @@ std::string residentExpertsShare(model::CausalLm& model) {
   return text;
 }
 
-}  // namespace tandem::train
+}  // namespace tandem::model

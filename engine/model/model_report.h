@@ -5,18 +5,22 @@
 #include <string>
 
 namespace tandem::model {
-class CausalLm;
-}
 
-namespace tandem::train {
+class Model;
+struct AppliedPlacement;
+
+// "placement: layers cuda:0:0-23,cuda:1:24-47, lm_head on cuda:1, 190 routed experts resident
+// over 48 layers": where a loaded model runs (Model::placement()), the planner's placement unless
+// the user overrode it.
+std::string placementSummary(const AppliedPlacement& placement);
 
 // "routed experts: amx_int8, int8 packs, W^T on_demand, 8 per layer resident on the GPU (fp8
 // checkpoint)": what the planner and the expert engine chose.
-std::string expertsSummary(model::CausalLm& model);
+std::string expertsSummary(const Model& model);
 
 // "resident experts took 94.6 % of the routed pairs so far; the CPU engine computed 5.4 %":
 // said after the first step, since the CPU's share is what sets the pace (more gpu_experts, or
 // fewer tokens per step, when it is large). Empty without resident experts or before any call.
-std::string residentExpertsShare(model::CausalLm& model);
+std::string residentExpertsShare(const Model& model);
 
-}  // namespace tandem::train
+}  // namespace tandem::model

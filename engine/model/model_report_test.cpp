@@ -1,4 +1,4 @@
-#include "engine/train/model_report.h"
+#include "engine/model/model_report.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -12,9 +12,10 @@
 #include "engine/core/thread_pool.h"
 #include "engine/model/causal_lm.h"
 #include "engine/io/model_config.h"
-#include "engine/train/tiny_moe_test_util.h"
+#include "engine/model/model.h"
+#include "engine/model/tiny_moe_test_util.h"
 
-namespace tandem::train {
+namespace tandem::model {
 namespace {
 
 // The share of routed pairs the resident experts took, counted by the MoE blocks, against the
@@ -24,13 +25,13 @@ TEST(ModelReport, ResidentExpertsShareOfTheRoutedPairs) {
   const io::ModelConfig config = testing::tinyQwen3MoeConfig(6);
   const at::Tensor ids = at::arange(24, at::kLong).remainder(config.vocab_size).view({2, 12});
 
-  auto plain = model::CausalLm::random(config, {}, nullptr, /*seed=*/5, ThreadPool::global());
+  auto plain = model::Model::random(config, {}, nullptr, /*seed=*/5, ThreadPool::global());
   EXPECT_EQ(expertsSummary(*plain).find("resident"), std::string::npos) << expertsSummary(*plain);
   // auto on these f32 weights is an fp32 backend, which reads them where they lie.
   EXPECT_NE(expertsSummary(*plain).find(", read in place, W^T "), std::string::npos) << expertsSummary(*plain);
   {
     at::NoGradGuard no_grad;
-    plain->forwardHidden(ids, false);
+    plain->lm().forwardHidden(ids, false);
   }
   EXPECT_EQ(residentExpertsShare(*plain), "");
 
@@ -40,20 +41,20 @@ TEST(ModelReport, ResidentExpertsShareOfTheRoutedPairs) {
     model::ModelOptions options;
     options.experts = mode;
     options.gpu_experts.assign(2, 4);
-    auto model = model::CausalLm::random(config, options, nullptr, /*seed=*/5, ThreadPool::global());
+    auto model = model::Model::random(config, options, nullptr, /*seed=*/5, ThreadPool::global());
     EXPECT_NE(expertsSummary(*model).find("4 per layer resident"), std::string::npos) << expertsSummary(*model);
     EXPECT_EQ(residentExpertsShare(*model), "");  // no call yet
     std::vector<at::Tensor> routed;
-    model->visitMoeBlocks([&](const std::string&, model::MoeBlock& block) {
+    model->lm().visitMoeBlocks([&](const std::string&, model::MoeBlock& block) {
       block.route_observer = [&](const at::Tensor& layer_ids) { routed.push_back(layer_ids.to(at::kCPU, at::kLong)); };
     });
     {
       at::NoGradGuard no_grad;
-      model->forwardHidden(ids, false);
+      model->lm().forwardHidden(ids, false);
     }
     ASSERT_EQ(routed.size(), 2u);
     int64_t pairs = 0, on_resident = 0, layer = 0;
-    model->visitMoeBlocks([&](const std::string&, model::MoeBlock& block) {
+    model->lm().visitMoeBlocks([&](const std::string&, model::MoeBlock& block) {
       const std::vector<int64_t> set = block.offload ? block.offload->residentExperts() : block.resident->experts();
       ASSERT_EQ(set.size(), 4u);
       const at::Tensor& layer_ids = routed[static_cast<size_t>(layer++)];
@@ -78,11 +79,11 @@ TEST(ModelReport, SaysWhetherTheExpertsAreReadInPlaceOrPacked) {
   model::ModelOptions options;
   options.experts_backend = "generic";
   options.experts_format = "int8";
-  auto model = model::CausalLm::random(testing::tinyQwen3MoeConfig(6), options, nullptr, /*seed=*/5,
-                                     ThreadPool::global());
+  auto model = model::Model::random(testing::tinyQwen3MoeConfig(6), options, nullptr, /*seed=*/5,
+                                    ThreadPool::global());
   EXPECT_NE(expertsSummary(*model).find("routed experts: generic, int8 packs, W^T "), std::string::npos)
       << expertsSummary(*model);
 }
 
 }  // namespace
-}  // namespace tandem::train
+}  // namespace tandem::model

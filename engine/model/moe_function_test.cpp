@@ -49,7 +49,7 @@ std::vector<float> values(const at::Tensor& t) {
 
 Step trainStep(bool keep, int64_t gpu_experts = 0, bool checkpointing = true,
                const std::string& experts_format = "auto", ExpertsMode experts = ExpertsMode::Cpu,
-               const std::string& experts_backend = "auto", at::Device device = at::kCPU,
+               const std::string& experts_backend = "auto", placement::Device device = placement::Device::cpu(),
                bool stream_ahead = true) {
   const io::ModelConfig config = io::parseModelConfig(kConfig, "test config");
   ModelOptions options;
@@ -247,9 +247,9 @@ TEST(StoredExpertWeights, Int8ExpertsOnTheDeviceMultiplyTheEnginesInt8Weights) {
 // only when it runs, so a first step copies nothing ahead; expert_streamer_test.cpp has the longer
 // sequences).
 TEST(ExpertOffload, AResidentCacheGivesTheNumbersOfStreamingEveryExpert) {
-  std::vector<at::Device> devices{at::kCPU};
-  if (at::hasCUDA()) devices.emplace_back(at::kCUDA, 0);
-  for (const at::Device device : devices) {
+  std::vector<placement::Device> devices{placement::Device::cpu()};
+  if (at::hasCUDA()) devices.push_back(placement::Device::cuda(0));
+  for (const placement::Device device : devices) {
     auto offload = [&](int64_t gpu_experts, bool checkpointing, bool ahead = true) {
       return trainStep(false, gpu_experts, checkpointing, "auto", ExpertsMode::GpuOffload, "auto", device, ahead);
     };

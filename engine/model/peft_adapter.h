@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/adapter_files.h"
 #include "engine/model/causal_lm.h"
 
 namespace tandem::model {
@@ -37,12 +38,6 @@ LoraPlan loraPlanFor(const PeftAdapter& adapter);
 
 // Copies the adapter's weights into a model loaded with loraPlanFor(adapter).
 void applyPeftAdapter(const PeftAdapter& adapter, CausalLm& model);
-
-enum class ExpertAdapterForm {
-  PerExpert,  // ...mlp.experts.E.{gate,up,down}_proj.lora_{A,B}.weight (Tandem's own)
-  Fused,         // PEFT 0.18-0.20 target_parameters layout (the pinned reference PEFT)
-  FusedPeft021,  // PEFT >= 0.21, which reads 3-D expert LoRA in the other orientation
-};
 
 // Writes the model's LoRA weights as a PEFT adapter dir (adapter_config.json +
 // adapter_model.safetensors, each written atomically). The fused form stores every expert's

@@ -5,7 +5,7 @@
 
 #include "engine/io/model_config.h"
 
-namespace tandem::train::testing {
+namespace tandem::model::testing {
 
 inline io::ModelConfig tinyQwen3MoeConfig(int num_experts) {
   return io::parseModelConfig(R"({"architectures": ["Qwen3MoeForCausalLM"],
@@ -17,4 +17,4 @@ inline io::ModelConfig tinyQwen3MoeConfig(int num_experts) {
                               "test config");
 }
 
-}  // namespace tandem::train::testing
+}  // namespace tandem::model::testing

@@ -20,12 +20,14 @@ std::optional<int> parseIndex(std::string_view text) {
 }  // namespace
 
 Device Device::parse(std::string_view text, std::string_view where) {
-  if (text == "cpu" || text == "cpu:0") return cpu();
+  if (text == "cpu") return cpu();
   if (text == "cuda") return cuda(0);
   if (text.starts_with("cuda:")) {
     if (const auto index = parseIndex(text.substr(5))) return cuda(*index);
   } else if (text.starts_with("cpu:numa")) {
     if (const auto node = parseIndex(text.substr(8))) return numaNode(*node);
+  } else if (text.starts_with("cpu:")) {
+    if (const auto node = parseIndex(text.substr(4))) return numaNode(*node);
   }
   throw Error(std::string(where) + ": '" + std::string(text) + "' is not a device", "use cuda:N, cpu or cpu:numaK");
 }

@@ -24,8 +24,10 @@ class Device {
   static constexpr Device numaNode(int node) { return Device(Kind::Cpu, node); }
   static constexpr Device cuda(int index) { return Device(Kind::Cuda, index); }
 
-  // "cuda:N", "cuda" (cuda:0), "cpu", "cpu:0" (torch's spelling of the host) or "cpu:numaK";
-  // anything else is an Error that names `where` and what to write instead.
+  // "cuda:N", "cuda" (cuda:0), "cpu", "cpu:numaK", or torch's "cpu:K", read as cpu:numaK (the
+  // runtime gives each NUMA node its own torch device object, which is also how a CPU-only build
+  // runs a model split over two "devices"); anything else is an Error that names `where` and
+  // what to write instead.
   static Device parse(std::string_view text, std::string_view where = "device");
 
   Kind kind() const { return kind_; }

@@ -18,7 +18,7 @@ namespace tandem::serve {
 struct ModelChatBackendOptions {
   std::filesystem::path model_dir;
   std::vector<std::pair<std::string, std::filesystem::path>> adapters;  // model id -> adapter dir
-  infer::GeneratorOptions generator;       // dtype, device, template (empty: from the model type)
+  infer::GeneratorOptions generator;  // placement (the planner's by default), dtype, template
   int64_t max_tokens_limit = 4096;  // default and cap of max_tokens
 };
 
@@ -29,6 +29,7 @@ class ModelChatBackend : public ChatBackend {
   explicit ModelChatBackend(const ModelChatBackendOptions& options);
 
   std::vector<std::string> modelIds() const override;
+  const infer::Generator& generator() const { return *generator_; }
   PreparedChat prepare(const openai::ChatRequest& request) const override;
   ChatResult generate(const PreparedChat& chat, const TextSink& on_text, std::stop_token stop) override;
 

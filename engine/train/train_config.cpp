@@ -309,6 +309,8 @@ std::string expertsMode(const Entry& e) {
   return value;
 }
 
+std::string taskSplit(const Entry& e) { return oneOf(e, {"auto", "rows", "columns"}); }
+
 void readTandem(const Doc& doc, TrainConfig& c) {
   set(c.experts_backend, doc.get("experts_backend", expertsBackend));
   set(c.expert_threads, doc.get("expert_threads", threads));
@@ -322,6 +324,7 @@ void readTandem(const Doc& doc, TrainConfig& c) {
   set(c.experts_format, doc.get("experts_format", expertsFormat));
   set(c.experts_wt_policy, doc.get("experts_wt_policy", expertsWtPolicy));
   set(c.gpu_experts, doc.get("gpu_experts", gpuExperts));
+  set(c.task_split, doc.get("task_split", taskSplit));
 }
 
 // The expert backends compute in one format each (engine/experts kernels): amx_int8 in int8;
@@ -553,6 +556,7 @@ std::string toYaml(const TrainConfig& c) {
   w.str("experts_format", c.experts_format);
   w.str("experts_wt_policy", c.experts_wt_policy);
   w.str("gpu_experts", c.gpu_experts);
+  w.str("task_split", c.task_split);
   return w.text();
 }
 
@@ -583,6 +587,7 @@ std::string configFingerprint(const TrainConfig& config) {
   c.experts_mode = defaults.experts_mode;
   c.loss_chunk_tokens = defaults.loss_chunk_tokens;
   c.expert_chunk_tokens = defaults.expert_chunk_tokens;
+  c.task_split = defaults.task_split;  // rows and columns give bitwise the same results
   // Detects "a different config"; not a security boundary.
   Fnv1a64 hash;
   hash.add(toYaml(c));

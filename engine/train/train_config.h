@@ -22,6 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/model/model_request.h"
+
 namespace tandem::train {
 
 // transformers' SchedulerType values Tandem implements.
@@ -35,7 +37,12 @@ std::string_view evalStrategyName(EvalStrategy strategy);  // "no", "steps", "ep
 // resume_from_checkpoint: absent/false, true (the newest checkpoint in output_dir), or a path.
 enum class ResumeFrom : uint8_t { None, Latest, Path };
 
-struct TrainConfig {
+// The model part (dtype, placement, the expert engine: bf16, device, layer_devices,
+// kt_optimize_rule as placement_rule, experts_*, gpu_experts, gradient_checkpointing,
+// loss_chunk_tokens, task_split) is the ModelRequest every product fills the same way.
+struct TrainConfig : model::ModelRequest {
+  TrainConfig() { gradient_checkpointing = true; }  // key: disable_gradient_checkpointing (default false)
+
   // ### model
   std::string model_name_or_path;    // required: local directory or hub id
   std::string adapter_name_or_path;  // "" = start a new adapter; else continue this one
@@ -75,8 +82,6 @@ struct TrainConfig {
   double adam_beta2 = 0.999;
   double adam_epsilon = 1e-8;
   int64_t seed = 42;
-  bool bf16 = false;                   // false = fp32 compute for the dense (GPU) part
-  bool gradient_checkpointing = true;  // key: disable_gradient_checkpointing (default false)
 
   // ### eval (only runs with eval data: eval_dataset or val_size > 0)
   EvalStrategy eval_strategy = EvalStrategy::No;
@@ -94,26 +99,10 @@ struct TrainConfig {
   ResumeFrom resume = ResumeFrom::None;
   std::filesystem::path resume_path;  // set when resume == Path
 
-  // ### tandem: the expert engine and devices (KTransformers keys map here)
-  std::string experts_backend = "auto";  // auto|generic|avx2|avx512|avx512_bf16|amx_bf16|amx_int8|onednn
-  int expert_threads = 0;                // 0 = one per physical core
-  std::filesystem::path placement_rule;  // kt_optimize_rule; "" = Tandem's own placement
-  int64_t expert_chunk_tokens = 8192;    // KT chunk_size: tokens per CPU expert pass
+  // ### tandem: the expert engine (KTransformers keys map here; the rest is in ModelRequest)
+  int expert_threads = 0;                    // 0 = one per physical core
+  int64_t expert_chunk_tokens = 8192;        // KT chunk_size: tokens per CPU expert pass
   std::filesystem::path expert_weight_path;  // kt_weight_path; "" = experts from the model
-  std::string device = "auto";           // auto|cpu|cuda|cuda:N
-  std::string layer_devices;             // "cuda:0:0-13,cuda:1:14-27"; "" = every layer on device
-  std::string experts_mode = "cpu";      // cpu (CPU expert engine) | gpu-offload (streamed to the GPU)
-  int64_t loss_chunk_tokens = 1024;      // rows of the LM-head/cross-entropy per chunk
-  // What the frozen routed experts are multiplied in (KT: kt_expert_weight_format): auto (int8
-  // for amx_int8, else bf16; an fp8 checkpoint is read as fp8 and dequantised as it is packed),
-  // bf16, int8 (per-channel, quantised at load), fp8 (the checkpoint's own fp8; it must be one).
-  std::string experts_format = "auto";
-  // The backward's Wᵀ: auto (the memory planner's choice: persistent when it fits), persistent
-  // (a second packed copy), on_demand (repacked per backward for the routed experts).
-  std::string experts_wt_policy = "auto";
-  // Routed experts per MoE layer resident on the layer's GPU beside the CPU engine (KT:
-  // kt_num_gpu_experts): auto (the memory planner fills what the GPUs have left), or a count.
-  std::string gpu_experts = "auto";
 
   bool operator==(const TrainConfig&) const = default;
 };

@@ -60,7 +60,7 @@ void addSettingKeys(std::vector<KeySpec>& keys) {
         "save_steps", "save_total_limit", "save_only_model", "plot_loss", "resume_from_checkpoint",
         "experts_backend", "expert_threads", "placement_rule", "expert_chunk_tokens",
         "expert_weight_path", "device", "layer_devices", "experts_mode", "loss_chunk_tokens",
-        "experts_format", "experts_wt_policy", "gpu_experts"}) {
+        "experts_format", "experts_wt_policy", "gpu_experts", "task_split"}) {
     setting(name);
   }
   for (const char* name :

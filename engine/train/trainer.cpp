@@ -3,29 +3,21 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/grad_mode.h>
-#include <torch/csrc/autograd/autograd.h>
-
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <random>
 
-#include <cerrno>
-#include <cstring>
-
 #include "engine/core/error.h"
+#include "engine/core/pause_gate.h"
 #include "engine/core/units.h"
-#include "engine/model/causal_lm.h"
-#include "engine/model/checkpoint_dir.h"
-#include "engine/model/peft_adapter.h"
-#include "engine/model/weight_loader.h"
 #include "engine/io/atomic_file.h"
+#include "engine/model/adapter_files.h"
+#include "engine/model/checkpoint_dir.h"
 
 namespace tandem::train {
 
@@ -66,12 +58,12 @@ void appendLine(const std::filesystem::path& path, const std::string& line) {
 
 }  // namespace
 
-Trainer::Trainer(model::CausalLm& model, const gpu::LoraSettings& lora, std::vector<chat::EncodedSample> samples,
+Trainer::Trainer(model::Model& model, const gpu::LoraSettings& lora, std::vector<chat::EncodedSample> samples,
                  TrainerSettings settings, ThreadPool& pool, std::vector<chat::EncodedSample> eval_samples)
     : model_(model), lora_(lora),
       samples_(settings.packing ? pack(std::move(samples), settings.cutoff_len) : std::move(samples)),
       eval_samples_(std::move(eval_samples)),
-      settings_(std::move(settings)), optimizer_(model, settings_.adamw, pool) {
+      settings_(std::move(settings)), training_(model, settings_.adamw, pool) {
   if (samples_.empty()) throw Error("no training samples", "check the dataset and cutoff_len");
   settings_.batch_size = std::max<int64_t>(1, settings_.batch_size);
   settings_.gradient_accumulation_steps = std::max<int64_t>(1, settings_.gradient_accumulation_steps);
@@ -85,7 +77,7 @@ Trainer::Trainer(model::CausalLm& model, const gpu::LoraSettings& lora, std::vec
   schedule_.base_lr = settings_.learning_rate;
   schedule_.total_steps = total_steps_;
   schedule_.warmup_steps = warmupSteps(settings_.warmup_steps, settings_.warmup_ratio, total_steps_);
-  at::manual_seed(settings_.seed);  // LoRA dropout masks
+  model::LoraTraining::seedDropout(settings_.seed);
 }
 
 int64_t Trainer::stepsPerEpoch() const {
@@ -109,14 +101,14 @@ Trainer::Batch Trainer::makeBatch(const std::vector<chat::EncodedSample>& sample
   size_t width = 0;
   for (int64_t i = 0; i < n; ++i) width = std::max(width, samples[order[first + i]].input_ids.size());
   Batch b;
-  b.input_ids = at::full({n, static_cast<int64_t>(width)}, settings_.pad_id, at::kLong);
-  b.labels = at::full({n, static_cast<int64_t>(width)}, kIgnore, at::kLong);
+  b.tokens.rows = n;
+  b.tokens.width = static_cast<int64_t>(width);
+  b.tokens.input_ids.assign(static_cast<size_t>(n) * width, settings_.pad_id);
+  b.tokens.labels.assign(static_cast<size_t>(n) * width, kIgnore);
   for (int64_t i = 0; i < n; ++i) {
     const chat::EncodedSample& s = samples[order[first + i]];
-    int64_t* ids = b.input_ids[i].data_ptr<int64_t>();
-    int64_t* labels = b.labels[i].data_ptr<int64_t>();
-    std::copy(s.input_ids.begin(), s.input_ids.end(), ids);
-    std::copy(s.labels.begin(), s.labels.end(), labels);
+    std::copy(s.input_ids.begin(), s.input_ids.end(), b.tokens.input_ids.begin() + i * static_cast<int64_t>(width));
+    std::copy(s.labels.begin(), s.labels.end(), b.tokens.labels.begin() + i * static_cast<int64_t>(width));
     b.real_tokens += static_cast<int64_t>(s.input_ids.size());
     // transformers shifts labels inside: label t+1 is what position t is trained on.
     for (size_t t = 1; t < s.labels.size(); ++t) b.kept_tokens += s.labels[t] != kIgnore;
@@ -129,9 +121,8 @@ void Trainer::logLine(nlohmann::json line) {
   appendLine(settings_.output_dir / "trainer_log.jsonl", log_history_.back());
 }
 
-double Trainer::evaluate() const {
+double Trainer::evaluate() {
   if (eval_samples_.empty()) return std::nan("");
-  at::NoGradGuard no_grad;
   std::vector<int64_t> order(eval_samples_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   const int64_t batch_size = std::max<int64_t>(1, settings_.eval_batch_size);
@@ -140,31 +131,10 @@ double Trainer::evaluate() const {
   for (int64_t first = 0; first < static_cast<int64_t>(order.size()); first += batch_size) {
     const Batch b = makeBatch(eval_samples_, order, first, batch_size);
     if (b.kept_tokens == 0) continue;
-    const at::Tensor hidden = model_.forwardHidden(b.input_ids, /*training=*/false);
-    loss_sum += model_.loss(hidden, b.labels).item<double>() * static_cast<double>(b.kept_tokens);
+    loss_sum += training_.evaluateLoss(b.tokens) * static_cast<double>(b.kept_tokens);
     kept += b.kept_tokens;
   }
   return kept > 0 ? loss_sum / static_cast<double>(kept) : std::nan("");
-}
-
-void Trainer::pause() {
-  std::lock_guard lock(pause_mutex_);
-  paused_ = true;
-}
-
-void Trainer::resume() {
-  {
-    std::lock_guard lock(pause_mutex_);
-    paused_ = false;
-  }
-  pause_cv_.notify_all();
-}
-
-void Trainer::waitWhilePaused(std::stop_token stop) {
-  std::unique_lock lock(pause_mutex_);
-  while (paused_ && !stop.stop_requested()) {
-    pause_cv_.wait_for(lock, std::chrono::milliseconds(100));
-  }
 }
 
 double remainingSeconds(double elapsed_s, double first_step_s, int64_t steps_done, int64_t steps_left) {
@@ -173,122 +143,140 @@ double remainingSeconds(double elapsed_s, double first_step_s, int64_t steps_don
   return std::max(0.0, per_step) * static_cast<double>(steps_left);
 }
 
-TrainResult Trainer::run(std::stop_token stop, std::stop_token cancel, TrainListener& listener) {
+Trainer::Window Trainer::nextWindow() const {
+  const int64_t epoch = micro_done_ / micro_batches_per_epoch_;
+  const int64_t in_epoch = micro_done_ % micro_batches_per_epoch_;
+  const int64_t n_micro = std::min(settings_.gradient_accumulation_steps, micro_batches_per_epoch_ - in_epoch);
+  const std::vector<int64_t> order = epochOrder(epoch);
+  Window window;
+  for (int64_t m = 0; m < n_micro; ++m) {
+    window.batches.push_back(makeBatch(samples_, order, (in_epoch + m) * settings_.batch_size, settings_.batch_size));
+    window.kept_tokens += window.batches.back().kept_tokens;
+    window.real_tokens += window.batches.back().real_tokens;
+  }
+  return window;
+}
+
+Trainer::StepMath Trainer::accumulate(const Window& window, std::stop_token cancel, int64_t run_start_step) {
+  using Clock = std::chrono::steady_clock;
+  StepMath math;
+  try {
+    for (const Batch& b : window.batches) {
+      if (cancel.stop_requested()) {
+        math.cancelled = true;
+        return math;
+      }
+      if (b.kept_tokens == 0) continue;
+      const auto start = Clock::now();
+      // Each micro-batch's mean scaled to its share of the window: the step's loss is the mean
+      // over every kept token of the accumulated batch, however the tokens fell into batches.
+      math.loss += training_.accumulateGradients(
+          b.tokens, static_cast<double>(b.kept_tokens) / static_cast<double>(window.kept_tokens));
+      math.model_s += std::chrono::duration<double>(Clock::now() - start).count();
+    }
+  } catch (const OutOfMemory& e) {
+    failOutOfMemory(e.message(), run_start_step);
+  }
+  return math;
+}
+
+StepEvent Trainer::optimizerStep(const Window& window, const StepMath& math) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  const int64_t accum = settings_.gradient_accumulation_steps;
+  StepEvent e;
+  e.learning_rate = schedule_.at(step_);
+  e.grad_norm = training_.clipGradNorm(settings_.max_grad_norm);
+  training_.step(e.learning_rate);
+  training_.zeroGrad();
+  e.optimizer_s = std::chrono::duration<double>(Clock::now() - start).count();
+  ++step_;
+  micro_done_ += static_cast<int64_t>(window.batches.size());
+  e.step = step_;
+  e.total_steps = total_steps_;
+  e.epoch = static_cast<double>(micro_done_) / static_cast<double>(micro_batches_per_epoch_);
+  e.loss = math.loss;
+  e.model_s = math.model_s;
+  return e;
+}
+
+void Trainer::logStep(const StepEvent& e) {
+  if (step_ % std::max<int64_t>(1, settings_.logging_steps) != 0 && step_ != total_steps_) return;
+  logLine({{"current_steps", step_}, {"total_steps", total_steps_}, {"loss", e.loss},
+           {"lr", e.learning_rate}, {"grad_norm", e.grad_norm}, {"epoch", e.epoch},
+           {"percentage", std::round(10000.0 * step_ / total_steps_) / 100.0},
+           {"elapsed_time", formatDuration(e.elapsed_s)}, {"remaining_time", formatDuration(e.eta_s)},
+           {"tokens_per_s", e.tokens_per_s}, {"step_s", e.step_s}, {"model_s", e.model_s},
+           {"optimizer_s", e.optimizer_s}});
+}
+
+// Evaluation and checkpoints, on their schedules.
+void Trainer::afterStep(const StepEvent& e, TrainListener& listener) {
+  const bool epoch_ended = micro_done_ % micro_batches_per_epoch_ == 0;
+  if (!eval_samples_.empty() && ((settings_.eval_steps > 0 && step_ % settings_.eval_steps == 0) ||
+                                 (settings_.eval_each_epoch && epoch_ended))) {
+    const double eval_loss = evaluate();
+    logLine({{"current_steps", step_}, {"total_steps", total_steps_}, {"eval_loss", eval_loss}, {"epoch", e.epoch}});
+    char text[96];
+    std::snprintf(text, sizeof text, "eval at step %lld: loss %.4f on %zu samples",
+                  static_cast<long long>(step_), eval_loss, eval_samples_.size());
+    listener.onMessage(text);
+  }
+  if (settings_.save_steps > 0 && step_ % settings_.save_steps == 0 && step_ < total_steps_) {
+    listener.onCheckpoint(step_, saveCheckpoint());
+  }
+}
+
+void Trainer::waitIfPaused(const RunControl& control, TrainListener& listener) {
+  if (!control.pause || !control.pause->paused()) return;
+  listener.onPaused();
+  control.pause->wait(control.stop, control.cancel);
+  listener.onResumed();
+}
+
+TrainResult Trainer::run(const RunControl& control, TrainListener& listener) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
   const int64_t start_step = step_;
   double first_step_s = 0;  // elapsed at the end of this run's first step
   TrainResult result;
   while (step_ < total_steps_) {
-    waitWhilePaused(stop);
-    if (cancel.stop_requested()) {
+    waitIfPaused(control, listener);
+    if (control.cancel.stop_requested()) {
       result.outcome = TrainOutcome::Cancelled;
       break;
     }
-    if (stop.stop_requested()) {
+    if (control.stop.stop_requested()) {
       saveCheckpoint();
       listener.onMessage("stopped at step " + std::to_string(step_) + " with a checkpoint");
       result.outcome = TrainOutcome::Stopped;
       break;
     }
     const auto step_start = Clock::now();
-    const int64_t epoch = micro_done_ / micro_batches_per_epoch_;
-    const int64_t in_epoch = micro_done_ % micro_batches_per_epoch_;
-    const int64_t n_micro = std::min(accum, micro_batches_per_epoch_ - in_epoch);
-    const std::vector<int64_t> order = epochOrder(epoch);
-    std::vector<Batch> batches;
-    int64_t window_kept = 0, window_real = 0;
-    for (int64_t m = 0; m < n_micro; ++m) {
-      batches.push_back(makeBatch(samples_, order, (in_epoch + m) * settings_.batch_size, settings_.batch_size));
-      window_kept += batches.back().kept_tokens;
-      window_real += batches.back().real_tokens;
-    }
-    double loss_sum = 0;
-    double model_s = 0;
-    bool cancelled = false;
-    try {
-      for (const Batch& b : batches) {
-        if (cancel.stop_requested()) {
-          cancelled = true;
-          break;
-        }
-        if (b.kept_tokens == 0) continue;
-        const auto math_start = Clock::now();
-        const at::Tensor hidden = model_.forwardHidden(b.input_ids, /*training=*/true);
-        // Each micro-batch's mean scaled to its share of the window: the step's loss is the mean
-        // over every kept token of the accumulated batch, however the tokens fell into batches.
-        const at::Tensor loss = model_.loss(hidden, b.labels) *
-                                (static_cast<double>(b.kept_tokens) / static_cast<double>(window_kept));
-        torch::autograd::backward({loss});
-        loss_sum += loss.item<double>();
-        model_s += std::chrono::duration<double>(Clock::now() - math_start).count();
-      }
-    } catch (const c10::OutOfMemoryError& e) {
-      failOutOfMemory(e.what_without_backtrace(), start_step);
-    }
-    if (cancelled) {
-      optimizer_.zeroGrad();
+    const Window window = nextWindow();
+    const StepMath math = accumulate(window, control.cancel, start_step);
+    if (math.cancelled) {
+      training_.zeroGrad();
       result.outcome = TrainOutcome::Cancelled;
       break;
     }
-    const auto optimizer_start = Clock::now();
-    const double lr = schedule_.at(step_);
-    const double grad_norm = optimizer_.clipGradNorm(settings_.max_grad_norm);
-    optimizer_.step(lr);
-    optimizer_.zeroGrad();
-    const double optimizer_s = std::chrono::duration<double>(Clock::now() - optimizer_start).count();
-    ++step_;
-    micro_done_ += n_micro;
-
-    StepEvent e;
-    e.step = step_;
-    e.total_steps = total_steps_;
-    e.epoch = static_cast<double>(micro_done_) / static_cast<double>(micro_batches_per_epoch_);
-    e.loss = loss_sum;
-    e.learning_rate = lr;
-    e.grad_norm = grad_norm;
-    const double step_s = std::chrono::duration<double>(Clock::now() - step_start).count();
-    e.tokens_per_s = step_s > 0 ? static_cast<double>(window_real) / step_s : 0;
-    e.step_s = step_s;
-    e.model_s = model_s;
-    e.optimizer_s = optimizer_s;
+    StepEvent e = optimizerStep(window, math);
+    e.step_s = std::chrono::duration<double>(Clock::now() - step_start).count();
+    e.tokens_per_s = e.step_s > 0 ? static_cast<double>(window.real_tokens) / e.step_s : 0;
     e.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
     if (step_ == start_step + 1) first_step_s = e.elapsed_s;
     e.eta_s = remainingSeconds(e.elapsed_s, first_step_s, step_ - start_step, total_steps_ - step_);
     e.memory = MemoryLedger::global().snapshot();
     result.final_loss = e.loss;
-    if (step_ % std::max<int64_t>(1, settings_.logging_steps) == 0 || step_ == total_steps_) {
-      const nlohmann::json line = {
-          {"current_steps", step_}, {"total_steps", total_steps_}, {"loss", e.loss},
-          {"lr", lr}, {"grad_norm", grad_norm}, {"epoch", e.epoch},
-          {"percentage", std::round(10000.0 * step_ / total_steps_) / 100.0},
-          {"elapsed_time", formatDuration(e.elapsed_s)}, {"remaining_time", formatDuration(e.eta_s)},
-          {"tokens_per_s", e.tokens_per_s}, {"step_s", e.step_s}, {"model_s", e.model_s},
-          {"optimizer_s", e.optimizer_s}};
-      logLine(line);
-    }
+    logStep(e);
     listener.onStep(e);
-    const bool epoch_ended = micro_done_ % micro_batches_per_epoch_ == 0;
-    if (!eval_samples_.empty() && ((settings_.eval_steps > 0 && step_ % settings_.eval_steps == 0) ||
-                                   (settings_.eval_each_epoch && epoch_ended))) {
-      const double eval_loss = evaluate();
-      logLine({{"current_steps", step_}, {"total_steps", total_steps_}, {"eval_loss", eval_loss}, {"epoch", e.epoch}});
-      char text[96];
-      std::snprintf(text, sizeof text, "eval at step %lld: loss %.4f on %zu samples",
-                    static_cast<long long>(step_), eval_loss, eval_samples_.size());
-      listener.onMessage(text);
-    }
-    if (settings_.save_steps > 0 && step_ % settings_.save_steps == 0 && step_ < total_steps_) {
-      listener.onCheckpoint(step_, saveCheckpoint());
-    }
+    afterStep(e, listener);
   }
   result.steps = step_;
   return result;
 }
 
 void Trainer::failOutOfMemory(const std::string& what, int64_t run_start_step) {
-  optimizer_.zeroGrad();  // the failed step's partial gradients
+  training_.zeroGrad();  // the failed step's partial gradients
   const std::string failed_step = std::to_string(step_ + 1);
   std::string saved = "no step finished in this run, so there is nothing new to save";
   if (step_ > run_start_step) {
@@ -305,16 +293,14 @@ void Trainer::failOutOfMemory(const std::string& what, int64_t run_start_step) {
 }
 
 void Trainer::writeCheckpointFiles(const std::filesystem::path& dir) const {
-  model::writePeftAdapter(model_, lora_, dir, model::ExpertAdapterForm::Fused, settings_.base_model_name);
-  std::map<std::string, at::Tensor> state = optimizer_.stateDict();
-  state["rng.cpu"] = at::detail::getDefaultCPUGenerator().get_state();
-  model::writeTensorFile(dir / "optimizer.safetensors", state, {});
+  model::writeAdapter(model_, lora_, dir, model::ExpertAdapterForm::Fused, settings_.base_model_name);
+  training_.saveState(dir / "optimizer.safetensors");
   nlohmann::json history = nlohmann::json::array();
   for (const std::string& l : log_history_) history.push_back(nlohmann::json::parse(l));
   const nlohmann::json trainer_state = {
       {"global_step", step_}, {"max_steps", total_steps_},
       {"epoch", static_cast<double>(micro_done_) / static_cast<double>(micro_batches_per_epoch_)},
-      {"micro_batches_done", micro_done_}, {"optimizer_steps", optimizer_.stepCount()},
+      {"micro_batches_done", micro_done_}, {"optimizer_steps", training_.stepCount()},
       {"num_train_epochs", settings_.num_train_epochs}, {"train_batch_size", settings_.batch_size},
       {"seed", settings_.seed}, {"config_fingerprint", settings_.config_fingerprint},
       {"log_history", history}};
@@ -351,8 +337,8 @@ void Trainer::pruneCheckpoints() const {
 }
 
 void Trainer::saveFinal(TrainListener& listener) const {
-  model::writePeftAdapter(model_, lora_, settings_.output_dir, model::ExpertAdapterForm::Fused,
-                        settings_.base_model_name);
+  model::writeAdapter(model_, lora_, settings_.output_dir, model::ExpertAdapterForm::Fused,
+                      settings_.base_model_name);
   nlohmann::json history = nlohmann::json::array();
   for (const std::string& l : log_history_) history.push_back(nlohmann::json::parse(l));
   io::writeFileAtomically(settings_.output_dir / "trainer_state.json",
@@ -378,10 +364,7 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   std::string all;
   for (const std::string& l : log_history_) all += l + "\n";
   io::writeFileAtomically(settings_.output_dir / "trainer_log.jsonl", all);
-  const std::map<std::string, at::Tensor> tensors = model::readTensorFile(checkpoint_dir / "optimizer.safetensors");
-  optimizer_.loadStateDict(tensors, state["optimizer_steps"].get<int64_t>());
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
-  generator.set_state(tensors.at("rng.cpu"));
+  training_.loadState(checkpoint_dir / "optimizer.safetensors", state["optimizer_steps"].get<int64_t>());
 }
 
 }  // namespace tandem::train

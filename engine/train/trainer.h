@@ -3,30 +3,26 @@
 // clip, AdamW with a warmup schedule, checkpoints that survive a kill, listener events.
 // Deterministic for a seed: data order, LoRA init and dropout masks, also across a resume.
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
-#include <functional>
-#include <mutex>
-#include <optional>
 #include <stop_token>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "engine/core/memory_ledger.h"
-#include "engine/core/train_events.h"
-#include "engine/train/lora_optimizer.h"
-#include "engine/train/lr_schedule.h"
 #include "engine/chat/supervised_encoder.h"
+#include "engine/core/train_events.h"
+#include "engine/gpu/lora_settings.h"
+#include "engine/model/lora_training.h"
+#include "engine/train/lr_schedule.h"
 
-namespace tandem::model {
-class CausalLm;
+namespace tandem {
+class PauseGate;
+class ThreadPool;
 }
-namespace tandem::gpu {
-struct LoraSettings;
+namespace tandem::model {
+class Model;
 }
 
 namespace tandem::train {
@@ -41,7 +37,7 @@ struct TrainerSettings {
   int64_t warmup_steps = 0;
   double warmup_ratio = 0.0;
   double max_grad_norm = 1.0;
-  AdamWSettings adamw;
+  model::AdamWSettings adamw;
   uint64_t seed = 42;
   bool packing = false;
   int64_t cutoff_len = 2048;               // packing: tokens per packed sequence
@@ -65,13 +61,22 @@ struct TrainerSettings {
 // one step done, that step is all there is to go by.
 double remainingSeconds(double elapsed_s, double first_step_s, int64_t steps_done, int64_t steps_left);
 
+// What ends or holds a run from outside: `stop` ends it at a step boundary with a checkpoint,
+// `cancel` at the next micro-batch without one, and `pause` (may be null) holds it at a step
+// boundary until resumed (stop and cancel still reach it there).
+struct RunControl {
+  std::stop_token stop;
+  std::stop_token cancel;
+  PauseGate* pause = nullptr;
+};
+
 class Trainer {
  public:
-  Trainer(model::CausalLm& model, const gpu::LoraSettings& lora, std::vector<chat::EncodedSample> samples,
+  Trainer(model::Model& model, const gpu::LoraSettings& lora, std::vector<chat::EncodedSample> samples,
           TrainerSettings settings, ThreadPool& pool, std::vector<chat::EncodedSample> eval_samples = {});
 
   // Mean loss over the held-out samples (no gradients); NaN without any.
-  double evaluate() const;
+  double evaluate();
 
   int64_t totalSteps() const { return total_steps_; }
   int64_t stepsPerEpoch() const;
@@ -79,13 +84,8 @@ class Trainer {
   // Continues from output_dir/checkpoint-N (adapter weights must already be in the model).
   void restore(const std::filesystem::path& checkpoint_dir);
 
-  // Runs to the end. `stop`: finish the current step, write a checkpoint, return Stopped.
-  // `cancel`: return at the next micro-batch without a checkpoint.
-  TrainResult run(std::stop_token stop, std::stop_token cancel, TrainListener& listener);
-
-  // Blocks the loop at the next step boundary until resume() (thread-safe).
-  void pause();
-  void resume();
+  // Runs to the end, or until `control` ends it (see RunControl).
+  TrainResult run(const RunControl& control, TrainListener& listener);
 
   // Writes the final adapter and trainer_state.json into output_dir.
   void saveFinal(TrainListener& listener) const;
@@ -93,29 +93,46 @@ class Trainer {
 
  private:
   struct Batch {
-    at::Tensor input_ids;  // [B, S] int64
-    at::Tensor labels;     // [B, S] int64
+    model::TokenBatch tokens;
+    int64_t kept_tokens = 0;  // labels that count (after transformers' shift by one)
+    int64_t real_tokens = 0;  // not padding
+  };
+  // The micro-batches of one optimizer step: a gradient accumulation window.
+  struct Window {
+    std::vector<Batch> batches;
     int64_t kept_tokens = 0;
     int64_t real_tokens = 0;
+  };
+  // What one step's math gave (loss over the window, seconds of forward + backward).
+  struct StepMath {
+    double loss = 0;
+    double model_s = 0;
+    bool cancelled = false;
   };
   std::vector<int64_t> epochOrder(int64_t epoch) const;
   Batch makeBatch(const std::vector<chat::EncodedSample>& samples, const std::vector<int64_t>& order,
                   int64_t first, int64_t batch_size) const;
+  Window nextWindow() const;
+  StepMath accumulate(const Window& window, std::stop_token cancel, int64_t run_start_step);
+  // Clips, steps the optimizer and moves the data cursor on: the step's event, without timings.
+  StepEvent optimizerStep(const Window& window, const StepMath& math);
+  void logStep(const StepEvent& e);
+  void afterStep(const StepEvent& e, TrainListener& listener);
+  void waitIfPaused(const RunControl& control, TrainListener& listener);
   void logLine(nlohmann::json line);
   void writeCheckpointFiles(const std::filesystem::path& dir) const;
   void pruneCheckpoints() const;
-  void waitWhilePaused(std::stop_token stop);
   // A device (or the host) ran out of memory inside step step_ + 1: saves the state the step
   // started from (whole: the optimizer had not run) unless the run has no step of its own yet,
   // and throws an Error that says where it was saved and what to change.
   [[noreturn]] void failOutOfMemory(const std::string& what, int64_t run_start_step);
 
-  model::CausalLm& model_;
-  const gpu::LoraSettings& lora_;
+  model::Model& model_;
+  gpu::LoraSettings lora_;
   std::vector<chat::EncodedSample> samples_;
   std::vector<chat::EncodedSample> eval_samples_;
   TrainerSettings settings_;
-  LoraOptimizer optimizer_;
+  model::LoraTraining training_;
   LrSchedule schedule_;
   int64_t total_steps_ = 0;
   int64_t micro_batches_per_epoch_ = 0;
@@ -123,10 +140,6 @@ class Trainer {
   int64_t step_ = 0;
   int64_t micro_done_ = 0;
   std::vector<std::string> log_history_;  // JSON lines, also in trainer_state.json
-
-  std::mutex pause_mutex_;
-  std::condition_variable pause_cv_;
-  bool paused_ = false;
 };
 
 }  // namespace tandem::train

@@ -1,23 +1,26 @@
 // The trainer when memory runs out mid-run: one allocation of step 2 fails the way the CUDA
-// caching allocator fails (FailingCpuAllocator).
-// The user gets an Error that says so and what to change, and step 1 is saved and resumes.
+// caching allocator fails (failing_cpu_allocator.h). The user gets an Error that says so and what
+// to change, and step 1 is saved and resumes. And a paused run waits at a step boundary.
 
 #include "engine/train/trainer.h"
 
 #include <gtest/gtest.h>
 
-#include <ATen/ATen.h>
+#include <atomic>
+#include <chrono>
 #include <filesystem>
+#include <thread>
 #include <string>
 #include <unistd.h>
 
 #include "engine/core/error.h"
+#include "engine/core/pause_gate.h"
 #include "engine/core/thread_pool.h"
-#include "engine/model/causal_lm.h"
-#include "engine/gpu/failing_cpu_allocator_test_util.h"
-#include "engine/io/model_config.h"
-#include "engine/train/tiny_moe_test_util.h"
+#include "engine/gpu/failing_cpu_allocator.h"
 #include "engine/io/lora_target.h"
+#include "engine/io/model_config.h"
+#include "engine/model/model.h"
+#include "engine/model/tiny_moe_test_util.h"
 
 namespace tandem::train {
 namespace {
@@ -29,7 +32,7 @@ constexpr int kInTheForward = 50;  // a step of this model allocates hundreds of
 struct ArmAfterStep : TrainListener {
   int64_t arm_after = 0;
   void onStep(const StepEvent& e) override {
-    if (e.step == arm_after) gpu::testing::FailingCpuAllocator::instance().failIn(kInTheForward);
+    if (e.step == arm_after) gpu::testing::failCpuAllocationIn(kInTheForward);
   }
 };
 
@@ -41,10 +44,7 @@ TEST(Trainer, RemainingTimeLeavesTheFirstStepOut) {
   EXPECT_DOUBLE_EQ(remainingSeconds(0.0, 0.0, 0, 10), 0.0);
 }
 
-TEST(Trainer, OutOfMemorySavesTheLastStepAndSaysWhatToChange) {
-  const io::ModelConfig config = testing::tinyQwen3MoeConfig(4);
-  const model::LoraPlan plan = model::loraPlanFromTarget(io::LoraTarget::parse("all"), {4, 8.0, false, 0.0});
-  auto model = model::CausalLm::random(config, {}, &plan, /*seed=*/5, ThreadPool::global());
+std::vector<chat::EncodedSample> tinySamples() {
   std::vector<chat::EncodedSample> samples(4);
   for (size_t s = 0; s < samples.size(); ++s) {
     for (int32_t t = 0; t < 12; ++t) {
@@ -52,20 +52,33 @@ TEST(Trainer, OutOfMemorySavesTheLastStepAndSaysWhatToChange) {
       samples[s].labels.push_back(t == 0 ? -100 : samples[s].input_ids.back());
     }
   }
-  const fs::path dir = fs::temp_directory_path() / ("tandem_trainer_oom_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  return samples;
+}
+
+TrainerSettings tinySettings(const fs::path& dir) {
   TrainerSettings settings;
   settings.batch_size = 1;
   settings.max_steps = 4;
   settings.save_steps = 0;
   settings.cutoff_len = 12;
   settings.output_dir = dir;
-  gpu::testing::FailingCpuAllocator::instance();  // installed before the run allocates anything
+  return settings;
+}
+
+TEST(Trainer, OutOfMemorySavesTheLastStepAndSaysWhatToChange) {
+  const io::ModelConfig config = model::testing::tinyQwen3MoeConfig(4);
+  const model::LoraPlan plan = model::loraPlanFromTarget(io::LoraTarget::parse("all"), {4, 8.0, false, 0.0});
+  auto model = model::Model::random(config, {}, &plan, /*seed=*/5, ThreadPool::global());
+  const std::vector<chat::EncodedSample> samples = tinySamples();
+  const fs::path dir = fs::temp_directory_path() / ("tandem_trainer_oom_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const TrainerSettings settings = tinySettings(dir);
+  gpu::testing::installFailingCpuAllocator();  // before the run allocates anything
   Trainer trainer(*model, plan.settings, samples, settings, ThreadPool::global());
   ArmAfterStep listener;
   listener.arm_after = 1;
   try {
-    trainer.run({}, {}, listener);
+    trainer.run({}, listener);
     FAIL() << "the run went on after an allocation failed";
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("out of memory in training step 2: CPU out of memory. Tried to allocate"), std::string::npos)
@@ -81,13 +94,74 @@ TEST(Trainer, OutOfMemorySavesTheLastStepAndSaysWhatToChange) {
   Trainer resumed(*model, plan.settings, samples, settings, ThreadPool::global());
   resumed.restore(dir / "checkpoint-1");
   TrainListener quiet;
-  EXPECT_EQ(resumed.run({}, {}, quiet).steps, 4);
+  EXPECT_EQ(resumed.run({}, quiet).steps, 4);
   // Out of memory before this run finished a step of its own: nothing is written.
   fs::remove_all(dir);
   Trainer early(*model, plan.settings, samples, settings, ThreadPool::global());
-  gpu::testing::FailingCpuAllocator::instance().failIn(kInTheForward);
-  EXPECT_THROW(early.run({}, {}, quiet), Error);
+  gpu::testing::failCpuAllocationIn(kInTheForward);
+  EXPECT_THROW(early.run({}, quiet), Error);
   EXPECT_FALSE(fs::exists(dir / "checkpoint-0"));
+  fs::remove_all(dir);
+}
+
+// Pausing holds the run at a step boundary: no step is reported while paused, and it goes on
+// (and finishes) once resumed; the listener hears both.
+struct PauseAfterStep : TrainListener {
+  PauseGate* gate = nullptr;
+  std::atomic<int64_t> steps{0};
+  std::atomic<int> paused{0}, resumed{0};
+  void onStep(const StepEvent& e) override {
+    steps = e.step;
+    if (e.step == 1) gate->pause();
+  }
+  void onPaused() override { ++paused; }
+  void onResumed() override { ++resumed; }
+};
+
+TEST(Trainer, APausedRunWaitsAtAStepBoundaryUntilResumed) {
+  const io::ModelConfig config = model::testing::tinyQwen3MoeConfig(4);
+  const model::LoraPlan plan = model::loraPlanFromTarget(io::LoraTarget::parse("all"), {4, 8.0, false, 0.0});
+  auto model = model::Model::random(config, {}, &plan, /*seed=*/5, ThreadPool::global());
+  const fs::path dir = fs::temp_directory_path() / ("tandem_trainer_pause_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  Trainer trainer(*model, plan.settings, tinySamples(), tinySettings(dir), ThreadPool::global());
+  PauseGate gate;
+  PauseAfterStep listener;
+  listener.gate = &gate;
+  TrainResult result;
+  std::thread worker([&] { result = trainer.run({{}, {}, &gate}, listener); });
+  while (listener.paused.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(listener.steps.load(), 1);  // held after step 1
+  EXPECT_EQ(listener.resumed.load(), 0);
+  gate.resume();
+  worker.join();
+  EXPECT_EQ(result.outcome, TrainOutcome::Completed);
+  EXPECT_EQ(result.steps, 4);
+  EXPECT_EQ(listener.resumed.load(), 1);
+  fs::remove_all(dir);
+}
+
+// A stop while paused ends the run there, with its checkpoint.
+TEST(Trainer, StopWhilePausedEndsWithACheckpoint) {
+  const io::ModelConfig config = model::testing::tinyQwen3MoeConfig(4);
+  const model::LoraPlan plan = model::loraPlanFromTarget(io::LoraTarget::parse("all"), {4, 8.0, false, 0.0});
+  auto model = model::Model::random(config, {}, &plan, /*seed=*/5, ThreadPool::global());
+  const fs::path dir = fs::temp_directory_path() / ("tandem_trainer_pause_stop_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  Trainer trainer(*model, plan.settings, tinySamples(), tinySettings(dir), ThreadPool::global());
+  PauseGate gate;
+  PauseAfterStep listener;
+  listener.gate = &gate;
+  std::stop_source stop;
+  TrainResult result;
+  std::thread worker([&] { result = trainer.run({stop.get_token(), {}, &gate}, listener); });
+  while (listener.paused.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  stop.request_stop();
+  worker.join();
+  EXPECT_EQ(result.outcome, TrainOutcome::Stopped);
+  EXPECT_EQ(result.steps, 1);
+  EXPECT_TRUE(fs::exists(dir / "checkpoint-1" / "trainer_state.json"));
   fs::remove_all(dir);
 }
 

@@ -1,10 +1,8 @@
 #pragma once
-// The memory plan of a training config, before anything is loaded: the LLaMA-Factory settings
-// (lora_rank, lora_target, cutoff_len, batch, gradient checkpointing, bf16, the experts backend)
-// turned into a placement::PlanRequest, and kt_optimize_rule's placement when the config names a
-// rule file. `tandem plan` prints it; runTraining refuses early when it does not fit.
-
-#include <filesystem>
+// The memory plan of a training config, before anything is loaded: the model part of the config
+// planned as every product plans it (engine/model/model_resolver.h), plus the LoRA and batch
+// settings (lora_rank, lora_target, cutoff_len, per_device_train_batch_size). `tandem plan`
+// prints it; runTraining refuses early when it does not fit and then runs exactly its placement.
 
 #include "engine/io/model_config.h"
 #include "engine/placement/hardware.h"
@@ -15,8 +13,9 @@ namespace tandem::train {
 
 placement::PlanRequest planRequestFor(const TrainConfig& config, const io::ModelConfig& model);
 
-// planMemory, or evaluatePlacement of kt_optimize_rule's placement (a KT rule file or a
-// presets/placement file, relative to the working directory as LLaMA-Factory resolves it).
+// The planner's placement on the part of `hardware` the config lets the run use (device: cpu
+// hides the GPUs), or kt_optimize_rule's placement (a KT rule file or a presets/placement file,
+// relative to the working directory as LLaMA-Factory resolves it) evaluated.
 placement::MemoryPlan planTraining(const TrainConfig& config, const io::ModelConfig& model,
                                    const placement::Hardware& hardware);
 

@@ -1,38 +1,31 @@
 #include "engine/train/training_run.h"
 
-#include <ATen/ATen.h>
-
-#include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <random>
 #include <nlohmann/json.hpp>
-#include <set>
+#include <random>
 #include <sstream>
-#include <unistd.h>
 
+#include "engine/chat/chat_template.h"
+#include "engine/chat/supervised_encoder.h"
+#include "engine/chat/tokenizer_encoder.h"
 #include "engine/core/error.h"
 #include "engine/core/hash.h"
 #include "engine/core/log.h"
 #include "engine/core/thread_pool.h"
-#include "engine/experts/expert_types.h"
-#include "engine/model/causal_lm.h"
-#include "engine/model/checkpoint_dir.h"
-#include "engine/model/device_map.h"
-#include "engine/model/gguf_lora.h"
-#include "engine/model/peft_adapter.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/gguf_model.h"
-#include "engine/io/tokenizer.h"
 #include "engine/io/lora_target.h"
-#include "engine/placement/placement.h"
+#include "engine/io/tokenizer.h"
+#include "engine/model/adapter_files.h"
+#include "engine/model/checkpoint_dir.h"
+#include "engine/model/machine_probe.h"
+#include "engine/model/model.h"
+#include "engine/model/model_report.h"
+#include "engine/model/model_resolver.h"
 #include "engine/store/run_store.h"
-#include "engine/chat/chat_template.h"
 #include "engine/train/dataset.h"
-#include "engine/train/model_report.h"
-#include "engine/chat/supervised_encoder.h"
 #include "engine/train/tokenized_cache.h"
-#include "engine/chat/tokenizer_encoder.h"
 #include "engine/train/training_plan.h"
 
 namespace tandem::train {
@@ -46,35 +39,6 @@ std::string joinTargets(const std::vector<std::string>& targets) {
   std::string out;
   for (const std::string& t : targets) out += (out.empty() ? "" : ",") + t;
   return out;
-}
-
-at::Device pickDevice(const std::string& device) {
-  if (device == "auto") return at::hasCUDA() ? at::Device("cuda:0") : at::Device(at::kCPU);
-  try {
-    return at::Device(device == "cuda" ? "cuda:0" : device);
-  } catch (const c10::Error&) {
-    throw Error("device '" + device + "' is not a device", "use auto, cpu or cuda:N");
-  }
-}
-
-// Every backend the expert engine has passes through (ExpertLayer says which this CPU can run);
-// other names from KTransformers configs fall back to the best available one, and say so.
-std::string expertsBackend(const std::string& requested) {
-  for (std::string_view built : placement::kExpertBackends) {
-    if (built != "gpu-offload" && requested == built) return requested;  // offload is not a CPU engine
-  }
-  logWarn() << "experts backend '" << requested << "' is not built yet; using the best available";
-  return "auto";
-}
-
-// A run on a GGUF model also leaves its adapter as llama.cpp reads it, beside the PEFT one.
-void writeLlamaCppLora(const fs::path& output_dir, const fs::path& model, const io::ModelConfig& model_config,
-                       TrainListener& listener) {
-  const std::unique_ptr<io::GgufModel> base = io::GgufModel::open(model);
-  const fs::path file = output_dir / "adapter_model.gguf";
-  model::writeGgufLora(model::readPeftAdapter(output_dir, model_config), *base, file);
-  listener.onMessage("llama.cpp LoRA written to " + file.string() + " (llama-cli -m " + base->path().string() +
-                     " --lora " + file.string() + ")");
 }
 
 std::vector<chat::EncodedSample> encodeAll(const TrainConfig& config, const std::vector<std::string>& names,
@@ -199,6 +163,20 @@ class StoreListener : public TrainListener {
     inner_.onCheckpoint(step, dir);
   }
   void onMessage(const std::string& message) override { inner_.onMessage(message); }
+  void onPaused() override {
+    if (store_) {
+      store_->setStatus(run_, store::RunStatus::Paused);
+      store_->recordEvent(run_, "paused", "paused at step boundary");
+    }
+    inner_.onPaused();
+  }
+  void onResumed() override {
+    if (store_) {
+      store_->setStatus(run_, store::RunStatus::Running);
+      store_->recordEvent(run_, "resumed", "resumed");
+    }
+    inner_.onResumed();
+  }
 
  private:
   TrainListener& inner_;
@@ -210,7 +188,7 @@ class StoreListener : public TrainListener {
 // took in it (model_report.h); then passes everything through.
 class FirstStepNote : public TrainListener {
  public:
-  FirstStepNote(TrainListener& inner, model::CausalLm& model) : inner_(inner), model_(model) {}
+  FirstStepNote(TrainListener& inner, const model::Model& model) : inner_(inner), model_(model) {}
   void onStep(const StepEvent& e) override {
     if (!said_) {
       said_ = true;
@@ -221,130 +199,83 @@ class FirstStepNote : public TrainListener {
   }
   void onCheckpoint(int64_t step, const fs::path& dir) override { inner_.onCheckpoint(step, dir); }
   void onMessage(const std::string& message) override { inner_.onMessage(message); }
+  void onPaused() override { inner_.onPaused(); }
+  void onResumed() override { inner_.onResumed(); }
 
  private:
   TrainListener& inner_;
-  model::CausalLm& model_;
+  const model::Model& model_;
   bool said_ = false;
 };
 
-// The planner's verdict on this machine, before anything is loaded: a run that cannot fit is
+// Step 1: the memory plan on this machine, before anything is loaded. A run that cannot fit is
 // refused with the planner's advice instead of dying at step 0 (or hour 3).
-placement::MemoryPlan refuseWhenItCannotFit(const TrainConfig& config, const io::ModelConfig& model_config) {
-  placement::Hardware hardware = placement::probeHardware();
-  if (config.device == "cpu") hardware.gpus.clear();
-  placement::MemoryPlan plan = planTraining(config, model_config, hardware);
-  if (plan.fits) return plan;
-  std::string problems, advice;
-  for (const std::string& p : plan.problems) problems += (problems.empty() ? "" : "; ") + p;
-  for (const std::string& a : plan.advice) advice += (advice.empty() ? "" : "; ") + a;
-  throw Error("the memory planner says this run does not fit this machine (" + problems + ")",
-              advice + (advice.empty() ? "" : "; ") + "`tandem plan CONFIG.yaml` shows the whole plan");
-}
-
-// A kt_optimize_rule file decides where the layers run (explicit layer_devices win over it).
-void applyRulePlacement(const placement::RuntimePlacement& runtime, model::ModelOptions& options) {
-  options.device = model::parseDevice(runtime.embed_device);
-  options.layer_devices.clear();
-  for (const std::string& device : runtime.layer_devices) options.layer_devices.push_back(model::parseDevice(device));
-  options.head_device = model::parseDevice(runtime.head_device);
-  options.experts = model::parseExpertsMode(runtime.experts_mode);
-  if (!runtime.experts_backend.empty()) options.experts_backend = expertsBackend(runtime.experts_backend);
-  options.experts_numa_node = runtime.experts_numa_node;
-  // A rule file's int8 experts (weight_format: int8) are quantised at load like experts_format: int8.
-  if (options.experts_format == "auto" && runtime.experts_weight_format == "int8") options.experts_format = "int8";
-}
-
-// The planner's resident experts (gpu_experts: beside the CPU engine, or offload mode's resident
-// cache) for the layers that run where it planned them: counts are per GPU memory, so a layer the
-// runtime puts elsewhere gets none.
-std::vector<int64_t> plannedGpuExperts(const placement::MemoryPlan& plan, const model::ModelOptions& options) {
-  const auto& modules = plan.placement.modules;
-  if (std::none_of(modules.begin(), modules.end(), [](const auto& m) { return m.gpu_experts > 0; })) return {};
-  const placement::RuntimePlacement runtime = placement::toRuntimePlacement(plan.placement);
-  std::vector<int64_t> counts(runtime.gpu_experts.size(), 0);
-  for (size_t layer = 0; layer < counts.size(); ++layer) {
-    if (options.layerDevice(layer).str() == runtime.layer_devices[layer]) counts[layer] = runtime.gpu_experts[layer];
-  }
-  return counts;
-}
-
-// experts_wt_policy: auto follows the memory planner (persistent when it fits, else its pool of
-// two layers, which the expert engine fills in the background: the next layer's W^T is built
-// while the GPU runs the layers between).
-experts::WtPolicy wtPolicy(const TrainConfig& config, const placement::MemoryPlan& plan) {
-  if (config.experts_wt_policy == "auto") {
-    return plan.transposed_weights == "pool" ? experts::WtPolicy::Background : experts::WtPolicy::Persistent;
-  }
-  return experts::parseWtPolicy(config.experts_wt_policy);
-}
-
-}  // namespace
-
-TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listener,
-                               std::stop_token stop, std::stop_token cancel,
-                               store::RunStore* store) {
-  const std::string fingerprint = configFingerprint(config);
-  const fs::path model_dir = config.model_name_or_path;
+placement::MemoryPlan planOnThisMachine(const TrainConfig& config, const io::ModelConfig& model_config) {
   if (!config.expert_weight_path.empty()) {
     throw Error("kt_weight_path (pre-converted KTransformers expert weights) is not supported",
                 "remove kt_weight_path: Tandem reads the experts from the model's safetensors");
   }
-  // 1. Everything that can be wrong with the inputs, before any file is written.
-  const io::ModelConfig model_config = io::readModelConfig(model_dir);
-  const placement::MemoryPlan memory_plan = refuseWhenItCannotFit(config, model_config);
-  const io::Tokenizer tokenizer = io::Tokenizer::load(model_dir);
+  placement::MemoryPlan plan = planTraining(config, model_config, model::probeMachine());
+  model::requireFits(plan, "this run");
+  return plan;
+}
+
+// Step 2: the tokenised training and evaluation samples.
+struct TrainingData {
+  std::vector<chat::EncodedSample> samples;
+  std::vector<chat::EncodedSample> eval_samples;
+  int32_t pad_id = 0;
+};
+
+TrainingData prepareData(const TrainConfig& config, TrainListener& listener) {
+  const io::Tokenizer tokenizer = io::Tokenizer::load(config.model_name_or_path);
   if (config.template_name.empty()) {
     throw Error("no template given", "set template: (e.g. qwen3, qwen3_nothink, llama3, deepseek3)");
   }
   const chat::ChatTemplate& chat_template = chat::templateByName(config.template_name);
-  std::vector<chat::EncodedSample> samples = encodeAll(config, config.dataset, tokenizer, chat_template, listener);
-  std::vector<chat::EncodedSample> eval_samples =
-      config.eval_dataset.empty() ? holdOut(samples, config.val_size, static_cast<uint64_t>(config.seed))
-                                  : encodeAll(config, config.eval_dataset, tokenizer, chat_template, listener);
+  TrainingData data;
+  data.samples = encodeAll(config, config.dataset, tokenizer, chat_template, listener);
+  data.eval_samples = config.eval_dataset.empty()
+                          ? holdOut(data.samples, config.val_size, static_cast<uint64_t>(config.seed))
+                          : encodeAll(config, config.eval_dataset, tokenizer, chat_template, listener);
+  data.pad_id = tokenizer.padId().value_or(0);
+  return data;
+}
 
-  gpu::LoraSettings lora{static_cast<int>(config.lora_rank), static_cast<double>(config.lora_alpha),
-                         config.use_rslora, config.lora_dropout};
+// Step 3: the model as the plan places it, with fresh adapters on lora_target's modules, or the
+// adapter it continues.
+struct LoadedModel {
+  std::unique_ptr<model::Model> model;
+  gpu::LoraSettings lora;
+};
+
+LoadedModel loadModel(const TrainConfig& config, const io::ModelConfig& model_config,
+                      const placement::MemoryPlan& plan, TrainListener& listener) {
+  LoadedModel loaded;
+  loaded.lora = {static_cast<int>(config.lora_rank), static_cast<double>(config.lora_alpha), config.use_rslora,
+                 config.lora_dropout};
   const io::LoraTarget target = io::LoraTarget::parse(joinTargets(config.lora_target));
-  model::LoraPlan plan;
-  std::unique_ptr<model::PeftAdapter> start_adapter;
+  model::LoraPlan lora_plan;
   if (!config.adapter_name_or_path.empty()) {
-    start_adapter = std::make_unique<model::PeftAdapter>(model::readPeftAdapter(config.adapter_name_or_path, model_config));
-    plan = model::loraPlanFor(*start_adapter);
-    lora = start_adapter->settings;
-    lora.dropout = config.lora_dropout;
-    plan.settings = lora;
+    lora_plan = model::adapterLoraPlan(config.adapter_name_or_path, model_config);
+    loaded.lora = lora_plan.settings;
+    loaded.lora.dropout = config.lora_dropout;
+    lora_plan.settings = loaded.lora;
   } else {
-    plan = model::loraPlanFromTarget(target, lora);
+    lora_plan = model::loraPlanFromTarget(target, loaded.lora);
   }
-  plan.seed = static_cast<uint64_t>(config.seed);
-  at::manual_seed(static_cast<uint64_t>(config.seed));
-  model::ModelOptions options;
-  options.dtype = config.bf16 ? at::kBFloat16 : at::kFloat;
-  options.device = pickDevice(config.device);
-  if (!config.layer_devices.empty()) {
-    options.layer_devices = model::parseLayerDevices(config.layer_devices, model_config.num_hidden_layers, options.device);
-  }
-  options.experts = model::parseExpertsMode(config.experts_mode);
-  options.experts_backend = expertsBackend(config.experts_backend);
-  options.experts_format = config.experts_format;
-  options.experts_wt_policy = wtPolicy(config, memory_plan);
-  if (!config.placement_rule.empty() && config.layer_devices.empty()) {
-    applyRulePlacement(placement::toRuntimePlacement(memory_plan.placement), options);
-  }
-  options.gpu_experts = plannedGpuExperts(memory_plan, options);
-  options.gradient_checkpointing = config.gradient_checkpointing;
-  options.keep_expert_forward = memory_plan.keep_expert_forward;  // when host RAM has room
-  options.loss_chunk_tokens = config.loss_chunk_tokens;
-  ThreadPool& pool = ThreadPool::global();
-  auto model = model::CausalLm::load(model_dir, options, &plan, pool);
-  listener.onMessage(expertsSummary(*model));
-  if (start_adapter) model::applyPeftAdapter(*start_adapter, *model);
-  std::set<std::string> leaves;
-  model->visitLinears([&](const std::string& name, gpu::LoraLinear&) { leaves.insert(name.substr(name.rfind('.') + 1)); });
-  if (model_config.isMoe()) leaves.insert({"gate_proj", "up_proj", "down_proj"});
-  target.checkAgainst(leaves);
+  lora_plan.seed = static_cast<uint64_t>(config.seed);
+  model::LoraTraining::seedDropout(static_cast<uint64_t>(config.seed));
+  const model::ModelOptions options = model::resolveModelOptions(config, model_config, plan);
+  loaded.model = model::Model::load(config.model_name_or_path, options, &lora_plan, ThreadPool::global());
+  listener.onMessage(model::placementSummary(loaded.model->placement()));
+  listener.onMessage(model::expertsSummary(*loaded.model));
+  if (!config.adapter_name_or_path.empty()) model::applyAdapter(config.adapter_name_or_path, *loaded.model);
+  target.checkAgainst(loaded.model->loraLeaves());
+  return loaded;
+}
 
+TrainerSettings trainerSettings(const TrainConfig& config, int32_t pad_id, const std::string& fingerprint) {
   TrainerSettings settings;
   settings.batch_size = config.per_device_train_batch_size;
   settings.gradient_accumulation_steps = config.gradient_accumulation_steps;
@@ -359,7 +290,7 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   settings.seed = static_cast<uint64_t>(config.seed);
   settings.packing = config.packing;
   settings.cutoff_len = config.cutoff_len;
-  settings.pad_id = tokenizer.padId().value_or(0);
+  settings.pad_id = pad_id;
   settings.logging_steps = config.logging_steps;
   settings.save_steps = config.save_steps;
   settings.save_total_limit = config.save_total_limit.value_or(0);
@@ -369,60 +300,96 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   if (config.eval_strategy == EvalStrategy::Steps) settings.eval_steps = config.eval_steps.value_or(config.logging_steps);
   settings.eval_each_epoch = config.eval_strategy == EvalStrategy::Epoch;
   settings.eval_batch_size = config.per_device_eval_batch_size;
-  Trainer trainer(*model, lora, std::move(samples), settings, pool, std::move(eval_samples));
+  return settings;
+}
 
-  // 2. The output dir: refuse someone else's, resume our own.
-  TrainingRunOutcome outcome;
-  outcome.output_dir = config.output_dir;
+// Step 4: the output dir, refused when it holds someone else's run, resumed from its newest
+// checkpoint when it holds this one; then marked as this run's.
+void prepareOutput(const TrainConfig& config, const std::string& fingerprint, model::Model& model, Trainer& trainer,
+                   TrainingRunOutcome& outcome, TrainListener& listener) {
   const fs::path checkpoint = prepareOutputDir(config, fingerprint);
   fs::create_directories(config.output_dir);
   io::writeFileAtomically(config.output_dir / kRunFile,
                           nlohmann::json({{"config_fingerprint", fingerprint}, {"config", toYaml(config)}}).dump(2) + "\n");
-  if (!checkpoint.empty()) {
-    model::applyPeftAdapter(model::readPeftAdapter(checkpoint, model_config), *model);
-    trainer.restore(checkpoint);
-    outcome.resumed = true;
-    outcome.resumed_from_step = model::checkpointStep(checkpoint).value_or(0);
-    listener.onMessage("resuming from " + checkpoint.string());
-  }
+  if (checkpoint.empty()) return;
+  model::applyAdapter(checkpoint, model);
+  trainer.restore(checkpoint);
+  outcome.resumed = true;
+  outcome.resumed_from_step = model::checkpointStep(checkpoint).value_or(0);
+  listener.onMessage("resuming from " + checkpoint.string());
+}
 
-  // 3. Train, recording the run.
-  if (store) {
-    store->markInterrupted();
-    const auto previous = store->findByOutputDir(config.output_dir);
-    if (previous && outcome.resumed) {
-      outcome.run_id = previous->id;
-    } else {
-      store::NewRun run;
-      run.name = config.output_dir.filename().string();
-      run.config_yaml = toYaml(config);
-      run.config_fingerprint = fingerprint;
-      run.model = config.model_name_or_path;
-      run.dataset = joinTargets(config.dataset);
-      run.output_dir = config.output_dir;
-      run.total_steps = trainer.totalSteps();
-      outcome.run_id = store->createRun(run);
-    }
-    store->setStatus(outcome.run_id, store::RunStatus::Running);
+// The run's row in the store (the same row again when it resumes), marked running.
+int64_t recordRun(store::RunStore& store, const TrainConfig& config, const std::string& fingerprint,
+                  const Trainer& trainer, bool resumed) {
+  store.markInterrupted();
+  if (const auto previous = store.findByOutputDir(config.output_dir); previous && resumed) {
+    store.setStatus(previous->id, store::RunStatus::Running);
+    return previous->id;
   }
+  store::NewRun run;
+  run.name = config.output_dir.filename().string();
+  run.config_yaml = toYaml(config);
+  run.config_fingerprint = fingerprint;
+  run.model = config.model_name_or_path;
+  run.dataset = joinTargets(config.dataset);
+  run.output_dir = config.output_dir;
+  run.total_steps = trainer.totalSteps();
+  const int64_t id = store.createRun(run);
+  store.setStatus(id, store::RunStatus::Running);
+  return id;
+}
+
+store::RunStatus finalStatus(TrainOutcome outcome) {
+  switch (outcome) {
+    case TrainOutcome::Completed: return store::RunStatus::Completed;
+    case TrainOutcome::Stopped: return store::RunStatus::Stopped;
+    case TrainOutcome::Cancelled: return store::RunStatus::Interrupted;
+  }
+  return store::RunStatus::Interrupted;
+}
+
+// A run on a GGUF model also leaves its adapter as llama.cpp reads it, beside the PEFT one.
+void writeLlamaCppLora(const fs::path& output_dir, const fs::path& gguf_model, TrainListener& listener) {
+  const fs::path file = output_dir / "adapter_model.gguf";
+  model::exportLlamaCppAdapter(output_dir, gguf_model, file);
+  listener.onMessage("llama.cpp LoRA written to " + file.string() + " (llama-cli -m " + gguf_model.string() +
+                     " --lora " + file.string() + ")");
+}
+
+}  // namespace
+
+TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listener, const RunControl& control,
+                               store::RunStore* store) {
+  const std::string fingerprint = configFingerprint(config);
+  // Everything that can be wrong with the inputs is found before any file is written.
+  const io::ModelConfig model_config = io::readModelConfig(config.model_name_or_path);
+  const placement::MemoryPlan plan = planOnThisMachine(config, model_config);
+  TrainingData data = prepareData(config, listener);
+  LoadedModel loaded = loadModel(config, model_config, plan, listener);
+  Trainer trainer(*loaded.model, loaded.lora, std::move(data.samples), trainerSettings(config, data.pad_id, fingerprint),
+                  ThreadPool::global(), std::move(data.eval_samples));
+
+  TrainingRunOutcome outcome;
+  outcome.output_dir = config.output_dir;
+  outcome.applied_placement = loaded.model->placement();
+  prepareOutput(config, fingerprint, *loaded.model, trainer, outcome, listener);
+  if (store) outcome.run_id = recordRun(*store, config, fingerprint, trainer, outcome.resumed);
   StoreListener recorder(listener, store, outcome.run_id);
-  FirstStepNote note(recorder, *model);
+  FirstStepNote note(recorder, *loaded.model);
   try {
-    outcome.result = trainer.run(stop, cancel, note);
+    outcome.result = trainer.run(control, note);
     if (outcome.result.outcome == TrainOutcome::Completed) {
       trainer.saveFinal(recorder);
-      if (io::isGgufPath(model_dir)) writeLlamaCppLora(config.output_dir, model_dir, model_config, recorder);
+      if (io::isGgufPath(config.model_name_or_path)) {
+        writeLlamaCppLora(config.output_dir, config.model_name_or_path, recorder);
+      }
     }
   } catch (const std::exception& e) {
     if (store) store->setStatus(outcome.run_id, store::RunStatus::Failed, e.what());
     throw;
   }
-  if (store) {
-    const store::RunStatus status = outcome.result.outcome == TrainOutcome::Completed ? store::RunStatus::Completed
-                                    : outcome.result.outcome == TrainOutcome::Stopped ? store::RunStatus::Stopped
-                                                                                      : store::RunStatus::Interrupted;
-    store->setStatus(outcome.run_id, status);
-  }
+  if (store) store->setStatus(outcome.run_id, finalStatus(outcome.result.outcome));
   return outcome;
 }
 

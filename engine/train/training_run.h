@@ -10,6 +10,7 @@
 #include <stop_token>
 #include <string>
 
+#include "engine/model/model.h"
 #include "engine/train/train_config.h"
 #include "engine/train/trainer.h"
 
@@ -25,13 +26,14 @@ struct TrainingRunOutcome {
   std::filesystem::path output_dir;
   bool resumed = false;
   int64_t resumed_from_step = 0;
+  model::AppliedPlacement applied_placement;  // where the model's parts ran
 };
 
-// Runs the whole job on the calling thread (callers put it on their own thread). `stop` ends
-// at a step boundary with a checkpoint, `cancel` at the next micro-batch without one. Errors
-// are tandem::Error; the store records the run's status either way. `store` may be null.
-TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listener,
-                               std::stop_token stop, std::stop_token cancel,
+// Runs the whole job on the calling thread (callers put it on their own thread), on the
+// placement the memory planner judged for this machine (model_resolver.h). `control` stops,
+// cancels or pauses it (trainer.h: RunControl). Errors are tandem::Error; the store records the
+// run's status (and its pauses) either way. `store` may be null.
+TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listener, const RunControl& control,
                                store::RunStore* store);
 
 }  // namespace tandem::train

@@ -1,6 +1,6 @@
 #include "tests/ui/ui_test_support.h"
 
-#include "engine/train/demo_model.h"
+#include "engine/model/demo_model.h"
 
 namespace tandem::ui::test {
 
@@ -9,7 +9,7 @@ StudioPaths demoPaths(const QTemporaryDir& tmp) {
   paths.resources = TANDEM_RESOURCES_DIR;
   paths.presets = TANDEM_PRESETS_DIR;
   paths.demo_workdir = std::filesystem::path(tmp.path().toStdString()) / "demo";
-  train::ensureDemoModel(paths.demo_workdir, paths.resources);
+  model::ensureDemoModel(paths.demo_workdir, paths.resources);
   return paths;
 }
 

@@ -1,0 +1,36 @@
+#pragma once
+// A KV-cached decode of one sequence on a Model, without libtorch in sight: feed the prompt
+// (the prefill), then each new token; every feed returns the logits of the last position. The
+// cache is preallocated for `capacity` positions; autograd is off for the session's work.
+// Generation (engine/infer) picks the tokens.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace tandem::model {
+
+class KvCache;
+class Model;
+
+class DecodeSession {
+ public:
+  DecodeSession(const Model& model, int64_t capacity);
+  ~DecodeSession();
+  DecodeSession(const DecodeSession&) = delete;
+  DecodeSession& operator=(const DecodeSession&) = delete;
+
+  // ids: the next positions' tokens (non-empty; the prompt, then one at a time) -> the logits of
+  // the last of them, [vocab] fp32. Throws Error past the capacity or on ids outside the
+  // vocabulary, OutOfMemory (core/error.h) when a device or the host runs out.
+  std::vector<float> feed(std::span<const int32_t> ids);
+
+  int64_t length() const;  // positions fed so far
+
+ private:
+  const Model& model_;
+  std::unique_ptr<KvCache> cache_;
+};
+
+}  // namespace tandem::model

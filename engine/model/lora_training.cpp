@@ -1,0 +1,95 @@
+#include "engine/model/lora_training.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "engine/core/error.h"
+#include "engine/model/causal_lm.h"
+#include "engine/model/lora_optimizer.h"
+#include "engine/model/model.h"
+#include "engine/model/weight_loader.h"
+
+namespace tandem::model {
+
+namespace {
+
+// The dropout generator's entry in the state file.
+const char* const kDropoutRngKey = "rng.cpu";
+
+// [rows, width] int64 CPU tensors over the batch's own vectors (no copy; the caller keeps them).
+at::Tensor rowsOf(const TokenBatch& batch, const std::vector<int64_t>& values) {
+  if (batch.rows <= 0 || batch.width <= 0 || values.size() != static_cast<size_t>(batch.rows * batch.width)) {
+    throw Error("a token batch of " + std::to_string(values.size()) + " ids is not " + std::to_string(batch.rows) +
+                " rows of " + std::to_string(batch.width));
+  }
+  return at::from_blob(const_cast<int64_t*>(values.data()), {batch.rows, batch.width}, at::kLong);
+}
+
+[[noreturn]] void rethrowOutOfMemory(const c10::OutOfMemoryError& e) {
+  const std::string what = e.what_without_backtrace();
+  throw OutOfMemory(what.substr(0, what.find('\n')));
+}
+
+}  // namespace
+
+LoraTraining::LoraTraining(Model& model, const AdamWSettings& adamw, ThreadPool& pool)
+    : model_(model), optimizer_(std::make_unique<LoraOptimizer>(model.lm(), adamw, pool)) {}
+
+LoraTraining::~LoraTraining() = default;
+
+void LoraTraining::seedDropout(uint64_t seed) { at::manual_seed(seed); }
+
+double LoraTraining::accumulateGradients(const TokenBatch& batch, double weight) {
+  const at::Tensor ids = rowsOf(batch, batch.input_ids);
+  const at::Tensor labels = rowsOf(batch, batch.labels);
+  try {
+    const at::Tensor hidden = model_.lm().forwardHidden(ids, /*training=*/true);
+    const at::Tensor loss = model_.lm().loss(hidden, labels) * weight;
+    torch::autograd::backward({loss});
+    return loss.item<double>();
+  } catch (const c10::OutOfMemoryError& e) {
+    rethrowOutOfMemory(e);
+  }
+}
+
+double LoraTraining::evaluateLoss(const TokenBatch& batch) {
+  at::NoGradGuard no_grad;
+  const at::Tensor ids = rowsOf(batch, batch.input_ids);
+  const at::Tensor labels = rowsOf(batch, batch.labels);
+  try {
+    const at::Tensor hidden = model_.lm().forwardHidden(ids, /*training=*/false);
+    return model_.lm().loss(hidden, labels).item<double>();
+  } catch (const c10::OutOfMemoryError& e) {
+    rethrowOutOfMemory(e);
+  }
+}
+
+double LoraTraining::clipGradNorm(double max_norm) { return optimizer_->clipGradNorm(max_norm); }
+void LoraTraining::step(double lr) { optimizer_->step(lr); }
+void LoraTraining::zeroGrad() { optimizer_->zeroGrad(); }
+int64_t LoraTraining::stepCount() const { return optimizer_->stepCount(); }
+
+void LoraTraining::saveState(const std::filesystem::path& file) const {
+  std::map<std::string, at::Tensor> state = optimizer_->stateDict();
+  state[kDropoutRngKey] = at::detail::getDefaultCPUGenerator().get_state();
+  writeTensorFile(file, state, {});
+}
+
+void LoraTraining::loadState(const std::filesystem::path& file, int64_t step_count) {
+  const std::map<std::string, at::Tensor> tensors = readTensorFile(file);
+  const auto rng = tensors.find(kDropoutRngKey);
+  if (rng == tensors.end()) {
+    throw Error(file.string() + " holds no dropout generator state", "delete that checkpoint dir");
+  }
+  optimizer_->loadStateDict(tensors, step_count);
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  generator.set_state(rng->second);
+}
+
+}  // namespace tandem::model

@@ -1,0 +1,74 @@
+#pragma once
+// How a model is built and placed: the dtype of its dense parts, the device of every decoder
+// layer, and how its routed experts are computed. Typed values, no libtorch and no text: made by
+// resolveModelOptions (model_resolver.h) from the user's settings and the memory plan, read by
+// the model builder.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/experts/expert_types.h"
+#include "engine/placement/device.h"
+
+namespace tandem::model {
+
+// The dense parts' and the activations' dtype.
+enum class ModelDType { Fp32, Bf16 };
+
+// Where routed experts are computed:
+//   Cpu         on the CPU expert engine (co-computation), the most routed ones optionally
+//               resident on the layer's GPU beside it (gpu_experts)
+//   GpuOffload  streamed from pinned host memory to the layer's device per layer, forward and
+//               backward (ZeRO-Offload), the most routed ones optionally kept there as a cache
+enum class ExpertsMode { Cpu, GpuOffload };
+
+// "cpu" or "gpu-offload"; anything else is an Error naming both.
+ExpertsMode parseExpertsMode(std::string_view text);
+std::string_view expertsModeName(ExpertsMode mode);
+
+struct ModelOptions {
+  ModelDType dtype = ModelDType::Fp32;
+  placement::Device device;  // the embeddings, and every layer layer_devices does not place
+  // Per decoder layer (attention, router, shared experts, dense MLP, LoRA and its optimizer
+  // state); empty: every layer on `device`. Only activations move between devices.
+  std::vector<placement::Device> layer_devices;
+  // Final norm and lm_head; unset: the last layer's device.
+  std::optional<placement::Device> head_device;
+  ExpertsMode experts = ExpertsMode::Cpu;
+  std::string experts_backend = "auto";
+  // What the CPU expert engine packs the frozen experts to (ExpertLayerOptions::format): "auto"
+  // (int8 for amx_int8, else bf16), "bf16", "int8", or "fp8": the checkpoint's own fp8 experts
+  // (an Error when they are not), read as stored and dequantised into bf16 packs, as auto does.
+  // int8 also holds the resident experts and offload mode's copies in the same int8
+  // (stored_expert_weights.h); the others keep those in the model dtype.
+  std::string experts_format = "auto";
+  experts::WtPolicy experts_wt_policy = experts::WtPolicy::Persistent;
+  experts::TaskSplit experts_task_split = experts::TaskSplit::Auto;
+  // Per decoder layer (empty or short: -1): ExpertLayerOptions::numa_node, K for a placement's
+  // cpu:numaK (that layer's experts on NUMA node K alone), -1 split over every node.
+  std::vector<int> experts_numa_node;
+  bool gradient_checkpointing = false;
+  // With checkpointing: keep each MoE layer's CPU expert forward in host RAM for the backward
+  // instead of recomputing it (see KeptExpertForward; the planner decides whether RAM allows).
+  bool keep_expert_forward = false;
+  int64_t loss_chunk_tokens = 1024;  // rows of logits materialised at once by the loss
+  // Per decoder layer, how many routed experts live on the layer's device (the most routed of
+  // its first call; resident_experts.h): beside the CPU engine (experts = Cpu), or as offload
+  // mode's resident cache, which then streams only the others (expert_offload.h). Empty: none;
+  // the planner fills it (memory_planner.h, MemoryPlan::gpu_experts).
+  std::vector<int64_t> gpu_experts;
+  // Offload mode: copy the next layer's streamed experts while the device computes this one
+  // (expert_streamer.h); false copies each layer's when it runs (the baseline it is measured
+  // against).
+  bool stream_experts_ahead = true;
+
+  placement::Device layerDevice(size_t layer) const;
+  placement::Device headDevice() const;
+  int64_t gpuExperts(size_t layer) const;
+};
+
+}  // namespace tandem::model
