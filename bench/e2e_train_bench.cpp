@@ -27,6 +27,7 @@
 #include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/causal_lm.h"
+#include "engine/model/machine_probe.h"
 #include "engine/model/moe_block.h"
 #include "engine/model/moe_function.h"
 #include "engine/gpu/torch_runtime.h"
@@ -187,7 +188,7 @@ std::vector<int64_t> gpuExperts(const Options& o, const tandem::io::ModelConfig&
                                 const tandem::model::ModelOptions& options, nlohmann::json& planned) {
   const auto layers = static_cast<size_t>(config.num_hidden_layers);
   if (o.gpu_experts != "auto") return std::vector<int64_t>(layers, std::stoll(o.gpu_experts));
-  tandem::placement::Hardware hw = tandem::placement::probeHardware();
+  tandem::placement::Hardware hw = tandem::model::probeMachine();
   std::erase_if(hw.gpus, [&](const auto& g) { return g.device() != options.device.str(); });
   if (hw.gpus.empty()) throw tandem::Error("--gpu-experts auto plans for the GPU of --device, which is not there");
   if (o.gpu_cap_gib > 0) {

@@ -1,5 +1,6 @@
 #include "ui/fine_tune_wizard.h"
 
+#include "engine/model/machine_probe.h"
 #include "engine/train/demo_model.h"
 #include "engine/train/training_plan.h"
 #include "ui/wizard_pages.h"
@@ -7,7 +8,7 @@
 namespace tandem::ui {
 
 FineTuneWizard::FineTuneWizard(const MachineInfo& machine, StudioPaths paths, QWidget* parent)
-    : QWizard(parent), machine_(machine), paths_(std::move(paths)), hardware_(placement::probeHardware()) {
+    : QWizard(parent), machine_(machine), paths_(std::move(paths)), hardware_(model::probeMachine()) {
   setWindowTitle(tr("New fine-tune"));
   setWizardStyle(QWizard::ModernStyle);
   setOption(QWizard::NoBackButtonOnStartPage);

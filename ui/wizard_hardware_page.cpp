@@ -14,6 +14,7 @@
 #include <string>
 
 #include "engine/core/error.h"
+#include "engine/model/machine_probe.h"
 #include "engine/placement/hardware.h"
 #include "ui/error_text.h"
 #include "ui/machine_info.h"
@@ -132,7 +133,7 @@ void HardwarePage::choosePreset() {
   const QString file = target_->currentData().toString();
   try {
     if (file.isEmpty()) {
-      wizard_.setHardware(placement::probeHardware());
+      wizard_.setHardware(model::probeMachine());
       machine_text_->setText(describeMachine(wizard_.machine()).join(QLatin1Char('\n')));
     } else {
       const placement::Hardware h = placement::loadHardwarePreset(file.toStdString());

@@ -12,6 +12,7 @@
 #include "engine/core/error.h"
 #include "engine/core/units.h"
 #include "engine/io/atomic_file.h"
+#include "engine/model/machine_probe.h"
 #include "engine/placement/hardware.h"
 #include "engine/placement/kt_rules.h"
 #include "engine/train/training_plan.h"
@@ -142,7 +143,7 @@ void runPlan(const PlanOptions& o) {
   const train::TrainConfig config = train::loadTrainConfig(o.config);
   const io::ModelConfig model = io::readModelConfig(config.model_name_or_path);
   const fs::path presets = fs::path(TANDEM_PRESETS_DIR) / "hardware";
-  const placement::Hardware hw = o.hardware.empty() ? placement::probeHardware()
+  const placement::Hardware hw = o.hardware.empty() ? model::probeMachine()
                                                     : placement::resolveHardware(o.hardware, presets);
   placement::PlanRequest request = train::planRequestFor(config, model);
   request.whole_layers = !o.split_layers;

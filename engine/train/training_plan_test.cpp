@@ -16,6 +16,7 @@
 #include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/causal_lm.h"
+#include "engine/model/machine_probe.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/lora_target.h"
 #include "engine/placement/hardware.h"
@@ -113,7 +114,7 @@ TEST_P(PlanVersusLedger, WithinTenPercent) {
   tc.gradient_checkpointing = GetParam();
   tc.bf16 = false;
   tc.device = "cpu";
-  placement::Hardware hw = placement::probeHardware();
+  placement::Hardware hw = model::probeMachine();
   hw.gpus.clear();
   hw.numa_nodes.resize(1);  // one host device, named "cpu" as the ledger names it
   const placement::MemoryPlan plan = planTraining(tc, config, hw);
@@ -154,7 +155,7 @@ TEST(PlanVersusLedger, ResidentExpertWeights) {
   EXPECT_EQ(planRequestFor(tc, config).gpu_experts, placement::kAutoGpuExperts);
   tc.gpu_experts = "3";
   EXPECT_EQ(planRequestFor(tc, config).gpu_experts, 3);
-  placement::Hardware hw = placement::probeHardware();
+  placement::Hardware hw = model::probeMachine();
   hw.gpus = {placement::GpuSpec{0, "test GPU", 64ull << 30, 64ull << 30}};
   const placement::MemoryPlan plan = planTraining(tc, config, hw);
   uint64_t planned_bytes = 0;

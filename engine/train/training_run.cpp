@@ -20,6 +20,7 @@
 #include "engine/model/checkpoint_dir.h"
 #include "engine/model/device_map.h"
 #include "engine/model/gguf_lora.h"
+#include "engine/model/machine_probe.h"
 #include "engine/model/peft_adapter.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/gguf_model.h"
@@ -231,7 +232,7 @@ class FirstStepNote : public TrainListener {
 // The planner's verdict on this machine, before anything is loaded: a run that cannot fit is
 // refused with the planner's advice instead of dying at step 0 (or hour 3).
 placement::MemoryPlan refuseWhenItCannotFit(const TrainConfig& config, const io::ModelConfig& model_config) {
-  placement::Hardware hardware = placement::probeHardware();
+  placement::Hardware hardware = model::probeMachine();
   if (config.device == "cpu") hardware.gpus.clear();
   placement::MemoryPlan plan = planTraining(config, model_config, hardware);
   if (plan.fits) return plan;
