@@ -189,7 +189,8 @@ std::vector<int64_t> gpuExperts(const Options& o, const tandem::io::ModelConfig&
   const auto layers = static_cast<size_t>(config.num_hidden_layers);
   if (o.gpu_experts != "auto") return std::vector<int64_t>(layers, std::stoll(o.gpu_experts));
   tandem::placement::Hardware hw = tandem::model::probeMachine();
-  std::erase_if(hw.gpus, [&](const auto& g) { return g.device() != options.device.str(); });
+  const auto device = tandem::placement::Device::parse(options.device.str(), "--device");
+  std::erase_if(hw.gpus, [&](const auto& g) { return g.device() != device; });
   if (hw.gpus.empty()) throw tandem::Error("--gpu-experts auto plans for the GPU of --device, which is not there");
   if (o.gpu_cap_gib > 0) {
     hw.gpus[0].free_bytes = std::min(hw.gpus[0].free_bytes, static_cast<uint64_t>(o.gpu_cap_gib * (1ull << 30)));
@@ -206,9 +207,9 @@ std::vector<int64_t> gpuExperts(const Options& o, const tandem::io::ModelConfig&
   const tandem::placement::RuntimePlacement runtime = tandem::placement::toRuntimePlacement(plan.placement);
   std::vector<int64_t> counts(layers, 0);
   for (size_t layer = 0; layer < layers; ++layer) {
-    if (runtime.layer_devices[layer] == options.device.str()) counts[layer] = runtime.gpu_experts[layer];
+    if (runtime.layer_devices[layer] == device) counts[layer] = runtime.gpu_experts[layer];
   }
-  const tandem::placement::DevicePlan* gpu = plan.device(options.device.str());
+  const tandem::placement::DevicePlan* gpu = plan.device(device);
   planned = {{"device", options.device.str()}, {"capacity_bytes", gpu->capacity_bytes}, {"total_bytes", gpu->total()},
              {"fits", plan.fits}, {"problems", plan.problems}, {"notes", plan.notes}};
   return counts;

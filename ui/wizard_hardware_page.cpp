@@ -139,7 +139,7 @@ void HardwarePage::choosePreset() {
       const placement::Hardware h = placement::loadHardwarePreset(file.toStdString());
       QStringList lines;
       for (const placement::GpuSpec& g : h.gpus) {
-        lines << tr("GPU %1  %2  %3").arg(QString::fromStdString(g.device()), QString::fromStdString(g.name), bytesText(g.total_bytes));
+        lines << tr("GPU %1  %2  %3").arg(QString::fromStdString(g.device().str()), QString::fromStdString(g.name), bytesText(g.total_bytes));
       }
       lines << tr("CPU  %1, %2 socket(s), %3 cores%4")
                    .arg(QString::fromStdString(h.cpu.name))

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/placement/device.h"
+
 namespace tandem::placement {
 
 struct GpuSpec {
@@ -20,7 +22,7 @@ struct GpuSpec {
   int pcie_gen = 0;            // 0 = unknown
   int pcie_lanes = 0;          // 0 = unknown
 
-  std::string device() const { return "cuda:" + std::to_string(index); }
+  Device device() const { return Device::cuda(index); }
 };
 
 struct CpuSpec {

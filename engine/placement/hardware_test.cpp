@@ -64,7 +64,7 @@ TEST(HardwarePreset, EveryShippedPresetLoads) {
 TEST(HardwarePreset, ReadsTheSchema) {
   const Hardware hw = parseHardwarePreset(kValid, "test.yaml");
   ASSERT_EQ(hw.gpus.size(), 2u);
-  EXPECT_EQ(hw.gpus[1].device(), "cuda:1");
+  EXPECT_EQ(hw.gpus[1].device().str(), "cuda:1");
   EXPECT_EQ(hw.gpus[0].total_bytes, uint64_t{24} << 30);
   EXPECT_EQ(hw.gpus[0].pcie_gen, 4);
   EXPECT_EQ(hw.cpu.physical_cores, 64);
@@ -110,7 +110,7 @@ TEST(HardwareProbe, SeesThisMachineWithTheGpusGiven) {
   EXPECT_GT(hw.ramBytes(), 0u);
   EXPECT_GE(hw.cpu.physical_cores, 1);
   ASSERT_EQ(hw.gpus.size(), 1u);
-  EXPECT_EQ(hw.gpus[0].device(), "cuda:0");
+  EXPECT_EQ(hw.gpus[0].device().str(), "cuda:0");
   EXPECT_EQ(hw.gpus[0].free_bytes, card.free_bytes);
   EXPECT_EQ(hw.gpus[0].pcie_gen, 4);
   EXPECT_TRUE(probeHardware({}).gpus.empty());

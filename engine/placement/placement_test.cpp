@@ -38,14 +38,14 @@ TEST(Placement, ModulesFollowTheArchitecture) {
 TEST(Placement, LayerDevicesAreWhereTheAttentionIs) {
   Placement p = modulesOf(model("qwen3-30b-a3b.json"));
   for (ModulePlacement& m : p.modules) {
-    m.device = m.kind == ModuleKind::RoutedExperts ? "cpu" : m.layer >= 24 ? "cuda:1" : "cuda:0";
+    m.device = m.kind == ModuleKind::RoutedExperts ? Device::cpu() : Device::cuda(m.layer >= 24 ? 1 : 0);
   }
-  const std::vector<std::string> devices = p.layerDevices();
+  const std::vector<Device> devices = p.layerDevices();
   ASSERT_EQ(devices.size(), 48u);
-  EXPECT_EQ(devices[0], "cuda:0");
-  EXPECT_EQ(devices[23], "cuda:0");
-  EXPECT_EQ(devices[24], "cuda:1");
-  EXPECT_EQ(devices[47], "cuda:1");
+  EXPECT_EQ(devices[0].str(), "cuda:0");
+  EXPECT_EQ(devices[23].str(), "cuda:0");
+  EXPECT_EQ(devices[24].str(), "cuda:1");
+  EXPECT_EQ(devices[47].str(), "cuda:1");
 }
 
 TEST(Placement, EveryShippedPresetAppliesToEveryModel) {
@@ -75,8 +75,8 @@ TEST(Placement, OffloadRunsExpertsOnTheirLayersGpu) {
   const Placement p = loadPlacementFile(kPresets / "placement" / "one-gpu_offload.yaml", model("deepseek-v2-lite.json"));
   const ModulePlacement* experts = p.find("model.layers.5.mlp.experts");
   ASSERT_NE(experts, nullptr);
-  EXPECT_EQ(experts->device, "cpu");
-  EXPECT_EQ(experts->compute_device, "cuda:0");
+  EXPECT_EQ(experts->device.str(), "cpu");
+  EXPECT_EQ(experts->compute_device, Device::cuda(0));
   const RuntimePlacement r = toRuntimePlacement(p);
   EXPECT_EQ(r.experts_mode, "gpu-offload");
   EXPECT_EQ(r.experts_weight_format, "bf16");
@@ -103,9 +103,9 @@ TEST(Placement, ValidationBoundsDevicesByTheMachine) {
   Placement p = loadPlacementFile(kPresets / "placement" / "one-gpu_cpu-experts.yaml", qwen);
   EXPECT_NO_THROW(validatePlacement(p, 1, 1));
   EXPECT_THROW(validatePlacement(p, 0, 1), Error);
-  p.find("model.layers.2.mlp.experts")->device = "cuda:0";
+  p.find("model.layers.2.mlp.experts")->device = Device::cuda(0);
   EXPECT_THROW(validatePlacement(p), Error);  // expert weights never live on a GPU
-  p.find("model.layers.2.mlp.experts")->device = "cpu:numa1";
+  p.find("model.layers.2.mlp.experts")->device = Device::numaNode(1);
   EXPECT_THROW(validatePlacement(p, 1, 1), Error);
   EXPECT_NO_THROW(validatePlacement(p, 1, 2));
   // cpu:numaK pins that layer's experts to node K at run time; cpu splits them over every node.

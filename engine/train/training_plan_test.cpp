@@ -85,11 +85,15 @@ Measured trainOneStep(const io::ModelConfig& config, const TrainConfig& tc, bool
   return out;
 }
 
-uint64_t planned(const placement::MemoryPlan& plan, placement::PlanCategory c) { return plan.device("cpu")->at(c); }
+uint64_t planned(const placement::MemoryPlan& plan, placement::PlanCategory c) {
+  return plan.device(placement::Device::cpu())->at(c);
+}
 
 uint64_t plannedItem(const placement::MemoryPlan& plan, const std::string& what) {
   uint64_t bytes = 0;
-  for (const placement::PlanItem& item : plan.device("cpu")->items) bytes += item.what == what ? item.bytes : 0;
+  for (const placement::PlanItem& item : plan.device(placement::Device::cpu())->items) {
+    bytes += item.what == what ? item.bytes : 0;
+  }
   return bytes;
 }
 
@@ -159,7 +163,7 @@ TEST(PlanVersusLedger, ResidentExpertWeights) {
   hw.gpus = {placement::GpuSpec{0, "test GPU", 64ull << 30, 64ull << 30}};
   const placement::MemoryPlan plan = planTraining(tc, config, hw);
   uint64_t planned_bytes = 0;
-  for (const placement::PlanItem& item : plan.device("cuda:0")->items) {
+  for (const placement::PlanItem& item : plan.device(placement::Device::cuda(0))->items) {
     planned_bytes += item.what == "resident routed experts" ? item.bytes : 0;
   }
   model::ModelOptions options;  // fp32 on the CPU device
@@ -205,7 +209,7 @@ TEST(PlanRequestFor, OffloadModePlansItsResidentCache) {
   const placement::MemoryPlan plan = planTraining(tc, qwen3, hw);
   const placement::ModulePlacement& experts = *plan.placement.find("model.layers.5.mlp.experts");
   EXPECT_EQ(experts.backend, "gpu-offload");
-  EXPECT_EQ(experts.compute_device, "cuda:0");
+  EXPECT_EQ(experts.compute_device, placement::Device::cuda(0));
   EXPECT_GT(experts.gpu_experts, 16);
   EXPECT_LT(experts.gpu_experts, 128);
   const placement::RuntimePlacement runtime = placement::toRuntimePlacement(plan.placement);
@@ -229,7 +233,7 @@ TEST(PlanRequestFor, Fp32BackendsArePlannedAsTheyRun) {
     EXPECT_EQ(planRequestFor(tc, qwen3).experts_backend, backends[i]);
     const placement::MemoryPlan plan = planTraining(tc, qwen3, hw);
     EXPECT_EQ(plan.placement.find("model.layers.5.mlp.experts")->backend, backends[i]);
-    host[i] = plan.device("cpu")->total();  // one NUMA node
+    host[i] = plan.device(placement::Device::cpu())->total();  // one NUMA node
   }
   EXPECT_EQ(host[0], host[1]);
   EXPECT_GT(host[2], host[0] + host[0] / 4);

@@ -245,10 +245,10 @@ placement::MemoryPlan refuseWhenItCannotFit(const TrainConfig& config, const io:
 
 // A kt_optimize_rule file decides where the layers run (explicit layer_devices win over it).
 void applyRulePlacement(const placement::RuntimePlacement& runtime, model::ModelOptions& options) {
-  options.device = model::parseDevice(runtime.embed_device);
+  options.device = model::parseDevice(runtime.embed_device.str());
   options.layer_devices.clear();
-  for (const std::string& device : runtime.layer_devices) options.layer_devices.push_back(model::parseDevice(device));
-  options.head_device = model::parseDevice(runtime.head_device);
+  for (placement::Device device : runtime.layer_devices) options.layer_devices.push_back(model::parseDevice(device.str()));
+  options.head_device = model::parseDevice(runtime.head_device.str());
   options.experts = model::parseExpertsMode(runtime.experts_mode);
   if (!runtime.experts_backend.empty()) options.experts_backend = expertsBackend(runtime.experts_backend);
   options.experts_numa_node = runtime.experts_numa_node;
@@ -265,7 +265,7 @@ std::vector<int64_t> plannedGpuExperts(const placement::MemoryPlan& plan, const 
   const placement::RuntimePlacement runtime = placement::toRuntimePlacement(plan.placement);
   std::vector<int64_t> counts(runtime.gpu_experts.size(), 0);
   for (size_t layer = 0; layer < counts.size(); ++layer) {
-    if (options.layerDevice(layer).str() == runtime.layer_devices[layer]) counts[layer] = runtime.gpu_experts[layer];
+    if (options.layerDevice(layer).str() == runtime.layer_devices[layer].str()) counts[layer] = runtime.gpu_experts[layer];
   }
   return counts;
 }
