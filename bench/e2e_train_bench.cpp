@@ -204,10 +204,10 @@ tandem::placement::MemoryPlan planRun(const Options& o, const tandem::io::ModelC
 // The planner's bytes for the first layer's GPU, to compare with the allocator's peak, and why
 // the whole plan does not fit when it does not.
 nlohmann::json plannedJson(const tandem::placement::MemoryPlan& plan, const tandem::model::ModelOptions& options) {
-  const std::string device = options.layerDevice(0).str();
+  const tandem::placement::Device device = options.layerDevice(0);
   const tandem::placement::DevicePlan* gpu = plan.device(device);
   if (!gpu) return nullptr;
-  return {{"device", device}, {"capacity_bytes", gpu->capacity_bytes}, {"total_bytes", gpu->total()},
+  return {{"device", device.str()}, {"capacity_bytes", gpu->capacity_bytes}, {"total_bytes", gpu->total()},
           {"fits", plan.fits}, {"problems", plan.problems}, {"notes", plan.notes}};
 }
 

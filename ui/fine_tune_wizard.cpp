@@ -1,13 +1,14 @@
 #include "ui/fine_tune_wizard.h"
 
 #include "engine/model/demo_model.h"
+#include "engine/model/machine_probe.h"
 #include "engine/train/training_plan.h"
 #include "ui/wizard_pages.h"
 
 namespace tandem::ui {
 
 FineTuneWizard::FineTuneWizard(const MachineInfo& machine, StudioPaths paths, QWidget* parent)
-    : QWizard(parent), machine_(machine), paths_(std::move(paths)), hardware_(placement::probeHardware()) {
+    : QWizard(parent), machine_(machine), paths_(std::move(paths)), hardware_(model::probeMachine()) {
   setWindowTitle(tr("New fine-tune"));
   setWizardStyle(QWizard::ModernStyle);
   setOption(QWizard::NoBackButtonOnStartPage);

@@ -129,9 +129,9 @@ std::vector<MemoryBar> plannedMemoryBars(const placement::MemoryPlan& plan) {
   std::vector<MemoryBar> bars;
   for (const placement::DevicePlan& d : plan.devices) {
     MemoryBar bar;
-    bar.device = QString::fromStdString(d.device);
-    bar.label = bar.device.startsWith(QStringLiteral("cuda:")) ? QStringLiteral("GPU %1").arg(bar.device.mid(5))
-                                                                : QObject::tr("RAM %1").arg(bar.device.mid(3));
+    bar.device = QString::fromStdString(d.device.str());
+    bar.label = d.device.isGpu() ? QStringLiteral("GPU %1").arg(d.device.gpuIndex())
+                                 : QObject::tr("RAM %1").arg(bar.device.mid(3));
     bar.capacity_bytes = d.capacity_bytes;
     for (int c = 0; c < placement::kPlanCategoryCount; ++c) {
       bar.bytes[static_cast<int>(slice(static_cast<PlanCategory>(c)))] += d.bytes[c];

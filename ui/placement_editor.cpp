@@ -11,6 +11,7 @@
 #include <QSplitter>
 #include <QTableWidget>
 #include <QVBoxLayout>
+#include <optional>
 #include <set>
 
 #include "engine/core/error.h"
@@ -50,10 +51,11 @@ PlacementEditor::PlacementEditor(placement::PlanRequest request, placement::Hard
   table_->setAccessibleName(tr("Modules"));
 
   device_ = new QComboBox;
-  for (const placement::GpuSpec& g : hardware_.gpus) device_->addItem(QString::fromStdString(g.device()));
-  device_->addItem(QStringLiteral("cpu"));
+  auto addDevice = [this](placement::Device d) { device_->addItem(QString::fromStdString(d.str())); };
+  for (const placement::GpuSpec& g : hardware_.gpus) addDevice(g.device());
+  addDevice(placement::Device::cpu());
   if (hardware_.numa_nodes.size() > 1) {
-    for (const placement::NumaNodeSpec& n : hardware_.numa_nodes) device_->addItem(QStringLiteral("cpu:numa%1").arg(n.id));
+    for (const placement::NumaNodeSpec& n : hardware_.numa_nodes) addDevice(placement::Device::numaNode(n.id));
   }
   backend_ = new QComboBox;
   backend_->addItem(tr("(keep)"), QString());
@@ -130,20 +132,12 @@ bool PlacementEditor::tryPlacement(const placement::Placement& candidate) {
   QString problem;
   placement::MemoryPlan plan;
   try {
-    placement::validatePlacement(candidate, static_cast<int>(hardware_.gpus.size()),
-                                 static_cast<int>(hardware_.numa_nodes.size()));
     plan = placement::evaluatePlacement(request_, hardware_, candidate);
     if (!plan.fits) problem = tr("Does not fit: %1").arg(joined(plan.problems));
   } catch (const Error& e) {
     problem = errorText(e);
   }
-  if (!problem.isEmpty()) {
-    status_->setProperty("problem", problem);
-    status_->setStyleSheet(QStringLiteral("color: #b00020; font-weight: bold;"));
-    status_->setText(tr("Refused — %1").arg(problem) +
-                     (plan.advice.empty() ? QString() : QStringLiteral("\n") + joined(plan.advice)));
-    return false;
-  }
+  if (!problem.isEmpty()) return refuse(problem, joined(plan.advice));
   placement_ = plan.placement;  // the candidate with the planner's resident expert counts
   plan_ = plan;
   status_->setProperty("problem", QString());
@@ -154,18 +148,32 @@ bool PlacementEditor::tryPlacement(const placement::Placement& candidate) {
   return true;
 }
 
+bool PlacementEditor::refuse(const QString& problem, const QString& advice) {
+  status_->setProperty("problem", problem);
+  status_->setStyleSheet(QStringLiteral("color: #b00020; font-weight: bold;"));
+  status_->setText(tr("Refused — %1").arg(problem) + (advice.isEmpty() ? QString() : QStringLiteral("\n") + advice));
+  return false;
+}
+
 bool PlacementEditor::setPlacement(const placement::Placement& placement) { return tryPlacement(placement); }
 
 bool PlacementEditor::assign(const std::vector<int>& rows, const QString& device, const QString& backend) {
+  std::optional<placement::Device> target;
+  try {
+    if (!device.isEmpty()) target = placement::Device::parse(device.toStdString());
+  } catch (const Error& e) {
+    return refuse(errorText(e));
+  }
   placement::Placement candidate = placement_;
   for (int row : rows) {
     if (row < 0 || row >= static_cast<int>(candidate.modules.size())) continue;
     placement::ModulePlacement& m = candidate.modules[row];
-    if (!device.isEmpty()) m.device = device.toStdString();
+    if (target) m.device = *target;
     if (m.kind == placement::ModuleKind::RoutedExperts && !backend.isEmpty()) {
       m.backend = backend.toStdString();
       m.weight_format = placement::defaultWeightFormat(m.backend, request_.model);
-      m.compute_device = m.backend == "gpu-offload" && !hardware_.gpus.empty() ? hardware_.gpus.front().device() : "";
+      m.compute_device.reset();
+      if (m.backend == "gpu-offload" && !hardware_.gpus.empty()) m.compute_device = hardware_.gpus.front().device();
     }
   }
   return tryPlacement(candidate);
@@ -214,21 +222,21 @@ void PlacementEditor::refreshTable() {
   const QSignalBlocker block(table_);
   std::vector<int> keep = selectedRows();
   table_->setRowCount(static_cast<int>(placement_.modules.size()));
-  const std::vector<std::string> layer_device = placement_.layerDevices();
+  const std::vector<placement::Device> layer_device = placement_.layerDevices();
   for (int i = 0; i < static_cast<int>(placement_.modules.size()); ++i) {
     const placement::ModulePlacement& m = placement_.modules[i];
     const QString resident = m.gpu_experts > 0 ? tr(" + %1 of %2 experts on %3")
                                                      .arg(m.gpu_experts)
                                                      .arg(request_.model.num_experts)
-                                                     .arg(QString::fromStdString(layer_device.at(static_cast<size_t>(m.layer))))
+                                                     .arg(QString::fromStdString(layer_device.at(static_cast<size_t>(m.layer)).str()))
                                                : QString();
     const QString cells[kColumns] = {
         QString::fromStdString(m.name),
         QString::fromLatin1(placement::moduleKindName(m.kind).data()),
         m.layer >= 0 ? QString::number(m.layer) : QString(),
         QString::fromStdString(formatCount(static_cast<uint64_t>(placement::moduleParameters(request_.model, m)))),
-        QString::fromStdString(m.device) +
-            (m.compute_device.empty() ? QString() : QStringLiteral(" → %1").arg(QString::fromStdString(m.compute_device))) +
+        QString::fromStdString(m.device.str()) +
+            (m.compute_device ? QStringLiteral(" → %1").arg(QString::fromStdString(m.compute_device->str())) : QString()) +
             resident,
         QString::fromStdString(m.backend),
         QString::fromStdString(m.weight_format)};

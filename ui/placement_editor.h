@@ -33,7 +33,8 @@ class PlacementEditor : public QDialog {
   QString problem() const;  // why the last edit was refused, or what is wrong; empty when fine
   int moduleCount() const;
 
-  // Edits; each returns false (and keeps the placement) when the result is refused.
+  // Edits; each returns false (and keeps the placement) when the result is refused. `device` is
+  // one the device box lists (cuda:N, cpu, cpu:numaK), parsed here; empty keeps each row's.
   bool assign(const std::vector<int>& rows, const QString& device, const QString& backend = {});
   bool setPlacement(const placement::Placement& placement);
   void autoPlace();
@@ -42,6 +43,7 @@ class PlacementEditor : public QDialog {
 
  private:
   bool tryPlacement(const placement::Placement& candidate);
+  bool refuse(const QString& problem, const QString& advice = {});  // shows why; returns false
   void refreshTable();
   std::vector<int> selectedRows() const;
 

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "engine/core/error.h"
+#include "engine/model/machine_probe.h"
 #include "engine/placement/hardware.h"
 #include "ui/error_text.h"
 #include "ui/machine_info.h"
@@ -132,13 +133,13 @@ void HardwarePage::choosePreset() {
   const QString file = target_->currentData().toString();
   try {
     if (file.isEmpty()) {
-      wizard_.setHardware(placement::probeHardware());
+      wizard_.setHardware(model::probeMachine());
       machine_text_->setText(describeMachine(wizard_.machine()).join(QLatin1Char('\n')));
     } else {
       const placement::Hardware h = placement::loadHardwarePreset(file.toStdString());
       QStringList lines;
       for (const placement::GpuSpec& g : h.gpus) {
-        lines << tr("GPU %1  %2  %3").arg(QString::fromStdString(g.device()), QString::fromStdString(g.name), bytesText(g.total_bytes));
+        lines << tr("GPU %1  %2  %3").arg(QString::fromStdString(g.device().str()), QString::fromStdString(g.name), bytesText(g.total_bytes));
       }
       lines << tr("CPU  %1, %2 socket(s), %3 cores%4")
                    .arg(QString::fromStdString(h.cpu.name))

@@ -12,6 +12,7 @@
 #include "engine/core/error.h"
 #include "engine/core/units.h"
 #include "engine/io/atomic_file.h"
+#include "engine/model/machine_probe.h"
 #include "engine/placement/hardware.h"
 #include "engine/placement/kt_rules.h"
 #include "engine/train/training_plan.h"
@@ -52,9 +53,9 @@ std::vector<Summary> summarize(const placement::Placement& p) {
     const size_t first_line = lines.size();
     for (const ModulePlacement& m : p.modules) {
       if (m.kind != kind) continue;
-      std::string where = m.device;
+      std::string where = m.device.str();
       if (kind == ModuleKind::RoutedExperts) {
-        where += ", " + m.backend + (m.compute_device.empty() ? "" : " on " + m.compute_device) + ", " + m.weight_format;
+        where += ", " + m.backend + (m.compute_device ? " on " + m.compute_device->str() : "") + ", " + m.weight_format;
         if (m.gpu_experts > 0) where += ", " + std::to_string(m.gpu_experts) + " resident on the layer's GPU";
       }
       Summary* last = lines.size() > first_line ? &lines.back() : nullptr;
@@ -92,7 +93,7 @@ void printHuman(const MemoryPlan& plan, const train::TrainConfig& config, const 
   std::printf("%-11s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s  %s\n", "GiB", "capacity", "weights", "lora+opt",
               "activ.", "exp.cache", "packedWt", "kv", "staging", "overhead", "total", "");
   for (const DevicePlan& d : plan.devices) {
-    std::printf("%-11s %9s", d.device.c_str(), gib(d.capacity_bytes).c_str());
+    std::printf("%-11s %9s", d.device.str().c_str(), gib(d.capacity_bytes).c_str());
     for (int c = 0; c < placement::kPlanCategoryCount; ++c) std::printf(" %9s", gib(d.bytes[static_cast<size_t>(c)]).c_str());
     std::printf(" %9s  %s\n", gib(d.total()).c_str(), d.fits() ? "ok" : "OVER");
   }
@@ -118,17 +119,17 @@ nlohmann::json toJson(const MemoryPlan& plan, const placement::Hardware& hw, con
     for (const placement::PlanItem& i : d.items) {
       items.push_back({{"what", i.what}, {"category", placement::planCategoryName(i.category)}, {"bytes", i.bytes}});
     }
-    devices.push_back({{"device", d.device}, {"capacity_bytes", d.capacity_bytes}, {"total_bytes", d.total()},
+    devices.push_back({{"device", d.device.str()}, {"capacity_bytes", d.capacity_bytes}, {"total_bytes", d.total()},
                        {"fits", d.fits()}, {"bytes", bytes}, {"items", items}});
   }
   nlohmann::json modules = nlohmann::json::array();
   for (const ModulePlacement& m : plan.placement.modules) {
     nlohmann::json j = {{"name", m.name}, {"kind", placement::moduleKindName(m.kind)}, {"layer", m.layer},
-                        {"device", m.device}, {"parameters", placement::moduleParameters(model, m)}};
+                        {"device", m.device.str()}, {"parameters", placement::moduleParameters(model, m)}};
     if (m.kind == ModuleKind::RoutedExperts) {
       j["backend"] = m.backend;
       j["weight_format"] = m.weight_format;
-      if (!m.compute_device.empty()) j["compute_device"] = m.compute_device;
+      if (m.compute_device) j["compute_device"] = m.compute_device->str();
       j["gpu_experts"] = m.gpu_experts;
     }
     modules.push_back(j);
@@ -142,7 +143,7 @@ void runPlan(const PlanOptions& o) {
   const train::TrainConfig config = train::loadTrainConfig(o.config);
   const io::ModelConfig model = io::readModelConfig(config.model_name_or_path);
   const fs::path presets = fs::path(TANDEM_PRESETS_DIR) / "hardware";
-  const placement::Hardware hw = o.hardware.empty() ? placement::probeHardware()
+  const placement::Hardware hw = o.hardware.empty() ? model::probeMachine()
                                                     : placement::resolveHardware(o.hardware, presets);
   placement::PlanRequest request = train::planRequestFor(config, model);
   request.whole_layers = !o.split_layers;

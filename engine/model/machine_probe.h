@@ -1,6 +1,8 @@
 #pragma once
-// The machine this process runs on, for the planner: its GPUs as libtorch sees them, its CPU and
-// NUMA nodes (placement::probeHardware). No libtorch in this header.
+// The machine this process runs on, as the memory planner sees it: placement::probeHardware's CPU
+// features and NUMA nodes, with the GPUs libtorch sees and (CUDA builds) their PCIe links from
+// sysfs. It lives here, not in placement/, because it needs libtorch and CUDA; this header
+// includes neither, so the CLI and the studio call it cheaply.
 
 #include <string>
 
@@ -8,7 +10,7 @@
 
 namespace tandem::model {
 
-// `gpu_status` (may be null) says why no GPU is listed, when none is.
+// `gpu_status`, when given, says why no GPU is listed (a CPU-only libtorch, no driver, ...).
 placement::Hardware probeMachine(std::string* gpu_status = nullptr);
 
 }  // namespace tandem::model

@@ -41,17 +41,16 @@ std::string expertsBackend(const std::string& requested) {
 // planner's own placements are valid by construction (an offload plan on a machine without a
 // GPU, or with layers evicted to the host, included: the runtime streams to the layer's device).
 void placeLayersAsPlanned(ModelOptions& o, const placement::Placement& placement) {
-  o.device = Device::parse(placement.find("model.embed_tokens")->device, "the plan's embeddings");
-  o.head_device = Device::parse(placement.find("lm_head")->device, "the plan's lm_head");
-  o.layer_devices.clear();
-  for (const std::string& d : placement.layerDevices()) o.layer_devices.push_back(Device::parse(d, "the plan's layers"));
+  o.device = placement.find("model.embed_tokens")->device;
+  o.head_device = placement.find("lm_head")->device;
+  o.layer_devices = placement.layerDevices();
   o.gpu_experts.assign(o.layer_devices.size(), 0);
   o.experts_numa_node.assign(o.layer_devices.size(), -1);
   for (const placement::ModulePlacement& m : placement.modules) {
     if (m.kind != placement::ModuleKind::RoutedExperts) continue;
     const auto layer = static_cast<size_t>(m.layer);
     o.gpu_experts[layer] = m.gpu_experts;
-    o.experts_numa_node[layer] = Device::parse(m.device, m.name).numaNode();
+    o.experts_numa_node[layer] = m.device.numaNode();
   }
   if (std::none_of(o.gpu_experts.begin(), o.gpu_experts.end(), [](int64_t n) { return n > 0; })) o.gpu_experts.clear();
 }

@@ -44,7 +44,7 @@ struct PlannedLayers {
 };
 PlannedLayers plannedLayers(const placement::MemoryPlan& plan) {
   PlannedLayers out;
-  for (const std::string& d : plan.placement.layerDevices()) out.devices.push_back(Device::parse(d));
+  out.devices = plan.placement.layerDevices();
   out.resident.assign(out.devices.size(), 0);
   for (const placement::ModulePlacement& m : plan.placement.modules) {
     if (m.kind == placement::ModuleKind::RoutedExperts) out.resident[static_cast<size_t>(m.layer)] = m.gpu_experts;
@@ -74,8 +74,8 @@ TEST(ResolveModelOptions, ADefaultRunOnTwoGpusRunsThePlannersSplit) {
   EXPECT_EQ(used, (std::set<Device>{Device::cuda(0), Device::cuda(1)}));
   EXPECT_GT(o.gpuExperts(0), 0);
   EXPECT_GT(o.gpuExperts(planned.devices.size() - 1), 0);  // cuda:1's layers keep theirs
-  EXPECT_EQ(o.device, Device::parse(p.placement.find("model.embed_tokens")->device));
-  EXPECT_EQ(o.headDevice(), Device::parse(p.placement.find("lm_head")->device));
+  EXPECT_EQ(o.device, p.placement.find("model.embed_tokens")->device);
+  EXPECT_EQ(o.headDevice(), p.placement.find("lm_head")->device);
 }
 
 TEST(ResolveModelOptions, ADeviceIsPlannedAloneAndRunsEveryLayer) {
@@ -84,7 +84,7 @@ TEST(ResolveModelOptions, ADeviceIsPlannedAloneAndRunsEveryLayer) {
   ModelRequest request;
   request.device = "cuda:1";
   const placement::MemoryPlan p = plan(request, qwen3, two_gpus);
-  EXPECT_EQ(p.device("cuda:0"), nullptr);  // planned for cuda:1 alone
+  EXPECT_EQ(p.device(Device::cuda(0)), nullptr);  // planned for cuda:1 alone
   const ModelOptions o = resolveModelOptions(request, qwen3, p);
   EXPECT_EQ(o.layer_devices, std::vector<Device>(static_cast<size_t>(qwen3.num_hidden_layers), Device::cuda(1)));
   EXPECT_EQ(o.headDevice(), Device::cuda(1));

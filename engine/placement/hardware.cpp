@@ -8,14 +8,9 @@
 #include <set>
 #include <utility>
 
-#ifdef TANDEM_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 #include "engine/core/cpu_features.h"
 #include "engine/core/error.h"
 #include "engine/core/numa.h"
-#include "engine/gpu/torch_runtime.h"
 #include "engine/placement/yaml_file.h"
 
 namespace tandem::placement {
@@ -61,26 +56,6 @@ uint64_t reclaimableBytes() {
     if (key == "MemAvailable:") available_kib = kib;
   }
   return available_kib > free_kib ? (available_kib - free_kib) * 1024 : 0;
-}
-
-// PCIe link of GPU `index` from sysfs ("16.0 GT/s PCIe" -> gen 4), when the build has CUDA.
-void probePcieLink(GpuSpec& gpu) {
-#ifdef TANDEM_WITH_CUDA
-  char bus_id[32] = {};
-  if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, gpu.index) != cudaSuccess) return;
-  std::string id(bus_id);
-  std::transform(id.begin(), id.end(), id.begin(), [](unsigned char c) { return std::tolower(c); });
-  const fs::path dir = fs::path("/sys/bus/pci/devices") / id;
-  const double gts = std::atof(readSmallFile(dir / "current_link_speed").c_str());
-  gpu.pcie_lanes = std::atoi(readSmallFile(dir / "current_link_width").c_str());
-  // GT/s per lane of each generation: 2.5, 5, 8, 16, 32, 64.
-  const double speeds[] = {2.5, 5.0, 8.0, 16.0, 32.0, 64.0};
-  for (int g = 0; g < 6; ++g) {
-    if (std::abs(gts - speeds[g]) < 0.1) gpu.pcie_gen = g + 1;
-  }
-#else
-  (void)gpu;  // a build without CUDA sees no GPU, so there is no link to read
-#endif
 }
 
 // --- preset parsing -------------------------------------------------------------------------
@@ -206,10 +181,11 @@ uint64_t Hardware::ramBytes() const {
   return total;
 }
 
-Hardware probeHardware(std::string* gpu_status) {
+Hardware probeHardware(std::vector<GpuSpec> gpus) {
   Hardware hw;
   hw.name = "this machine";
   hw.source = "probe";
+  hw.gpus = std::move(gpus);
   const CpuFeatures& f = cpuFeatures();
   hw.cpu.name = f.brand;
   hw.cpu.vendor = f.vendor == "GenuineIntel" ? "intel" : f.vendor == "AuthenticAMD" ? "amd" : "other";
@@ -228,13 +204,6 @@ Hardware probeHardware(std::string* gpu_status) {
     hw.numa_nodes.push_back({node.id, static_cast<int>(node.cpus.size()), node.total_bytes,
                              std::min(node.total_bytes, node.free_bytes + share)});
   }
-  const gpu::TorchRuntimeInfo torch = gpu::probeTorchRuntime();
-  for (const gpu::GpuInfo& g : torch.gpus) {
-    GpuSpec spec{g.index, g.name, g.total_bytes, g.free_bytes, 0, 0};
-    probePcieLink(spec);
-    hw.gpus.push_back(spec);
-  }
-  if (gpu_status) *gpu_status = torch.gpu_status;
   return hw;
 }
 

@@ -1,14 +1,16 @@
 #pragma once
-// Hardware: the machine a placement is planned for. Either probed (the GPUs libtorch sees, the CPU
-// features, the NUMA nodes) or read from a YAML preset in presets/hardware/, so a user can plan
-// for a workstation they do not sit at. Plain structs, no libtorch or Qt: the studio lists them.
-// docs/placement.md documents the preset schema.
+// Hardware: the machine a placement is planned for. Either probed (the CPU features and NUMA nodes
+// here, the GPUs by whoever can see them: model::probeMachine asks libtorch) or read from a YAML
+// preset in presets/hardware/, so a user can plan for a workstation they do not sit at. Plain
+// structs, no libtorch or Qt: the studio lists them. docs/placement.md documents the preset schema.
 
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "engine/placement/device.h"
 
 namespace tandem::placement {
 
@@ -20,7 +22,7 @@ struct GpuSpec {
   int pcie_gen = 0;            // 0 = unknown
   int pcie_lanes = 0;          // 0 = unknown
 
-  std::string device() const { return "cuda:" + std::to_string(index); }
+  Device device() const { return Device::cuda(index); }
 };
 
 struct CpuSpec {
@@ -49,9 +51,11 @@ struct Hardware {
   uint64_t ramBytes() const;
 };
 
-// The machine this process runs on. GPUs come from libtorch (none in a CPU-only build or without
-// a driver: gpu_status says why), the PCIe link from sysfs when the build has CUDA.
-Hardware probeHardware(std::string* gpu_status = nullptr);
+// The machine this process runs on with `gpus` as its GPUs: the CPU features (usable after OS
+// support and the AMX permission) and the NUMA nodes with their available memory are probed here.
+// The GPUs are an input so that placement/ needs neither libtorch nor CUDA
+// (engine/model/machine_probe.h fills them).
+Hardware probeHardware(std::vector<GpuSpec> gpus);
 
 // Parses a preset; `label` (usually the path) names the source in errors. Every error names the
 // label, the key and what is wrong (tandem::Error).

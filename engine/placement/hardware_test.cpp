@@ -64,7 +64,7 @@ TEST(HardwarePreset, EveryShippedPresetLoads) {
 TEST(HardwarePreset, ReadsTheSchema) {
   const Hardware hw = parseHardwarePreset(kValid, "test.yaml");
   ASSERT_EQ(hw.gpus.size(), 2u);
-  EXPECT_EQ(hw.gpus[1].device(), "cuda:1");
+  EXPECT_EQ(hw.gpus[1].device().str(), "cuda:1");
   EXPECT_EQ(hw.gpus[0].total_bytes, uint64_t{24} << 30);
   EXPECT_EQ(hw.gpus[0].pcie_gen, 4);
   EXPECT_EQ(hw.cpu.physical_cores, 64);
@@ -100,17 +100,20 @@ TEST(HardwarePreset, ResolvesNamesAndListsKnownOnes) {
   }
 }
 
-TEST(HardwareProbe, SeesThisMachine) {
-  std::string status;
-  const Hardware hw = probeHardware(&status);
+// This machine's CPU and NUMA nodes, with the GPUs it is given (engine/model's probeMachine gives
+// libtorch's; its test checks those).
+TEST(HardwareProbe, SeesThisMachineWithTheGpusGiven) {
+  const GpuSpec card{0, "a 24 GB card", uint64_t{24} << 30, uint64_t{20} << 30, 4, 16};
+  const Hardware hw = probeHardware({card});
   EXPECT_EQ(hw.source, "probe");
   ASSERT_FALSE(hw.numa_nodes.empty());
   EXPECT_GT(hw.ramBytes(), 0u);
   EXPECT_GE(hw.cpu.physical_cores, 1);
-  if (hw.gpus.empty()) {
-    EXPECT_FALSE(status.empty()) << "no GPU and no reason given";
-  }
-  for (const GpuSpec& g : hw.gpus) EXPECT_GT(g.total_bytes, 0u);
+  ASSERT_EQ(hw.gpus.size(), 1u);
+  EXPECT_EQ(hw.gpus[0].device().str(), "cuda:0");
+  EXPECT_EQ(hw.gpus[0].free_bytes, card.free_bytes);
+  EXPECT_EQ(hw.gpus[0].pcie_gen, 4);
+  EXPECT_TRUE(probeHardware({}).gpus.empty());
 }
 
 }  // namespace

@@ -171,13 +171,6 @@ KtRule parseRule(const YAML::Node& node, int number, const std::string& label) {
   return rule;
 }
 
-// "cuda" is KTransformers' spelling of cuda:0.
-std::string ktDevice(const std::string& text, const std::string& where) {
-  const std::string device = text == "cuda" ? "cuda:0" : text;
-  checkDevice(device, where);
-  return device;
-}
-
 struct Matched {
   const KtRule* rule = nullptr;
   std::string where;  // "rule N (…) for <module>"
@@ -194,7 +187,8 @@ void placeExperts(ModulePlacement& m, const Matched& hit, const io::ModelConfig&
   if (lastComponent(hit.rule->replace_class) == "default" && !hit.kwarg("prefill_device").empty()) {
     generate = hit.kwarg("prefill_device");
   }
-  const std::string device = generate.empty() ? "cpu" : ktDevice(generate, hit.where + ": generate_device");
+  // Device::parse reads KTransformers' "cuda" as cuda:0.
+  const Device device = generate.empty() ? Device::cpu() : Device::parse(generate, hit.where + ": generate_device");
   std::string backend = hit.kwarg("tandem_backend");
   const std::string kt_backend = hit.kwarg("backend");
   if (backend.empty()) {
@@ -206,21 +200,20 @@ void placeExperts(ModulePlacement& m, const Matched& hit, const io::ModelConfig&
     else throw Error(hit.where + ": backend '" + kt_backend + "' is not one Tandem has",
                      "use AMXInt8, AMXBF16 or llamafile (Tandem picks the best CPU kernels for llamafile)");
   }
-  if (device.starts_with("cuda:")) {
+  if (device.isGpu()) {
     // KT experts generated on a GPU: Tandem's equivalent streams them there from host memory.
-    m.device = "cpu";
+    m.device = Device::cpu();
     m.backend = "gpu-offload";
     m.compute_device = device;
   } else {
     m.device = device;
     m.backend = backend;
-    m.compute_device.clear();
+    m.compute_device.reset();
     if (backend == "gpu-offload") throw Error(hit.where + ": gpu-offload needs generate_device: cuda:N");
   }
   if (const std::string numa = hit.kwarg("tandem_numa_node"); !numa.empty()) {
-    if (m.device != "cpu") throw Error(hit.where + ": tandem_numa_node needs generate_device: cpu");
-    m.device = "cpu:numa" + numa;
-    checkDevice(m.device, hit.where + ": tandem_numa_node");
+    if (m.device != Device::cpu()) throw Error(hit.where + ": tandem_numa_node needs generate_device: cpu");
+    m.device = Device::parse("cpu:numa" + numa, hit.where + ": tandem_numa_node");
   }
   const std::string format = hit.kwarg("tandem_weight_format");
   m.weight_format = format.empty() ? defaultWeightFormat(m.backend, model) : format;
@@ -254,7 +247,7 @@ void placeFromRule(ModulePlacement& m, const Matched& hit, const io::ModelConfig
   // Training runs whole sequences: KT's prefill path. generate_device when prefill is not given.
   std::string device = hit.kwarg("prefill_device");
   if (device.empty()) device = hit.kwarg("generate_device");
-  m.device = device.empty() ? "cuda:0" : ktDevice(device, hit.where + ": device");
+  m.device = device.empty() ? Device::cuda(0) : Device::parse(device, hit.where + ": device");
 }
 
 std::string describe(const KtRule& rule, const std::string& label) {
@@ -317,13 +310,13 @@ struct Group {
   ModuleKind kind;
   std::string suffix;  // after "model.layers.N." in KT naming
   ModulePlacement sample;
-  std::string layer_device;  // the layer's attention device (experts' out_device)
+  Device layer_device;  // the layer's attention device (experts' out_device)
   std::vector<int> layers;
 };
 
-void emitDevices(YAML::Emitter& out, const std::string& device) {
-  out << YAML::Key << "generate_device" << YAML::Value << YAML::DoubleQuoted << device;
-  out << YAML::Key << "prefill_device" << YAML::Value << YAML::DoubleQuoted << device;
+void emitDevices(YAML::Emitter& out, Device device) {
+  out << YAML::Key << "generate_device" << YAML::Value << YAML::DoubleQuoted << device.str();
+  out << YAML::Key << "prefill_device" << YAML::Value << YAML::DoubleQuoted << device.str();
 }
 
 void emitRule(YAML::Emitter& out, const std::string& name, const std::string& match_class,
@@ -344,16 +337,18 @@ void emitExperts(YAML::Emitter& out, const Group& g, const std::string& name, co
   const ModulePlacement& m = g.sample;
   emitRule(out, name, "", "ktransformers.operators.experts.KTransformersExperts", [&] {
     const bool offload = m.backend == "gpu-offload";
-    out << YAML::Key << "prefill_device" << YAML::Value << YAML::DoubleQuoted << g.layer_device;
+    out << YAML::Key << "prefill_device" << YAML::Value << YAML::DoubleQuoted << g.layer_device.str();
     out << YAML::Key << "prefill_op" << YAML::Value << "KExpertsTorch";
     out << YAML::Key << "generate_device" << YAML::Value << YAML::DoubleQuoted
-        << (offload ? m.compute_device : std::string("cpu"));
+        << (offload ? m.compute_device->str() : Device::cpu().str());
     out << YAML::Key << "generate_op" << YAML::Value << (offload ? "KExpertsTorch" : "KSFTExpertsCPU");
-    out << YAML::Key << "out_device" << YAML::Value << YAML::DoubleQuoted << g.layer_device;
+    out << YAML::Key << "out_device" << YAML::Value << YAML::DoubleQuoted << g.layer_device.str();
     if (m.backend == "amx_int8") out << YAML::Key << "backend" << YAML::Value << YAML::DoubleQuoted << "AMXInt8";
     else if (m.backend == "amx_bf16") out << YAML::Key << "backend" << YAML::Value << YAML::DoubleQuoted << "AMXBF16";
     else if (m.backend != "auto") out << YAML::Key << "tandem_backend" << YAML::Value << m.backend;
-    if (m.device.starts_with("cpu:numa")) out << YAML::Key << "tandem_numa_node" << YAML::Value << m.device.substr(8);
+    if (m.device.numaNode() >= 0) {
+      out << YAML::Key << "tandem_numa_node" << YAML::Value << std::to_string(m.device.numaNode());
+    }
     if (m.weight_format != defaultWeightFormat(m.backend, model)) {
       out << YAML::Key << "tandem_weight_format" << YAML::Value << m.weight_format;
     }
@@ -395,11 +390,11 @@ Placement applyKtRules(const KtRuleFile& file, const io::ModelConfig& model) {
     if (hit.rule) {
       placeFromRule(m, hit, model);
     } else if (m.kind == ModuleKind::RoutedExperts) {
-      m.device = "cpu";
+      m.device = Device::cpu();
       m.backend = "auto";
       m.weight_format = defaultWeightFormat("auto", model);
     } else {
-      m.device = "cuda:0";
+      m.device = Device::cuda(0);
     }
   }
   return p;
@@ -418,14 +413,14 @@ std::string writeKtRules(const Placement& placement, const io::ModelConfig& mode
   const std::string moe_name = mixtral ? "block_sparse_moe" : "mlp";
   // Group layer modules by what the rule says, keeping first-appearance order.
   std::vector<Group> groups;
-  std::vector<std::string> attention_device = placement.layerDevices();
+  std::vector<Device> attention_device = placement.layerDevices();
   attention_device.resize(static_cast<size_t>(model.num_hidden_layers));
-  std::vector<std::pair<std::string, std::vector<int>>> moe_blocks;  // device -> MoE layers
+  std::vector<std::pair<Device, std::vector<int>>> moe_blocks;  // device -> MoE layers
   for (const ModulePlacement& m : placement.modules) {
     if (m.layer < 0) continue;
     const std::string prefix = "model.layers." + std::to_string(m.layer) + ".";
     std::string suffix = ktName(m, arch).substr(prefix.size());
-    const std::string layer_device = attention_device[static_cast<size_t>(m.layer)];
+    const Device layer_device = attention_device[static_cast<size_t>(m.layer)];
     auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
       return g.suffix == suffix && g.sample.device == m.device && g.sample.backend == m.backend &&
              g.sample.weight_format == m.weight_format && g.sample.compute_device == m.compute_device &&
@@ -470,9 +465,9 @@ std::string writeKtRules(const Placement& placement, const io::ModelConfig& mode
   }
   // KT sends every module no rule matches (the Linears inside attention, rotary embeddings) to
   // cuda:0; LLaMA-Factory's files end with catch-alls per GPU, and so do these.
-  std::vector<std::pair<std::string, std::vector<int>>> layers_by_device;
+  std::vector<std::pair<Device, std::vector<int>>> layers_by_device;
   for (int l = 0; l < model.num_hidden_layers; ++l) {
-    const std::string& d = attention_device[static_cast<size_t>(l)];
+    const Device d = attention_device[static_cast<size_t>(l)];
     auto it = std::find_if(layers_by_device.begin(), layers_by_device.end(), [&](const auto& e) { return e.first == d; });
     if (it == layers_by_device.end()) it = layers_by_device.insert(layers_by_device.end(), {d, {}});
     it->second.push_back(l);
@@ -483,7 +478,8 @@ std::string writeKtRules(const Placement& placement, const io::ModelConfig& mode
       if (layers_by_device.size() < 2) return;
       out << YAML::Key << "transfer_map" << YAML::Value << YAML::BeginMap;
       for (size_t i = 1; i < layers_by_device.size(); ++i) {
-        out << YAML::Key << layers_by_device[i].second.front() << YAML::Value << YAML::DoubleQuoted << layers_by_device[i].first;
+        out << YAML::Key << layers_by_device[i].second.front() << YAML::Value << YAML::DoubleQuoted
+            << layers_by_device[i].first.str();
       }
       out << YAML::EndMap;
     });

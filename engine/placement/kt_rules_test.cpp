@@ -36,30 +36,30 @@ TEST(KtRules, ReadsLlamaFactoryDeepSeekV3MultiGpu) {
   ASSERT_EQ(rules.rules.size(), 17u);
   EXPECT_EQ(rules.rules[9].recursive, false);
   const Placement p = applyKtRules(rules, v3);
-  EXPECT_EQ(at(p, "model.embed_tokens").device, "cpu");
+  EXPECT_EQ(at(p, "model.embed_tokens").device.str(), "cpu");
   for (int layer : {0, 2, 29}) {
     const std::string prefix = "model.layers." + std::to_string(layer) + ".";
-    EXPECT_EQ(at(p, prefix + "self_attn").device, "cuda:0") << layer;
+    EXPECT_EQ(at(p, prefix + "self_attn").device.str(), "cuda:0") << layer;
   }
-  EXPECT_EQ(at(p, "model.layers.0.mlp").device, "cuda:0");  // dense layer: the catch-all default rule
-  EXPECT_EQ(at(p, "model.layers.3.mlp.gate").device, "cuda:0");
-  EXPECT_EQ(at(p, "model.layers.3.mlp.shared_experts").device, "cuda:0");
+  EXPECT_EQ(at(p, "model.layers.0.mlp").device.str(), "cuda:0");  // dense layer: the catch-all default rule
+  EXPECT_EQ(at(p, "model.layers.3.mlp.gate").device.str(), "cuda:0");
+  EXPECT_EQ(at(p, "model.layers.3.mlp.shared_experts").device.str(), "cuda:0");
   for (int layer : {30, 45, 60}) {
     const std::string prefix = "model.layers." + std::to_string(layer) + ".";
-    EXPECT_EQ(at(p, prefix + "self_attn").device, "cuda:1") << layer;
-    EXPECT_EQ(at(p, prefix + "mlp.gate").device, "cuda:1") << layer;
-    EXPECT_EQ(at(p, prefix + "mlp.shared_experts").device, "cuda:1") << layer;  // the last rule
+    EXPECT_EQ(at(p, prefix + "self_attn").device.str(), "cuda:1") << layer;
+    EXPECT_EQ(at(p, prefix + "mlp.gate").device.str(), "cuda:1") << layer;
+    EXPECT_EQ(at(p, prefix + "mlp.shared_experts").device.str(), "cuda:1") << layer;  // the last rule
   }
   const ModulePlacement& experts = at(p, "model.layers.40.mlp.experts");
-  EXPECT_EQ(experts.device, "cpu");
+  EXPECT_EQ(experts.device.str(), "cpu");
   EXPECT_EQ(experts.backend, "amx_int8");
   EXPECT_EQ(experts.weight_format, "int8");
-  EXPECT_EQ(at(p, "model.norm").device, "cuda:1");
-  EXPECT_EQ(at(p, "lm_head").device, "cuda:1");
+  EXPECT_EQ(at(p, "model.norm").device.str(), "cuda:1");
+  EXPECT_EQ(at(p, "lm_head").device.str(), "cuda:1");
   const RuntimePlacement runtime = toRuntimePlacement(p);
   EXPECT_EQ(runtime.layer_devices.size(), 61u);
-  EXPECT_EQ(runtime.layer_devices[29], "cuda:0");
-  EXPECT_EQ(runtime.layer_devices[30], "cuda:1");
+  EXPECT_EQ(runtime.layer_devices[29].str(), "cuda:0");
+  EXPECT_EQ(runtime.layer_devices[30].str(), "cuda:1");
   EXPECT_EQ(runtime.experts_mode, "cpu");
   EXPECT_EQ(runtime.experts_backend, "amx_int8");
 }
@@ -81,10 +81,10 @@ TEST(KtRules, TandemOnlyChoicesRoundTrip) {
                              qwen);
   for (ModulePlacement& m : p.modules) {
     if (m.kind != ModuleKind::RoutedExperts) continue;
-    m.device = m.layer < 24 ? "cpu:numa0" : "cpu:numa1";
+    m.device = Device::numaNode(m.layer < 24 ? 0 : 1);
     m.backend = m.layer % 2 ? "avx512_bf16" : "gpu-offload";
-    m.compute_device = m.layer % 2 ? "" : "cuda:0";
-    if (m.backend == "gpu-offload") m.device = "cpu";
+    m.compute_device = m.layer % 2 ? std::nullopt : std::optional(Device::cuda(0));
+    if (m.backend == "gpu-offload") m.device = Device::cpu();
     m.weight_format = "fp8";
   }
   const Placement again = applyKtRules(parseKtRules(writeKtRules(p, qwen), "w.yaml"), qwen);
@@ -108,8 +108,8 @@ TEST(KtRules, MixtralNamesItsBlockSparseMoe) {
     kwargs: {generate_device: "cuda", prefill_device: "cuda"}
 )", "mixtral.yaml"), mixtral);
   EXPECT_EQ(at(p, "model.layers.5.mlp.experts").backend, "auto");
-  EXPECT_EQ(at(p, "model.layers.5.mlp.experts").device, "cpu");
-  EXPECT_EQ(at(p, "model.layers.5.mlp.gate").device, "cuda:0");
+  EXPECT_EQ(at(p, "model.layers.5.mlp.experts").device.str(), "cpu");
+  EXPECT_EQ(at(p, "model.layers.5.mlp.gate").device.str(), "cuda:0");
   const Placement again = applyKtRules(parseKtRules(writeKtRules(p, mixtral), "w.yaml"), mixtral);
   EXPECT_EQ(p, again);
 }
@@ -126,10 +126,10 @@ TEST(KtRules, FirstMatchWins) {
 - match: {name: "layers"}
   replace: {class: default, kwargs: {prefill_device: "cuda:4"}}
 )", "r.yaml"), qwen);
-  EXPECT_EQ(at(p, "model.layers.1.self_attn").device, "cuda:1");
-  EXPECT_EQ(at(p, "model.layers.0.self_attn").device, "cuda:2");
+  EXPECT_EQ(at(p, "model.layers.1.self_attn").device.str(), "cuda:1");
+  EXPECT_EQ(at(p, "model.layers.0.self_attn").device.str(), "cuda:2");
   // re.match anchors at the start: "layers" does not match "model.layers...", so KT's default.
-  EXPECT_EQ(at(p, "model.layers.0.mlp.gate").device, "cuda:0");
+  EXPECT_EQ(at(p, "model.layers.0.mlp.gate").device.str(), "cuda:0");
   // A class in match narrows it: the router of qwen3_moe is a torch.nn.Linear.
   const Placement q = applyKtRules(parseKtRules(R"(
 - match: {name: "^model\\.layers\\.0\\.", class: torch.nn.Linear}
@@ -137,8 +137,8 @@ TEST(KtRules, FirstMatchWins) {
 - match: {name: "^model\\.layers\\.0\\."}
   replace: {class: default, kwargs: {prefill_device: "cuda:6"}}
 )", "r.yaml"), qwen);
-  EXPECT_EQ(at(q, "model.layers.0.mlp.gate").device, "cuda:5");
-  EXPECT_EQ(at(q, "model.layers.0.self_attn").device, "cuda:6");
+  EXPECT_EQ(at(q, "model.layers.0.mlp.gate").device.str(), "cuda:5");
+  EXPECT_EQ(at(q, "model.layers.0.self_attn").device.str(), "cuda:6");
 }
 
 TEST(KtRules, ErrorsNameTheRuleAndTheModule) {

@@ -26,19 +26,19 @@ Placement initialPlacement(const PlanRequest& req, const Hardware& hw, const std
     double edge = 0;
     for (int g = 0; g < gpus; ++g) {
       edge += static_cast<double>(hw.gpus[static_cast<size_t>(g)].free_bytes) / static_cast<double>(total_gpu) * layers;
-      if (layer < std::lround(edge)) return "cuda:" + std::to_string(g);
+      if (layer < std::lround(edge)) return hw.gpus[static_cast<size_t>(g)].device();
     }
-    return "cuda:" + std::to_string(gpus - 1);
+    return hw.gpus.back().device();
   };
   for (ModulePlacement& m : p.modules) {
     if (m.kind == ModuleKind::RoutedExperts) {
       // Every layer on every node: the expert engine splits each layer's intermediate dimension
       // over the NUMA nodes (docs/experts.md), so "cpu" is what it runs.
-      m.device = "cpu";
+      m.device = Device::cpu();
       m.backend = backend;
       m.weight_format = format;
     } else if (gpus == 0) {
-      m.device = "cpu";
+      m.device = Device::cpu();
     } else if (m.layer >= 0) {
       m.device = gpuOfLayer(m.layer);
     } else {
@@ -47,7 +47,7 @@ Placement initialPlacement(const PlanRequest& req, const Hardware& hw, const std
   }
   if (backend == "gpu-offload") {
     for (ModulePlacement& m : p.modules) {
-      if (m.kind == ModuleKind::RoutedExperts) m.compute_device = gpus ? gpuOfLayer(m.layer) : "";
+      if (m.kind == ModuleKind::RoutedExperts && gpus > 0) m.compute_device = gpuOfLayer(m.layer);
     }
   }
   return p;
@@ -56,12 +56,12 @@ Placement initialPlacement(const PlanRequest& req, const Hardware& hw, const std
 // Moves the least arithmetic-intensive GPU module of `device` to the host: the embedding gather,
 // then (unless whole layers) dense MLPs and shared experts, last layers first, then lm_head with
 // the norm, then whole layers from the end.
-bool evictOne(Placement& p, const std::string& device, bool whole_layers) {
+bool evictOne(Placement& p, Device device, bool whole_layers) {
   auto move = [&](ModuleKind kind) {
     for (auto it = p.modules.rbegin(); it != p.modules.rend(); ++it) {
       if (it->kind == kind && it->device == device) {
-        it->device = "cpu";
-        if (kind == ModuleKind::LmHead) p.find("model.norm")->device = "cpu";
+        it->device = Device::cpu();
+        if (kind == ModuleKind::LmHead) p.find("model.norm")->device = Device::cpu();
         return true;
       }
     }
@@ -73,13 +73,13 @@ bool evictOne(Placement& p, const std::string& device, bool whole_layers) {
   for (auto it = p.modules.rbegin(); it != p.modules.rend(); ++it) {
     if (it->kind == ModuleKind::Attention && it->device == device) {
       for (ModulePlacement& m : p.modules) {
-        if (m.layer == it->layer && m.kind != ModuleKind::RoutedExperts) m.device = "cpu";
+        if (m.layer == it->layer && m.kind != ModuleKind::RoutedExperts) m.device = Device::cpu();
         if (m.layer == it->layer && m.compute_device == device) {
-          m.compute_device.clear();  // offloaded experts follow their layer to the CPU kernels
+          m.compute_device.reset();  // offloaded experts follow their layer to the CPU kernels
           m.backend = "auto";
         }
       }
-      it->device = "cpu";
+      it->device = Device::cpu();
       return true;
     }
   }
@@ -87,8 +87,8 @@ bool evictOne(Placement& p, const std::string& device, bool whole_layers) {
 }
 
 // The MoE layers whose attention (so the layer) is on `device`, as their experts modules.
-std::vector<ModulePlacement*> expertsOnGpu(Placement& p, const std::string& device) {
-  const std::vector<std::string> layer_device = p.layerDevices();
+std::vector<ModulePlacement*> expertsOnGpu(Placement& p, Device device) {
+  const std::vector<Device> layer_device = p.layerDevices();
   std::vector<ModulePlacement*> out;
   for (ModulePlacement& m : p.modules) {
     if (m.kind == ModuleKind::RoutedExperts && static_cast<size_t>(m.layer) < layer_device.size() &&
@@ -176,7 +176,8 @@ void noteGpuExperts(MemoryPlan& plan, const PlanRequest& req, const Hardware& hw
       const auto rest_percent =
           static_cast<int>(std::lround(100.0 * static_cast<double>(rest) / static_cast<double>(E)));
       plan.notes.push_back(std::to_string(resident) + " of " + std::to_string(E) +
-                           " routed experts per MoE layer resident on " + g.device() + (int8 ? " in int8" : "") + " (" +
+                           " routed experts per MoE layer resident on " + g.device().str() + (int8 ? " in int8" : "") +
+                           " (" +
                            std::to_string(layers.size()) + " layers; the most routed of each layer's first call); " +
                            (offload ? "the others are streamed per layer: with a balanced router they compute about "
                                     : "with a balanced router the CPU engine computes about ") +
@@ -201,7 +202,7 @@ void adviseHost(MemoryPlan& plan, const PlanRequest& req, const Hardware& hw) {
   const uint64_t need = plan.hostBytes();
   uint64_t have = 0;
   for (const DevicePlan& d : plan.devices) {
-    if (!isGpu(d.device)) have += d.capacity_bytes;
+    if (!d.device.isGpu()) have += d.capacity_bytes;
   }
   if (need <= have) return;
   std::string text = "need " + formatBytes(need) + " host RAM, have " + formatBytes(have) + ":";
@@ -250,11 +251,12 @@ void adviseHost(MemoryPlan& plan, const PlanRequest& req, const Hardware& hw) {
 
 void adviseGpus(MemoryPlan& plan, const PlanRequest& req) {
   for (const DevicePlan& d : plan.devices) {
-    if (!isGpu(d.device) || d.fits()) continue;
-    std::string text = d.device + ": need " + formatBytes(d.total()) + ", have " + formatBytes(d.capacity_bytes) + ":";
+    if (!d.device.isGpu() || d.fits()) continue;
+    std::string text =
+        d.device.str() + ": need " + formatBytes(d.total()) + ", have " + formatBytes(d.capacity_bytes) + ":";
     if (req.training && !req.gradient_checkpointing) text += " turn gradient checkpointing on,";
     if (req.training) text += " lower cutoff_len or per_device_train_batch_size,";
-    text += " or move layers from " + d.device + " to another GPU or to cpu in the rule file";
+    text += " or move layers from " + d.device.str() + " to another GPU or to cpu in the rule file";
     plan.advice.push_back(text);
   }
 }
@@ -281,9 +283,9 @@ uint64_t DevicePlan::total() const {
   return sum;
 }
 
-const DevicePlan* MemoryPlan::device(std::string_view name) const {
+const DevicePlan* MemoryPlan::device(Device device) const {
   for (const DevicePlan& d : devices) {
-    if (d.device == name) return &d;
+    if (d.device == device) return &d;
   }
   return nullptr;
 }
@@ -291,7 +293,7 @@ const DevicePlan* MemoryPlan::device(std::string_view name) const {
 uint64_t MemoryPlan::hostBytes() const {
   uint64_t sum = 0;
   for (const DevicePlan& d : devices) {
-    if (!isGpu(d.device)) sum += d.total();
+    if (!d.device.isGpu()) sum += d.total();
   }
   return sum;
 }
@@ -304,7 +306,7 @@ namespace {
 
 bool hostFits(const MemoryPlan& plan) {
   return std::all_of(plan.devices.begin(), plan.devices.end(),
-                     [](const DevicePlan& d) { return isGpu(d.device) || d.fits(); });
+                     [](const DevicePlan& d) { return d.device.isGpu() || d.fits(); });
 }
 
 // Evaluates `placement` with the Wᵀ form the request asks for; auto: persistent (no refill work
@@ -398,7 +400,9 @@ MemoryPlan placeAndEvaluate(const PlanRequest& request, const Hardware& hardware
     plan.notes.push_back("experts backend auto: " + backend + " (the best kernels the expert engine has for this CPU)");
   }
   int on_cpu = 0;
-  for (const ModulePlacement& m : plan.placement.modules) on_cpu += m.kind == ModuleKind::Attention && m.device == "cpu";
+  for (const ModulePlacement& m : plan.placement.modules) {
+    on_cpu += m.kind == ModuleKind::Attention && m.device == Device::cpu();
+  }
   if (on_cpu > 0 && !hardware.gpus.empty()) {
     plan.notes.push_back(std::to_string(on_cpu) + " decoder layer(s) did not fit on the GPUs and run on the CPU");
   }

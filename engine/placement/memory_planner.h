@@ -64,7 +64,7 @@ struct PlanItem {
 };
 
 struct DevicePlan {
-  std::string device;            // "cuda:N"; host: "cpu" (one NUMA node) or "cpu:numaK"
+  Device device;                 // cuda:N; host: cpu (one NUMA node) or cpu:numaK
   uint64_t capacity_bytes = 0;   // what the plan may use (docs/placement.md: what "fits" means)
   std::array<uint64_t, kPlanCategoryCount> bytes{};
   std::vector<PlanItem> items;
@@ -84,7 +84,7 @@ struct MemoryPlan {
   std::vector<std::string> advice;    // what to change, each with its effect
   std::vector<std::string> notes;     // decisions the planner made (backend, Wᵀ form, ...)
 
-  const DevicePlan* device(std::string_view name) const;
+  const DevicePlan* device(Device device) const;
   uint64_t hostBytes() const;  // all host nodes together
 };
 

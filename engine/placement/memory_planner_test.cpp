@@ -38,7 +38,7 @@ std::string notesText(const MemoryPlan& plan) {
 // The bytes of the plan's items named `what` on cuda:0.
 uint64_t gpuItem(const MemoryPlan& plan, const std::string& what) {
   uint64_t bytes = 0;
-  for (const PlanItem& i : plan.device("cuda:0")->items) bytes += i.what == what ? i.bytes : 0;
+  for (const PlanItem& i : plan.device(Device::cuda(0))->items) bytes += i.what == what ? i.bytes : 0;
   return bytes;
 }
 
@@ -93,10 +93,10 @@ TEST(MemoryPlanner, Qwen3_30BFitsOne4090And256GB) {
   EXPECT_TRUE(plan.fits) << adviceText(plan);
   for (const ModulePlacement& m : plan.placement.modules) {
     if (m.kind == ModuleKind::Attention) {
-      EXPECT_EQ(m.device, "cuda:0") << m.name;
+      EXPECT_EQ(m.device.str(), "cuda:0") << m.name;
     }
     if (m.kind == ModuleKind::RoutedExperts) {
-      EXPECT_EQ(m.device, "cpu") << m.name;
+      EXPECT_EQ(m.device.str(), "cpu") << m.name;
     }
   }
   // 48 layers · 128 experts · 3 · 2048 · 768 · 2 bytes = 55.7 GiB of packed experts on the host,
@@ -107,7 +107,7 @@ TEST(MemoryPlanner, Qwen3_30BFitsOne4090And256GB) {
   const uint64_t packs = 2 * 55 * kGiB / 128 * static_cast<uint64_t>(128 - n);
   EXPECT_GT(plan.hostBytes(), packs);
   EXPECT_LT(plan.hostBytes(), packs + 20 * kGiB);
-  EXPECT_LT(plan.device("cuda:0")->total(), 24 * kGiB);
+  EXPECT_LT(plan.device(Device::cuda(0))->total(), 24 * kGiB);
 }
 
 TEST(MemoryPlanner, LayersSplitOverGpusAndSpillToTheCpu) {
@@ -115,11 +115,11 @@ TEST(MemoryPlanner, LayersSplitOverGpusAndSpillToTheCpu) {
   const MemoryPlan one = planMemory(request("deepseek-v3.json"), preset("1x4090-24g_xeon-w7-spr_256g"));
   int on_gpu = 0, on_cpu = 0;
   for (const ModulePlacement& m : one.placement.modules) {
-    if (m.kind == ModuleKind::Attention) (m.device == "cuda:0" ? on_gpu : on_cpu)++;
+    if (m.kind == ModuleKind::Attention) (m.device == Device::cuda(0) ? on_gpu : on_cpu)++;
   }
   EXPECT_GT(on_gpu, 20);
   EXPECT_GT(on_cpu, 0);
-  EXPECT_TRUE(one.device("cuda:0")->fits());
+  EXPECT_TRUE(one.device(Device::cuda(0))->fits());
   EXPECT_NO_THROW(toRuntimePlacement(one.placement));  // whole layers: what the runtime runs
   // Split layers: shared experts leave the GPU before attention does, so more attention stays.
   PlanRequest split = request("deepseek-v3.json");
@@ -128,40 +128,40 @@ TEST(MemoryPlanner, LayersSplitOverGpusAndSpillToTheCpu) {
   int split_on_gpu = 0;
   bool shared_left = false;
   for (const ModulePlacement& m : by_intensity.placement.modules) {
-    split_on_gpu += m.kind == ModuleKind::Attention && m.device == "cuda:0";
-    shared_left |= m.kind == ModuleKind::SharedExperts && m.device == "cpu" &&
-                   by_intensity.placement.find("model.layers." + std::to_string(m.layer) + ".self_attn")->device == "cuda:0";
+    split_on_gpu += m.kind == ModuleKind::Attention && m.device == Device::cuda(0);
+    shared_left |= m.kind == ModuleKind::SharedExperts && m.device == Device::cpu() &&
+                   by_intensity.placement.find("model.layers." + std::to_string(m.layer) + ".self_attn")->device == Device::cuda(0);
   }
   EXPECT_GT(split_on_gpu, on_gpu);
   EXPECT_TRUE(shared_left);
   EXPECT_THROW(toRuntimePlacement(by_intensity.placement), Error);
   // Four cards hold every layer, contiguous, each card a quarter.
   const MemoryPlan four = planMemory(request("deepseek-v3.json"), preset("4x4090-24g_xeon-emr-2s_1t"));
-  std::string last;
+  std::optional<Device> last;
   int switches = 0;
   for (const ModulePlacement& m : four.placement.modules) {
     if (m.kind != ModuleKind::Attention) continue;
-    EXPECT_TRUE(m.device.starts_with("cuda:")) << m.name;
-    switches += !last.empty() && m.device != last;
+    EXPECT_TRUE(m.device.isGpu()) << m.name;
+    switches += last && m.device != *last;
     last = m.device;
   }
   EXPECT_EQ(switches, 3);
   // Two NUMA nodes: every layer's experts split over both (the engine's intermediate-dimension
   // split), so each node holds half of every layer.
-  EXPECT_EQ(four.placement.find("model.layers.3.mlp.experts")->device, "cpu");
-  EXPECT_EQ(four.placement.find("model.layers.60.mlp.experts")->device, "cpu");
-  EXPECT_NEAR(static_cast<double>(four.device("cpu:numa0")->total()),
-              static_cast<double>(four.device("cpu:numa1")->total()), 0.1 * static_cast<double>(four.hostBytes()));
+  EXPECT_EQ(four.placement.find("model.layers.3.mlp.experts")->device.str(), "cpu");
+  EXPECT_EQ(four.placement.find("model.layers.60.mlp.experts")->device.str(), "cpu");
+  EXPECT_NEAR(static_cast<double>(four.device(Device::numaNode(0))->total()),
+              static_cast<double>(four.device(Device::numaNode(1))->total()), 0.1 * static_cast<double>(four.hostBytes()));
 }
 
 TEST(MemoryPlanner, MonotonicInRankCutoffAndBatch) {
   const Hardware hw = preset("1x4090-24g_xeon-w7-spr_256g");
   PlanRequest base = request("qwen3-30b-a3b.json");
   base.gpu_experts = 0;  // auto would fill the GPU whatever the settings
-  const uint64_t base_total = planMemory(base, hw).hostBytes() + planMemory(base, hw).device("cuda:0")->total();
+  const uint64_t base_total = planMemory(base, hw).hostBytes() + planMemory(base, hw).device(Device::cuda(0))->total();
   auto total = [&](const PlanRequest& r) {
     const MemoryPlan p = planMemory(r, hw);
-    return p.hostBytes() + p.device("cuda:0")->total();
+    return p.hostBytes() + p.device(Device::cuda(0))->total();
   };
   PlanRequest r = base;
   r.lora_rank = 64;
@@ -214,18 +214,18 @@ TEST(MemoryPlanner, HotRoutedExpertsFillWhatTheGpuHasLeft) {
   for (const ModulePlacement& m : with.placement.modules) {
     EXPECT_EQ(m.gpu_experts, m.kind == ModuleKind::RoutedExperts ? n : 0) << m.name;
   }
-  const DevicePlan& gpu = *with.device("cuda:0");
+  const DevicePlan& gpu = *with.device(Device::cuda(0));
   uint64_t resident = 0;
   for (const PlanItem& item : gpu.items) {
     if (item.what == "resident routed experts") resident += item.bytes;
   }
   EXPECT_EQ(resident, static_cast<uint64_t>(n) * 48 * 3 * 2048 * 768 * 2);
-  EXPECT_EQ(gpu.at(PlanCategory::Weights), without.device("cuda:0")->at(PlanCategory::Weights) + resident);
+  EXPECT_EQ(gpu.at(PlanCategory::Weights), without.device(Device::cuda(0))->at(PlanCategory::Weights) + resident);
   EXPECT_LE(static_cast<double>(gpu.total()), kGpuExpertsFill * static_cast<double>(gpu.capacity_bytes));
   auto hostItem = [](const MemoryPlan& plan, const std::string& what) {
     uint64_t bytes = 0;
     for (const DevicePlan& d : plan.devices) {
-      if (d.device.starts_with("cuda")) continue;
+      if (d.device.isGpu()) continue;
       for (const PlanItem& item : d.items) bytes += item.what == what ? item.bytes : 0;
     }
     return bytes;
@@ -239,7 +239,7 @@ TEST(MemoryPlanner, HotRoutedExpertsFillWhatTheGpuHasLeft) {
   // The largest count: one more expert per layer crosses the fill line.
   PlanRequest more = request("qwen3-30b-a3b.json");
   more.gpu_experts = n + 1;
-  EXPECT_GT(static_cast<double>(planMemory(more, hw).device("cuda:0")->total()),
+  EXPECT_GT(static_cast<double>(planMemory(more, hw).device(Device::cuda(0))->total()),
             kGpuExpertsFill * static_cast<double>(gpu.capacity_bytes));
   // A fixed count is placed as asked; a machine without GPUs places none.
   PlanRequest four = request("qwen3-30b-a3b.json");
@@ -255,7 +255,7 @@ TEST(MemoryPlanner, HotRoutedExpertsFillWhatTheGpuHasLeft) {
   // none (the studio's editor passes its last evaluated placement back in).
   Placement moved = with.placement;
   for (ModulePlacement& m : moved.modules) {
-    if (m.layer == 0 && m.kind != ModuleKind::RoutedExperts) m.device = "cpu";
+    if (m.layer == 0 && m.kind != ModuleKind::RoutedExperts) m.device = Device::cpu();
   }
   const MemoryPlan re = evaluatePlacement(request("qwen3-30b-a3b.json"), hw, moved);
   EXPECT_EQ(re.placement.find("model.layers.0.mlp.experts")->gpu_experts, 0);
@@ -298,7 +298,7 @@ TEST(MemoryPlanner, Int8ResidentExpertsAreHalfTheBytesAndTwiceTheCount) {
   auto hostHeld = [](const MemoryPlan& plan) {
     std::string held;
     for (const DevicePlan& d : plan.devices) {
-      for (const PlanItem& i : d.items) held += !d.device.starts_with("cuda") && i.what.starts_with("routed experts ") ? i.what : "";
+      for (const PlanItem& i : d.items) held += !d.device.isGpu() && i.what.starts_with("routed experts ") ? i.what : "";
     }
     return held;
   };
@@ -319,10 +319,10 @@ TEST(MemoryPlanner, EvaluatesARuleFilePlacementAndAdvises) {
       loadKtRules(fs::path(TANDEM_PLACEMENT_TESTDATA) / "DeepSeek-V3-Chat-sft-amx-multi-gpu.yaml"), r.model);
   EXPECT_THROW(evaluatePlacement(r, preset("1x4090-24g_xeon-w7-spr_256g"), rules), Error);
   // On two 24 GB cards, 30 MLA layers fit with checkpointing; without, their activations do not.
-  EXPECT_TRUE(evaluatePlacement(r, preset("2x4090-24g_xeon-spr-2s_512g"), rules).device("cuda:0")->fits());
+  EXPECT_TRUE(evaluatePlacement(r, preset("2x4090-24g_xeon-spr-2s_512g"), rules).device(Device::cuda(0))->fits());
   r.gradient_checkpointing = false;
   const MemoryPlan plan = evaluatePlacement(r, preset("2x4090-24g_xeon-spr-2s_512g"), rules);
-  EXPECT_FALSE(plan.device("cuda:0")->fits());
+  EXPECT_FALSE(plan.device(Device::cuda(0))->fits());
   EXPECT_NE(adviceText(plan).find("cuda:0: need"), std::string::npos) << adviceText(plan);
   r.experts_backend = "amx_int8";
   EXPECT_TRUE(planMemory(r, preset("2x4090-48g_xeon-gnr-2s_1t")).fits);
@@ -339,7 +339,7 @@ TEST(MemoryPlanner, EveryModelOnEveryPresetGivesASensiblePlan) {
       EXPECT_EQ(plan.fits, plan.advice.empty());
       for (const GpuSpec& g : hw.gpus) EXPECT_TRUE(plan.device(g.device())->fits());  // the planner never overfills a GPU
       // The first layer's attention always gets a GPU: the most intensive module goes first.
-      EXPECT_TRUE(plan.placement.find("model.layers.0.self_attn")->device.starts_with("cuda:"));
+      EXPECT_TRUE(plan.placement.find("model.layers.0.self_attn")->device.isGpu());
       const RuntimePlacement runtime = toRuntimePlacement(plan.placement);
       EXPECT_EQ(runtime.layer_devices.size(), static_cast<size_t>(plan.placement.modules[1].layer == 0 ? request(model).model.num_hidden_layers : 0));
     }
@@ -367,11 +367,11 @@ TEST(MemoryPlanner, MemoryOnlyNodesHoldNoExpertSlices) {
   PlanRequest r = request("qwen3-30b-a3b.json");
   r.gpu_experts = 0;
   const MemoryPlan without = planMemory(r, two), with = planMemory(r, with_cxl);
-  ASSERT_TRUE(with.device("cpu:numa2"));
-  EXPECT_EQ(with.device("cpu:numa2")->total(), 0u);
-  for (const char* node : {"cpu:numa0", "cpu:numa1"}) {
-    EXPECT_GT(with.device(node)->at(PlanCategory::Weights), 0u) << node;
-    EXPECT_EQ(with.device(node)->total(), without.device(node)->total()) << node;
+  ASSERT_TRUE(with.device(Device::numaNode(2)));
+  EXPECT_EQ(with.device(Device::numaNode(2))->total(), 0u);
+  for (const Device node : {Device::numaNode(0), Device::numaNode(1)}) {
+    EXPECT_GT(with.device(node)->at(PlanCategory::Weights), 0u) << node.str();
+    EXPECT_EQ(with.device(node)->total(), without.device(node)->total()) << node.str();
   }
 }
 
@@ -433,7 +433,7 @@ TEST(MemoryPlanner, OffloadModeKeepsAResidentCacheAndStreamsTheRest) {
   EXPECT_LT(n, 128);
   EXPECT_EQ(cached.placement.find("model.layers.47.mlp.experts")->gpu_experts, n);
   EXPECT_EQ(gpuItem(cached, "offload buffers"), gpuItem(plain, "offload buffers") / 128 * static_cast<uint64_t>(128 - n));
-  const DevicePlan& gpu = *cached.device("cuda:0");
+  const DevicePlan& gpu = *cached.device(Device::cuda(0));
   EXPECT_LE(static_cast<double>(gpu.total()), kGpuExpertsFill * static_cast<double>(gpu.capacity_bytes));
   EXPECT_NE(notesText(cached).find("the others are streamed per layer"), std::string::npos) << notesText(cached);
   const RuntimePlacement runtime = toRuntimePlacement(cached.placement);

@@ -1,9 +1,12 @@
 #include "engine/placement/placement.h"
 
+#include "engine/placement/hardware.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <charconv>
+#include <set>
 #include <utility>
 
 #include "engine/core/error.h"
@@ -12,14 +15,6 @@
 namespace tandem::placement {
 
 namespace {
-
-bool parseIndex(std::string_view text, int& out) {
-  if (text.empty()) return false;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size() && out >= 0;
-}
-
-bool isGpu(const std::string& device) { return device.starts_with("cuda:"); }
 
 template <size_t N>
 bool listed(const std::string_view (&list)[N], const std::string& value) {
@@ -60,8 +55,8 @@ ModulePlacement* Placement::find(std::string_view name) {
   return const_cast<ModulePlacement*>(std::as_const(*this).find(name));
 }
 
-std::vector<std::string> Placement::layerDevices() const {
-  std::vector<std::string> out;
+std::vector<Device> Placement::layerDevices() const {
+  std::vector<Device> out;
   for (const ModulePlacement& m : modules) {
     if (m.kind != ModuleKind::Attention) continue;
     const auto layer = static_cast<size_t>(m.layer);
@@ -71,72 +66,65 @@ std::vector<std::string> Placement::layerDevices() const {
   return out;
 }
 
-std::vector<std::string> Placement::devices() const {
-  std::vector<std::string> out;
-  auto add = [&](const std::string& d) {
-    if (!d.empty() && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
-  };
+std::vector<Device> Placement::devices() const {
+  std::set<Device> out;  // Device's order: GPUs by index, then cpu, then NUMA nodes by index
   for (const ModulePlacement& m : modules) {
-    add(m.device);
-    add(m.compute_device);
+    out.insert(m.device);
+    if (m.compute_device) out.insert(*m.compute_device);
   }
-  // GPUs by index, then cpu, then NUMA nodes by index.
-  auto rank = [](const std::string& d) {
-    int index = 0;
-    if (isGpu(d)) return parseIndex(std::string_view(d).substr(5), index) ? index : 0;
-    if (d == "cpu") return 1 << 20;
-    parseIndex(std::string_view(d).substr(8), index);
-    return (1 << 20) + 1 + index;
-  };
-  std::sort(out.begin(), out.end(), [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
-  return out;
+  return {out.begin(), out.end()};
 }
 
 Placement modulesOf(const io::ModelConfig& model) {
   if (model.num_hidden_layers <= 0) throw Error("the model has no decoder layers (num_hidden_layers)");
   Placement p;
-  p.modules.push_back({"model.embed_tokens", ModuleKind::Embedding, -1, "", "", "", ""});
+  p.modules.push_back({"model.embed_tokens", ModuleKind::Embedding, -1});
   const bool qwen2_shared = model.architecture == io::Architecture::Qwen2Moe && model.shared_expert_intermediate_size > 0;
   const bool deepseek_shared = (model.architecture == io::Architecture::DeepseekV2 ||
                                 model.architecture == io::Architecture::DeepseekV3) && model.n_shared_experts > 0;
   for (int l = 0; l < model.num_hidden_layers; ++l) {
     const std::string prefix = "model.layers." + std::to_string(l) + ".";
-    p.modules.push_back({prefix + "self_attn", ModuleKind::Attention, l, "", "", "", ""});
+    p.modules.push_back({prefix + "self_attn", ModuleKind::Attention, l});
     if (model.isMoeLayer(l)) {
-      p.modules.push_back({prefix + "mlp.gate", ModuleKind::Router, l, "", "", "", ""});
-      if (qwen2_shared) p.modules.push_back({prefix + "mlp.shared_expert", ModuleKind::SharedExperts, l, "", "", "", ""});
-      if (deepseek_shared) p.modules.push_back({prefix + "mlp.shared_experts", ModuleKind::SharedExperts, l, "", "", "", ""});
-      p.modules.push_back({prefix + "mlp.experts", ModuleKind::RoutedExperts, l, "", "", "", ""});
+      p.modules.push_back({prefix + "mlp.gate", ModuleKind::Router, l});
+      if (qwen2_shared) p.modules.push_back({prefix + "mlp.shared_expert", ModuleKind::SharedExperts, l});
+      if (deepseek_shared) p.modules.push_back({prefix + "mlp.shared_experts", ModuleKind::SharedExperts, l});
+      p.modules.push_back({prefix + "mlp.experts", ModuleKind::RoutedExperts, l});
     } else {
-      p.modules.push_back({prefix + "mlp", ModuleKind::DenseMlp, l, "", "", "", ""});
+      p.modules.push_back({prefix + "mlp", ModuleKind::DenseMlp, l});
     }
   }
-  p.modules.push_back({"model.norm", ModuleKind::FinalNorm, -1, "", "", "", ""});
-  p.modules.push_back({"lm_head", ModuleKind::LmHead, -1, "", "", "", ""});
+  p.modules.push_back({"model.norm", ModuleKind::FinalNorm, -1});
+  p.modules.push_back({"lm_head", ModuleKind::LmHead, -1});
   return p;
 }
 
-void checkDevice(const std::string& device, const std::string& where) {
-  int index = 0;
-  if (device == "cpu") return;
-  if (device.starts_with("cuda:") && parseIndex(std::string_view(device).substr(5), index)) return;
-  if (device.starts_with("cpu:numa") && parseIndex(std::string_view(device).substr(8), index)) return;
-  throw Error(where + ": '" + device + "' is not a device", "use cuda:N, cpu or cpu:numaK");
+namespace {
+
+// Throws unless `device` is the whole host or one of the machine's GPUs or NUMA nodes.
+void requireOnMachine(const ModulePlacement& m, Device device, const Hardware& machine) {
+  if (device == Device::cpu()) return;
+  std::string have = "cpu";
+  bool found = false;
+  for (const GpuSpec& g : machine.gpus) {
+    have += ", " + g.device().str();
+    found = found || g.device() == device;
+  }
+  for (const NumaNodeSpec& n : machine.numa_nodes) {
+    have += ", " + Device::numaNode(n.id).str();
+    found = found || Device::numaNode(n.id) == device;
+  }
+  if (found || (device.isCpu() && machine.numa_nodes.empty() && device.numaNode() == 0)) return;
+  throw Error(m.name + " is on " + device.str() + ", which this machine does not have", "use one of: " + have);
 }
 
-void validatePlacement(const Placement& placement, int gpus, int numa_nodes) {
+}  // namespace
+
+void validatePlacement(const Placement& placement, const Hardware* machine) {
   for (const ModulePlacement& m : placement.modules) {
-    if (m.device.empty()) throw Error(m.name + " has no device", "place every module (or let the planner do it)");
-    checkDevice(m.device, m.name);
-    int index = 0;
-    if (gpus >= 0 && isGpu(m.device) && parseIndex(std::string_view(m.device).substr(5), index) && index >= gpus) {
-      throw Error(m.name + " is on " + m.device + ", but the machine has " + std::to_string(gpus) + " GPU(s)",
-                  gpus > 0 ? "use cuda:0 to cuda:" + std::to_string(gpus - 1) + " or cpu" : "use cpu");
-    }
-    if (numa_nodes >= 0 && m.device.starts_with("cpu:numa") &&
-        parseIndex(std::string_view(m.device).substr(8), index) && index >= numa_nodes) {
-      throw Error(m.name + " is on " + m.device + ", but the machine has " + std::to_string(numa_nodes) + " NUMA node(s)",
-                  "use cpu or cpu:numa0 to cpu:numa" + std::to_string(numa_nodes - 1));
+    if (machine) {
+      requireOnMachine(m, m.device, *machine);
+      if (m.compute_device) requireOnMachine(m, *m.compute_device, *machine);
     }
     if (m.kind != ModuleKind::RoutedExperts) continue;
     if (!listed(kExpertBackends, m.backend)) {
@@ -145,15 +133,15 @@ void validatePlacement(const Placement& placement, int gpus, int numa_nodes) {
     if (!listed(kWeightFormats, m.weight_format)) {
       throw Error(m.name + ": '" + m.weight_format + "' is not a weight format", "use one of " + joined(kWeightFormats));
     }
-    if (isGpu(m.device)) {
-      throw Error(m.name + ": routed-expert weights live in host memory, not on " + m.device,
+    if (m.device.isGpu()) {
+      throw Error(m.name + ": routed-expert weights live in host memory, not on " + m.device.str(),
                   "put them on cpu (or cpu:numaK); backend gpu-offload computes them on a GPU");
     }
     if (m.backend == "gpu-offload") {
-      if (!isGpu(m.compute_device)) {
+      if (!m.compute_device || !m.compute_device->isGpu()) {
         throw Error(m.name + ": gpu-offload needs the GPU that computes them", "set compute_device: cuda:N");
       }
-    } else if (!m.compute_device.empty()) {
+    } else if (m.compute_device) {
       throw Error(m.name + ": compute_device is only for gpu-offload (backend " + m.backend + " computes on the CPU)");
     }
   }
@@ -173,7 +161,7 @@ RuntimePlacement toRuntimePlacement(const Placement& placement) {
   validatePlacement(placement);
   RuntimePlacement r;
   const ModulePlacement* experts = nullptr;
-  std::string norm_device;
+  Device norm_device;
   for (const ModulePlacement& m : placement.modules) {
     switch (m.kind) {
       case ModuleKind::Embedding: r.embed_device = m.device; break;
@@ -184,7 +172,7 @@ RuntimePlacement toRuntimePlacement(const Placement& placement) {
       case ModuleKind::FinalNorm: norm_device = m.device; break;
       case ModuleKind::LmHead:
         if (m.device != norm_device) {
-          throw Error("lm_head is on " + m.device + " but model.norm on " + norm_device,
+          throw Error("lm_head is on " + m.device.str() + " but model.norm on " + norm_device.str(),
                       "the runtime keeps them together: put both on one device");
         }
         r.head_device = m.device;
@@ -196,24 +184,25 @@ RuntimePlacement toRuntimePlacement(const Placement& placement) {
                       "the runtime runs every layer's experts with one backend and format");
         }
         if (m.backend == "gpu-offload" && m.compute_device != r.layer_devices.back()) {
-          throw Error(m.name + " is computed on " + m.compute_device + " but its layer is on " +
-                      r.layer_devices.back(), "offloaded experts run on their layer's GPU");
+          throw Error(m.name + " is computed on " + m.compute_device->str() + " but its layer is on " +
+                      r.layer_devices.back().str(), "offloaded experts run on their layer's GPU");
         }
-        if (m.gpu_experts > 0 && !r.layer_devices.back().starts_with("cuda:")) {
+        if (m.gpu_experts > 0 && !r.layer_devices.back().isGpu()) {
           throw Error(m.name + " has " + std::to_string(m.gpu_experts) + " experts resident on " +
-                          r.layer_devices.back() + ", which is not a GPU",
+                          r.layer_devices.back().str() + ", which is not a GPU",
                       "resident experts live on their layer's GPU: set gpu_experts to 0 for layers on the CPU");
         }
         r.gpu_experts.back() = m.gpu_experts;
         experts = &m;
         r.experts_numa_node.resize(std::max(r.experts_numa_node.size(), static_cast<size_t>(m.layer) + 1), -1);
-        if (m.device.starts_with("cpu:numa")) r.experts_numa_node[static_cast<size_t>(m.layer)] = std::stoi(m.device.substr(8));
+        r.experts_numa_node[static_cast<size_t>(m.layer)] = m.device.numaNode();
         break;
       case ModuleKind::Router:
       case ModuleKind::SharedExperts:
       case ModuleKind::DenseMlp:
         if (m.device != r.layer_devices.back()) {
-          throw Error(m.name + " is on " + m.device + " but its layer's attention on " + r.layer_devices.back(),
+          throw Error(m.name + " is on " + m.device.str() + " but its layer's attention on " +
+                          r.layer_devices.back().str(),
                       "the runtime runs a decoder layer's dense parts on one device (plan with whole layers)");
         }
         break;
@@ -233,16 +222,22 @@ struct LayerRange {
   int first = 0, last = 0;  // inclusive
 };
 
+bool parseLayer(std::string_view text, int& out) {
+  if (text.empty()) return false;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size() && out >= 0;
+}
+
 LayerRange parseRange(const std::string& text, int num_layers, const std::string& where) {
   const size_t dash = text.find('-');
   const std::string_view first = std::string_view(text).substr(0, dash);
   const std::string_view last = dash == std::string::npos ? first : std::string_view(text).substr(dash + 1);
   LayerRange r;
-  bool ok = parseIndex(first, r.first);
+  bool ok = parseLayer(first, r.first);
   if (last.empty()) {
     r.last = num_layers - 1;  // "A-": to the end
   } else {
-    ok = ok && parseIndex(last, r.last);
+    ok = ok && parseLayer(last, r.last);
   }
   if (!ok || r.first > r.last) throw Error(where + ": '" + text + "' is not a layer range", "write N, A-B or A- (to the end)");
   if (r.last >= num_layers) {
@@ -262,30 +257,29 @@ Placement parsePlacementPreset(std::string_view yaml_text, const std::string& la
   const YAML::Node root = yaml::parse(yaml_text, label);
   yaml::onlyKeys(root, label, {"name", "embed_tokens", "lm_head", "experts", "layers"});
   Placement p = modulesOf(model);
-  const std::string embed = scalar(root["embed_tokens"], label + ": embed_tokens");
-  const std::string head = scalar(root["lm_head"], label + ": lm_head");
-  checkDevice(embed, label + ": embed_tokens");
-  checkDevice(head, label + ": lm_head");
+  const Device embed = Device::parse(scalar(root["embed_tokens"], label + ": embed_tokens"), label + ": embed_tokens");
+  const Device head = Device::parse(scalar(root["lm_head"], label + ": lm_head"), label + ": lm_head");
   const YAML::Node experts = root["experts"];
   if (!experts) throw Error(label + ": experts is missing", "e.g. experts: {device: cpu, backend: auto}");
   yaml::onlyKeys(experts, label + ": experts", {"device", "backend", "weight_format"});
-  const std::string experts_device = experts["device"] ? scalar(experts["device"], label + ": experts.device") : "cpu";
+  const Device experts_device =
+      experts["device"] ? Device::parse(scalar(experts["device"], label + ": experts.device"), label + ": experts.device")
+                        : Device::cpu();
   const std::string backend = experts["backend"] ? scalar(experts["backend"], label + ": experts.backend") : "auto";
   const std::string format = experts["weight_format"] ? scalar(experts["weight_format"], label + ": experts.weight_format")
                                                       : defaultWeightFormat(backend, model);
-  std::vector<std::string> layer_device(static_cast<size_t>(model.num_hidden_layers));
+  std::vector<std::optional<Device>> layer_device(static_cast<size_t>(model.num_hidden_layers));
   const YAML::Node layers = root["layers"];
   if (!layers || !layers.IsSequence()) throw Error(label + ": layers must be a list of {layers: A-B, device: D}");
   for (size_t i = 0; i < layers.size(); ++i) {
     const std::string where = label + ": layers[" + std::to_string(i) + "]";
     yaml::onlyKeys(layers[i], where, {"layers", "device"});
     const LayerRange range = parseRange(scalar(layers[i]["layers"], where + ".layers"), model.num_hidden_layers, where);
-    const std::string device = scalar(layers[i]["device"], where + ".device");
-    checkDevice(device, where + ".device");
+    const Device device = Device::parse(scalar(layers[i]["device"], where + ".device"), where + ".device");
     for (int l = range.first; l <= range.last; ++l) layer_device[static_cast<size_t>(l)] = device;
   }
   for (size_t l = 0; l < layer_device.size(); ++l) {
-    if (layer_device[l].empty()) throw Error(label + ": layer " + std::to_string(l) + " has no device", "cover every layer in layers:");
+    if (!layer_device[l]) throw Error(label + ": layer " + std::to_string(l) + " has no device", "cover every layer in layers:");
   }
   for (ModulePlacement& m : p.modules) {
     switch (m.kind) {
@@ -298,7 +292,7 @@ Placement parsePlacementPreset(std::string_view yaml_text, const std::string& la
         m.weight_format = format;
         if (backend == "gpu-offload") m.compute_device = layer_device[static_cast<size_t>(m.layer)];
         break;
-      default: m.device = layer_device[static_cast<size_t>(m.layer)];
+      default: m.device = *layer_device[static_cast<size_t>(m.layer)];
     }
   }
   try {

@@ -10,8 +10,8 @@
 //   model.layers.N.mlp                     dense MLP (dense layers only)
 //   model.norm, lm_head
 //
-// Devices: "cuda:N", "cpu" (the whole host) or "cpu:numaK" (one NUMA node). Routed experts:
-// device = where their weights live ("cpu", "cpu:numaK"); backend amx_bf16 | amx_int8 |
+// Devices (device.h): cuda:N, cpu (the whole host) or cpu:numaK (one NUMA node). Routed experts:
+// device = where their weights live (cpu, cpu:numaK); backend amx_bf16 | amx_int8 |
 // avx512_bf16 | avx512 | avx2 | onednn | generic | auto compute them there, "gpu-offload" streams them from
 // pinned host memory to `compute_device` per layer (the ZeRO-Offload baseline).
 // Sources: the memory planner, a preset (presets/placement/*.yaml) and KTransformers rule files
@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "engine/io/model_config.h"
+#include "engine/placement/device.h"
 
 namespace tandem::placement {
 
@@ -38,11 +39,11 @@ struct ModulePlacement {
   std::string name;  // HF module name
   ModuleKind kind = ModuleKind::Attention;
   int layer = -1;    // decoder layer, -1 for embed / norm / lm_head
-  std::string device;
+  Device device;
   // Routed experts only (empty otherwise).
   std::string backend;         // see kExpertBackends
   std::string weight_format;   // bf16 | int8 | fp8 (| fp16 | fp32: unquantized checkpoints)
-  std::string compute_device;  // gpu-offload: the GPU that computes them; else empty
+  std::optional<Device> compute_device;  // gpu-offload: the GPU that computes them
   // Co-computation: how many of them (the most routed) live on their layer's GPU, computed
   // there while the CPU engine computes the rest (engine/model/resident_experts.h).
   int64_t gpu_experts = 0;
@@ -59,37 +60,39 @@ struct Placement {
 
   const ModulePlacement* find(std::string_view name) const;
   ModulePlacement* find(std::string_view name);
-  // Every distinct device named, GPUs first ("cuda:0", "cuda:1", "cpu", "cpu:numa0", ...).
-  std::vector<std::string> devices() const;
-  // Each decoder layer's device, the one its attention is on ([num layers]; "" for a layer
-  // without one): where the layer's activations live, so where its resident experts go.
-  std::vector<std::string> layerDevices() const;
+  // Every distinct device named, GPUs first (cuda:0, cuda:1, cpu, cpu:numa0, ...).
+  std::vector<Device> devices() const;
+  // Each decoder layer's device, the one its attention is on ([num layers]): where the layer's
+  // activations live, so where its resident experts go.
+  std::vector<Device> layerDevices() const;
   bool operator==(const Placement&) const = default;
 };
 
-// The modules of `model` in order, with empty devices. Throws Error for a model with no layers.
+// The modules of `model` in order, all on cpu until the caller places them. Throws Error for a
+// model with no layers.
 Placement modulesOf(const io::ModelConfig& model);
 
-// Checks one device string ("cuda:N", "cpu", "cpu:numaK"); throws Error naming `where`.
-void checkDevice(const std::string& device, const std::string& where);
-// Checks a whole placement: every module placed, devices well-formed, experts with a backend
-// and format from the lists above, gpu-offload with a GPU compute device. `gpus` / `numa_nodes`
-// bound the indices when >= 0. Throws Error naming the module.
-void validatePlacement(const Placement& placement, int gpus = -1, int numa_nodes = -1);
+struct Hardware;
+
+// Checks a whole placement: experts in host memory with a backend and format from the lists
+// above, gpu-offload with a GPU compute device. With `machine`, every device must be one of its
+// GPUs or NUMA nodes (a machine planned for cuda:1 alone has no cuda:0). Throws Error naming the
+// module.
+void validatePlacement(const Placement& placement, const Hardware* machine = nullptr);
 
 // The weight format the backend computes in when the user did not choose one: amx_int8 -> int8,
 // amx_bf16 -> bf16 (they pack, converting), else the checkpoint's (fp8 for DeepSeek-V3-style fp8 checkpoints, fp32/fp16 for such
 // checkpoints, else bf16): the expert engine reads the checkpoint's weights in place.
 std::string defaultWeightFormat(const std::string& backend, const io::ModelConfig& model);
 
-// What engine/gpu's ModelOptions needs to run a placement, as plain fields (the runtime fills
-// its at::Device values from these strings): the embeddings' device, one device per decoder
-// layer (its attention, router, shared experts, dense MLP and their LoRA), the head's device
-// (model.norm and lm_head), and the experts' mode, backend and format.
+// What engine/model's ModelOptions needs to run a placement, as plain fields (the runtime turns
+// the devices into at::Device values): the embeddings' device, one device per decoder layer (its
+// attention, router, shared experts, dense MLP and their LoRA), the head's device (model.norm
+// and lm_head), and the experts' mode, backend and format.
 struct RuntimePlacement {
-  std::string embed_device;
-  std::vector<std::string> layer_devices;
-  std::string head_device;
+  Device embed_device;
+  std::vector<Device> layer_devices;
+  Device head_device;
   std::string experts_mode;                // "cpu" | "gpu-offload"
   std::string experts_backend;             // the expert engine backend for "cpu"
   std::string experts_weight_format;       // bf16 | int8 | fp8 | fp16 | fp32

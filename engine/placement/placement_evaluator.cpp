@@ -64,20 +64,19 @@ std::vector<int> Evaluator::computeNodes() const {
   return nodes;
 }
 
-void Evaluator::charge(Books& books, const std::string& device, PlanCategory c, const std::string& what,
-                       uint64_t bytes) const {
+void Evaluator::charge(Books& books, Device device, PlanCategory c, const std::string& what, uint64_t bytes) const {
   if (bytes == 0) return;
-  std::vector<std::string> targets;
-  if (device == "cpu") {
+  std::vector<Device> targets;
+  if (device == Device::cpu()) {
     // The whole host: spread evenly over the nodes the engine computes on (each holds its slice).
     for (int node : computeNodes()) targets.push_back(hostDevice(node));
-  } else if (device.starts_with("cpu:numa")) {
-    targets.push_back(hostDevice(std::stoi(device.substr(8))));
+  } else if (device.isCpu()) {
+    targets.push_back(hostDevice(device.numaNode()));
   } else {
     targets.push_back(device);
   }
   const uint64_t share = bytes / targets.size();
-  for (const std::string& d : targets) {
+  for (Device d : targets) {
     DevicePlan& plan = books.devices.at(d);
     plan.bytes[static_cast<size_t>(c)] += share;
     auto [it, inserted] = books.item_index.try_emplace({d, what}, plan.items.size());
@@ -109,8 +108,7 @@ void Evaluator::chargeDense(Books& books, const ModulePlacement& m) const {
   }
 }
 
-void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std::string& layer_device,
-                              bool first) const {
+void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, Device layer_device, bool first) const {
   // What the engine holds. Packing backends: a forward pack and Wᵀ, in int8 or else bf16 (fp8
   // checkpoints are dequantised at pack time); the checkpoint's experts they packed from are mapped
   // file pages the kernel may drop, so they are not charged. generic, avx2 and avx512 read bf16/f16/f32
@@ -138,11 +136,11 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
   charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA", lora * (req_.training ? 8 : 4));
   if (req_.training) charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA optimizer", lora * 8);
   if (m.gpu_experts > 0) chargeResident(books, m, layer_device);
-  const std::string compute = offload ? m.compute_device : m.device;
+  const Device compute = offload ? *m.compute_device : m.device;
   // Experts on "cpu" are split over every NUMA node (each holds its slice of every expert, so
   // "cpu" charges spread evenly are what the engine holds); per-node partial outputs make some
   // buffers per node. A layer on cpu:numaK runs on that node alone, unsplit.
-  const int split = !offload && m.device == "cpu" ? static_cast<int>(computeNodes().size()) : 1;
+  const int split = !offload && m.device == Device::cpu() ? static_cast<int>(computeNodes().size()) : 1;
   int targeted = 0;
   bool down = false;
   for (const char* p : {"gate_proj", "up_proj", "down_proj"}) {
@@ -179,10 +177,10 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
       charge(books, compute, PlanCategory::PinnedStaging, "offload buffers",
              (2 * weights + cast) / experts * not_resident);
     }
-  } else if (isGpu(layer_device) && first) {
+  } else if (layer_device.isGpu() && first) {
     // Hidden states to the CPU and the routed output back, ids and weights (pinned, reused per layer).
     const int64_t P = tokens_ * m_.num_experts_per_tok;
-    charge(books, "cpu", PlanCategory::PinnedStaging, "PCIe staging",
+    charge(books, Device::cpu(), PlanCategory::PinnedStaging, "PCIe staging",
            static_cast<uint64_t>(2 * tokens_ * m_.hidden_size * act_bytes_ + P * 8));
   }
 }
@@ -191,7 +189,7 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, const std:
 // model dtype or (weight format int8) as the CPU engine's int8 with its row scales, and once per
 // GPU the transient of computing them with torch ops, int8 ones cast to the model dtype first.
 // (The host's packs of them are freed: chargeExperts.)
-void Evaluator::chargeResident(Books& books, const ModulePlacement& m, const std::string& layer_device) const {
+void Evaluator::chargeResident(Books& books, const ModulePlacement& m, Device layer_device) const {
   const int64_t n = m.gpu_experts, H = m_.hidden_size, I = m_.moe_intermediate_size;
   charge(books, layer_device, PlanCategory::Weights, "resident routed experts",
          memory::residentExpertBytes(m_, m.weight_format, act_bytes_ == 2) * static_cast<uint64_t>(n));
@@ -220,29 +218,29 @@ void Evaluator::chargeTransposed(Books& books, const ModulePlacement& m, uint64_
   }
   // The pool holds two layers: the one the backward reads and the one being refilled. On "cpu"
   // every node holds its slice of both (charge spreads them evenly); on cpu:numaK that node all.
-  const std::string node = m.device == "cpu" ? hostDevice(computeNodes().front()) : hostDevice(std::stoi(m.device.substr(8)));
+  const Device node = hostDevice(m.device == Device::cpu() ? computeNodes().front() : m.device.numaNode());
   if (books.devices.at(node).at(PlanCategory::PackedTransposed) > 0) return;
   charge(books, m.device, PlanCategory::PackedTransposed, "packed W^T pool (2 layers)", 2 * layer_weights);
 }
 
 MemoryPlan Evaluator::evaluate(const Placement& placement) const {
-  validatePlacement(placement, static_cast<int>(hw_.gpus.size()), static_cast<int>(hw_.numa_nodes.size()));
+  validatePlacement(placement, &hw_);
   Books books;
-  std::vector<std::string> order;
+  std::vector<Device> order;
   for (const GpuSpec& g : hw_.gpus) {
     books.devices[g.device()] = DevicePlan{g.device(), g.free_bytes, {}, {}};
     order.push_back(g.device());
   }
   for (const NumaNodeSpec& n : hw_.numa_nodes) {
     // What "fits" means on the host: free memory less 3 % for the OS and page tables.
-    const std::string d = hostDevice(n.id);
+    const Device d = hostDevice(n.id);
     const uint64_t reserve = n.total_bytes / 100 * 3;
     books.devices[d] = DevicePlan{d, n.free_bytes > reserve ? n.free_bytes - reserve : 0, {}, {}};
     order.push_back(d);
   }
-  std::string layer_device;
+  Device layer_device;
   bool first_experts = true;
-  std::map<std::string, uint64_t> max_layer_act;  // per device: the recomputed layer
+  std::map<Device, uint64_t> max_layer_act;  // per device: the recomputed layer
   for (const ModulePlacement& m : placement.modules) {
     if (m.kind == ModuleKind::Attention) {
       layer_device = m.device;
@@ -259,22 +257,22 @@ MemoryPlan Evaluator::evaluate(const Placement& placement) const {
   if (req_.training && req_.gradient_checkpointing) {
     for (const auto& [device, bytes] : max_layer_act) charge(books, device, PlanCategory::Activations, "recompute", bytes);
   }
-  for (auto& [name, plan] : books.devices) {
+  for (auto& [device, plan] : books.devices) {
     const uint64_t used = plan.total();
-    if (isGpu(name) && used > 0) {
+    if (device.isGpu() && used > 0) {
       // Context plus the caching allocator's slack (~10 % of what comes and goes).
-      charge(books, name, PlanCategory::Overhead, "CUDA context + allocator", kGpuContextBytes + plan.at(PlanCategory::Activations) / 10);
+      charge(books, device, PlanCategory::Overhead, "CUDA context + allocator", kGpuContextBytes + plan.at(PlanCategory::Activations) / 10);
     }
   }
   charge(books, hostDevice(0), PlanCategory::Overhead, "process", kHostProcessBytes);
   MemoryPlan plan;
   plan.placement = placement;
-  for (const std::string& d : order) {
+  for (Device d : order) {
     plan.devices.push_back(books.devices.at(d));
     const DevicePlan& dp = plan.devices.back();
     if (!dp.fits()) {
       plan.fits = false;
-      plan.problems.push_back(d + ": need " + formatBytes(dp.total()) + ", have " + formatBytes(dp.capacity_bytes));
+      plan.problems.push_back(d.str() + ": need " + formatBytes(dp.total()) + ", have " + formatBytes(dp.capacity_bytes));
     }
   }
   return plan;

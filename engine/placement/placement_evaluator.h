@@ -19,7 +19,6 @@ namespace tandem::placement {
 
 inline constexpr uint64_t kGiB = uint64_t{1} << 30;
 
-inline bool isGpu(const std::string& device) { return device.starts_with("cuda:"); }
 // Backends that repack every expert into their own layout at load (engine/experts/kernels):
 // the forward pack and the backward's Wᵀ pack are copies beside the stored weights. generic,
 // avx2 and avx512 read bf16/f16/f32 weights where they lie (zero-copy views, both directions).
@@ -40,18 +39,17 @@ class Evaluator {
 
  private:
   struct Books {
-    std::map<std::string, DevicePlan> devices;
-    std::map<std::pair<std::string, std::string>, size_t> item_index;  // (device, what) -> item
-    std::set<std::string> resident_scratch;  // devices charged the resident experts' transient
+    std::map<Device, DevicePlan> devices;
+    std::map<std::pair<Device, std::string>, size_t> item_index;  // (device, what) -> item
+    std::set<Device> resident_scratch;  // devices charged the resident experts' transient
   };
-  void charge(Books& books, const std::string& device, PlanCategory c, const std::string& what, uint64_t bytes) const;
+  void charge(Books& books, Device device, PlanCategory c, const std::string& what, uint64_t bytes) const;
   void chargeDense(Books& books, const ModulePlacement& m) const;
-  void chargeExperts(Books& books, const ModulePlacement& m, const std::string& layer_device, bool first) const;
+  void chargeExperts(Books& books, const ModulePlacement& m, Device layer_device, bool first) const;
   void chargeTransposed(Books& books, const ModulePlacement& m, uint64_t layer_weights) const;
-  void chargeResident(Books& books, const ModulePlacement& m, const std::string& layer_device) const;
-  std::string hostDevice(int node) const {
-    return hw_.numa_nodes.size() == 1 ? std::string("cpu") : "cpu:numa" + std::to_string(node);
-  }
+  void chargeResident(Books& books, const ModulePlacement& m, Device layer_device) const;
+  // The plan's name for NUMA node `node`: the host of a one-node machine is plain cpu.
+  Device hostDevice(int node) const { return hw_.numa_nodes.size() == 1 ? Device::cpu() : Device::numaNode(node); }
   // The nodes the expert engine splits "cpu" over: those with cores (a memory-only node, CXL or
   // HBM, has no threads to compute on: engine/experts/expert_nodes.cpp); all when none say.
   std::vector<int> computeNodes() const;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/core/error.h"
+#include "engine/placement/hardware.h"
 #include "engine/placement/kt_rules.h"
 
 namespace tandem::placement {
@@ -38,14 +39,14 @@ TEST(Placement, ModulesFollowTheArchitecture) {
 TEST(Placement, LayerDevicesAreWhereTheAttentionIs) {
   Placement p = modulesOf(model("qwen3-30b-a3b.json"));
   for (ModulePlacement& m : p.modules) {
-    m.device = m.kind == ModuleKind::RoutedExperts ? "cpu" : m.layer >= 24 ? "cuda:1" : "cuda:0";
+    m.device = m.kind == ModuleKind::RoutedExperts ? Device::cpu() : Device::cuda(m.layer >= 24 ? 1 : 0);
   }
-  const std::vector<std::string> devices = p.layerDevices();
+  const std::vector<Device> devices = p.layerDevices();
   ASSERT_EQ(devices.size(), 48u);
-  EXPECT_EQ(devices[0], "cuda:0");
-  EXPECT_EQ(devices[23], "cuda:0");
-  EXPECT_EQ(devices[24], "cuda:1");
-  EXPECT_EQ(devices[47], "cuda:1");
+  EXPECT_EQ(devices[0].str(), "cuda:0");
+  EXPECT_EQ(devices[23].str(), "cuda:0");
+  EXPECT_EQ(devices[24].str(), "cuda:1");
+  EXPECT_EQ(devices[47].str(), "cuda:1");
 }
 
 TEST(Placement, EveryShippedPresetAppliesToEveryModel) {
@@ -75,8 +76,8 @@ TEST(Placement, OffloadRunsExpertsOnTheirLayersGpu) {
   const Placement p = loadPlacementFile(kPresets / "placement" / "one-gpu_offload.yaml", model("deepseek-v2-lite.json"));
   const ModulePlacement* experts = p.find("model.layers.5.mlp.experts");
   ASSERT_NE(experts, nullptr);
-  EXPECT_EQ(experts->device, "cpu");
-  EXPECT_EQ(experts->compute_device, "cuda:0");
+  EXPECT_EQ(experts->device.str(), "cpu");
+  EXPECT_EQ(experts->compute_device, Device::cuda(0));
   const RuntimePlacement r = toRuntimePlacement(p);
   EXPECT_EQ(r.experts_mode, "gpu-offload");
   EXPECT_EQ(r.experts_weight_format, "bf16");
@@ -101,13 +102,22 @@ TEST(Placement, PresetErrorsNameFileAndKey) {
 TEST(Placement, ValidationBoundsDevicesByTheMachine) {
   const io::ModelConfig qwen = model("qwen3-30b-a3b.json");
   Placement p = loadPlacementFile(kPresets / "placement" / "one-gpu_cpu-experts.yaml", qwen);
-  EXPECT_NO_THROW(validatePlacement(p, 1, 1));
-  EXPECT_THROW(validatePlacement(p, 0, 1), Error);
-  p.find("model.layers.2.mlp.experts")->device = "cuda:0";
+  auto machine = [](std::vector<int> gpus, std::vector<int> nodes) {
+    Hardware hw;
+    for (int g : gpus) hw.gpus.push_back({.index = g});
+    for (int n : nodes) hw.numa_nodes.push_back({.id = n});
+    return hw;
+  };
+  const Hardware gpu0 = machine({0}, {0}), gpu1 = machine({1}, {0}), two_nodes = machine({0}, {0, 1});
+  EXPECT_NO_THROW(validatePlacement(p, &gpu0));
+  EXPECT_THROW(validatePlacement(p, &gpu1), Error);  // planned for cuda:1 alone: no cuda:0
+  const Hardware no_gpu = machine({}, {0});
+  EXPECT_THROW(validatePlacement(p, &no_gpu), Error);
+  p.find("model.layers.2.mlp.experts")->device = Device::cuda(0);
   EXPECT_THROW(validatePlacement(p), Error);  // expert weights never live on a GPU
-  p.find("model.layers.2.mlp.experts")->device = "cpu:numa1";
-  EXPECT_THROW(validatePlacement(p, 1, 1), Error);
-  EXPECT_NO_THROW(validatePlacement(p, 1, 2));
+  p.find("model.layers.2.mlp.experts")->device = Device::numaNode(1);
+  EXPECT_THROW(validatePlacement(p, &gpu0), Error);
+  EXPECT_NO_THROW(validatePlacement(p, &two_nodes));
   // cpu:numaK pins that layer's experts to node K at run time; cpu splits them over every node.
   const RuntimePlacement runtime = toRuntimePlacement(p);
   ASSERT_GT(runtime.experts_numa_node.size(), 3u);

@@ -15,6 +15,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/model/decode_session.h"
 #include "engine/model/lora_training.h"
+#include "engine/model/machine_probe.h"
 #include "engine/model/model.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/lora_target.h"
@@ -84,11 +85,15 @@ Measured trainOneStep(const io::ModelConfig& config, const TrainConfig& tc, bool
   return out;
 }
 
-uint64_t planned(const placement::MemoryPlan& plan, placement::PlanCategory c) { return plan.device("cpu")->at(c); }
+uint64_t planned(const placement::MemoryPlan& plan, placement::PlanCategory c) {
+  return plan.device(placement::Device::cpu())->at(c);
+}
 
 uint64_t plannedItem(const placement::MemoryPlan& plan, const std::string& what) {
   uint64_t bytes = 0;
-  for (const placement::PlanItem& item : plan.device("cpu")->items) bytes += item.what == what ? item.bytes : 0;
+  for (const placement::PlanItem& item : plan.device(placement::Device::cpu())->items) {
+    bytes += item.what == what ? item.bytes : 0;
+  }
   return bytes;
 }
 
@@ -113,7 +118,7 @@ TEST_P(PlanVersusLedger, WithinTenPercent) {
   tc.gradient_checkpointing = GetParam();
   tc.bf16 = false;
   tc.device = "cpu";
-  placement::Hardware hw = placement::probeHardware();
+  placement::Hardware hw = model::probeMachine();
   hw.gpus.clear();
   hw.numa_nodes.resize(1);  // one host device, named "cpu" as the ledger names it
   const placement::MemoryPlan plan = planTraining(tc, config, hw);
@@ -154,11 +159,11 @@ TEST(PlanVersusLedger, ResidentExpertWeights) {
   EXPECT_EQ(planRequestFor(tc, config).gpu_experts, placement::kAutoGpuExperts);
   tc.gpu_experts = "3";
   EXPECT_EQ(planRequestFor(tc, config).gpu_experts, 3);
-  placement::Hardware hw = placement::probeHardware();
+  placement::Hardware hw = model::probeMachine();
   hw.gpus = {placement::GpuSpec{0, "test GPU", 64ull << 30, 64ull << 30}};
   const placement::MemoryPlan plan = planTraining(tc, config, hw);
   uint64_t planned_bytes = 0;
-  for (const placement::PlanItem& item : plan.device("cuda:0")->items) {
+  for (const placement::PlanItem& item : plan.device(placement::Device::cuda(0))->items) {
     planned_bytes += item.what == "resident routed experts" ? item.bytes : 0;
   }
   model::ModelOptions options;  // fp32 on the CPU device
@@ -205,7 +210,7 @@ TEST(PlanRequestFor, OffloadModePlansItsResidentCache) {
   const placement::MemoryPlan plan = planTraining(tc, qwen3, hw);
   const placement::ModulePlacement& experts = *plan.placement.find("model.layers.5.mlp.experts");
   EXPECT_EQ(experts.backend, "gpu-offload");
-  EXPECT_EQ(experts.compute_device, "cuda:0");
+  EXPECT_EQ(experts.compute_device, placement::Device::cuda(0));
   EXPECT_GT(experts.gpu_experts, 16);
   EXPECT_LT(experts.gpu_experts, 128);
   const placement::RuntimePlacement runtime = placement::toRuntimePlacement(plan.placement);
@@ -229,7 +234,7 @@ TEST(PlanRequestFor, Fp32BackendsArePlannedAsTheyRun) {
     EXPECT_EQ(planRequestFor(tc, qwen3).experts_backend, backends[i]);
     const placement::MemoryPlan plan = planTraining(tc, qwen3, hw);
     EXPECT_EQ(plan.placement.find("model.layers.5.mlp.experts")->backend, backends[i]);
-    host[i] = plan.device("cpu")->total();  // one NUMA node
+    host[i] = plan.device(placement::Device::cpu())->total();  // one NUMA node
   }
   EXPECT_EQ(host[0], host[1]);
   EXPECT_GT(host[2], host[0] + host[0] / 4);

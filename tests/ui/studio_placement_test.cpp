@@ -9,6 +9,7 @@
 #include <QTest>
 
 #include "engine/io/model_config.h"
+#include "engine/model/machine_probe.h"
 #include "engine/placement/kt_rules.h"
 #include "engine/train/training_plan.h"
 #include "tests/ui/ui_test_support.h"
@@ -39,7 +40,7 @@ class PlacementTest : public QObject {
   // this one has: the planner then picks avx512_bf16 for the experts on every host, so an edit
   // to `generic` is a change (on an AVX2-only host the planner's own choice is generic).
   static placement::Hardware withA24GbCard() {
-    placement::Hardware hardware = placement::probeHardware();
+    placement::Hardware hardware = model::probeMachine();
     hardware.cpu.avx2 = hardware.cpu.avx512 = hardware.cpu.avx512_bf16 = true;
     placement::GpuSpec card;
     card.name = "a 24 GB card";
