@@ -2,12 +2,13 @@
 
 #include "engine/train/demo_model.h"
 #include "engine/train/training_plan.h"
+#include "ui/host_machine.h"
 #include "ui/wizard_pages.h"
 
 namespace tandem::ui {
 
-FineTuneWizard::FineTuneWizard(const MachineInfo& machine, StudioPaths paths, QWidget* parent)
-    : QWizard(parent), machine_(machine), paths_(std::move(paths)), hardware_(placement::probeHardware()) {
+FineTuneWizard::FineTuneWizard(HostMachine& host, StudioPaths paths, QWidget* parent)
+    : QWizard(parent), host_(host), paths_(std::move(paths)) {
   setWindowTitle(tr("New fine-tune"));
   setWizardStyle(QWizard::ModernStyle);
   setOption(QWizard::NoBackButtonOnStartPage);
@@ -34,8 +35,28 @@ train::TrainConfig FineTuneWizard::config() const {
   return c;
 }
 
+const MachineInfo& FineTuneWizard::machine() const { return host_.info(); }
+
+void FineTuneWizard::setModelSummary(std::optional<io::ModelSummary> summary) {
+  summary_ = std::move(summary);
+  emit modelSummaryChanged();
+}
+
+void FineTuneWizard::setHardware(placement::Hardware hardware) {
+  hardware_ = std::move(hardware);
+  emit hardwareChanged();
+}
+
+bool FineTuneWizard::isBusy() const {
+  if (host_.isBusy()) return true;
+  for (int id : pageIds()) {
+    if (static_cast<const ConfigPage*>(page(id))->isBusy()) return true;
+  }
+  return false;
+}
+
 std::optional<placement::MemoryPlan> FineTuneWizard::plan() const {
-  if (!summary_) return std::nullopt;
+  if (!summary_ || !hasHardware()) return std::nullopt;
   return train::planTraining(config(), summary_->config, hardware_);
 }
 

@@ -17,6 +17,7 @@
 
 namespace tandem::ui {
 
+class HostMachine;
 struct MachineInfo;
 
 // Where the studio finds its bundled files (resources/, presets/).
@@ -34,6 +35,9 @@ class ConfigPage : public QWizardPage {
   using QWizardPage::QWizardPage;
   virtual void load(const train::TrainConfig& config) = 0;
   virtual void store(train::TrainConfig& config) const = 0;
+  // What the page shows is not yet what its inputs say: an engine call (or the pause after a
+  // keystroke before one) is out.
+  virtual bool isBusy() const { return false; }
 };
 
 class FineTuneWizard : public QWizard {
@@ -42,7 +46,8 @@ class FineTuneWizard : public QWizard {
  public:
   enum PageId { ModelPageId, HardwarePageId, DatasetPageId, TrainingPageId, ReviewPageId };
 
-  FineTuneWizard(const MachineInfo& machine, StudioPaths paths, QWidget* parent = nullptr);
+  // `host` must outlive the wizard.
+  FineTuneWizard(HostMachine& host, StudioPaths paths, QWidget* parent = nullptr);
 
   // Fills every page from `config` (fields no page shows are kept as they are).
   void loadConfig(const train::TrainConfig& config);
@@ -51,16 +56,20 @@ class FineTuneWizard : public QWizard {
   // toYaml(config()).
   QString yaml() const;
 
-  const MachineInfo& machine() const { return machine_; }
+  HostMachine& host() const { return host_; }
+  const MachineInfo& machine() const;
   const StudioPaths& paths() const { return paths_; }
   // Set by the model page when the chosen folder could be inspected.
   const std::optional<io::ModelSummary>& modelSummary() const { return summary_; }
-  void setModelSummary(std::optional<io::ModelSummary> summary) { summary_ = std::move(summary); }
+  void setModelSummary(std::optional<io::ModelSummary> summary);
 
-  // The machine plans are made for: this one (probed) or a presets/hardware/ preset.
+  // The machine plans are made for: this one (probed) or a presets/hardware/ preset. Empty
+  // (hasHardware() false) until this machine's probe arrives.
   const placement::Hardware& hardware() const { return hardware_; }
-  void setHardware(placement::Hardware hardware) { hardware_ = std::move(hardware); }
-  // The memory planner's verdict on config() for hardware(); nullopt without an inspected model.
+  bool hasHardware() const { return !hardware_.numa_nodes.empty(); }  // a machine has one at least
+  void setHardware(placement::Hardware hardware);
+  // The memory planner's verdict on config() for hardware(); nullopt without an inspected model
+  // or before the machine is known.
   // Throws tandem::Error when the planner cannot plan (e.g. an unknown kt_optimize_rule file).
   std::optional<placement::MemoryPlan> plan() const;
   // kt_optimize_rule of the config (set by the placement editor).
@@ -70,11 +79,16 @@ class FineTuneWizard : public QWizard {
   // output_dir under `output_parent`. Makes the demo model if needed. Throws tandem::Error.
   train::TrainConfig demoConfig(const std::filesystem::path& output_parent) const;
 
+  // The machine is being probed or a page waits for an engine call (ConfigPage::isBusy).
+  bool isBusy() const;
+
  signals:
   void startRequested(const tandem::train::TrainConfig& config);
+  void modelSummaryChanged();
+  void hardwareChanged();
 
  private:
-  const MachineInfo& machine_;
+  HostMachine& host_;
   StudioPaths paths_;
   train::TrainConfig base_;
   std::optional<io::ModelSummary> summary_;

@@ -23,7 +23,7 @@
 namespace tandem::ui {
 
 MainWindow::MainWindow(StudioSettings settings, StudioPaths paths, QWidget* parent)
-    : QMainWindow(parent), settings_(std::move(settings)), paths_(std::move(paths)), machine_(detectMachine()) {
+    : QMainWindow(parent), settings_(std::move(settings)), paths_(std::move(paths)) {
   setWindowTitle(tr("Tandem Studio"));
   setWindowIcon(QIcon(QStringLiteral(":/icons/tandem.svg")));
   QString store_problem;
@@ -35,9 +35,9 @@ MainWindow::MainWindow(StudioSettings settings, StudioPaths paths, QWidget* pare
   training_ = std::make_unique<TrainingController>(store_.get());
   chat_ = std::make_unique<ChatController>();
 
-  wizard_ = new FineTuneWizard(machine_, paths_);
+  wizard_ = new FineTuneWizard(host_, paths_);
   wizard_->setWindowFlags(Qt::Widget);  // a page of the window, not a dialog
-  dashboard_ = new TrainingDashboard(*training_, machine_);
+  dashboard_ = new TrainingDashboard(*training_, host_.info());
   dashboard_->setLogScale(settings_.log_scale_loss);
   chat_panel_ = new ChatPanel(*chat_);
   chat_panel_->setMaxNewTokens(settings_.chat_max_new_tokens);
@@ -59,6 +59,7 @@ MainWindow::MainWindow(StudioSettings settings, StudioPaths paths, QWidget* pare
   setCentralWidget(tabs_);
   buildMenus();
 
+  connect(&host_, &HostMachine::probed, dashboard_, &TrainingDashboard::showMachine);
   connect(wizard_, &FineTuneWizard::startRequested, this, &MainWindow::startTraining);
   connect(wizard_, &QWizard::rejected, this, &MainWindow::resetWizard);
   connect(runs_, &RunsView::resumeRequested, this, &MainWindow::startTraining);

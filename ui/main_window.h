@@ -8,7 +8,7 @@
 
 #include "engine/store/run_store.h"
 #include "ui/fine_tune_wizard.h"
-#include "ui/machine_info.h"
+#include "ui/host_machine.h"
 #include "ui/studio_settings.h"
 
 class QTabWidget;
@@ -55,7 +55,7 @@ class MainWindow : public QMainWindow {
 
   StudioSettings settings_;
   StudioPaths paths_;
-  MachineInfo machine_;
+  HostMachine host_;
   std::unique_ptr<store::RunStore> store_;
   std::unique_ptr<TrainingController> training_;
   std::unique_ptr<ChatController> chat_;

@@ -117,6 +117,7 @@ ModelPage::ModelPage(FineTuneWizard& wizard) : wizard_(wizard) {
   connect(debounce_, &QTimer::timeout, this, &ModelPage::inspect);
   connect(path_, &QLineEdit::textChanged, debounce_, qOverload<>(&QTimer::start));
   connect(demo, &QPushButton::clicked, this, &ModelPage::useDemoModel);
+  connect(&wizard_, &FineTuneWizard::hardwareChanged, this, &ModelPage::showVerdict);
 }
 
 void ModelPage::load(const train::TrainConfig& config) {
@@ -151,20 +152,7 @@ void ModelPage::inspect() {
       const io::ModelSummary s = io::summarizeModel(text.toStdString());
       summary_->setText(summaryHtml(s));
       wizard_.setModelSummary(s);
-      QString verdict;
-      bool fits = false;
-      try {
-        const std::optional<placement::MemoryPlan> plan = wizard_.plan();
-        fits = plan && plan->fits;
-        verdict = plan && !plan->problems.empty() ? QString::fromStdString(plan->problems.front()) : QString();
-      } catch (const Error& e) {
-        verdict = errorText(e);
-      }
-      badge_->setText(
-          QStringLiteral("<span style='background:%1;color:white'>&nbsp;%2&nbsp;</span> %3")
-              .arg(fits ? "#1b7f3b" : "#b00020", fits ? tr("fits") : tr("does not fit"),
-                   tr("%1 with the current settings (memory planner). %2")
-                       .arg(QString::fromStdString(wizard_.hardware().name).toHtmlEscaped(), verdict.toHtmlEscaped())));
+      showVerdict();
       showProblem(problem_, {});
       ok_ = true;
     } catch (const Error& e) {
@@ -172,6 +160,29 @@ void ModelPage::inspect() {
     }
   }
   emit completeChanged();
+}
+
+void ModelPage::showVerdict() {
+  badge_->clear();
+  if (!wizard_.modelSummary()) return;
+  if (!wizard_.hasHardware()) {
+    badge_->setText(tr("The memory plan waits for the probe of this machine (see Hardware)."));
+    return;
+  }
+  QString verdict;
+  bool fits = false;
+  try {
+    const std::optional<placement::MemoryPlan> plan = wizard_.plan();
+    fits = plan && plan->fits;
+    verdict = plan && !plan->problems.empty() ? QString::fromStdString(plan->problems.front()) : QString();
+  } catch (const Error& e) {
+    verdict = errorText(e);
+  }
+  badge_->setText(
+      QStringLiteral("<span style='background:%1;color:white'>&nbsp;%2&nbsp;</span> %3")
+          .arg(fits ? "#1b7f3b" : "#b00020", fits ? tr("fits") : tr("does not fit"),
+               tr("%1 with the current settings (memory planner). %2")
+                   .arg(QString::fromStdString(wizard_.hardware().name).toHtmlEscaped(), verdict.toHtmlEscaped())));
 }
 
 }  // namespace tandem::ui

@@ -40,6 +40,7 @@ class ModelPage : public ConfigPage {
 
  private:
   void inspect();
+  void showVerdict();  // the memory planner's, for the wizard's hardware
   void useDemoModel();
 
   FineTuneWizard& wizard_;
@@ -63,6 +64,10 @@ class HardwarePage : public ConfigPage {
 
  private:
   void choosePreset();
+  void showProbe();    // this machine's probe arrived
+  void fillDevices();  // auto, CPU and this machine's GPUs; keeps the choice
+  void selectDevice(const QString& device);
+  void limitGpuExperts();
 
   FineTuneWizard& wizard_;
   QComboBox* target_;

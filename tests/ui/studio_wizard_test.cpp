@@ -19,7 +19,7 @@
 #include "engine/chat/supervised_encoder.h"
 #include "engine/chat/tokenizer_encoder.h"
 #include "tests/ui/ui_test_support.h"
-#include "ui/machine_info.h"
+#include "ui/host_machine.h"
 #include "ui/resources.h"
 #include "ui/wizard_pages.h"
 
@@ -49,14 +49,15 @@ class WizardTest : public QObject {
 
   QTemporaryDir tmp_;
   StudioPaths paths_;
-  MachineInfo machine_;
+  HostMachine host_;
 };
 
 void WizardTest::initTestCase() {
   initStudioResources();
   QVERIFY(tmp_.isValid());
   paths_ = test::demoPaths(tmp_);
-  machine_ = detectMachine();
+  QTRY_VERIFY_WITH_TIMEOUT(host_.isProbed(), 60000);
+  QVERIFY2(host_.problem().isEmpty(), qPrintable(host_.problem()));
 }
 
 void WizardTest::producesTheHandWrittenConfig() {
@@ -67,7 +68,7 @@ void WizardTest::producesTheHandWrittenConfig() {
   hand.gpu_experts = "3";
   hand.experts_mode = "gpu-offload";
 
-  FineTuneWizard wizard(machine_, paths_);  // starts from LLaMA-Factory's defaults
+  FineTuneWizard wizard(host_, paths_);  // starts from LLaMA-Factory's defaults
   wizard.show();
   QVERIFY(QTest::qWaitForWindowExposed(&wizard));
   QCOMPARE(wizard.currentId(), int(FineTuneWizard::ModelPageId));
@@ -133,7 +134,7 @@ void WizardTest::producesTheHandWrittenConfig() {
   QCOMPARE(train::configFingerprint(made), train::configFingerprint(hand));
 
   // Opening that config again shows the same choices (a count of GPU experts, not auto; offload mode).
-  FineTuneWizard reopened(machine_, paths_);
+  FineTuneWizard reopened(host_, paths_);
   reopened.loadConfig(hand);
   QCOMPARE(field<QSpinBox>(reopened, "gpu_experts")->value(), 3);
   QCOMPARE(field<QComboBox>(reopened, "experts_mode")->currentData().toString(), QStringLiteral("gpu-offload"));
@@ -141,7 +142,7 @@ void WizardTest::producesTheHandWrittenConfig() {
 }
 
 void WizardTest::pagesSayWhatIsWrong() {
-  FineTuneWizard wizard(machine_, paths_);
+  FineTuneWizard wizard(host_, paths_);
   wizard.loadConfig(test::demoConfig(paths_, std::filesystem::path(tmp_.path().toStdString()) / "bad-out"));
   wizard.show();
   QVERIFY(QTest::qWaitForWindowExposed(&wizard));
@@ -178,7 +179,7 @@ void WizardTest::pagesSayWhatIsWrong() {
 
 void WizardTest::datasetPageColoursTrainedTokens() {
   const train::TrainConfig config = test::demoConfig(paths_, std::filesystem::path(tmp_.path().toStdString()) / "out3");
-  FineTuneWizard wizard(machine_, paths_);
+  FineTuneWizard wizard(host_, paths_);
   wizard.loadConfig(config);
   wizard.show();
   QVERIFY(QTest::qWaitForWindowExposed(&wizard));
