@@ -62,11 +62,12 @@ std::optional<placement::MemoryPlan> FineTuneWizard::plan() const {
 
 QString FineTuneWizard::yaml() const { return QString::fromStdString(train::toYaml(config())); }
 
-train::TrainConfig FineTuneWizard::demoConfig(const std::filesystem::path& output_parent) const {
-  const train::DemoModel demo = train::ensureDemoModel(paths_.demo_workdir, paths_.resources);
-  return train::loadTrainConfig(paths_.presets / "training" / "demo_lora_sft.yaml",
+train::TrainConfig demoConfig(const StudioPaths& paths,
+                              const std::filesystem::path& output_parent) {
+  const train::DemoModel demo = train::ensureDemoModel(paths.demo_workdir, paths.resources);
+  return train::loadTrainConfig(paths.presets / "training" / "demo_lora_sft.yaml",
                                 {"model_name_or_path=" + demo.dir.string(),
-                                 "dataset_dir=" + (paths_.resources / "demo").string(),
+                                 "dataset_dir=" + (paths.resources / "demo").string(),
                                  "output_dir=" + (output_parent / "demo-lora").string()});
 }
 

@@ -27,6 +27,12 @@ struct StudioPaths {
   std::filesystem::path demo_workdir;
 };
 
+// The demo preset (presets/training/demo_lora_sft.yaml) on the demo model and data, with
+// output_dir under `output_parent`. Makes the demo model if needed (seconds: run it on a worker).
+// Throws tandem::Error.
+train::TrainConfig demoConfig(const StudioPaths& paths,
+                              const std::filesystem::path& output_parent);
+
 // A wizard page that owns some TrainConfig fields.
 class ConfigPage : public QWizardPage {
   Q_OBJECT
@@ -74,10 +80,6 @@ class FineTuneWizard : public QWizard {
   std::optional<placement::MemoryPlan> plan() const;
   // kt_optimize_rule of the config (set by the placement editor).
   void setPlacementRule(const std::filesystem::path& rule_file) { base_.placement_rule = rule_file; }
-
-  // The demo preset (presets/training/demo_lora_sft.yaml) on the demo model and data, with
-  // output_dir under `output_parent`. Makes the demo model if needed. Throws tandem::Error.
-  train::TrainConfig demoConfig(const std::filesystem::path& output_parent) const;
 
   // The machine is being probed or a page waits for an engine call (ConfigPage::isBusy).
   bool isBusy() const;

@@ -106,15 +106,7 @@ void MainWindow::buildMenus() {
   open->setShortcut(QKeySequence::Open);
   connect(open, &QAction::triggered, this, &MainWindow::openYaml);
   QAction* demo = file->addAction(tr("Start from the &demo preset"));
-  connect(demo, &QAction::triggered, this, [this] {
-    try {
-      wizard_->loadConfig(wizard_->demoConfig(settings_.output_parent.toStdString()));
-      wizard_->restart();
-      showTab(WizardTab);
-    } catch (const Error& e) {
-      QMessageBox::warning(this, tr("Demo"), errorText(e));
-    }
-  });
+  connect(demo, &QAction::triggered, this, &MainWindow::startFromDemo);
   QAction* prefs = file->addAction(QIcon(QStringLiteral(":/icons/settings.svg")), tr("&Settings…"));
   prefs->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Comma));
   connect(prefs, &QAction::triggered, this, &MainWindow::editSettings);
@@ -136,6 +128,24 @@ void MainWindow::buildMenus() {
                        tr("LoRA fine-tuning of MoE language models on one machine: routed experts on the CPU, "
                           "the rest on the GPU.\nThe same engine as the `tandem` command."));
   });
+}
+
+void MainWindow::startFromDemo() {
+  statusBar()->showMessage(tr("making the demo model…"));
+  demo_maker_.request(
+      [paths = paths_, output_parent = settings_.output_parent.toStdString()] {
+        return demoConfig(paths, output_parent);
+      },
+      [this](EngineResult<train::TrainConfig> config) {
+        statusBar()->clearMessage();
+        if (!config.ok()) {
+          QMessageBox::warning(this, tr("Demo"), config.error);
+          return;
+        }
+        wizard_->loadConfig(*config.value);
+        wizard_->restart();
+        showTab(WizardTab);
+      });
 }
 
 void MainWindow::showTab(int tab) { tabs_->setCurrentIndex(tab); }

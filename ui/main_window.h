@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "engine/store/run_store.h"
+#include "ui/engine_worker.h"
 #include "ui/fine_tune_wizard.h"
 #include "ui/host_machine.h"
 #include "ui/studio_settings.h"
@@ -52,6 +53,7 @@ class MainWindow : public QMainWindow {
  private:
   void buildMenus();
   void resetWizard();
+  void startFromDemo();
 
   StudioSettings settings_;
   StudioPaths paths_;
@@ -65,6 +67,7 @@ class MainWindow : public QMainWindow {
   ChatPanel* chat_panel_;
   RunsView* runs_;
   bool close_when_stopped_ = false;
+  EngineWorker demo_maker_{this};
 };
 
 }  // namespace tandem::ui

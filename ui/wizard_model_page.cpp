@@ -2,7 +2,6 @@
 // (config.json and safetensors headers, no tensor data), and a badge says whether its weights fit
 // this machine's RAM and GPU memory together.
 
-#include <QApplication>
 #include <QFileDialog>
 #include <QLabel>
 #include <QLayout>
@@ -13,6 +12,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/units.h"
+#include "engine/train/demo_model.h"
 #include "ui/error_text.h"
 #include "ui/machine_info.h"
 #include "ui/path_field.h"
@@ -127,15 +127,25 @@ void ModelPage::load(const train::TrainConfig& config) {
 
 void ModelPage::store(train::TrainConfig& config) const { config.model_name_or_path = path_->text().trimmed().toStdString(); }
 
+bool ModelPage::isBusy() const {
+  return debounce_->isActive() || !inspector_.isIdle() || !demo_maker_.isIdle();
+}
+
 void ModelPage::useDemoModel() {
-  QApplication::setOverrideCursor(Qt::WaitCursor);
-  try {
-    const train::TrainConfig demo = wizard_.demoConfig(wizard_.paths().demo_workdir);
-    path_->setText(QString::fromStdString(demo.model_name_or_path));
-  } catch (const Error& e) {
-    showProblem(problem_, errorText(e));
-  }
-  QApplication::restoreOverrideCursor();
+  showProblem(problem_, {});
+  summary_->setText(tr("Making the demo model…"));
+  demo_maker_.request(
+      [paths = wizard_.paths()] {
+        return train::ensureDemoModel(paths.demo_workdir, paths.resources).dir;
+      },
+      [this](EngineResult<std::filesystem::path> model) {
+        summary_->clear();
+        if (model.ok()) {
+          path_->setText(QString::fromStdString(model.value->string()));
+        } else {
+          showProblem(problem_, model.error);
+        }
+      });
 }
 
 void ModelPage::inspect() {
@@ -144,21 +154,30 @@ void ModelPage::inspect() {
   ok_ = false;
   summary_->clear();
   badge_->clear();
+  showProblem(problem_, {});  // nothing chosen yet is not an error; Next stays disabled
   wizard_.setModelSummary(std::nullopt);
   if (text.isEmpty()) {
-    showProblem(problem_, {});  // nothing chosen yet is not an error; Next stays disabled
+    inspector_.cancel();
   } else {
-    try {
-      const io::ModelSummary s = io::summarizeModel(text.toStdString());
-      summary_->setText(summaryHtml(s));
-      wizard_.setModelSummary(s);
-      showVerdict();
-      showProblem(problem_, {});
-      ok_ = true;
-    } catch (const Error& e) {
-      showProblem(problem_, errorText(e));
-    }
+    summary_->setText(tr("Inspecting %1…").arg(text.toHtmlEscaped()));
+    inspector_.request(
+        [model = text.toStdString()] { return io::summarizeModel(model); },
+        [this](EngineResult<io::ModelSummary> summary) { showSummary(std::move(summary)); });
   }
+  emit completeChanged();
+}
+
+void ModelPage::showSummary(EngineResult<io::ModelSummary> summary) {
+  summary_->clear();
+  if (!summary.ok()) {
+    showProblem(problem_, summary.error);
+    emit completeChanged();
+    return;
+  }
+  summary_->setText(summaryHtml(*summary.value));
+  ok_ = true;
+  wizard_.setModelSummary(std::move(summary.value));
+  showVerdict();
   emit completeChanged();
 }
 

@@ -5,7 +5,9 @@
 #include <QString>
 #include <optional>
 
+#include "engine/io/model_summary.h"
 #include "engine/train/dataset.h"
+#include "ui/engine_worker.h"
 #include "ui/fine_tune_wizard.h"
 
 class QCheckBox;
@@ -37,9 +39,11 @@ class ModelPage : public ConfigPage {
   void load(const train::TrainConfig& config) override;
   void store(train::TrainConfig& config) const override;
   bool isComplete() const override { return ok_; }
+  bool isBusy() const override;
 
  private:
   void inspect();
+  void showSummary(EngineResult<io::ModelSummary> summary);
   void showVerdict();  // the memory planner's, for the wizard's hardware
   void useDemoModel();
 
@@ -50,6 +54,8 @@ class ModelPage : public ConfigPage {
   QLabel* problem_;
   QTimer* debounce_;
   bool ok_ = false;
+  EngineWorker inspector_{this};
+  EngineWorker demo_maker_{this};
 };
 
 class HardwarePage : public ConfigPage {

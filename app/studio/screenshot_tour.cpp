@@ -71,7 +71,7 @@ void ScreenshotTour::run() {
     QDir().mkpath(dir_);
     window_.resize(1280, 800);
     ui::FineTuneWizard* wizard = window_.wizard();
-    train::TrainConfig config = wizard->demoConfig(work_.path().toStdString());
+    train::TrainConfig config = ui::demoConfig(wizard->paths(), work_.path().toStdString());
     config.max_steps = steps_;
     config.save_steps = std::max(1, steps_ / 2);
     config.logging_steps = 1;

@@ -46,6 +46,10 @@ class WizardTest : public QObject {
     edit->clear();
     QTest::keyClicks(edit, text);
   }
+  // Waits until the pages show what their inputs say (their engine calls run on workers).
+  static bool settled(const FineTuneWizard& wizard) {
+    return QTest::qWaitFor([&] { return !wizard.isBusy(); }, 30000);
+  }
 
   QTemporaryDir tmp_;
   StudioPaths paths_;
@@ -146,11 +150,13 @@ void WizardTest::pagesSayWhatIsWrong() {
   wizard.loadConfig(test::demoConfig(paths_, std::filesystem::path(tmp_.path().toStdString()) / "bad-out"));
   wizard.show();
   QVERIFY(QTest::qWaitForWindowExposed(&wizard));
+  QVERIFY(settled(wizard));
   QVERIFY(wizard.currentPage()->isComplete());
 
   // A folder without a model: the page names the missing file and refuses Next.
   typeInto(wizard, "model_name_or_path", tmp_.path());
-  QTRY_VERIFY(!wizard.currentPage()->isComplete());
+  QVERIFY(settled(wizard));
+  QVERIFY(!wizard.currentPage()->isComplete());
   bool said = false;
   for (QLabel* label : wizard.currentPage()->findChildren<QLabel*>()) {
     said = said || (label->isVisible() && label->text().contains(QStringLiteral("config.json")));
