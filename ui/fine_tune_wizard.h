@@ -3,7 +3,8 @@
 // edits part of one TrainConfig (the LLaMA-Factory training YAML in memory) and validates its
 // input in place; the review page shows the YAML that `tandem train` would read. Settings the
 // pages do not show keep the values of the config the wizard was loaded with (defaults, a preset,
-// or a run being repeated).
+// or a run being repeated). Engine calls (inspecting the model, reading the data, probing the
+// machine) run on workers: a page shows "…" until their results arrive (isBusy()).
 
 #include <QWizard>
 #include <QWizardPage>

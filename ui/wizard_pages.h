@@ -3,10 +3,11 @@
 // wrong in place (a red line under its inputs) and keeps Next disabled until it is fixed.
 
 #include <QString>
+#include <memory>
 #include <optional>
 
 #include "engine/io/model_summary.h"
-#include "engine/train/dataset.h"
+#include "ui/dataset_preview.h"
 #include "ui/engine_worker.h"
 #include "ui/fine_tune_wizard.h"
 
@@ -24,6 +25,7 @@ class QTimer;
 namespace tandem::ui {
 
 class MemoryMapWidget;
+class TokenizerCache;
 
 // A label that shows a problem in red, or hides when there is none.
 QLabel* makeProblemLabel();
@@ -97,6 +99,7 @@ class DatasetPage : public ConfigPage {
   void store(train::TrainConfig& config) const override;
   bool isComplete() const override { return ok_; }
   void initializePage() override;
+  bool isBusy() const override;
 
   int previewRows() const;
   QString renderedHtml() const;
@@ -105,6 +108,7 @@ class DatasetPage : public ConfigPage {
  private:
   void listDatasets();
   void refresh();
+  void showPreview(EngineResult<DatasetPreview> preview);
   void renderRow(int row);
 
   FineTuneWizard& wizard_;
@@ -122,8 +126,12 @@ class DatasetPage : public ConfigPage {
   QLabel* skipped_;
   QLabel* problem_;
   QTimer* debounce_;
-  std::vector<chat::Conversation> rows_;
+  std::vector<chat::Conversation> rows_;  // the first kPreviewRows
   bool ok_ = false;
+  // Shared with the render calls, which may outlive the page.
+  std::shared_ptr<TokenizerCache> tokenizers_;
+  EngineWorker data_worker_{this};
+  EngineWorker render_worker_{this};
 };
 
 class TrainingPage : public ConfigPage {

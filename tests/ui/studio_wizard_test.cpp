@@ -100,7 +100,8 @@ void WizardTest::producesTheHandWrittenConfig() {
   field<QComboBox>(wizard, "dataset")->setCurrentText(QStringLiteral("identity"));
   field<QComboBox>(wizard, "template")->setCurrentText(QStringLiteral("qwen3_nothink"));
   field<QSpinBox>(wizard, "cutoff_len")->setValue(128);
-  QTRY_VERIFY(wizard.currentPage()->isComplete());
+  QVERIFY(settled(wizard));
+  QVERIFY(wizard.currentPage()->isComplete());
   wizard.next();
 
   QCOMPARE(wizard.currentId(), int(FineTuneWizard::TrainingPageId));
@@ -169,9 +170,11 @@ void WizardTest::pagesSayWhatIsWrong() {
 
   // An unknown dataset name.
   field<QComboBox>(wizard, "dataset")->setCurrentText(QStringLiteral("no_such_dataset"));
-  QTRY_VERIFY(!wizard.currentPage()->isComplete());
+  QVERIFY(settled(wizard));
+  QVERIFY(!wizard.currentPage()->isComplete());
   field<QComboBox>(wizard, "dataset")->setCurrentText(QStringLiteral("identity"));
-  QTRY_VERIFY(wizard.currentPage()->isComplete());
+  QVERIFY(settled(wizard));
+  QVERIFY(wizard.currentPage()->isComplete());
   wizard.next();
 
   // A learning rate that is not positive, and no output folder.
@@ -192,7 +195,8 @@ void WizardTest::datasetPageColoursTrainedTokens() {
   wizard.next();
   wizard.next();
   auto* page = static_cast<DatasetPage*>(wizard.currentPage());
-  QTRY_VERIFY(page->isComplete());
+  QVERIFY(settled(wizard));
+  QVERIFY(page->isComplete());
   QCOMPARE(page->previewRows(), 32);
   QVERIFY2(page->skippedText().startsWith(QStringLiteral("32 rows usable, 0 skipped")), qPrintable(page->skippedText()));
 
