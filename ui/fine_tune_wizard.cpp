@@ -1,5 +1,7 @@
 #include "ui/fine_tune_wizard.h"
 
+#include <mutex>
+
 #include "engine/train/demo_model.h"
 #include "engine/train/training_plan.h"
 #include "ui/host_machine.h"
@@ -62,11 +64,16 @@ std::optional<placement::MemoryPlan> FineTuneWizard::plan() const {
 
 QString FineTuneWizard::yaml() const { return QString::fromStdString(train::toYaml(config())); }
 
+std::filesystem::path demoModel(const StudioPaths& paths) {
+  static std::mutex making;
+  const std::lock_guard lock(making);
+  return train::ensureDemoModel(paths.demo_workdir, paths.resources).dir;
+}
+
 train::TrainConfig demoConfig(const StudioPaths& paths,
                               const std::filesystem::path& output_parent) {
-  const train::DemoModel demo = train::ensureDemoModel(paths.demo_workdir, paths.resources);
   return train::loadTrainConfig(paths.presets / "training" / "demo_lora_sft.yaml",
-                                {"model_name_or_path=" + demo.dir.string(),
+                                {"model_name_or_path=" + demoModel(paths).string(),
                                  "dataset_dir=" + (paths.resources / "demo").string(),
                                  "output_dir=" + (output_parent / "demo-lora").string()});
 }

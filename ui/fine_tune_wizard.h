@@ -28,9 +28,15 @@ struct StudioPaths {
   std::filesystem::path demo_workdir;
 };
 
+// The demo model's folder (`tandem demo`'s random Qwen3-MoE), made under paths.demo_workdir when
+// it is not there yet (seconds: run it on a worker). One at a time: the model page and File >
+// Start from the demo preset may ask at once, and both would write the same folder. Throws
+// tandem::Error.
+std::filesystem::path demoModel(const StudioPaths& paths);
+
 // The demo preset (presets/training/demo_lora_sft.yaml) on the demo model and data, with
-// output_dir under `output_parent`. Makes the demo model if needed (seconds: run it on a worker).
-// Throws tandem::Error.
+// output_dir under `output_parent`. Makes the demo model if needed (demoModel). Throws
+// tandem::Error.
 train::TrainConfig demoConfig(const StudioPaths& paths,
                               const std::filesystem::path& output_parent);
 

@@ -12,7 +12,6 @@
 
 #include "engine/core/error.h"
 #include "engine/core/units.h"
-#include "engine/train/demo_model.h"
 #include "ui/error_text.h"
 #include "ui/machine_info.h"
 #include "ui/path_field.h"
@@ -135,9 +134,7 @@ void ModelPage::useDemoModel() {
   showProblem(problem_, {});
   summary_->setText(tr("Making the demo model…"));
   demo_maker_.request(
-      [paths = wizard_.paths()] {
-        return train::ensureDemoModel(paths.demo_workdir, paths.resources).dir;
-      },
+      [paths = wizard_.paths()] { return demoModel(paths); },
       [this](EngineResult<std::filesystem::path> model) {
         summary_->clear();
         if (model.ok()) {
