@@ -1,14 +1,16 @@
 #include "ui/fine_tune_wizard.h"
 
+#include <mutex>
+
 #include "engine/model/demo_model.h"
-#include "engine/model/machine_probe.h"
 #include "engine/train/training_plan.h"
+#include "ui/host_machine.h"
 #include "ui/wizard_pages.h"
 
 namespace tandem::ui {
 
-FineTuneWizard::FineTuneWizard(const MachineInfo& machine, StudioPaths paths, QWidget* parent)
-    : QWizard(parent), machine_(machine), paths_(std::move(paths)), hardware_(model::probeMachine()) {
+FineTuneWizard::FineTuneWizard(HostMachine& host, StudioPaths paths, QWidget* parent)
+    : QWizard(parent), host_(host), paths_(std::move(paths)) {
   setWindowTitle(tr("New fine-tune"));
   setWizardStyle(QWizard::ModernStyle);
   setOption(QWizard::NoBackButtonOnStartPage);
@@ -35,18 +37,44 @@ train::TrainConfig FineTuneWizard::config() const {
   return c;
 }
 
+const MachineInfo& FineTuneWizard::machine() const { return host_.info(); }
+
+void FineTuneWizard::setModelSummary(std::optional<io::ModelSummary> summary) {
+  summary_ = std::move(summary);
+  emit modelSummaryChanged();
+}
+
+void FineTuneWizard::setHardware(placement::Hardware hardware) {
+  hardware_ = std::move(hardware);
+  emit hardwareChanged();
+}
+
+bool FineTuneWizard::isBusy() const {
+  if (host_.isBusy()) return true;
+  for (int id : pageIds()) {
+    if (static_cast<const ConfigPage*>(page(id))->isBusy()) return true;
+  }
+  return false;
+}
+
 std::optional<placement::MemoryPlan> FineTuneWizard::plan() const {
-  if (!summary_) return std::nullopt;
+  if (!summary_ || !hasHardware()) return std::nullopt;
   return train::planTraining(config(), summary_->config, hardware_);
 }
 
 QString FineTuneWizard::yaml() const { return QString::fromStdString(train::toYaml(config())); }
 
-train::TrainConfig FineTuneWizard::demoConfig(const std::filesystem::path& output_parent) const {
-  const model::DemoModel demo = model::ensureDemoModel(paths_.demo_workdir, paths_.resources);
-  return train::loadTrainConfig(paths_.presets / "training" / "demo_lora_sft.yaml",
-                                {"model_name_or_path=" + demo.dir.string(),
-                                 "dataset_dir=" + (paths_.resources / "demo").string(),
+std::filesystem::path demoModel(const StudioPaths& paths) {
+  static std::mutex making;
+  const std::lock_guard lock(making);
+  return model::ensureDemoModel(paths.demo_workdir, paths.resources).dir;
+}
+
+train::TrainConfig demoConfig(const StudioPaths& paths,
+                              const std::filesystem::path& output_parent) {
+  return train::loadTrainConfig(paths.presets / "training" / "demo_lora_sft.yaml",
+                                {"model_name_or_path=" + demoModel(paths).string(),
+                                 "dataset_dir=" + (paths.resources / "demo").string(),
                                  "output_dir=" + (output_parent / "demo-lora").string()});
 }
 

@@ -3,7 +3,8 @@
 // edits part of one TrainConfig (the LLaMA-Factory training YAML in memory) and validates its
 // input in place; the review page shows the YAML that `tandem train` would read. Settings the
 // pages do not show keep the values of the config the wizard was loaded with (defaults, a preset,
-// or a run being repeated).
+// or a run being repeated). Engine calls (inspecting the model, reading the data, probing the
+// machine) run on workers: a page shows "…" until their results arrive (isBusy()).
 
 #include <QWizard>
 #include <QWizardPage>
@@ -17,6 +18,7 @@
 
 namespace tandem::ui {
 
+class HostMachine;
 struct MachineInfo;
 
 // Where the studio finds its bundled files (resources/, presets/).
@@ -26,6 +28,18 @@ struct StudioPaths {
   std::filesystem::path demo_workdir;
 };
 
+// The demo model's folder (`tandem demo`'s random Qwen3-MoE), made under paths.demo_workdir when
+// it is not there yet (seconds: run it on a worker). One at a time: the model page and File >
+// Start from the demo preset may ask at once, and both would write the same folder. Throws
+// tandem::Error.
+std::filesystem::path demoModel(const StudioPaths& paths);
+
+// The demo preset (presets/training/demo_lora_sft.yaml) on the demo model and data, with
+// output_dir under `output_parent`. Makes the demo model if needed (demoModel). Throws
+// tandem::Error.
+train::TrainConfig demoConfig(const StudioPaths& paths,
+                              const std::filesystem::path& output_parent);
+
 // A wizard page that owns some TrainConfig fields.
 class ConfigPage : public QWizardPage {
   Q_OBJECT
@@ -34,6 +48,9 @@ class ConfigPage : public QWizardPage {
   using QWizardPage::QWizardPage;
   virtual void load(const train::TrainConfig& config) = 0;
   virtual void store(train::TrainConfig& config) const = 0;
+  // What the page shows is not yet what its inputs say: an engine call (or the pause after a
+  // keystroke before one) is out.
+  virtual bool isBusy() const { return false; }
 };
 
 class FineTuneWizard : public QWizard {
@@ -42,7 +59,8 @@ class FineTuneWizard : public QWizard {
  public:
   enum PageId { ModelPageId, HardwarePageId, DatasetPageId, TrainingPageId, ReviewPageId };
 
-  FineTuneWizard(const MachineInfo& machine, StudioPaths paths, QWidget* parent = nullptr);
+  // `host` must outlive the wizard.
+  FineTuneWizard(HostMachine& host, StudioPaths paths, QWidget* parent = nullptr);
 
   // Fills every page from `config` (fields no page shows are kept as they are).
   void loadConfig(const train::TrainConfig& config);
@@ -51,30 +69,35 @@ class FineTuneWizard : public QWizard {
   // toYaml(config()).
   QString yaml() const;
 
-  const MachineInfo& machine() const { return machine_; }
+  HostMachine& host() const { return host_; }
+  const MachineInfo& machine() const;
   const StudioPaths& paths() const { return paths_; }
   // Set by the model page when the chosen folder could be inspected.
   const std::optional<io::ModelSummary>& modelSummary() const { return summary_; }
-  void setModelSummary(std::optional<io::ModelSummary> summary) { summary_ = std::move(summary); }
+  void setModelSummary(std::optional<io::ModelSummary> summary);
 
-  // The machine plans are made for: this one (probed) or a presets/hardware/ preset.
+  // The machine plans are made for: this one (probed) or a presets/hardware/ preset. Empty
+  // (hasHardware() false) until this machine's probe arrives.
   const placement::Hardware& hardware() const { return hardware_; }
-  void setHardware(placement::Hardware hardware) { hardware_ = std::move(hardware); }
-  // The memory planner's verdict on config() for hardware(); nullopt without an inspected model.
+  bool hasHardware() const { return !hardware_.numa_nodes.empty(); }  // a machine has one at least
+  void setHardware(placement::Hardware hardware);
+  // The memory planner's verdict on config() for hardware(); nullopt without an inspected model
+  // or before the machine is known.
   // Throws tandem::Error when the planner cannot plan (e.g. an unknown kt_optimize_rule file).
   std::optional<placement::MemoryPlan> plan() const;
   // kt_optimize_rule of the config (set by the placement editor).
   void setPlacementRule(const std::filesystem::path& rule_file) { base_.placement_rule = rule_file; }
 
-  // The demo preset (presets/training/demo_lora_sft.yaml) on the demo model and data, with
-  // output_dir under `output_parent`. Makes the demo model if needed. Throws tandem::Error.
-  train::TrainConfig demoConfig(const std::filesystem::path& output_parent) const;
+  // The machine is being probed or a page waits for an engine call (ConfigPage::isBusy).
+  bool isBusy() const;
 
  signals:
   void startRequested(const tandem::train::TrainConfig& config);
+  void modelSummaryChanged();
+  void hardwareChanged();
 
  private:
-  const MachineInfo& machine_;
+  HostMachine& host_;
   StudioPaths paths_;
   train::TrainConfig base_;
   std::optional<io::ModelSummary> summary_;

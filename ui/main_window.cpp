@@ -23,7 +23,7 @@
 namespace tandem::ui {
 
 MainWindow::MainWindow(StudioSettings settings, StudioPaths paths, QWidget* parent)
-    : QMainWindow(parent), settings_(std::move(settings)), paths_(std::move(paths)), machine_(detectMachine()) {
+    : QMainWindow(parent), settings_(std::move(settings)), paths_(std::move(paths)) {
   setWindowTitle(tr("Tandem Studio"));
   setWindowIcon(QIcon(QStringLiteral(":/icons/tandem.svg")));
   QString store_problem;
@@ -35,9 +35,9 @@ MainWindow::MainWindow(StudioSettings settings, StudioPaths paths, QWidget* pare
   training_ = std::make_unique<TrainingController>(store_.get());
   chat_ = std::make_unique<ChatController>();
 
-  wizard_ = new FineTuneWizard(machine_, paths_);
+  wizard_ = new FineTuneWizard(host_, paths_);
   wizard_->setWindowFlags(Qt::Widget);  // a page of the window, not a dialog
-  dashboard_ = new TrainingDashboard(*training_, machine_);
+  dashboard_ = new TrainingDashboard(*training_, host_.info());
   dashboard_->setLogScale(settings_.log_scale_loss);
   chat_panel_ = new ChatPanel(*chat_);
   chat_panel_->setMaxNewTokens(settings_.chat_max_new_tokens);
@@ -59,6 +59,7 @@ MainWindow::MainWindow(StudioSettings settings, StudioPaths paths, QWidget* pare
   setCentralWidget(tabs_);
   buildMenus();
 
+  connect(&host_, &HostMachine::probed, dashboard_, &TrainingDashboard::showMachine);
   connect(wizard_, &FineTuneWizard::startRequested, this, &MainWindow::startTraining);
   connect(wizard_, &QWizard::rejected, this, &MainWindow::resetWizard);
   connect(runs_, &RunsView::resumeRequested, this, &MainWindow::startTraining);
@@ -105,15 +106,7 @@ void MainWindow::buildMenus() {
   open->setShortcut(QKeySequence::Open);
   connect(open, &QAction::triggered, this, &MainWindow::openYaml);
   QAction* demo = file->addAction(tr("Start from the &demo preset"));
-  connect(demo, &QAction::triggered, this, [this] {
-    try {
-      wizard_->loadConfig(wizard_->demoConfig(settings_.output_parent.toStdString()));
-      wizard_->restart();
-      showTab(WizardTab);
-    } catch (const Error& e) {
-      QMessageBox::warning(this, tr("Demo"), errorText(e));
-    }
-  });
+  connect(demo, &QAction::triggered, this, &MainWindow::startFromDemo);
   QAction* prefs = file->addAction(QIcon(QStringLiteral(":/icons/settings.svg")), tr("&Settings…"));
   prefs->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Comma));
   connect(prefs, &QAction::triggered, this, &MainWindow::editSettings);
@@ -135,6 +128,24 @@ void MainWindow::buildMenus() {
                        tr("LoRA fine-tuning of MoE language models on one machine: routed experts on the CPU, "
                           "the rest on the GPU.\nThe same engine as the `tandem` command."));
   });
+}
+
+void MainWindow::startFromDemo() {
+  statusBar()->showMessage(tr("making the demo model…"));
+  demo_maker_.request(
+      [paths = paths_, output_parent = settings_.output_parent.toStdString()] {
+        return demoConfig(paths, output_parent);
+      },
+      [this](EngineResult<train::TrainConfig> config) {
+        statusBar()->clearMessage();
+        if (!config.ok()) {
+          QMessageBox::warning(this, tr("Demo"), config.error);
+          return;
+        }
+        wizard_->loadConfig(*config.value);
+        wizard_->restart();
+        showTab(WizardTab);
+      });
 }
 
 void MainWindow::showTab(int tab) { tabs_->setCurrentIndex(tab); }

@@ -7,8 +7,9 @@
 #include <memory>
 
 #include "engine/store/run_store.h"
+#include "ui/engine_worker.h"
 #include "ui/fine_tune_wizard.h"
-#include "ui/machine_info.h"
+#include "ui/host_machine.h"
 #include "ui/studio_settings.h"
 
 class QTabWidget;
@@ -52,10 +53,11 @@ class MainWindow : public QMainWindow {
  private:
   void buildMenus();
   void resetWizard();
+  void startFromDemo();
 
   StudioSettings settings_;
   StudioPaths paths_;
-  MachineInfo machine_;
+  HostMachine host_;
   std::unique_ptr<store::RunStore> store_;
   std::unique_ptr<TrainingController> training_;
   std::unique_ptr<ChatController> chat_;
@@ -65,6 +67,7 @@ class MainWindow : public QMainWindow {
   ChatPanel* chat_panel_;
   RunsView* runs_;
   bool close_when_stopped_ = false;
+  EngineWorker demo_maker_{this};
 };
 
 }  // namespace tandem::ui

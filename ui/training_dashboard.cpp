@@ -128,6 +128,10 @@ TrainingDashboard::TrainingDashboard(TrainingController& controller, const Machi
 
 void TrainingDashboard::setLogScale(bool log) { log_scale_->setChecked(log); }
 
+void TrainingDashboard::showMachine() {
+  if (!controller_.isRunning()) memory_map_->setBars(liveMemoryBars(machine_, {}));
+}
+
 QString TrainingDashboard::logText() const { return log_->toPlainText(); }
 
 void TrainingDashboard::appendLog(const QString& line) {

@@ -33,6 +33,8 @@ class TrainingDashboard : public QWidget {
   MemoryMapWidget* memoryMap() const { return memory_map_; }
   QString logText() const;
   void setLogScale(bool log);
+  // The machine's probe arrived: the idle memory map shows its GPUs too.
+  void showMachine();
 
  signals:
   // The user asked to resume a run that was stopped here: the same config again.

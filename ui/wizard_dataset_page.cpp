@@ -23,23 +23,17 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
-#include "engine/core/error.h"
-#include "engine/io/tokenizer.h"
 #include "engine/chat/chat_template.h"
-#include "engine/chat/supervised_encoder.h"
-#include "engine/chat/tokenizer_encoder.h"
+#include "engine/core/error.h"
+#include "ui/dataset_preview.h"
 #include "ui/error_text.h"
 #include "ui/path_field.h"
+#include "ui/tokenizer_cache.h"
 #include "ui/wizard_pages.h"
 
 namespace tandem::ui {
 
 namespace {
-
-constexpr int kPreviewRows = 50;
-// Two shades each, alternating token by token, so token boundaries show.
-const char* const kTrainedShades[2] = {"#c8f0d0", "#a6e3b5"};
-const char* const kMaskedShades[2] = {"#e4e4e4", "#cfcfcf"};
 
 QString lastTurn(const chat::Conversation& c, chat::Role role) {
   for (auto it = c.messages.rbegin(); it != c.messages.rend(); ++it) {
@@ -52,7 +46,8 @@ QString oneLine(QString text) { return text.replace(QLatin1Char('\n'), QStringLi
 
 }  // namespace
 
-DatasetPage::DatasetPage(FineTuneWizard& wizard) : wizard_(wizard) {
+DatasetPage::DatasetPage(FineTuneWizard& wizard)
+    : wizard_(wizard), tokenizers_(std::make_shared<TokenizerCache>()) {
   setTitle(tr("Dataset and template"));
   setSubTitle(tr("LLaMA-Factory data: a name from dataset_info.json in the dataset folder, or a .json/.jsonl/.csv file."));
   dir_ = new QLineEdit;
@@ -210,6 +205,10 @@ void DatasetPage::store(train::TrainConfig& config) const {
 
 void DatasetPage::initializePage() { refresh(); }
 
+bool DatasetPage::isBusy() const {
+  return debounce_->isActive() || !data_worker_.isIdle() || !render_worker_.isIdle();
+}
+
 int DatasetPage::previewRows() const { return table_->rowCount(); }
 QString DatasetPage::renderedHtml() const { return rendered_->toHtml(); }
 QString DatasetPage::skippedText() const { return skipped_->text(); }
@@ -219,79 +218,79 @@ void DatasetPage::refresh() {
   ok_ = false;
   rows_.clear();
   table_->setRowCount(0);
-  rendered_->clear();
-  skipped_->clear();
+  renderRow(-1);
+  showProblem(problem_, {});
   train::TrainConfig config;
   store(config);
+  skipped_->setText(tr("Reading the data…"));
+  data_worker_.request(
+      [config] { return loadDatasetPreview(config); },
+      [this](EngineResult<DatasetPreview> preview) { showPreview(std::move(preview)); });
+  emit completeChanged();
+}
+
+void DatasetPage::showPreview(EngineResult<DatasetPreview> preview) {
+  skipped_->clear();
+  if (!preview.ok()) {
+    showProblem(problem_, preview.error);
+    emit completeChanged();
+    return;
+  }
+  rows_ = std::move(preview.value->first_rows);
+  skipped_->setText(datasetReportText(preview.value->report));
+  const int shown = static_cast<int>(rows_.size());
+  table_->setRowCount(shown);
+  bool any_system = false;
+  for (int i = 0; i < shown; ++i) {
+    const chat::Conversation& c = rows_[i];
+    table_->setItem(i, 0, new QTableWidgetItem(oneLine(QString::fromStdString(c.system))));
+    any_system = any_system || !c.system.empty();
+    table_->setItem(i, 1, new QTableWidgetItem(oneLine(lastTurn(c, chat::Role::User))));
+    table_->setItem(i, 2, new QTableWidgetItem(oneLine(lastTurn(c, chat::Role::Assistant))));
+  }
+  table_->setColumnHidden(0, !any_system);  // an empty column would take a third of the width
   try {
-    if (config.dataset.empty()) throw Error("no dataset chosen", "pick a name from dataset_info.json or a file");
-    train::DatasetReport report;
-    rows_ = train::loadDatasets(config.dataset_dir, config.dataset, config.max_samples, report);
-    QString text = tr("%1 rows usable, %2 skipped.").arg(report.totalKept()).arg(report.totalSkipped());
-    for (const train::DatasetFileReport& d : report.datasets) {
-      for (const train::RowProblem& p : d.first_problems) {
-        text += tr("\n  %1 line %2: %3").arg(QString::fromStdString(d.file)).arg(p.line).arg(QString::fromStdString(p.reason));
-      }
-    }
-    skipped_->setText(text);
-    const int shown = std::min<int>(kPreviewRows, static_cast<int>(rows_.size()));
-    table_->setRowCount(shown);
-    bool any_system = false;
-    for (int i = 0; i < shown; ++i) {
-      const chat::Conversation& c = rows_[i];
-      table_->setItem(i, 0, new QTableWidgetItem(oneLine(QString::fromStdString(c.system))));
-      any_system = any_system || !c.system.empty();
-      table_->setItem(i, 1, new QTableWidgetItem(oneLine(lastTurn(c, chat::Role::User))));
-      table_->setItem(i, 2, new QTableWidgetItem(oneLine(lastTurn(c, chat::Role::Assistant))));
-    }
-    table_->setColumnHidden(0, !any_system);  // an empty column would take a third of the width
-    chat::templateByName(config.template_name);  // an unknown name is the page's problem
-    showProblem(problem_, {});
+    // An unknown name is the page's problem.
+    chat::templateByName(template_->currentText().toStdString());
     ok_ = true;
-    if (shown > 0) table_->selectRow(0);
-    renderRow(0);
   } catch (const Error& e) {
     showProblem(problem_, errorText(e));
+  }
+  if (ok_) {
+    if (shown > 0) table_->selectRow(0);
+    renderRow(0);
   }
   emit completeChanged();
 }
 
 void DatasetPage::renderRow(int row) {
   rendered_->clear();
-  if (row < 0 || row >= static_cast<int>(rows_.size())) return;
+  if (row < 0 || row >= static_cast<int>(rows_.size())) {
+    render_worker_.cancel();
+    rendered_->setPlaceholderText({});
+    return;
+  }
   train::TrainConfig config;
   store(config);
-  config.model_name_or_path = wizard_.config().model_name_or_path;
-  try {
-    const io::Tokenizer tokenizer = io::Tokenizer::load(config.model_name_or_path);
-    const chat::ChatTemplate& chat_template = chat::templateByName(config.template_name);
-    const chat::TokenizerEncoder encoder(tokenizer, chat_template);
-    chat::SupervisedOptions options;
-    options.cutoff_len = config.cutoff_len;
-    options.train_on_prompt = config.train_on_prompt;
-    options.mask_history = config.mask_history;
-    const chat::EncodedSample sample = chat::encodeSupervised(rows_[row], chat_template, encoder, options);
-    QString html = QStringLiteral("<div style='font-family:monospace; white-space:pre-wrap;'>");
-    int64_t trained = 0;
-    for (size_t i = 0; i < sample.input_ids.size(); ++i) {
-      const bool is_trained = sample.labels[i] != chat::kIgnoreIndex;
-      trained += is_trained ? 1 : 0;
-      const int32_t id = sample.input_ids[i];
-      const QString piece = QString::fromStdString(tokenizer.decode(std::span<const int32_t>(&id, 1)));
-      const char* shade = (is_trained ? kTrainedShades : kMaskedShades)[i % 2];
-      html += QStringLiteral("<span style='background:%1;%2'>%3</span>")
-                  .arg(shade, is_trained ? "" : "color:#444;",
-                       piece.toHtmlEscaped().replace(QLatin1Char('\n'), QStringLiteral("↵<br>")));
-    }
-    html += QStringLiteral("</div><p>%1 tokens, %2 trained, %3 masked (cutoff %4)</p>")
-                .arg(sample.input_ids.size())
-                .arg(trained)
-                .arg(static_cast<int64_t>(sample.input_ids.size()) - trained)
-                .arg(config.cutoff_len);
-    rendered_->setHtml(html);
-  } catch (const Error& e) {
-    rendered_->setPlainText(tr("Cannot render with this model's tokenizer: %1").arg(errorText(e)));
-  }
+  chat::SupervisedOptions options;
+  options.cutoff_len = config.cutoff_len;
+  options.train_on_prompt = config.train_on_prompt;
+  options.mask_history = config.mask_history;
+  rendered_->setPlaceholderText(tr("Tokenising with the model's tokenizer…"));
+  render_worker_.request(
+      [tokenizers = tokenizers_, model = wizard_.config().model_name_or_path, sample = rows_[row],
+       template_name = config.template_name, options] {
+        return sampleHtml(tokenizers->get(model), sample, template_name, options);
+      },
+      [this](EngineResult<QString> html) {
+        rendered_->setPlaceholderText({});
+        if (html.ok()) {
+          rendered_->setHtml(*html.value);
+        } else {
+          rendered_->setPlainText(
+              tr("Cannot render with this model's tokenizer: %1").arg(html.error));
+        }
+      });
 }
 
 }  // namespace tandem::ui

@@ -14,9 +14,9 @@
 #include <string>
 
 #include "engine/core/error.h"
-#include "engine/model/machine_probe.h"
 #include "engine/placement/hardware.h"
 #include "ui/error_text.h"
+#include "ui/host_machine.h"
 #include "ui/machine_info.h"
 #include "ui/wizard_pages.h"
 
@@ -29,13 +29,19 @@ int comboIndexOf(QComboBox* combo, const QString& data) {
   return i >= 0 ? i : 0;
 }
 
+QString backendToolTip(const QString& usable_kernels) {
+  return HardwarePage::tr(
+             "experts_backend (KTransformers kt_backend): the CPU kernels of the routed experts; "
+             "auto picks the best this CPU allows (%1)")
+      .arg(usable_kernels);
+}
+
 }  // namespace
 
 HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
   setTitle(tr("Hardware"));
   setSubTitle(tr("Where the run goes: attention and dense layers on the device below, routed experts on the CPU "
                  "(the most routed also on the GPU while it has room)."));
-  const MachineInfo& machine = wizard_.machine();
   target_ = new QComboBox;
   target_->addItem(tr("This machine"), QString());
   for (const std::filesystem::path& file : placement::listHardwarePresets(wizard_.paths().presets / "hardware")) {
@@ -45,23 +51,17 @@ HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
                          "(the memory plan and placement then assume that machine; training still runs here)"));
   problem_ = makeProblemLabel();
   connect(target_, &QComboBox::currentIndexChanged, this, &HardwarePage::choosePreset);
-  machine_text_ = new QLabel(describeMachine(machine).join(QLatin1Char('\n')));
+  machine_text_ = new QLabel(tr("Probing this machine…"));
   machine_text_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   machine_text_->setStyleSheet(QStringLiteral("font-family: monospace;"));
   device_ = new QComboBox;
-  device_->addItem(tr("auto (first GPU, else CPU)"), QStringLiteral("auto"));
-  device_->addItem(tr("CPU only"), QStringLiteral("cpu"));
-  for (const gpu::GpuInfo& g : machine.torch.gpus) {
-    device_->addItem(QStringLiteral("cuda:%1 — %2").arg(g.index).arg(QString::fromStdString(g.name)),
-                     QStringLiteral("cuda:%1").arg(g.index));
-  }
+  fillDevices();
   device_->setToolTip(tr("device: where attention, router, shared experts and the LM head run"));
   backend_ = new QComboBox;
   for (const char* name : {"auto", "generic", "avx2", "avx512", "avx512_bf16", "amx_bf16", "amx_int8", "onednn"}) {
     backend_->addItem(QString::fromLatin1(name), QString::fromLatin1(name));
   }
-  backend_->setToolTip(tr("experts_backend (KTransformers kt_backend): the CPU kernels of the routed experts; "
-                          "auto picks the best this CPU allows (%1)").arg(cpuIsaSummary(machine.cpu)));
+  backend_->setToolTip(backendToolTip(tr("this machine is being probed")));
   format_ = new QComboBox;
   for (const char* name : {"auto", "bf16", "int8", "fp8"}) format_->addItem(QString::fromLatin1(name), QString::fromLatin1(name));
   format_->setToolTip(tr("experts_format (kt_expert_weight_format): how the frozen routed experts are held in RAM "
@@ -118,23 +118,63 @@ HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
   layout->addLayout(form);
   layout->addWidget(problem_);
   layout->addStretch(1);
+
+  connect(&wizard_.host(), &HostMachine::probed, this, &HardwarePage::showProbe);
+  connect(&wizard_, &FineTuneWizard::modelSummaryChanged, this, &HardwarePage::limitGpuExperts);
+  if (wizard_.host().isProbed()) showProbe();
 }
 
 bool HardwarePage::isComplete() const { return problem_->text().isEmpty(); }
 
-void HardwarePage::initializePage() {
+void HardwarePage::initializePage() { limitGpuExperts(); }
+
+void HardwarePage::limitGpuExperts() {
   // A layer has no more experts to keep on the GPU than the chosen model has (the engine would
   // cap a larger count anyway).
   const std::optional<io::ModelSummary>& summary = wizard_.modelSummary();
   if (summary && summary->config.num_experts > 0) gpu_experts_->setMaximum(summary->config.num_experts);
 }
 
+void HardwarePage::fillDevices() {
+  const QString chosen = device_->currentData().toString();
+  device_->clear();
+  device_->addItem(tr("auto (first GPU, else CPU)"), QStringLiteral("auto"));
+  device_->addItem(tr("CPU only"), QStringLiteral("cpu"));
+  for (const gpu::GpuInfo& g : wizard_.machine().torch.gpus) {
+    device_->addItem(QStringLiteral("cuda:%1 — %2").arg(g.index).arg(QString::fromStdString(g.name)),
+                     QStringLiteral("cuda:%1").arg(g.index));
+  }
+  selectDevice(chosen.isEmpty() ? QStringLiteral("auto") : chosen);
+}
+
+void HardwarePage::selectDevice(const QString& device) {
+  int i = device_->findData(device);
+  if (i < 0) {
+    device_->addItem(device, device);  // e.g. cuda:3 from a config written on another machine
+    i = device_->count() - 1;
+  }
+  device_->setCurrentIndex(i);
+}
+
+void HardwarePage::showProbe() {
+  fillDevices();
+  backend_->setToolTip(backendToolTip(cpuIsaSummary(wizard_.machine().cpu)));
+  if (!target_->currentData().toString().isEmpty()) return;  // a preset is chosen
+  const HostMachine& host = wizard_.host();
+  machine_text_->setText(describeMachine(host.info()).join(QLatin1Char('\n')));
+  showProblem(problem_, host.problem());
+  wizard_.setHardware(host.hardware());
+  emit completeChanged();
+}
+
 void HardwarePage::choosePreset() {
   const QString file = target_->currentData().toString();
   try {
     if (file.isEmpty()) {
-      wizard_.setHardware(model::probeMachine());
-      machine_text_->setText(describeMachine(wizard_.machine()).join(QLatin1Char('\n')));
+      // The last probe until a fresh one (free memory changes) arrives.
+      wizard_.setHardware(wizard_.host().hardware());
+      machine_text_->setText(tr("Probing this machine…"));
+      wizard_.host().probe();
     } else {
       const placement::Hardware h = placement::loadHardwarePreset(file.toStdString());
       QStringList lines;
@@ -160,13 +200,7 @@ void HardwarePage::choosePreset() {
 }
 
 void HardwarePage::load(const train::TrainConfig& config) {
-  const QString device = QString::fromStdString(config.device);
-  int i = device_->findData(device);
-  if (i < 0) {
-    device_->addItem(device, device);  // e.g. cuda:3 from a config written on another machine
-    i = device_->count() - 1;
-  }
-  device_->setCurrentIndex(i);
+  selectDevice(QString::fromStdString(config.device));
   backend_->setCurrentIndex(comboIndexOf(backend_, QString::fromStdString(config.experts_backend)));
   format_->setCurrentIndex(comboIndexOf(format_, QString::fromStdString(config.experts_format)));
   wt_policy_->setCurrentIndex(comboIndexOf(wt_policy_, QString::fromStdString(config.experts_wt_policy)));

@@ -2,7 +2,6 @@
 // (config.json and safetensors headers, no tensor data), and a badge says whether its weights fit
 // this machine's RAM and GPU memory together.
 
-#include <QApplication>
 #include <QFileDialog>
 #include <QLabel>
 #include <QLayout>
@@ -117,6 +116,7 @@ ModelPage::ModelPage(FineTuneWizard& wizard) : wizard_(wizard) {
   connect(debounce_, &QTimer::timeout, this, &ModelPage::inspect);
   connect(path_, &QLineEdit::textChanged, debounce_, qOverload<>(&QTimer::start));
   connect(demo, &QPushButton::clicked, this, &ModelPage::useDemoModel);
+  connect(&wizard_, &FineTuneWizard::hardwareChanged, this, &ModelPage::showVerdict);
 }
 
 void ModelPage::load(const train::TrainConfig& config) {
@@ -126,15 +126,23 @@ void ModelPage::load(const train::TrainConfig& config) {
 
 void ModelPage::store(train::TrainConfig& config) const { config.model_name_or_path = path_->text().trimmed().toStdString(); }
 
+bool ModelPage::isBusy() const {
+  return debounce_->isActive() || !inspector_.isIdle() || !demo_maker_.isIdle();
+}
+
 void ModelPage::useDemoModel() {
-  QApplication::setOverrideCursor(Qt::WaitCursor);
-  try {
-    const train::TrainConfig demo = wizard_.demoConfig(wizard_.paths().demo_workdir);
-    path_->setText(QString::fromStdString(demo.model_name_or_path));
-  } catch (const Error& e) {
-    showProblem(problem_, errorText(e));
-  }
-  QApplication::restoreOverrideCursor();
+  showProblem(problem_, {});
+  summary_->setText(tr("Making the demo model…"));
+  demo_maker_.request(
+      [paths = wizard_.paths()] { return demoModel(paths); },
+      [this](EngineResult<std::filesystem::path> model) {
+        summary_->clear();
+        if (model.ok()) {
+          path_->setText(QString::fromStdString(model.value->string()));
+        } else {
+          showProblem(problem_, model.error);
+        }
+      });
 }
 
 void ModelPage::inspect() {
@@ -143,35 +151,54 @@ void ModelPage::inspect() {
   ok_ = false;
   summary_->clear();
   badge_->clear();
+  showProblem(problem_, {});  // nothing chosen yet is not an error; Next stays disabled
   wizard_.setModelSummary(std::nullopt);
   if (text.isEmpty()) {
-    showProblem(problem_, {});  // nothing chosen yet is not an error; Next stays disabled
+    inspector_.cancel();
   } else {
-    try {
-      const io::ModelSummary s = io::summarizeModel(text.toStdString());
-      summary_->setText(summaryHtml(s));
-      wizard_.setModelSummary(s);
-      QString verdict;
-      bool fits = false;
-      try {
-        const std::optional<placement::MemoryPlan> plan = wizard_.plan();
-        fits = plan && plan->fits;
-        verdict = plan && !plan->problems.empty() ? QString::fromStdString(plan->problems.front()) : QString();
-      } catch (const Error& e) {
-        verdict = errorText(e);
-      }
-      badge_->setText(
-          QStringLiteral("<span style='background:%1;color:white'>&nbsp;%2&nbsp;</span> %3")
-              .arg(fits ? "#1b7f3b" : "#b00020", fits ? tr("fits") : tr("does not fit"),
-                   tr("%1 with the current settings (memory planner). %2")
-                       .arg(QString::fromStdString(wizard_.hardware().name).toHtmlEscaped(), verdict.toHtmlEscaped())));
-      showProblem(problem_, {});
-      ok_ = true;
-    } catch (const Error& e) {
-      showProblem(problem_, errorText(e));
-    }
+    summary_->setText(tr("Inspecting %1…").arg(text.toHtmlEscaped()));
+    inspector_.request(
+        [model = text.toStdString()] { return io::summarizeModel(model); },
+        [this](EngineResult<io::ModelSummary> summary) { showSummary(std::move(summary)); });
   }
   emit completeChanged();
+}
+
+void ModelPage::showSummary(EngineResult<io::ModelSummary> summary) {
+  summary_->clear();
+  if (!summary.ok()) {
+    showProblem(problem_, summary.error);
+    emit completeChanged();
+    return;
+  }
+  summary_->setText(summaryHtml(*summary.value));
+  ok_ = true;
+  wizard_.setModelSummary(std::move(summary.value));
+  showVerdict();
+  emit completeChanged();
+}
+
+void ModelPage::showVerdict() {
+  badge_->clear();
+  if (!wizard_.modelSummary()) return;
+  if (!wizard_.hasHardware()) {
+    badge_->setText(tr("The memory plan waits for the probe of this machine (see Hardware)."));
+    return;
+  }
+  QString verdict;
+  bool fits = false;
+  try {
+    const std::optional<placement::MemoryPlan> plan = wizard_.plan();
+    fits = plan && plan->fits;
+    verdict = plan && !plan->problems.empty() ? QString::fromStdString(plan->problems.front()) : QString();
+  } catch (const Error& e) {
+    verdict = errorText(e);
+  }
+  badge_->setText(
+      QStringLiteral("<span style='background:%1;color:white'>&nbsp;%2&nbsp;</span> %3")
+          .arg(fits ? "#1b7f3b" : "#b00020", fits ? tr("fits") : tr("does not fit"),
+               tr("%1 with the current settings (memory planner). %2")
+                   .arg(QString::fromStdString(wizard_.hardware().name).toHtmlEscaped(), verdict.toHtmlEscaped())));
 }
 
 }  // namespace tandem::ui

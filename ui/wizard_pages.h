@@ -3,9 +3,12 @@
 // wrong in place (a red line under its inputs) and keeps Next disabled until it is fixed.
 
 #include <QString>
+#include <memory>
 #include <optional>
 
-#include "engine/train/dataset.h"
+#include "engine/io/model_summary.h"
+#include "ui/dataset_preview.h"
+#include "ui/engine_worker.h"
 #include "ui/fine_tune_wizard.h"
 
 class QCheckBox;
@@ -22,6 +25,7 @@ class QTimer;
 namespace tandem::ui {
 
 class MemoryMapWidget;
+class TokenizerCache;
 
 // A label that shows a problem in red, or hides when there is none.
 QLabel* makeProblemLabel();
@@ -37,9 +41,12 @@ class ModelPage : public ConfigPage {
   void load(const train::TrainConfig& config) override;
   void store(train::TrainConfig& config) const override;
   bool isComplete() const override { return ok_; }
+  bool isBusy() const override;
 
  private:
   void inspect();
+  void showSummary(EngineResult<io::ModelSummary> summary);
+  void showVerdict();  // the memory planner's, for the wizard's hardware
   void useDemoModel();
 
   FineTuneWizard& wizard_;
@@ -49,6 +56,8 @@ class ModelPage : public ConfigPage {
   QLabel* problem_;
   QTimer* debounce_;
   bool ok_ = false;
+  EngineWorker inspector_{this};
+  EngineWorker demo_maker_{this};
 };
 
 class HardwarePage : public ConfigPage {
@@ -63,6 +72,10 @@ class HardwarePage : public ConfigPage {
 
  private:
   void choosePreset();
+  void showProbe();    // this machine's probe arrived
+  void fillDevices();  // auto, CPU and this machine's GPUs; keeps the choice
+  void selectDevice(const QString& device);
+  void limitGpuExperts();
 
   FineTuneWizard& wizard_;
   QComboBox* target_;
@@ -86,6 +99,7 @@ class DatasetPage : public ConfigPage {
   void store(train::TrainConfig& config) const override;
   bool isComplete() const override { return ok_; }
   void initializePage() override;
+  bool isBusy() const override;
 
   int previewRows() const;
   QString renderedHtml() const;
@@ -94,6 +108,7 @@ class DatasetPage : public ConfigPage {
  private:
   void listDatasets();
   void refresh();
+  void showPreview(EngineResult<DatasetPreview> preview);
   void renderRow(int row);
 
   FineTuneWizard& wizard_;
@@ -111,8 +126,12 @@ class DatasetPage : public ConfigPage {
   QLabel* skipped_;
   QLabel* problem_;
   QTimer* debounce_;
-  std::vector<chat::Conversation> rows_;
+  std::vector<chat::Conversation> rows_;  // the first kPreviewRows
   bool ok_ = false;
+  // Shared with the render calls, which may outlive the page.
+  std::shared_ptr<TokenizerCache> tokenizers_;
+  EngineWorker data_worker_{this};
+  EngineWorker render_worker_{this};
 };
 
 class TrainingPage : public ConfigPage {

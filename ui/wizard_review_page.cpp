@@ -19,6 +19,7 @@
 
 #include "engine/core/error.h"
 #include "ui/error_text.h"
+#include "ui/host_machine.h"
 #include "ui/machine_info.h"
 #include "engine/placement/kt_rules.h"
 #include "engine/train/training_plan.h"
@@ -80,6 +81,12 @@ ReviewPage::ReviewPage(FineTuneWizard& wizard) : wizard_(wizard) {
   layout->addWidget(summary_);
   layout->addWidget(problem_);
   layout->addWidget(split, 1);
+  // The machine's probe may arrive after the page is shown.
+  auto again = [this] {
+    if (wizard_.currentPage() == this) initializePage();
+  };
+  connect(&wizard_, &FineTuneWizard::hardwareChanged, this, again);
+  connect(&wizard_.host(), &HostMachine::probed, this, again);
 }
 
 QString ReviewPage::yamlText() const { return yaml_->toPlainText(); }
@@ -108,7 +115,7 @@ void ReviewPage::initializePage() {
                              QString::fromStdString(config.output_dir.string()).toHtmlEscaped()));
   QStringList warnings;
   const MachineInfo& machine = wizard_.machine();
-  if (machine.torch.gpus.empty() && config.device != "cpu") {
+  if (wizard_.host().isProbed() && machine.torch.gpus.empty() && config.device != "cpu") {
     warnings << tr("No GPU visible (%1): the whole model runs on the CPU.")
                     .arg(QString::fromStdString(machine.torch.gpu_status).toHtmlEscaped());
   }
@@ -139,7 +146,9 @@ void ReviewPage::initializePage() {
       }
     } else {
       plan_->setBars({});
-      plan_note_->setText(tr("No plan: the model could not be inspected."));
+      plan_note_->setText(wizard_.modelSummary()
+                              ? tr("No plan yet: this machine is being probed.")
+                              : tr("No plan: the model could not be inspected."));
     }
   } catch (const Error& e) {
     plan_->setBars({});

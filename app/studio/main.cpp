@@ -5,12 +5,14 @@
 #include <QCommandLineParser>
 #include <QTimer>
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
 #include "app/studio/screenshot_tour.h"
 #include "engine/core/process_tuning.h"
 #include "engine/gpu/torch_runtime.h"
+#include "ui/engine_worker.h"
 #include "ui/main_window.h"
 #include "ui/resources.h"
 
@@ -53,13 +55,23 @@ int main(int argc, char** argv) {
   const tandem::ui::StudioSettings settings = tandem::ui::StudioSettings::load();
   paths.demo_workdir = settings.demo_workdir.toStdString();
 
-  tandem::ui::MainWindow window(settings, paths);
-  window.show();
-  std::unique_ptr<tandem::studio::ScreenshotTour> screenshot_tour;
-  if (parser.isSet(tour)) {
-    screenshot_tour = std::make_unique<tandem::studio::ScreenshotTour>(window, parser.value(tour),
-                                                                        std::max(2, parser.value(tour_steps).toInt()));
-    QTimer::singleShot(0, screenshot_tour.get(), &tandem::studio::ScreenshotTour::run);
+  int code = 0;
+  {
+    tandem::ui::MainWindow window(settings, paths);
+    window.show();
+    std::unique_ptr<tandem::studio::ScreenshotTour> screenshot_tour;
+    if (parser.isSet(tour)) {
+      screenshot_tour = std::make_unique<tandem::studio::ScreenshotTour>(
+          window, parser.value(tour), std::max(2, parser.value(tour_steps).toInt()));
+      QTimer::singleShot(0, screenshot_tour.get(), &tandem::studio::ScreenshotTour::run);
+    }
+    code = app.exec();
   }
-  return app.exec();
+  // The window is gone (run store closed, settings saved), but a machine probe or a data read it
+  // stopped waiting for may still run: the engine's static state must not be destroyed under it.
+  if (tandem::ui::EngineWorker::abandonedCalls() > 0) {
+    std::fflush(nullptr);
+    std::quick_exit(code);
+  }
+  return code;
 }

@@ -71,7 +71,7 @@ void ScreenshotTour::run() {
     QDir().mkpath(dir_);
     window_.resize(1280, 800);
     ui::FineTuneWizard* wizard = window_.wizard();
-    train::TrainConfig config = wizard->demoConfig(work_.path().toStdString());
+    train::TrainConfig config = ui::demoConfig(wizard->paths(), work_.path().toStdString());
     config.max_steps = steps_;
     config.save_steps = std::max(1, steps_ / 2);
     config.logging_steps = 1;
@@ -79,12 +79,17 @@ void ScreenshotTour::run() {
     wizard->restart();
     window_.showTab(ui::MainWindow::WizardTab);
     const char* pages[] = {"1-wizard-model", "2-wizard-hardware", "3-wizard-dataset", "4-wizard-training", "5-wizard-review"};
+    auto filled = [&] {
+      waitFor([&] { return !wizard->isBusy(); }, 120000, QStringLiteral("the wizard's results"));
+    };
     for (int i = 0; i < 5; ++i) {
+      filled();
       if (i > 0) {
         if (!wizard->currentPage()->isComplete()) {
           throw TourFailed("wizard page " + std::to_string(i) + " does not accept the demo settings");
         }
         wizard->next();
+        filled();
       }
       shoot(QString::fromLatin1(pages[i]));
     }

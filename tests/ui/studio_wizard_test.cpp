@@ -19,7 +19,7 @@
 #include "engine/chat/supervised_encoder.h"
 #include "engine/chat/tokenizer_encoder.h"
 #include "tests/ui/ui_test_support.h"
-#include "ui/machine_info.h"
+#include "ui/host_machine.h"
 #include "ui/resources.h"
 #include "ui/wizard_pages.h"
 
@@ -46,17 +46,22 @@ class WizardTest : public QObject {
     edit->clear();
     QTest::keyClicks(edit, text);
   }
+  // Waits until the pages show what their inputs say (their engine calls run on workers).
+  static bool settled(const FineTuneWizard& wizard) {
+    return QTest::qWaitFor([&] { return !wizard.isBusy(); }, 30000);
+  }
 
   QTemporaryDir tmp_;
   StudioPaths paths_;
-  MachineInfo machine_;
+  HostMachine host_;
 };
 
 void WizardTest::initTestCase() {
   initStudioResources();
   QVERIFY(tmp_.isValid());
   paths_ = test::demoPaths(tmp_);
-  machine_ = detectMachine();
+  QTRY_VERIFY_WITH_TIMEOUT(host_.isProbed(), 60000);
+  QVERIFY2(host_.problem().isEmpty(), qPrintable(host_.problem()));
 }
 
 void WizardTest::producesTheHandWrittenConfig() {
@@ -67,7 +72,7 @@ void WizardTest::producesTheHandWrittenConfig() {
   hand.gpu_experts = "3";
   hand.experts_mode = "gpu-offload";
 
-  FineTuneWizard wizard(machine_, paths_);  // starts from LLaMA-Factory's defaults
+  FineTuneWizard wizard(host_, paths_);  // starts from LLaMA-Factory's defaults
   wizard.show();
   QVERIFY(QTest::qWaitForWindowExposed(&wizard));
   QCOMPARE(wizard.currentId(), int(FineTuneWizard::ModelPageId));
@@ -95,7 +100,8 @@ void WizardTest::producesTheHandWrittenConfig() {
   field<QComboBox>(wizard, "dataset")->setCurrentText(QStringLiteral("identity"));
   field<QComboBox>(wizard, "template")->setCurrentText(QStringLiteral("qwen3_nothink"));
   field<QSpinBox>(wizard, "cutoff_len")->setValue(128);
-  QTRY_VERIFY(wizard.currentPage()->isComplete());
+  QVERIFY(settled(wizard));
+  QVERIFY(wizard.currentPage()->isComplete());
   wizard.next();
 
   QCOMPARE(wizard.currentId(), int(FineTuneWizard::TrainingPageId));
@@ -133,7 +139,7 @@ void WizardTest::producesTheHandWrittenConfig() {
   QCOMPARE(train::configFingerprint(made), train::configFingerprint(hand));
 
   // Opening that config again shows the same choices (a count of GPU experts, not auto; offload mode).
-  FineTuneWizard reopened(machine_, paths_);
+  FineTuneWizard reopened(host_, paths_);
   reopened.loadConfig(hand);
   QCOMPARE(field<QSpinBox>(reopened, "gpu_experts")->value(), 3);
   QCOMPARE(field<QComboBox>(reopened, "experts_mode")->currentData().toString(), QStringLiteral("gpu-offload"));
@@ -141,15 +147,17 @@ void WizardTest::producesTheHandWrittenConfig() {
 }
 
 void WizardTest::pagesSayWhatIsWrong() {
-  FineTuneWizard wizard(machine_, paths_);
+  FineTuneWizard wizard(host_, paths_);
   wizard.loadConfig(test::demoConfig(paths_, std::filesystem::path(tmp_.path().toStdString()) / "bad-out"));
   wizard.show();
   QVERIFY(QTest::qWaitForWindowExposed(&wizard));
+  QVERIFY(settled(wizard));
   QVERIFY(wizard.currentPage()->isComplete());
 
   // A folder without a model: the page names the missing file and refuses Next.
   typeInto(wizard, "model_name_or_path", tmp_.path());
-  QTRY_VERIFY(!wizard.currentPage()->isComplete());
+  QVERIFY(settled(wizard));
+  QVERIFY(!wizard.currentPage()->isComplete());
   bool said = false;
   for (QLabel* label : wizard.currentPage()->findChildren<QLabel*>()) {
     said = said || (label->isVisible() && label->text().contains(QStringLiteral("config.json")));
@@ -162,9 +170,11 @@ void WizardTest::pagesSayWhatIsWrong() {
 
   // An unknown dataset name.
   field<QComboBox>(wizard, "dataset")->setCurrentText(QStringLiteral("no_such_dataset"));
-  QTRY_VERIFY(!wizard.currentPage()->isComplete());
+  QVERIFY(settled(wizard));
+  QVERIFY(!wizard.currentPage()->isComplete());
   field<QComboBox>(wizard, "dataset")->setCurrentText(QStringLiteral("identity"));
-  QTRY_VERIFY(wizard.currentPage()->isComplete());
+  QVERIFY(settled(wizard));
+  QVERIFY(wizard.currentPage()->isComplete());
   wizard.next();
 
   // A learning rate that is not positive, and no output folder.
@@ -178,14 +188,15 @@ void WizardTest::pagesSayWhatIsWrong() {
 
 void WizardTest::datasetPageColoursTrainedTokens() {
   const train::TrainConfig config = test::demoConfig(paths_, std::filesystem::path(tmp_.path().toStdString()) / "out3");
-  FineTuneWizard wizard(machine_, paths_);
+  FineTuneWizard wizard(host_, paths_);
   wizard.loadConfig(config);
   wizard.show();
   QVERIFY(QTest::qWaitForWindowExposed(&wizard));
   wizard.next();
   wizard.next();
   auto* page = static_cast<DatasetPage*>(wizard.currentPage());
-  QTRY_VERIFY(page->isComplete());
+  QVERIFY(settled(wizard));
+  QVERIFY(page->isComplete());
   QCOMPARE(page->previewRows(), 32);
   QVERIFY2(page->skippedText().startsWith(QStringLiteral("32 rows usable, 0 skipped")), qPrintable(page->skippedText()));
 
