@@ -17,7 +17,7 @@ requirements="$repo/scripts/python-requirements.txt"
 
 debian_packages=(
   build-essential cmake ninja-build ccache pkg-config git python3 python3-venv python3-dev
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format
   qt6-base-dev qt6-charts-dev qt6-tools-dev libqt6opengl6-dev libxkbcommon-dev
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers
   libyaml-cpp-dev libsqlite3-dev libpcre2-dev nlohmann-json3-dev libnuma-dev libcpp-httplib-dev libcli11-dev

@@ -1,8 +1,8 @@
 #include "engine/model/demo_model.h"
 
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "engine/core/paths.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/causal_lm.h"
 #include "engine/io/atomic_file.h"
@@ -29,11 +29,8 @@ nlohmann::json demoModelConfig(int64_t vocab_size, int32_t eos_id) {
 
 }  // namespace
 
-fs::path defaultDemoWorkdir() {
-  if (const char* home = std::getenv("TANDEM_HOME"); home && *home) return fs::path(home) / "demo";
-  const char* user_home = std::getenv("HOME");
-  return fs::path(user_home ? user_home : ".") / ".cache" / "tandem" / "demo";
-}
+// A cache: the model is made again from the bundled tokenizer when it is missing.
+fs::path defaultDemoWorkdir() { return cacheDir() / "demo"; }
 
 DemoModel ensureDemoModel(const fs::path& workdir, const fs::path& resources_dir) {
   const fs::path model_dir = workdir / "model";

@@ -12,7 +12,8 @@ struct DemoModel {
   bool created = false;       // made by this call (false: it was already there)
 };
 
-// $TANDEM_HOME/demo, else ~/.cache/tandem/demo.
+// cacheDir()/demo (engine/core/paths.h): $TANDEM_HOME/cache/demo, else
+// $XDG_CACHE_HOME/tandem/demo, else ~/.cache/tandem/demo.
 std::filesystem::path defaultDemoWorkdir();
 
 // Builds `workdir`/model from `resources_dir`/demo/tokenizer*.json unless a complete one is

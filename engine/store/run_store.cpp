@@ -1,6 +1,5 @@
 #include "engine/store/run_store.h"
 
-#include <pwd.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -10,7 +9,6 @@
 #include <climits>
 #include <cmath>
 #include <csignal>
-#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <mutex>
@@ -20,6 +18,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/log.h"
+#include "engine/core/paths.h"
 #include "engine/store/sqlite.h"
 
 namespace tandem::store {
@@ -326,30 +325,7 @@ RunStore RunStore::open(const std::filesystem::path& db_path) {
   return RunStore(std::move(impl));
 }
 
-std::filesystem::path RunStore::defaultPath() {
-  if (const char* home = std::getenv("TANDEM_HOME"); home && *home) {
-    return std::filesystem::path(home) / "runs.db";
-  }
-  if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg == '/') {
-    return std::filesystem::path(xdg) / "tandem" / "runs.db";
-  }
-  std::string user_home;
-  if (const char* h = std::getenv("HOME"); h && *h) {
-    user_home = h;
-  } else {
-    passwd pw{};
-    passwd* found = nullptr;
-    char buf[4096];
-    if (getpwuid_r(getuid(), &pw, buf, sizeof(buf), &found) == 0 && found && found->pw_dir) {
-      user_home = found->pw_dir;
-    }
-  }
-  if (user_home.empty()) {
-    throw Error("cannot find a place for the run database: HOME is not set",
-                "set TANDEM_HOME to a directory, or pass --db PATH");
-  }
-  return std::filesystem::path(user_home) / ".local" / "share" / "tandem" / "runs.db";
-}
+std::filesystem::path RunStore::defaultPath() { return dataDir() / "runs.db"; }
 
 RunStore::RunStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RunStore::RunStore(RunStore&&) noexcept = default;

@@ -1,11 +1,11 @@
 #include "engine/train/tokenized_cache.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 
 #include "engine/core/hash.h"
+#include "engine/core/paths.h"
 #include "engine/io/atomic_file.h"
 
 namespace tandem::train {
@@ -27,13 +27,7 @@ std::string tokenizedCacheKey(const std::vector<std::filesystem::path>& files, c
   return hash.hex();
 }
 
-std::filesystem::path tokenizedCacheDir() {
-  if (const char* home = std::getenv("TANDEM_HOME"); home && *home) {
-    return std::filesystem::path(home) / "cache" / "tokenized";
-  }
-  const char* user_home = std::getenv("HOME");
-  return std::filesystem::path(user_home ? user_home : ".") / ".cache" / "tandem" / "tokenized";
-}
+std::filesystem::path tokenizedCacheDir() { return cacheDir() / "tokenized"; }
 
 // Layout: magic, u64 count, then per sample u64 n, n int32 ids, n int32 labels (little endian).
 std::optional<std::vector<chat::EncodedSample>> readTokenizedCache(const std::filesystem::path& file) {

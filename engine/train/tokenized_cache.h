@@ -17,7 +17,8 @@ namespace tandem::train {
 // 16 hex digits over the files' contents and `settings` (a text of the other inputs).
 std::string tokenizedCacheKey(const std::vector<std::filesystem::path>& files, const std::string& settings);
 
-// $TANDEM_HOME/cache/tokenized, else ~/.cache/tandem/tokenized.
+// cacheDir()/tokenized (engine/core/paths.h): $TANDEM_HOME/cache/tokenized, else
+// $XDG_CACHE_HOME/tandem/tokenized, else ~/.cache/tandem/tokenized.
 std::filesystem::path tokenizedCacheDir();
 
 std::optional<std::vector<chat::EncodedSample>> readTokenizedCache(const std::filesystem::path& file);
