@@ -18,7 +18,7 @@
 #include "engine/core/error.h"
 #include "engine/core/numa.h"
 #include "engine/core/thread_pool.h"
-#include "engine/experts/expert_bench.h"
+#include "bench/experts/expert_layer_bench.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem::bench {
@@ -31,20 +31,20 @@ struct ExpertsBenchArgs {
   std::vector<int64_t> tokens;
   int threads = 0;
   int nodes = 0;  // NUMA nodes the layers split over (0: TANDEM_EXPERT_NODES or the machine's)
-  int64_t resident = 0;  // experts per layer resident on a GPU (experts::makeBenchProblem)
+  int64_t resident = 0;  // experts per layer resident on a GPU (makeBenchProblem)
   bool quick = false;
   int repeats = 0;
 };
 
 // The (backend, dtype) pairs to time: every fast backend this CPU runs in its own format, the
 // fp8 checkpoint through the best bf16 backend, unless --backends / --dtypes narrow it.
-std::vector<experts::BenchLayerConfig> layerConfigs(const ExpertsBenchArgs& args) {
+std::vector<BenchLayerConfig> layerConfigs(const ExpertsBenchArgs& args) {
   using experts::WeightFormat;
   const CpuFeatures& cpu = cpuFeatures();
   const auto wanted = [](const std::vector<std::string>& list, const std::string& name) {
     return list.empty() || std::find(list.begin(), list.end(), name) != list.end();
   };
-  std::vector<experts::BenchLayerConfig> configs;
+  std::vector<BenchLayerConfig> configs;
   const std::string best_bf16 = experts::kernels::selectGemmBackend("auto", WeightFormat::Bf16, cpu).name();
   for (const std::string name : {"amx_bf16", "amx_int8", "avx512_bf16", "onednn", "avx512", "avx2", "generic"}) {
     // fp32 fallbacks: only when asked, except avx2 where it is the best this CPU has.
@@ -66,16 +66,16 @@ std::vector<experts::BenchLayerConfig> layerConfigs(const ExpertsBenchArgs& args
   return configs;
 }
 
-nlohmann::json caseJson(const experts::BenchProblem& p, const std::string& backend,
-                        const std::string& dtype, const experts::BenchTiming& t,
+nlohmann::json caseJson(const BenchProblem& p, const std::string& backend,
+                        const std::string& dtype, const BenchTiming& t,
                         double weight_bytes, double peak_tflops, double mem_gbps) {
   const double seconds = (t.fwd_ms + t.bwd_ms) / 1e3;
-  const double flops = experts::benchFlops(p), bytes = experts::benchBytes(p, weight_bytes);
+  const double flops = benchFlops(p), bytes = benchBytes(p, weight_bytes);
   const double bound = std::max(flops / (peak_tflops * 1e12), bytes / (mem_gbps * 1e9));
   nlohmann::json out = {{"model_shape", p.shape.name},
           {"tokens", p.tokens},
           {"top_k", p.shape.top_k},
-          {"routing", std::string(experts::benchRoutingName(p.routing))},
+          {"routing", std::string(benchRoutingName(p.routing))},
           {"backend", backend},
           {"dtype", dtype},
           {"fwd_ms", t.fwd_ms},
@@ -151,8 +151,8 @@ void runExpertsBench(ExpertsBenchArgs args) {
   if (args.repeats <= 0) args.repeats = args.quick ? 1 : 3;
   const int threads = args.threads > 0 ? args.threads
                                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (const auto& name : args.shapes) experts::checkBenchResident(experts::benchShape(name), args.resident);  // up front
-  for (const auto& name : args.routings) experts::parseBenchRouting(name);
+  for (const auto& name : args.shapes) checkBenchResident(benchShape(name), args.resident);  // up front
+  for (const auto& name : args.routings) parseBenchRouting(name);
   for (const int64_t t : args.tokens) {
     if (t <= 0) throw Error("bench: --tokens must be positive, got " + std::to_string(t));
   }
@@ -171,10 +171,10 @@ void runExpertsBench(ExpertsBenchArgs args) {
   }
   if (args.nodes < 0) throw Error("bench: --nodes must not be negative", "use 0 (the machine's NUMA nodes) or a count");
   if (args.task_splits.empty()) args.task_splits = {"auto"};
-  std::vector<experts::BenchLayerConfig> configs;
-  for (const experts::BenchLayerConfig& config : layerConfigs(args)) {
+  std::vector<BenchLayerConfig> configs;
+  for (const BenchLayerConfig& config : layerConfigs(args)) {
     for (const auto& split : args.task_splits) {
-      experts::BenchLayerConfig c = config;
+      BenchLayerConfig c = config;
       c.numa_nodes = args.nodes;
       c.task_split = experts::parseTaskSplit(split);
       configs.push_back(c);
@@ -183,7 +183,7 @@ void runExpertsBench(ExpertsBenchArgs args) {
   for (const auto& name : args.backends) {
     const bool timed = name == "libtorch_loop" ||
                        std::any_of(configs.begin(), configs.end(),
-                                   [&](const experts::BenchLayerConfig& c) { return c.backend == name; });
+                                   [&](const BenchLayerConfig& c) { return c.backend == name; });
     if (!timed) {
       std::fprintf(stderr, "bench experts: skipping %s (not available on this machine for the dtypes asked)\n",
                    name.c_str());
@@ -206,9 +206,9 @@ void runExpertsBench(ExpertsBenchArgs args) {
   std::fprintf(stderr, "bench experts: measuring ceilings on %d threads\n", threads);
   const int64_t gemm_n = args.quick ? 2048 : 4096;
   const double onednn_tflops = experts::kernels::onednnSquareGemmTflops(gemm_n, threads, 3);
-  const double own_tflops = experts::ourSquareGemmTflops(gemm_n, pool, 3);
+  const double own_tflops = ourSquareGemmTflops(gemm_n, pool, 3);
   const double peak = std::max(onednn_tflops, own_tflops);
-  const double mem = experts::streamingReadGbytesPerS(args.quick ? (512ull << 20) : (2ull << 30), pool, 5);
+  const double mem = streamingReadGbytesPerS(args.quick ? (512ull << 20) : (2ull << 30), pool, 5);
   std::fprintf(stderr, "ceilings peak_tflops_bf16 %.3f (onednn %.3f, tandem %.3f) mem_gbytes_per_s %.1f\n",
                peak, onednn_tflops, own_tflops, mem);
 
@@ -217,15 +217,15 @@ void runExpertsBench(ExpertsBenchArgs args) {
   for (const auto& shape_name : args.shapes) {
     for (const int64_t tokens : args.tokens) {
       for (const auto& routing_name : args.routings) {
-        experts::BenchProblem problem = experts::makeBenchProblem(
-            experts::benchShape(shape_name), tokens, experts::parseBenchRouting(routing_name), seed++, pool,
+        BenchProblem problem = makeBenchProblem(
+            benchShape(shape_name), tokens, parseBenchRouting(routing_name), seed++, pool,
             args.resident);
         for (const auto& config : configs) {
-          if (config.dtype == "fp8" && problem.gate8.empty()) experts::addFp8Weights(problem, pool);
+          if (config.dtype == "fp8" && problem.gate8.empty()) addFp8Weights(problem, pool);
           std::fprintf(stderr, "bench experts: %s tokens=%lld %s %s/%s split %s\n", shape_name.c_str(),
                        static_cast<long long>(tokens), routing_name.c_str(), config.backend.c_str(),
                        config.dtype.c_str(), std::string(experts::taskSplitName(config.task_split)).c_str());
-          const experts::BenchLayerResult r = experts::timeExpertLayer(problem, config, args.repeats, pool);
+          const BenchLayerResult r = timeExpertLayer(problem, config, args.repeats, pool);
           nlohmann::json c = caseJson(problem, r.backend, config.dtype, r.timing, r.weight_bytes, peak, mem);
           c["wt_policy"] = r.wt_policy;
           c["task_split"] = std::string(experts::taskSplitName(config.task_split));
@@ -237,7 +237,7 @@ void runExpertsBench(ExpertsBenchArgs args) {
         if (with_libtorch) {
           std::fprintf(stderr, "bench experts: %s tokens=%lld %s libtorch_loop\n", shape_name.c_str(),
                        static_cast<long long>(tokens), routing_name.c_str());
-          const experts::BenchTiming t = timeLibtorchExpertLoop(problem, threads, args.repeats);
+          const BenchTiming t = timeLibtorchExpertLoop(problem, threads, args.repeats);
           cases.push_back(caseJson(problem, "libtorch_loop", "bf16", t, 2.0, peak, mem));
           std::fprintf(stderr, "case %s\n", cases.back().dump().c_str());
         }

@@ -1,4 +1,4 @@
-#include "engine/experts/expert_bench.h"
+#include "bench/experts/expert_layer_bench.h"
 
 #include <algorithm>
 #include <atomic>
@@ -17,7 +17,9 @@
 #include "engine/experts/expert_routing.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
-namespace tandem::experts {
+namespace tandem::bench {
+
+using namespace tandem::experts;  // the engine this benchmarks
 
 namespace {
 
@@ -365,4 +367,4 @@ double streamingReadGbytesPerS(uint64_t bytes, ThreadPool& pool, int repeats) {
   return static_cast<double>(n) * sizeof(uint64_t) / best / 1e9;
 }
 
-}  // namespace tandem::experts
+}  // namespace tandem::bench
