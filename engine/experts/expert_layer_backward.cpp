@@ -221,8 +221,8 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
     }
   }
 
-  // On demand / background: only the experts this batch reaches need Wᵀ (expert_layer_wt.cpp).
-  const MemoryCharge transposed_charge = acquireTransposedPacks(routing);
+  // On demand / background: only the experts this batch reaches need Wᵀ (expert_packs.h).
+  const MemoryCharge transposed_charge = packs_.acquireTransposed(routing);
   if (d_topk_weights) {  // stage A writes the computed slots; a masked one gets no gradient here
     for (size_t slot = 0; slot < routing.pos_of_slot.size(); ++slot) {
       if (routing.pos_of_slot[slot] == kMaskedSlot) d_topk_weights[slot] = 0.0f;
@@ -239,11 +239,7 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
     // With several nodes, each writes its rows / columns of the sliced matrices' gradients now.
     if (n_nodes > 1) runLoraGradTasks(pool, passes[s], kSlicedGrads, 0, 1);
   });
-  if (options_.wt_policy != WtPolicy::Persistent) {
-    for (NodeSlice& slice : slices_) {
-      for (auto& per_proj : slice.packs_t) per_proj.clear();
-    }
-  }
+  packs_.releaseTransposed();
   std::vector<const float*> dx_of_node;
   for (const BackwardPass& pass : passes) dx_of_node.push_back(pass.dx_pairs);
   if (n_nodes == 1) {
@@ -262,7 +258,7 @@ void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
   cache.release();
   cache.state_ = State::Consumed;
   // The next layer of the backward gets its Wᵀ built while the GPU works on the layers between.
-  if (backward_successor_) backward_successor_->startBackgroundWt();
+  if (backward_successor_) backward_successor_->packs_.prefetchTransposed();
 }
 
 // Sums what only the nodes together know into slice 0's buffers, node by node in order:

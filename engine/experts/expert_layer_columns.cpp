@@ -79,7 +79,7 @@ void ExpertLayer::forwardColumns(const ForwardPass& pass, const std::vector<Expe
         for (int k = 0; k < 2; ++k) {
           const ExpertProj proj = gate_up[k];
           float* out = (k == 0 ? pass.gate : pass.up) + task.begin * I;
-          const kernels::PackedMatrix& pack = *slice.packs[static_cast<int>(proj)][task.expert];
+          const kernels::PackedMatrix& pack = packs_.forward(slice, proj, task.expert);
           if (!lora_.targets(proj)) {
             gemm_.gemmColumns(pack, i0, i1, m, x, H, out, I, false);
             continue;
@@ -104,7 +104,7 @@ void ExpertLayer::forwardColumns(const ForwardPass& pass, const std::vector<Expe
         const int64_t m = task.end - task.begin;
         float* h = detail::threadScratch(m * I);
         hidden(task, h);
-        const kernels::PackedMatrix& pack = *slice.packs[static_cast<int>(ExpertProj::Down)][task.expert];
+        const kernels::PackedMatrix& pack = packs_.forward(slice, ExpertProj::Down, task.expert);
         float* out = pass.out + task.begin * H;
         if (!lora_.targets(ExpertProj::Down)) {
           gemm_.gemmColumns(pack, h0, h1, m, h, I, out, H, false);
@@ -163,7 +163,7 @@ void ExpertLayer::backwardColumns(const BackwardPass& pass,
         const int64_t m = task.end - task.begin;
         float* dy = detail::threadScratch(m * H);
         detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, task.begin, task.end, H, dy);
-        const kernels::PackedMatrix& pack = *slice.packs_t[static_cast<int>(ExpertProj::Down)][task.expert];
+        const kernels::PackedMatrix& pack = packs_.transposed(slice, ExpertProj::Down, task.expert);
         float* dh = dh_all + task.begin * ld_dh;
         if (!down) {
           gemm_.gemmColumns(pack, i0, i1, m, dy, H, dh, ld_dh, false);
@@ -203,7 +203,7 @@ void ExpertLayer::backwardColumns(const BackwardPass& pass,
         bool accumulate = false;
         for (const ExpertProj proj : {ExpertProj::Gate, ExpertProj::Up}) {
           const float* d_proj = (proj == ExpertProj::Gate ? pass.dgate : pass.dup) + task.begin * I;
-          const kernels::PackedMatrix& pack = *slice.packs_t[static_cast<int>(proj)][task.expert];
+          const kernels::PackedMatrix& pack = packs_.transposed(slice, proj, task.expert);
           if (!lora_.targets(proj)) {
             gemm_.gemmColumns(pack, h0, h1, m, d_proj, I, dx, H, accumulate);
           } else {

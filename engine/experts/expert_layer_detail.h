@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "engine/core/float_convert.h"
-#include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_forward_cache.h"
 #include "engine/experts/expert_layer.h"
@@ -86,17 +85,6 @@ struct ExpertLayer::BackwardPass {
   float* lora_t[kExpertProjCount] = {};    // [P, r] dP · B_P (down: already weighted by w)
   float* lora_z = nullptr;                 // [P, 3r] the forward's s · x A_Pᵀ (down: the slice's)
   float* dx_pairs = nullptr;               // [P, H] dx contribution of every pair
-};
-
-// A background build of one layer's Wᵀ packs (WtPolicy::Background): one pool task per (expert,
-// projection), each writing only its own slot. Complete here because ExpertLayer's constructor
-// and destructor (expert_layer.cpp) destroy it.
-struct ExpertLayer::WtBuild {
-  explicit WtBuild(ThreadPool& pool) : group(pool) {}
-  std::vector<int64_t> experts;                                // whose packs are built
-  std::vector<std::unique_ptr<kernels::PackedMatrix>> packs;  // [slices × experts × kExpertProjCount]
-  std::vector<MemoryCharge> charges;                           // per pack, ("cpu", Scratch)
-  TaskGroup group;  // last: destroyed (waited for) before the slots its tasks write
 };
 
 }  // namespace tandem::experts
