@@ -133,6 +133,8 @@ class ExpertLayer {
  private:
   struct ForwardPass;
   struct BackwardPass;
+  struct ForwardCall;
+  struct BackwardCall;
   // Which stage-B LoRA gradients a call computes: those of the sliced matrices (B of gate/up,
   // A of down: each node its own rows / columns) or of the shared ones (A of gate/up, B of down).
   enum LoraGradKinds { kSlicedGrads = 1, kSharedGrads = 2 };
@@ -158,7 +160,25 @@ class ExpertLayer {
   void projectBackward(ExpertProj proj, const NodeSlice& slice, int64_t expert, const float* d_out,
                        int64_t m, float* d_in, bool accumulate, float* lora_t) const;
 
+  // The forward's steps (expert_layer_forward.cpp).
+  void checkForwardArguments(const void* x, int64_t n_tokens, const int32_t* topk_ids,
+                             const float* topk_weights, int top_k, const void* y) const;
+  ForwardCall beginForward(const void* x, ActivationType act_type,
+                           const ExpertRouting& routing) const;
+  void useF32Block(ForwardCall& call, float* gate) const;
+  void leaseCacheBlock(ForwardCall& call, ExpertForwardCache& cache, size_t x_bytes) const;
+  void computeForward(ForwardCall& call, const std::vector<ExpertTask>& tasks, bool cached) const;
   void forwardRows(const ForwardPass& pass, const ExpertTask& task) const;
+  void keepForBackward(ExpertForwardCache& cache, const void* x, const float* topk_weights,
+                       ActivationType act_type, ExpertRouting&& routing) const;
+
+  // The backward's steps (expert_layer_backward.cpp).
+  void checkBackwardArguments(const ExpertForwardCache& cache, const void* dy,
+                              const void* dx) const;
+  BackwardCall beginBackward(const ExpertForwardCache& cache, const void* dy,
+                             float* d_topk_weights) const;
+  void runStageA(const std::vector<BackwardPass>& passes, const std::vector<ExpertTask>& tasks);
+  void runLoraGradients(const std::vector<BackwardPass>& passes, float* d_topk_weights);
   void backwardRows(const BackwardPass& pass, const ExpertTask& task) const;
   void loraGradGateUpB(const BackwardPass& pass, int64_t expert);
   void loraGradGateUpA(const BackwardPass& pass, int64_t expert);
@@ -187,6 +207,22 @@ class ExpertLayer {
   bool splitColumns(const std::vector<ExpertTask>& tasks, const ThreadPool& pool) const;
   void forwardColumns(const ForwardPass& pass, const std::vector<ExpertTask>& tasks) const;
   void backwardColumns(const BackwardPass& pass, const std::vector<ExpertTask>& tasks) const;
+  // Their phases (the comments above forwardColumns / backwardColumns say which is which).
+  // dh [P, I] of the backward's split: in dx_pairs' rows (ld = H), or its own block (ld = I).
+  struct ColumnsDh {
+    float* rows;
+    int64_t ld;
+  };
+  void forwardGateUpLoraZ(const ForwardPass& pass, const std::vector<ExpertTask>& tasks) const;
+  void forwardGateUpColumns(const ForwardPass& pass, const std::vector<ExpertTask>& tasks) const;
+  void forwardDownColumns(const ForwardPass& pass, const std::vector<ExpertTask>& tasks) const;
+  void hiddenRows(const ForwardPass& pass, const ExpertTask& task, float* h) const;
+  void backwardDownLoraT(const BackwardPass& pass, const std::vector<ExpertTask>& tasks) const;
+  void backwardHiddenColumns(const BackwardPass& pass, const std::vector<ExpertTask>& tasks,
+                             const ColumnsDh& dh) const;
+  void siluBackwardRows(const BackwardPass& pass, const ExpertTask& task,
+                        const ColumnsDh& dh) const;
+  void backwardInputColumns(const BackwardPass& pass, const std::vector<ExpertTask>& tasks) const;
   // Runs body(task) over every column task on `pool`, then finish(row task) once per row task,
   // by whichever column task of it ends last (no barrier between the two).
   void runColumnTasks(ThreadPool& pool, const std::vector<ExpertTask>& tasks, int64_t columns,

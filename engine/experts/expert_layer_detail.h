@@ -72,6 +72,16 @@ struct ExpertLayer::ForwardPass {
   float* lora_z = nullptr;  // [P, 3r] the cache's LoRA products, or nullptr: scratch only
 };
 
+// What one forward call leases, and its passes over it (ExpertLayer::beginForward).
+struct ExpertLayer::ForwardCall {
+  std::vector<ForwardPass> passes;        // per node slice
+  std::vector<const float*> out_of_node;  // each pass's out
+  ExpertBufferPool::Lease out;            // [nodes][P, H]
+  ExpertBufferPool::Lease split_block;    // g, u, z of a column split when no cache holds them
+  int64_t n_pairs = 0;                    // P
+  size_t f32_bytes = 0;                   // g, u [P, I] and z [nodes][P, 3r]
+};
+
 // What one backward call shares between the tasks of one node slice (width w = i1 - i0).
 // Buffers are [P, ·] in sorted order.
 struct ExpertLayer::BackwardPass {
@@ -85,6 +95,12 @@ struct ExpertLayer::BackwardPass {
   float* lora_t[kExpertProjCount] = {};    // [P, r] dP · B_P (down: already weighted by w)
   float* lora_z = nullptr;                 // [P, 3r] the forward's s · x A_Pᵀ (down: the slice's)
   float* dx_pairs = nullptr;               // [P, H] dx contribution of every pair
+};
+
+// What one backward call leases, and its passes over it and the cache (ExpertLayer::beginBackward).
+struct ExpertLayer::BackwardCall {
+  ExpertBufferPool::Lease work;
+  std::vector<BackwardPass> passes;  // per node slice
 };
 
 }  // namespace tandem::experts
