@@ -18,7 +18,7 @@
 #include "engine/core/error.h"
 #include "engine/core/numa.h"
 #include "engine/core/thread_pool.h"
-#include "engine/experts/expert_bench.h"
+#include "bench/experts/expert_layer_bench.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem::bench {
@@ -31,20 +31,20 @@ struct ExpertsBenchArgs {
   std::vector<int64_t> tokens;
   int threads = 0;
   int nodes = 0;  // NUMA nodes the layers split over (0: TANDEM_EXPERT_NODES or the machine's)
-  int64_t resident = 0;  // experts per layer resident on a GPU (experts::makeBenchProblem)
+  int64_t resident = 0;  // experts per layer resident on a GPU (makeBenchProblem)
   bool quick = false;
   int repeats = 0;
 };
 
 // The (backend, dtype) pairs to time: every fast backend this CPU runs in its own format, the
 // fp8 checkpoint through the best bf16 backend, unless --backends / --dtypes narrow it.
-std::vector<experts::BenchLayerConfig> layerConfigs(const ExpertsBenchArgs& args) {
+std::vector<BenchLayerConfig> layerConfigs(const ExpertsBenchArgs& args) {
   using experts::WeightFormat;
   const CpuFeatures& cpu = cpuFeatures();
   const auto wanted = [](const std::vector<std::string>& list, const std::string& name) {
     return list.empty() || std::find(list.begin(), list.end(), name) != list.end();
   };
-  std::vector<experts::BenchLayerConfig> configs;
+  std::vector<BenchLayerConfig> configs;
   const std::string best_bf16 = experts::kernels::selectGemmBackend("auto", WeightFormat::Bf16, cpu).name();
   for (const std::string name : {"amx_bf16", "amx_int8", "avx512_bf16", "onednn", "avx512", "avx2", "generic"}) {
     // fp32 fallbacks: only when asked, except avx2 where it is the best this CPU has.
@@ -66,16 +66,16 @@ std::vector<experts::BenchLayerConfig> layerConfigs(const ExpertsBenchArgs& args
   return configs;
 }
 
-nlohmann::json caseJson(const experts::BenchProblem& p, const std::string& backend,
-                        const std::string& dtype, const experts::BenchTiming& t,
+nlohmann::json caseJson(const BenchProblem& p, const std::string& backend,
+                        const std::string& dtype, const BenchTiming& t,
                         double weight_bytes, double peak_tflops, double mem_gbps) {
   const double seconds = (t.fwd_ms + t.bwd_ms) / 1e3;
-  const double flops = experts::benchFlops(p), bytes = experts::benchBytes(p, weight_bytes);
+  const double flops = benchFlops(p), bytes = benchBytes(p, weight_bytes);
   const double bound = std::max(flops / (peak_tflops * 1e12), bytes / (mem_gbps * 1e9));
   nlohmann::json out = {{"model_shape", p.shape.name},
           {"tokens", p.tokens},
           {"top_k", p.shape.top_k},
-          {"routing", std::string(experts::benchRoutingName(p.routing))},
+          {"routing", std::string(benchRoutingName(p.routing))},
           {"backend", backend},
           {"dtype", dtype},
           {"fwd_ms", t.fwd_ms},
@@ -140,7 +140,8 @@ nlohmann::json ratiosJson(const nlohmann::json& cases) {
   return out;
 }
 
-void runExpertsBench(ExpertsBenchArgs args) {
+// Fills the defaults (--quick narrows them) and rejects what cannot run, before anything is timed.
+void settleArgs(ExpertsBenchArgs& args) {
   if (args.quick) {
     if (args.shapes.empty()) args.shapes = {"qwen3_30b"};
     if (args.tokens.empty()) args.tokens = {512, 2048};
@@ -149,10 +150,9 @@ void runExpertsBench(ExpertsBenchArgs args) {
   if (args.tokens.empty()) args.tokens = {512, 2048, 8192};
   if (args.routings.empty()) args.routings = {"uniform", "zipf"};
   if (args.repeats <= 0) args.repeats = args.quick ? 1 : 3;
-  const int threads = args.threads > 0 ? args.threads
-                                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (const auto& name : args.shapes) experts::checkBenchResident(experts::benchShape(name), args.resident);  // up front
-  for (const auto& name : args.routings) experts::parseBenchRouting(name);
+  if (args.threads <= 0) args.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (const auto& name : args.shapes) checkBenchResident(benchShape(name), args.resident);  // up front
+  for (const auto& name : args.routings) parseBenchRouting(name);
   for (const int64_t t : args.tokens) {
     if (t <= 0) throw Error("bench: --tokens must be positive, got " + std::to_string(t));
   }
@@ -171,10 +171,15 @@ void runExpertsBench(ExpertsBenchArgs args) {
   }
   if (args.nodes < 0) throw Error("bench: --nodes must not be negative", "use 0 (the machine's NUMA nodes) or a count");
   if (args.task_splits.empty()) args.task_splits = {"auto"};
-  std::vector<experts::BenchLayerConfig> configs;
-  for (const experts::BenchLayerConfig& config : layerConfigs(args)) {
+}
+
+// The layers to time: layerConfigs under every --task-split; says which backends asked for are
+// not among them.
+std::vector<BenchLayerConfig> timedConfigs(const ExpertsBenchArgs& args) {
+  std::vector<BenchLayerConfig> configs;
+  for (const BenchLayerConfig& config : layerConfigs(args)) {
     for (const auto& split : args.task_splits) {
-      experts::BenchLayerConfig c = config;
+      BenchLayerConfig c = config;
       c.numa_nodes = args.nodes;
       c.task_split = experts::parseTaskSplit(split);
       configs.push_back(c);
@@ -183,77 +188,92 @@ void runExpertsBench(ExpertsBenchArgs args) {
   for (const auto& name : args.backends) {
     const bool timed = name == "libtorch_loop" ||
                        std::any_of(configs.begin(), configs.end(),
-                                   [&](const experts::BenchLayerConfig& c) { return c.backend == name; });
+                                   [&](const BenchLayerConfig& c) { return c.backend == name; });
     if (!timed) {
       std::fprintf(stderr, "bench experts: skipping %s (not available on this machine for the dtypes asked)\n",
                    name.c_str());
     }
   }
-  bool with_libtorch = args.backends.empty() ||
-                       std::find(args.backends.begin(), args.backends.end(), "libtorch_loop") != args.backends.end();
-  if (with_libtorch && args.resident > 0) {
-    std::fprintf(stderr, "bench experts: skipping libtorch_loop (it has no masked slots for --resident)\n");
-    with_libtorch = false;
-  }
+  return configs;
+}
 
-  // Workers on the CPUs after the first; the calling thread is the pool's last pair of hands.
+bool timeLibtorch(const ExpertsBenchArgs& args) {
+  const bool wanted = args.backends.empty() ||
+                      std::find(args.backends.begin(), args.backends.end(), "libtorch_loop") != args.backends.end();
+  if (wanted && args.resident > 0) {
+    std::fprintf(stderr, "bench experts: skipping libtorch_loop (it has no masked slots for --resident)\n");
+    return false;
+  }
+  return wanted;
+}
+
+// Workers on the CPUs after the first; the calling thread is the pool's last pair of hands.
+std::vector<int> workerCpus(int threads) {
   std::vector<int> cpus;
   for (const NumaNode& node : detectNumaTopology().nodes) cpus.insert(cpus.end(), node.cpus.begin(), node.cpus.end());
   std::vector<int> pins;
   for (size_t i = 1; i < cpus.size() && static_cast<int>(pins.size()) < threads - 1; ++i) pins.push_back(cpus[i]);
-  ThreadPool pool(threads - 1, pins);
+  return pins;
+}
 
-  std::fprintf(stderr, "bench experts: measuring ceilings on %d threads\n", threads);
-  const int64_t gemm_n = args.quick ? 2048 : 4096;
-  const double onednn_tflops = experts::kernels::onednnSquareGemmTflops(gemm_n, threads, 3);
-  const double own_tflops = experts::ourSquareGemmTflops(gemm_n, pool, 3);
-  const double peak = std::max(onednn_tflops, own_tflops);
-  const double mem = experts::streamingReadGbytesPerS(args.quick ? (512ull << 20) : (2ull << 30), pool, 5);
+struct Ceilings {
+  int64_t gemm_n = 0;
+  double onednn_tflops = 0, own_tflops = 0, peak = 0, mem_gbps = 0;
+};
+
+Ceilings measureCeilings(const ExpertsBenchArgs& args, ThreadPool& pool) {
+  std::fprintf(stderr, "bench experts: measuring ceilings on %d threads\n", args.threads);
+  Ceilings c;
+  c.gemm_n = args.quick ? 2048 : 4096;
+  c.onednn_tflops = experts::kernels::onednnSquareGemmTflops(c.gemm_n, args.threads, 3);
+  c.own_tflops = ourSquareGemmTflops(c.gemm_n, pool, 3);
+  c.peak = std::max(c.onednn_tflops, c.own_tflops);
+  c.mem_gbps = streamingReadGbytesPerS(args.quick ? (512ull << 20) : (2ull << 30), pool, 5);
   std::fprintf(stderr, "ceilings peak_tflops_bf16 %.3f (onednn %.3f, tandem %.3f) mem_gbytes_per_s %.1f\n",
-               peak, onednn_tflops, own_tflops, mem);
+               c.peak, c.onednn_tflops, c.own_tflops, c.mem_gbps);
+  return c;
+}
 
-  nlohmann::json cases = nlohmann::json::array();
-  uint64_t seed = 1;
-  for (const auto& shape_name : args.shapes) {
-    for (const int64_t tokens : args.tokens) {
-      for (const auto& routing_name : args.routings) {
-        experts::BenchProblem problem = experts::makeBenchProblem(
-            experts::benchShape(shape_name), tokens, experts::parseBenchRouting(routing_name), seed++, pool,
-            args.resident);
-        for (const auto& config : configs) {
-          if (config.dtype == "fp8" && problem.gate8.empty()) experts::addFp8Weights(problem, pool);
-          std::fprintf(stderr, "bench experts: %s tokens=%lld %s %s/%s split %s\n", shape_name.c_str(),
-                       static_cast<long long>(tokens), routing_name.c_str(), config.backend.c_str(),
-                       config.dtype.c_str(), std::string(experts::taskSplitName(config.task_split)).c_str());
-          const experts::BenchLayerResult r = experts::timeExpertLayer(problem, config, args.repeats, pool);
-          nlohmann::json c = caseJson(problem, r.backend, config.dtype, r.timing, r.weight_bytes, peak, mem);
-          c["wt_policy"] = r.wt_policy;
-          c["task_split"] = std::string(experts::taskSplitName(config.task_split));
-          c["pack_ms"] = r.pack_ms;
-          c["numa_nodes"] = r.numa_nodes;
-          std::fprintf(stderr, "case %s\n", c.dump().c_str());  // survives a run cut short
-          cases.push_back(c);
-        }
-        if (with_libtorch) {
-          std::fprintf(stderr, "bench experts: %s tokens=%lld %s libtorch_loop\n", shape_name.c_str(),
-                       static_cast<long long>(tokens), routing_name.c_str());
-          const experts::BenchTiming t = timeLibtorchExpertLoop(problem, threads, args.repeats);
-          cases.push_back(caseJson(problem, "libtorch_loop", "bf16", t, 2.0, peak, mem));
-          std::fprintf(stderr, "case %s\n", cases.back().dump().c_str());
-        }
-      }
-    }
+// Every layer config on one problem, then (with_libtorch) the libtorch loop, appended to cases.
+void timeProblem(BenchProblem& problem, const std::vector<BenchLayerConfig>& configs,
+                 bool with_libtorch, const ExpertsBenchArgs& args, const Ceilings& ceilings,
+                 ThreadPool& pool, nlohmann::json& cases) {
+  const std::string routing_name(benchRoutingName(problem.routing));
+  const auto tokens = static_cast<long long>(problem.tokens);
+  for (const auto& config : configs) {
+    if (config.dtype == "fp8" && problem.gate8.empty()) addFp8Weights(problem, pool);
+    std::fprintf(stderr, "bench experts: %s tokens=%lld %s %s/%s split %s\n", problem.shape.name.c_str(),
+                 tokens, routing_name.c_str(), config.backend.c_str(),
+                 config.dtype.c_str(), std::string(experts::taskSplitName(config.task_split)).c_str());
+    const BenchLayerResult r = timeExpertLayer(problem, config, args.repeats, pool);
+    nlohmann::json c = caseJson(problem, r.backend, config.dtype, r.timing, r.weight_bytes,
+                                ceilings.peak, ceilings.mem_gbps);
+    c["wt_policy"] = r.wt_policy;
+    c["task_split"] = std::string(experts::taskSplitName(config.task_split));
+    c["pack_ms"] = r.pack_ms;
+    c["numa_nodes"] = r.numa_nodes;
+    std::fprintf(stderr, "case %s\n", c.dump().c_str());  // survives a run cut short
+    cases.push_back(c);
   }
+  if (with_libtorch) {
+    std::fprintf(stderr, "bench experts: %s tokens=%lld %s libtorch_loop\n", problem.shape.name.c_str(),
+                 tokens, routing_name.c_str());
+    const BenchTiming t = timeLibtorchExpertLoop(problem, args.threads, args.repeats);
+    cases.push_back(caseJson(problem, "libtorch_loop", "bf16", t, 2.0, ceilings.peak, ceilings.mem_gbps));
+    std::fprintf(stderr, "case %s\n", cases.back().dump().c_str());
+  }
+}
 
+void printResult(const ExpertsBenchArgs& args, const Ceilings& ceilings, const nlohmann::json& cases) {
   const CpuFeatures& cpu = cpuFeatures();
   nlohmann::json out = {
       {"benchmark", "experts"},
-      {"machine", {{"cpu", cpu.brand}, {"threads", threads}, {"isa", std::string(isaLevelName(cpu.bestLevel()))},
+      {"machine", {{"cpu", cpu.brand}, {"threads", args.threads}, {"isa", std::string(isaLevelName(cpu.bestLevel()))},
                    {"amx", cpu.amx_status}, {"numa_nodes", detectNumaTopology().nodes.size()}}},
-      {"ceilings", {{"peak_tflops_bf16", peak}, {"peak_tflops_bf16_onednn", onednn_tflops},
-                    {"peak_tflops_bf16_tandem", own_tflops},
+      {"ceilings", {{"peak_tflops_bf16", ceilings.peak}, {"peak_tflops_bf16_onednn", ceilings.onednn_tflops},
+                    {"peak_tflops_bf16_tandem", ceilings.own_tflops},
                     {"tandem_kernel", experts::kernels::selectGemmBackend("auto", experts::WeightFormat::Bf16, cpu).name()},
-                    {"gemm_size", gemm_n}, {"mem_gbytes_per_s", mem}}},
+                    {"gemm_size", ceilings.gemm_n}, {"mem_gbytes_per_s", ceilings.mem_gbps}}},
       {"lora", {{"rank", 8}, {"targets", "gate_proj,up_proj,down_proj"}}},
       {"repeats", args.repeats},
       {"cases", cases},
@@ -265,6 +285,27 @@ void runExpertsBench(ExpertsBenchArgs args) {
     file << text << "\n";
     if (!file) throw Error("bench: cannot write " + args.json_path, "check the directory exists and is writable");
   }
+}
+
+void runExpertsBench(ExpertsBenchArgs args) {
+  settleArgs(args);
+  const std::vector<BenchLayerConfig> configs = timedConfigs(args);
+  const bool with_libtorch = timeLibtorch(args);
+  ThreadPool pool(args.threads - 1, workerCpus(args.threads));
+  const Ceilings ceilings = measureCeilings(args, pool);
+  nlohmann::json cases = nlohmann::json::array();
+  uint64_t seed = 1;
+  for (const auto& shape_name : args.shapes) {
+    for (const int64_t tokens : args.tokens) {
+      for (const auto& routing_name : args.routings) {
+        BenchProblem problem = makeBenchProblem(benchShape(shape_name), tokens,
+                                                parseBenchRouting(routing_name), seed++, pool,
+                                                args.resident);
+        timeProblem(problem, configs, with_libtorch, args, ceilings, pool, cases);
+      }
+    }
+  }
+  printResult(args, ceilings, cases);
 }
 
 }  // namespace

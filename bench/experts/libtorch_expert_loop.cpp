@@ -30,7 +30,7 @@ at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a
 
 }  // namespace
 
-experts::BenchTiming timeLibtorchExpertLoop(const experts::BenchProblem& p, int threads,
+BenchTiming timeLibtorchExpertLoop(const BenchProblem& p, int threads,
                                             int repeats) {
   at::set_num_threads(threads);
   const int64_t E = p.shape.num_experts, H = p.shape.hidden, I = p.shape.intermediate;

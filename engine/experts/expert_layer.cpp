@@ -1,15 +1,11 @@
 #include "engine/experts/expert_layer.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
-#include <exception>
-#include <future>
 #include <string>
 
 #include "engine/core/cpu_features.h"
 #include "engine/core/error.h"
-#include "engine/core/numa.h"
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_layer_detail.h"
 #include "engine/experts/expert_nodes.h"
@@ -55,31 +51,6 @@ void transposeInto(const float* b, int64_t out, int64_t r, float* b_t) {
     for (int64_t q = 0; q < r; ++q) b_t[q * out + o] = b[o * r + q];
 }
 
-// The NUMA node whose memory holds expert e's packs when one unpinned pool computes the layer:
-// round-robin over the nodes with CPUs, so the experts' bandwidth is spread over their memory
-// controllers (-1: one such node, plain memory). Memory-only nodes (CXL, HBM) get none, as the
-// planner assumes (placement_evaluator.cpp, computeNodes).
-int nodeOfExpert(int64_t expert) {
-  static const std::vector<int> nodes = [] {
-    std::vector<int> ids;
-    for (const NumaNode& node : detectNumaTopology().nodes) {
-      if (!node.cpus.empty()) ids.push_back(node.id);
-    }
-    return ids;
-  }();
-  return nodes.size() > 1 ? nodes[static_cast<size_t>(expert) % nodes.size()] : -1;
-}
-
-// Bounds of n near-equal parts of [0, I): in whole 64-column blocks when each node gets at least
-// one, so the packed backends' column blocks (64 for avx512_bf16, 16 / 32 for AMX) pad no more
-// than one node's packs would; single columns for tiny I.
-std::vector<int64_t> splitIntermediate(int64_t I, int n) {
-  const int64_t granule = I >= 64 * n ? 64 : 1;
-  const int64_t units = (I + granule - 1) / granule;
-  std::vector<int64_t> bounds;
-  for (int k = 0; k <= n; ++k) bounds.push_back(std::min(I, units * k / n * granule));
-  return bounds;
-}
 }  // namespace
 
 std::unique_ptr<ExpertLayer> ExpertLayer::create(const ExpertLayerSpec& spec,
@@ -124,165 +95,25 @@ ExpertLayer::ExpertLayer(const ExpertLayerSpec& spec, ExpertWeightViews weights,
                          const kernels::GemmBackend& gemm, const kernels::ExpertKernels& kernels,
                          ThreadPool& pool)
     : spec_(spec),
-      weights_(std::move(weights)),
       lora_(spec, lora),
       options_(options),
       gemm_(gemm),
       kernels_(kernels),
       backend_name_(gemm.name()),
       pool_(pool),
-      row_block_(gemm.rowBlock()) {
-  makeSlices();
-  if (!options_.defer_packs) packUnreleased();
-}
-
-void ExpertLayer::packUnreleased() {
-  packed_ = true;
-  std::vector<int64_t> experts;
-  for (int64_t e = 0; e < spec_.num_experts; ++e) {
-    if (static_cast<size_t>(e) >= released_.size() || !released_[static_cast<size_t>(e)]) experts.push_back(e);
-  }
-  if (!options_.lora_only) {
-    onEveryNode([&](size_t s) {
-      packAll(slices_[s], experts, false);
-      if (options_.wt_policy == WtPolicy::Persistent) packAll(slices_[s], experts, true);
-    });
-  }
-  chargePacks();
-}
-
-void ExpertLayer::chargePacks() {
-  packed_charge_ = MemoryCharge();  // first: the ledger's peak must not count both
-  packed_charge_ = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Weights, packedBytes());
+      row_block_(gemm.rowBlock()),
+      // lora_only computes nothing: no node pools for it
+      slices_(makeNodeSlices(spec.intermediate, options.numa_nodes, options.numa_node,
+                             options.lora_only, pool)),
+      packs_(spec, std::move(weights), gemm, options.format, options.wt_policy, options.lora_only,
+             slices_, pool) {
+  if (!options_.defer_packs) packs_.ensurePacked();
 }
 
 ExpertLayer::~ExpertLayer() = default;
 
-void ExpertLayer::makeSlices() {
-  const int nodes = expertNodeCount(options_.numa_nodes);
-  if (options_.numa_node >= nodes) {
-    throw Error("expert layer pinned to NUMA node " + std::to_string(options_.numa_node) +
-                    ", but there are " + std::to_string(nodes) + " node(s)",
-                "place the experts on cpu or on cpu:numa0 to cpu:numa" + std::to_string(nodes - 1));
-  }
-  if (nodes == 1 || options_.lora_only) {  // lora_only computes nothing: no node pools for it
-    slices_.push_back(NodeSlice{&pool_, -1, 0, spec_.intermediate, {}, {}});
-    return;
-  }
-  const std::vector<ExpertNode>& node_list = expertNodes(nodes);
-  if (options_.numa_node >= 0) {  // cpu:numaK: the whole layer on node K
-    const ExpertNode& node = node_list[static_cast<size_t>(options_.numa_node)];
-    slices_.push_back(NodeSlice{node.pool, node.memory_node, 0, spec_.intermediate, {}, {}});
-    return;
-  }
-  const std::vector<int64_t> bounds = splitIntermediate(spec_.intermediate, nodes);
-  for (int k = 0; k < nodes; ++k) {
-    if (bounds[k] == bounds[k + 1]) continue;  // fewer columns than nodes
-    const ExpertNode& node = node_list[static_cast<size_t>(k)];
-    slices_.push_back(NodeSlice{node.pool, node.memory_node, bounds[k], bounds[k + 1], {}, {}});
-  }
-}
-
-void ExpertLayer::onEveryNode(const std::function<void(size_t)>& fn) const {
-  if (slices_.size() == 1 && slices_[0].pool == &pool_) {
-    fn(0);
-    return;
-  }
-  std::vector<std::future<void>> done;
-  for (size_t s = 0; s < slices_.size(); ++s) {
-    done.push_back(slices_[s].pool->submit([&fn, s] { fn(s); }));
-  }
-  std::exception_ptr error;  // every node finishes before anything it uses goes out of scope
-  for (auto& node : done) {
-    try {
-      node.get();
-    } catch (...) {
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
-}
-
-// The slice's window of the stored matrix: rows [i0, i1) of gate / up (W [I, H]), columns
-// [i0, i1) of down (W [H, I], row stride I): a view, never a copy (SourceMatrix::row_stride).
-kernels::SourceMatrix ExpertLayer::source(ExpertProj proj, int64_t expert,
-                                          const NodeSlice& slice) const {
-  kernels::SourceMatrix src;
-  src.type = weights_.type;
-  src.rows = outFeatures(proj, slice);
-  src.cols = inFeatures(proj, slice);
-  const bool fp8 = weights_.type == WeightType::FP8_E4M3;
-  const void* data = nullptr;
-  switch (proj) {
-    case ExpertProj::Gate:
-      data = weights_.gate[expert];
-      if (fp8) src.block_scales = weights_.gate_scale[expert];
-      break;
-    case ExpertProj::Up:
-      data = weights_.up[expert];
-      if (fp8) src.block_scales = weights_.up_scale[expert];
-      break;
-    case ExpertProj::Down:
-      data = weights_.down[expert];
-      if (fp8) src.block_scales = weights_.down_scale[expert];
-      break;
-  }
-  const int64_t element_bytes = weightTypeBytes(weights_.type);
-  if (proj == ExpertProj::Down) {
-    src.row_stride = spec_.intermediate;
-    src.col0 = slice.i0;
-  } else {
-    src.row_stride = spec_.hidden;
-    src.row0 = slice.i0;
-  }
-  src.data = static_cast<const unsigned char*>(data) +
-             (src.row0 * src.row_stride + src.col0) * element_bytes;
-  return src;
-}
-
-void ExpertLayer::packAll(NodeSlice& slice, const std::vector<int64_t>& experts, bool transposed) {
-  auto& packs = transposed ? slice.packs_t : slice.packs;
-  for (auto& per_proj : packs) per_proj.resize(static_cast<size_t>(spec_.num_experts));
-  const int64_t jobs = static_cast<int64_t>(experts.size()) * kExpertProjCount;
-  slice.pool->parallelFor(0, jobs, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t job = begin; job < end; ++job) {
-      const int64_t expert = experts[job / kExpertProjCount];
-      const auto proj = static_cast<ExpertProj>(job % kExpertProjCount);
-      packs[static_cast<int>(proj)][expert] =
-          transposed ? packTransposed(proj, expert, slice)
-                     : gemm_.pack(source(proj, expert, slice), false, options_.format,
-                                  slice.memory_node >= 0 ? slice.memory_node : nodeOfExpert(expert));
-    }
-  });
-}
-
-std::unique_ptr<kernels::PackedMatrix> ExpertLayer::packTransposed(ExpertProj proj, int64_t expert,
-                                                                   const NodeSlice& slice) const {
-  const int node = slice.memory_node >= 0 ? slice.memory_node : nodeOfExpert(expert);
-  return gemm_.pack(source(proj, expert, slice), true, options_.format, node);
-}
-
-uint64_t ExpertLayer::packedBytes() const {
-  uint64_t bytes = 0;
-  for (const NodeSlice& slice : slices_) {
-    for (const auto* packs : {slice.packs, slice.packs_t}) {
-      for (int p = 0; p < kExpertProjCount; ++p) {
-        for (const auto& pack : packs[p]) bytes += pack ? pack->bytes() : 0;
-      }
-    }
-  }
-  return bytes;
-}
-
-int64_t ExpertLayer::inFeatures(ExpertProj proj, const NodeSlice& slice) const {
-  return proj == ExpertProj::Down ? slice.width() : spec_.hidden;
-}
-int64_t ExpertLayer::outFeatures(ExpertProj proj, const NodeSlice& slice) const {
-  return proj == ExpertProj::Down ? spec_.hidden : slice.width();
-}
-
 const float* ExpertLayer::loraBt(ExpertProj proj, const NodeSlice& slice, int64_t expert) const {
-  const int64_t n_out = outFeatures(proj, slice), r = lora_.rank();
+  const int64_t n_out = slice.outFeatures(proj, spec_.hidden), r = lora_.rank();
   const int64_t first_row = proj == ExpertProj::Down ? 0 : slice.i0;
   auto* b_t = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(r * n_out) * sizeof(float)));
   transposeInto(lora_.b(proj, expert).data() + first_row * r, n_out, r, b_t);
@@ -303,22 +134,7 @@ void ExpertLayer::releaseExperts(const std::vector<int64_t>& experts) {
                   std::to_string(spec_.num_experts) + ")");
     }
   }
-  released_.resize(static_cast<size_t>(spec_.num_experts), 0);
-  for (int64_t e : experts) {
-    released_[static_cast<size_t>(e)] = 1;
-    for (NodeSlice& slice : slices_) {
-      for (auto* packs : {slice.packs, slice.packs_t}) {
-        for (int p = 0; p < kExpertProjCount; ++p) {
-          if (static_cast<size_t>(e) < packs[p].size()) packs[p][static_cast<size_t>(e)].reset();
-        }
-      }
-    }
-  }
-  if (packed_) {
-    chargePacks();
-  } else {
-    packUnreleased();
-  }
+  packs_.release(experts);
 }
 
 void ExpertLayer::validateRouting(const int32_t* topk_ids, int64_t n_tokens, int top_k) const {
@@ -334,7 +150,7 @@ void ExpertLayer::validateRouting(const int32_t* topk_ids, int64_t n_tokens, int
                       std::to_string(kMaskedSlot) + " (masked: computed elsewhere)",
                   "check the router's output (masked or padded tokens must not be routed)");
     }
-    if (id >= 0 && !released_.empty() && released_[static_cast<size_t>(id)]) {
+    if (id >= 0 && packs_.released(id)) {
       throw Error("expert forward: topk_ids[" + std::to_string(slot / top_k) + "][" +
                       std::to_string(slot % top_k) + "] = " + std::to_string(id) +
                       " is an expert this layer released to another device (a resident expert)",
@@ -351,8 +167,9 @@ void ExpertLayer::validateRouting(const int32_t* topk_ids, int64_t n_tokens, int
 void ExpertLayer::projectForward(ExpertProj proj, const NodeSlice& slice, int64_t expert,
                                  const float* in, int64_t m, float* out, float* z,
                                  int64_t ldz) const {
-  const int64_t n_in = inFeatures(proj, slice), n_out = outFeatures(proj, slice);
-  const kernels::PackedMatrix& pack = *slice.packs[static_cast<int>(proj)][expert];
+  const int64_t n_in = slice.inFeatures(proj, spec_.hidden);
+  const int64_t n_out = slice.outFeatures(proj, spec_.hidden);
+  const kernels::PackedMatrix& pack = packs_.forward(slice, proj, expert);
   if (!lora_.targets(proj)) {
     gemm_.gemm(pack, m, in, n_in, out, n_out, false);
     return;
@@ -378,8 +195,9 @@ int64_t ExpertLayer::loraZWidth() const {
 void ExpertLayer::projectBackward(ExpertProj proj, const NodeSlice& slice, int64_t expert,
                                   const float* d_out, int64_t m, float* d_in, bool accumulate,
                                   float* lora_t) const {
-  const int64_t n_in = inFeatures(proj, slice), n_out = outFeatures(proj, slice);
-  const kernels::PackedMatrix& pack = *slice.packs_t[static_cast<int>(proj)][expert];
+  const int64_t n_in = slice.inFeatures(proj, spec_.hidden);
+  const int64_t n_out = slice.outFeatures(proj, spec_.hidden);
+  const kernels::PackedMatrix& pack = packs_.transposed(slice, proj, expert);
   if (!lora_.targets(proj)) {
     gemm_.gemm(pack, m, d_out, n_out, d_in, n_in, accumulate);
     return;
@@ -439,120 +257,6 @@ void ExpertLayer::sumPerTokenOnNodes(const ExpertRouting& routing,
     sumPerToken(*slices_[s].pool, routing, pairs, weights, act_type, out, T * k / n,
                 T * (k + 1) / n);
   });
-}
-
-// One row block of one expert on one slice (I = the slice's width): o rows = the slice's part of
-// down(silu(gate(x)) ⊙ up(x)), which is down's columns [i0, i1) times h's.
-void ExpertLayer::forwardRows(const ForwardPass& pass, const ExpertTask& task) const {
-  const NodeSlice& slice = *pass.slice;
-  const int64_t H = spec_.hidden, I = slice.width(), m = task.end - task.begin;
-  const int64_t r = std::max(lora_.rank(), 1), zw = kExpertProjCount * r;
-  float* xe = detail::threadScratch(m * (H + 3 * I + zw));  // [m, H]
-  float* g = pass.gate ? pass.gate + task.begin * I : xe + m * H;          // [m, I]
-  float* u = pass.up ? pass.up + task.begin * I : xe + m * (H + I);        // [m, I]
-  float* h = xe + m * (H + 2 * I);                                         // [m, I]
-  // z [m, 3r]: s · x A_gateᵀ | s · x A_upᵀ | s · h A_downᵀ, kept in the cache when there is one.
-  float* z = pass.lora_z ? pass.lora_z + task.begin * zw : xe + m * (H + 3 * I);
-  detail::gatherRows(kernels_, pass.x, pass.act_type, *pass.routing, task.begin, task.end, H, xe);
-  projectForward(ExpertProj::Gate, slice, task.expert, xe, m, g, z, zw);
-  projectForward(ExpertProj::Up, slice, task.expert, xe, m, u, z + r, zw);
-  kernels_.siluMul(m * I, g, u, h);
-  projectForward(ExpertProj::Down, slice, task.expert, h, m, pass.out + task.begin * H, z + 2 * r,
-                 zw);
-}
-
-void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_tokens,
-                          const int32_t* topk_ids, const float* topk_weights, int top_k, void* y,
-                          ExpertForwardCache* cache) {
-  if (options_.lora_only) {
-    throw Error("expert forward: this layer only holds the expert LoRA (gpu-offload mode computes the experts on the GPU)");
-  }
-  if (n_tokens > 0 && (!x || !topk_ids || !topk_weights || !y)) {
-    throw Error("expert forward: x, topk_ids, topk_weights and y must not be null");
-  }
-  validateRouting(topk_ids, n_tokens, top_k);
-  if (!packed_) packUnreleased();  // defer_packs and nothing released: every expert is the CPU's
-  if (cache && cache->state_ == ExpertForwardCache::State::Cached) {
-    throw Error("expert forward: the forward cache still holds activations nobody consumed",
-                "run backward first, or release() the cache (activation recomputation)");
-  }
-  const int64_t H = spec_.hidden, I = spec_.intermediate, n_slots = n_tokens * top_k;
-  const auto n_nodes = static_cast<int64_t>(slices_.size());
-  ExpertRouting routing = buildRouting(topk_ids, n_tokens, top_k, spec_.num_experts);
-  // Background Wᵀ: a build this layer started for its successor in a backward that never reached
-  // it (abandoned) is freed now; a training forward tells the next build what to pack.
-  if (backward_successor_) backward_successor_->dropBackgroundWt();
-  if (cache && options_.wt_policy == WtPolicy::Background) recordRouted(routing);
-  const int64_t n_pairs = routing.pairs();  // less than n_slots when slots are masked
-  // out [nodes][P, H]: every row written by a task of its node.
-  const ExpertBufferPool::Lease out = ExpertBufferPool::lease(
-      static_cast<size_t>(n_nodes * n_pairs * H) * sizeof(float), MemoryCategory::Scratch);
-  std::vector<ForwardPass> passes(slices_.size());
-  std::vector<const float*> out_of_node;
-  for (size_t s = 0; s < slices_.size(); ++s) {
-    passes[s] = ForwardPass{&slices_[s], x, act_type, &routing, nullptr, nullptr,
-                            out.as<float>() + static_cast<int64_t>(s) * n_pairs * H};
-    out_of_node.push_back(passes[s].out);
-  }
-  const size_t x_bytes = static_cast<size_t>(n_tokens * H) * activationTypeBytes(act_type);
-  // g [P, I], u [P, I] (node-major: node k's [P, w_k] at P · i0_k) and the LoRA products
-  // z [nodes][P, 3r], f32: the cache keeps them; the column split needs them between its phases.
-  const int64_t zw = loraZWidth();
-  const size_t f32_bytes = static_cast<size_t>(n_pairs * (2 * I + n_nodes * zw)) * sizeof(float);
-  const auto use_f32_block = [&](float* gate) {
-    float* up = gate + n_pairs * I;
-    for (size_t s = 0; s < slices_.size(); ++s) {
-      passes[s].gate = gate + n_pairs * slices_[s].i0;
-      passes[s].up = up + n_pairs * slices_[s].i0;
-      if (zw > 0) passes[s].lora_z = up + n_pairs * I + static_cast<int64_t>(s) * n_pairs * zw;
-    }
-  };
-  if (cache) {
-    cache->release();
-    // One block: the f32 buffers above, then x [T, H] in its own type.
-    cache->block_ = ExpertBufferPool::lease(f32_bytes + x_bytes, MemoryCategory::Activations);
-    cache->gate_ = cache->block_.as<float>();
-    cache->up_ = cache->gate_ + n_pairs * I;
-    cache->lora_z_ = zw > 0 ? cache->up_ + n_pairs * I : nullptr;
-    cache->x_ = cache->block_.as<unsigned char>() + f32_bytes;
-    cache->x_bytes_ = x_bytes;
-    use_f32_block(cache->gate_);
-  }
-  const std::vector<ExpertTask> tasks = cutIntoTasks(routing, row_block_);
-  std::vector<char> split(slices_.size());
-  for (size_t s = 0; s < slices_.size(); ++s) split[s] = splitColumns(tasks, *slices_[s].pool);
-  ExpertBufferPool::Lease split_block;
-  if (!cache && std::find(split.begin(), split.end(), 1) != split.end()) {
-    split_block = ExpertBufferPool::lease(f32_bytes, MemoryCategory::Scratch);
-    use_f32_block(split_block.as<float>());
-  }
-  onEveryNode([&](size_t s) {
-    if (split[s]) {
-      forwardColumns(passes[s], tasks);
-    } else {
-      runTasks(*slices_[s].pool, tasks, [&](const ExpertTask& task) { forwardRows(passes[s], task); });
-    }
-  });
-
-  // y_t = Σ_j w[t][j] · o_{t,j}, o summed over the nodes.
-  sumPerTokenOnNodes(routing, out_of_node, topk_weights, act_type, y);
-
-  if (cache) {
-    // x into the cache in parallel chunks: 8 MB at 2048 tokens is milliseconds on one thread.
-    constexpr size_t kChunk = size_t{1} << 20;
-    const auto chunks = static_cast<int64_t>((x_bytes + kChunk - 1) / kChunk);
-    pool_.parallelFor(0, chunks, 1, [&](int64_t c0, int64_t c1) {
-      const size_t begin = static_cast<size_t>(c0) * kChunk;
-      const size_t end = std::min(x_bytes, static_cast<size_t>(c1) * kChunk);
-      std::memcpy(cache->x_ + begin, static_cast<const unsigned char*>(x) + begin, end - begin);
-    });
-    cache->weights_.assign(topk_weights, topk_weights + n_slots);
-    cache->routing_ = std::move(routing);
-    cache->act_type_ = act_type;
-    cache->owner_ = this;
-    cache->state_ = ExpertForwardCache::State::Cached;
-    cache->chargeLedger();
-  }
 }
 
 }  // namespace tandem::experts

@@ -19,14 +19,13 @@
 //
 // The frozen weights are packed once, here, for the chosen base-GEMM backend and format
 // (kernels/packed_gemm.h), per expert and node slice, in the node's memory; the backward's Wᵀ
-// follows options.wt_policy. The LoRA products stay fp32 (rank r is small) on the fp32 table; the
+// follows options.wt_policy (ExpertPacks holds both and decides when each pack exists). The LoRA products stay fp32 (rank r is small) on the fp32 table; the
 // LoRA term is added to each GEMM's output in its epilogue (kernels::LowRankAddend). The large
 // per-call buffers are leased from ExpertBufferPool, so after warm-up a call allocates nothing.
 
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +33,8 @@
 #include "engine/experts/expert_buffer_pool.h"
 #include "engine/experts/expert_forward_cache.h"
 #include "engine/experts/expert_lora.h"
+#include "engine/experts/expert_nodes.h"
+#include "engine/experts/expert_packs.h"
 #include "engine/experts/expert_routing.h"
 #include "engine/experts/expert_types.h"
 #include "engine/experts/kernels/expert_kernels.h"
@@ -111,7 +112,7 @@ class ExpertLayer {
   WtPolicy wtPolicy() const { return options_.wt_policy; }
   // Bytes the packs hold now: forward packs, plus the Wᵀ packs when persistent (0 for the
   // zero-copy views of generic / avx2 / avx512 on F32/BF16/F16 weights).
-  uint64_t packedBytes() const;
+  uint64_t packedBytes() const { return packs_.bytes(); }
 
   // Frees every pack of `experts` (ids in [0, E)): from now on another device computes them (the
   // GPU-resident experts), so their slots must be kMaskedSlot in every later call, an Error
@@ -132,52 +133,20 @@ class ExpertLayer {
  private:
   struct ForwardPass;
   struct BackwardPass;
-  // One NUMA node's share of the layer: columns [i0, i1) of the intermediate dimension of every
-  // expert (rows of gate/up's W, columns of down's W), packed in the node's memory and computed
-  // on its pool. One slice [0, I) on the caller's pool when there is one node.
-  struct NodeSlice {
-    ThreadPool* pool = nullptr;
-    int memory_node = -1;  // the packs' NUMA node; -1: by expert over the machine's nodes
-    int64_t i0 = 0, i1 = 0;
-    // [proj][expert]: B = W for the forward, B = Wᵀ for the input gradient (on demand: filled
-    // at the start of a backward for the experts it routes to, emptied at its end).
-    std::vector<std::unique_ptr<kernels::PackedMatrix>> packs[kExpertProjCount];
-    std::vector<std::unique_ptr<kernels::PackedMatrix>> packs_t[kExpertProjCount];
-    int64_t width() const { return i1 - i0; }
-  };
+  struct ForwardCall;
+  struct BackwardCall;
   // Which stage-B LoRA gradients a call computes: those of the sliced matrices (B of gate/up,
   // A of down: each node its own rows / columns) or of the shared ones (A of gate/up, B of down).
   enum LoraGradKinds { kSlicedGrads = 1, kSharedGrads = 2 };
-
-  struct WtBuild;  // a background build of Wᵀ packs (expert_layer_wt.cpp)
 
   ExpertLayer(const ExpertLayerSpec& spec, ExpertWeightViews weights, const ExpertLoraSpec& lora,
               const ExpertLayerOptions& options, const kernels::GemmBackend& gemm,
               const kernels::ExpertKernels& kernels, ThreadPool& pool);
 
-  void makeSlices();
-  // fn(s) for every slice s, concurrently, each on its node's pool; with one slice on the
-  // caller's pool, fn runs on the calling thread. Rethrows the first error after all finished.
-  void onEveryNode(const std::function<void(size_t)>& fn) const;
-  kernels::SourceMatrix source(ExpertProj proj, int64_t expert, const NodeSlice& slice) const;
-  // Packs W (transposed = false) or Wᵀ of every listed (expert, projection) of one slice, in
-  // parallel on the slice's pool.
-  void packAll(NodeSlice& slice, const std::vector<int64_t>& experts, bool transposed);
-  // The forward packs (and persistent Wᵀ packs) of every expert not released; charges them.
-  void packUnreleased();
-  void chargePacks();  // the ledger's ("cpu", Weights) charge = packedBytes() now
-  int64_t inFeatures(ExpertProj proj, const NodeSlice& slice) const;
-  int64_t outFeatures(ExpertProj proj, const NodeSlice& slice) const;
-  // One slice's Wᵀ pack of (proj, expert), in the slice's memory node.
-  std::unique_ptr<kernels::PackedMatrix> packTransposed(ExpertProj proj, int64_t expert,
-                                                        const NodeSlice& slice) const;
-  // On demand / background (expert_layer_wt.cpp): fills every slice's packs_t for the experts
-  // `routing` reaches and returns their ledger charge; the backward clears them after stage A.
-  MemoryCharge acquireTransposedPacks(const ExpertRouting& routing);
-  void recordRouted(const ExpertRouting& routing);  // a training forward's experts, for the build
-  void startBackgroundWt();                         // called by the predecessor's backward
-  void dropBackgroundWt();                          // frees a build nobody took
-  std::unique_ptr<WtBuild> takeBackgroundWt();      // the build started for this layer, if any
+  // fn(s) for every slice s, concurrently, each on its node's pool (expert_nodes.h).
+  void onEveryNode(const std::function<void(size_t)>& fn) const {
+    experts::onEveryNode(slices_, pool_, fn);
+  }
   void validateRouting(const int32_t* topk_ids, int64_t n_tokens, int top_k) const;
 
   // out [m, out] = in [m, in] · W_Pᵀ + s · (in A_Pᵀ) B_Pᵀ on one slice;  z [m, r] (row stride
@@ -191,7 +160,25 @@ class ExpertLayer {
   void projectBackward(ExpertProj proj, const NodeSlice& slice, int64_t expert, const float* d_out,
                        int64_t m, float* d_in, bool accumulate, float* lora_t) const;
 
+  // The forward's steps (expert_layer_forward.cpp).
+  void checkForwardArguments(const void* x, int64_t n_tokens, const int32_t* topk_ids,
+                             const float* topk_weights, int top_k, const void* y) const;
+  ForwardCall beginForward(const void* x, ActivationType act_type,
+                           const ExpertRouting& routing) const;
+  void useF32Block(ForwardCall& call, float* gate) const;
+  void leaseCacheBlock(ForwardCall& call, ExpertForwardCache& cache, size_t x_bytes) const;
+  void computeForward(ForwardCall& call, const std::vector<ExpertTask>& tasks, bool cached) const;
   void forwardRows(const ForwardPass& pass, const ExpertTask& task) const;
+  void keepForBackward(ExpertForwardCache& cache, const void* x, const float* topk_weights,
+                       ActivationType act_type, ExpertRouting&& routing) const;
+
+  // The backward's steps (expert_layer_backward.cpp).
+  void checkBackwardArguments(const ExpertForwardCache& cache, const void* dy,
+                              const void* dx) const;
+  BackwardCall beginBackward(const ExpertForwardCache& cache, const void* dy,
+                             float* d_topk_weights) const;
+  void runStageA(const std::vector<BackwardPass>& passes, const std::vector<ExpertTask>& tasks);
+  void runLoraGradients(const std::vector<BackwardPass>& passes, float* d_topk_weights);
   void backwardRows(const BackwardPass& pass, const ExpertTask& task) const;
   void loraGradGateUpB(const BackwardPass& pass, int64_t expert);
   void loraGradGateUpA(const BackwardPass& pass, int64_t expert);
@@ -220,6 +207,22 @@ class ExpertLayer {
   bool splitColumns(const std::vector<ExpertTask>& tasks, const ThreadPool& pool) const;
   void forwardColumns(const ForwardPass& pass, const std::vector<ExpertTask>& tasks) const;
   void backwardColumns(const BackwardPass& pass, const std::vector<ExpertTask>& tasks) const;
+  // Their phases (the comments above forwardColumns / backwardColumns say which is which).
+  // dh [P, I] of the backward's split: in dx_pairs' rows (ld = H), or its own block (ld = I).
+  struct ColumnsDh {
+    float* rows;
+    int64_t ld;
+  };
+  void forwardGateUpLoraZ(const ForwardPass& pass, const std::vector<ExpertTask>& tasks) const;
+  void forwardGateUpColumns(const ForwardPass& pass, const std::vector<ExpertTask>& tasks) const;
+  void forwardDownColumns(const ForwardPass& pass, const std::vector<ExpertTask>& tasks) const;
+  void hiddenRows(const ForwardPass& pass, const ExpertTask& task, float* h) const;
+  void backwardDownLoraT(const BackwardPass& pass, const std::vector<ExpertTask>& tasks) const;
+  void backwardHiddenColumns(const BackwardPass& pass, const std::vector<ExpertTask>& tasks,
+                             const ColumnsDh& dh) const;
+  void siluBackwardRows(const BackwardPass& pass, const ExpertTask& task,
+                        const ColumnsDh& dh) const;
+  void backwardInputColumns(const BackwardPass& pass, const std::vector<ExpertTask>& tasks) const;
   // Runs body(task) over every column task on `pool`, then finish(row task) once per row task,
   // by whichever column task of it ends last (no barrier between the two).
   void runColumnTasks(ThreadPool& pool, const std::vector<ExpertTask>& tasks, int64_t columns,
@@ -233,7 +236,6 @@ class ExpertLayer {
   const float* scaledLoraT(const float* t, int64_t m) const;
 
   ExpertLayerSpec spec_;
-  ExpertWeightViews weights_;
   ExpertLora lora_;
   ExpertLayerOptions options_;
   const kernels::GemmBackend& gemm_;
@@ -242,17 +244,11 @@ class ExpertLayer {
   ThreadPool& pool_;
   int64_t row_block_;
   std::vector<NodeSlice> slices_;  // by node; non-empty, their [i0, i1) tile [0, I)
-  std::vector<char> released_;     // [E] 1: packs freed by releaseExperts (empty: none)
-  bool packed_ = false;            // packUnreleased() ran (defer_packs: not at construction)
-  MemoryCharge packed_charge_;
+  // After slices_, which it reads: destroyed first, so a background build still running is
+  // waited for while the slices exist.
+  ExpertPacks packs_;
   ExpertBufferPool::User buffer_pool_user_;  // the pool frees its idle blocks with the last layer
-  // Background Wᵀ: the layer whose build this one starts, the experts this layer's last training
-  // forward routed to ([E] 0/1), and the build started for this layer. The build is the last
-  // member: destroyed (waited for) first, while what its tasks read is still alive.
-  ExpertLayer* backward_successor_ = nullptr;
-  std::mutex wt_mutex_;  // guards routed_ and wt_build_
-  std::vector<char> routed_;
-  std::unique_ptr<WtBuild> wt_build_;
+  ExpertLayer* backward_successor_ = nullptr;  // Background Wᵀ: whose build this layer starts
 };
 
 }  // namespace tandem::experts

@@ -28,6 +28,133 @@ namespace tandem::experts {
 
 using detail::kRowBlock;
 
+void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
+                           float* d_topk_weights) {
+  checkBackwardArguments(cache, dy, dx);
+  // From here on the cache's g/u become dg/du: it can never serve a second backward.
+  cache.state_ = ExpertForwardCache::State::Consumed;
+  const ExpertRouting& routing = cache.routing_;
+  const BackwardCall call = beginBackward(cache, dy, d_topk_weights);
+  // On demand / background: only the experts this batch reaches need Wᵀ (expert_packs.h).
+  const MemoryCharge transposed_charge = packs_.acquireTransposed(routing);
+  if (d_topk_weights) {  // stage A writes the computed slots; a masked one gets no gradient here
+    for (size_t slot = 0; slot < routing.pos_of_slot.size(); ++slot) {
+      if (routing.pos_of_slot[slot] == kMaskedSlot) d_topk_weights[slot] = 0.0f;
+    }
+  }
+  runStageA(call.passes, cutIntoTasks(routing, row_block_));
+  packs_.releaseTransposed();
+  runLoraGradients(call.passes, d_topk_weights);  // stage B
+  // Stage C: dx_t = Σ_j dx_{t,j}, each pair's dx summed over the nodes.
+  std::vector<const float*> dx_of_node;
+  for (const BackwardPass& pass : call.passes) dx_of_node.push_back(pass.dx_pairs);
+  sumPerTokenOnNodes(routing, dx_of_node, nullptr, cache.act_type_, dx);
+  // Consumed keeps nothing: free the activations now rather than at the next forward.
+  cache.release();
+  cache.state_ = ExpertForwardCache::State::Consumed;
+  // The next layer of the backward gets its Wᵀ built while the GPU works on the layers between.
+  if (backward_successor_) backward_successor_->packs_.prefetchTransposed();
+}
+
+void ExpertLayer::checkBackwardArguments(const ExpertForwardCache& cache, const void* dy,
+                                         const void* dx) const {
+  if (cache.state_ != ExpertForwardCache::State::Cached) {
+    throw Error("expert backward: the forward cache is " +
+                    std::string(cacheStateName(cache.state_)) + ", not cached",
+                "run forward with this cache before each backward (again after release())");
+  }
+  if (cache.owner_ != this) throw Error("expert backward: the cache belongs to another layer");
+  if (cache.routing_.n_tokens > 0 && (!dy || !dx)) {
+    throw Error("expert backward: dy and dx must not be null");
+  }
+}
+
+// One work block: dx_pairs [nodes][P, H], then hidden [P, I] (node-major, as the cache's g)
+// when LoRA targets down_proj, then lora_t [nodes][P, r] per targeted projection, then with
+// several nodes their parts of d w [nodes][T·k] (by slot). Every element read is written by
+// stage A before. The passes read g, u (written over with dg, du) and z from the cache.
+ExpertLayer::BackwardCall ExpertLayer::beginBackward(const ExpertForwardCache& cache,
+                                                     const void* dy,
+                                                     float* d_topk_weights) const {
+  const int64_t H = spec_.hidden, I = spec_.intermediate, r = lora_.rank();
+  const int64_t n_pairs = cache.routing_.pairs();
+  const auto n_slots = static_cast<int64_t>(cache.routing_.pos_of_slot.size());  // + masked
+  const auto n_nodes = static_cast<int64_t>(slices_.size());
+  const bool keep_hidden = lora_.targets(ExpertProj::Down);
+  const bool split_d_weights = n_nodes > 1 && d_topk_weights;
+  int targeted = 0;
+  for (int p = 0; p < kExpertProjCount; ++p) targeted += lora_.targets(static_cast<ExpertProj>(p));
+  const int64_t work_floats = n_pairs * (n_nodes * H + (keep_hidden ? I : 0) + n_nodes * targeted * r) +
+                              (split_d_weights ? n_nodes * n_slots : 0);
+  BackwardCall call;
+  call.work = ExpertBufferPool::lease(static_cast<size_t>(work_floats) * sizeof(float),
+                                      MemoryCategory::Scratch);
+  call.passes.resize(slices_.size());
+  float* next = call.work.as<float>();
+  for (size_t s = 0; s < slices_.size(); ++s) {
+    BackwardPass& pass = call.passes[s];
+    pass.slice = &slices_[s];
+    pass.cache = &cache;
+    pass.dy = dy;
+    pass.d_topk_weights = d_topk_weights;
+    pass.dgate = cache.gate_ + n_pairs * slices_[s].i0;
+    pass.dup = cache.up_ + n_pairs * slices_[s].i0;
+    if (cache.lora_z_) pass.lora_z = cache.lora_z_ + static_cast<int64_t>(s) * n_pairs * kExpertProjCount * r;
+    pass.dx_pairs = next;
+    next += n_pairs * H;
+  }
+  if (keep_hidden) {
+    for (size_t s = 0; s < slices_.size(); ++s) call.passes[s].hidden = next + n_pairs * slices_[s].i0;
+    next += n_pairs * I;
+  }
+  for (int p = 0; p < kExpertProjCount; ++p) {
+    if (!lora_.targets(static_cast<ExpertProj>(p))) continue;
+    for (BackwardPass& pass : call.passes) {
+      pass.lora_t[p] = next;
+      next += n_pairs * r;
+    }
+  }
+  if (split_d_weights) {
+    for (BackwardPass& pass : call.passes) {
+      pass.d_topk_weights = next;
+      next += n_slots;
+    }
+  }
+  return call;
+}
+
+// Stage A on every node slice, by rows or by column blocks (each node's own choice); with several
+// nodes each then writes its rows / columns of the sliced matrices' LoRA gradients.
+void ExpertLayer::runStageA(const std::vector<BackwardPass>& passes,
+                            const std::vector<ExpertTask>& tasks) {
+  onEveryNode([&](size_t s) {
+    ThreadPool& pool = *slices_[s].pool;
+    if (splitColumns(tasks, pool)) {
+      backwardColumns(passes[s], tasks);
+    } else {
+      runTasks(pool, tasks, [&](const ExpertTask& task) { backwardRows(passes[s], task); });
+    }
+    if (passes.size() > 1) runLoraGradTasks(pool, passes[s], kSlicedGrads, 0, 1);
+  });
+}
+
+// Stage B: one node computes every LoRA gradient; several first sum their partial products and
+// the router gradient (reduceOverNodes), then share the shared matrices' gradients by expert.
+void ExpertLayer::runLoraGradients(const std::vector<BackwardPass>& passes,
+                                   float* d_topk_weights) {
+  const auto n_nodes = static_cast<int64_t>(passes.size());
+  if (n_nodes == 1) {
+    onEveryNode([&](size_t) {
+      runLoraGradTasks(*slices_[0].pool, passes[0], kSlicedGrads | kSharedGrads, 0, 1);
+    });
+    return;
+  }
+  reduceOverNodes(passes, passes[0].cache->routing_.pairs(), d_topk_weights);
+  onEveryNode([&](size_t s) {
+    runLoraGradTasks(*slices_[s].pool, passes[0], kSharedGrads, static_cast<int64_t>(s), n_nodes);
+  });
+}
+
 // Stage A for one row block of one expert.
 void ExpertLayer::backwardRows(const BackwardPass& pass, const ExpertTask& task) const {
   const NodeSlice& slice = *pass.slice;
@@ -157,112 +284,6 @@ void ExpertLayer::loraGradDownB(const BackwardPass& pass, int64_t expert) {
     kernels_.matmulTN(m, H, r, 1.0f, wz, r, dy, H, acc, H);
   }
   addTransposed(acc, r, H, lora_.gradB(ExpertProj::Down, expert).data());
-}
-
-void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
-                           float* d_topk_weights) {
-  using State = ExpertForwardCache::State;
-  if (cache.state_ != State::Cached) {
-    throw Error("expert backward: the forward cache is " +
-                    std::string(cacheStateName(cache.state_)) + ", not cached",
-                "run forward with this cache before each backward (again after release())");
-  }
-  if (cache.owner_ != this) throw Error("expert backward: the cache belongs to another layer");
-  const ExpertRouting& routing = cache.routing_;
-  const int64_t H = spec_.hidden, I = spec_.intermediate, T = routing.n_tokens;
-  if (T > 0 && (!dy || !dx)) throw Error("expert backward: dy and dx must not be null");
-  // From here on the cache's g/u become dg/du: it can never serve a second backward.
-  cache.state_ = State::Consumed;
-
-  const int64_t n_pairs = routing.pairs(), r = lora_.rank();
-  const auto n_slots = static_cast<int64_t>(routing.pos_of_slot.size());  // n_pairs + masked slots
-  const auto n_nodes = static_cast<int64_t>(slices_.size());
-  // One work block: dx_pairs [nodes][P, H], then hidden [P, I] (node-major, as the cache's g)
-  // when LoRA targets down_proj, then lora_t [nodes][P, r] per targeted projection, then with
-  // several nodes their parts of d w [nodes][T·k] (by slot). Every element read is written by
-  // stage A before.
-  const bool keep_hidden = lora_.targets(ExpertProj::Down);
-  const bool split_d_weights = n_nodes > 1 && d_topk_weights;
-  int targeted = 0;
-  for (int p = 0; p < kExpertProjCount; ++p) targeted += lora_.targets(static_cast<ExpertProj>(p));
-  const int64_t work_floats = n_pairs * (n_nodes * H + (keep_hidden ? I : 0) + n_nodes * targeted * r) +
-                              (split_d_weights ? n_nodes * n_slots : 0);
-  const ExpertBufferPool::Lease work = ExpertBufferPool::lease(
-      static_cast<size_t>(work_floats) * sizeof(float), MemoryCategory::Scratch);
-  std::vector<BackwardPass> passes(slices_.size());
-  float* next = work.as<float>();
-  for (size_t s = 0; s < slices_.size(); ++s) {
-    BackwardPass& pass = passes[s];
-    pass.slice = &slices_[s];
-    pass.cache = &cache;
-    pass.dy = dy;
-    pass.d_topk_weights = d_topk_weights;
-    pass.dgate = cache.gate_ + n_pairs * slices_[s].i0;
-    pass.dup = cache.up_ + n_pairs * slices_[s].i0;
-    if (cache.lora_z_) pass.lora_z = cache.lora_z_ + static_cast<int64_t>(s) * n_pairs * kExpertProjCount * r;
-    pass.dx_pairs = next;
-    next += n_pairs * H;
-  }
-  if (keep_hidden) {
-    for (size_t s = 0; s < slices_.size(); ++s) passes[s].hidden = next + n_pairs * slices_[s].i0;
-    next += n_pairs * I;
-  }
-  for (int p = 0; p < kExpertProjCount; ++p) {
-    if (!lora_.targets(static_cast<ExpertProj>(p))) continue;
-    for (BackwardPass& pass : passes) {
-      pass.lora_t[p] = next;
-      next += n_pairs * r;
-    }
-  }
-  if (split_d_weights) {
-    for (BackwardPass& pass : passes) {
-      pass.d_topk_weights = next;
-      next += n_slots;
-    }
-  }
-
-  // On demand / background: only the experts this batch reaches need Wᵀ (expert_layer_wt.cpp).
-  const MemoryCharge transposed_charge = acquireTransposedPacks(routing);
-  if (d_topk_weights) {  // stage A writes the computed slots; a masked one gets no gradient here
-    for (size_t slot = 0; slot < routing.pos_of_slot.size(); ++slot) {
-      if (routing.pos_of_slot[slot] == kMaskedSlot) d_topk_weights[slot] = 0.0f;
-    }
-  }
-  const std::vector<ExpertTask> tasks = cutIntoTasks(routing, row_block_);
-  onEveryNode([&](size_t s) {
-    ThreadPool& pool = *slices_[s].pool;
-    if (splitColumns(tasks, pool)) {
-      backwardColumns(passes[s], tasks);
-    } else {
-      runTasks(pool, tasks, [&](const ExpertTask& task) { backwardRows(passes[s], task); });
-    }
-    // With several nodes, each writes its rows / columns of the sliced matrices' gradients now.
-    if (n_nodes > 1) runLoraGradTasks(pool, passes[s], kSlicedGrads, 0, 1);
-  });
-  if (options_.wt_policy != WtPolicy::Persistent) {
-    for (NodeSlice& slice : slices_) {
-      for (auto& per_proj : slice.packs_t) per_proj.clear();
-    }
-  }
-  std::vector<const float*> dx_of_node;
-  for (const BackwardPass& pass : passes) dx_of_node.push_back(pass.dx_pairs);
-  if (n_nodes == 1) {
-    onEveryNode([&](size_t) {
-      runLoraGradTasks(*slices_[0].pool, passes[0], kSlicedGrads | kSharedGrads, 0, 1);
-    });
-    sumPerTokenOnNodes(routing, dx_of_node, nullptr, cache.act_type_, dx);  // dx_t = Σ_j dx_{t,j}
-  } else {
-    reduceOverNodes(passes, n_pairs, d_topk_weights);
-    onEveryNode([&](size_t s) {
-      runLoraGradTasks(*slices_[s].pool, passes[0], kSharedGrads, static_cast<int64_t>(s), n_nodes);
-    });
-    sumPerTokenOnNodes(routing, dx_of_node, nullptr, cache.act_type_, dx);  // dx_t = Σ_j Σ_k dx
-  }
-  // Consumed keeps nothing: free the activations now rather than at the next forward.
-  cache.release();
-  cache.state_ = State::Consumed;
-  // The next layer of the backward gets its Wᵀ built while the GPU works on the layers between.
-  if (backward_successor_) backward_successor_->startBackgroundWt();
 }
 
 // Sums what only the nodes together know into slice 0's buffers, node by node in order:

@@ -48,30 +48,47 @@ void ExpertLayer::runColumnTasks(
 //     again from g and u (m·I elementwise against the block's m·I·(h1 - h0) FMAs): keeping h
 //     would need [P, I] more than the planner's work block.
 void ExpertLayer::forwardColumns(const ForwardPass& pass, const std::vector<ExpertTask>& tasks) const {
+  if (lora_.targets(ExpertProj::Gate) || lora_.targets(ExpertProj::Up)) {
+    forwardGateUpLoraZ(pass, tasks);
+  }
+  forwardGateUpColumns(pass, tasks);
+  forwardDownColumns(pass, tasks);
+}
+
+// Phase 0: z_gate, z_up of every row block.
+void ExpertLayer::forwardGateUpLoraZ(const ForwardPass& pass,
+                                     const std::vector<ExpertTask>& tasks) const {
+  const int64_t H = spec_.hidden, r = lora_.rank(), zw = loraZWidth();
+  const ExpertProj gate_up[] = {ExpertProj::Gate, ExpertProj::Up};
+  runTasks(*pass.slice->pool, tasks, [&](const ExpertTask& task) {
+    const int64_t m = task.end - task.begin;
+    float* x = detail::threadScratch(m * H);
+    detail::gatherRows(kernels_, pass.x, pass.act_type, *pass.routing, task.begin, task.end, H, x);
+    for (int k = 0; k < 2; ++k) {
+      if (!lora_.targets(gate_up[k])) continue;
+      kernels_.matmulNT(m, r, H, lora_.scale(), x, H, lora_.a(gate_up[k], task.expert).data(),
+                        WeightType::F32, H, pass.lora_z + task.begin * zw + k * r, zw, false);
+    }
+  });
+}
+
+// h [m, I] = silu(g) ⊙ u of one row block, from the pass's g and u (I: the slice's width).
+void ExpertLayer::hiddenRows(const ForwardPass& pass, const ExpertTask& task, float* h) const {
+  const int64_t I = pass.slice->width();
+  kernels_.siluMul((task.end - task.begin) * I, pass.gate + task.begin * I,
+                   pass.up + task.begin * I, h);
+}
+
+// Phase 1: g, u by I-blocks, then z_down once a row block's h is whole.
+void ExpertLayer::forwardGateUpColumns(const ForwardPass& pass,
+                                       const std::vector<ExpertTask>& tasks) const {
   const NodeSlice& slice = *pass.slice;
-  ThreadPool& pool = *slice.pool;
   // I: the slice's width; down's A is read at columns [i0, i1) of its [r, I_all] rows.
   const int64_t H = spec_.hidden, I = slice.width(), r = lora_.rank();
   const int64_t zw = loraZWidth(), lda_down = lora_.inFeatures(ExpertProj::Down);
   const ExpertProj gate_up[] = {ExpertProj::Gate, ExpertProj::Up};
-  if (lora_.targets(ExpertProj::Gate) || lora_.targets(ExpertProj::Up)) {
-    runTasks(pool, tasks, [&](const ExpertTask& task) {
-      const int64_t m = task.end - task.begin;
-      float* x = detail::threadScratch(m * H);
-      detail::gatherRows(kernels_, pass.x, pass.act_type, *pass.routing, task.begin, task.end, H, x);
-      for (int k = 0; k < 2; ++k) {
-        if (!lora_.targets(gate_up[k])) continue;
-        kernels_.matmulNT(m, r, H, lora_.scale(), x, H, lora_.a(gate_up[k], task.expert).data(),
-                          WeightType::F32, H, pass.lora_z + task.begin * zw + k * r, zw, false);
-      }
-    });
-  }
-  const auto hidden = [&](const ExpertTask& task, float* h) {
-    kernels_.siluMul((task.end - task.begin) * I, pass.gate + task.begin * I,
-                     pass.up + task.begin * I, h);
-  };
   runColumnTasks(
-      pool, tasks, I,
+      *slice.pool, tasks, I,
       [&](const ExpertTask& task, int64_t i0, int64_t i1) {
         const int64_t m = task.end - task.begin;
         float* x = detail::threadScratch(m * H);
@@ -79,7 +96,7 @@ void ExpertLayer::forwardColumns(const ForwardPass& pass, const std::vector<Expe
         for (int k = 0; k < 2; ++k) {
           const ExpertProj proj = gate_up[k];
           float* out = (k == 0 ? pass.gate : pass.up) + task.begin * I;
-          const kernels::PackedMatrix& pack = *slice.packs[static_cast<int>(proj)][task.expert];
+          const kernels::PackedMatrix& pack = packs_.forward(slice, proj, task.expert);
           if (!lora_.targets(proj)) {
             gemm_.gemmColumns(pack, i0, i1, m, x, H, out, I, false);
             continue;
@@ -93,18 +110,25 @@ void ExpertLayer::forwardColumns(const ForwardPass& pass, const std::vector<Expe
         if (!lora_.targets(ExpertProj::Down)) return;
         const int64_t m = task.end - task.begin;
         float* h = detail::threadScratch(m * I);
-        hidden(task, h);
+        hiddenRows(pass, task, h);
         kernels_.matmulNT(m, r, I, lora_.scale(), h, I,
                           lora_.a(ExpertProj::Down, task.expert).data() + slice.i0, WeightType::F32,
                           lda_down, pass.lora_z + task.begin * zw + 2 * r, zw, false);
       });
+}
+
+// Phase 2: o by H-blocks.
+void ExpertLayer::forwardDownColumns(const ForwardPass& pass,
+                                     const std::vector<ExpertTask>& tasks) const {
+  const NodeSlice& slice = *pass.slice;
+  const int64_t H = spec_.hidden, I = slice.width(), r = lora_.rank(), zw = loraZWidth();
   runColumnTasks(
-      pool, tasks, H,
+      *slice.pool, tasks, H,
       [&](const ExpertTask& task, int64_t h0, int64_t h1) {
         const int64_t m = task.end - task.begin;
         float* h = detail::threadScratch(m * I);
-        hidden(task, h);
-        const kernels::PackedMatrix& pack = *slice.packs[static_cast<int>(ExpertProj::Down)][task.expert];
+        hiddenRows(pass, task, h);
+        const kernels::PackedMatrix& pack = packs_.forward(slice, ExpertProj::Down, task.expert);
         float* out = pass.out + task.begin * H;
         if (!lora_.targets(ExpertProj::Down)) {
           gemm_.gemmColumns(pack, h0, h1, m, h, I, out, H, false);
@@ -129,81 +153,110 @@ void ExpertLayer::forwardColumns(const ForwardPass& pass, const std::vector<Expe
 // I > H does it need a block of its own.
 void ExpertLayer::backwardColumns(const BackwardPass& pass,
                                   const std::vector<ExpertTask>& tasks) const {
+  const int64_t H = spec_.hidden, I = pass.slice->width();
+  ExpertBufferPool::Lease own_dh;
+  ColumnsDh dh{pass.dx_pairs, H};
+  if (I > H) {
+    own_dh = ExpertBufferPool::lease(static_cast<size_t>(pass.cache->routing_.pairs() * I) *
+                                         sizeof(float),
+                                     MemoryCategory::Scratch);
+    dh = ColumnsDh{own_dh.as<float>(), I};
+  }
+  if (lora_.targets(ExpertProj::Down)) backwardDownLoraT(pass, tasks);
+  backwardHiddenColumns(pass, tasks, dh);
+  backwardInputColumns(pass, tasks);
+}
+
+// Phase 0: t_down = dY B_down of every row block.
+void ExpertLayer::backwardDownLoraT(const BackwardPass& pass,
+                                    const std::vector<ExpertTask>& tasks) const {
   const NodeSlice& slice = *pass.slice;
-  ThreadPool& pool = *slice.pool;
-  // I: the slice's width; down's A is read at columns [i0, i1) of its [r, I_all] rows.
-  const int64_t H = spec_.hidden, I = slice.width(), r = lora_.rank();
+  const int64_t H = spec_.hidden, r = lora_.rank();
+  const ExpertRouting& routing = pass.cache->routing_;
+  float* t_down_all = pass.lora_t[static_cast<int>(ExpertProj::Down)];
+  runTasks(*slice.pool, tasks, [&](const ExpertTask& task) {
+    const int64_t m = task.end - task.begin;
+    const float* b_t = loraBt(ExpertProj::Down, slice, task.expert);
+    float* dy = detail::threadScratch(m * H);
+    detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, task.begin, task.end, H, dy);
+    kernels_.matmulNT(m, r, H, 1.0f, dy, H, b_t, WeightType::F32, H, t_down_all + task.begin * r,
+                      r, false);
+  });
+}
+
+// Phase 1: dh by I-blocks, then the SiLU backward once a row block's dh is whole.
+void ExpertLayer::backwardHiddenColumns(const BackwardPass& pass,
+                                        const std::vector<ExpertTask>& tasks,
+                                        const ColumnsDh& dh_all) const {
+  const NodeSlice& slice = *pass.slice;
+  // down's A is read at columns [i0, i1) of its [r, I_all] rows.
+  const int64_t H = spec_.hidden, r = lora_.rank();
   const int64_t lda_down = lora_.inFeatures(ExpertProj::Down);
   const ExpertRouting& routing = pass.cache->routing_;
-  const int64_t n_pairs = routing.pairs();
-  ExpertBufferPool::Lease own_dh;
-  float* dh_all = pass.dx_pairs;
-  int64_t ld_dh = H;
-  if (I > H) {
-    own_dh = ExpertBufferPool::lease(static_cast<size_t>(n_pairs * I) * sizeof(float),
-                                     MemoryCategory::Scratch);
-    dh_all = own_dh.as<float>();
-    ld_dh = I;
-  }
   const bool down = lora_.targets(ExpertProj::Down);
   float* t_down_all = pass.lora_t[static_cast<int>(ExpertProj::Down)];
-  if (down) {
-    runTasks(pool, tasks, [&](const ExpertTask& task) {
-      const int64_t m = task.end - task.begin;
-      const float* b_t = loraBt(ExpertProj::Down, slice, task.expert);
-      float* dy = detail::threadScratch(m * H);
-      detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, task.begin, task.end, H, dy);
-      kernels_.matmulNT(m, r, H, 1.0f, dy, H, b_t, WeightType::F32, H, t_down_all + task.begin * r,
-                        r, false);
-    });
-  }
   runColumnTasks(
-      pool, tasks, I,
+      *slice.pool, tasks, slice.width(),
       [&](const ExpertTask& task, int64_t i0, int64_t i1) {
         const int64_t m = task.end - task.begin;
         float* dy = detail::threadScratch(m * H);
         detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, task.begin, task.end, H, dy);
-        const kernels::PackedMatrix& pack = *slice.packs_t[static_cast<int>(ExpertProj::Down)][task.expert];
-        float* dh = dh_all + task.begin * ld_dh;
+        const kernels::PackedMatrix& pack = packs_.transposed(slice, ExpertProj::Down, task.expert);
+        float* dh = dh_all.rows + task.begin * dh_all.ld;
         if (!down) {
-          gemm_.gemmColumns(pack, i0, i1, m, dy, H, dh, ld_dh, false);
+          gemm_.gemmColumns(pack, i0, i1, m, dy, H, dh, dh_all.ld, false);
           return;
         }
         const kernels::LowRankAddend addend{scaledLoraT(t_down_all + task.begin * r, m), r,
                                             lora_.a(ExpertProj::Down, task.expert).data() + slice.i0,
                                             lda_down, r};
-        gemm_.gemmColumns(pack, i0, i1, m, dy, H, dh, ld_dh, false, &addend);
+        gemm_.gemmColumns(pack, i0, i1, m, dy, H, dh, dh_all.ld, false, &addend);
       },
-      [&](const ExpertTask& task) {
-        const int64_t m = task.end - task.begin;
-        float* scratch_h = detail::threadScratch(m * I);
-        for (int64_t i = 0; i < m; ++i) {
-          const int64_t pos = task.begin + i, slot = routing.slot_of_pos[pos];
-          const float w = pass.cache->weights_[slot];
-          float* h = pass.hidden ? pass.hidden + pos * I : scratch_h + i * I;
-          const float dot = kernels_.siluBackward(I, w, dh_all + pos * ld_dh, pass.dgate + pos * I,
-                                                  pass.dup + pos * I, h);
-          if (pass.d_topk_weights) pass.d_topk_weights[slot] = dot;
-          if (down) {
-            for (int64_t q = 0; q < r; ++q) t_down_all[pos * r + q] *= w;  // (w dY) B_down
-          }
-        }
-        for (const ExpertProj proj : {ExpertProj::Gate, ExpertProj::Up}) {
-          if (!lora_.targets(proj)) continue;
-          const float* d_proj = (proj == ExpertProj::Gate ? pass.dgate : pass.dup) + task.begin * I;
-          kernels_.matmulNT(m, r, I, 1.0f, d_proj, I, loraBt(proj, slice, task.expert), WeightType::F32,
-                            I, pass.lora_t[static_cast<int>(proj)] + task.begin * r, r, false);
-        }
-      });
+      [&](const ExpertTask& task) { siluBackwardRows(pass, task, dh_all); });
+}
+
+// The end of phase 1 for one row block: dg, du (in place of g, u), h, d w, then t_gate, t_up.
+void ExpertLayer::siluBackwardRows(const BackwardPass& pass, const ExpertTask& task,
+                                   const ColumnsDh& dh_all) const {
+  const NodeSlice& slice = *pass.slice;
+  const int64_t I = slice.width(), r = lora_.rank(), m = task.end - task.begin;
+  const ExpertRouting& routing = pass.cache->routing_;
+  const bool down = lora_.targets(ExpertProj::Down);
+  float* t_down_all = pass.lora_t[static_cast<int>(ExpertProj::Down)];
+  float* scratch_h = detail::threadScratch(m * I);
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t pos = task.begin + i, slot = routing.slot_of_pos[pos];
+    const float w = pass.cache->weights_[slot];
+    float* h = pass.hidden ? pass.hidden + pos * I : scratch_h + i * I;
+    const float dot = kernels_.siluBackward(I, w, dh_all.rows + pos * dh_all.ld,
+                                            pass.dgate + pos * I, pass.dup + pos * I, h);
+    if (pass.d_topk_weights) pass.d_topk_weights[slot] = dot;
+    if (down) {
+      for (int64_t q = 0; q < r; ++q) t_down_all[pos * r + q] *= w;  // (w dY) B_down
+    }
+  }
+  for (const ExpertProj proj : {ExpertProj::Gate, ExpertProj::Up}) {
+    if (!lora_.targets(proj)) continue;
+    const float* d_proj = (proj == ExpertProj::Gate ? pass.dgate : pass.dup) + task.begin * I;
+    kernels_.matmulNT(m, r, I, 1.0f, d_proj, I, loraBt(proj, slice, task.expert), WeightType::F32,
+                      I, pass.lora_t[static_cast<int>(proj)] + task.begin * r, r, false);
+  }
+}
+
+// Phase 2: dx by H-blocks, gate's term then up's added.
+void ExpertLayer::backwardInputColumns(const BackwardPass& pass,
+                                       const std::vector<ExpertTask>& tasks) const {
+  const NodeSlice& slice = *pass.slice;
+  const int64_t H = spec_.hidden, I = slice.width(), r = lora_.rank();
   runColumnTasks(
-      pool, tasks, H,
+      *slice.pool, tasks, H,
       [&](const ExpertTask& task, int64_t h0, int64_t h1) {
         const int64_t m = task.end - task.begin;
         float* dx = pass.dx_pairs + task.begin * H;
         bool accumulate = false;
         for (const ExpertProj proj : {ExpertProj::Gate, ExpertProj::Up}) {
           const float* d_proj = (proj == ExpertProj::Gate ? pass.dgate : pass.dup) + task.begin * I;
-          const kernels::PackedMatrix& pack = *slice.packs_t[static_cast<int>(proj)][task.expert];
+          const kernels::PackedMatrix& pack = packs_.transposed(slice, proj, task.expert);
           if (!lora_.targets(proj)) {
             gemm_.gemmColumns(pack, h0, h1, m, d_proj, I, dx, H, accumulate);
           } else {

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "engine/core/float_convert.h"
-#include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_forward_cache.h"
 #include "engine/experts/expert_layer.h"
@@ -73,6 +72,16 @@ struct ExpertLayer::ForwardPass {
   float* lora_z = nullptr;  // [P, 3r] the cache's LoRA products, or nullptr: scratch only
 };
 
+// What one forward call leases, and its passes over it (ExpertLayer::beginForward).
+struct ExpertLayer::ForwardCall {
+  std::vector<ForwardPass> passes;        // per node slice
+  std::vector<const float*> out_of_node;  // each pass's out
+  ExpertBufferPool::Lease out;            // [nodes][P, H]
+  ExpertBufferPool::Lease split_block;    // g, u, z of a column split when no cache holds them
+  int64_t n_pairs = 0;                    // P
+  size_t f32_bytes = 0;                   // g, u [P, I] and z [nodes][P, 3r]
+};
+
 // What one backward call shares between the tasks of one node slice (width w = i1 - i0).
 // Buffers are [P, ·] in sorted order.
 struct ExpertLayer::BackwardPass {
@@ -88,15 +97,10 @@ struct ExpertLayer::BackwardPass {
   float* dx_pairs = nullptr;               // [P, H] dx contribution of every pair
 };
 
-// A background build of one layer's Wᵀ packs (WtPolicy::Background): one pool task per (expert,
-// projection), each writing only its own slot. Complete here because ExpertLayer's constructor
-// and destructor (expert_layer.cpp) destroy it.
-struct ExpertLayer::WtBuild {
-  explicit WtBuild(ThreadPool& pool) : group(pool) {}
-  std::vector<int64_t> experts;                                // whose packs are built
-  std::vector<std::unique_ptr<kernels::PackedMatrix>> packs;  // [slices × experts × kExpertProjCount]
-  std::vector<MemoryCharge> charges;                           // per pack, ("cpu", Scratch)
-  TaskGroup group;  // last: destroyed (waited for) before the slots its tasks write
+// What one backward call leases, and its passes over it and the cache (ExpertLayer::beginBackward).
+struct ExpertLayer::BackwardCall {
+  ExpertBufferPool::Lease work;
+  std::vector<BackwardPass> passes;  // per node slice
 };
 
 }  // namespace tandem::experts

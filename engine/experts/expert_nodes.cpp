@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <exception>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -73,6 +75,35 @@ NodeSet makeNodes(int count) {
   }
   return set;
 }
+
+// Bounds of n near-equal parts of [0, I): in whole 64-column blocks when each node gets at least
+// one, so the packed backends' column blocks (64 for avx512_bf16, 16 / 32 for AMX) pad no more
+// than one node's packs would; single columns for tiny I.
+std::vector<int64_t> splitIntermediate(int64_t I, int n) {
+  const int64_t granule = I >= 64 * n ? 64 : 1;
+  const int64_t units = (I + granule - 1) / granule;
+  std::vector<int64_t> bounds;
+  for (int k = 0; k <= n; ++k) bounds.push_back(std::min(I, units * k / n * granule));
+  return bounds;
+}
+
+std::vector<NodeSlice> slicesOverNodes(int64_t intermediate, int nodes, int pinned_node,
+                                       bool single, ThreadPool& caller) {
+  if (nodes == 1 || single) return {NodeSlice{&caller, -1, 0, intermediate}};
+  const std::vector<ExpertNode>& node_list = expertNodes(nodes);
+  if (pinned_node >= 0) {  // cpu:numaK: the whole layer on node K
+    const ExpertNode& node = node_list[static_cast<size_t>(pinned_node)];
+    return {NodeSlice{node.pool, node.memory_node, 0, intermediate}};
+  }
+  const std::vector<int64_t> bounds = splitIntermediate(intermediate, nodes);
+  std::vector<NodeSlice> slices;
+  for (int k = 0; k < nodes; ++k) {
+    if (bounds[k] == bounds[k + 1]) continue;  // fewer columns than nodes
+    const ExpertNode& node = node_list[static_cast<size_t>(k)];
+    slices.push_back(NodeSlice{node.pool, node.memory_node, bounds[k], bounds[k + 1]});
+  }
+  return slices;
+}
 }  // namespace
 
 int expertNodeCount(int requested) {
@@ -102,6 +133,40 @@ const std::vector<ExpertNode>& expertNodes(int count) {
   auto it = sets.find(count);
   if (it == sets.end()) it = sets.emplace(count, makeNodes(count)).first;
   return it->second.nodes;
+}
+
+std::vector<NodeSlice> makeNodeSlices(int64_t intermediate, int requested_nodes, int pinned_node,
+                                      bool single, ThreadPool& caller) {
+  const int nodes = expertNodeCount(requested_nodes);
+  if (pinned_node >= nodes) {
+    throw Error("expert layer pinned to NUMA node " + std::to_string(pinned_node) +
+                    ", but there are " + std::to_string(nodes) + " node(s)",
+                "place the experts on cpu or on cpu:numa0 to cpu:numa" + std::to_string(nodes - 1));
+  }
+  std::vector<NodeSlice> slices = slicesOverNodes(intermediate, nodes, pinned_node, single, caller);
+  for (size_t s = 0; s < slices.size(); ++s) slices[s].index = s;
+  return slices;
+}
+
+void onEveryNode(const std::vector<NodeSlice>& slices, const ThreadPool& caller,
+                 const std::function<void(size_t)>& fn) {
+  if (slices.size() == 1 && slices[0].pool == &caller) {
+    fn(0);
+    return;
+  }
+  std::vector<std::future<void>> done;
+  for (size_t s = 0; s < slices.size(); ++s) {
+    done.push_back(slices[s].pool->submit([&fn, s] { fn(s); }));
+  }
+  std::exception_ptr error;  // every node finishes before anything it uses goes out of scope
+  for (auto& node : done) {
+    try {
+      node.get();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace tandem::experts

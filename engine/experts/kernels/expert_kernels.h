@@ -1,14 +1,19 @@
 #pragma once
 // The expert engine's fp32 kernel table: one signature per op, one implementation per ISA.
 //
-// ref/     plain loops, the specification, always compiled (table "generic").
-// avx512/  AVX-512 F/BW/VL/DQ + FMA, flags on those files only (table "avx512").
-// avx2/    AVX2 + FMA + F16C, the same kernels eight lanes wide (table "avx2"), for the x86-64
-//          CPUs without AVX-512.
 // They serve the LoRA products (rank r is small: fp32 throughout) and the elementwise work (SiLU,
 // per-token sums) of every backend, and the base GEMMs of the zero-copy backends `generic` and
-// `avx512` / `avx2` (packed_gemm.h has the packed ones), reading the checkpoint's weights directly and
-// converting bf16/f16 on the fly.
+// `avx512` / `avx2` (packed_gemm.h has the packed ones), reading the checkpoint's weights directly
+// and converting bf16/f16 on the fly.
+//
+//   ref/expert_kernels_ref.cpp        plain loops, the specification, always compiled (table
+//                                     "generic")
+//   avx512/expert_kernels_avx512.cpp  AVX-512 F/BW/VL/DQ + FMA (table "avx512")
+//   avx2/expert_kernels_avx2.cpp      AVX2 + FMA + F16C, the same kernels eight lanes wide (table
+//                                     "avx2"), for the x86-64 CPUs without AVX-512
+// Each ISA file is compiled with its flags alone, keeps its kernels in an anonymous namespace and
+// exports one accessor below (PyTorch's native/cpu rule), so no ISA code leaks into another
+// translation unit at link time; a new ISA is one file, one accessor and one line in dispatch.cpp.
 //
 // All matrices are row-major with an explicit leading dimension in elements. `a`, `c` are fp32;
 // a weight operand `b` is F32, BF16 or F16 raw bits and may be aligned to only 2 bytes.
@@ -57,6 +62,8 @@ struct ExpertKernels {
   WidenBf16Fn widenBf16 = nullptr;
 };
 
+// The specification: the "generic" table's entries, public so that the kernel tests hold every
+// table to it.
 namespace ref {
 void matmulNT(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
               const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
@@ -72,40 +79,8 @@ void axpy(int64_t n, float alpha, const float* x, float* y);
 void widenBf16(int64_t n, const uint16_t* bits, float* out);
 }  // namespace ref
 
-#ifdef TANDEM_EXPERTS_HAVE_AVX512
-namespace avx512 {
-void matmulNT(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-              const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
-              bool accumulate);
-void matmulNN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-              const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
-              bool accumulate);
-void matmulTN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-              const float* b, int64_t ldb, float* c, int64_t ldc);
-void siluMul(int64_t n, const float* g, const float* u, float* h);
-float siluBackward(int64_t n, float w, const float* dh, float* g, float* u, float* h);
-void axpy(int64_t n, float alpha, const float* x, float* y);
-void widenBf16(int64_t n, const uint16_t* bits, float* out);
-}  // namespace avx512
-#endif
-
-#ifdef TANDEM_EXPERTS_HAVE_AVX2
-namespace avx2 {
-void matmulNT(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-              const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
-              bool accumulate);
-void matmulNN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-              const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
-              bool accumulate);
-void matmulTN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-              const float* b, int64_t ldb, float* c, int64_t ldc);
-void siluMul(int64_t n, const float* g, const float* u, float* h);
-float siluBackward(int64_t n, float w, const float* dh, float* g, float* u, float* h);
-void axpy(int64_t n, float alpha, const float* x, float* y);
-void widenBf16(int64_t n, const uint16_t* bits, float* out);
-}  // namespace avx2
-#endif
-
+// The tables, each defined in its ISA file. Calling an ISA's table on a CPU without that ISA is
+// an illegal instruction: dispatch through loraKernels() / the GEMM backends, which check.
 const ExpertKernels& genericKernels();
 #ifdef TANDEM_EXPERTS_HAVE_AVX512
 const ExpertKernels& avx512Kernels();

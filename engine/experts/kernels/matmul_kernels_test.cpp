@@ -141,6 +141,27 @@ TEST_P(VectorMatmul, TNMatchesRef) {
   }
 }
 
+// The generic table is the specification itself, so holding the vector tables to ref:: holds
+// them to what generic runs; every table fills every entry and carries the name dispatch uses.
+TEST(KernelTables, GenericIsRefAndEveryTableIsComplete) {
+  const ExpertKernels& generic = genericKernels();
+  EXPECT_STREQ(generic.name, "generic");
+  EXPECT_EQ(generic.matmulNT, &ref::matmulNT);
+  EXPECT_EQ(generic.matmulNN, &ref::matmulNN);
+  EXPECT_EQ(generic.matmulTN, &ref::matmulTN);
+  EXPECT_EQ(generic.siluMul, &ref::siluMul);
+  EXPECT_EQ(generic.siluBackward, &ref::siluBackward);
+  EXPECT_EQ(generic.axpy, &ref::axpy);
+  EXPECT_EQ(generic.widenBf16, &ref::widenBf16);
+  for (const std::string& name : testing::vectorTableNames()) {
+    const ExpertKernels& table = *testing::vectorTable(name).kernels;
+    EXPECT_EQ(table.name, name);
+    EXPECT_TRUE(table.matmulNT && table.matmulNN && table.matmulTN && table.siluMul &&
+                table.siluBackward && table.axpy && table.widenBf16)
+        << name << " leaves an entry empty";
+  }
+}
+
 // Empty on a build without x86 kernels.
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(VectorMatmul);
 INSTANTIATE_TEST_SUITE_P(Tables, VectorMatmul, ::testing::ValuesIn(testing::vectorTableNames()),

@@ -1,4 +1,4 @@
-#include "engine/experts/expert_bench.h"
+#include "bench/experts/expert_layer_bench.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_routing.h"
 
-namespace tandem::experts {
+namespace tandem::bench {
 namespace {
 
 // --resident hands the engine what co-computation does: the slots of the last `resident`
@@ -28,8 +28,8 @@ TEST(BenchProblem, ResidentExpertsLeaveTheCpuItsTokensOnly) {
   int64_t row = 0, pairs = 0;
   for (int64_t t = 0; t < all.tokens; ++t) {
     std::vector<int32_t> want(all.ids.begin() + t * k, all.ids.begin() + (t + 1) * k);
-    for (int32_t& id : want) id = id < 3 ? id : kMaskedSlot;
-    const auto left = std::count_if(want.begin(), want.end(), [](int32_t id) { return id != kMaskedSlot; });
+    for (int32_t& id : want) id = id < 3 ? id : experts::kMaskedSlot;
+    const auto left = std::count_if(want.begin(), want.end(), [](int32_t id) { return id != experts::kMaskedSlot; });
     if (left == 0) continue;
     pairs += left;
     ASSERT_LT(row, cpu.cpu_tokens);
@@ -48,4 +48,4 @@ TEST(BenchProblem, ResidentExpertsLeaveTheCpuItsTokensOnly) {
 }
 
 }  // namespace
-}  // namespace tandem::experts
+}  // namespace tandem::bench

@@ -1,21 +1,78 @@
-// AVX2 + FMA (+ F16C) expert matmuls, for the x86-64 CPUs without AVX-512 (AMD Zen 1-3,
-// Intel client cores before Ice Lake, Alder Lake and later). Compiled with those flags on this
-// file only; the dispatcher calls in only when cpuFeatures().canUseAvx2(). Everything but the
-// three entry points sits in an anonymous namespace, so no AVX2 code leaks into other
-// translation units at link time.
+// The AVX2 + FMA (+ F16C) expert kernels, table "avx2" (expert_kernels.h), for the x86-64 CPUs
+// without AVX-512 (AMD Zen 1-3, Intel client cores before Ice Lake, Alder Lake and later).
+// Compiled with those flags on this file only; the dispatcher hands the table out only when
+// cpuFeatures().canUseAvx2(). Every kernel sits in an anonymous namespace and avx2Kernels() is
+// the one exported name, so no AVX2 code leaks into other translation units at link time.
 //
-// Same structure as the AVX-512 file, eight lanes wide and with half the registers (16): weights
-// are converted to fp32 eight at a time inside the load (bf16: shift left 16; f16: vcvtph2ps), so
-// the checkpoint's memory is read zero-copy. Ragged edges use vmaskmovps for f32 and a zeroed
-// buffer for 16-bit weights (AVX2 has no masked 16-bit load), so no padding is required.
+// Matmuls: the AVX-512 file's structure, eight lanes wide and with half the registers (16):
+// weights are converted to fp32 eight at a time inside the load (bf16: shift left 16; f16:
+// vcvtph2ps), so the checkpoint's memory is read zero-copy. Ragged edges use vmaskmovps for f32
+// and a zeroed buffer for 16-bit weights (AVX2 has no masked 16-bit load), so no padding is
+// required.
+//
+// Elementwise: SiLU ⊙ up and its backward (eight lanes, an exp of our own), y += alpha · x for the
+// per-token sums, bf16 → f32 for the row gathers. exp: x = k ln2 + t with k = round(x / ln2),
+// |t| ≤ ln2 / 2; e^t by its degree-6 Taylor polynomial (truncation below 1.2e-7 relative, an fp32
+// ulp), times 2^k built in the exponent field (AVX2 has no vscalefps). Inputs are clamped to ±88,
+// so |k| ≤ 127 and 2^k is a normal float except at k = −127, where it is 0 (the true e^x there is
+// below 1e-38, invisible in 1 + e^x); the sigmoid of any finite value is finite.
 
-#include "engine/experts/kernels/avx2/avx2_util.h"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "engine/core/float_convert.h"
 #include "engine/experts/kernels/expert_kernels.h"
 #include "engine/experts/kernels/weight_type_dispatch.h"
 
-namespace tandem::experts::kernels::avx2 {
+namespace tandem::experts::kernels {
+
+namespace avx2 {
 
 namespace {
+
+// Lanes [0, remaining) set: the mask of vmaskmovps, which never touches masked-out memory.
+inline __m256i tailMask(int64_t remaining) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const int32_t count = static_cast<int32_t>(std::clamp<int64_t>(remaining, 0, 8));
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(count), lane);
+}
+
+// Eight f32 from p; lanes at or past `remaining` are 0 and their memory is not read.
+inline __m256 loadFloats(const float* p, int64_t remaining) {
+  return remaining >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, tailMask(remaining));
+}
+
+inline void storeFloats(float* p, __m256 v, int64_t remaining) {
+  if (remaining >= 8) {
+    _mm256_storeu_ps(p, v);
+  } else {
+    _mm256_maskstore_ps(p, tailMask(remaining), v);
+  }
+}
+
+// Eight 16-bit values from p; lanes at or past `remaining` are 0 and not read. AVX2 has no
+// masked 16-bit load, so a tail goes through a zeroed buffer.
+inline __m128i load16Bit(const void* p, int64_t remaining) {
+  if (remaining >= 8) return _mm_loadu_si128(static_cast<const __m128i*>(p));
+  alignas(16) uint16_t buffer[8] = {};
+  if (remaining > 0) std::memcpy(buffer, p, static_cast<size_t>(remaining) * 2);
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(buffer));
+}
+
+// bf16 is the top half of an f32: widen and shift, exact for every bit pattern.
+inline __m256 widenBf16x8(__m128i bits) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+}
+
+inline float reduceAdd(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
 
 // Register block geometry (16 ymm registers). The loops over a block carry `#pragma GCC
 // unroll`: at -O2 GCC leaves them rolled and the accumulators spill to memory.
@@ -295,8 +352,6 @@ void matmulBroadcastImpl(int64_t m, int64_t n, int64_t k, float alpha, const flo
   }
 }
 
-}  // namespace
-
 void matmulNT(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
               const void* b, WeightType b_type, int64_t ldb, float* c, int64_t ldc,
               bool accumulate) {
@@ -326,4 +381,86 @@ void matmulTN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int6
   matmulBroadcastImpl<WeightType::F32>(k, n, m, alpha, a, 1, lda, b, ldb, c, ldc, true);
 }
 
-}  // namespace tandem::experts::kernels::avx2
+// Elementwise: SiLU ⊙ up, its backward, axpy, bf16 widening.
+
+__m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-88.0f)), _mm256_set1_ps(88.0f));
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // t = x − k ln2, with ln2 split in two so k ln2 is exact to fp32.
+  __m256 t = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+  t = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), t);
+  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.0f));
+  const __m256i biased = _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127));
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23)));
+}
+
+__m256 sigmoid8(__m256 g) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  return _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+}
+
+void siluMul(int64_t n, const float* g, const float* u, float* h) {
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 gv = loadFloats(g + i, n - i);
+    const __m256 uv = loadFloats(u + i, n - i);
+    storeFloats(h + i, _mm256_mul_ps(_mm256_mul_ps(gv, sigmoid8(gv)), uv), n - i);
+  }
+}
+
+float siluBackward(int64_t n, float w, const float* dh, float* g, float* u, float* h) {
+  const __m256 one = _mm256_set1_ps(1.0f), wv = _mm256_set1_ps(w);
+  __m256 dot = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 8) {
+    const int64_t remaining = n - i;
+    const __m256 gv = loadFloats(g + i, remaining);
+    const __m256 uv = loadFloats(u + i, remaining);
+    const __m256 dhv = loadFloats(dh + i, remaining);
+    const __m256 sig = sigmoid8(gv);
+    const __m256 silu = _mm256_mul_ps(gv, sig);
+    const __m256 hv = _mm256_mul_ps(silu, uv);
+    storeFloats(h + i, hv, remaining);
+    dot = _mm256_fmadd_ps(dhv, hv, dot);  // masked-out lanes are 0 · 0
+    const __m256 dh_w = _mm256_mul_ps(wv, dhv);
+    // silu'(g) = σ(g) (1 + g (1 − σ(g)))
+    const __m256 dsilu = _mm256_mul_ps(sig, _mm256_fmadd_ps(gv, _mm256_sub_ps(one, sig), one));
+    storeFloats(g + i, _mm256_mul_ps(_mm256_mul_ps(dh_w, uv), dsilu), remaining);
+    storeFloats(u + i, _mm256_mul_ps(dh_w, silu), remaining);
+  }
+  return reduceAdd(dot);
+}
+
+void axpy(int64_t n, float alpha, const float* x, float* y) {
+  const __m256 av = _mm256_set1_ps(alpha);
+  for (int64_t i = 0; i < n; i += 8) {
+    storeFloats(y + i, _mm256_fmadd_ps(av, loadFloats(x + i, n - i), loadFloats(y + i, n - i)),
+                n - i);
+  }
+}
+
+void widenBf16(int64_t n, const uint16_t* bits, float* out) {
+  const int64_t whole = n / 8 * 8;
+  for (int64_t i = 0; i < whole; i += 8) _mm256_storeu_ps(out + i, widenBf16x8(load16Bit(bits + i, 8)));
+  for (int64_t i = whole; i < n; ++i) out[i] = bf16ToFloat(bits[i]);
+}
+
+}  // namespace
+
+}  // namespace avx2
+
+const ExpertKernels& avx2Kernels() {
+  static constexpr ExpertKernels kTable{
+      .name = "avx2",
+      .matmulNT = avx2::matmulNT, .matmulNN = avx2::matmulNN, .matmulTN = avx2::matmulTN,
+      .siluMul = avx2::siluMul, .siluBackward = avx2::siluBackward, .axpy = avx2::axpy,
+      .widenBf16 = avx2::widenBf16};
+  return kTable;
+}
+
+}  // namespace tandem::experts::kernels

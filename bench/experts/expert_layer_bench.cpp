@@ -1,4 +1,4 @@
-#include "engine/experts/expert_bench.h"
+#include "bench/experts/expert_layer_bench.h"
 
 #include <algorithm>
 #include <atomic>
@@ -17,7 +17,9 @@
 #include "engine/experts/expert_routing.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
-namespace tandem::experts {
+namespace tandem::bench {
+
+using namespace tandem::experts;  // the engine this benchmarks
 
 namespace {
 
@@ -246,11 +248,11 @@ double benchBytes(const BenchProblem& p, double weight_bytes) {
   return weights + activations;
 }
 
-BenchLayerResult timeExpertLayer(const BenchProblem& p, const BenchLayerConfig& config,
-                                 int repeats, ThreadPool& pool) {
+namespace {
+
+// Views of the problem's weights as the loader would hand them: bf16, or fp8 with block scales.
+ExpertWeightViews weightViews(const BenchProblem& p, bool fp8) {
   const int64_t E = p.shape.num_experts, H = p.shape.hidden, I = p.shape.intermediate;
-  const bool fp8 = config.dtype == "fp8";
-  if (fp8 && p.gate8.empty()) throw Error("bench: fp8 weights were not prepared");
   ExpertWeightViews views;
   views.type = fp8 ? WeightType::FP8_E4M3 : WeightType::BF16;
   const int64_t br_in = (H + kFp8BlockSize - 1) / kFp8BlockSize;
@@ -269,6 +271,40 @@ BenchLayerResult timeExpertLayer(const BenchProblem& p, const BenchLayerConfig& 
       views.down.push_back(p.down.data() + e * H * I);
     }
   }
+  return views;
+}
+
+// Medians of `repeats` forward + backward calls (wall and process CPU time) after one warm-up.
+BenchTiming timeForwardBackward(ExpertLayer& layer, const BenchProblem& p, int repeats) {
+  std::vector<uint16_t> y(p.x.size()), dx(p.x.size());
+  std::vector<float> d_weights(p.weights.size());
+  std::vector<double> fwd, bwd, fwd_cpu, bwd_cpu;
+  for (int rep = 0; rep <= repeats; ++rep) {  // rep 0 warms caches, arenas and page tables
+    ExpertForwardCache cache;
+    const auto t0 = Clock::now();
+    const double c0 = processCpuMs();
+    layer.forward(p.x.data(), ActivationType::BF16, p.cpu_tokens, p.ids.data(), p.weights.data(),
+                  static_cast<int>(p.shape.top_k), y.data(), &cache);
+    const double f = msSince(t0), c1 = processCpuMs();
+    const auto t1 = Clock::now();
+    layer.backward(cache, p.dy.data(), dx.data(), d_weights.data());
+    const double b = msSince(t1), c2 = processCpuMs();
+    if (rep == 0) continue;
+    fwd.push_back(f);
+    bwd.push_back(b);
+    fwd_cpu.push_back(c1 - c0);
+    bwd_cpu.push_back(c2 - c1);
+  }
+  return {median(fwd), median(bwd), median(fwd_cpu), median(bwd_cpu)};
+}
+
+}  // namespace
+
+BenchLayerResult timeExpertLayer(const BenchProblem& p, const BenchLayerConfig& config,
+                                 int repeats, ThreadPool& pool) {
+  const int64_t E = p.shape.num_experts, H = p.shape.hidden, I = p.shape.intermediate;
+  const bool fp8 = config.dtype == "fp8";
+  if (fp8 && p.gate8.empty()) throw Error("bench: fp8 weights were not prepared");
   ExpertLayerOptions options;
   options.backend = config.backend;
   options.format = config.dtype == "int8" ? WeightFormat::Int8 : WeightFormat::Bf16;
@@ -276,6 +312,7 @@ BenchLayerResult timeExpertLayer(const BenchProblem& p, const BenchLayerConfig& 
   options.task_split = config.task_split;
   ExpertLoraSpec lora{p.lora_rank, p.lora_scale, true, true, true};
 
+  ExpertWeightViews views = weightViews(p, fp8);
   BenchLayerResult result;
   const auto t_pack = Clock::now();
   auto layer = ExpertLayer::create(ExpertLayerSpec{E, H, I}, std::move(views), lora, options, pool);
@@ -288,27 +325,7 @@ BenchLayerResult timeExpertLayer(const BenchProblem& p, const BenchLayerConfig& 
   result.wt_policy = std::string(wtPolicyName(layer->wtPolicy()));
   result.numa_nodes = expertNodeCount(config.numa_nodes);
   result.weight_bytes = options.format == WeightFormat::Int8 ? 1.0 : 2.0;
-
-  std::vector<uint16_t> y(p.x.size()), dx(p.x.size());
-  std::vector<float> d_weights(p.weights.size());
-  std::vector<double> fwd, bwd, fwd_cpu, bwd_cpu;
-  for (int rep = 0; rep <= repeats; ++rep) {  // rep 0 warms caches, arenas and page tables
-    ExpertForwardCache cache;
-    const auto t0 = Clock::now();
-    const double c0 = processCpuMs();
-    layer->forward(p.x.data(), ActivationType::BF16, p.cpu_tokens, p.ids.data(), p.weights.data(),
-                   static_cast<int>(p.shape.top_k), y.data(), &cache);
-    const double f = msSince(t0), c1 = processCpuMs();
-    const auto t1 = Clock::now();
-    layer->backward(cache, p.dy.data(), dx.data(), d_weights.data());
-    const double b = msSince(t1), c2 = processCpuMs();
-    if (rep == 0) continue;
-    fwd.push_back(f);
-    bwd.push_back(b);
-    fwd_cpu.push_back(c1 - c0);
-    bwd_cpu.push_back(c2 - c1);
-  }
-  result.timing = {median(fwd), median(bwd), median(fwd_cpu), median(bwd_cpu)};
+  result.timing = timeForwardBackward(*layer, p, repeats);
   return result;
 }
 
@@ -365,4 +382,4 @@ double streamingReadGbytesPerS(uint64_t bytes, ThreadPool& pool, int repeats) {
   return static_cast<double>(n) * sizeof(uint64_t) / best / 1e9;
 }
 
-}  // namespace tandem::experts
+}  // namespace tandem::bench

@@ -1,8 +1,8 @@
 #pragma once
 // `tandem bench experts`, the engine half: synthetic expert layers of real models' shapes, routed
 // uniformly or Zipf-skewed, timed forward + backward on each backend, with the machine ceilings
-// measured in the same run. The libtorch baseline is passed in (engine/experts has no libtorch);
-// app/cli/bench_command.cpp prints the JSON.
+// measured in the same run. No libtorch here (its baseline is libtorch_expert_loop.h), so this
+// half and its test build without it; experts_bench_command.cpp runs both and prints the JSON.
 
 #include <cstdint>
 #include <functional>
@@ -16,7 +16,7 @@ namespace tandem {
 class ThreadPool;
 }
 
-namespace tandem::experts {
+namespace tandem::bench {
 
 struct BenchShape {
   std::string name;  // qwen3_30b, dsv2_lite, dsv3_32e
@@ -74,7 +74,7 @@ struct BenchLayerConfig {
   std::string backend;  // as ExpertLayerOptions::backend
   std::string dtype;    // bf16 | int8 | fp8 (fp8: the block-scaled checkpoint, packed to bf16)
   int numa_nodes = 0;   // as ExpertLayerOptions::numa_nodes (> 1: the layer runs on node pools)
-  TaskSplit task_split = TaskSplit::Auto;
+  experts::TaskSplit task_split = experts::TaskSplit::Auto;
 };
 struct BenchLayerResult {
   BenchTiming timing;       // median over `repeats` after one warm-up
@@ -93,4 +93,4 @@ BenchLayerResult timeExpertLayer(const BenchProblem& problem, const BenchLayerCo
 double ourSquareGemmTflops(int64_t n, ThreadPool& pool, int repeats);
 double streamingReadGbytesPerS(uint64_t bytes, ThreadPool& pool, int repeats);
 
-}  // namespace tandem::experts
+}  // namespace tandem::bench
