@@ -100,9 +100,9 @@ void applyOverrides(ModelOptions& o, const ModelRequest& request, const io::Mode
   if (const int64_t count = gpuExpertsCount(request); count >= 0) {
     // A count is for every MoE layer, on whatever device it is (KTransformers' kt_num_gpu_experts);
     // on a CPU-only run that is how the resident path runs at all.
-    o.gpu_experts.assign(static_cast<size_t>(layers), 0);
-    for (int layer = 0; layer < layers; ++layer) {
-      if (config.isMoeLayer(layer)) o.gpu_experts[static_cast<size_t>(layer)] = count;
+    o.gpu_experts.clear();  // none: the engine's empty list
+    for (int layer = 0; count > 0 && layer < layers; ++layer) {
+      o.gpu_experts.push_back(config.isMoeLayer(layer) ? count : 0);
     }
   }
 }
