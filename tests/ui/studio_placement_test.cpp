@@ -2,7 +2,8 @@
 // exported by the editor reads back (in a second editor and through the engine's own reader) as
 // the same placement, edits included; and an edit that cannot fit is refused with the reason,
 // leaving the placement as it was. The machine is the probed host with a 24 GB card in place of
-// its GPUs, so the tests see the same placements on CI and on a workstation with a GPU.
+// its GPUs, so the tests see the same placements on CI and on a workstation with a GPU; the one
+// that trains uses the host as it is, since the run happens here.
 
 #include <QHeaderView>
 #include <QTableWidget>
@@ -12,6 +13,7 @@
 #include "engine/model/machine_probe.h"
 #include "engine/placement/kt_rules.h"
 #include "engine/train/training_plan.h"
+#include "engine/train/training_run.h"
 #include "tests/ui/ui_test_support.h"
 #include "ui/placement_editor.h"
 
@@ -27,6 +29,7 @@ class PlacementTest : public QObject {
   void roundTripsARuleFile();
   void refusesWhatDoesNotFit();
   void showsTheResidentExperts();
+  void aPlacementFromTheEditorTrains();
 
  private:
   // A rule file has no resident-expert counts (the YAML's gpu_experts sets them; the planner
@@ -151,6 +154,39 @@ void PlacementTest::showsTheResidentExperts() {
   QCOMPARE(editor.placement().modules[experts.front()].gpu_experts, int64_t{0});
   QCOMPARE(table->item(experts.back(), device_column)->text(),
            QStringLiteral("cpu + %1 of %1 experts on cuda:0").arg(model_.num_experts));
+}
+
+// What the review page does with the editor: export its placement as a rule file beside the
+// output, point the config's placement_rule at it, train. The edit moves decoder layer 1 to
+// cpu:numa0, a device of its own to libtorch (the CPU build's second device), so the run that
+// follows the file differs from the planner's own; the engine must run exactly what was edited.
+void PlacementTest::aPlacementFromTheEditorTrains() {
+  const placement::Hardware hardware = model::probeMachine();
+  PlacementEditor editor(request_, hardware);
+  QVERIFY2(editor.problem().isEmpty(), qPrintable(editor.problem()));
+  std::vector<int> layer1;
+  for (int i = 0; i < editor.moduleCount(); ++i) {
+    const placement::ModulePlacement& m = editor.placement().modules[i];
+    if (m.layer == 1 && m.kind != placement::ModuleKind::RoutedExperts) layer1.push_back(i);
+  }
+  QVERIFY(!layer1.empty());
+  QVERIFY2(editor.assign(layer1, QStringLiteral("cpu:numa0")), qPrintable(editor.problem()));
+  const fs::path out = fs::path(tmp_.path().toStdString()) / "edited";
+  const fs::path rule = fs::path(tmp_.path().toStdString()) / "edited_kt_rule.yaml";
+  QVERIFY2(editor.exportRules(rule), qPrintable(editor.problem()));
+
+  const train::TrainConfig config = test::demoConfig(paths_, out, {"max_steps=2", "placement_rule=" + rule.string()});
+  TrainListener quiet;
+  const train::TrainingRunOutcome outcome = train::runTraining(config, quiet, train::RunControl{}, nullptr);
+  QCOMPARE(outcome.result.outcome, TrainOutcome::Completed);
+  QCOMPARE(outcome.result.steps, int64_t{2});
+  QVERIFY(fs::exists(out / "adapter_model.safetensors"));
+
+  const std::vector<placement::Device> edited = editor.placement().layerDevices();
+  QCOMPARE(outcome.applied_placement.layers, edited);
+  QCOMPARE(outcome.applied_placement.layers[1], placement::Device::numaNode(0));
+  QCOMPARE(outcome.applied_placement.embed, editor.placement().find("model.embed_tokens")->device);
+  QCOMPARE(outcome.applied_placement.head, editor.placement().find("lm_head")->device);
 }
 
 }  // namespace tandem::ui
