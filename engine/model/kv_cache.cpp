@@ -24,6 +24,13 @@ void KvCache::truncate(int64_t length) {
   length_ = length;
 }
 
+gpu::RopeTables& KvCache::rope(const at::Device& device) {
+  for (auto& [on, tables] : rope_) {
+    if (on == device) return tables;
+  }
+  return rope_.emplace_back(device, gpu::RopeTables{}).second;
+}
+
 namespace {
 
 // Scores of queries at positions [past, past + S) against keys [0, L): row r of the S query
@@ -166,13 +173,20 @@ at::Tensor CausalLm::forwardCached(const at::Tensor& input_ids, KvCache& cache) 
                   "the tokens do not belong to this model's tokenizer");
     }
   }
-  const at::Tensor ids = host_ids.to(embed_device_);
-  if (!cache.rope().cos.defined()) cache.rope() = rope_.tables(cache.capacity(), embed_device_);
-  const gpu::RopeTables rope = {cache.rope().cos.narrow(0, past, seq), cache.rope().sin.narrow(0, past, seq)};
+  // The tables of these S positions on `device`.
+  auto ropeOn = [&](const at::Device& device) {
+    gpu::RopeTables& all = cache.rope(device);
+    if (!all.cos.defined()) all = rope_.tables(cache.capacity(), device);
+    return gpu::RopeTables{all.cos.narrow(0, past, seq), all.sin.narrow(0, past, seq)};
+  };
   const double eps = config_.rms_norm_eps;
-  at::Tensor x = at::embedding(embed_tokens, ids);
+  at::Tensor x = at::embedding(embed_tokens, host_ids.to(embed_device_));
   for (size_t i = 0; i < layers_.size(); ++i) {
     const DecoderLayer& layer = layers_[i];
+    // As in forwardHidden: only the activations cross to the layer's device, where its weights
+    // and its part of the cache live.
+    x = x.to(layer_devices_[i]);
+    const gpu::RopeTables rope = ropeOn(layer_devices_[i]);
     const at::Tensor normed = gpu::rmsNorm(x, layer.input_layernorm, eps);
     LayerKvCache& c = cache.layer(i);
     const at::Tensor attn = layer.gqa ? gqaForwardCached(*layer.gqa, normed, rope, c, past, cache.capacity())
@@ -182,7 +196,7 @@ at::Tensor CausalLm::forwardCached(const at::Tensor& input_ids, KvCache& cache) 
     x = h + (layer.moe ? layer.moe->forward(normed2, false) : layer.dense_mlp.forward(normed2, false));
   }
   cache.advance(seq);
-  return gpu::rmsNorm(x, final_norm, eps);
+  return gpu::rmsNorm(x.to(head_device_), final_norm, eps);
 }
 
 }  // namespace tandem::model

@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "engine/gpu/attention.h"
@@ -39,12 +40,14 @@ class KvCache {
 
   // For CausalLm::forwardCached.
   LayerKvCache& layer(size_t index) { return layers_[index]; }
-  gpu::RopeTables& rope() { return rope_; }  // positions [0, capacity), made on the first call
+  // Positions [0, capacity) on `device`, empty until CausalLm fills them: a model split over
+  // devices keeps one copy where each of its layers runs.
+  gpu::RopeTables& rope(const at::Device& device);
   void advance(int64_t tokens) { length_ += tokens; }
 
  private:
   std::vector<LayerKvCache> layers_;
-  gpu::RopeTables rope_;
+  std::vector<std::pair<at::Device, gpu::RopeTables>> rope_;
   int64_t batch_ = 1;
   int64_t capacity_ = 0;
   int64_t length_ = 0;
