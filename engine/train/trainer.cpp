@@ -239,6 +239,7 @@ TrainResult Trainer::run(const RunControl& control, TrainListener& listener) {
   const int64_t start_step = step_;
   double first_step_s = 0;  // elapsed at the end of this run's first step
   TrainResult result;
+  std::filesystem::create_directories(settings_.output_dir);  // the log's first line may come first
   while (step_ < total_steps_) {
     waitIfPaused(control, listener);
     if (control.cancel.stop_requested()) {
