@@ -27,6 +27,14 @@ int64_t gpuExpertsCount(const ModelRequest& request) {
   return request.gpu_experts == "auto" ? -1 : std::stoll(request.gpu_experts);
 }
 
+// config.json's dtype as safetensors and the expert engine spell it (float32 -> f32).
+std::string shortDtype(const std::string& dtype) {
+  if (dtype == "float32") return "f32";
+  if (dtype == "bfloat16") return "bf16";
+  if (dtype == "float16") return "f16";
+  return dtype.empty() ? "not fp8" : dtype;
+}
+
 // Every backend the expert engine has passes through (ExpertLayer says which this CPU can run);
 // other names from KTransformers configs fall back to the best available one, and say so.
 std::string expertsBackend(const std::string& requested) {
@@ -131,8 +139,8 @@ placement::PlanRequest planRequestFor(const ModelRequest& request, const io::Mod
   // The runtime's choices: the experts' format as the planner spells it ("" = its default for the
   // backend and checkpoint), and on_demand Wᵀ is the planner's pool.
   if (request.experts_format == "fp8" && !(config.quantization && config.quantization->quant_method == "fp8")) {
-    throw Error("experts_format: fp8 keeps the checkpoint's fp8 experts, but the model is not an fp8 checkpoint "
-                "(its config.json has no fp8 quantization_config)",
+    throw Error("experts_format: fp8 keeps the checkpoint's fp8 experts, but this checkpoint is " +
+                    shortDtype(config.dtype) + " (its config.json has no fp8 quantization_config)",
                 "use experts_format: auto, bf16 or int8 (int8 quantises the experts at load)");
   }
   if (request.experts_format != "auto") r.expert_weight_format = request.experts_format;
