@@ -9,18 +9,17 @@
 // and, on a GPU, its kernels and copies) and its Chrome trace is written: chrome://tracing or
 // https://ui.perfetto.dev opens it.
 
-#include <sys/resource.h>
-
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <sys/resource.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <iostream>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "engine/core/error.h"
@@ -62,14 +61,15 @@ struct Options {
   // Placement and the expert engine, resolved as training resolves them (model_resolver.h):
   // --gpu-experts auto is the memory planner's count for the GPU of --device, capped as the run is.
   tandem::model::ModelRequest request = benchRequest();
-  double gpu_cap_gib = 0;  // 0: no cap
+  double gpu_cap_gib = 0;    // 0: no cap
   double embedding_std = 0;  // 0: 0.02 as every weight (WeightLoader::synthetic)
   int lora_rank = 8;
   double lora_alpha = 16;
-  std::string lora_target = "q_proj,k_proj,v_proj,o_proj,q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj";
+  std::string lora_target =
+      "q_proj,k_proj,v_proj,o_proj,q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj";
   bool keep_expert_forward = false;  // forced, whatever the planner would say
-  int torch_threads = 0;  // 0: libtorch's default
-  std::string trace;  // a Chrome trace of one more step, written here
+  int torch_threads = 0;             // 0: libtorch's default
+  std::string trace;                 // a Chrome trace of one more step, written here
 };
 
 // Offload mode's copies over the run (ExpertStreamer::Counts, summed over the devices).
@@ -85,7 +85,10 @@ nlohmann::json streamerJson(CausalLm& model, bool look_ahead) {
     sum.ready += c.ready;
     sum.copied_ahead += c.copied_ahead;
   }
-  return {{"look_ahead", look_ahead}, {"taken", sum.taken}, {"ready", sum.ready}, {"copied_ahead", sum.copied_ahead}};
+  return {{"look_ahead", look_ahead},
+          {"taken", sum.taken},
+          {"ready", sum.ready},
+          {"copied_ahead", sum.copied_ahead}};
 }
 
 // Kineto records the CPU ops (with the engine's RECORD_FUNCTION scopes) and, on a GPU, the
@@ -128,7 +131,8 @@ nlohmann::json ledgerJson() {
 nlohmann::json overlapProbe(CausalLm& model, int64_t tokens) {
   nlohmann::json out;
   model.visitMoeBlocks([&](const std::string& name, tandem::model::MoeBlock& block) {
-    if (!out.is_null() || !block.shared.defined() || block.offload || block.resident_count > 0) return;
+    if (!out.is_null() || !block.shared.defined() || block.offload || block.resident_count > 0)
+      return;
     at::NoGradGuard no_grad;
     const at::Tensor w = block.shared.gate_proj.weight();
     const at::Tensor x = at::randn({tokens, w.size(1)}, w.options()) * 0.5;
@@ -145,12 +149,16 @@ nlohmann::json overlapProbe(CausalLm& model, int64_t tokens) {
     const double overlapped = best([&] { return block.forward(x.unsqueeze(0), false); });
     const double serial = best([&] {
       const auto choice = block.router.route(x);
-      const at::Tensor routed = tandem::model::routedExperts(*block.experts, x, choice.ids, choice.weights, at::Tensor());
+      const at::Tensor routed =
+          tandem::model::routedExperts(*block.experts, x, choice.ids, choice.weights, at::Tensor());
       sync(routed);
       return routed + block.shared.forward(x, false);
     });
     const double shared_only = best([&] { return block.shared.forward(x, false); });
-    out = {{"block", name}, {"overlapped_ms", overlapped}, {"serial_ms", serial}, {"shared_only_ms", shared_only}};
+    out = {{"block", name},
+           {"overlapped_ms", overlapped},
+           {"serial_ms", serial},
+           {"shared_only_ms", shared_only}};
   });
   return out;
 }
@@ -173,7 +181,8 @@ class RoutingStats {
         const at::Tensor sorted = std::get<0>(counts.sort(0, /*descending=*/true));
         const int64_t resident = block.offload ? experts : block.resident_count;
         auto top_share = [&](int64_t n) {
-          return n > 0 ? sorted.slice(0, 0, std::min(n, experts)).sum().item<double>() / pairs : 0.0;
+          return n > 0 ? sorted.slice(0, 0, std::min(n, experts)).sum().item<double>() / pairs
+                       : 0.0;
         };
         layers_[index] = {{"experts_routed", (counts > 0).sum().item<int64_t>()},
                           {"top8_pair_share", top_share(8)},
@@ -192,7 +201,9 @@ class RoutingStats {
 tandem::placement::MemoryPlan planRun(const Options& o, const tandem::io::ModelConfig& config) {
   tandem::placement::Hardware hw = tandem::model::probeMachine();
   for (tandem::placement::GpuSpec& gpu : hw.gpus) {
-    if (o.gpu_cap_gib > 0) gpu.free_bytes = std::min(gpu.free_bytes, static_cast<uint64_t>(o.gpu_cap_gib * (1ull << 30)));
+    if (o.gpu_cap_gib > 0)
+      gpu.free_bytes =
+          std::min(gpu.free_bytes, static_cast<uint64_t>(o.gpu_cap_gib * (1ull << 30)));
   }
   tandem::placement::PlanRequest request = tandem::model::planRequestFor(o.request, config);
   request.lora_rank = o.lora_rank;
@@ -203,12 +214,14 @@ tandem::placement::MemoryPlan planRun(const Options& o, const tandem::io::ModelC
 
 // The planner's bytes for the first layer's GPU, to compare with the allocator's peak, and why
 // the whole plan does not fit when it does not.
-nlohmann::json plannedJson(const tandem::placement::MemoryPlan& plan, const tandem::model::ModelOptions& options) {
+nlohmann::json plannedJson(const tandem::placement::MemoryPlan& plan,
+                           const tandem::model::ModelOptions& options) {
   const tandem::placement::Device device = options.layerDevice(0);
   const tandem::placement::DevicePlan* gpu = plan.device(device);
   if (!gpu) return nullptr;
-  return {{"device", device.str()}, {"capacity_bytes", gpu->capacity_bytes}, {"total_bytes", gpu->total()},
-          {"fits", plan.fits}, {"problems", plan.problems}, {"notes", plan.notes}};
+  return {{"device", device.str()},      {"capacity_bytes", gpu->capacity_bytes},
+          {"total_bytes", gpu->total()}, {"fits", plan.fits},
+          {"problems", plan.problems},   {"notes", plan.notes}};
 }
 
 void run(const Options& o) {
@@ -216,20 +229,22 @@ void run(const Options& o) {
   tandem::io::ModelConfig config = tandem::io::readModelConfig(o.config_dir);
   if (o.layers > 0) config.num_hidden_layers = o.layers;
   const tandem::placement::MemoryPlan memory_plan = planRun(o, config);
-  tandem::model::ModelOptions options = tandem::model::resolveModelOptions(o.request, config, memory_plan);
+  tandem::model::ModelOptions options =
+      tandem::model::resolveModelOptions(o.request, config, memory_plan);
   options.keep_expert_forward = o.keep_expert_forward;
   const nlohmann::json planned = plannedJson(memory_plan, options);
   const bool cuda = options.layerDevice(0).isGpu();
   if (cuda && o.gpu_cap_gib > 0) {
-    tandem::gpu::capGpuMemory(options.layerDevice(0).gpuIndex(), static_cast<uint64_t>(o.gpu_cap_gib * (1ull << 30)));
+    tandem::gpu::capGpuMemory(options.layerDevice(0).gpuIndex(),
+                              static_cast<uint64_t>(o.gpu_cap_gib * (1ull << 30)));
   }
   tandem::gpu::LoraSettings lora{o.lora_rank, o.lora_alpha, false, 0.0};
   const tandem::model::LoraPlan plan =
       tandem::model::loraPlanFromTarget(tandem::io::LoraTarget::parse(o.lora_target), lora);
 
   const auto t_build = Clock::now();
-  auto loaded = tandem::model::Model::random(config, options, &plan, /*seed=*/7, tandem::ThreadPool::global(),
-                                             o.embedding_std);
+  auto loaded = tandem::model::Model::random(config, options, &plan, /*seed=*/7,
+                                             tandem::ThreadPool::global(), o.embedding_std);
   CausalLm* model = &loaded->lm();
   const double build_s = seconds(t_build);
   tandem::model::LoraOptimizer optimizer(*model, {}, tandem::ThreadPool::global());
@@ -252,11 +267,16 @@ void run(const Options& o) {
     const double backward_s = seconds(t0) - forward_s;
     optimizer.step(1e-4);
     optimizer.zeroGrad();
-    return nlohmann::json{{"step_s", seconds(t0)}, {"forward_s", forward_s}, {"backward_s", backward_s},
-                          {"loss", loss_value}, {"grad_norm", norm}};
+    return nlohmann::json{{"step_s", seconds(t0)},
+                          {"forward_s", forward_s},
+                          {"backward_s", backward_s},
+                          {"loss", loss_value},
+                          {"grad_norm", norm}};
   };
   for (int step = 0; step < o.steps; ++step) {
-    if (step == 1) model->visitMoeBlocks([](const std::string&, tandem::model::MoeBlock& b) { b.route_observer = nullptr; });
+    if (step == 1)
+      model->visitMoeBlocks(
+          [](const std::string&, tandem::model::MoeBlock& b) { b.route_observer = nullptr; });
     steps.push_back(train_step());
     if (step > 0) timed_s += steps.back()["step_s"].get<double>();
   }
@@ -295,8 +315,10 @@ void run(const Options& o) {
   out["routing"] = routing.json();
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  out["peak_host_rss_bytes"] = static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // ru_maxrss: KiB on Linux
-  if (options.experts == tandem::model::ExpertsMode::Cpu) out["overlap_probe"] = overlapProbe(*model, o.tokens);
+  out["peak_host_rss_bytes"] =
+      static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // ru_maxrss: KiB on Linux
+  if (options.experts == tandem::model::ExpertsMode::Cpu)
+    out["overlap_probe"] = overlapProbe(*model, o.tokens);
   if (options.experts == tandem::model::ExpertsMode::GpuOffload) {
     out["streamer"] = streamerJson(*model, o.request.stream_experts_ahead);
   }
@@ -313,28 +335,37 @@ int main(int argc, char** argv) {
   app.add_option("--tokens", o.tokens, "sequence length");
   app.add_option("--steps", o.steps, "optimizer steps (the first is warm-up)");
   app.add_option("--experts", o.request.experts_mode, "cpu or gpu-offload");
-  app.add_option("--device", o.request.device, "device of the dense parts (auto: the planner's placement)");
+  app.add_option("--device", o.request.device,
+                 "device of the dense parts (auto: the planner's placement)");
   app.add_option("--layer-devices", o.request.layer_devices, "e.g. cuda:0:0-13,cuda:1:14-26");
   app.add_option("--gpu-cap-gib", o.gpu_cap_gib, "cap libtorch's GPU memory (0: none)");
   app.add_option("--embedding-std", o.embedding_std,
-                 "std of the random token embeddings (0: 0.02 as every weight; 4: routing spread like a trained router's)");
+                 "std of the random token embeddings (0: 0.02 as every weight; 4: routing spread "
+                 "like a trained router's)");
   app.add_option("--lora-rank", o.lora_rank, "LoRA r");
   app.add_option("--lora-alpha", o.lora_alpha, "LoRA alpha");
   app.add_option("--lora-target", o.lora_target, "comma-separated module names");
-  app.add_flag("--gradient-checkpointing", o.request.gradient_checkpointing, "recompute each layer in backward");
+  app.add_flag("--gradient-checkpointing", o.request.gradient_checkpointing,
+               "recompute each layer in backward");
   app.add_flag("--keep-expert-forward", o.keep_expert_forward,
-               "with checkpointing: keep the CPU experts' forward for the backward (what training does when RAM allows)");
+               "with checkpointing: keep the CPU experts' forward for the backward (what training "
+               "does when RAM allows)");
   app.add_option("--stream-ahead", o.request.stream_experts_ahead,
-                 "offload mode: copy the next layer's streamed experts while this one computes (false: when it runs)");
-  app.add_option("--trace", o.trace, "after the timed steps, profile one more and write its Chrome trace here");
+                 "offload mode: copy the next layer's streamed experts while this one computes "
+                 "(false: when it runs)");
+  app.add_option("--trace", o.trace,
+                 "after the timed steps, profile one more and write its Chrome trace here");
   app.add_option("--torch-threads", o.torch_threads, "libtorch intra-op threads");
   app.add_option("--experts-format", o.request.experts_format,
-                 "the routed experts' weights: auto, bf16, int8 (the CPU engine's packs, resident and offloaded copies)")
+                 "the routed experts' weights: auto, bf16, int8 (the CPU engine's packs, resident "
+                 "and offloaded copies)")
       ->check(CLI::IsMember({"auto", "bf16", "int8"}));
-  app.add_option("--experts-wt-policy", o.request.experts_wt_policy, "CPU experts' Wᵀ packs: persistent, on_demand, background")
+  app.add_option("--experts-wt-policy", o.request.experts_wt_policy,
+                 "CPU experts' Wᵀ packs: persistent, on_demand, background")
       ->check(CLI::IsMember({"persistent", "on_demand", "background"}));
   app.add_option("--gpu-experts", o.request.gpu_experts,
-                 "routed experts per MoE layer resident on the GPU (N; offload mode streams the others), or auto (the memory planner's "
+                 "routed experts per MoE layer resident on the GPU (N; offload mode streams the "
+                 "others), or auto (the memory planner's "
                  "count for the capped GPU)")
       ->check([](const std::string& v) {
         return v == "auto" || (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos)

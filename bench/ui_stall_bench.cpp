@@ -14,17 +14,17 @@
 #include <QEventLoop>
 #include <QTemporaryDir>
 #include <QTimer>
-#include <memory>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "engine/gpu/torch_runtime.h"
-#include "engine/store/run_store.h"
 #include "engine/model/demo_model.h"
+#include "engine/store/run_store.h"
 #include "ui/machine_info.h"
 #include "ui/resources.h"
 #include "ui/training_controller.h"
@@ -65,7 +65,8 @@ class StallProbe {
     if (late_ms.empty()) return s;
     std::sort(late_ms.begin(), late_ms.end());
     s.max_ms = late_ms.back();
-    s.p99_ms = late_ms[std::min(late_ms.size() - 1, static_cast<size_t>(0.99 * static_cast<double>(late_ms.size())))];
+    s.p99_ms = late_ms[std::min(late_ms.size() - 1,
+                                static_cast<size_t>(0.99 * static_cast<double>(late_ms.size())))];
     return s;
   }
 };
@@ -80,8 +81,10 @@ int main(int argc, char** argv) {
   double idle_s = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i];
-    if (key == "--steps") steps = std::atoi(argv[i + 1]);
-    else if (key == "--idle-s") idle_s = std::atof(argv[i + 1]);
+    if (key == "--steps")
+      steps = std::atoi(argv[i + 1]);
+    else if (key == "--idle-s")
+      idle_s = std::atof(argv[i + 1]);
   }
   using namespace tandem;
   gpu::setTorchThreads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
@@ -92,8 +95,8 @@ int main(int argc, char** argv) {
   train::TrainConfig config = train::loadTrainConfig(
       std::filesystem::path(TANDEM_PRESETS_DIR) / "training" / "demo_lora_sft.yaml",
       {"model_name_or_path=" + demo.dir.string(), "dataset_dir=" + (resources / "demo").string(),
-       "output_dir=" + (work / "out").string(), "max_steps=" + std::to_string(steps), "logging_steps=1",
-       "save_steps=" + std::to_string(std::max(1, steps / 2))});
+       "output_dir=" + (work / "out").string(), "max_steps=" + std::to_string(steps),
+       "logging_steps=1", "save_steps=" + std::to_string(std::max(1, steps / 2))});
   store::RunStore store = store::RunStore::open(work / "runs.db");
   const ui::MachineInfo machine = ui::detectMachine();
   StallProbe probe;
@@ -146,12 +149,14 @@ int main(int argc, char** argv) {
   }
   std::printf("event-loop stall, 5 ms precise timer, offscreen; %d demo steps per run\n", steps);
   std::printf("%-44s %10s %10s %8s %8s\n", "phase", "max ms", "p99 ms", "ticks", "run s");
-  std::printf("%-44s %10.2f %10.2f %8zu %8s\n", "idle, dashboard shown (baseline)", idle.max_ms, idle.p99_ms, idle.ticks, "-");
-  std::printf("%-44s %10.2f %10.2f %8zu %8.1f\n", "training, no widgets (engine load only)", bare.max_ms, bare.p99_ms,
-              bare.ticks, bare_s);
-  std::printf("%-44s %10.2f %10.2f %8zu %8.1f\n", "training, dashboard shown", training.max_ms, training.p99_ms,
-              training.ticks, train_s);
-  std::printf("ratio dashboard/no widgets: max %.2f, p99 %.2f\n", training.max_ms / std::max(1e-3, bare.max_ms),
+  std::printf("%-44s %10.2f %10.2f %8zu %8s\n", "idle, dashboard shown (baseline)", idle.max_ms,
+              idle.p99_ms, idle.ticks, "-");
+  std::printf("%-44s %10.2f %10.2f %8zu %8.1f\n", "training, no widgets (engine load only)",
+              bare.max_ms, bare.p99_ms, bare.ticks, bare_s);
+  std::printf("%-44s %10.2f %10.2f %8zu %8.1f\n", "training, dashboard shown", training.max_ms,
+              training.p99_ms, training.ticks, train_s);
+  std::printf("ratio dashboard/no widgets: max %.2f, p99 %.2f\n",
+              training.max_ms / std::max(1e-3, bare.max_ms),
               training.p99_ms / std::max(1e-3, bare.p99_ms));
   return 0;
 }

@@ -27,7 +27,8 @@ infer::GeneratorOptions chatOptionsFor(const QString& model_dir, const QString& 
   return options;
 }
 
-ChatController::ChatController(QObject* parent) : QObject(parent), models_(std::make_unique<Models>()) {
+ChatController::ChatController(QObject* parent)
+    : QObject(parent), models_(std::make_unique<Models>()) {
   qRegisterMetaType<ChatQuestion>();
 }
 
@@ -51,12 +52,14 @@ void ChatController::run(ChatQuestion question, std::stop_token stop) {
   auto post = [this](auto fn) { QMetaObject::invokeMethod(this, fn, Qt::QueuedConnection); };
   try {
     Models& m = *models_;
-    if (!m.generator || m.base_dir != question.base_model || m.template_name != question.template_name) {
+    if (!m.generator || m.base_dir != question.base_model ||
+        m.template_name != question.template_name) {
       post([this] { emit status(tr("loading the base model…")); });
       m.generator.reset();
       m.adapter_dirs.clear();
-      m.generator = infer::Generator::load(question.base_model.toStdString(),
-                                           chatOptionsFor(question.base_model, question.template_name));
+      m.generator =
+          infer::Generator::load(question.base_model.toStdString(),
+                                 chatOptionsFor(question.base_model, question.template_name));
       m.base_dir = question.base_model;
       m.template_name = question.template_name;
     }
@@ -65,23 +68,29 @@ void ChatController::run(ChatQuestion question, std::stop_token stop) {
       auto known = std::find(m.adapter_dirs.begin(), m.adapter_dirs.end(), question.adapter_dir);
       if (known == m.adapter_dirs.end()) {
         post([this] { emit status(tr("loading the adapter…")); });
-        m.generator->addAdapter("adapter-" + std::to_string(m.adapter_dirs.size()), question.adapter_dir.toStdString());
+        m.generator->addAdapter("adapter-" + std::to_string(m.adapter_dirs.size()),
+                                question.adapter_dir.toStdString());
         m.adapter_dirs.push_back(question.adapter_dir);
         known = m.adapter_dirs.end() - 1;
       }
       adapter = "adapter-" + std::to_string(known - m.adapter_dirs.begin());
     }
     infer::ChatRequest request;
-    if (!question.system.isEmpty()) request.messages.push_back({"system", question.system.toStdString()});
+    if (!question.system.isEmpty())
+      request.messages.push_back({"system", question.system.toStdString()});
     request.messages.push_back({"user", question.question.toStdString()});
     request.settings = question.settings;
     // One seed for both answers: with sampling on, the adapter is the only difference.
-    if (request.settings.do_sample && !request.settings.seed) request.settings.seed = std::random_device{}();
+    if (request.settings.do_sample && !request.settings.seed)
+      request.settings.seed = std::random_device{}();
     const std::string sides[] = {"base", adapter};
     for (int side = 0; side < 2 && !stop.stop_requested(); ++side) {
       if (sides[side].empty()) continue;
       request.adapter = sides[side];
-      post([this, side] { emit status(side == 0 ? tr("the base model is answering…") : tr("the adapter is answering…")); });
+      post([this, side] {
+        emit status(side == 0 ? tr("the base model is answering…")
+                              : tr("the adapter is answering…"));
+      });
       std::string text;
       const infer::GenerationResult result = m.generator->chat(
           request,
@@ -92,10 +101,13 @@ void ChatController::run(ChatQuestion question, std::stop_token stop) {
           stop);
       const int n = static_cast<int>(result.completion_tokens);
       const double rate = result.decode_seconds > 0 ? n / result.decode_seconds : 0;
-      const QString reason = QString::fromLatin1(infer::finishReasonName(result.finish_reason).data());
+      const QString reason =
+          QString::fromLatin1(infer::finishReasonName(result.finish_reason).data());
       post([this, side, reason, n, rate] { emit answered(side, reason, n, rate); });
     }
-    post([this, stopped = stop.stop_requested()] { emit status(stopped ? tr("stopped") : tr("done")); });
+    post([this, stopped = stop.stop_requested()] {
+      emit status(stopped ? tr("stopped") : tr("done"));
+    });
   } catch (const Error& e) {
     post([this, text = errorText(e)] { emit failed(text); });
   } catch (const std::exception& e) {

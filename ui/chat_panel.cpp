@@ -20,7 +20,8 @@
 
 namespace tandem::ui {
 
-ChatPanel::ChatPanel(ChatController& controller, QWidget* parent) : QWidget(parent), controller_(controller) {
+ChatPanel::ChatPanel(ChatController& controller, QWidget* parent)
+    : QWidget(parent), controller_(controller) {
   base_ = new QLineEdit;
   base_->setPlaceholderText(tr("Hugging Face model folder"));
   adapter_ = new QLineEdit;
@@ -40,7 +41,8 @@ ChatPanel::ChatPanel(ChatController& controller, QWidget* parent) : QWidget(pare
   max_tokens_->setToolTip(tr("max_new_tokens: the longest answer, in tokens"));
   sample_ = new QCheckBox(tr("S&ample"));
   sample_->setChecked(defaults.do_sample);
-  sample_->setToolTip(tr("do_sample: draw tokens from the distribution; off = greedy (always the most likely)"));
+  sample_->setToolTip(
+      tr("do_sample: draw tokens from the distribution; off = greedy (always the most likely)"));
   auto dspin = [](double lo, double hi, double value, double step, const QString& tip) {
     auto* s = new QDoubleSpinBox;
     s->setRange(lo, hi);
@@ -50,9 +52,13 @@ ChatPanel::ChatPanel(ChatController& controller, QWidget* parent) : QWidget(pare
     s->setToolTip(tip);
     return s;
   };
-  temperature_ = dspin(0.01, 5, defaults.temperature, 0.05, tr("temperature: below 1 sharper, above 1 flatter (default 0.95)"));
-  top_p_ = dspin(0.01, 1, defaults.top_p, 0.05, tr("top_p: sample from the smallest set of tokens with this much probability (default 0.7)"));
-  repetition_ = dspin(0.5, 3, defaults.repetition_penalty, 0.05, tr("repetition_penalty: > 1 discourages repeating tokens (default 1.0)"));
+  temperature_ = dspin(0.01, 5, defaults.temperature, 0.05,
+                       tr("temperature: below 1 sharper, above 1 flatter (default 0.95)"));
+  top_p_ = dspin(
+      0.01, 1, defaults.top_p, 0.05,
+      tr("top_p: sample from the smallest set of tokens with this much probability (default 0.7)"));
+  repetition_ = dspin(0.5, 3, defaults.repetition_penalty, 0.05,
+                      tr("repetition_penalty: > 1 discourages repeating tokens (default 1.0)"));
   top_k_ = new QSpinBox;
   top_k_->setRange(0, 100000);
   top_k_->setValue(static_cast<int>(defaults.top_k));
@@ -62,7 +68,8 @@ ChatPanel::ChatPanel(ChatController& controller, QWidget* parent) : QWidget(pare
   seed_->setRange(0, 2147483647);
   seed_->setSpecialValueText(tr("random"));
   seed_->setToolTip(tr("seed: the same seed gives the same answer; both sides always share one"));
-  for (QWidget* w : std::initializer_list<QWidget*>{temperature_, top_p_, top_k_, repetition_, seed_}) {
+  for (QWidget* w :
+       std::initializer_list<QWidget*>{temperature_, top_p_, top_k_, repetition_, seed_}) {
     connect(sample_, &QCheckBox::toggled, w, &QWidget::setEnabled);
   }
   auto* form = new QFormLayout;
@@ -75,8 +82,11 @@ ChatPanel::ChatPanel(ChatController& controller, QWidget* parent) : QWidget(pare
   options->addStretch(1);
   auto* sampling = new QHBoxLayout;
   sampling->addWidget(sample_);
-  for (auto [label, widget] : {std::pair<QString, QWidget*>{tr("Temperature:"), temperature_}, {tr("Top-p:"), top_p_},
-                               {tr("Top-k:"), top_k_}, {tr("Repetition penalty:"), repetition_}, {tr("Seed:"), seed_}}) {
+  for (auto [label, widget] : {std::pair<QString, QWidget*>{tr("Temperature:"), temperature_},
+                               {tr("Top-p:"), top_p_},
+                               {tr("Top-k:"), top_k_},
+                               {tr("Repetition penalty:"), repetition_},
+                               {tr("Seed:"), seed_}}) {
     sampling->addWidget(new QLabel(label));
     sampling->addWidget(widget);
   }
@@ -128,16 +138,21 @@ ChatPanel::ChatPanel(ChatController& controller, QWidget* parent) : QWidget(pare
   });
   connect(&controller_, &ChatController::status, status_, &QLabel::setText);
   connect(&controller_, &ChatController::failed, this, [this](const QString& error) {
-    status_->setText(QStringLiteral("<span style='color:#b00020'><b>%1</b></span>").arg(error.toHtmlEscaped().replace("\n", "<br>")));
+    status_->setText(QStringLiteral("<span style='color:#b00020'><b>%1</b></span>")
+                         .arg(error.toHtmlEscaped().replace("\n", "<br>")));
   });
   connect(&controller_, &ChatController::streamed, this,
           [this](int side, const QString& text) { answers_[side]->setPlainText(text); });
-  connect(&controller_, &ChatController::answered, this, [this](int side, const QString& reason, int tokens, double rate) {
-    stats_[side]->setText(tr("%1 tokens, %2 tokens/s, ended: %3").arg(tokens).arg(rate, 0, 'f', 1).arg(reason));
-  });
+  connect(
+      &controller_, &ChatController::answered, this,
+      [this](int side, const QString& reason, int tokens, double rate) {
+        stats_[side]->setText(
+            tr("%1 tokens, %2 tokens/s, ended: %3").arg(tokens).arg(rate, 0, 'f', 1).arg(reason));
+      });
 }
 
-void ChatPanel::setModels(const QString& base_model, const QString& adapter_dir, const QString& template_name) {
+void ChatPanel::setModels(const QString& base_model, const QString& adapter_dir,
+                          const QString& template_name) {
   base_->setText(base_model);
   adapter_->setText(adapter_dir);
   const int i = template_->findData(template_name);

@@ -24,7 +24,8 @@ class ChatPanel : public QWidget {
  public:
   explicit ChatPanel(ChatController& controller, QWidget* parent = nullptr);
 
-  void setModels(const QString& base_model, const QString& adapter_dir, const QString& template_name);
+  void setModels(const QString& base_model, const QString& adapter_dir,
+                 const QString& template_name);
   void setMaxNewTokens(int n);
   void setQuestion(const QString& question);
   // Greedy decoding (do_sample off) or sampling with these settings.

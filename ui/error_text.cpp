@@ -6,7 +6,8 @@ namespace tandem::ui {
 
 QString errorText(const Error& error) {
   QString text = QString::fromStdString(error.message());
-  if (!error.whatToDo().empty()) text += QStringLiteral("\n→ ") + QString::fromStdString(error.whatToDo());
+  if (!error.whatToDo().empty())
+    text += QStringLiteral("\n→ ") + QString::fromStdString(error.whatToDo());
   return text;
 }
 

@@ -37,8 +37,7 @@ std::filesystem::path demoModel(const StudioPaths& paths);
 // The demo preset (presets/training/demo_lora_sft.yaml) on the demo model and data, with
 // output_dir under `output_parent`. Makes the demo model if needed (demoModel). Throws
 // tandem::Error.
-train::TrainConfig demoConfig(const StudioPaths& paths,
-                              const std::filesystem::path& output_parent);
+train::TrainConfig demoConfig(const StudioPaths& paths, const std::filesystem::path& output_parent);
 
 // A wizard page that owns some TrainConfig fields.
 class ConfigPage : public QWizardPage {
@@ -86,7 +85,9 @@ class FineTuneWizard : public QWizard {
   // Throws tandem::Error when the planner cannot plan (e.g. an unknown kt_optimize_rule file).
   std::optional<placement::MemoryPlan> plan() const;
   // kt_optimize_rule of the config (set by the placement editor).
-  void setPlacementRule(const std::filesystem::path& rule_file) { base_.placement_rule = rule_file; }
+  void setPlacementRule(const std::filesystem::path& rule_file) {
+    base_.placement_rule = rule_file;
+  }
 
   // The machine is being probed or a page waits for an engine call (ConfigPage::isBusy).
   bool isBusy() const;

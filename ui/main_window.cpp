@@ -28,7 +28,8 @@ MainWindow::MainWindow(StudioSettings settings, StudioPaths paths, QWidget* pare
   setWindowIcon(QIcon(QStringLiteral(":/icons/tandem.svg")));
   QString store_problem;
   try {
-    store_ = std::make_unique<store::RunStore>(store::RunStore::open(settings_.run_store_path.toStdString()));
+    store_ = std::make_unique<store::RunStore>(
+        store::RunStore::open(settings_.run_store_path.toStdString()));
   } catch (const Error& e) {
     store_problem = errorText(e);
   }
@@ -63,10 +64,11 @@ MainWindow::MainWindow(StudioSettings settings, StudioPaths paths, QWidget* pare
   connect(wizard_, &FineTuneWizard::startRequested, this, &MainWindow::startTraining);
   connect(wizard_, &QWizard::rejected, this, &MainWindow::resetWizard);
   connect(runs_, &RunsView::resumeRequested, this, &MainWindow::startTraining);
-  connect(runs_, &RunsView::chatRequested, this, [this](const QString& base, const QString& adapter, const QString& tmpl) {
-    chat_panel_->setModels(base, adapter, tmpl);
-    showTab(ChatTab);
-  });
+  connect(runs_, &RunsView::chatRequested, this,
+          [this](const QString& base, const QString& adapter, const QString& tmpl) {
+            chat_panel_->setModels(base, adapter, tmpl);
+            showTab(ChatTab);
+          });
   connect(dashboard_, &TrainingDashboard::resumeRequested, this, [this] {
     train::TrainConfig config = training_->config();
     config.overwrite_output_dir = false;
@@ -74,21 +76,27 @@ MainWindow::MainWindow(StudioSettings settings, StudioPaths paths, QWidget* pare
     startTraining(config);
   });
   connect(training_.get(), &TrainingController::stepped, this, [this](const StepEvent& p) {
-    statusBar()->showMessage(tr("training: step %1 / %2, loss %3").arg(p.step).arg(p.total_steps).arg(p.loss, 0, 'f', 4));
+    statusBar()->showMessage(tr("training: step %1 / %2, loss %3")
+                                 .arg(p.step)
+                                 .arg(p.total_steps)
+                                 .arg(p.loss, 0, 'f', 4));
   });
   connect(training_.get(), &TrainingController::finished, this, [this](const TrainFinish& f) {
-    statusBar()->showMessage(f.end == TrainEnd::Failed ? tr("training failed: %1").arg(f.error)
-                                                       : tr("training %1").arg(trainEndName(f.end)));
+    statusBar()->showMessage(f.end == TrainEnd::Failed
+                                 ? tr("training failed: %1").arg(f.error)
+                                 : tr("training %1").arg(trainEndName(f.end)));
     runs_->refresh();
     if (f.end == TrainEnd::Completed) {
-      chat_panel_->setModels(QString::fromStdString(training_->config().model_name_or_path), f.output_dir,
+      chat_panel_->setModels(QString::fromStdString(training_->config().model_name_or_path),
+                             f.output_dir,
                              QString::fromStdString(training_->config().template_name));
     }
     if (close_when_stopped_) close();
   });
   runs_->refresh();
-  statusBar()->showMessage(store_problem.isEmpty() ? tr("run history: %1").arg(settings_.run_store_path)
-                                                   : tr("run history unavailable: %1").arg(store_problem));
+  statusBar()->showMessage(store_problem.isEmpty()
+                               ? tr("run history: %1").arg(settings_.run_store_path)
+                               : tr("run history unavailable: %1").arg(store_problem));
   resize(1200, 820);
 }
 
@@ -96,7 +104,8 @@ MainWindow::~MainWindow() = default;
 
 void MainWindow::buildMenus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
-  QAction* fresh = file->addAction(QIcon(QStringLiteral(":/icons/wizard.svg")), tr("&New fine-tune"));
+  QAction* fresh =
+      file->addAction(QIcon(QStringLiteral(":/icons/wizard.svg")), tr("&New fine-tune"));
   fresh->setShortcut(QKeySequence::New);
   connect(fresh, &QAction::triggered, this, [this] {
     resetWizard();
@@ -124,9 +133,10 @@ void MainWindow::buildMenus() {
   }
   QMenu* help = menuBar()->addMenu(tr("&Help"));
   connect(help->addAction(tr("&About Tandem Studio")), &QAction::triggered, this, [this] {
-    QMessageBox::about(this, tr("Tandem Studio"),
-                       tr("LoRA fine-tuning of MoE language models on one machine: routed experts on the CPU, "
-                          "the rest on the GPU.\nThe same engine as the `tandem` command."));
+    QMessageBox::about(
+        this, tr("Tandem Studio"),
+        tr("LoRA fine-tuning of MoE language models on one machine: routed experts on the CPU, "
+           "the rest on the GPU.\nThe same engine as the `tandem` command."));
   });
 }
 
@@ -157,7 +167,8 @@ void MainWindow::resetWizard() {
 
 void MainWindow::startTraining(const train::TrainConfig& config) {
   if (training_->isRunning()) {
-    QMessageBox::information(this, tr("Training"), tr("A run is going; stop it before starting another."));
+    QMessageBox::information(this, tr("Training"),
+                             tr("A run is going; stop it before starting another."));
     resetWizard();
     return;
   }
@@ -167,7 +178,8 @@ void MainWindow::startTraining(const train::TrainConfig& config) {
 }
 
 void MainWindow::openYaml() {
-  const QString path = QFileDialog::getOpenFileName(this, tr("Training YAML"), QString::fromStdString(paths_.presets.string()),
+  const QString path = QFileDialog::getOpenFileName(this, tr("Training YAML"),
+                                                    QString::fromStdString(paths_.presets.string()),
                                                     tr("YAML (*.yaml *.yml)"));
   if (path.isEmpty()) return;
   try {
@@ -197,18 +209,21 @@ void MainWindow::closeEvent(QCloseEvent* event) {
     event->ignore();
     return;
   }
-  QMessageBox box(QMessageBox::Question, tr("A training run is going"),
-                  tr("Stop it with a checkpoint before closing? It can be resumed from the Runs page."),
-                  QMessageBox::NoButton, this);
+  QMessageBox box(
+      QMessageBox::Question, tr("A training run is going"),
+      tr("Stop it with a checkpoint before closing? It can be resumed from the Runs page."),
+      QMessageBox::NoButton, this);
   QPushButton* stop = box.addButton(tr("&Stop with checkpoint and quit"), QMessageBox::AcceptRole);
-  QPushButton* discard = box.addButton(tr("Quit &without checkpoint"), QMessageBox::DestructiveRole);
+  QPushButton* discard =
+      box.addButton(tr("Quit &without checkpoint"), QMessageBox::DestructiveRole);
   box.addButton(QMessageBox::Cancel);
   box.setDefaultButton(stop);
   box.exec();
   if (box.clickedButton() == stop) {
     close_when_stopped_ = true;
     training_->stop();
-    statusBar()->showMessage(tr("stopping at the end of this step; the window closes after the checkpoint"));
+    statusBar()->showMessage(
+        tr("stopping at the end of this step; the window closes after the checkpoint"));
   } else if (box.clickedButton() == discard) {
     close_when_stopped_ = true;
     training_->cancel();

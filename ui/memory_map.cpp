@@ -65,7 +65,8 @@ uint64_t MemoryBar::used() const {
   return sum;
 }
 
-std::vector<MemoryBar> liveMemoryBars(const MachineInfo& machine, const std::vector<DeviceMemoryUsage>& ledger) {
+std::vector<MemoryBar> liveMemoryBars(const MachineInfo& machine,
+                                      const std::vector<DeviceMemoryUsage>& ledger) {
   std::vector<MemoryBar> bars;
   for (const gpu::GpuInfo& g : machine.torch.gpus) {
     MemoryBar bar;
@@ -85,13 +86,16 @@ std::vector<MemoryBar> liveMemoryBars(const MachineInfo& machine, const std::vec
   }
   for (const DeviceMemoryUsage& usage : ledger) {
     QString device = QString::fromStdString(usage.device);
-    if (device == QStringLiteral("cpu") && numa.nodes.size() == 1) device = QStringLiteral("cpu:numa%1").arg(numa.nodes[0].id);
-    auto it = std::find_if(bars.begin(), bars.end(), [&](const MemoryBar& b) { return b.device == device; });
+    if (device == QStringLiteral("cpu") && numa.nodes.size() == 1)
+      device = QStringLiteral("cpu:numa%1").arg(numa.nodes[0].id);
+    auto it = std::find_if(bars.begin(), bars.end(),
+                           [&](const MemoryBar& b) { return b.device == device; });
     if (it == bars.end()) {
       MemoryBar bar;
       bar.device = device;
       bar.label = device;
-      bar.capacity_bytes = device.startsWith(QStringLiteral("cpu")) ? numa.totalBytes() : usage.currentTotal();
+      bar.capacity_bytes =
+          device.startsWith(QStringLiteral("cpu")) ? numa.totalBytes() : usage.currentTotal();
       bars.push_back(bar);
       it = bars.end() - 1;
     }
@@ -136,10 +140,12 @@ std::vector<MemoryBar> plannedMemoryBars(const placement::MemoryPlan& plan) {
     for (int c = 0; c < placement::kPlanCategoryCount; ++c) {
       bar.bytes[static_cast<int>(slice(static_cast<PlanCategory>(c)))] += d.bytes[c];
     }
-    bar.bytes[static_cast<int>(MemorySlice::Free)] = d.capacity_bytes > d.total() ? d.capacity_bytes - d.total() : 0;
+    bar.bytes[static_cast<int>(MemorySlice::Free)] =
+        d.capacity_bytes > d.total() ? d.capacity_bytes - d.total() : 0;
     QStringList lines;
     for (const placement::PlanItem& item : d.items) {
-      lines << QStringLiteral("%1: %2").arg(QString::fromStdString(item.what), bytesText(item.bytes));
+      lines << QStringLiteral("%1: %2").arg(QString::fromStdString(item.what),
+                                            bytesText(item.bytes));
     }
     bar.details = lines.join(QLatin1Char('\n'));
     bars.push_back(bar);
@@ -161,7 +167,8 @@ void MemoryMapWidget::setBars(std::vector<MemoryBar> bars) {
 
 int MemoryMapWidget::labelWidth() const {
   int width = 60;
-  for (const MemoryBar& b : bars_) width = std::max(width, fontMetrics().horizontalAdvance(b.label) + 12);
+  for (const MemoryBar& b : bars_)
+    width = std::max(width, fontMetrics().horizontalAdvance(b.label) + 12);
   return width;
 }
 
@@ -174,8 +181,10 @@ QSize MemoryMapWidget::minimumSizeHint() const { return {240, sizeHint().height(
 
 QRect MemoryMapWidget::barRect(int index) const {
   const int left = labelWidth();
-  const int right_text = fontMetrics().horizontalAdvance(QStringLiteral("000.0 GiB / 000.0 GiB")) + 10;
-  return {left, index * (kBarHeight + kRowGap), std::max(40, width() - left - right_text), kBarHeight};
+  const int right_text =
+      fontMetrics().horizontalAdvance(QStringLiteral("000.0 GiB / 000.0 GiB")) + 10;
+  return {left, index * (kBarHeight + kRowGap), std::max(40, width() - left - right_text),
+          kBarHeight};
 }
 
 void MemoryMapWidget::paintEvent(QPaintEvent*) {
@@ -191,20 +200,23 @@ void MemoryMapWidget::paintEvent(QPaintEvent*) {
     const MemoryBar& bar = bars_[i];
     const QRect r = barRect(i);
     p.setPen(text);
-    p.drawText(QRect(0, r.top(), r.left() - 6, r.height()), Qt::AlignRight | Qt::AlignVCenter, bar.label);
+    p.drawText(QRect(0, r.top(), r.left() - 6, r.height()), Qt::AlignRight | Qt::AlignVCenter,
+               bar.label);
     const double capacity = static_cast<double>(std::max<uint64_t>(1, bar.capacity_bytes));
     double x = r.left();
     for (int s = 0; s < kMemorySliceCount; ++s) {
       if (bar.bytes[s] == 0) continue;
       // A slice too small to see still gets 2 px, so "there is some" shows.
       const double w = std::max(2.0, r.width() * static_cast<double>(bar.bytes[s]) / capacity);
-      p.fillRect(QRectF(x, r.top(), std::min(w, r.right() + 1 - x), r.height()), memorySliceColor(static_cast<MemorySlice>(s)));
+      p.fillRect(QRectF(x, r.top(), std::min(w, r.right() + 1 - x), r.height()),
+                 memorySliceColor(static_cast<MemorySlice>(s)));
       x += w;
     }
     p.setPen(palette().color(QPalette::Mid));
     p.drawRect(r.adjusted(0, 0, -1, -1));
     p.setPen(text);
-    p.drawText(QRect(r.right() + 8, r.top(), width() - r.right() - 8, r.height()), Qt::AlignLeft | Qt::AlignVCenter,
+    p.drawText(QRect(r.right() + 8, r.top(), width() - r.right() - 8, r.height()),
+               Qt::AlignLeft | Qt::AlignVCenter,
                tr("%1 / %2").arg(bytesText(bar.used()), bytesText(bar.capacity_bytes)));
   }
   // Legend.
@@ -233,14 +245,16 @@ QString MemoryMapWidget::detailsAt(const QPoint& pos) const {
       const double w = std::max(2.0, r.width() * static_cast<double>(bar.bytes[s]) / capacity);
       if (pos.x() >= x && pos.x() < x + w) {
         return tr("%1 — %2: %3 (%4% of %5)")
-                   .arg(bar.device, memorySliceName(static_cast<MemorySlice>(s)), bytesText(bar.bytes[s]))
+                   .arg(bar.device, memorySliceName(static_cast<MemorySlice>(s)),
+                        bytesText(bar.bytes[s]))
                    .arg(100.0 * static_cast<double>(bar.bytes[s]) / capacity, 0, 'f', 1)
                    .arg(bytesText(bar.capacity_bytes)) +
                (bar.details.isEmpty() ? QString() : QStringLiteral("\n") + bar.details);
       }
       x += w;
     }
-    return tr("%1: %2 used of %3").arg(bar.device, bytesText(bar.used()), bytesText(bar.capacity_bytes)) +
+    return tr("%1: %2 used of %3")
+               .arg(bar.device, bytesText(bar.used()), bytesText(bar.capacity_bytes)) +
            (bar.details.isEmpty() ? QString() : QStringLiteral("\n") + bar.details);
   }
   return {};
@@ -250,8 +264,10 @@ bool MemoryMapWidget::event(QEvent* event) {
   if (event->type() == QEvent::ToolTip) {
     auto* help = static_cast<QHelpEvent*>(event);
     const QString text = detailsAt(help->pos());
-    if (text.isEmpty()) QToolTip::hideText();
-    else QToolTip::showText(help->globalPos(), text, this);
+    if (text.isEmpty())
+      QToolTip::hideText();
+    else
+      QToolTip::showText(help->globalPos(), text, this);
     return true;
   }
   return QWidget::event(event);

@@ -41,7 +41,8 @@ struct MemoryBar {
 // Live bars: GPUs from the probe (capacity) and the ledger, NUMA nodes from a fresh topology
 // read (capacity and free) and the ledger. Ledger devices "cpu" and "cpu:numaN" map to nodes;
 // "cpu" goes to node 0 on a one-node machine and to its own bar otherwise.
-std::vector<MemoryBar> liveMemoryBars(const MachineInfo& machine, const std::vector<DeviceMemoryUsage>& ledger);
+std::vector<MemoryBar> liveMemoryBars(const MachineInfo& machine,
+                                      const std::vector<DeviceMemoryUsage>& ledger);
 
 // Planned bars: the memory planner's bytes per device. Its categories map onto the slices:
 // lora_optimizer -> LoRA, expert_cache -> activations, packed_transposed -> weights,

@@ -9,7 +9,7 @@
 namespace tandem::ui {
 
 QColor seriesColor(int index) {
-  static const QColor kColors[] = {QColor(0, 114, 178), QColor(213, 94, 0),   QColor(0, 158, 115),
+  static const QColor kColors[] = {QColor(0, 114, 178),   QColor(213, 94, 0),   QColor(0, 158, 115),
                                    QColor(204, 121, 167), QColor(86, 180, 233), QColor(230, 159, 0),
                                    QColor(0, 0, 0)};
   return kColors[index % static_cast<int>(std::size(kColors))];

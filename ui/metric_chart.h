@@ -24,7 +24,7 @@ class MetricChart : public QChartView {
   int addSeries(const QString& name, const QColor& color, double width = 2.0);
   void append(int series, double step, double value);
   void replace(int series, const QList<QPointF>& points);
-  void clear();           // every series loses its points
+  void clear();            // every series loses its points
   void removeAllSeries();  // and the series themselves
   void setLogScale(bool log);
   // The x axis spans at least [0, steps] (the run's length), so the curve fills it as it runs.

@@ -18,10 +18,15 @@ QWidget* pathField(QLineEdit* edit, PathKind kind, const QString& title, const Q
   QObject::connect(browse, &QPushButton::clicked, row, [edit, kind, title, filter, row] {
     QString path;
     switch (kind) {
-      case PathKind::Folder: path = QFileDialog::getExistingDirectory(row, title, edit->text()); break;
-      case PathKind::OpenFile: path = QFileDialog::getOpenFileName(row, title, edit->text(), filter); break;
+      case PathKind::Folder:
+        path = QFileDialog::getExistingDirectory(row, title, edit->text());
+        break;
+      case PathKind::OpenFile:
+        path = QFileDialog::getOpenFileName(row, title, edit->text(), filter);
+        break;
       case PathKind::SaveFile:
-        path = QFileDialog::getSaveFileName(row, title, edit->text(), filter, nullptr, QFileDialog::DontConfirmOverwrite);
+        path = QFileDialog::getSaveFileName(row, title, edit->text(), filter, nullptr,
+                                            QFileDialog::DontConfirmOverwrite);
         break;
     }
     if (!path.isEmpty()) edit->setText(path);

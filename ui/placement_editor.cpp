@@ -40,8 +40,8 @@ PlacementEditor::PlacementEditor(placement::PlanRequest request, placement::Hard
     : QDialog(parent), request_(std::move(request)), hardware_(std::move(hardware)) {
   setWindowTitle(tr("Placement — %1").arg(QString::fromStdString(hardware_.name)));
   table_ = new QTableWidget(0, kColumns);
-  table_->setHorizontalHeaderLabels(
-      {tr("Module"), tr("Kind"), tr("Layer"), tr("Parameters"), tr("Device"), tr("Backend"), tr("Format")});
+  table_->setHorizontalHeaderLabels({tr("Module"), tr("Kind"), tr("Layer"), tr("Parameters"),
+                                     tr("Device"), tr("Backend"), tr("Format")});
   table_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   table_->horizontalHeader()->setSectionResizeMode(kName, QHeaderView::Stretch);
   table_->verticalHeader()->setVisible(false);
@@ -51,21 +51,26 @@ PlacementEditor::PlacementEditor(placement::PlanRequest request, placement::Hard
   table_->setAccessibleName(tr("Modules"));
 
   device_ = new QComboBox;
-  auto addDevice = [this](placement::Device d) { device_->addItem(QString::fromStdString(d.str())); };
+  auto addDevice = [this](placement::Device d) {
+    device_->addItem(QString::fromStdString(d.str()));
+  };
   for (const placement::GpuSpec& g : hardware_.gpus) addDevice(g.device());
   addDevice(placement::Device::cpu());
   if (hardware_.numa_nodes.size() > 1) {
-    for (const placement::NumaNodeSpec& n : hardware_.numa_nodes) addDevice(placement::Device::numaNode(n.id));
+    for (const placement::NumaNodeSpec& n : hardware_.numa_nodes)
+      addDevice(placement::Device::numaNode(n.id));
   }
   backend_ = new QComboBox;
   backend_->addItem(tr("(keep)"), QString());
   for (std::string_view b : placement::kExpertBackends) {
-    backend_->addItem(QString::fromLatin1(b.data(), static_cast<int>(b.size())), QString::fromLatin1(b.data(), static_cast<int>(b.size())));
+    backend_->addItem(QString::fromLatin1(b.data(), static_cast<int>(b.size())),
+                      QString::fromLatin1(b.data(), static_cast<int>(b.size())));
   }
   backend_->setToolTip(tr("The routed experts' backend; other modules have none"));
   auto* assign_button = new QPushButton(tr("&Assign to selected"));
   auto* auto_button = new QPushButton(tr("A&uto (planner)"));
-  auto_button->setToolTip(tr("The memory planner's placement: GPUs filled by arithmetic intensity, experts in RAM"));
+  auto_button->setToolTip(
+      tr("The memory planner's placement: GPUs filled by arithmetic intensity, experts in RAM"));
   auto* import_button = new QPushButton(tr("&Import rule file…"));
   auto* export_button = new QPushButton(tr("&Export rule file…"));
   auto* tools = new QHBoxLayout;
@@ -102,16 +107,18 @@ PlacementEditor::PlacementEditor(placement::PlanRequest request, placement::Hard
   layout->addWidget(buttons);
   resize(1000, 700);
 
-  connect(assign_button, &QPushButton::clicked, this,
-          [this] { assign(selectedRows(), device_->currentText(), backend_->currentData().toString()); });
+  connect(assign_button, &QPushButton::clicked, this, [this] {
+    assign(selectedRows(), device_->currentText(), backend_->currentData().toString());
+  });
   connect(auto_button, &QPushButton::clicked, this, &PlacementEditor::autoPlace);
   connect(import_button, &QPushButton::clicked, this, [this] {
-    const QString file = QFileDialog::getOpenFileName(this, tr("KTransformers rule file or placement preset"), {},
-                                                      tr("YAML (*.yaml *.yml)"));
+    const QString file = QFileDialog::getOpenFileName(
+        this, tr("KTransformers rule file or placement preset"), {}, tr("YAML (*.yaml *.yml)"));
     if (!file.isEmpty()) importRules(file.toStdString());
   });
   connect(export_button, &QPushButton::clicked, this, [this] {
-    const QString file = QFileDialog::getSaveFileName(this, tr("KTransformers rule file"), {}, tr("YAML (*.yaml *.yml)"));
+    const QString file = QFileDialog::getSaveFileName(this, tr("KTransformers rule file"), {},
+                                                      tr("YAML (*.yaml *.yml)"));
     if (!file.isEmpty()) exportRules(file.toStdString());
   });
 
@@ -151,13 +158,17 @@ bool PlacementEditor::tryPlacement(const placement::Placement& candidate) {
 bool PlacementEditor::refuse(const QString& problem, const QString& advice) {
   status_->setProperty("problem", problem);
   status_->setStyleSheet(QStringLiteral("color: #b00020; font-weight: bold;"));
-  status_->setText(tr("Refused — %1").arg(problem) + (advice.isEmpty() ? QString() : QStringLiteral("\n") + advice));
+  status_->setText(tr("Refused — %1").arg(problem) +
+                   (advice.isEmpty() ? QString() : QStringLiteral("\n") + advice));
   return false;
 }
 
-bool PlacementEditor::setPlacement(const placement::Placement& placement) { return tryPlacement(placement); }
+bool PlacementEditor::setPlacement(const placement::Placement& placement) {
+  return tryPlacement(placement);
+}
 
-bool PlacementEditor::assign(const std::vector<int>& rows, const QString& device, const QString& backend) {
+bool PlacementEditor::assign(const std::vector<int>& rows, const QString& device,
+                             const QString& backend) {
   std::optional<placement::Device> target;
   try {
     if (!device.isEmpty()) target = placement::Device::parse(device.toStdString());
@@ -173,7 +184,8 @@ bool PlacementEditor::assign(const std::vector<int>& rows, const QString& device
       m.backend = backend.toStdString();
       m.weight_format = placement::defaultWeightFormat(m.backend, request_.model);
       m.compute_device.reset();
-      if (m.backend == "gpu-offload" && !hardware_.gpus.empty()) m.compute_device = hardware_.gpus.front().device();
+      if (m.backend == "gpu-offload" && !hardware_.gpus.empty())
+        m.compute_device = hardware_.gpus.front().device();
     }
   }
   return tryPlacement(candidate);
@@ -187,7 +199,8 @@ void PlacementEditor::autoPlace() {
     map_->setBars(plannedMemoryBars(plan_));
     refreshTable();
     status_->setProperty("problem", plan.fits ? QString() : joined(plan.problems));
-    status_->setStyleSheet(plan.fits ? QString() : QStringLiteral("color: #b00020; font-weight: bold;"));
+    status_->setStyleSheet(plan.fits ? QString()
+                                     : QStringLiteral("color: #b00020; font-weight: bold;"));
     status_->setText(plan.fits ? tr("The planner's placement fits. %1").arg(joined(plan.notes))
                                : tr("Even the planner's placement does not fit: %1\n%2")
                                      .arg(joined(plan.problems), joined(plan.advice)));
@@ -225,25 +238,31 @@ void PlacementEditor::refreshTable() {
   const std::vector<placement::Device> layer_device = placement_.layerDevices();
   for (int i = 0; i < static_cast<int>(placement_.modules.size()); ++i) {
     const placement::ModulePlacement& m = placement_.modules[i];
-    const QString resident = m.gpu_experts > 0 ? tr(" + %1 of %2 experts on %3")
-                                                     .arg(m.gpu_experts)
-                                                     .arg(request_.model.num_experts)
-                                                     .arg(QString::fromStdString(layer_device.at(static_cast<size_t>(m.layer)).str()))
-                                               : QString();
+    const QString resident =
+        m.gpu_experts > 0
+            ? tr(" + %1 of %2 experts on %3")
+                  .arg(m.gpu_experts)
+                  .arg(request_.model.num_experts)
+                  .arg(QString::fromStdString(layer_device.at(static_cast<size_t>(m.layer)).str()))
+            : QString();
     const QString cells[kColumns] = {
         QString::fromStdString(m.name),
         QString::fromLatin1(placement::moduleKindName(m.kind).data()),
         m.layer >= 0 ? QString::number(m.layer) : QString(),
-        QString::fromStdString(formatCount(static_cast<uint64_t>(placement::moduleParameters(request_.model, m)))),
+        QString::fromStdString(
+            formatCount(static_cast<uint64_t>(placement::moduleParameters(request_.model, m)))),
         QString::fromStdString(m.device.str()) +
-            (m.compute_device ? QStringLiteral(" → %1").arg(QString::fromStdString(m.compute_device->str())) : QString()) +
+            (m.compute_device
+                 ? QStringLiteral(" → %1").arg(QString::fromStdString(m.compute_device->str()))
+                 : QString()) +
             resident,
         QString::fromStdString(m.backend),
         QString::fromStdString(m.weight_format)};
     for (int c = 0; c < kColumns; ++c) table_->setItem(i, c, new QTableWidgetItem(cells[c]));
   }
   for (int row : keep) {
-    table_->selectionModel()->select(table_->model()->index(row, 0), QItemSelectionModel::Select | QItemSelectionModel::Rows);
+    table_->selectionModel()->select(table_->model()->index(row, 0),
+                                     QItemSelectionModel::Select | QItemSelectionModel::Rows);
   }
 }
 

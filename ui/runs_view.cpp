@@ -51,8 +51,8 @@ bool resumable(const store::RunRecord& r) {
 
 RunsView::RunsView(store::RunStore* store, QWidget* parent) : QWidget(parent), store_(store) {
   table_ = new QTableWidget(0, kColumns);
-  table_->setHorizontalHeaderLabels({tr("ID"), tr("Name"), tr("Status"), tr("Model"), tr("Dataset"), tr("Steps"),
-                                     tr("Final loss"), tr("Duration"), tr("Started")});
+  table_->setHorizontalHeaderLabels({tr("ID"), tr("Name"), tr("Status"), tr("Model"), tr("Dataset"),
+                                     tr("Steps"), tr("Final loss"), tr("Duration"), tr("Started")});
   table_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   table_->horizontalHeader()->setSectionResizeMode(kModel, QHeaderView::Stretch);
   table_->verticalHeader()->setVisible(false);
@@ -66,12 +66,15 @@ RunsView::RunsView(store::RunStore* store, QWidget* parent) : QWidget(parent), s
 
   auto* refresh = new QPushButton(tr("&Refresh"));
   refresh->setShortcut(QKeySequence::Refresh);
-  refresh->setToolTip(tr("Reload the history (F5); runs whose process is gone become 'interrupted'"));
+  refresh->setToolTip(
+      tr("Reload the history (F5); runs whose process is gone become 'interrupted'"));
   auto* compare = new QPushButton(tr("Co&mpare curves"));
-  compare->setToolTip(tr("Plot the loss of every selected run (Ctrl-click or Shift-click to select several)"));
+  compare->setToolTip(
+      tr("Plot the loss of every selected run (Ctrl-click or Shift-click to select several)"));
   open_ = new QPushButton(QIcon(QStringLiteral(":/icons/folder.svg")), tr("&Open output folder"));
   resume_ = new QPushButton(QIcon(QStringLiteral(":/icons/play.svg")), tr("Res&ume"));
-  resume_->setToolTip(tr("Continue a stopped, failed or interrupted run from its newest checkpoint"));
+  resume_->setToolTip(
+      tr("Continue a stopped, failed or interrupted run from its newest checkpoint"));
   chat_ = new QPushButton(QIcon(QStringLiteral(":/icons/chat.svg")), tr("C&hat with adapter"));
   auto* buttons = new QHBoxLayout;
   for (QPushButton* b : {refresh, compare, open_, resume_, chat_}) buttons->addWidget(b);
@@ -93,7 +96,8 @@ RunsView::RunsView(store::RunStore* store, QWidget* parent) : QWidget(parent), s
   connect(table_, &QTableWidget::itemSelectionChanged, this, &RunsView::compareSelected);
   connect(open_, &QPushButton::clicked, this, [this] {
     for (const store::RunRecord* r : selected()) {
-      QDesktopServices::openUrl(QUrl::fromLocalFile(QString::fromStdString(r->output_dir.string())));
+      QDesktopServices::openUrl(
+          QUrl::fromLocalFile(QString::fromStdString(r->output_dir.string())));
     }
   });
   connect(resume_, &QPushButton::clicked, this, [this] {
@@ -111,7 +115,8 @@ RunsView::RunsView(store::RunStore* store, QWidget* parent) : QWidget(parent), s
     try {
       const train::TrainConfig config = resumeConfig(*runs.front());
       emit chatRequested(QString::fromStdString(config.model_name_or_path),
-                         QString::fromStdString(config.output_dir.string()), QString::fromStdString(config.template_name));
+                         QString::fromStdString(config.output_dir.string()),
+                         QString::fromStdString(config.template_name));
     } catch (const Error& e) {
       showProblem(problem_, errorText(e));
     }
@@ -120,8 +125,10 @@ RunsView::RunsView(store::RunStore* store, QWidget* parent) : QWidget(parent), s
 }
 
 train::TrainConfig RunsView::resumeConfig(const store::RunRecord& run) {
-  train::TrainConfig config = train::parseTrainConfig(run.config_yaml, "run " + std::to_string(run.id) + "'s config");
-  config.overwrite_output_dir = false;  // overwriting would throw away the checkpoints we resume from
+  train::TrainConfig config =
+      train::parseTrainConfig(run.config_yaml, "run " + std::to_string(run.id) + "'s config");
+  config.overwrite_output_dir =
+      false;  // overwriting would throw away the checkpoints we resume from
   config.resume = train::ResumeFrom::Latest;
   return config;
 }
@@ -154,13 +161,16 @@ void RunsView::refresh() {
     };
     set(kId, QString::number(r.id));
     set(kName, QString::fromStdString(r.name));
-    QTableWidgetItem* status = set(kStatus, QString::fromStdString(std::string(store::runStatusName(r.status))));
+    QTableWidgetItem* status =
+        set(kStatus, QString::fromStdString(std::string(store::runStatusName(r.status))));
     status->setForeground(statusColor(r.status));
     if (!r.error.empty()) status->setToolTip(QString::fromStdString(r.error));
     set(kModel, QString::fromStdString(r.model));
     set(kDataset, QString::fromStdString(r.dataset));
     set(kSteps, tr("%1 / %2").arg(r.last_step.value_or(0)).arg(r.total_steps));
-    set(kLoss, r.final_loss ? (std::isnan(*r.final_loss) ? tr("NaN") : QString::number(*r.final_loss, 'f', 4)) : QString());
+    set(kLoss, r.final_loss ? (std::isnan(*r.final_loss) ? tr("NaN")
+                                                         : QString::number(*r.final_loss, 'f', 4))
+                            : QString());
     set(kDuration, QString::fromStdString(formatDuration(r.durationS(now))));
     set(kStarted, r.started_at ? QDateTime::fromSecsSinceEpoch(static_cast<qint64>(*r.started_at))
                                      .toString(QStringLiteral("yyyy-MM-dd HH:mm"))
@@ -199,10 +209,12 @@ void RunsView::compareSelected() {
   if (!store_) return;
   int n = 0;
   for (const store::RunRecord* r : selected()) {
-    const int series = chart_->addSeries(tr("#%1 %2").arg(r->id).arg(QString::fromStdString(r->name)), seriesColor(n++));
+    const int series = chart_->addSeries(
+        tr("#%1 %2").arg(r->id).arg(QString::fromStdString(r->name)), seriesColor(n++));
     QList<QPointF> points;
     try {
-      for (const store::StepMetrics& m : store_->metrics(r->id)) points.append(QPointF(static_cast<double>(m.step), m.loss));
+      for (const store::StepMetrics& m : store_->metrics(r->id))
+        points.append(QPointF(static_cast<double>(m.step), m.loss));
     } catch (const Error& e) {
       showProblem(problem_, errorText(e));
     }

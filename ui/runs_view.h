@@ -39,7 +39,8 @@ class RunsView : public QWidget {
 
  signals:
   void resumeRequested(const tandem::train::TrainConfig& config);
-  void chatRequested(const QString& base_model, const QString& adapter_dir, const QString& template_name);
+  void chatRequested(const QString& base_model, const QString& adapter_dir,
+                     const QString& template_name);
 
  private:
   std::vector<const store::RunRecord*> selected() const;

@@ -14,7 +14,8 @@ namespace tandem::ui {
 SettingsDialog::SettingsDialog(const StudioSettings& settings, QWidget* parent) : QDialog(parent) {
   setWindowTitle(tr("Settings"));
   store_ = new QLineEdit(settings.run_store_path);
-  store_->setToolTip(tr("The SQLite run history shared with `tandem runs` (takes effect at the next start)"));
+  store_->setToolTip(
+      tr("The SQLite run history shared with `tandem runs` (takes effect at the next start)"));
   output_ = new QLineEdit(settings.output_parent);
   output_->setToolTip(tr("New fine-tunes write into a folder under this one"));
   demo_ = new QLineEdit(settings.demo_workdir);
@@ -26,7 +27,8 @@ SettingsDialog::SettingsDialog(const StudioSettings& settings, QWidget* parent) 
   max_tokens_->setValue(settings.chat_max_new_tokens);
   max_tokens_->setToolTip(tr("Default length limit of chat answers, in tokens"));
   auto* form = new QFormLayout;
-  form->addRow(tr("&Run store:"), pathField(store_, PathKind::SaveFile, tr("Run store"), tr("SQLite (*.db)")));
+  form->addRow(tr("&Run store:"),
+               pathField(store_, PathKind::SaveFile, tr("Run store"), tr("SQLite (*.db)")));
   form->addRow(tr("&Output folder:"), pathField(output_, PathKind::Folder, tr("Output folder")));
   form->addRow(tr("&Demo folder:"), pathField(demo_, PathKind::Folder, tr("Demo folder")));
   form->addRow(tr("Chat &max tokens:"), max_tokens_);

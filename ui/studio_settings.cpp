@@ -3,8 +3,8 @@
 #include <QDir>
 #include <QSettings>
 
-#include "engine/store/run_store.h"
 #include "engine/model/demo_model.h"
+#include "engine/store/run_store.h"
 
 namespace tandem::ui {
 
@@ -12,10 +12,14 @@ StudioSettings StudioSettings::load() {
   QSettings s;
   StudioSettings out;
   out.run_store_path = s.value(QStringLiteral("paths/run_store"),
-                               QString::fromStdString(store::RunStore::defaultPath().string())).toString();
-  out.output_parent = s.value(QStringLiteral("paths/output_parent"), QDir::home().filePath(QStringLiteral("tandem-runs"))).toString();
+                               QString::fromStdString(store::RunStore::defaultPath().string()))
+                           .toString();
+  out.output_parent = s.value(QStringLiteral("paths/output_parent"),
+                              QDir::home().filePath(QStringLiteral("tandem-runs")))
+                          .toString();
   out.demo_workdir = s.value(QStringLiteral("paths/demo_workdir"),
-                             QString::fromStdString(model::defaultDemoWorkdir().string())).toString();
+                             QString::fromStdString(model::defaultDemoWorkdir().string()))
+                         .toString();
   out.log_scale_loss = s.value(QStringLiteral("charts/log_scale_loss"), false).toBool();
   out.chat_max_new_tokens = s.value(QStringLiteral("chat/max_new_tokens"), 64).toInt();
   return out;

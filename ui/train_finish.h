@@ -17,10 +17,10 @@ struct TrainFinish {
   TrainEnd end = TrainEnd::Completed;
   int64_t steps = 0;
   double final_loss = 0;
-  int64_t run_id = 0;     // in the run store; 0 when it failed before one was made
+  int64_t run_id = 0;  // in the run store; 0 when it failed before one was made
   QString output_dir;
-  QString error;          // Failed: what is wrong
-  QString what_to_do;     // Failed: what the user can do about it
+  QString error;       // Failed: what is wrong
+  QString what_to_do;  // Failed: what the user can do about it
 };
 
 QString trainEndName(TrainEnd end);  // "completed", "stopped", ...

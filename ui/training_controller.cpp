@@ -26,23 +26,27 @@ class TrainingController::Listener : public TrainListener {
   explicit Listener(TrainingController& owner) : owner_(owner) {}
 
   void onStep(const StepEvent& e) override {
-    QMetaObject::invokeMethod(&owner_, [o = &owner_, e] { emit o->stepped(e); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        &owner_, [o = &owner_, e] { emit o->stepped(e); }, Qt::QueuedConnection);
   }
   void onCheckpoint(int64_t step, const std::filesystem::path& dir) override {
     const QString path = QString::fromStdString(dir.string());
-    QMetaObject::invokeMethod(&owner_, [o = &owner_, step, path] { emit o->checkpointed(step, path); },
-                              Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        &owner_, [o = &owner_, step, path] { emit o->checkpointed(step, path); },
+        Qt::QueuedConnection);
   }
   void onMessage(const std::string& message) override {
     const QString text = QString::fromStdString(message);
-    QMetaObject::invokeMethod(&owner_, [o = &owner_, text] { emit o->messaged(text); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        &owner_, [o = &owner_, text] { emit o->messaged(text); }, Qt::QueuedConnection);
   }
 
  private:
   TrainingController& owner_;
 };
 
-TrainingController::TrainingController(store::RunStore* store, QObject* parent) : QObject(parent), store_(store) {
+TrainingController::TrainingController(store::RunStore* store, QObject* parent)
+    : QObject(parent), store_(store) {
   qRegisterMetaType<StepEvent>();
   qRegisterMetaType<TrainFinish>();
 }
@@ -75,19 +79,21 @@ void TrainingController::start(const train::TrainConfig& config) {
   });
 }
 
-void TrainingController::run(train::TrainConfig config, std::stop_token stop, std::stop_token cancel) {
+void TrainingController::run(train::TrainConfig config, std::stop_token stop,
+                             std::stop_token cancel) {
   lowerCurrentThreadPriority();
   Listener listener(*this);
   TrainFinish finish;
   finish.output_dir = QString::fromStdString(config.output_dir.string());
   try {
-    const train::TrainingRunOutcome outcome = train::runTraining(config, listener, {stop, cancel, &pause_}, store_);
+    const train::TrainingRunOutcome outcome =
+        train::runTraining(config, listener, {stop, cancel, &pause_}, store_);
     finish.steps = outcome.result.steps;
     finish.final_loss = outcome.result.final_loss;
     finish.run_id = outcome.run_id;
     finish.end = outcome.result.outcome == TrainOutcome::Completed ? TrainEnd::Completed
                  : outcome.result.outcome == TrainOutcome::Stopped ? TrainEnd::Stopped
-                                                                          : TrainEnd::Cancelled;
+                                                                   : TrainEnd::Cancelled;
   } catch (const Error& e) {
     finish.end = TrainEnd::Failed;
     finish.error = QString::fromStdString(e.message());

@@ -27,7 +27,8 @@ QString duration(double seconds) { return QString::fromStdString(formatDuration(
 
 }  // namespace
 
-TrainingDashboard::TrainingDashboard(TrainingController& controller, const MachineInfo& machine, QWidget* parent)
+TrainingDashboard::TrainingDashboard(TrainingController& controller, const MachineInfo& machine,
+                                     QWidget* parent)
     : QWidget(parent), controller_(controller), machine_(machine) {
   loss_chart_ = new MetricChart(tr("Training loss"), tr("loss"));
   raw_series_ = loss_chart_->addSeries(tr("raw"), QColor(0, 114, 178, 90), 1.5);
@@ -48,7 +49,8 @@ TrainingDashboard::TrainingDashboard(TrainingController& controller, const Machi
   grid->addWidget(grad_chart_, 1, 1);
 
   log_scale_ = new QCheckBox(tr("&Log-scale loss"));
-  log_scale_->setToolTip(tr("Show the loss on a logarithmic axis (useful once it has dropped by decades)"));
+  log_scale_->setToolTip(
+      tr("Show the loss on a logarithmic axis (useful once it has dropped by decades)"));
   connect(log_scale_, &QCheckBox::toggled, loss_chart_, &MetricChart::setLogScale);
 
   progress_ = new QProgressBar;
@@ -61,15 +63,18 @@ TrainingDashboard::TrainingDashboard(TrainingController& controller, const Machi
   pause_ = new QPushButton(QIcon(QStringLiteral(":/icons/pause.svg")), tr("&Pause"));
   pause_->setToolTip(tr("Hold the run at the end of this step; press again to continue"));
   stop_ = new QPushButton(QIcon(QStringLiteral(":/icons/stop.svg")), tr("&Stop with checkpoint"));
-  stop_->setToolTip(tr("Finish this step, write a checkpoint and end; the run can be resumed later"));
+  stop_->setToolTip(
+      tr("Finish this step, write a checkpoint and end; the run can be resumed later"));
   cancel_ = new QPushButton(tr("&Cancel"));
   cancel_->setToolTip(tr("End as soon as possible without a checkpoint"));
   resume_run_ = new QPushButton(QIcon(QStringLiteral(":/icons/play.svg")), tr("&Resume run"));
   resume_run_->setToolTip(tr("Continue the stopped run from its last checkpoint"));
   resume_run_->setVisible(false);
   connect(pause_, &QPushButton::clicked, this, [this] {
-    if (controller_.isPaused()) controller_.resume();
-    else controller_.pause();
+    if (controller_.isPaused())
+      controller_.resume();
+    else
+      controller_.pause();
   });
   connect(stop_, &QPushButton::clicked, &controller_, &TrainingController::stop);
   connect(cancel_, &QPushButton::clicked, &controller_, &TrainingController::cancel);
@@ -91,7 +96,8 @@ TrainingDashboard::TrainingDashboard(TrainingController& controller, const Machi
   log_->setReadOnly(true);
   log_->setMaximumBlockCount(5000);
   log_->setAccessibleName(tr("Training log"));
-  log_->setPlaceholderText(tr("Messages of the run (data summary, checkpoints, errors) appear here."));
+  log_->setPlaceholderText(
+      tr("Messages of the run (data summary, checkpoints, errors) appear here."));
   memory_map_ = new MemoryMapWidget;
   memory_map_->setBars(liveMemoryBars(machine_, {}));
   auto* memory_box = new QGroupBox(tr("Memory (live)"));
@@ -120,10 +126,12 @@ TrainingDashboard::TrainingDashboard(TrainingController& controller, const Machi
 
   connect(&controller_, &TrainingController::started, this, &TrainingDashboard::onStarted);
   connect(&controller_, &TrainingController::stepped, this, &TrainingDashboard::onStepped);
-  connect(&controller_, &TrainingController::checkpointed, this, &TrainingDashboard::onCheckpointed);
+  connect(&controller_, &TrainingController::checkpointed, this,
+          &TrainingDashboard::onCheckpointed);
   connect(&controller_, &TrainingController::messaged, this, &TrainingDashboard::appendLog);
   connect(&controller_, &TrainingController::finished, this, &TrainingDashboard::onFinished);
-  connect(&controller_, &TrainingController::pausedChanged, this, &TrainingDashboard::onPausedChanged);
+  connect(&controller_, &TrainingController::pausedChanged, this,
+          &TrainingDashboard::onPausedChanged);
 }
 
 void TrainingDashboard::setLogScale(bool log) { log_scale_->setChecked(log); }
@@ -135,7 +143,8 @@ void TrainingDashboard::showMachine() {
 QString TrainingDashboard::logText() const { return log_->toPlainText(); }
 
 void TrainingDashboard::appendLog(const QString& line) {
-  log_->appendPlainText(QStringLiteral("[%1] %2").arg(QTime::currentTime().toString(QStringLiteral("HH:mm:ss")), line));
+  log_->appendPlainText(QStringLiteral("[%1] %2").arg(
+      QTime::currentTime().toString(QStringLiteral("HH:mm:ss")), line));
 }
 
 void TrainingDashboard::setRunningControls(bool running) {
@@ -171,7 +180,8 @@ void TrainingDashboard::onStepped(const StepEvent& p) {
   points.reserve(static_cast<qsizetype>(smooth.size()));
   for (size_t i = 0; i < smooth.size(); ++i) points.append(QPointF(steps_[i], smooth[i]));
   loss_chart_->replace(smooth_series_, points);
-  for (MetricChart* c : {loss_chart_, lr_chart_, speed_chart_, grad_chart_}) c->setStepSpan(static_cast<double>(p.total_steps));
+  for (MetricChart* c : {loss_chart_, lr_chart_, speed_chart_, grad_chart_})
+    c->setStepSpan(static_cast<double>(p.total_steps));
   lr_chart_->append(0, static_cast<double>(p.step), p.learning_rate);
   speed_chart_->append(0, static_cast<double>(p.step), p.tokens_per_s);
   grad_chart_->append(0, static_cast<double>(p.step), p.grad_norm);
@@ -192,7 +202,8 @@ void TrainingDashboard::onCheckpointed(qint64 step, const QString& dir) {
 
 void TrainingDashboard::onPausedChanged(bool paused) {
   pause_->setText(paused ? tr("Con&tinue") : tr("&Pause"));
-  pause_->setIcon(QIcon(paused ? QStringLiteral(":/icons/play.svg") : QStringLiteral(":/icons/pause.svg")));
+  pause_->setIcon(
+      QIcon(paused ? QStringLiteral(":/icons/play.svg") : QStringLiteral(":/icons/pause.svg")));
   appendLog(paused ? tr("pausing at the end of this step") : tr("continuing"));
 }
 
@@ -207,14 +218,16 @@ void TrainingDashboard::onFinished(const TrainFinish& f) {
                            .arg(f.output_dir));
       break;
     case TrainEnd::Stopped:
-      status_->setText(tr("Stopped at step %1 with a checkpoint in %2").arg(f.steps).arg(f.output_dir));
+      status_->setText(
+          tr("Stopped at step %1 with a checkpoint in %2").arg(f.steps).arg(f.output_dir));
       resume_run_->setVisible(true);
       break;
     case TrainEnd::Cancelled:
       status_->setText(tr("Cancelled at step %1 (no checkpoint written for it)").arg(f.steps));
       break;
     case TrainEnd::Failed:
-      status_->setText(tr("<b>Failed:</b> %1<br>%2").arg(f.error.toHtmlEscaped(), f.what_to_do.toHtmlEscaped()));
+      status_->setText(
+          tr("<b>Failed:</b> %1<br>%2").arg(f.error.toHtmlEscaped(), f.what_to_do.toHtmlEscaped()));
       break;
   }
   appendLog(f.end == TrainEnd::Failed ? tr("failed: %1 — %2").arg(f.error, f.what_to_do)

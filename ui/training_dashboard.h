@@ -26,7 +26,8 @@ class TrainingDashboard : public QWidget {
   Q_OBJECT
 
  public:
-  TrainingDashboard(TrainingController& controller, const MachineInfo& machine, QWidget* parent = nullptr);
+  TrainingDashboard(TrainingController& controller, const MachineInfo& machine,
+                    QWidget* parent = nullptr);
 
   int pointsReceived() const { return static_cast<int>(losses_.size()); }
   MetricChart* lossChart() const { return loss_chart_; }

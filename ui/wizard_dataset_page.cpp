@@ -4,8 +4,8 @@
 
 #include <QCheckBox>
 #include <QComboBox>
-#include <QDoubleSpinBox>
 #include <QDir>
+#include <QDoubleSpinBox>
 #include <QFile>
 #include <QFileDialog>
 #include <QFormLayout>
@@ -49,19 +49,25 @@ QString oneLine(QString text) { return text.replace(QLatin1Char('\n'), QStringLi
 DatasetPage::DatasetPage(FineTuneWizard& wizard)
     : wizard_(wizard), tokenizers_(std::make_shared<TokenizerCache>()) {
   setTitle(tr("Dataset and template"));
-  setSubTitle(tr("LLaMA-Factory data: a name from dataset_info.json in the dataset folder, or a .json/.jsonl/.csv file."));
+  setSubTitle(
+      tr("LLaMA-Factory data: a name from dataset_info.json in the dataset folder, or a "
+         ".json/.jsonl/.csv file."));
   dir_ = new QLineEdit;
   dir_->setToolTip(tr("dataset_dir: the folder with dataset_info.json"));
   dataset_ = new QComboBox;
   dataset_->setEditable(true);
-  dataset_->setToolTip(tr("dataset: names from dataset_info.json, comma-separated, or a file path"));
+  dataset_->setToolTip(
+      tr("dataset: names from dataset_info.json, comma-separated, or a file path"));
   auto* browse_file = new QPushButton(tr("&File…"));
   template_ = new QComboBox;
-  for (const std::string& name : chat::templateNames()) template_->addItem(QString::fromStdString(name));
-  template_->setToolTip(tr("template: the chat template the model was trained with (qwen3, llama3, deepseek3, …)"));
+  for (const std::string& name : chat::templateNames())
+    template_->addItem(QString::fromStdString(name));
+  template_->setToolTip(
+      tr("template: the chat template the model was trained with (qwen3, llama3, deepseek3, …)"));
   cutoff_ = new QSpinBox;
   cutoff_->setRange(1, 1 << 20);
-  cutoff_->setToolTip(tr("cutoff_len: tokens per sample after truncation (LLaMA-Factory default 2048)"));
+  cutoff_->setToolTip(
+      tr("cutoff_len: tokens per sample after truncation (LLaMA-Factory default 2048)"));
   max_samples_ = new QSpinBox;
   max_samples_->setRange(0, 1 << 30);
   max_samples_->setSpecialValueText(tr("all"));
@@ -69,13 +75,17 @@ DatasetPage::DatasetPage(FineTuneWizard& wizard)
   val_size_ = new QDoubleSpinBox;
   val_size_->setRange(0, 1e9);
   val_size_->setDecimals(3);
-  val_size_->setToolTip(tr("val_size: a fraction (< 1) or a count of samples held out for evaluation"));
+  val_size_->setToolTip(
+      tr("val_size: a fraction (< 1) or a count of samples held out for evaluation"));
   train_on_prompt_ = new QCheckBox(tr("Train on &prompt"));
-  train_on_prompt_->setToolTip(tr("train_on_prompt: compute the loss on the prompt tokens too (default off)"));
+  train_on_prompt_->setToolTip(
+      tr("train_on_prompt: compute the loss on the prompt tokens too (default off)"));
   mask_history_ = new QCheckBox(tr("Mask &history"));
-  mask_history_->setToolTip(tr("mask_history: train on the last turn of a conversation only (default off)"));
+  mask_history_->setToolTip(
+      tr("mask_history: train on the last turn of a conversation only (default off)"));
   packing_ = new QCheckBox(tr("P&acking"));
-  packing_->setToolTip(tr("packing: concatenate samples into cutoff_len rows (default off for SFT)"));
+  packing_->setToolTip(
+      tr("packing: concatenate samples into cutoff_len rows (default off for SFT)"));
 
   dir_->setObjectName(QStringLiteral("dataset_dir"));
   dataset_->setObjectName(QStringLiteral("dataset"));
@@ -111,7 +121,8 @@ DatasetPage::DatasetPage(FineTuneWizard& wizard)
   form->addRow(QString(), checks);
 
   table_ = new QTableWidget(0, 3);
-  table_->setHorizontalHeaderLabels({tr("System"), tr("Prompt (last user turn)"), tr("Response (trained)")});
+  table_->setHorizontalHeaderLabels(
+      {tr("System"), tr("Prompt (last user turn)"), tr("Response (trained)")});
   table_->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
   table_->setSelectionBehavior(QAbstractItemView::SelectRows);
   table_->setSelectionMode(QAbstractItemView::SingleSelection);
@@ -128,7 +139,8 @@ DatasetPage::DatasetPage(FineTuneWizard& wizard)
   auto* render_layout = new QVBoxLayout(render_box);
   render_layout->setContentsMargins(0, 0, 0, 0);
   render_layout->addWidget(new QLabel(
-      tr("Selected row as the model sees it: <span style='background:%1'>&nbsp;trained tokens&nbsp;</span> "
+      tr("Selected row as the model sees it: <span style='background:%1'>&nbsp;trained "
+         "tokens&nbsp;</span> "
          "<span style='background:%2;color:#444'>&nbsp;masked tokens (label −100)&nbsp;</span>; "
          "neighbouring tokens alternate in shade.")
           .arg(kTrainedShades[0], kMaskedShades[0])));
@@ -146,7 +158,10 @@ DatasetPage::DatasetPage(FineTuneWizard& wizard)
   debounce_->setInterval(300);
   connect(debounce_, &QTimer::timeout, this, &DatasetPage::refresh);
   auto later = [this] { debounce_->start(); };
-  connect(dir_, &QLineEdit::textChanged, this, [this, later] { listDatasets(); later(); });
+  connect(dir_, &QLineEdit::textChanged, this, [this, later] {
+    listDatasets();
+    later();
+  });
   connect(dataset_, &QComboBox::currentTextChanged, this, later);
   connect(template_, &QComboBox::currentTextChanged, this, later);
   connect(cutoff_, &QSpinBox::valueChanged, this, later);
@@ -174,8 +189,8 @@ void DatasetPage::listDatasets() {
 }
 
 void DatasetPage::load(const train::TrainConfig& config) {
-  const QSignalBlocker b1(dir_), b2(dataset_), b3(template_), b4(cutoff_), b5(max_samples_), b6(train_on_prompt_),
-      b7(mask_history_);
+  const QSignalBlocker b1(dir_), b2(dataset_), b3(template_), b4(cutoff_), b5(max_samples_),
+      b6(train_on_prompt_), b7(mask_history_);
   dir_->setText(QString::fromStdString(config.dataset_dir));
   listDatasets();
   QStringList names;
@@ -196,7 +211,8 @@ void DatasetPage::store(train::TrainConfig& config) const {
   config.dataset = train::splitDatasetNames(dataset_->currentText().toStdString());
   config.template_name = template_->currentText().toStdString();
   config.cutoff_len = cutoff_->value();
-  config.max_samples = max_samples_->value() > 0 ? std::optional<int64_t>(max_samples_->value()) : std::nullopt;
+  config.max_samples =
+      max_samples_->value() > 0 ? std::optional<int64_t>(max_samples_->value()) : std::nullopt;
   config.val_size = val_size_->value();
   config.train_on_prompt = train_on_prompt_->isChecked();
   config.mask_history = mask_history_->isChecked();
@@ -279,9 +295,8 @@ void DatasetPage::renderRow(int row) {
   rendered_->setPlaceholderText(tr("Tokenising with the model's tokenizer…"));
   render_worker_.request(
       [tokenizers = tokenizers_, model = wizard_.config().model_name_or_path, sample = rows_[row],
-       template_name = config.template_name, options] {
-        return sampleHtml(tokenizers->get(model), sample, template_name, options);
-      },
+       template_name = config.template_name,
+       options] { return sampleHtml(tokenizers->get(model), sample, template_name, options); },
       [this](EngineResult<QString> html) {
         rendered_->setPlaceholderText({});
         if (html.ok()) {

@@ -9,7 +9,6 @@
 #include <QLabel>
 #include <QSpinBox>
 #include <QVBoxLayout>
-
 #include <optional>
 #include <string>
 
@@ -40,15 +39,20 @@ QString backendToolTip(const QString& usable_kernels) {
 
 HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
   setTitle(tr("Hardware"));
-  setSubTitle(tr("Where the run goes: attention and dense layers on the device below, routed experts on the CPU "
-                 "(the most routed also on the GPU while it has room)."));
+  setSubTitle(
+      tr("Where the run goes: attention and dense layers on the device below, routed experts on "
+         "the CPU "
+         "(the most routed also on the GPU while it has room)."));
   target_ = new QComboBox;
   target_->addItem(tr("This machine"), QString());
-  for (const std::filesystem::path& file : placement::listHardwarePresets(wizard_.paths().presets / "hardware")) {
-    target_->addItem(tr("Preset: %1").arg(QString::fromStdString(file.stem().string())), QString::fromStdString(file.string()));
+  for (const std::filesystem::path& file :
+       placement::listHardwarePresets(wizard_.paths().presets / "hardware")) {
+    target_->addItem(tr("Preset: %1").arg(QString::fromStdString(file.stem().string())),
+                     QString::fromStdString(file.string()));
   }
-  target_->setToolTip(tr("Plan for the machine the studio runs on, or for a preset in presets/hardware/ "
-                         "(the memory plan and placement then assume that machine; training still runs here)"));
+  target_->setToolTip(
+      tr("Plan for the machine the studio runs on, or for a preset in presets/hardware/ "
+         "(the memory plan and placement then assume that machine; training still runs here)"));
   problem_ = makeProblemLabel();
   connect(target_, &QComboBox::currentIndexChanged, this, &HardwarePage::choosePreset);
   machine_text_ = new QLabel(tr("Probing this machine…"));
@@ -58,42 +62,51 @@ HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
   fillDevices();
   device_->setToolTip(tr("device: where attention, router, shared experts and the LM head run"));
   backend_ = new QComboBox;
-  for (const char* name : {"auto", "generic", "avx2", "avx512", "avx512_bf16", "amx_bf16", "amx_int8", "onednn"}) {
+  for (const char* name :
+       {"auto", "generic", "avx2", "avx512", "avx512_bf16", "amx_bf16", "amx_int8", "onednn"}) {
     backend_->addItem(QString::fromLatin1(name), QString::fromLatin1(name));
   }
   backend_->setToolTip(backendToolTip(tr("this machine is being probed")));
   format_ = new QComboBox;
-  for (const char* name : {"auto", "bf16", "int8", "fp8"}) format_->addItem(QString::fromLatin1(name), QString::fromLatin1(name));
-  format_->setToolTip(tr("experts_format (kt_expert_weight_format): how the frozen routed experts are held in RAM "
-                         "and on the GPU; int8 halves them (per-channel int8, amx_int8; the GPU then holds about "
-                         "twice as many), fp8 keeps an fp8 checkpoint's experts (dequantised into bf16 packs); "
-                         "auto: int8 for amx_int8, else bf16"));
+  for (const char* name : {"auto", "bf16", "int8", "fp8"})
+    format_->addItem(QString::fromLatin1(name), QString::fromLatin1(name));
+  format_->setToolTip(
+      tr("experts_format (kt_expert_weight_format): how the frozen routed experts are held in RAM "
+         "and on the GPU; int8 halves them (per-channel int8, amx_int8; the GPU then holds about "
+         "twice as many), fp8 keeps an fp8 checkpoint's experts (dequantised into bf16 packs); "
+         "auto: int8 for amx_int8, else bf16"));
   wt_policy_ = new QComboBox;
   for (const char* name : {"auto", "persistent", "on_demand", "background"}) {
     wt_policy_->addItem(QString::fromLatin1(name), QString::fromLatin1(name));
   }
-  wt_policy_->setToolTip(tr("experts_wt_policy: the backward's transposed expert weights. persistent keeps a second "
-                            "copy (twice the expert RAM, no per-step cost); on_demand rebuilds those of the routed "
-                            "experts each step; background builds the next layer's while the GPU works; auto: "
-                            "persistent when the memory plan has room, else background"));
+  wt_policy_->setToolTip(
+      tr("experts_wt_policy: the backward's transposed expert weights. persistent keeps a second "
+         "copy (twice the expert RAM, no per-step cost); on_demand rebuilds those of the routed "
+         "experts each step; background builds the next layer's while the GPU works; auto: "
+         "persistent when the memory plan has room, else background"));
   experts_mode_ = new QComboBox;
-  experts_mode_->addItem(tr("cpu: co-computation (the CPU computes what the GPU does not hold)"), QStringLiteral("cpu"));
-  experts_mode_->addItem(tr("gpu-offload: stream what the GPU does not hold from RAM"), QStringLiteral("gpu-offload"));
-  experts_mode_->setToolTip(tr("experts_mode: who computes the routed experts the GPU does not keep. cpu: the CPU "
-                               "expert engine (fast CPUs with AMX); gpu-offload: their weights are copied to the GPU "
-                               "per layer and computed there (fast PCIe links). The memory plan's note estimates both "
-                               "for this machine and says when gpu-offload is the faster"));
+  experts_mode_->addItem(tr("cpu: co-computation (the CPU computes what the GPU does not hold)"),
+                         QStringLiteral("cpu"));
+  experts_mode_->addItem(tr("gpu-offload: stream what the GPU does not hold from RAM"),
+                         QStringLiteral("gpu-offload"));
+  experts_mode_->setToolTip(
+      tr("experts_mode: who computes the routed experts the GPU does not keep. cpu: the CPU "
+         "expert engine (fast CPUs with AMX); gpu-offload: their weights are copied to the GPU "
+         "per layer and computed there (fast PCIe links). The memory plan's note estimates both "
+         "for this machine and says when gpu-offload is the faster"));
   gpu_experts_ = new QSpinBox;
   gpu_experts_->setRange(-1, 4096);  // -1 shows as auto
   gpu_experts_->setSpecialValueText(tr("auto (what the GPU has left)"));
-  gpu_experts_->setToolTip(tr("gpu_experts (kt_num_gpu_experts): routed experts per MoE layer kept on the layer's GPU "
-                              "and computed there while the CPU computes the others, or (gpu-offload) while the others "
-                              "stream in (the most routed of the first step); auto: as many as the memory plan fits; "
-                              "0: none"));
+  gpu_experts_->setToolTip(
+      tr("gpu_experts (kt_num_gpu_experts): routed experts per MoE layer kept on the layer's GPU "
+         "and computed there while the CPU computes the others, or (gpu-offload) while the others "
+         "stream in (the most routed of the first step); auto: as many as the memory plan fits; "
+         "0: none"));
   threads_ = new QSpinBox;
   threads_->setRange(0, 4096);
   threads_->setSpecialValueText(tr("one per physical core"));
-  threads_->setToolTip(tr("expert_threads (kt_num_threads): CPU threads of the expert engine; 0 = one per core"));
+  threads_->setToolTip(
+      tr("expert_threads (kt_num_threads): CPU threads of the expert engine; 0 = one per core"));
 
   device_->setObjectName(QStringLiteral("device"));
   backend_->setObjectName(QStringLiteral("experts_backend"));
@@ -132,7 +145,8 @@ void HardwarePage::limitGpuExperts() {
   // A layer has no more experts to keep on the GPU than the chosen model has (the engine would
   // cap a larger count anyway).
   const std::optional<io::ModelSummary>& summary = wizard_.modelSummary();
-  if (summary && summary->config.num_experts > 0) gpu_experts_->setMaximum(summary->config.num_experts);
+  if (summary && summary->config.num_experts > 0)
+    gpu_experts_->setMaximum(summary->config.num_experts);
 }
 
 void HardwarePage::fillDevices() {
@@ -141,8 +155,9 @@ void HardwarePage::fillDevices() {
   device_->addItem(tr("auto (first GPU, else CPU)"), QStringLiteral("auto"));
   device_->addItem(tr("CPU only"), QStringLiteral("cpu"));
   for (const gpu::GpuInfo& g : wizard_.machine().torch.gpus) {
-    device_->addItem(QStringLiteral("cuda:%1 — %2").arg(g.index).arg(QString::fromStdString(g.name)),
-                     QStringLiteral("cuda:%1").arg(g.index));
+    device_->addItem(
+        QStringLiteral("cuda:%1 — %2").arg(g.index).arg(QString::fromStdString(g.name)),
+        QStringLiteral("cuda:%1").arg(g.index));
   }
   selectDevice(chosen.isEmpty() ? QStringLiteral("auto") : chosen);
 }
@@ -179,15 +194,22 @@ void HardwarePage::choosePreset() {
       const placement::Hardware h = placement::loadHardwarePreset(file.toStdString());
       QStringList lines;
       for (const placement::GpuSpec& g : h.gpus) {
-        lines << tr("GPU %1  %2  %3").arg(QString::fromStdString(g.device().str()), QString::fromStdString(g.name), bytesText(g.total_bytes));
+        lines << tr("GPU %1  %2  %3")
+                     .arg(QString::fromStdString(g.device().str()), QString::fromStdString(g.name),
+                          bytesText(g.total_bytes));
       }
       lines << tr("CPU  %1, %2 socket(s), %3 cores%4")
                    .arg(QString::fromStdString(h.cpu.name))
                    .arg(h.cpu.sockets)
                    .arg(h.cpu.physical_cores)
-                   .arg(h.cpu.amx_bf16 ? tr(", AMX") : h.cpu.avx512_bf16 ? tr(", AVX-512 BF16") : QString());
+                   .arg(h.cpu.amx_bf16      ? tr(", AMX")
+                        : h.cpu.avx512_bf16 ? tr(", AVX-512 BF16")
+                                            : QString());
       for (const placement::NumaNodeSpec& n : h.numa_nodes) {
-        lines << tr("NUMA node %1  %2 cores  %3 RAM").arg(n.id).arg(n.cores).arg(bytesText(n.total_bytes));
+        lines << tr("NUMA node %1  %2 cores  %3 RAM")
+                     .arg(n.id)
+                     .arg(n.cores)
+                     .arg(bytesText(n.total_bytes));
       }
       machine_text_->setText(lines.join(QLatin1Char('\n')));
       wizard_.setHardware(h);
@@ -203,8 +225,10 @@ void HardwarePage::load(const train::TrainConfig& config) {
   selectDevice(QString::fromStdString(config.device));
   backend_->setCurrentIndex(comboIndexOf(backend_, QString::fromStdString(config.experts_backend)));
   format_->setCurrentIndex(comboIndexOf(format_, QString::fromStdString(config.experts_format)));
-  wt_policy_->setCurrentIndex(comboIndexOf(wt_policy_, QString::fromStdString(config.experts_wt_policy)));
-  experts_mode_->setCurrentIndex(comboIndexOf(experts_mode_, QString::fromStdString(config.experts_mode)));
+  wt_policy_->setCurrentIndex(
+      comboIndexOf(wt_policy_, QString::fromStdString(config.experts_wt_policy)));
+  experts_mode_->setCurrentIndex(
+      comboIndexOf(experts_mode_, QString::fromStdString(config.experts_mode)));
   // The config was validated when it was read: auto or a count.
   gpu_experts_->setValue(config.gpu_experts == "auto" ? -1 : std::stoi(config.gpu_experts));
   threads_->setValue(config.expert_threads);

@@ -45,8 +45,9 @@ QString summaryHtml(const io::ModelSummary& s) {
   const io::ModelConfig& c = s.config;
   QString dtypes;
   for (const auto& [dtype, count] : s.dtype_parameters) {
-    dtypes += QStringLiteral("%1%2 %3").arg(dtypes.isEmpty() ? "" : ", ", QString::fromStdString(dtype),
-                                            QString::fromStdString(formatCount(static_cast<uint64_t>(count))));
+    dtypes += QStringLiteral("%1%2 %3").arg(
+        dtypes.isEmpty() ? "" : ", ", QString::fromStdString(dtype),
+        QString::fromStdString(formatCount(static_cast<uint64_t>(count))));
   }
   QString experts = QObject::tr("dense (no experts)");
   if (c.isMoe()) {
@@ -57,19 +58,28 @@ QString summaryHtml(const io::ModelSummary& s) {
                   .arg(s.num_layers);
   }
   auto row = [](const QString& k, const QString& v) {
-    return QStringLiteral("<tr><td style='padding-right:14px'><b>%1</b></td><td>%2</td></tr>").arg(k, v.toHtmlEscaped());
+    return QStringLiteral("<tr><td style='padding-right:14px'><b>%1</b></td><td>%2</td></tr>")
+        .arg(k, v.toHtmlEscaped());
   };
   return QStringLiteral("<table>") +
-         row(QObject::tr("Architecture"), QString::fromStdString(std::string(io::architectureName(c.architecture)))) +
-         row(QObject::tr("Parameters"), QObject::tr("%1 total, %2 active per token")
-                                            .arg(QString::fromStdString(formatCount(static_cast<uint64_t>(s.parameters.total()))),
-                                                 QString::fromStdString(formatCount(static_cast<uint64_t>(s.active_parameters))))) +
+         row(QObject::tr("Architecture"),
+             QString::fromStdString(std::string(io::architectureName(c.architecture)))) +
+         row(QObject::tr("Parameters"),
+             QObject::tr("%1 total, %2 active per token")
+                 .arg(QString::fromStdString(
+                          formatCount(static_cast<uint64_t>(s.parameters.total()))),
+                      QString::fromStdString(
+                          formatCount(static_cast<uint64_t>(s.active_parameters))))) +
          row(QObject::tr("Experts"), experts) +
          row(QObject::tr("Layers"), QObject::tr("%1, hidden size %2, vocabulary %3")
-                                        .arg(c.num_hidden_layers).arg(c.hidden_size).arg(c.vocab_size)) +
+                                        .arg(c.num_hidden_layers)
+                                        .arg(c.hidden_size)
+                                        .arg(c.vocab_size)) +
          row(QObject::tr("Weights dtype"), dtypes) +
          row(QObject::tr("Size on disk"), QObject::tr("%1 in %2 file(s), %3 tensors")
-                                              .arg(bytesText(s.bytes_on_disk)).arg(s.num_files).arg(s.num_tensors)) +
+                                              .arg(bytesText(s.bytes_on_disk))
+                                              .arg(s.num_files)
+                                              .arg(s.num_tensors)) +
          QStringLiteral("</table>");
 }
 
@@ -77,17 +87,21 @@ QString summaryHtml(const io::ModelSummary& s) {
 
 ModelPage::ModelPage(FineTuneWizard& wizard) : wizard_(wizard) {
   setTitle(tr("Base model"));
-  setSubTitle(tr("A Hugging Face model folder (config.json, tokenizer.json and *.safetensors), or a GGUF file."));
+  setSubTitle(
+      tr("A Hugging Face model folder (config.json, tokenizer.json and *.safetensors), or a GGUF "
+         "file."));
   path_ = new QLineEdit;
   path_->setPlaceholderText(tr("/path/to/Qwen3-30B-A3B"));
   path_->setAccessibleName(tr("Model folder"));
   auto* demo = new QPushButton(tr("Use the &demo model"));
-  demo->setToolTip(tr("A small random Qwen3-MoE made on this machine (no download), as `tandem demo` uses"));
+  demo->setToolTip(
+      tr("A small random Qwen3-MoE made on this machine (no download), as `tandem demo` uses"));
   QWidget* row = pathField(path_, PathKind::Folder, tr("Model folder"), {}, tr("&Browse…"));
   auto* gguf = new QPushButton(tr("&GGUF file…"));
   gguf->setToolTip(tr("A llama.cpp model file; its weights are dequantised as they load"));
   connect(gguf, &QPushButton::clicked, this, [this] {
-    const QString file = QFileDialog::getOpenFileName(this, tr("GGUF model"), path_->text(), tr("GGUF (*.gguf)"));
+    const QString file =
+        QFileDialog::getOpenFileName(this, tr("GGUF model"), path_->text(), tr("GGUF (*.gguf)"));
     if (!file.isEmpty()) path_->setText(file);
   });
   row->layout()->addWidget(gguf);
@@ -124,7 +138,9 @@ void ModelPage::load(const train::TrainConfig& config) {
   inspect();
 }
 
-void ModelPage::store(train::TrainConfig& config) const { config.model_name_or_path = path_->text().trimmed().toStdString(); }
+void ModelPage::store(train::TrainConfig& config) const {
+  config.model_name_or_path = path_->text().trimmed().toStdString();
+}
 
 bool ModelPage::isBusy() const {
   return debounce_->isActive() || !inspector_.isIdle() || !demo_maker_.isIdle();
@@ -133,16 +149,15 @@ bool ModelPage::isBusy() const {
 void ModelPage::useDemoModel() {
   showProblem(problem_, {});
   summary_->setText(tr("Making the demo model…"));
-  demo_maker_.request(
-      [paths = wizard_.paths()] { return demoModel(paths); },
-      [this](EngineResult<std::filesystem::path> model) {
-        summary_->clear();
-        if (model.ok()) {
-          path_->setText(QString::fromStdString(model.value->string()));
-        } else {
-          showProblem(problem_, model.error);
-        }
-      });
+  demo_maker_.request([paths = wizard_.paths()] { return demoModel(paths); },
+                      [this](EngineResult<std::filesystem::path> model) {
+                        summary_->clear();
+                        if (model.ok()) {
+                          path_->setText(QString::fromStdString(model.value->string()));
+                        } else {
+                          showProblem(problem_, model.error);
+                        }
+                      });
 }
 
 void ModelPage::inspect() {
@@ -190,15 +205,16 @@ void ModelPage::showVerdict() {
   try {
     const std::optional<placement::MemoryPlan> plan = wizard_.plan();
     fits = plan && plan->fits;
-    verdict = plan && !plan->problems.empty() ? QString::fromStdString(plan->problems.front()) : QString();
+    verdict = plan && !plan->problems.empty() ? QString::fromStdString(plan->problems.front())
+                                              : QString();
   } catch (const Error& e) {
     verdict = errorText(e);
   }
-  badge_->setText(
-      QStringLiteral("<span style='background:%1;color:white'>&nbsp;%2&nbsp;</span> %3")
-          .arg(fits ? "#1b7f3b" : "#b00020", fits ? tr("fits") : tr("does not fit"),
-               tr("%1 with the current settings (memory planner). %2")
-                   .arg(QString::fromStdString(wizard_.hardware().name).toHtmlEscaped(), verdict.toHtmlEscaped())));
+  badge_->setText(QStringLiteral("<span style='background:%1;color:white'>&nbsp;%2&nbsp;</span> %3")
+                      .arg(fits ? "#1b7f3b" : "#b00020", fits ? tr("fits") : tr("does not fit"),
+                           tr("%1 with the current settings (memory planner). %2")
+                               .arg(QString::fromStdString(wizard_.hardware().name).toHtmlEscaped(),
+                                    verdict.toHtmlEscaped())));
 }
 
 }  // namespace tandem::ui

@@ -18,11 +18,11 @@
 #include <filesystem>
 
 #include "engine/core/error.h"
+#include "engine/placement/kt_rules.h"
+#include "engine/train/training_plan.h"
 #include "ui/error_text.h"
 #include "ui/host_machine.h"
 #include "ui/machine_info.h"
-#include "engine/placement/kt_rules.h"
-#include "engine/train/training_plan.h"
 #include "ui/memory_map.h"
 #include "ui/placement_editor.h"
 #include "ui/wizard_pages.h"
@@ -31,7 +31,9 @@ namespace tandem::ui {
 
 ReviewPage::ReviewPage(FineTuneWizard& wizard) : wizard_(wizard) {
   setTitle(tr("Review"));
-  setSubTitle(tr("Check the plan and the configuration, then start. The YAML runs the same with `tandem train`."));
+  setSubTitle(
+      tr("Check the plan and the configuration, then start. The YAML runs the same with `tandem "
+         "train`."));
   summary_ = new QLabel;
   summary_->setWordWrap(true);
   summary_->setTextFormat(Qt::RichText);
@@ -49,12 +51,14 @@ ReviewPage::ReviewPage(FineTuneWizard& wizard) : wizard_(wizard) {
   problem_ = makeProblemLabel();
   auto* save = new QPushButton(tr("Sa&ve YAML…"));
   auto* copy = new QPushButton(tr("&Copy tandem train command"));
-  copy->setToolTip(tr("Saves the YAML first if needed, then copies the command that runs it without the studio"));
+  copy->setToolTip(tr(
+      "Saves the YAML first if needed, then copies the command that runs it without the studio"));
   connect(save, &QPushButton::clicked, this, &ReviewPage::saveYaml);
   connect(copy, &QPushButton::clicked, this, &ReviewPage::copyCommand);
   auto* place = new QPushButton(tr("Edit &placement…"));
-  place->setToolTip(tr("Every module's device and the experts' backend; writes a KTransformers rule file "
-                       "that the config names as kt_optimize_rule"));
+  place->setToolTip(
+      tr("Every module's device and the experts' backend; writes a KTransformers rule file "
+         "that the config names as kt_optimize_rule"));
   connect(place, &QPushButton::clicked, this, &ReviewPage::editPlacement);
 
   auto* plan_box = new QGroupBox(tr("Memory plan"));
@@ -120,29 +124,39 @@ void ReviewPage::initializePage() {
                     .arg(QString::fromStdString(machine.torch.gpu_status).toHtmlEscaped());
   }
   std::error_code ec;
-  if (std::filesystem::exists(config.output_dir, ec) && !std::filesystem::is_empty(config.output_dir, ec)) {
-    warnings << (config.overwrite_output_dir
-                     ? tr("The output folder is not empty: overwrite is on, an earlier Tandem run there is cleared.")
-                     : tr("The output folder is not empty: the same configuration resumes from its last checkpoint, "
-                          "another one is refused."));
+  if (std::filesystem::exists(config.output_dir, ec) &&
+      !std::filesystem::is_empty(config.output_dir, ec)) {
+    warnings << (config.overwrite_output_dir ? tr("The output folder is not empty: overwrite is "
+                                                  "on, an earlier Tandem run there is cleared.")
+                                             : tr("The output folder is not empty: the same "
+                                                  "configuration resumes from its last checkpoint, "
+                                                  "another one is refused."));
   }
   try {
     if (const std::optional<placement::MemoryPlan> plan = wizard_.plan()) {
       plan_->setBars(plannedMemoryBars(*plan));
-      for (const std::string& p : plan->problems) warnings << QString::fromStdString(p).toHtmlEscaped();
-      for (const std::string& a : plan->advice) warnings << tr("Advice: %1").arg(QString::fromStdString(a).toHtmlEscaped());
+      for (const std::string& p : plan->problems)
+        warnings << QString::fromStdString(p).toHtmlEscaped();
+      for (const std::string& a : plan->advice)
+        warnings << tr("Advice: %1").arg(QString::fromStdString(a).toHtmlEscaped());
       QStringList notes;
       for (const std::string& n : plan->notes) notes << QString::fromStdString(n);
-      plan_note_->setText(tr("The memory planner's prediction for %1%2. Hover a bar for its items.%3")
-                              .arg(QString::fromStdString(wizard_.hardware().name),
-                                   config.placement_rule.empty()
-                                       ? tr(" with its own placement")
-                                       : tr(" with the placement in %1").arg(QString::fromStdString(config.placement_rule.string())),
-                                   notes.isEmpty() ? QString() : QStringLiteral("\n") + notes.join(QStringLiteral("\n"))));
+      plan_note_->setText(
+          tr("The memory planner's prediction for %1%2. Hover a bar for its items.%3")
+              .arg(QString::fromStdString(wizard_.hardware().name),
+                   config.placement_rule.empty()
+                       ? tr(" with its own placement")
+                       : tr(" with the placement in %1")
+                             .arg(QString::fromStdString(config.placement_rule.string())),
+                   notes.isEmpty() ? QString()
+                                   : QStringLiteral("\n") + notes.join(QStringLiteral("\n"))));
       if (!plan->fits) {
         ok_ = false;
-        showProblem(problem_, tr("The run does not fit %1: %2").arg(QString::fromStdString(wizard_.hardware().name),
-                                                                    QString::fromStdString(plan->problems.empty() ? "" : plan->problems.front())));
+        showProblem(
+            problem_,
+            tr("The run does not fit %1: %2")
+                .arg(QString::fromStdString(wizard_.hardware().name),
+                     QString::fromStdString(plan->problems.empty() ? "" : plan->problems.front())));
       }
     } else {
       plan_->setBars({});
@@ -154,8 +168,10 @@ void ReviewPage::initializePage() {
     plan_->setBars({});
     plan_note_->setText(tr("No plan: %1").arg(errorText(e)));
   }
-  warnings_->setText(warnings.isEmpty() ? tr("No warnings.")
-                                        : QStringLiteral("<ul><li>%1</li></ul>").arg(warnings.join(QStringLiteral("</li><li>"))));
+  warnings_->setText(
+      warnings.isEmpty()
+          ? tr("No warnings.")
+          : QStringLiteral("<ul><li>%1</li></ul>").arg(warnings.join(QStringLiteral("</li><li>"))));
   emit completeChanged();
 }
 
@@ -165,8 +181,10 @@ void ReviewPage::editPlacement() {
   const train::TrainConfig config = wizard_.config();
   try {
     placement::Placement initial;
-    if (!config.placement_rule.empty()) initial = placement::loadPlacementFile(config.placement_rule, summary->config);
-    PlacementEditor editor(train::planRequestFor(config, summary->config), wizard_.hardware(), initial, this);
+    if (!config.placement_rule.empty())
+      initial = placement::loadPlacementFile(config.placement_rule, summary->config);
+    PlacementEditor editor(train::planRequestFor(config, summary->config), wizard_.hardware(),
+                           initial, this);
     if (editor.exec() != QDialog::Accepted) return;
     // The rule file sits beside the output folder, named after it, so the YAML can point at it.
     const std::filesystem::path rule =
@@ -184,12 +202,14 @@ void ReviewPage::editPlacement() {
 }
 
 void ReviewPage::saveYaml() {
-  const QString start = QDir(QString::fromStdString(wizard_.config().output_dir.string())).filePath(QStringLiteral("../train.yaml"));
-  const QString path = QFileDialog::getSaveFileName(this, tr("Save training YAML"), QDir::cleanPath(start),
-                                                    tr("YAML (*.yaml *.yml)"));
+  const QString start = QDir(QString::fromStdString(wizard_.config().output_dir.string()))
+                            .filePath(QStringLiteral("../train.yaml"));
+  const QString path = QFileDialog::getSaveFileName(
+      this, tr("Save training YAML"), QDir::cleanPath(start), tr("YAML (*.yaml *.yml)"));
   if (path.isEmpty()) return;
   QSaveFile file(path);
-  if (!file.open(QIODevice::WriteOnly) || file.write(yaml_->toPlainText().toUtf8()) < 0 || !file.commit()) {
+  if (!file.open(QIODevice::WriteOnly) || file.write(yaml_->toPlainText().toUtf8()) < 0 ||
+      !file.commit()) {
     showProblem(problem_, tr("Could not write %1: %2").arg(path, file.errorString()));
     return;
   }

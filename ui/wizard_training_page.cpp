@@ -60,42 +60,57 @@ TrainingPage::TrainingPage(FineTuneWizard&) {
   alpha_ = spin(1, 1 << 20, tr("lora_alpha: scale alpha/r of the LoRA update (default 2 × rank)"));
   dropout_ = dspin(0, 0.99, 3, 0.05, tr("lora_dropout: dropout on the LoRA input (default 0)"));
   target_ = new QLineEdit;
-  target_->setToolTip(tr("lora_target: 'all' or module names, comma-separated (q_proj,v_proj,gate_proj,…)"));
-  rslora_ = checkBox(tr("rs&LoRA"), tr("use_rslora: scale alpha/sqrt(r) instead of alpha/r (default off)"));
+  target_->setToolTip(
+      tr("lora_target: 'all' or module names, comma-separated (q_proj,v_proj,gate_proj,…)"));
+  rslora_ = checkBox(tr("rs&LoRA"),
+                     tr("use_rslora: scale alpha/sqrt(r) instead of alpha/r (default off)"));
   lr_ = new QLineEdit;
   auto* lr_validator = new QDoubleValidator(0, 10, 12, lr_);
   lr_validator->setNotation(QDoubleValidator::ScientificNotation);
   lr_validator->setLocale(QLocale::c());
   lr_->setValidator(lr_validator);
-  lr_->setToolTip(tr("learning_rate: AdamW peak learning rate (default 5e-5; LoRA usually 1e-4 … 3e-3)"));
+  lr_->setToolTip(
+      tr("learning_rate: AdamW peak learning rate (default 5e-5; LoRA usually 1e-4 … 3e-3)"));
   epochs_ = dspin(0, 1e6, 2, 1, tr("num_train_epochs: passes over the data (default 3)"));
-  max_steps_ = spin(-1, 1 << 30, tr("max_steps: optimizer steps; > 0 overrides the epochs (default -1 = off)"));
+  max_steps_ = spin(-1, 1 << 30,
+                    tr("max_steps: optimizer steps; > 0 overrides the epochs (default -1 = off)"));
   max_steps_->setSpecialValueText(tr("from epochs"));
   batch_ = spin(1, 1 << 16, tr("per_device_train_batch_size: samples per micro-batch (default 8)"));
-  accumulation_ = spin(1, 1 << 16, tr("gradient_accumulation_steps: micro-batches per optimizer step (default 1)"));
+  accumulation_ = spin(
+      1, 1 << 16, tr("gradient_accumulation_steps: micro-batches per optimizer step (default 1)"));
   scheduler_ = new QComboBox;
-  for (auto t : {train::LrSchedulerType::Linear, train::LrSchedulerType::Cosine, train::LrSchedulerType::Constant,
-                 train::LrSchedulerType::ConstantWithWarmup}) {
-    scheduler_->addItem(QString::fromLatin1(train::lrSchedulerName(t).data(), static_cast<int>(train::lrSchedulerName(t).size())),
+  for (auto t : {train::LrSchedulerType::Linear, train::LrSchedulerType::Cosine,
+                 train::LrSchedulerType::Constant, train::LrSchedulerType::ConstantWithWarmup}) {
+    scheduler_->addItem(QString::fromLatin1(train::lrSchedulerName(t).data(),
+                                            static_cast<int>(train::lrSchedulerName(t).size())),
                         static_cast<int>(t));
   }
-  scheduler_->setToolTip(tr("lr_scheduler_type: learning-rate schedule after warmup (default linear)"));
-  warmup_ = dspin(0, 0.999, 3, 0.01, tr("warmup_ratio: fraction of the steps spent warming up (default 0)"));
-  grad_clip_ = dspin(0, 1e6, 3, 0.1, tr("max_grad_norm: clip the global gradient norm (default 1.0; 0 = off)"));
-  weight_decay_ = dspin(0, 10, 4, 0.01, tr("weight_decay: AdamW decoupled weight decay (default 0)"));
+  scheduler_->setToolTip(
+      tr("lr_scheduler_type: learning-rate schedule after warmup (default linear)"));
+  warmup_ = dspin(0, 0.999, 3, 0.01,
+                  tr("warmup_ratio: fraction of the steps spent warming up (default 0)"));
+  grad_clip_ = dspin(0, 1e6, 3, 0.1,
+                     tr("max_grad_norm: clip the global gradient norm (default 1.0; 0 = off)"));
+  weight_decay_ =
+      dspin(0, 10, 4, 0.01, tr("weight_decay: AdamW decoupled weight decay (default 0)"));
   seed_ = spin(0, 2147483647, tr("seed: data order, LoRA init and dropout (default 42)"));
-  bf16_ = checkBox(tr("&bf16"), tr("bf16: compute the dense part in bfloat16 (default off = fp32)"));
+  bf16_ =
+      checkBox(tr("&bf16"), tr("bf16: compute the dense part in bfloat16 (default off = fp32)"));
   checkpointing_ = checkBox(tr("&Gradient checkpointing"),
-                         tr("recompute activations in backward to save memory (default on; "
-                            "key disable_gradient_checkpointing)"));
-  logging_ = spin(1, 1 << 30, tr("logging_steps: steps between log lines (default 500; examples use 10)"));
+                            tr("recompute activations in backward to save memory (default on; "
+                               "key disable_gradient_checkpointing)"));
+  logging_ =
+      spin(1, 1 << 30, tr("logging_steps: steps between log lines (default 500; examples use 10)"));
   save_steps_ = spin(1, 1 << 30, tr("save_steps: steps between checkpoints (default 500)"));
   save_limit_ = spin(0, 1 << 20, tr("save_total_limit: checkpoints kept (default: all)"));
   save_limit_->setSpecialValueText(tr("keep all"));
   output_ = new QLineEdit;
   output_->setToolTip(tr("output_dir: where checkpoints and the final adapter go"));
-  overwrite_ = checkBox(tr("&Overwrite"), tr("overwrite_output_dir: start over in a folder that holds an earlier Tandem run"));
-  plot_ = checkBox(tr("Plot &loss"), tr("plot_loss: write training_loss.png at the end (default off)"));
+  overwrite_ =
+      checkBox(tr("&Overwrite"),
+               tr("overwrite_output_dir: start over in a folder that holds an earlier Tandem run"));
+  plot_ =
+      checkBox(tr("Plot &loss"), tr("plot_loss: write training_loss.png at the end (default off)"));
 
   rank_->setObjectName(QStringLiteral("lora_rank"));
   alpha_->setObjectName(QStringLiteral("lora_alpha"));
@@ -145,8 +160,9 @@ TrainingPage::TrainingPage(FineTuneWizard&) {
   optim_form->addRow(QString(), precision);
   auto* output = new QGroupBox(tr("Output"));
   auto* output_form = new QFormLayout(output);
-  output_form->addRow(buddyLabel(tr("Output &folder:"), output_),
-                      pathField(output_, PathKind::Folder, tr("Output folder"), {}, tr("Bro&wse…")));
+  output_form->addRow(
+      buddyLabel(tr("Output &folder:"), output_),
+      pathField(output_, PathKind::Folder, tr("Output folder"), {}, tr("Bro&wse…")));
   auto* flags = new QHBoxLayout;
   flags->addWidget(overwrite_);
   flags->addWidget(plot_);
@@ -205,7 +221,8 @@ void TrainingPage::store(train::TrainConfig& c) const {
   c.lora_alpha = alpha_->value();
   c.lora_dropout = dropout_->value();
   c.lora_target.clear();
-  for (const QString& t : target_->text().split(QLatin1Char(','), Qt::SkipEmptyParts)) c.lora_target.push_back(t.trimmed().toStdString());
+  for (const QString& t : target_->text().split(QLatin1Char(','), Qt::SkipEmptyParts))
+    c.lora_target.push_back(t.trimmed().toStdString());
   c.use_rslora = rslora_->isChecked();
   c.learning_rate = QLocale::c().toDouble(lr_->text());
   c.num_train_epochs = epochs_->value();
@@ -221,7 +238,8 @@ void TrainingPage::store(train::TrainConfig& c) const {
   c.gradient_checkpointing = checkpointing_->isChecked();
   c.logging_steps = logging_->value();
   c.save_steps = save_steps_->value();
-  c.save_total_limit = save_limit_->value() > 0 ? std::optional<int64_t>(save_limit_->value()) : std::nullopt;
+  c.save_total_limit =
+      save_limit_->value() > 0 ? std::optional<int64_t>(save_limit_->value()) : std::nullopt;
   c.output_dir = output_->text().trimmed().toStdString();
   c.overwrite_output_dir = overwrite_->isChecked();
   c.plot_loss = plot_->isChecked();
@@ -231,9 +249,12 @@ void TrainingPage::check() {
   QString problem;
   bool ok_lr = false;
   const double lr = QLocale::c().toDouble(lr_->text(), &ok_lr);
-  if (!ok_lr || lr <= 0) problem = tr("Learning rate must be a positive number, e.g. 1e-4.");
-  else if (target_->text().trimmed().isEmpty()) problem = tr("Name the LoRA target modules, or 'all'.");
-  else if (output_->text().trimmed().isEmpty()) problem = tr("Choose an output folder for checkpoints and the adapter.");
+  if (!ok_lr || lr <= 0)
+    problem = tr("Learning rate must be a positive number, e.g. 1e-4.");
+  else if (target_->text().trimmed().isEmpty())
+    problem = tr("Name the LoRA target modules, or 'all'.");
+  else if (output_->text().trimmed().isEmpty())
+    problem = tr("Choose an output folder for checkpoints and the adapter.");
   showProblem(problem_, problem);
   emit completeChanged();
 }

@@ -7,7 +7,8 @@
 namespace tandem::cli {
 
 void addBenchCommand(CLI::App& app) {
-  CLI::App* bench = app.add_subcommand("bench", "Measure Tandem's kernels against baselines in the same run");
+  CLI::App* bench =
+      app.add_subcommand("bench", "Measure Tandem's kernels against baselines in the same run");
   bench->require_subcommand(1);
   bench::addExpertsBenchCommand(*bench);
 }

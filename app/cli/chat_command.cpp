@@ -79,20 +79,24 @@ std::pair<std::string, std::string> adapterSpec(const std::string& spec, size_t 
 void status(const std::string& text) { std::fprintf(stderr, "[%s]\n", text.c_str()); }
 
 void runChat(ChatOptions o) {
-  gpu::setTorchThreads(o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  gpu::setTorchThreads(o.threads > 0
+                           ? o.threads
+                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   if (o.greedy || o.settings.temperature == 0) o.settings.do_sample = false;
   if (o.has_seed) o.settings.seed = o.seed;
   auto generator = infer::Generator::load(o.model, o.load);
   std::vector<std::string> names;
   for (size_t i = 0; i < o.adapters.size(); ++i) {
     const auto [name, dir] = adapterSpec(o.adapters[i], i);
-    generator->addAdapter(name, dir, o.merge ? model::AdapterMode::Merged : model::AdapterMode::Unmerged);
+    generator->addAdapter(name, dir,
+                          o.merge ? model::AdapterMode::Merged : model::AdapterMode::Unmerged);
     names.push_back(name);
   }
   status(model::placementSummary(generator->placement()));
   std::string active = names.empty() ? "base" : names.front();
-  status("model " + generator->modelName() + ", template " + generator->templateName() + ", answering with " +
-         active + (names.empty() ? "" : "; /base and /adapter switch") + ", /reset, /exit");
+  status("model " + generator->modelName() + ", template " + generator->templateName() +
+         ", answering with " + active + (names.empty() ? "" : "; /base and /adapter switch") +
+         ", /reset, /exit");
   const bool interactive = ::isatty(STDIN_FILENO);
   std::vector<infer::ChatMessage> history;
   if (!o.system.empty()) history.push_back({"system", o.system});
@@ -121,11 +125,13 @@ void runChat(ChatOptions o) {
       continue;
     }
     if (line == "/adapter" || line.starts_with("/adapter ")) {
-      const std::string wanted = line.size() > 9 ? line.substr(9) : (names.empty() ? "" : names.front());
+      const std::string wanted =
+          line.size() > 9 ? line.substr(9) : (names.empty() ? "" : names.front());
       if (wanted.empty() || !generator->hasAdapter(wanted)) {
         std::string known;
         for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
-        status(names.empty() ? "no adapter loaded (start with --adapter DIR)" : "unknown adapter; loaded: " + known);
+        status(names.empty() ? "no adapter loaded (start with --adapter DIR)"
+                             : "unknown adapter; loaded: " + known);
         continue;
       }
       active = wanted;
@@ -141,10 +147,13 @@ void runChat(ChatOptions o) {
     infer::GenerationResult result;
     try {
       InterruptToStop interrupt;
-      result = generator->chat(request, [](const infer::GenerationDelta& d) {
-        std::fwrite(d.text.data(), 1, d.text.size(), stdout);
-        std::fflush(stdout);
-      }, interrupt.token());
+      result = generator->chat(
+          request,
+          [](const infer::GenerationDelta& d) {
+            std::fwrite(d.text.data(), 1, d.text.size(), stdout);
+            std::fflush(stdout);
+          },
+          interrupt.token());
     } catch (const Error& e) {
       std::fprintf(stderr, "error: %s\n", e.what());
       history.pop_back();
@@ -160,20 +169,30 @@ void runChat(ChatOptions o) {
 }  // namespace
 
 void addChatCommand(CLI::App& app) {
-  auto* command = app.add_subcommand("chat", "Chat with a model (and its LoRA adapters) in the terminal");
+  auto* command =
+      app.add_subcommand("chat", "Chat with a model (and its LoRA adapters) in the terminal");
   auto o = std::make_shared<ChatOptions>();
-  command->add_option("--model", o->model, "HF model dir (config.json, safetensors, tokenizer.json)")->required();
-  command->add_option("--adapter", o->adapters, "[NAME=]DIR: a PEFT adapter, training output or checkpoint dir (repeatable)");
-  command->add_option("--template", o->load.template_name, "chat template (default: from the model type)");
+  command
+      ->add_option("--model", o->model, "HF model dir (config.json, safetensors, tokenizer.json)")
+      ->required();
+  command->add_option("--adapter", o->adapters,
+                      "[NAME=]DIR: a PEFT adapter, training output or checkpoint dir (repeatable)");
+  command->add_option("--template", o->load.template_name,
+                      "chat template (default: from the model type)");
   command->add_option("--system", o->system, "system prompt");
-  command->add_option("--temperature", o->settings.temperature, "sampling temperature (0: greedy)")->capture_default_str();
+  command->add_option("--temperature", o->settings.temperature, "sampling temperature (0: greedy)")
+      ->capture_default_str();
   command->add_option("--top-p", o->settings.top_p, "nucleus sampling mass")->capture_default_str();
-  command->add_option("--top-k", o->settings.top_k, "keep the k most likely tokens (0: all)")->capture_default_str();
-  command->add_option("--repetition-penalty", o->settings.repetition_penalty, "1.0: none")->capture_default_str();
-  command->add_option("--max-new-tokens", o->settings.max_new_tokens, "longest answer in tokens")->capture_default_str();
+  command->add_option("--top-k", o->settings.top_k, "keep the k most likely tokens (0: all)")
+      ->capture_default_str();
+  command->add_option("--repetition-penalty", o->settings.repetition_penalty, "1.0: none")
+      ->capture_default_str();
+  command->add_option("--max-new-tokens", o->settings.max_new_tokens, "longest answer in tokens")
+      ->capture_default_str();
   auto* seed = command->add_option("--seed", o->seed, "sampling seed (default: random)");
   command->add_flag("--greedy", o->greedy, "greedy decoding instead of sampling");
-  command->add_flag("--merge", o->merge, "merge the (single) adapter into the weights for speed; no /base then");
+  command->add_flag("--merge", o->merge,
+                    "merge the (single) adapter into the weights for speed; no /base then");
   addModelOptions(*command, o->load);
   command->add_option("--threads", o->threads, "CPU threads for libtorch (default: all)");
   command->callback([o, seed] {

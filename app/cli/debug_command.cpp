@@ -44,9 +44,10 @@ std::unique_ptr<model::Model> loadModel(const std::string& dir, const model::Mod
                                         const model::LoraPlan* lora) {
   const io::ModelConfig config = io::readModelConfig(dir);
   placement::PlanRequest plan_request = model::planRequestFor(request, config);
-  const placement::MemoryPlan plan =
-      model::planModel(plan_request, request, model::usableHardware(request, model::probeMachine()));
-  return model::Model::load(dir, model::resolveModelOptions(request, config, plan), lora, ThreadPool::global());
+  const placement::MemoryPlan plan = model::planModel(
+      plan_request, request, model::usableHardware(request, model::probeMachine()));
+  return model::Model::load(dir, model::resolveModelOptions(request, config, plan), lora,
+                            ThreadPool::global());
 }
 
 // A JSON array of arrays of ints; rows may differ in length (right padding).
@@ -70,7 +71,8 @@ std::vector<std::vector<int64_t>> readRows(const std::string& path, const char* 
     }
     std::vector<int64_t> row;
     for (const auto& v : j[r]) {
-      if (!v.is_number_integer()) throw Error(path + ": row " + std::to_string(r) + " holds a non-integer");
+      if (!v.is_number_integer())
+        throw Error(path + ": row " + std::to_string(r) + " holds a non-integer");
       row.push_back(v.get<int64_t>());
     }
     rows.push_back(std::move(row));
@@ -79,9 +81,11 @@ std::vector<std::vector<int64_t>> readRows(const std::string& path, const char* 
 }
 
 // Rows right-padded with `pad` into one [rows, width] block.
-std::vector<int64_t> padRows(const std::vector<std::vector<int64_t>>& rows, size_t width, int64_t pad) {
+std::vector<int64_t> padRows(const std::vector<std::vector<int64_t>>& rows, size_t width,
+                             int64_t pad) {
   std::vector<int64_t> out(rows.size() * width, pad);
-  for (size_t r = 0; r < rows.size(); ++r) std::copy(rows[r].begin(), rows[r].end(), out.begin() + r * width);
+  for (size_t r = 0; r < rows.size(); ++r)
+    std::copy(rows[r].begin(), rows[r].end(), out.begin() + r * width);
   return out;
 }
 
@@ -110,7 +114,8 @@ void runDebug(const DebugOptions& o, bool gradients) {
   request.training = gradients;
   std::unique_ptr<model::LoraPlan> plan;
   if (!o.adapter.empty()) {
-    plan = std::make_unique<model::LoraPlan>(model::adapterLoraPlan(o.adapter, io::readModelConfig(o.model)));
+    plan = std::make_unique<model::LoraPlan>(
+        model::adapterLoraPlan(o.adapter, io::readModelConfig(o.model)));
     plan->settings.dropout = 0;  // debug runs are deterministic
   } else if (gradients) {
     throw Error("debug grad needs --adapter: gradients are of LoRA weights",
@@ -126,7 +131,8 @@ void addVariant(CLI::App& debug, const char* name, const char* help, bool gradie
   auto o = std::make_shared<DebugOptions>();
   command->add_option("--model", o->model, "HF model dir (config.json + safetensors)")->required();
   command->add_option("--adapter", o->adapter, "PEFT LoRA adapter dir");
-  command->add_option("--tokens", o->tokens, "JSON array of token-id rows (ragged = right padding)")->required();
+  command->add_option("--tokens", o->tokens, "JSON array of token-id rows (ragged = right padding)")
+      ->required();
   command->add_option("--labels", o->labels, "JSON labels shaped like the tokens, -100 ignored");
   command->add_option("--out", o->out, "output .safetensors")->required();
   addModelOptions(*command, o->request);
@@ -147,10 +153,10 @@ void runExport(const ExportOptions& o) {
   auto model = model::Model::load(o.model, model::ModelOptions{}, &plan, ThreadPool::global());
   model::applyAdapter(o.adapter, *model);
   model::writeAdapter(*model, plan.settings, o.out,
-                        o.format == "fused"            ? model::ExpertAdapterForm::Fused
-                        : o.format == "fused-peft0.21" ? model::ExpertAdapterForm::FusedPeft021
-                                                       : model::ExpertAdapterForm::PerExpert,
-                        o.model);
+                      o.format == "fused"            ? model::ExpertAdapterForm::Fused
+                      : o.format == "fused-peft0.21" ? model::ExpertAdapterForm::FusedPeft021
+                                                     : model::ExpertAdapterForm::PerExpert,
+                      o.model);
 }
 
 struct GenerateOptions {
@@ -170,13 +176,16 @@ struct GenerateOptions {
 void runGenerate(const GenerateOptions& o) {
   if (o.merge && o.adapter.empty()) throw Error("--merge needs --adapter");
   const auto rows = readRows(o.tokens, "tokens");
-  gpu::setTorchThreads(o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  gpu::setTorchThreads(o.threads > 0
+                           ? o.threads
+                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   model::ModelRequest request = o.request;
   request.training = false;
   auto model = loadModel(o.model, request, nullptr);
   model::AdapterSet adapters(*model);
   if (!o.adapter.empty()) {
-    adapters.add("adapter", o.adapter, o.merge ? model::AdapterMode::Merged : model::AdapterMode::Unmerged);
+    adapters.add("adapter", o.adapter,
+                 o.merge ? model::AdapterMode::Merged : model::AdapterMode::Unmerged);
   }
   infer::GenerationSettings settings;
   settings.do_sample = o.sample;
@@ -195,23 +204,30 @@ void runGenerate(const GenerateOptions& o) {
       const infer::TokenOutcome outcome =
           infer::generateTokens(*model, prompt, settings, {}, o.seed);
       out[v].push_back(outcome.ids);
-      out["timing"].push_back({{"variant", v}, {"prompt_tokens", prompt.size()}, {"new_tokens", outcome.ids.size()},
-                               {"prefill_s", outcome.prefill_seconds}, {"decode_s", outcome.decode_seconds}});
+      out["timing"].push_back({{"variant", v},
+                               {"prompt_tokens", prompt.size()},
+                               {"new_tokens", outcome.ids.size()},
+                               {"prefill_s", outcome.prefill_seconds},
+                               {"decode_s", outcome.decode_seconds}});
     }
   }
   std::printf("%s\n", out.dump().c_str());
 }
 
 void addGenerate(CLI::App& debug) {
-  auto* command = debug.add_subcommand("generate", "Print greedy continuations of token prompts as JSON (KV-cached decode)");
+  auto* command = debug.add_subcommand(
+      "generate", "Print greedy continuations of token prompts as JSON (KV-cached decode)");
   auto o = std::make_shared<GenerateOptions>();
   command->add_option("--model", o->model, "HF model dir (config.json + safetensors)")->required();
   command->add_option("--adapter", o->adapter, "PEFT adapter dir or Tandem checkpoint dir");
   command->add_option("--tokens", o->tokens, "JSON array of prompt rows (token ids)")->required();
-  command->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate per prompt")->capture_default_str();
+  command->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate per prompt")
+      ->capture_default_str();
   addModelOptions(*command, o->request);
-  command->add_flag("--merge", o->merge, "merge the adapter into the dense weights (prints only \"adapter\")");
-  command->add_flag("--sample", o->sample, "sample with LLaMA-Factory's defaults instead of greedy");
+  command->add_flag("--merge", o->merge,
+                    "merge the adapter into the dense weights (prints only \"adapter\")");
+  command->add_flag("--sample", o->sample,
+                    "sample with LLaMA-Factory's defaults instead of greedy");
   command->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
   command->add_option("--threads", o->threads, "libtorch intra-op threads (default: all)");
   command->callback([o] { runGenerate(*o); });
@@ -220,17 +236,24 @@ void addGenerate(CLI::App& debug) {
 }  // namespace
 
 void addDebugCommand(CLI::App& app) {
-  auto* debug = app.add_subcommand("debug", "Run a model on given tokens and write logits, loss, LoRA gradients");
+  auto* debug = app.add_subcommand(
+      "debug", "Run a model on given tokens and write logits, loss, LoRA gradients");
   debug->require_subcommand(1);
-  addVariant(*debug, "forward", "Write logits (and loss with --labels) to a .safetensors file", false);
-  addVariant(*debug, "grad", "Also write the gradient of every LoRA weight under PEFT's names", true);
+  addVariant(*debug, "forward", "Write logits (and loss with --labels) to a .safetensors file",
+             false);
+  addVariant(*debug, "grad", "Also write the gradient of every LoRA weight under PEFT's names",
+             true);
   addGenerate(*debug);
-  auto* command = debug->add_subcommand("export-adapter", "Re-write a LoRA adapter with routed experts per expert or fused (PEFT)");
+  auto* command = debug->add_subcommand(
+      "export-adapter", "Re-write a LoRA adapter with routed experts per expert or fused (PEFT)");
   auto o = std::make_shared<ExportOptions>();
   command->add_option("--model", o->model, "HF model dir the adapter belongs to")->required();
   command->add_option("--adapter", o->adapter, "PEFT LoRA adapter dir to read")->required();
   command->add_option("--out", o->out, "adapter dir to write")->required();
-  command->add_option("--format", o->format, "fused (PEFT 0.18-0.20), fused-peft0.21 (PEFT >= 0.21) or per-expert")->capture_default_str();
+  command
+      ->add_option("--format", o->format,
+                   "fused (PEFT 0.18-0.20), fused-peft0.21 (PEFT >= 0.21) or per-expert")
+      ->capture_default_str();
   command->callback([o] { runExport(*o); });
 }
 

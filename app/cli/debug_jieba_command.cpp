@@ -37,7 +37,8 @@ void cutLines(const std::string& path) {
 
 void addDebugJiebaCommand(CLI::App& app) {
   CLI::App* debug = app.get_subcommand("debug");
-  auto* command = debug->add_subcommand("jieba", "Cut text into words as jieba.cut does (one JSON string per line)");
+  auto* command = debug->add_subcommand(
+      "jieba", "Cut text into words as jieba.cut does (one JSON string per line)");
   auto file = std::make_shared<std::string>();
   command->add_option("FILE", *file, "text file, one JSON string per line")->required();
   command->callback([file] { cutLines(*file); });

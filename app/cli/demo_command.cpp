@@ -27,7 +27,8 @@ fs::path sourceDir(const char* env, const char* built_in) {
   return value && *value ? fs::path(value) : fs::path(built_in);
 }
 
-std::string answer(infer::Generator& generator, const std::string& adapter, const std::string& question) {
+std::string answer(infer::Generator& generator, const std::string& adapter,
+                   const std::string& question) {
   infer::ChatRequest request;
   request.adapter = adapter;
   request.messages = {{"user", question}};
@@ -43,16 +44,19 @@ void runDemo(const fs::path& workdir) {
   fs::create_directories(workdir);
   const model::DemoModel demo = model::ensureDemoModel(workdir, resources);
   const fs::path& model_dir = demo.dir;
-  if (demo.created) std::printf("made the demo model (random Qwen3-MoE) in %s\n", model_dir.string().c_str());
+  if (demo.created)
+    std::printf("made the demo model (random Qwen3-MoE) in %s\n", model_dir.string().c_str());
   const fs::path output_dir = workdir / "output";
   const train::TrainConfig config = train::loadTrainConfig(
       presets / "training" / "demo_lora_sft.yaml",
       {"model_name_or_path=" + model_dir.string(), "dataset_dir=" + (resources / "demo").string(),
        "output_dir=" + output_dir.string(), "overwrite_output_dir=true"});
-  std::printf("fine-tuning with LoRA on %s (config: %s)\n", (resources / "demo" / "identity.json").string().c_str(),
+  std::printf("fine-tuning with LoRA on %s (config: %s)\n",
+              (resources / "demo" / "identity.json").string().c_str(),
               (presets / "training" / "demo_lora_sft.yaml").string().c_str());
   store::RunStore store = store::RunStore::open(store::RunStore::defaultPath());
-  const train::TrainingRunOutcome outcome = runTrainingInForeground(config, &store, /*quiet=*/false);
+  const train::TrainingRunOutcome outcome =
+      runTrainingInForeground(config, &store, /*quiet=*/false);
   if (outcome.result.outcome != TrainOutcome::Completed) throw Error("the demo run did not finish");
   plotIfAsked(config);
 
@@ -65,20 +69,25 @@ void runDemo(const fs::path& workdir) {
   std::printf("\nQ: %s\n", question.c_str());
   std::printf("  base model:   %s\n", answer(*generator, "base", question).c_str());
   std::printf("  with adapter: %s\n", answer(*generator, "tuned", question).c_str());
-  std::printf("\nchat with it: tandem chat --model %s --adapter %s --template %s\n", model_dir.string().c_str(),
-              output_dir.string().c_str(), config.template_name.c_str());
-  std::printf("\nadapter (PEFT format): %s\nrun history: tandem runs\n", output_dir.string().c_str());
+  std::printf("\nchat with it: tandem chat --model %s --adapter %s --template %s\n",
+              model_dir.string().c_str(), output_dir.string().c_str(),
+              config.template_name.c_str());
+  std::printf("\nadapter (PEFT format): %s\nrun history: tandem runs\n",
+              output_dir.string().c_str());
 }
 
 }  // namespace
 
 void addDemoCommand(CLI::App& app) {
-  auto* command = app.add_subcommand("demo", "Make a small MoE model, fine-tune it on the bundled identity set, ask it");
+  auto* command = app.add_subcommand(
+      "demo", "Make a small MoE model, fine-tune it on the bundled identity set, ask it");
   auto workdir = std::make_shared<std::string>();
   // The default is worked out when the demo runs: a machine without a home directory then gets
   // the demo's error, not every command.
-  command->add_option("--workdir", *workdir, "where the demo model and its adapter go (default: the cache dir's demo)");
-  command->callback([workdir] { runDemo(workdir->empty() ? model::defaultDemoWorkdir() : fs::path(*workdir)); });
+  command->add_option("--workdir", *workdir,
+                      "where the demo model and its adapter go (default: the cache dir's demo)");
+  command->callback(
+      [workdir] { runDemo(workdir->empty() ? model::defaultDemoWorkdir() : fs::path(*workdir)); });
 }
 
 }  // namespace tandem::cli

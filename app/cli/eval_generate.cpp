@@ -4,8 +4,8 @@
 
 #include "engine/core/error.h"
 #include "engine/infer/generator.h"
-#include "engine/model/model_report.h"
 #include "engine/io/tokenizer.h"
+#include "engine/model/model_report.h"
 #include "engine/train/dataset.h"
 
 namespace tandem::cli {
@@ -40,7 +40,8 @@ PreparedEval prepareGenerateEval(const GenerateEvalOptions& options) {
   train::DatasetReport report;
   auto data = std::make_shared<const std::vector<chat::Conversation>>(train::loadDatasets(
       options.dataset_dir, train::splitDatasetNames(options.dataset), options.max_samples, report));
-  std::shared_ptr<infer::Generator> generator = infer::Generator::load(options.model, options.generator);
+  std::shared_ptr<infer::Generator> generator =
+      infer::Generator::load(options.model, options.generator);
   std::fprintf(stderr, "[eval] %s\n", model::placementSummary(generator->placement()).c_str());
   std::string adapter;
   if (!options.adapter.empty()) {
@@ -67,13 +68,15 @@ PreparedEval prepareGenerateEval(const GenerateEvalOptions& options) {
     request.settings = settings;
     if (!conversation.system.empty()) request.messages.push_back({"system", conversation.system});
     for (size_t i = 0; i + 1 < conversation.messages.size(); ++i) {
-      request.messages.push_back({generatorRole(conversation.messages[i].role), conversation.messages[i].content});
+      request.messages.push_back(
+          {generatorRole(conversation.messages[i].role), conversation.messages[i].content});
     }
     const std::vector<int32_t> prompt_ids = generator->encodeChat(request.messages);
     const infer::GenerationResult result = generator->chat(request, {}, stop);
     if (result.finish_reason == infer::FinishReason::Cancelled) throw Cancelled();
-    return eval::PredictionRow{generator->tokenizer().decode(prompt_ids, /*skip_special_tokens=*/false), result.text,
-                                conversation.messages.back().content};
+    return eval::PredictionRow{
+        generator->tokenizer().decode(prompt_ids, /*skip_special_tokens=*/false), result.text,
+        conversation.messages.back().content};
   };
   return prepared;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // The generating half of `tandem eval`: loads the dataset and the model (with its adapter) and
-// returns the function that answers sample i, through the generation API (engine/infer/generator.h).
+// returns the function that answers sample i, through the generation API
+// (engine/infer/generator.h).
 
 #include <cstdint>
 #include <memory>
@@ -16,7 +17,7 @@ namespace tandem::cli {
 struct GenerateEvalOptions {
   std::string model;
   std::string adapter;
-  std::string dataset;              // comma-separated names, or a file
+  std::string dataset;               // comma-separated names, or a file
   std::string dataset_dir = "data";  // LLaMA-Factory's default
   std::optional<int64_t> max_samples;
   // How the model is placed (the planner's placement by default, as for chat and serve) and its
@@ -36,9 +37,9 @@ struct GenerateEvalOptions {
 
 struct PreparedEval {
   int64_t samples = 0;
-  int64_t bad_rows = 0;                    // dataset rows that could not be used
+  int64_t bad_rows = 0;  // dataset rows that could not be used
   std::vector<eval::BadRow> first_problems;
-  eval::PredictFn predict;                // owns the model and the data
+  eval::PredictFn predict;  // owns the model and the data
 };
 
 // Throws tandem::Error on a bad model, adapter, dataset or template.

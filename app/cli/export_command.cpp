@@ -17,8 +17,9 @@ struct ExportOptions {
 };
 
 void runExport(const ExportOptions& o) {
-  const std::filesystem::path out = o.out.empty() ? std::filesystem::path(o.adapter) / "adapter_model.gguf"
-                                                  : std::filesystem::path(o.out);
+  const std::filesystem::path out = o.out.empty()
+                                        ? std::filesystem::path(o.adapter) / "adapter_model.gguf"
+                                        : std::filesystem::path(o.out);
   model::exportLlamaCppAdapter(o.adapter, o.model, out);
   std::printf("wrote %s (llama-cli -m %s --lora %s)\n", out.c_str(), o.model.c_str(), out.c_str());
 }
@@ -26,12 +27,17 @@ void runExport(const ExportOptions& o) {
 }  // namespace
 
 void addExportCommand(CLI::App& app) {
-  auto* command = app.add_subcommand("export", "Write a LoRA adapter as a GGUF file for llama.cpp (--lora)");
+  auto* command =
+      app.add_subcommand("export", "Write a LoRA adapter as a GGUF file for llama.cpp (--lora)");
   auto o = std::make_shared<ExportOptions>();
-  command->add_option("--adapter", o->adapter, "PEFT LoRA adapter dir (adapter_config.json + adapter_model.safetensors)")
+  command
+      ->add_option("--adapter", o->adapter,
+                   "PEFT LoRA adapter dir (adapter_config.json + adapter_model.safetensors)")
       ->required();
-  command->add_option("--model", o->model, "the GGUF base model the adapter is for (.gguf file)")->required();
-  command->add_option("--out", o->out, "the .gguf file to write (default: ADAPTER/adapter_model.gguf)");
+  command->add_option("--model", o->model, "the GGUF base model the adapter is for (.gguf file)")
+      ->required();
+  command->add_option("--out", o->out,
+                      "the .gguf file to write (default: ADAPTER/adapter_model.gguf)");
   command->callback([o] { runExport(*o); });
 }
 

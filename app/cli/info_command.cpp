@@ -29,7 +29,7 @@ MachineInfo probeMachine() {
   MachineInfo m;
   m.cpu = cpuFeatures();
   m.numa = detectNumaTopology();
-  struct sysinfo si{};
+  struct sysinfo si = {};
   if (sysinfo(&si) == 0) {
     m.ram_total_bytes = static_cast<uint64_t>(si.totalram) * si.mem_unit;
     m.ram_available_bytes = static_cast<uint64_t>(si.freeram + si.bufferram) * si.mem_unit;
@@ -39,12 +39,18 @@ MachineInfo probeMachine() {
 }
 
 nlohmann::json featuresJson(const CpuFeatures& f) {
-  return {{"avx2", f.avx2},           {"fma", f.fma},
-          {"f16c", f.f16c},           {"avx512f", f.avx512f},
-          {"avx512bw", f.avx512bw},   {"avx512vl", f.avx512vl},
-          {"avx512dq", f.avx512dq},   {"avx512_vnni", f.avx512_vnni},
-          {"avx512_bf16", f.avx512_bf16}, {"avx512_fp16", f.avx512_fp16},
-          {"amx_tile", f.amx_tile},   {"amx_bf16", f.amx_bf16},
+  return {{"avx2", f.avx2},
+          {"fma", f.fma},
+          {"f16c", f.f16c},
+          {"avx512f", f.avx512f},
+          {"avx512bw", f.avx512bw},
+          {"avx512vl", f.avx512vl},
+          {"avx512dq", f.avx512dq},
+          {"avx512_vnni", f.avx512_vnni},
+          {"avx512_bf16", f.avx512_bf16},
+          {"avx512_fp16", f.avx512_fp16},
+          {"amx_tile", f.amx_tile},
+          {"amx_bf16", f.amx_bf16},
           {"amx_int8", f.amx_int8}};
 }
 
@@ -62,8 +68,8 @@ nlohmann::json toJson(const MachineInfo& m) {
                     {"name", g.name},
                     {"total_bytes", g.total_bytes},
                     {"free_bytes", g.free_bytes},
-                    {"compute_capability", std::to_string(g.compute_major) + "." +
-                                               std::to_string(g.compute_minor)},
+                    {"compute_capability",
+                     std::to_string(g.compute_major) + "." + std::to_string(g.compute_minor)},
                     {"multiprocessors", g.multiprocessors}});
   }
   const CpuFeatures& f = m.cpu;
@@ -138,8 +144,9 @@ void printHuman(const MachineInfo& m) {
 }  // namespace
 
 void addInfoCommand(CLI::App& app) {
-  auto* command = app.add_subcommand("info", "Show what this machine offers: CPU features, NUMA, "
-                                             "RAM, GPUs, libtorch/CUDA");
+  auto* command = app.add_subcommand("info",
+                                     "Show what this machine offers: CPU features, NUMA, "
+                                     "RAM, GPUs, libtorch/CUDA");
   auto json = std::make_shared<bool>(false);
   command->add_flag("--json", *json, "Print one JSON object instead of text");
   command->callback([json] {

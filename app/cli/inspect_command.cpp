@@ -1,6 +1,7 @@
 // `tandem inspect MODEL_DIR [--json]`: what a Hugging Face model directory (or a GGUF file) holds,
-// from config.json and the safetensors headers (or the GGUF metadata) alone (no weights are read): architecture, layer and expert layout,
-// attention kind, parameters by role, by dtype, active per token, and bytes on disk.
+// from config.json and the safetensors headers (or the GGUF metadata) alone (no weights are read):
+// architecture, layer and expert layout, attention kind, parameters by role, by dtype, active per
+// token, and bytes on disk.
 
 #include <cstdio>
 #include <memory>
@@ -65,8 +66,9 @@ nlohmann::json toJson(const ModelSummary& s) {
       {"num_moe_layers", s.num_moe_layers},
       {"num_experts", c.num_experts},
       {"num_experts_per_tok", c.num_experts_per_tok},
-      {"num_shared_experts", c.n_shared_experts > 0 ? c.n_shared_experts
-                                                    : (c.shared_expert_intermediate_size > 0 ? 1 : 0)},
+      {"num_shared_experts", c.n_shared_experts > 0
+                                 ? c.n_shared_experts
+                                 : (c.shared_expert_intermediate_size > 0 ? 1 : 0)},
       {"hidden_size", c.hidden_size},
       {"intermediate_size", c.intermediate_size},
       {"moe_intermediate_size", c.moe_intermediate_size},
@@ -88,12 +90,13 @@ nlohmann::json toJson(const ModelSummary& s) {
       {"unrecognised_tensors", s.unrecognised_tensors},
   };
   if (c.isMoe()) {
-    out["routing"] = {{"scoring_func", std::string(io::scoringFuncName(c.scoring_func))},
-                      {"topk_method", std::string(io::topkMethodName(c.topk_method))},
-                      {"norm_topk_prob", c.norm_topk_prob},
-                      {"n_group", c.n_group ? nlohmann::json(*c.n_group) : nlohmann::json(nullptr)},
-                      {"topk_group", c.topk_group ? nlohmann::json(*c.topk_group) : nlohmann::json(nullptr)},
-                      {"routed_scaling_factor", c.routed_scaling_factor}};
+    out["routing"] = {
+        {"scoring_func", std::string(io::scoringFuncName(c.scoring_func))},
+        {"topk_method", std::string(io::topkMethodName(c.topk_method))},
+        {"norm_topk_prob", c.norm_topk_prob},
+        {"n_group", c.n_group ? nlohmann::json(*c.n_group) : nlohmann::json(nullptr)},
+        {"topk_group", c.topk_group ? nlohmann::json(*c.topk_group) : nlohmann::json(nullptr)},
+        {"routed_scaling_factor", c.routed_scaling_factor}};
   }
   if (c.quantization) {
     out["quantization"] = {{"quant_method", c.quantization->quant_method},
@@ -114,13 +117,15 @@ std::string attentionText(const io::ModelConfig& c) {
   }
   std::string kind = c.num_key_value_heads == c.num_attention_heads ? "MHA" : "GQA";
   return kind + ", " + std::to_string(c.num_attention_heads) + " heads / " +
-         std::to_string(c.num_key_value_heads) + " kv-heads, head_dim " + std::to_string(c.head_dim) +
-         (c.qk_norm ? ", q/k norm" : "") + (c.attention_bias ? ", qkv bias" : "");
+         std::to_string(c.num_key_value_heads) + " kv-heads, head_dim " +
+         std::to_string(c.head_dim) + (c.qk_norm ? ", q/k norm" : "") +
+         (c.attention_bias ? ", qkv bias" : "");
 }
 
 std::string expertsText(const io::ModelConfig& c) {
   if (!c.isMoe()) return "none (dense)";
-  std::string text = std::to_string(c.num_experts) + " routed, top-" + std::to_string(c.num_experts_per_tok);
+  std::string text =
+      std::to_string(c.num_experts) + " routed, top-" + std::to_string(c.num_experts_per_tok);
   if (c.n_shared_experts > 0) text += ", " + std::to_string(c.n_shared_experts) + " shared";
   if (c.shared_expert_intermediate_size > 0) text += ", 1 shared (gated)";
   text += std::string("; ") + std::string(io::scoringFuncName(c.scoring_func)) + " router";
@@ -142,19 +147,22 @@ void printHuman(const ModelSummary& s) {
   std::printf("Experts        %s\n", expertsText(c).c_str());
   std::printf("Hidden         %lld, intermediate %lld", static_cast<long long>(c.hidden_size),
               static_cast<long long>(c.intermediate_size));
-  if (c.isMoe()) std::printf(", moe-intermediate %lld", static_cast<long long>(c.moe_intermediate_size));
+  if (c.isMoe())
+    std::printf(", moe-intermediate %lld", static_cast<long long>(c.moe_intermediate_size));
   if (c.shared_expert_intermediate_size > 0) {
     std::printf(", shared-expert %lld", static_cast<long long>(c.shared_expert_intermediate_size));
   }
   std::printf("\nAttention      %s\n", attentionText(c).c_str());
   std::printf("Vocab          %lld%s\n", static_cast<long long>(c.vocab_size),
               c.tie_word_embeddings ? " (tied embeddings)" : "");
-  std::printf("Context        %lld, rope %s (theta %g", static_cast<long long>(c.max_position_embeddings),
+  std::printf("Context        %lld, rope %s (theta %g",
+              static_cast<long long>(c.max_position_embeddings),
               std::string(io::ropeTypeName(c.rope.type)).c_str(), c.rope_theta);
   if (c.rope.type != io::RopeType::Default) std::printf(", factor %g", c.rope.factor);
   std::printf(")\n");
   if (c.quantization) {
-    std::printf("Quantization   %s %s\n", c.quantization->quant_method.c_str(), c.quantization->fmt.c_str());
+    std::printf("Quantization   %s %s\n", c.quantization->quant_method.c_str(),
+                c.quantization->fmt.c_str());
   }
   std::printf("\nParameters     %s (%lld)\n", count(total).c_str(), static_cast<long long>(total));
   for (size_t i = 0; i < io::kParamCategoryCount; ++i) {
@@ -162,19 +170,25 @@ void printHuman(const ModelSummary& s) {
     const int64_t n = s.parameters[category];
     if (n == 0) continue;
     std::printf("  %-16s %10s  %5.1f%%\n", std::string(io::paramCategoryKey(category)).c_str(),
-                count(n).c_str(), total > 0 ? 100.0 * static_cast<double>(n) / static_cast<double>(total) : 0.0);
+                count(n).c_str(),
+                total > 0 ? 100.0 * static_cast<double>(n) / static_cast<double>(total) : 0.0);
   }
-  std::printf("  %-16s %10s  (per token, approximate)\n", "active", count(s.active_parameters).c_str());
+  std::printf("  %-16s %10s  (per token, approximate)\n", "active",
+              count(s.active_parameters).c_str());
   std::printf("Dtypes        ");
-  for (const auto& [name, n] : s.dtype_parameters) std::printf(" %s %s;", name.c_str(), count(n).c_str());
-  std::printf("\nOn disk        %s in %zu file(s), %zu tensors\n", formatBytes(s.bytes_on_disk).c_str(),
-              s.num_files, s.num_tensors);
+  for (const auto& [name, n] : s.dtype_parameters)
+    std::printf(" %s %s;", name.c_str(), count(n).c_str());
+  std::printf("\nOn disk        %s in %zu file(s), %zu tensors\n",
+              formatBytes(s.bytes_on_disk).c_str(), s.num_files, s.num_tensors);
   if (s.num_scale_tensors > 0) {
-    std::printf("               %zu quantization-scale tensors (counted under other)\n", s.num_scale_tensors);
+    std::printf("               %zu quantization-scale tensors (counted under other)\n",
+                s.num_scale_tensors);
   }
   if (s.num_extra_layer_tensors > 0) {
-    std::printf("               %zu tensors of layers past num_hidden_layers, e.g. multi-token "
-                "prediction (counted under other)\n", s.num_extra_layer_tensors);
+    std::printf(
+        "               %zu tensors of layers past num_hidden_layers, e.g. multi-token "
+        "prediction (counted under other)\n",
+        s.num_extra_layer_tensors);
   }
   if (s.num_unrecognised > 0) {
     std::printf("Unrecognised   %zu tensor(s), counted under other:\n", s.num_unrecognised);

@@ -36,7 +36,8 @@ QApplication& offscreenApp() {
     const std::filesystem::path dir =
         std::filesystem::temp_directory_path() / ("tandem-runtime-" + std::to_string(::getuid()));
     std::filesystem::create_directories(dir);
-    std::filesystem::permissions(dir, std::filesystem::perms::owner_all, std::filesystem::perm_options::replace);
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::replace);
     setenv("XDG_RUNTIME_DIR", dir.c_str(), 1);
   }
   static QApplication* app = qobject_cast<QApplication*>(QCoreApplication::instance())

@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "internal error: %s\n  what to do: please report this as a bug\n", e.what());
+    std::fprintf(stderr, "internal error: %s\n  what to do: please report this as a bug\n",
+                 e.what());
     return 2;
   }
   return 0;

@@ -1,7 +1,7 @@
-// `tandem plan CONFIG.yaml [--hardware PRESET|FILE] [--placement FILE] [--json] [--rules-out FILE]`: will this
-// training config fit, where does every module go, and if it does not fit, what to change.
-// Nothing is loaded: the model's config.json, the training YAML and the hardware (probed, or a
-// preset from presets/hardware/) are all it reads.
+// `tandem plan CONFIG.yaml [--hardware PRESET|FILE] [--placement FILE] [--json] [--rules-out
+// FILE]`: will this training config fit, where does every module go, and if it does not fit, what
+// to change. Nothing is loaded: the model's config.json, the training YAML and the hardware
+// (probed, or a preset from presets/hardware/) are all it reads.
 
 #include <cstdio>
 #include <filesystem>
@@ -36,7 +36,8 @@ struct PlanOptions {
   std::string placement;  // "" = the config's kt_optimize_rule, or the planner's own
   bool json = false;
   bool split_layers = false;
-  int64_t chat_context = 0;  // > 0: plan chatting with this many tokens of context instead of training
+  int64_t chat_context =
+      0;  // > 0: plan chatting with this many tokens of context instead of training
 };
 
 struct Summary {
@@ -55,8 +56,10 @@ std::vector<Summary> summarize(const placement::Placement& p) {
       if (m.kind != kind) continue;
       std::string where = m.device.str();
       if (kind == ModuleKind::RoutedExperts) {
-        where += ", " + m.backend + (m.compute_device ? " on " + m.compute_device->str() : "") + ", " + m.weight_format;
-        if (m.gpu_experts > 0) where += ", " + std::to_string(m.gpu_experts) + " resident on the layer's GPU";
+        where += ", " + m.backend + (m.compute_device ? " on " + m.compute_device->str() : "") +
+                 ", " + m.weight_format;
+        if (m.gpu_experts > 0)
+          where += ", " + std::to_string(m.gpu_experts) + " resident on the layer's GPU";
       }
       Summary* last = lines.size() > first_line ? &lines.back() : nullptr;
       if (last && last->where == where && last->last >= 0 && m.layer >= 0) {
@@ -75,32 +78,39 @@ std::string gib(uint64_t bytes) {
   return text;
 }
 
-void printHuman(const MemoryPlan& plan, const train::TrainConfig& config, const io::ModelConfig& model,
-                const placement::Hardware& hw, int64_t chat_context) {
-  std::printf("model     %s (%s, %d layers", config.model_name_or_path.c_str(), model.model_type.c_str(),
-              model.num_hidden_layers);
-  if (model.isMoe()) std::printf(", %d experts top-%d", model.num_experts, model.num_experts_per_tok);
+void printHuman(const MemoryPlan& plan, const train::TrainConfig& config,
+                const io::ModelConfig& model, const placement::Hardware& hw, int64_t chat_context) {
+  std::printf("model     %s (%s, %d layers", config.model_name_or_path.c_str(),
+              model.model_type.c_str(), model.num_hidden_layers);
+  if (model.isMoe())
+    std::printf(", %d experts top-%d", model.num_experts, model.num_experts_per_tok);
   std::printf(")\nhardware  %s\n", hw.name.c_str());
   if (chat_context > 0) {
-    std::printf("chat      %lld tokens of context, LoRA r=%lld adapter, %s\n\n", static_cast<long long>(chat_context),
-                static_cast<long long>(config.lora_rank), config.bf16 ? "bf16" : "fp32");
+    std::printf("chat      %lld tokens of context, LoRA r=%lld adapter, %s\n\n",
+                static_cast<long long>(chat_context), static_cast<long long>(config.lora_rank),
+                config.bf16 ? "bf16" : "fp32");
   } else {
-    std::printf("training  LoRA r=%lld, cutoff_len %lld x batch %lld, gradient checkpointing %s, %s\n\n",
-                static_cast<long long>(config.lora_rank), static_cast<long long>(config.cutoff_len),
-                static_cast<long long>(config.per_device_train_batch_size),
-                config.gradient_checkpointing ? "on" : "off", config.bf16 ? "bf16" : "fp32");
+    std::printf(
+        "training  LoRA r=%lld, cutoff_len %lld x batch %lld, gradient checkpointing %s, %s\n\n",
+        static_cast<long long>(config.lora_rank), static_cast<long long>(config.cutoff_len),
+        static_cast<long long>(config.per_device_train_batch_size),
+        config.gradient_checkpointing ? "on" : "off", config.bf16 ? "bf16" : "fp32");
   }
-  std::printf("%-11s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s  %s\n", "GiB", "capacity", "weights", "lora+opt",
-              "activ.", "exp.cache", "packedWt", "kv", "staging", "overhead", "total", "");
+  std::printf("%-11s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s  %s\n", "GiB", "capacity", "weights",
+              "lora+opt", "activ.", "exp.cache", "packedWt", "kv", "staging", "overhead", "total",
+              "");
   for (const DevicePlan& d : plan.devices) {
     std::printf("%-11s %9s", d.device.str().c_str(), gib(d.capacity_bytes).c_str());
-    for (int c = 0; c < placement::kPlanCategoryCount; ++c) std::printf(" %9s", gib(d.bytes[static_cast<size_t>(c)]).c_str());
+    for (int c = 0; c < placement::kPlanCategoryCount; ++c)
+      std::printf(" %9s", gib(d.bytes[static_cast<size_t>(c)]).c_str());
     std::printf(" %9s  %s\n", gib(d.total()).c_str(), d.fits() ? "ok" : "OVER");
   }
   std::printf("\nplacement\n");
   for (const Summary& s : summarize(plan.placement)) {
-    std::string layers = s.first < 0 ? "" : s.first == s.last ? "layer " + std::to_string(s.first)
-                                                             : "layers " + std::to_string(s.first) + "-" + std::to_string(s.last);
+    std::string layers = s.first < 0 ? ""
+                         : s.first == s.last
+                             ? "layer " + std::to_string(s.first)
+                             : "layers " + std::to_string(s.first) + "-" + std::to_string(s.last);
     std::printf("  %-15s %-14s %s\n", s.what.c_str(), layers.c_str(), s.where.c_str());
   }
   std::printf("\n%s\n", plan.fits ? "fits" : "does NOT fit");
@@ -109,23 +119,34 @@ void printHuman(const MemoryPlan& plan, const train::TrainConfig& config, const 
   for (const std::string& n : plan.notes) std::printf("  note: %s\n", n.c_str());
 }
 
-nlohmann::json toJson(const MemoryPlan& plan, const placement::Hardware& hw, const io::ModelConfig& model) {
+nlohmann::json toJson(const MemoryPlan& plan, const placement::Hardware& hw,
+                      const io::ModelConfig& model) {
   nlohmann::json devices = nlohmann::json::array();
   for (const DevicePlan& d : plan.devices) {
     nlohmann::json bytes, items = nlohmann::json::array();
     for (int c = 0; c < placement::kPlanCategoryCount; ++c) {
-      bytes[std::string(placement::planCategoryName(static_cast<PlanCategory>(c)))] = d.bytes[static_cast<size_t>(c)];
+      bytes[std::string(placement::planCategoryName(static_cast<PlanCategory>(c)))] =
+          d.bytes[static_cast<size_t>(c)];
     }
     for (const placement::PlanItem& i : d.items) {
-      items.push_back({{"what", i.what}, {"category", placement::planCategoryName(i.category)}, {"bytes", i.bytes}});
+      items.push_back({{"what", i.what},
+                       {"category", placement::planCategoryName(i.category)},
+                       {"bytes", i.bytes}});
     }
-    devices.push_back({{"device", d.device.str()}, {"capacity_bytes", d.capacity_bytes}, {"total_bytes", d.total()},
-                       {"fits", d.fits()}, {"bytes", bytes}, {"items", items}});
+    devices.push_back({{"device", d.device.str()},
+                       {"capacity_bytes", d.capacity_bytes},
+                       {"total_bytes", d.total()},
+                       {"fits", d.fits()},
+                       {"bytes", bytes},
+                       {"items", items}});
   }
   nlohmann::json modules = nlohmann::json::array();
   for (const ModulePlacement& m : plan.placement.modules) {
-    nlohmann::json j = {{"name", m.name}, {"kind", placement::moduleKindName(m.kind)}, {"layer", m.layer},
-                        {"device", m.device.str()}, {"parameters", placement::moduleParameters(model, m)}};
+    nlohmann::json j = {{"name", m.name},
+                        {"kind", placement::moduleKindName(m.kind)},
+                        {"layer", m.layer},
+                        {"device", m.device.str()},
+                        {"parameters", placement::moduleParameters(model, m)}};
     if (m.kind == ModuleKind::RoutedExperts) {
       j["backend"] = m.backend;
       j["weight_format"] = m.weight_format;
@@ -134,17 +155,22 @@ nlohmann::json toJson(const MemoryPlan& plan, const placement::Hardware& hw, con
     }
     modules.push_back(j);
   }
-  return {{"hardware", {{"name", hw.name}, {"source", hw.source}}}, {"fits", plan.fits}, {"devices", devices},
-          {"placement", modules}, {"transposed_weights", plan.transposed_weights}, {"problems", plan.problems},
-          {"advice", plan.advice}, {"notes", plan.notes}};
+  return {{"hardware", {{"name", hw.name}, {"source", hw.source}}},
+          {"fits", plan.fits},
+          {"devices", devices},
+          {"placement", modules},
+          {"transposed_weights", plan.transposed_weights},
+          {"problems", plan.problems},
+          {"advice", plan.advice},
+          {"notes", plan.notes}};
 }
 
 void runPlan(const PlanOptions& o) {
   const train::TrainConfig config = train::loadTrainConfig(o.config);
   const io::ModelConfig model = io::readModelConfig(config.model_name_or_path);
   const fs::path presets = fs::path(TANDEM_PRESETS_DIR) / "hardware";
-  const placement::Hardware hw = o.hardware.empty() ? model::probeMachine()
-                                                    : placement::resolveHardware(o.hardware, presets);
+  const placement::Hardware hw =
+      o.hardware.empty() ? model::probeMachine() : placement::resolveHardware(o.hardware, presets);
   placement::PlanRequest request = train::planRequestFor(config, model);
   request.whole_layers = !o.split_layers;
   if (o.chat_context > 0) {
@@ -152,18 +178,23 @@ void runPlan(const PlanOptions& o) {
     request.kv_cache_tokens = o.chat_context;
     request.cutoff_len = o.chat_context;  // the prompt's prefill is the largest forward
   }
-  const fs::path placement_file = o.placement.empty() ? config.placement_rule : fs::path(o.placement);
+  const fs::path placement_file =
+      o.placement.empty() ? config.placement_rule : fs::path(o.placement);
   const MemoryPlan plan =
       placement_file.empty()
           ? placement::planMemory(request, hw)
-          : placement::evaluatePlacement(request, hw, placement::loadPlacementFile(placement_file, model));
-  if (!o.rules_out.empty()) io::writeFileAtomically(o.rules_out, placement::writeKtRules(plan.placement, model));
-  if (!o.hardware_out.empty()) io::writeFileAtomically(o.hardware_out, placement::hardwareToYaml(hw));
+          : placement::evaluatePlacement(request, hw,
+                                         placement::loadPlacementFile(placement_file, model));
+  if (!o.rules_out.empty())
+    io::writeFileAtomically(o.rules_out, placement::writeKtRules(plan.placement, model));
+  if (!o.hardware_out.empty())
+    io::writeFileAtomically(o.hardware_out, placement::hardwareToYaml(hw));
   if (o.json) {
     std::printf("%s\n", toJson(plan, hw, model).dump(2).c_str());
   } else {
     printHuman(plan, config, model, hw, o.chat_context);
-    if (!o.rules_out.empty()) std::printf("\nwrote the placement as a KTransformers rule file: %s\n", o.rules_out.c_str());
+    if (!o.rules_out.empty())
+      std::printf("\nwrote the placement as a KTransformers rule file: %s\n", o.rules_out.c_str());
   }
 }
 
@@ -171,23 +202,32 @@ void runPlan(const PlanOptions& o) {
 
 void addPlanCommand(CLI::App& app) {
   auto options = std::make_shared<PlanOptions>();
-  auto* command = app.add_subcommand("plan", "Will a training config fit? Bytes per GPU and NUMA node by category, "
-                                             "the placement of every module, and what to change when it does not fit");
+  auto* command =
+      app.add_subcommand("plan",
+                         "Will a training config fit? Bytes per GPU and NUMA node by category, "
+                         "the placement of every module, and what to change when it does not fit");
   command->add_option("config", options->config, "LLaMA-Factory training YAML")->required();
-  command->add_option("--hardware", options->hardware,
-                      "a preset name from presets/hardware/ or a preset file (default: this machine)");
+  command->add_option(
+      "--hardware", options->hardware,
+      "a preset name from presets/hardware/ or a preset file (default: this machine)");
   command->add_flag("--json", options->json, "Print one JSON object instead of text");
-  command->add_flag("--split-layers", options->split_layers,
-                    "Let shared experts and dense MLPs leave their layer's GPU before attention does "
-                    "(the runtime today runs a layer on one device)");
-  command->add_option("--placement", options->placement,
-                      "Evaluate this placement: a KTransformers rule file or a presets/placement/ file "
-                      "(default: the config's kt_optimize_rule, else the planner's own)");
-  command->add_option("--rules-out", options->rules_out, "Write the placement as a KTransformers rule file");
-  command->add_option("--hardware-out", options->hardware_out,
-                      "Write the hardware planned for as a preset file (e.g. this machine, to plan on another)");
-  command->add_option("--chat-context", options->chat_context,
-                      "Plan chatting with the model (and its adapter) at this many tokens of context instead of training")
+  command->add_flag(
+      "--split-layers", options->split_layers,
+      "Let shared experts and dense MLPs leave their layer's GPU before attention does "
+      "(the runtime today runs a layer on one device)");
+  command->add_option(
+      "--placement", options->placement,
+      "Evaluate this placement: a KTransformers rule file or a presets/placement/ file "
+      "(default: the config's kt_optimize_rule, else the planner's own)");
+  command->add_option("--rules-out", options->rules_out,
+                      "Write the placement as a KTransformers rule file");
+  command->add_option(
+      "--hardware-out", options->hardware_out,
+      "Write the hardware planned for as a preset file (e.g. this machine, to plan on another)");
+  command
+      ->add_option("--chat-context", options->chat_context,
+                   "Plan chatting with the model (and its adapter) at this many tokens of context "
+                   "instead of training")
       ->check(CLI::PositiveNumber);
   command->callback([options] { runPlan(*options); });
 }

@@ -9,7 +9,8 @@ namespace tandem::cli {
 
 inline std::filesystem::path resourcesDir() {
   const char* value = std::getenv("TANDEM_RESOURCES");
-  return value && *value ? std::filesystem::path(value) : std::filesystem::path(TANDEM_RESOURCES_DIR);
+  return value && *value ? std::filesystem::path(value)
+                         : std::filesystem::path(TANDEM_RESOURCES_DIR);
 }
 
 }  // namespace tandem::cli

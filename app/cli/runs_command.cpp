@@ -10,8 +10,8 @@
 #include <ctime>
 #include <filesystem>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -175,11 +175,11 @@ void listRuns(const RunsOptions& opts) {
       {"ID", "STATUS", "MODEL", "DATASET", "STEPS", "LOSS", "DURATION", "OUTPUT"}};
   for (size_t i = 0; i < shown; ++i) {
     const RunRecord& r = runs[i];
-    rows.push_back({std::to_string(r.id), std::string(store::runStatusName(r.status)),
-                    shorten(r.model, kTextColumnMax), shorten(r.dataset, kTextColumnMax),
-                    formatSteps(r), r.kind == store::RunKind::Eval ? "(eval)" : formatLoss(r.final_loss),
-                    formatDuration(r.durationS(now)),
-                    r.output_dir.empty() ? "-" : r.output_dir.string()});
+    rows.push_back(
+        {std::to_string(r.id), std::string(store::runStatusName(r.status)),
+         shorten(r.model, kTextColumnMax), shorten(r.dataset, kTextColumnMax), formatSteps(r),
+         r.kind == store::RunKind::Eval ? "(eval)" : formatLoss(r.final_loss),
+         formatDuration(r.durationS(now)), r.output_dir.empty() ? "-" : r.output_dir.string()});
   }
   printTable(rows);
   if (shown < runs.size()) {
@@ -259,8 +259,8 @@ void printRun(const RunRecord& r, const MetricsSummary& s,
 
   std::printf("\nMetrics: %zu step(s) recorded\n", s.count);
   if (s.count > 0) {
-    std::string loss = "first " + formatLoss(s.first.loss) + " (step " +
-                       std::to_string(s.first.step) + ")";
+    std::string loss =
+        "first " + formatLoss(s.first.loss) + " (step " + std::to_string(s.first.step) + ")";
     if (s.best) {
       loss += ", min " + formatLoss(s.best->loss) + " (step " + std::to_string(s.best->step) + ")";
     }

@@ -35,7 +35,8 @@ struct ServeOptions {
 std::pair<std::string, std::filesystem::path> parseAdapter(const std::string& spec) {
   const size_t eq = spec.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
-    throw Error("--adapter '" + spec + "' is not NAME=DIR", "e.g. --adapter identity=saves/identity-lora");
+    throw Error("--adapter '" + spec + "' is not NAME=DIR",
+                "e.g. --adapter identity=saves/identity-lora");
   }
   return {spec.substr(0, eq), spec.substr(eq + 1)};
 }
@@ -45,15 +46,18 @@ void runServe(ServeOptions o) {
   o.backend.max_tokens_limit = o.server.max_tokens_limit;
   if (o.server.max_tokens_limit < 1) throw Error("--max-tokens-limit must be at least 1");
   if (o.server.max_body_bytes < 1024) throw Error("--max-body-bytes must be at least 1024");
-  gpu::setTorchThreads(o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  gpu::setTorchThreads(o.threads > 0
+                           ? o.threads
+                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   serve::ModelChatBackend backend(o.backend);
   serve::OpenAiServer server(backend, o.server);
   const int port = server.bind();
   std::string models;
   for (const std::string& id : backend.modelIds()) models += (models.empty() ? "" : ", ") + id;
-  std::printf("serving %s as models: %s\n%s\nlistening on http://%s:%d/v1%s\n", o.backend.model_dir.string().c_str(),
-              models.c_str(), model::placementSummary(backend.generator().placement()).c_str(), o.server.host.c_str(),
-              port, o.server.api_key.empty() ? "" : " (API key required)");
+  std::printf("serving %s as models: %s\n%s\nlistening on http://%s:%d/v1%s\n",
+              o.backend.model_dir.string().c_str(), models.c_str(),
+              model::placementSummary(backend.generator().placement()).c_str(),
+              o.server.host.c_str(), port, o.server.api_key.empty() ? "" : " (API key required)");
   std::fflush(stdout);
 
   g_stop_requested.store(false);
@@ -75,23 +79,35 @@ void runServe(ServeOptions o) {
 }  // namespace
 
 void addServeCommand(CLI::App& app) {
-  auto* command = app.add_subcommand("serve", "Serve a model and its LoRA adapters over an OpenAI-compatible HTTP API");
+  auto* command = app.add_subcommand(
+      "serve", "Serve a model and its LoRA adapters over an OpenAI-compatible HTTP API");
   auto o = std::make_shared<ServeOptions>();
-  command->add_option("--model", o->backend.model_dir, "base model dir (HF: config.json, *.safetensors, tokenizer.json)")
+  command
+      ->add_option("--model", o->backend.model_dir,
+                   "base model dir (HF: config.json, *.safetensors, tokenizer.json)")
       ->required();
-  command->add_option("--adapter", o->adapters, "NAME=DIR: a PEFT adapter, training output or checkpoint dir, served as model NAME (repeatable)");
-  command->add_option("--template", o->backend.generator.template_name,
-                      "chat template (LLaMA-Factory name: qwen3, llama3, ...; default: from the model type)");
+  command->add_option("--adapter", o->adapters,
+                      "NAME=DIR: a PEFT adapter, training output or checkpoint dir, served as "
+                      "model NAME (repeatable)");
+  command->add_option(
+      "--template", o->backend.generator.template_name,
+      "chat template (LLaMA-Factory name: qwen3, llama3, ...; default: from the model type)");
   command->add_option("--host", o->server.host, "address to listen on")->capture_default_str();
   command->add_option("--port", o->server.port, "port (0: any free port)")->capture_default_str();
   command->add_option("--api-key", o->server.api_key, "require 'Authorization: Bearer KEY' on /v1");
   addModelOptions(*command, o->backend.generator);
-  command->add_option("--max-body-bytes", o->server.max_body_bytes, "largest request body")->capture_default_str();
-  command->add_option("--max-tokens-limit", o->server.max_tokens_limit, "largest max_tokens a request may ask for (and the default)")
+  command->add_option("--max-body-bytes", o->server.max_body_bytes, "largest request body")
       ->capture_default_str();
-  command->add_option("--queue", o->server.max_waiting, "requests that may wait behind the running one (more: 503)")
+  command
+      ->add_option("--max-tokens-limit", o->server.max_tokens_limit,
+                   "largest max_tokens a request may ask for (and the default)")
       ->capture_default_str();
-  command->add_option("--threads", o->threads, "CPU threads for the model (0: all)")->capture_default_str();
+  command
+      ->add_option("--queue", o->server.max_waiting,
+                   "requests that may wait behind the running one (more: 503)")
+      ->capture_default_str();
+  command->add_option("--threads", o->threads, "CPU threads for the model (0: all)")
+      ->capture_default_str();
   command->callback([o] { runServe(*o); });
 }
 

@@ -53,7 +53,9 @@ train::TrainingRunOutcome runTrainingInForeground(const train::TrainConfig& conf
     if (interrupts > handled) {
       handled = interrupts;
       if (handled == 1) {
-        std::fprintf(stderr, "\nstopping at the end of this step (with a checkpoint); Ctrl-C again to cancel\n");
+        std::fprintf(
+            stderr,
+            "\nstopping at the end of this step (with a checkpoint); Ctrl-C again to cancel\n");
         stop.request_stop();
       } else {
         cancel.request_stop();
@@ -78,17 +80,21 @@ void plotIfAsked(const train::TrainConfig& config) {
 }
 
 void addTrainCommand(CLI::App& app) {
-  auto* command = app.add_subcommand("train", "Fine-tune with LoRA from a LLaMA-Factory-style YAML config");
+  auto* command =
+      app.add_subcommand("train", "Fine-tune with LoRA from a LLaMA-Factory-style YAML config");
   auto config_path = std::make_shared<std::string>();
   auto overrides = std::make_shared<std::vector<std::string>>();
   auto db = std::make_shared<std::string>();
   command->add_option("config", *config_path, "training YAML (LLaMA-Factory keys)")->required();
   command->add_option("overrides", *overrides, "key=value settings that replace the file's");
-  command->add_option("--db", *db, "run store (default: $TANDEM_HOME/runs.db or ~/.local/share/tandem/runs.db)");
+  command->add_option("--db", *db,
+                      "run store (default: $TANDEM_HOME/runs.db or ~/.local/share/tandem/runs.db)");
   command->callback([config_path, overrides, db] {
     const train::TrainConfig config = train::loadTrainConfig(*config_path, *overrides);
-    store::RunStore store = store::RunStore::open(db->empty() ? store::RunStore::defaultPath() : std::filesystem::path(*db));
-    const train::TrainingRunOutcome outcome = runTrainingInForeground(config, &store, /*quiet=*/false);
+    store::RunStore store = store::RunStore::open(db->empty() ? store::RunStore::defaultPath()
+                                                              : std::filesystem::path(*db));
+    const train::TrainingRunOutcome outcome =
+        runTrainingInForeground(config, &store, /*quiet=*/false);
     if (outcome.result.outcome == TrainOutcome::Cancelled) throw Error("training cancelled");
     plotIfAsked(config);
   });

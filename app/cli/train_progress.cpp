@@ -16,10 +16,11 @@ void ProgressPrinter::onStep(const StepEvent& e) {
   const int width = 24;
   const int filled = static_cast<int>(width * e.step / std::max<int64_t>(1, e.total_steps));
   const std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
-  std::printf("%s[%s] step %lld/%lld  loss %.4f  lr %.2e  grad %.3f  %.0f tok/s  %s elapsed  ETA %s%s",
-              tty_ ? "\r" : "", bar.c_str(), static_cast<long long>(e.step),
-              static_cast<long long>(e.total_steps), e.loss, e.learning_rate, e.grad_norm,
-              e.tokens_per_s, formatDuration(e.elapsed_s).c_str(), formatDuration(e.eta_s).c_str(), tty_ ? "  " : "\n");
+  std::printf(
+      "%s[%s] step %lld/%lld  loss %.4f  lr %.2e  grad %.3f  %.0f tok/s  %s elapsed  ETA %s%s",
+      tty_ ? "\r" : "", bar.c_str(), static_cast<long long>(e.step),
+      static_cast<long long>(e.total_steps), e.loss, e.learning_rate, e.grad_norm, e.tokens_per_s,
+      formatDuration(e.elapsed_s).c_str(), formatDuration(e.eta_s).c_str(), tty_ ? "  " : "\n");
   line_open_ = tty_;
   std::fflush(stdout);
 }

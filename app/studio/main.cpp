@@ -34,15 +34,18 @@ int main(int argc, char** argv) {
   QCoreApplication::setApplicationVersion(QStringLiteral(TANDEM_VERSION));
 
   QCommandLineParser parser;
-  parser.setApplicationDescription(QStringLiteral("LoRA fine-tuning of MoE language models on one machine"));
+  parser.setApplicationDescription(
+      QStringLiteral("LoRA fine-tuning of MoE language models on one machine"));
   parser.addHelpOption();
   parser.addVersionOption();
-  const QCommandLineOption tour(QStringLiteral("screenshot-tour"),
-                                QStringLiteral("Walk every page with the demo, save screenshots to DIR, quit"),
-                                QStringLiteral("DIR"));
-  const QCommandLineOption tour_steps(QStringLiteral("tour-steps"),
-                                      QStringLiteral("Optimizer steps of the tour's demo fine-tune (default 24)"),
-                                      QStringLiteral("N"), QStringLiteral("24"));
+  const QCommandLineOption tour(
+      QStringLiteral("screenshot-tour"),
+      QStringLiteral("Walk every page with the demo, save screenshots to DIR, quit"),
+      QStringLiteral("DIR"));
+  const QCommandLineOption tour_steps(
+      QStringLiteral("tour-steps"),
+      QStringLiteral("Optimizer steps of the tour's demo fine-tune (default 24)"),
+      QStringLiteral("N"), QStringLiteral("24"));
   parser.addOption(tour);
   parser.addOption(tour_steps);
   parser.process(app);

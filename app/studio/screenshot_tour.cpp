@@ -13,10 +13,10 @@
 #include <stdexcept>
 
 #include "engine/core/error.h"
+#include "engine/train/training_plan.h"
 #include "ui/chat_controller.h"
 #include "ui/chat_panel.h"
 #include "ui/error_text.h"
-#include "engine/train/training_plan.h"
 #include "ui/main_window.h"
 #include "ui/placement_editor.h"
 #include "ui/runs_view.h"
@@ -36,7 +36,10 @@ struct TourFailed : std::runtime_error {
 }  // namespace
 
 ScreenshotTour::ScreenshotTour(ui::MainWindow& window, QString dir, int steps)
-    : window_(window), dir_(std::move(dir)), steps_(steps), work_(QDir::temp().filePath(QStringLiteral("tandem-tour-XXXXXX"))) {}
+    : window_(window),
+      dir_(std::move(dir)),
+      steps_(steps),
+      work_(QDir::temp().filePath(QStringLiteral("tandem-tour-XXXXXX"))) {}
 
 void ScreenshotTour::settle(int ms) {
   QElapsedTimer timer;
@@ -44,11 +47,13 @@ void ScreenshotTour::settle(int ms) {
   while (timer.elapsed() < ms) QApplication::processEvents(QEventLoop::AllEvents, 20);
 }
 
-void ScreenshotTour::waitFor(const std::function<bool()>& done, int timeout_ms, const QString& what) {
+void ScreenshotTour::waitFor(const std::function<bool()>& done, int timeout_ms,
+                             const QString& what) {
   QElapsedTimer timer;
   timer.start();
   while (!done()) {
-    if (timer.elapsed() > timeout_ms) throw TourFailed(("timed out waiting for " + what).toStdString());
+    if (timer.elapsed() > timeout_ms)
+      throw TourFailed(("timed out waiting for " + what).toStdString());
     QApplication::processEvents(QEventLoop::AllEvents, 50);
     QThread::msleep(10);
   }
@@ -59,7 +64,8 @@ void ScreenshotTour::shoot(const QString& name) { shoot(window_, name); }
 
 void ScreenshotTour::shoot(QWidget& widget, const QString& name) {
   settle(300);
-  const QImage image = widget.grab().toImage().convertToFormat(QImage::Format_Indexed8, Qt::ThresholdDither);
+  const QImage image =
+      widget.grab().toImage().convertToFormat(QImage::Format_Indexed8, Qt::ThresholdDither);
   const QString path = QDir(dir_).filePath(name + QStringLiteral(".png"));
   if (!image.save(path, "PNG", 9)) throw TourFailed(("could not write " + path).toStdString());
   std::printf("saved %s\n", qPrintable(path));
@@ -78,7 +84,8 @@ void ScreenshotTour::run() {
     wizard->loadConfig(config);
     wizard->restart();
     window_.showTab(ui::MainWindow::WizardTab);
-    const char* pages[] = {"1-wizard-model", "2-wizard-hardware", "3-wizard-dataset", "4-wizard-training", "5-wizard-review"};
+    const char* pages[] = {"1-wizard-model", "2-wizard-hardware", "3-wizard-dataset",
+                           "4-wizard-training", "5-wizard-review"};
     auto filled = [&] {
       waitFor([&] { return !wizard->isBusy(); }, 120000, QStringLiteral("the wizard's results"));
     };
@@ -86,30 +93,33 @@ void ScreenshotTour::run() {
       filled();
       if (i > 0) {
         if (!wizard->currentPage()->isComplete()) {
-          throw TourFailed("wizard page " + std::to_string(i) + " does not accept the demo settings");
+          throw TourFailed("wizard page " + std::to_string(i) +
+                           " does not accept the demo settings");
         }
         wizard->next();
         filled();
       }
       shoot(QString::fromLatin1(pages[i]));
     }
-    if (!wizard->currentPage()->isComplete()) throw TourFailed("the review page refuses the demo config");
+    if (!wizard->currentPage()->isComplete())
+      throw TourFailed("the review page refuses the demo config");
     {
       const train::TrainConfig current = wizard->config();
-      ui::PlacementEditor editor(train::planRequestFor(current, wizard->modelSummary()->config), wizard->hardware(), {},
-                                 &window_);
+      ui::PlacementEditor editor(train::planRequestFor(current, wizard->modelSummary()->config),
+                                 wizard->hardware(), {}, &window_);
       editor.show();
       shoot(editor, QStringLiteral("5b-placement-editor"));
     }
     wizard->button(QWizard::FinishButton)->click();
     ui::TrainingController* training = window_.trainingController();
     const int half = std::max(1, steps_ / 2);
-    waitFor([&] { return window_.dashboard()->pointsReceived() >= half || !training->isRunning(); }, 600000,
-            QStringLiteral("training steps"));
+    waitFor([&] { return window_.dashboard()->pointsReceived() >= half || !training->isRunning(); },
+            600000, QStringLiteral("training steps"));
     shoot(QStringLiteral("6-training-live"));
     waitFor([&] { return !training->isRunning(); }, 600000, QStringLiteral("the end of the run"));
     shoot(QStringLiteral("7-training-done"));
-    if (window_.dashboard()->pointsReceived() < steps_) throw TourFailed("the run ended before its last step");
+    if (window_.dashboard()->pointsReceived() < steps_)
+      throw TourFailed("the run ended before its last step");
 
     window_.showTab(ui::MainWindow::RunsTab);
     window_.runsView()->refresh();

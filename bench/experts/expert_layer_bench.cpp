@@ -130,9 +130,9 @@ double median(std::vector<double> values) {
 
 const std::vector<BenchShape>& benchShapes() {
   static const std::vector<BenchShape> shapes = {
-      {"qwen3_30b", 128, 8, 2048, 768},   // Qwen3-30B-A3B
-      {"dsv2_lite", 64, 6, 2048, 1408},   // DeepSeek-V2-Lite
-      {"dsv3_32e", 32, 8, 7168, 2048},    // DeepSeek-V3 / Kimi-K2 experts, 32 of them
+      {"qwen3_30b", 128, 8, 2048, 768},  // Qwen3-30B-A3B
+      {"dsv2_lite", 64, 6, 2048, 1408},  // DeepSeek-V2-Lite
+      {"dsv3_32e", 32, 8, 7168, 2048},   // DeepSeek-V3 / Kimi-K2 experts, 32 of them
   };
   return shapes;
 }
@@ -234,7 +234,8 @@ void addFp8Weights(BenchProblem& p, ThreadPool& pool) {
 
 double benchFlops(const BenchProblem& p) {
   const double pairs = static_cast<double>(p.pairs());
-  const double H = static_cast<double>(p.shape.hidden), I = static_cast<double>(p.shape.intermediate);
+  const double H = static_cast<double>(p.shape.hidden),
+               I = static_cast<double>(p.shape.intermediate);
   const double base = 2.0 * (2.0 * 3.0 * H * I * pairs);  // forward and d hidden
   // Per projection and pair: forward 2r(in + out); backward d_in 2r(in + out) + grads 2r(in + out).
   const double lora = 3.0 * 6.0 * p.lora_rank * (H + I) * pairs;
@@ -242,9 +243,11 @@ double benchFlops(const BenchProblem& p) {
 }
 
 double benchBytes(const BenchProblem& p, double weight_bytes) {
-  const double H = static_cast<double>(p.shape.hidden), I = static_cast<double>(p.shape.intermediate);
+  const double H = static_cast<double>(p.shape.hidden),
+               I = static_cast<double>(p.shape.intermediate);
   const double weights = 2.0 * 3.0 * H * I * static_cast<double>(p.activeExperts()) * weight_bytes;
-  const double activations = 4.0 * static_cast<double>(p.cpu_tokens) * H * 2.0;  // x, y, dy, dx bf16
+  const double activations =
+      4.0 * static_cast<double>(p.cpu_tokens) * H * 2.0;  // x, y, dy, dx bf16
   return weights + activations;
 }
 
@@ -300,8 +303,8 @@ BenchTiming timeForwardBackward(ExpertLayer& layer, const BenchProblem& p, int r
 
 }  // namespace
 
-BenchLayerResult timeExpertLayer(const BenchProblem& p, const BenchLayerConfig& config,
-                                 int repeats, ThreadPool& pool) {
+BenchLayerResult timeExpertLayer(const BenchProblem& p, const BenchLayerConfig& config, int repeats,
+                                 ThreadPool& pool) {
   const int64_t E = p.shape.num_experts, H = p.shape.hidden, I = p.shape.intermediate;
   const bool fp8 = config.dtype == "fp8";
   if (fp8 && p.gate8.empty()) throw Error("bench: fp8 weights were not prepared");
@@ -334,8 +337,9 @@ double ourSquareGemmTflops(int64_t n, ThreadPool& pool, int repeats) {
       kernels::selectGemmBackend("auto", WeightFormat::Bf16, cpuFeatures());
   std::vector<uint16_t> b_bits;
   randomBf16(b_bits, n * n, 1.0f, 11, pool);
-  const auto packed = gemm.pack(kernels::SourceMatrix{b_bits.data(), WeightType::BF16, nullptr, n, n},
-                                false, WeightFormat::Bf16, -1);
+  const auto packed =
+      gemm.pack(kernels::SourceMatrix{b_bits.data(), WeightType::BF16, nullptr, n, n}, false,
+                WeightFormat::Bf16, -1);
   std::vector<float> a(static_cast<size_t>(n * n), 0.5f), c(static_cast<size_t>(n * n));
   const int64_t rows = 256;
   const auto run = [&] {

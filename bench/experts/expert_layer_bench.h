@@ -33,20 +33,20 @@ std::string_view benchRoutingName(BenchRouting routing);
 // activations, routing, expert LoRA of rank `lora_rank` on gate, up and down.
 struct BenchProblem {
   BenchShape shape;
-  int64_t tokens = 0;           // the layer's tokens
-  int64_t resident = 0;         // experts on a GPU: the last ids, their slots masked
-  int64_t cpu_tokens = 0;       // the rows below: tokens with a pair left (all of them: resident 0)
+  int64_t tokens = 0;      // the layer's tokens
+  int64_t resident = 0;    // experts on a GPU: the last ids, their slots masked
+  int64_t cpu_tokens = 0;  // the rows below: tokens with a pair left (all of them: resident 0)
   BenchRouting routing = BenchRouting::Uniform;
   int lora_rank = 8;
   float lora_scale = 2.0f;
-  std::vector<uint16_t> gate, up, down;  // [E, I, H], [E, I, H], [E, H, I] bf16 bits
-  std::vector<uint8_t> gate8, up8, down8;             // fp8 e4m3 codes, same shapes
+  std::vector<uint16_t> gate, up, down;    // [E, I, H], [E, I, H], [E, H, I] bf16 bits
+  std::vector<uint8_t> gate8, up8, down8;  // fp8 e4m3 codes, same shapes
   std::vector<float> gate8_scale, up8_scale, down8_scale;  // [E, ceil(out/128), ceil(in/128)]
-  std::vector<uint16_t> x, dy;           // [cpu_tokens, H] bf16 bits
-  std::vector<int32_t> ids;              // [cpu_tokens, top_k], kMaskedSlot: a resident expert's
-  std::vector<float> weights;            // [cpu_tokens, top_k]
-  int64_t activeExperts() const;         // experts with at least one routed token
-  int64_t pairs() const;                 // routed (token, slot) pairs, masked ones left out
+  std::vector<uint16_t> x, dy;                             // [cpu_tokens, H] bf16 bits
+  std::vector<int32_t> ids;       // [cpu_tokens, top_k], kMaskedSlot: a resident expert's
+  std::vector<float> weights;     // [cpu_tokens, top_k]
+  int64_t activeExperts() const;  // experts with at least one routed token
+  int64_t pairs() const;          // routed (token, slot) pairs, masked ones left out
 };
 
 // resident > 0: what co-computation with that many experts resident on a GPU hands the CPU
@@ -82,7 +82,7 @@ struct BenchLayerResult {
   double weight_bytes = 0;  // per element as packed
   std::string backend;      // resolved name
   std::string wt_policy;
-  int numa_nodes = 1;       // resolved: the nodes the layer was split over
+  int numa_nodes = 1;  // resolved: the nodes the layer was split over
 };
 BenchLayerResult timeExpertLayer(const BenchProblem& problem, const BenchLayerConfig& config,
                                  int repeats, ThreadPool& pool);

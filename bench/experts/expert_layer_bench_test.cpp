@@ -19,7 +19,8 @@ TEST(BenchProblem, ResidentExpertsLeaveTheCpuItsTokensOnly) {
   const BenchShape shape{"tiny", /*num_experts=*/8, /*top_k=*/2, /*hidden=*/16, /*intermediate=*/8};
   ThreadPool pool(1);
   const BenchProblem all = makeBenchProblem(shape, 64, BenchRouting::Uniform, 5, pool);
-  const BenchProblem cpu = makeBenchProblem(shape, 64, BenchRouting::Uniform, 5, pool, /*resident=*/5);
+  const BenchProblem cpu =
+      makeBenchProblem(shape, 64, BenchRouting::Uniform, 5, pool, /*resident=*/5);
   EXPECT_EQ(all.cpu_tokens, 64);
   EXPECT_EQ(all.pairs(), 128);
   EXPECT_EQ(cpu.tokens, 64);
@@ -29,14 +30,20 @@ TEST(BenchProblem, ResidentExpertsLeaveTheCpuItsTokensOnly) {
   for (int64_t t = 0; t < all.tokens; ++t) {
     std::vector<int32_t> want(all.ids.begin() + t * k, all.ids.begin() + (t + 1) * k);
     for (int32_t& id : want) id = id < 3 ? id : experts::kMaskedSlot;
-    const auto left = std::count_if(want.begin(), want.end(), [](int32_t id) { return id != experts::kMaskedSlot; });
+    const auto left = std::count_if(want.begin(), want.end(),
+                                    [](int32_t id) { return id != experts::kMaskedSlot; });
     if (left == 0) continue;
     pairs += left;
     ASSERT_LT(row, cpu.cpu_tokens);
-    EXPECT_EQ(std::vector<int32_t>(cpu.ids.begin() + row * k, cpu.ids.begin() + (row + 1) * k), want) << t;
-    EXPECT_TRUE(std::equal(cpu.weights.begin() + row * k, cpu.weights.begin() + (row + 1) * k, all.weights.begin() + t * k));
-    EXPECT_TRUE(std::equal(cpu.x.begin() + row * H, cpu.x.begin() + (row + 1) * H, all.x.begin() + t * H));
-    EXPECT_TRUE(std::equal(cpu.dy.begin() + row * H, cpu.dy.begin() + (row + 1) * H, all.dy.begin() + t * H));
+    EXPECT_EQ(std::vector<int32_t>(cpu.ids.begin() + row * k, cpu.ids.begin() + (row + 1) * k),
+              want)
+        << t;
+    EXPECT_TRUE(std::equal(cpu.weights.begin() + row * k, cpu.weights.begin() + (row + 1) * k,
+                           all.weights.begin() + t * k));
+    EXPECT_TRUE(
+        std::equal(cpu.x.begin() + row * H, cpu.x.begin() + (row + 1) * H, all.x.begin() + t * H));
+    EXPECT_TRUE(std::equal(cpu.dy.begin() + row * H, cpu.dy.begin() + (row + 1) * H,
+                           all.dy.begin() + t * H));
     ++row;
   }
   EXPECT_EQ(cpu.cpu_tokens, row);

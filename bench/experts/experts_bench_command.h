@@ -1,6 +1,7 @@
 #pragma once
 // `bench experts` as a CLI11 subcommand, so `tandem bench experts` and the light standalone
-// `tandem_bench_experts experts` (no model engine to build: what the H200 host builds) are one code.
+// `tandem_bench_experts experts` (no model engine to build: what the H200 host builds) are one
+// code.
 
 #include <CLI/CLI.hpp>
 

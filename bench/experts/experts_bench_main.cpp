@@ -8,7 +8,8 @@
 #include "engine/core/error.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Tandem's expert-engine benchmark (same as `tandem bench experts`)", "tandem_bench_experts"};
+  CLI::App app{"Tandem's expert-engine benchmark (same as `tandem bench experts`)",
+               "tandem_bench_experts"};
   app.require_subcommand(1);
   tandem::bench::addExpertsBenchCommand(app);
   try {

@@ -30,8 +30,7 @@ at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a
 
 }  // namespace
 
-BenchTiming timeLibtorchExpertLoop(const BenchProblem& p, int threads,
-                                            int repeats) {
+BenchTiming timeLibtorchExpertLoop(const BenchProblem& p, int threads, int repeats) {
   at::set_num_threads(threads);
   const int64_t E = p.shape.num_experts, H = p.shape.hidden, I = p.shape.intermediate;
   const int64_t T = p.tokens, k = p.shape.top_k, r = p.lora_rank;
@@ -44,8 +43,10 @@ BenchTiming timeLibtorchExpertLoop(const BenchProblem& p, int threads,
   const at::Tensor a_up = lora(r, H, 1e-2), b_up = lora(I, r, 1e-3);
   const at::Tensor a_down = lora(r, I, 1e-2), b_down = lora(H, r, 1e-3);
   const at::Tensor x0 = bf16(p.x, {T, H}), dy = bf16(p.dy, {T, H});
-  const at::Tensor ids = at::from_blob(const_cast<int32_t*>(p.ids.data()), {T, k}, at::kInt).to(at::kLong);
-  const at::Tensor w0 = at::from_blob(const_cast<float*>(p.weights.data()), {T, k}, at::kFloat).to(at::kBFloat16);
+  const at::Tensor ids =
+      at::from_blob(const_cast<int32_t*>(p.ids.data()), {T, k}, at::kInt).to(at::kLong);
+  const at::Tensor w0 =
+      at::from_blob(const_cast<float*>(p.weights.data()), {T, k}, at::kFloat).to(at::kBFloat16);
 
   std::vector<double> fwd, bwd;
   for (int rep = 0; rep <= repeats; ++rep) {

@@ -10,7 +10,6 @@ namespace tandem::bench {
 
 // Median forward and backward (y.backward(dy): d x, d routing weights, LoRA gradients) over
 // `repeats` runs after one warm-up, on `threads` ATen threads. bf16 weights, activations and LoRA.
-BenchTiming timeLibtorchExpertLoop(const BenchProblem& problem, int threads,
-                                            int repeats);
+BenchTiming timeLibtorchExpertLoop(const BenchProblem& problem, int threads, int repeats);
 
 }  // namespace tandem::bench

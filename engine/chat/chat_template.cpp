@@ -20,7 +20,7 @@ void replaceFirst(std::string& slot, std::string_view placeholder, std::string_v
 }
 
 Pieces applySlots(const Pieces& slots, std::string_view content,
-             std::optional<std::string_view> idx = std::nullopt) {
+                  std::optional<std::string_view> idx = std::nullopt) {
   Pieces out = slots;
   for (Piece& p : out) {
     if (p.kind != Piece::Kind::Text) continue;
@@ -48,7 +48,8 @@ const char kQwenObservation[] =
     "<|im_start|>user\n<tool_response>\n{{content}}\n</tool_response><|im_end|>\n"
     "<|im_start|>assistant\n";
 
-ChatTemplate::Spec qwenFamily(std::string name, std::string default_system, ChatTemplate::Kind kind) {
+ChatTemplate::Spec qwenFamily(std::string name, std::string default_system,
+                              ChatTemplate::Kind kind) {
   ChatTemplate::Spec s;
   s.name = std::move(name);
   s.format_user = {text(kImStartUser)};
@@ -79,15 +80,17 @@ std::vector<ChatTemplate> buildRegistry() {
   using Kind = ChatTemplate::Kind;
   std::vector<ChatTemplate::Spec> specs;
 
-  specs.push_back(qwenFamily("qwen", "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+  specs.push_back(qwenFamily("qwen",
+                             "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
                              Kind::Standard));
   specs.push_back(qwenFamily("qwen3", "", Kind::Reasoning));
   specs.push_back(qwenFamily("qwen3_nothink", "", Kind::Standard));
 
   ChatTemplate::Spec deepseek3;  // "<｜User｜>": U+FF5C FULLWIDTH VERTICAL LINE, as in DeepSeek-V3
   deepseek3.name = "deepseek3";
-  deepseek3.format_user = {text("<\xEF\xBD\x9CUser\xEF\xBD\x9C>{{content}}<\xEF\xBD\x9C"
-                                "Assistant\xEF\xBD\x9C>")};
+  deepseek3.format_user = {
+      text("<\xEF\xBD\x9CUser\xEF\xBD\x9C>{{content}}<\xEF\xBD\x9C"
+           "Assistant\xEF\xBD\x9C>")};
   deepseek3.format_prefix = {kBos};
   specs.push_back(deepseek3);
 
@@ -100,12 +103,15 @@ std::vector<ChatTemplate> buildRegistry() {
 
   ChatTemplate::Spec llama3;
   llama3.name = "llama3";
-  llama3.format_user = {text("<|start_header_id|>user<|end_header_id|>\n\n{{content}}<|eot_id|>"
-                             "<|start_header_id|>assistant<|end_header_id|>\n\n")};
+  llama3.format_user = {
+      text("<|start_header_id|>user<|end_header_id|>\n\n{{content}}<|eot_id|>"
+           "<|start_header_id|>assistant<|end_header_id|>\n\n")};
   llama3.format_assistant = {text("{{content}}<|eot_id|>")};
-  llama3.format_system = {text("<|start_header_id|>system<|end_header_id|>\n\n{{content}}<|eot_id|>")};
-  llama3.format_observation = {text("<|start_header_id|>ipython<|end_header_id|>\n\n{{content}}<|eot_id|>"
-                                    "<|start_header_id|>assistant<|end_header_id|>\n\n")};
+  llama3.format_system = {
+      text("<|start_header_id|>system<|end_header_id|>\n\n{{content}}<|eot_id|>")};
+  llama3.format_observation = {
+      text("<|start_header_id|>ipython<|end_header_id|>\n\n{{content}}<|eot_id|>"
+           "<|start_header_id|>assistant<|end_header_id|>\n\n")};
   llama3.format_prefix = {kBos};
   llama3.stop_words = {"<|eot_id|>", "<|eom_id|>"};
   llama3.replace_eos = true;
@@ -148,9 +154,12 @@ const std::vector<ChatTemplate>& registry() {
 std::string joinPieces(const Pieces& pieces, std::string_view bos_text, std::string_view eos_text) {
   std::string out;
   for (const Piece& p : pieces) {
-    if (p.kind == Piece::Kind::Text) out += p.text;
-    else if (p.kind == Piece::Kind::Bos) out += bos_text;
-    else out += eos_text;
+    if (p.kind == Piece::Kind::Text)
+      out += p.text;
+    else if (p.kind == Piece::Kind::Bos)
+      out += bos_text;
+    else
+      out += eos_text;
   }
   return out;
 }
@@ -201,17 +210,23 @@ std::vector<Pieces> ChatTemplate::encodeMessages(const Conversation& conv) const
       append(elements, spec_.format_prefix);
       if (!system.empty()) {
         Pieces sys = applySlots(spec_.format_system, system);
-        if (spec_.kind == Kind::Llama2) system_text = sys.empty() ? "" : sys.front().text;
-        else append(elements, sys);
+        if (spec_.kind == Kind::Llama2)
+          system_text = sys.empty() ? "" : sys.front().text;
+        else
+          append(elements, sys);
       }
     }
     switch (m.role) {
       case Role::User:
-        if (spec_.kind == Kind::Llama2) append(elements, applySlots(spec_.format_user, system_text + m.content));
-        else append(elements, applySlots(spec_.format_user, m.content, std::to_string(i / 2)));
+        if (spec_.kind == Kind::Llama2)
+          append(elements, applySlots(spec_.format_user, system_text + m.content));
+        else
+          append(elements, applySlots(spec_.format_user, m.content, std::to_string(i / 2)));
         break;
       case Role::Assistant: append(elements, applySlots(spec_.format_assistant, m.content)); break;
-      case Role::Observation: append(elements, applySlots(spec_.format_observation, m.content)); break;
+      case Role::Observation:
+        append(elements, applySlots(spec_.format_observation, m.content));
+        break;
       case Role::FunctionCall:
         throw Error("function-call turns are not supported by Tandem's chat templates yet (" +
                         conv.source.file + ":" + std::to_string(conv.source.line) + ")",
@@ -230,7 +245,8 @@ std::vector<TurnPieces> ChatTemplate::encodeTurns(const Conversation& conv) cons
   Conversation c = conv;
   const bool reasoning = spec_.kind == Kind::Reasoning;
   if (reasoning && enable_thinking_ == false)  // remove all cot
-    for (size_t i = 1; i < c.messages.size(); i += 2) c.messages[i].content = removeThought(c.messages[i].content);
+    for (size_t i = 1; i < c.messages.size(); i += 2)
+      c.messages[i].content = removeThought(c.messages[i].content);
 
   std::vector<Pieces> encoded = encodeMessages(c);
   if (reasoning) {
@@ -238,8 +254,10 @@ std::vector<TurnPieces> ChatTemplate::encodeTurns(const Conversation& conv) cons
       if (hasThought(c.messages[i + 1].content)) continue;
       // Add an empty cot: without thinking it is part of the prompt (no loss), with thinking
       // the model learns to emit it.
-      if (!enable_thinking_.value_or(false)) encoded[i].push_back(text(emptyThought()));
-      else encoded[i + 1].insert(encoded[i + 1].begin(), text(emptyThought()));
+      if (!enable_thinking_.value_or(false))
+        encoded[i].push_back(text(emptyThought()));
+      else
+        encoded[i + 1].insert(encoded[i + 1].begin(), text(emptyThought()));
     }
   }
   std::vector<TurnPieces> turns;
@@ -252,7 +270,8 @@ std::vector<std::pair<std::string, std::string>> ChatTemplate::encodePairs(
     const Conversation& conv, std::string_view bos_text, std::string_view eos_text) const {
   std::vector<std::pair<std::string, std::string>> pairs;
   for (const TurnPieces& t : encodeTurns(conv))
-    pairs.emplace_back(joinPieces(t.prompt, bos_text, eos_text), joinPieces(t.response, bos_text, eos_text));
+    pairs.emplace_back(joinPieces(t.prompt, bos_text, eos_text),
+                       joinPieces(t.response, bos_text, eos_text));
   return pairs;
 }
 
@@ -263,16 +282,20 @@ TurnPieces ChatTemplate::encodeOneTurn(const Conversation& conv) const {
   const bool reasoning = spec_.kind == Kind::Reasoning;
   if (reasoning) {
     // History replies lose their thoughts, as Qwen3's own chat template does.
-    for (size_t i = 1; i + 2 < c.messages.size(); i += 2) c.messages[i].content = removeThought(c.messages[i].content);
-    if (enable_thinking_ == false) c.messages.back().content = removeThought(c.messages.back().content);
+    for (size_t i = 1; i + 2 < c.messages.size(); i += 2)
+      c.messages[i].content = removeThought(c.messages[i].content);
+    if (enable_thinking_ == false)
+      c.messages.back().content = removeThought(c.messages.back().content);
   }
   std::vector<Pieces> encoded = encodeMessages(c);
   TurnPieces out;
   for (size_t i = 0; i + 1 < encoded.size(); ++i) append(out.prompt, encoded[i]);
   out.response = std::move(encoded.back());
   if (reasoning && !hasThought(c.messages.back().content)) {
-    if (!enable_thinking_.value_or(false)) out.prompt.push_back(text(emptyThought()));
-    else out.response.insert(out.response.begin(), text(emptyThought()));
+    if (!enable_thinking_.value_or(false))
+      out.prompt.push_back(text(emptyThought()));
+    else
+      out.response.insert(out.response.begin(), text(emptyThought()));
   }
   return out;
 }

@@ -89,7 +89,8 @@ class ChatTemplate {
   // encodeTurns joined to strings: the exact texts LLaMA-Factory tokenizes, bos/eos written as
   // the given token texts.
   std::vector<std::pair<std::string, std::string>> encodePairs(
-      const Conversation& conv, std::string_view bos_text = {}, std::string_view eos_text = {}) const;
+      const Conversation& conv, std::string_view bos_text = {},
+      std::string_view eos_text = {}) const;
 
   // Template.encode_oneturn: everything before the last response, and the last response.
   TurnPieces encodeOneTurn(const Conversation& conv) const;
@@ -100,7 +101,9 @@ class ChatTemplate {
   Pieces renderForGeneration(const Conversation& conv) const;
 
   // ReasoningTemplate.add_thought() ("<think>\n\n</think>\n\n") and remove_thought().
-  std::string emptyThought() const { return spec_.thought_words.first + spec_.thought_words.second; }
+  std::string emptyThought() const {
+    return spec_.thought_words.first + spec_.thought_words.second;
+  }
   std::string removeThought(std::string_view content) const;
 
  private:

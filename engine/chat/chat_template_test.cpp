@@ -20,8 +20,10 @@ Conversation conv(std::vector<Message> messages, std::string system = {}) {
 
 const Conversation kSingle = conv({{Role::User, "Hi"}, {Role::Assistant, "Hello"}});
 const Conversation kSingleSys = conv({{Role::User, "Hi"}, {Role::Assistant, "Hello"}}, "S");
-const Conversation kMulti = conv({{Role::User, "Hi"}, {Role::Assistant, "Hello"},
-                                  {Role::User, "How?"}, {Role::Assistant, "Fine"}},
+const Conversation kMulti = conv({{Role::User, "Hi"},
+                                  {Role::Assistant, "Hello"},
+                                  {Role::User, "How?"},
+                                  {Role::Assistant, "Fine"}},
                                  "S");
 
 Pairs pairsOf(std::string_view name, const Conversation& c) {
@@ -32,23 +34,30 @@ Pairs pairsOf(std::string_view name, const Conversation& c) {
 
 struct Case {
   const char* name;
-  Pairs single;        // kSingle
-  Pairs single_sys;    // kSingleSys
-  Pairs multi;         // kMulti (system "S")
+  Pairs single;      // kSingle
+  Pairs single_sys;  // kSingleSys
+  Pairs multi;       // kMulti (system "S")
 };
 
 const char kQwenDefault[] =
-    "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n";
+    "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+    "assistant.<|im_end|>\n";
 const char kQ1[] = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
 const char kQ2[] = "<|im_start|>user\nHow?<|im_end|>\n<|im_start|>assistant\n";
 const char kQSys[] = "<|im_start|>system\nS<|im_end|>\n";
 const char kThink[] = "<think>\n\n</think>\n\n";
-const char kDsUser1[] = "<\xEF\xBD\x9CUser\xEF\xBD\x9C>Hi<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>";
-const char kDsUser2[] = "<\xEF\xBD\x9CUser\xEF\xBD\x9C>How?<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>";
-const char kL3User1[] = "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-                        "<|start_header_id|>assistant<|end_header_id|>\n\n";
-const char kL3User2[] = "<|start_header_id|>user<|end_header_id|>\n\nHow?<|eot_id|>"
-                        "<|start_header_id|>assistant<|end_header_id|>\n\n";
+const char kDsUser1[] =
+    "<\xEF\xBD\x9CUser\xEF\xBD\x9C>Hi<\xEF\xBD\x9C"
+    "Assistant\xEF\xBD\x9C>";
+const char kDsUser2[] =
+    "<\xEF\xBD\x9CUser\xEF\xBD\x9C>How?<\xEF\xBD\x9C"
+    "Assistant\xEF\xBD\x9C>";
+const char kL3User1[] =
+    "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+    "<|start_header_id|>assistant<|end_header_id|>\n\n";
+const char kL3User2[] =
+    "<|start_header_id|>user<|end_header_id|>\n\nHow?<|eot_id|>"
+    "<|start_header_id|>assistant<|end_header_id|>\n\n";
 const char kL3Sys[] = "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>";
 
 std::string cat(std::initializer_list<std::string_view> parts) {
@@ -66,7 +75,8 @@ std::vector<Case> allCases() {
       {"qwen3",  // enable_thinking defaults to true: the empty think block is trained on
        {{kQ1, cat({kThink, "Hello<|im_end|>\n"})}},
        {{cat({kQSys, kQ1}), cat({kThink, "Hello<|im_end|>\n"})}},
-       {{cat({kQSys, kQ1}), cat({kThink, "Hello<|im_end|>\n"})}, {kQ2, cat({kThink, "Fine<|im_end|>\n"})}}},
+       {{cat({kQSys, kQ1}), cat({kThink, "Hello<|im_end|>\n"})},
+        {kQ2, cat({kThink, "Fine<|im_end|>\n"})}}},
       {"qwen3_nothink",
        {{kQ1, "Hello<|im_end|>\n"}},
        {{cat({kQSys, kQ1}), "Hello<|im_end|>\n"}},
@@ -90,11 +100,9 @@ std::vector<Case> allCases() {
       {"default",
        {{"Human: Hi</s>\nAssistant:", "Hello</s>\n"}},
        {{"System: S</s>\nHuman: Hi</s>\nAssistant:", "Hello</s>\n"}},
-       {{"System: S</s>\nHuman: Hi</s>\nAssistant:", "Hello</s>\n"}, {"Human: How?</s>\nAssistant:", "Fine</s>\n"}}},
-      {"empty",
-       {{"Hi", "Hello"}},
-       {{"SHi", "Hello"}},
-       {{"SHi", "Hello"}, {"How?", "Fine"}}},
+       {{"System: S</s>\nHuman: Hi</s>\nAssistant:", "Hello</s>\n"},
+        {"Human: How?</s>\nAssistant:", "Fine</s>\n"}}},
+      {"empty", {{"Hi", "Hello"}}, {{"SHi", "Hello"}}, {{"SHi", "Hello"}, {"How?", "Fine"}}},
   };
 }
 
@@ -130,8 +138,10 @@ TEST(ChatTemplateTest, AlpacaHistoryBecomesEarlierTurns) {
 
 // ---- qwen3 thinking --------------------------------------------------------------------------
 
-const Conversation kCot = conv({{Role::User, "Hi"}, {Role::Assistant, "<think>\nhmm\n</think>\n\nHello"},
-                                {Role::User, "How?"}, {Role::Assistant, "Fine"}});
+const Conversation kCot = conv({{Role::User, "Hi"},
+                                {Role::Assistant, "<think>\nhmm\n</think>\n\nHello"},
+                                {Role::User, "How?"},
+                                {Role::Assistant, "Fine"}});
 
 TEST(ChatTemplateTest, Qwen3ThinkingOn) {
   ChatTemplate t = templateByName("qwen3");
@@ -143,7 +153,8 @@ TEST(ChatTemplateTest, Qwen3ThinkingOn) {
 TEST(ChatTemplateTest, Qwen3ThinkingOffStripsThoughtsAndMasksTheEmptyBlock) {
   ChatTemplate t = templateByName("qwen3");
   t.setEnableThinking(false);
-  Pairs expected = {{cat({kQ1, kThink}), "Hello<|im_end|>\n"}, {cat({kQ2, kThink}), "Fine<|im_end|>\n"}};
+  Pairs expected = {{cat({kQ1, kThink}), "Hello<|im_end|>\n"},
+                    {cat({kQ2, kThink}), "Fine<|im_end|>\n"}};
   EXPECT_EQ(t.encodePairs(kCot), expected);
 }
 
@@ -156,7 +167,8 @@ TEST(ChatTemplateTest, Qwen3ThinkingNoneKeepsThoughtsButPutsEmptyBlockInPrompt) 
 }
 
 TEST(ChatTemplateTest, Qwen3NothinkNeverAddsThink) {
-  Pairs expected = {{kQ1, "<think>\nhmm\n</think>\n\nHello<|im_end|>\n"}, {kQ2, "Fine<|im_end|>\n"}};
+  Pairs expected = {{kQ1, "<think>\nhmm\n</think>\n\nHello<|im_end|>\n"},
+                    {kQ2, "Fine<|im_end|>\n"}};
   EXPECT_EQ(pairsOf("qwen3_nothink", kCot), expected);
 }
 
@@ -186,15 +198,20 @@ TEST(ChatTemplateTest, OneTurnAndGenerationDropHistoryThoughts) {
 // Mirrors LLaMA-Factory's tests/data/test_template.py test_reasoning_encode_oneturn and
 // test_reasoning_encode_multiturn (cot_messages x enable_thinking in {true, false, None}).
 TEST(ChatTemplateTest, Qwen3MatchesLlamaFactoryReasoningTests) {
-  const Conversation plain = conv({{Role::User, "How are you"}, {Role::Assistant, "I am fine!"},
-                                   {Role::User, "Q2"}, {Role::Assistant, "A2"}});
-  const Conversation cot = conv({{Role::User, "How are you"},
-                                 {Role::Assistant, "<think>\nModel thought here\n</think>\n\nI am fine!"},
-                                 {Role::User, "Q2"}, {Role::Assistant, "<think>\nT2\n</think>\n\nA2"}});
+  const Conversation plain = conv({{Role::User, "How are you"},
+                                   {Role::Assistant, "I am fine!"},
+                                   {Role::User, "Q2"},
+                                   {Role::Assistant, "A2"}});
+  const Conversation cot =
+      conv({{Role::User, "How are you"},
+            {Role::Assistant, "<think>\nModel thought here\n</think>\n\nI am fine!"},
+            {Role::User, "Q2"},
+            {Role::Assistant, "<think>\nT2\n</think>\n\nA2"}});
   const std::string p1 = "<|im_start|>user\nHow are you<|im_end|>\n<|im_start|>assistant\n";
   const std::string p2 = "<|im_start|>user\nQ2<|im_end|>\n<|im_start|>assistant\n";
   for (bool cot_messages : {true, false}) {
-    for (std::optional<bool> thinking : {std::optional<bool>(true), std::optional<bool>(false), std::optional<bool>()}) {
+    for (std::optional<bool> thinking :
+         {std::optional<bool>(true), std::optional<bool>(false), std::optional<bool>()}) {
       SCOPED_TRACE(testing::Message() << "cot=" << cot_messages << " thinking="
                                       << (thinking ? (*thinking ? "true" : "false") : "None"));
       ChatTemplate t = templateByName("qwen3");
@@ -204,8 +221,10 @@ TEST(ChatTemplateTest, Qwen3MatchesLlamaFactoryReasoningTests) {
       std::string prompt = p1 + "I am fine!<|im_end|>\n" + p2, answer;
       if (!cot_messages || thinking == false) {
         answer = "A2<|im_end|>\n";
-        if (thinking.value_or(false)) answer = kThink + answer;
-        else prompt += kThink;
+        if (thinking.value_or(false))
+          answer = kThink + answer;
+        else
+          prompt += kThink;
       } else {
         answer = "<think>\nT2\n</think>\n\nA2<|im_end|>\n";
       }
@@ -217,8 +236,13 @@ TEST(ChatTemplateTest, Qwen3MatchesLlamaFactoryReasoningTests) {
       std::string q1 = p1, a1 = (keep ? c.messages[1].content : "I am fine!") + "<|im_end|>\n";
       std::string q2 = p2, a2 = (keep ? c.messages[3].content : "A2") + "<|im_end|>\n";
       if (!keep) {
-        if (thinking.value_or(false)) { a1 = kThink + a1; a2 = kThink + a2; }
-        else { q1 += kThink; q2 += kThink; }
+        if (thinking.value_or(false)) {
+          a1 = kThink + a1;
+          a2 = kThink + a2;
+        } else {
+          q1 += kThink;
+          q2 += kThink;
+        }
       }
       EXPECT_EQ(t.encodePairs(c), (Pairs{{q1, a1}, {q2, a2}}));
     }
@@ -228,11 +252,14 @@ TEST(ChatTemplateTest, Qwen3MatchesLlamaFactoryReasoningTests) {
 // ---- other roles, flags, errors --------------------------------------------------------------
 
 TEST(ChatTemplateTest, ObservationTurns) {
-  Conversation c = conv({{Role::User, "Hi"}, {Role::Assistant, "A"}, {Role::Observation, "{\"t\": 1}"},
+  Conversation c = conv({{Role::User, "Hi"},
+                         {Role::Assistant, "A"},
+                         {Role::Observation, "{\"t\": 1}"},
                          {Role::Assistant, "B"}});
   Pairs pairs = pairsOf("qwen3_nothink", c);
   EXPECT_EQ(pairs[1].first,
-            "<|im_start|>user\n<tool_response>\n{\"t\": 1}\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
+            "<|im_start|>user\n<tool_response>\n{\"t\": "
+            "1}\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(pairsOf("llama3", c)[1].first,
             "<|start_header_id|>ipython<|end_header_id|>\n\n{\"t\": 1}<|eot_id|>"
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
@@ -256,7 +283,8 @@ TEST(ChatTemplateTest, FlagsAndStopWords) {
 TEST(ChatTemplateTest, DefaultSystemOverride) {
   ChatTemplate t = templateByName("qwen");
   t.setDefaultSystem("Be brief.");
-  EXPECT_EQ(t.encodePairs(kSingle)[0].first, cat({"<|im_start|>system\nBe brief.<|im_end|>\n", kQ1}));
+  EXPECT_EQ(t.encodePairs(kSingle)[0].first,
+            cat({"<|im_start|>system\nBe brief.<|im_end|>\n", kQ1}));
 }
 
 TEST(ChatTemplateTest, ContentIsSubstitutedOnce) {

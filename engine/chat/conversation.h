@@ -20,16 +20,16 @@ struct Message {
 
 // Where a conversation came from, for error messages.
 struct SourceRef {
-  std::string file;     // path as given / resolved
-  int64_t line = 0;     // 1-based line where the record starts (csv: the record's first line)
-  int64_t index = 0;    // 0-based record index in the file (csv: not counting the header)
+  std::string file;   // path as given / resolved
+  int64_t line = 0;   // 1-based line where the record starts (csv: the record's first line)
+  int64_t index = 0;  // 0-based record index in the file (csv: not counting the header)
 };
 
 // messages alternate: even positions User or Observation, odd positions Assistant or FunctionCall;
 // the count is even (>= 2), so the last message is the response that is trained on.
 struct Conversation {
-  std::string system;   // empty: the template's default system prompt applies
-  std::string tools;    // JSON text of the tool list, empty when none
+  std::string system;  // empty: the template's default system prompt applies
+  std::string tools;   // JSON text of the tool list, empty when none
   std::vector<Message> messages;
   SourceRef source;
 };

@@ -28,14 +28,17 @@ std::vector<int32_t> encodePieces(const Pieces& pieces, const TextEncoder& encod
   return ids;
 }
 
-std::pair<int64_t, int64_t> inferSeqlen(int64_t source_len, int64_t target_len, int64_t cutoff_len) {
+std::pair<int64_t, int64_t> inferSeqlen(int64_t source_len, int64_t target_len,
+                                        int64_t cutoff_len) {
   int64_t max_target_len;
   if (target_len * 2 < cutoff_len) {  // truncate source
     max_target_len = cutoff_len;
   } else if (source_len * 2 < cutoff_len) {  // truncate target
     max_target_len = cutoff_len - source_len;
-  } else {  // truncate both, in proportion: int(cutoff_len * (target_len / (source_len + target_len)))
-    const double share = static_cast<double>(target_len) / static_cast<double>(source_len + target_len);
+  } else {  // truncate both, in proportion: int(cutoff_len * (target_len / (source_len +
+            // target_len)))
+    const double share =
+        static_cast<double>(target_len) / static_cast<double>(source_len + target_len);
     max_target_len = static_cast<int64_t>(static_cast<double>(cutoff_len) * share);
   }
   const int64_t new_target_len = std::min(max_target_len, target_len);
@@ -47,14 +50,16 @@ std::pair<int64_t, int64_t> inferSeqlen(int64_t source_len, int64_t target_len, 
 EncodedSample encodeSupervised(const Conversation& conv, const ChatTemplate& chat_template,
                                const TextEncoder& encoder, const SupervisedOptions& options) {
   if (options.cutoff_len < 1)
-    throw Error("cutoff_len must be at least 1 (got " + std::to_string(options.cutoff_len) + ")", "");
+    throw Error("cutoff_len must be at least 1 (got " + std::to_string(options.cutoff_len) + ")",
+                "");
   const bool efficient_eos = chat_template.efficientEos();
   if (options.train_on_prompt && efficient_eos)
     throw Error("template '" + chat_template.name() + "' does not support train_on_prompt",
                 "turn train_on_prompt off (LLaMA-Factory refuses this combination too)");
 
   std::vector<TurnPieces> turns = chat_template.encodeTurns(conv);
-  if (options.mask_history) std::reverse(turns.begin(), turns.end());  // high priority for last turns
+  if (options.mask_history)
+    std::reverse(turns.begin(), turns.end());  // high priority for last turns
 
   EncodedSample out;
   int64_t total_length = efficient_eos ? 1 : 0;
@@ -62,9 +67,9 @@ EncodedSample encodeSupervised(const Conversation& conv, const ChatTemplate& cha
     if (total_length >= options.cutoff_len) break;
     std::vector<int32_t> source = encodePieces(turns[turn_idx].prompt, encoder);
     std::vector<int32_t> target = encodePieces(turns[turn_idx].response, encoder);
-    auto [source_len, target_len] = inferSeqlen(static_cast<int64_t>(source.size()),
-                                                static_cast<int64_t>(target.size()),
-                                                options.cutoff_len - total_length);
+    auto [source_len, target_len] =
+        inferSeqlen(static_cast<int64_t>(source.size()), static_cast<int64_t>(target.size()),
+                    options.cutoff_len - total_length);
     source.resize(static_cast<size_t>(source_len));
     target.resize(static_cast<size_t>(target_len));
     total_length += source_len + target_len;
@@ -76,7 +81,8 @@ EncodedSample encodeSupervised(const Conversation& conv, const ChatTemplate& cha
       source_label.assign(source.size(), kIgnoreIndex);
       // efficient_eos: the eos that ends the previous reply sits at the start of this prompt
       // (supervised.py puts it there for every turn but the first in processing order).
-      if (efficient_eos && turn_idx != 0 && !source_label.empty()) source_label[0] = encoder.eosId();
+      if (efficient_eos && turn_idx != 0 && !source_label.empty())
+        source_label[0] = encoder.eosId();
     }
     std::vector<int32_t> target_label = target;
     if (options.mask_history && turn_idx != 0) target_label.assign(target.size(), kIgnoreIndex);

@@ -37,25 +37,24 @@ Conversation conv(std::vector<Message> messages) {
   return c;
 }
 
-const Conversation kTwoTurns = conv({{Role::User, "aaaa"}, {Role::Assistant, "bb"},
-                                     {Role::User, "cccc"}, {Role::Assistant, "dd"}});
+const Conversation kTwoTurns = conv(
+    {{Role::User, "aaaa"}, {Role::Assistant, "bb"}, {Role::User, "cccc"}, {Role::Assistant, "dd"}});
 
 EncodedSample encode(const Conversation& c, std::string_view tmpl, SupervisedOptions o) {
   return encodeSupervised(c, templateByName(tmpl), ByteEncoder(), o);
 }
 
 TEST(SupervisedEncoderTest, InferSeqlenMatchesLlamaFactory) {
-  struct Row { int64_t s, t, cutoff, want_s, want_t; };
+  struct Row {
+    int64_t s, t, cutoff, want_s, want_t;
+  };
   const Row rows[] = {
-      {10, 2, 8, 6, 2},   // short target: truncate the source
-      {2, 10, 8, 2, 6},   // short source: truncate the target
-      {10, 10, 8, 4, 4},  // both long: int(8 * 10/20)
-      {5, 5, 7, 4, 3},    // int(7 * 0.5) = 3
-      {3, 7, 8, 3, 5},
-      {7, 3, 8, 5, 3},
-      {4, 2, 2, 2, 0},    // int(2 * 2/6) = 0
-      {1, 2, 3, 1, 2},
-      {3, 1, 1000, 3, 1},
+      {10, 2, 8, 6, 2},                                        // short target: truncate the source
+      {2, 10, 8, 2, 6},                                        // short source: truncate the target
+      {10, 10, 8, 4, 4},                                       // both long: int(8 * 10/20)
+      {5, 5, 7, 4, 3},                                         // int(7 * 0.5) = 3
+      {3, 7, 8, 3, 5},   {7, 3, 8, 5, 3},    {4, 2, 2, 2, 0},  // int(2 * 2/6) = 0
+      {1, 2, 3, 1, 2},   {3, 1, 1000, 3, 1},
   };
   for (const Row& r : rows) {
     SCOPED_TRACE(testing::Message() << r.s << "," << r.t << "," << r.cutoff);
@@ -122,7 +121,8 @@ TEST(SupervisedEncoderTest, EfficientEos) {
   spec.format_system = {{Piece::Kind::Text, "{{content}}"}};
   spec.efficient_eos = true;
   const ChatTemplate t(spec);
-  Conversation c = conv({{Role::User, "a"}, {Role::Assistant, "b"}, {Role::User, "c"}, {Role::Assistant, "d"}});
+  Conversation c =
+      conv({{Role::User, "a"}, {Role::Assistant, "b"}, {Role::User, "c"}, {Role::Assistant, "d"}});
   EncodedSample s = encodeSupervised(c, t, ByteEncoder(), {});
   EXPECT_EQ(s.input_ids, join({ids("U:a\nbU:c\nd"), {kEos}}));
   // The eos that ends reply 1 is learnt at the first token of prompt 2; the final eos at the end.
@@ -170,7 +170,8 @@ EncodedSample sample(size_t n, int32_t base) {
 }
 
 TEST(PackingTest, PacksResetPositionsAndDropsLongSamples) {
-  std::vector<EncodedSample> samples = {sample(3, 100), sample(3, 200), sample(12, 300), sample(4, 400)};
+  std::vector<EncodedSample> samples = {sample(3, 100), sample(3, 200), sample(12, 300),
+                                        sample(4, 400)};
   PackResult r = packSamples(samples, 10);
   EXPECT_EQ(r.dropped, std::vector<size_t>{2});
   ASSERT_EQ(r.sequences.size(), 1u);

@@ -4,7 +4,8 @@
 
 namespace tandem::chat {
 
-TokenizerEncoder::TokenizerEncoder(const io::Tokenizer& tokenizer, const ChatTemplate& chat_template)
+TokenizerEncoder::TokenizerEncoder(const io::Tokenizer& tokenizer,
+                                   const ChatTemplate& chat_template)
     : tokenizer_(tokenizer) {
   std::optional<int32_t> eos = tokenizer.eosId();
   if (chat_template.replaceEos() && !chat_template.stopWords().empty()) {

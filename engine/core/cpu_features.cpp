@@ -22,9 +22,9 @@ constexpr int kArchGetXcompPerm = 0x1022;
 constexpr int kArchReqXcompPerm = 0x1023;
 constexpr int kXfeatureXtileData = 18;
 
-constexpr uint64_t kXcr0Avx = (1u << 1) | (1u << 2);                  // SSE + AVX state
-constexpr uint64_t kXcr0Avx512 = (1u << 5) | (1u << 6) | (1u << 7);   // opmask, ZMM_Hi256, Hi16_ZMM
-constexpr uint64_t kXcr0Amx = (1u << 17) | (1u << 18);                // XTILECFG + XTILEDATA
+constexpr uint64_t kXcr0Avx = (1u << 1) | (1u << 2);                 // SSE + AVX state
+constexpr uint64_t kXcr0Avx512 = (1u << 5) | (1u << 6) | (1u << 7);  // opmask, ZMM_Hi256, Hi16_ZMM
+constexpr uint64_t kXcr0Amx = (1u << 17) | (1u << 18);               // XTILECFG + XTILEDATA
 
 struct CpuidRegs {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -146,8 +146,8 @@ std::string_view isaLevelName(IsaLevel level) {
 }
 
 IsaLevel parseIsaLevel(std::string_view name) {
-  for (IsaLevel level : {IsaLevel::Generic, IsaLevel::Avx2, IsaLevel::Avx512,
-                         IsaLevel::Avx512Bf16, IsaLevel::Amx}) {
+  for (IsaLevel level :
+       {IsaLevel::Generic, IsaLevel::Avx2, IsaLevel::Avx512, IsaLevel::Avx512Bf16, IsaLevel::Amx}) {
     if (name == isaLevelName(level)) return level;
   }
   throw Error("unknown instruction-set level '" + std::string(name) + "' (TANDEM_CPU_ISA)",
@@ -158,8 +158,8 @@ bool CpuFeatures::canUseAvx2() const {
   return cap >= IsaLevel::Avx2 && avx2 && fma && f16c && os_avx;
 }
 bool CpuFeatures::canUseAvx512() const {
-  return cap >= IsaLevel::Avx512 && canUseAvx2() && avx512f && avx512bw && avx512vl &&
-         avx512dq && os_avx512;
+  return cap >= IsaLevel::Avx512 && canUseAvx2() && avx512f && avx512bw && avx512vl && avx512dq &&
+         os_avx512;
 }
 bool CpuFeatures::canUseAvx512Bf16() const {
   return cap >= IsaLevel::Avx512Bf16 && canUseAvx512() && avx512_bf16;

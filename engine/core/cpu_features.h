@@ -38,7 +38,7 @@ struct CpuFeatures {
 
   // What kernels may use: CPU support, OS support, permission and the cap together.
   bool canUseAvx2() const;
-  bool canUseAvx512() const;      // F + BW + VL + DQ
+  bool canUseAvx512() const;  // F + BW + VL + DQ
   bool canUseAvx512Bf16() const;
   bool canUseAvx512Fp16() const;
   bool canUseAmxBf16() const;

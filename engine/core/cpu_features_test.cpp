@@ -50,9 +50,9 @@ TEST(CpuFeatures, MatchesProcCpuinfo) {
 // Executes real tile instructions: faults (the test crashes) if the permission was not granted.
 __attribute__((target("amx-tile"))) void touchTiles() {
   alignas(64) unsigned char config[64] = {};
-  config[0] = 1;                 // palette 1
-  config[16] = 64;               // tile 0: 64 bytes per row
-  config[48] = 16;               // tile 0: 16 rows
+  config[0] = 1;    // palette 1
+  config[16] = 64;  // tile 0: 64 bytes per row
+  config[48] = 16;  // tile 0: 16 rows
   _tile_loadconfig(config);
   _tile_zero(0);
   _tile_release();
@@ -86,8 +86,8 @@ TEST(CpuFeatures, CapDisablesHigherLevels) {
 }
 
 TEST(CpuFeatures, IsaNamesRoundTripAndBadNamesAreErrors) {
-  for (IsaLevel level : {IsaLevel::Generic, IsaLevel::Avx2, IsaLevel::Avx512,
-                         IsaLevel::Avx512Bf16, IsaLevel::Amx}) {
+  for (IsaLevel level :
+       {IsaLevel::Generic, IsaLevel::Avx2, IsaLevel::Avx512, IsaLevel::Avx512Bf16, IsaLevel::Amx}) {
     EXPECT_EQ(parseIsaLevel(isaLevelName(level)), level);
   }
   try {

@@ -46,7 +46,7 @@ NumaTopology singleNodeTopology() {
   NumaTopology topology;
   NumaNode node;
   node.cpus = allowedCpus();
-  struct sysinfo info{};
+  struct sysinfo info = {};
   if (sysinfo(&info) == 0) {
     node.total_bytes = static_cast<uint64_t>(info.totalram) * info.mem_unit;
     node.free_bytes = static_cast<uint64_t>(info.freeram) * info.mem_unit;

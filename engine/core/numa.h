@@ -10,8 +10,8 @@ namespace tandem {
 
 struct NumaNode {
   int id = 0;
-  std::vector<int> cpus;      // logical CPU ids on this node that this process may use
-  uint64_t total_bytes = 0;   // memory on the node
+  std::vector<int> cpus;     // logical CPU ids on this node that this process may use
+  uint64_t total_bytes = 0;  // memory on the node
   uint64_t free_bytes = 0;
 };
 

@@ -6,8 +6,8 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <string>
 #include <set>
+#include <string>
 
 #include "engine/core/cpu_features.h"
 
@@ -52,7 +52,7 @@ TEST(Numa, SingleNodeFallbackIsTheWholeMachine) {
   EXPECT_FALSE(single.numa_available);
   ASSERT_EQ(single.nodes.size(), 1u);
   expectConsistent(single);
-  struct sysinfo info{};
+  struct sysinfo info = {};
   ASSERT_EQ(sysinfo(&info), 0);
   EXPECT_EQ(single.totalBytes(), static_cast<uint64_t>(info.totalram) * info.mem_unit);
 }

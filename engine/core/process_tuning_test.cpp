@@ -69,7 +69,8 @@ TEST(ProcessTuning, RestartsOnceWithABoundedPassiveWait) {
 
 // Either variable set by the user: theirs wins, no restart, nothing added.
 TEST(ProcessTuning, KeepsTheUsersWaitPolicy) {
-  EXPECT_EQ(tuneInAChild([] { ::setenv("OMP_WAIT_POLICY", "ACTIVE", 1); }), "not-restarted ACTIVE <unset>");
+  EXPECT_EQ(tuneInAChild([] { ::setenv("OMP_WAIT_POLICY", "ACTIVE", 1); }),
+            "not-restarted ACTIVE <unset>");
   EXPECT_EQ(tuneInAChild([] { ::setenv("GOMP_SPINCOUNT", "10", 1); }), "not-restarted <unset> 10");
 }
 

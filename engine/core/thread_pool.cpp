@@ -41,9 +41,7 @@ ThreadPool::ThreadPool(int n_threads, std::vector<int> pin_cpus) {
 
 ThreadPool::~ThreadPool() {
   stopping_.store(true);
-  {
-    std::lock_guard lock(sleep_mutex_);
-  }
+  { std::lock_guard lock(sleep_mutex_); }
   wake_.notify_all();
   for (auto& worker : workers_) worker.join();
   // With no workers, tasks submitted but never waited for still run before the pool goes.

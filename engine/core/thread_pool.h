@@ -75,7 +75,7 @@ class ThreadPool {
   std::vector<std::unique_ptr<WorkerQueue>> queues_;
   WorkerQueue injector_;
   std::vector<std::thread> workers_;
-  std::atomic<int64_t> queued_{0};   // tasks pushed and not yet taken
+  std::atomic<int64_t> queued_{0};  // tasks pushed and not yet taken
   std::atomic<int> sleepers_{0};
   std::mutex sleep_mutex_;
   std::condition_variable wake_;

@@ -108,9 +108,8 @@ TEST(ThreadPool, FirstExceptionPropagatesAndPoolStaysUsable) {
 TEST(ThreadPool, ExceptionMessageIsTheFirstOne) {
   ThreadPool pool(0);  // deterministic order: the caller runs everything
   try {
-    pool.parallelFor(0, 10, 1, [&](int64_t b, int64_t) {
-      throw Error("chunk " + std::to_string(b));
-    });
+    pool.parallelFor(0, 10, 1,
+                     [&](int64_t b, int64_t) { throw Error("chunk " + std::to_string(b)); });
     FAIL() << "no exception";
   } catch (const Error& e) {
     EXPECT_EQ(e.message().rfind("chunk ", 0), 0u);
@@ -137,8 +136,8 @@ TEST(ThreadPool, AlreadyCancelledRunsNothing) {
   std::stop_source stop;
   stop.request_stop();
   std::atomic<int> ran{0};
-  EXPECT_THROW(pool.parallelFor(0, 100, 1, [&](int64_t, int64_t) { ran.fetch_add(1); },
-                                stop.get_token()),
+  EXPECT_THROW(pool.parallelFor(
+                   0, 100, 1, [&](int64_t, int64_t) { ran.fetch_add(1); }, stop.get_token()),
                Cancelled);
   EXPECT_EQ(ran.load(), 0);
 }

@@ -14,10 +14,10 @@
 namespace tandem {
 
 struct StepEvent {
-  int64_t step = 0;         // optimizer steps done
+  int64_t step = 0;  // optimizer steps done
   int64_t total_steps = 0;
-  double epoch = 0;         // fractional, as transformers logs it
-  double loss = 0;          // mean over this step's kept tokens
+  double epoch = 0;  // fractional, as transformers logs it
+  double loss = 0;   // mean over this step's kept tokens
   double learning_rate = 0;
   double grad_norm = 0;
   double tokens_per_s = 0;  // non-padding tokens of this step / its wall time

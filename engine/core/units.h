@@ -8,10 +8,10 @@
 
 namespace tandem {
 
-std::string formatBytes(uint64_t bytes);    // "512 B", "1.5 KiB", "23.4 GiB"
-std::string formatCount(uint64_t count);    // "950", "12.3 K", "30.5 M", "671 B", "1.0 T"
+std::string formatBytes(uint64_t bytes);  // "512 B", "1.5 KiB", "23.4 GiB"
+std::string formatCount(uint64_t count);  // "950", "12.3 K", "30.5 M", "671 B", "1.0 T"
 
-std::string formatDuration(double seconds);            // "0:01:05", as LLaMA-Factory logs time
+std::string formatDuration(double seconds);               // "0:01:05", as LLaMA-Factory logs time
 std::string formatShape(std::span<const int64_t> shape);  // "[2, 3]"
 
 }  // namespace tandem

@@ -19,8 +19,9 @@ void writeOutputs(const BatchEvalSettings& settings, const std::vector<Predictio
   std::error_code ec;
   std::filesystem::create_directories(settings.output_dir, ec);
   if (ec) {
-    throw Error("cannot create the output directory " + settings.output_dir.string() + ": " + ec.message(),
-                "pass --output-dir with a writable directory");
+    throw Error(
+        "cannot create the output directory " + settings.output_dir.string() + ": " + ec.message(),
+        "pass --output-dir with a writable directory");
   }
   if (settings.write_predictions) {
     io::writeFileAtomically(settings.output_dir / "generated_predictions.jsonl", [&](std::FILE* f) {
@@ -47,12 +48,15 @@ double BatchEvalProgress::etaS() const {
   return elapsed_s / static_cast<double>(done) * static_cast<double>(total - done);
 }
 
-BatchEvalResult runBatchEval(int64_t total, const PredictFn& predict, const BatchEvalSettings& settings,
+BatchEvalResult runBatchEval(int64_t total, const PredictFn& predict,
+                             const BatchEvalSettings& settings,
                              const std::function<void(const BatchEvalProgress&)>& on_progress,
                              std::stop_token stop) {
   const JiebaSegmenter& jieba = JiebaSegmenter::shared(settings.jieba_dir);
   const auto start = std::chrono::steady_clock::now();
-  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
   std::vector<PredictionRow> rows;
   std::vector<SampleScores> scores;
   std::vector<int64_t> indices;

@@ -54,7 +54,8 @@ using PredictFn = std::function<PredictionRow(int64_t index, std::stop_token sto
 // skipped and counted (in `failed` and in predict_bad_rows); any other exception ends the run and
 // propagates after the samples done so far are written. Errors writing the output are
 // tandem::Error.
-BatchEvalResult runBatchEval(int64_t total, const PredictFn& predict, const BatchEvalSettings& settings,
+BatchEvalResult runBatchEval(int64_t total, const PredictFn& predict,
+                             const BatchEvalSettings& settings,
                              const std::function<void(const BatchEvalProgress&)>& on_progress = {},
                              std::stop_token stop = {});
 

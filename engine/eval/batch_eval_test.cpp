@@ -23,7 +23,8 @@ class BatchEvalTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           (std::string("tandem_batch_eval_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+           (std::string("tandem_batch_eval_") +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     settings_.output_dir = dir_ / "out";
     settings_.jieba_dir = TANDEM_JIEBA_DIR;
@@ -56,7 +57,8 @@ TEST_F(BatchEvalTest, WritesTheThreeFilesAndSkipsSamplesThatFail) {
             "{\"prompt\": \"q2\", \"predict\": \"B\", \"label\": \"A\"}\n");
   const std::string scores = readFile(settings_.output_dir / "sample_scores.jsonl");
   EXPECT_NE(scores.find("{\"index\": 2,"), std::string::npos) << scores;
-  const auto written = nlohmann::json::parse(readFile(settings_.output_dir / "predict_results.json"));
+  const auto written =
+      nlohmann::json::parse(readFile(settings_.output_dir / "predict_results.json"));
   EXPECT_EQ(written, result.results);
 }
 
@@ -85,14 +87,22 @@ TEST_F(BatchEvalTest, OtherErrorsPropagateAfterWriting) {
     return {"", "x", "x"};
   };
   EXPECT_THROW(runBatchEval(3, predict, settings_), std::runtime_error);
-  EXPECT_EQ(nlohmann::json::parse(readFile(settings_.output_dir / "predict_results.json"))["predict_samples"], 1);
+  EXPECT_EQ(nlohmann::json::parse(
+                readFile(settings_.output_dir / "predict_results.json"))["predict_samples"],
+            1);
 }
 
 TEST_F(BatchEvalTest, AnUnwritableOutputDirIsAnError) {
   fs::create_directories(dir_);
   std::ofstream(dir_ / "file") << "x";
   settings_.output_dir = dir_ / "file" / "out";
-  EXPECT_THROW(runBatchEval(1, [](int64_t, std::stop_token) { return PredictionRow{"", "a", "a"}; }, settings_), Error);
+  EXPECT_THROW(runBatchEval(
+                   1,
+                   [](int64_t, std::stop_token) {
+                     return PredictionRow{"", "a", "a"};
+                   },
+                   settings_),
+               Error);
 }
 
 }  // namespace

@@ -65,7 +65,8 @@ PredictionsFile readPredictions(const std::filesystem::path& path) {
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     const Json row = Json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (row.is_discarded() || !row.is_object()) {
-      addBadRow(file, line_no, row.is_discarded() ? "not valid JSON (or not UTF-8)" : "not a JSON object");
+      addBadRow(file, line_no,
+                row.is_discarded() ? "not valid JSON (or not UTF-8)" : "not a JSON object");
       continue;
     }
     std::string reason;
@@ -76,14 +77,16 @@ PredictionsFile readPredictions(const std::filesystem::path& path) {
       continue;
     }
     std::string prompt;
-    if (const auto it = row.find("prompt"); it != row.end() && it->is_string()) prompt = it->get<std::string>();
+    if (const auto it = row.find("prompt"); it != row.end() && it->is_string())
+      prompt = it->get<std::string>();
     file.rows.push_back({std::move(prompt), *predict, *label});
   }
   if (in.bad()) throw Error("reading " + path.string() + " failed", "check the disk and the file");
   return file;
 }
 
-SampleScores scoreSample(const JiebaSegmenter& jieba, const PredictionRow& row, std::string_view choice_letters) {
+SampleScores scoreSample(const JiebaSegmenter& jieba, const PredictionRow& row,
+                         std::string_view choice_letters) {
   SampleScores sample;
   sample.similarity = scoreSimilarity(jieba, row.predict, row.label);
   if (!choice_letters.empty()) {
@@ -98,14 +101,16 @@ void MetricsAccumulator::add(const SampleScores& sample) {
   rouge_1_.push_back(sample.similarity.rouge_1);
   rouge_2_.push_back(sample.similarity.rouge_2);
   rouge_l_.push_back(sample.similarity.rouge_l);
-  if (sample.label_choice) choice_correct_.push_back(sample.predicted_choice == sample.label_choice ? 1.0 : 0.0);
+  if (sample.label_choice)
+    choice_correct_.push_back(sample.predicted_choice == sample.label_choice ? 1.0 : 0.0);
 }
 
 Json MetricsAccumulator::results() const {
   Json out = Json::object();
   out["predict_samples"] = samples();
   if (samples() > 0) {
-    for (size_t i = 0; i < 4; ++i) out["predict_bleu-" + std::to_string(i + 1)] = py::numpyMean(bleu_[i]);
+    for (size_t i = 0; i < 4; ++i)
+      out["predict_bleu-" + std::to_string(i + 1)] = py::numpyMean(bleu_[i]);
     out["predict_rouge-1"] = py::numpyMean(rouge_1_);
     out["predict_rouge-2"] = py::numpyMean(rouge_2_);
     out["predict_rouge-l"] = py::numpyMean(rouge_l_);
@@ -127,7 +132,8 @@ std::string sampleScoresLine(int64_t index, const SampleScores& sample) {
        << ", \"rouge-l\": " << jsonNumber(s.rouge_l);
   if (sample.label_choice) {
     line << ", \"label_choice\": \"" << *sample.label_choice << "\", \"predicted_choice\": "
-         << (sample.predicted_choice ? "\"" + std::string(1, *sample.predicted_choice) + "\"" : "null");
+         << (sample.predicted_choice ? "\"" + std::string(1, *sample.predicted_choice) + "\""
+                                     : "null");
   }
   line << "}\n";
   return line.str();

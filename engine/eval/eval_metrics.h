@@ -72,6 +72,7 @@ class MetricsAccumulator {
 std::string sampleScoresLine(int64_t index, const SampleScores& sample);
 
 // Scores one prediction: similarity always, the choice letters when `choice_letters` is not empty.
-SampleScores scoreSample(const JiebaSegmenter& jieba, const PredictionRow& row, std::string_view choice_letters);
+SampleScores scoreSample(const JiebaSegmenter& jieba, const PredictionRow& row,
+                         std::string_view choice_letters);
 
 }  // namespace tandem::eval

@@ -24,7 +24,8 @@ TEST(EvalMetrics, PredictionLineIsPythonsJsonDumps) {
   EXPECT_EQ(predictionLine({"p\n", "答案 \"A\"", "x\x01"}),
             "{\"prompt\": \"p\\n\", \"predict\": \"答案 \\\"A\\\"\", \"label\": \"x\\u0001\"}\n");
   // A model may stop inside a multi-byte character: written as U+FFFD, never a crash.
-  EXPECT_EQ(predictionLine({"", "\xE4\xBD", ""}), "{\"prompt\": \"\", \"predict\": \"\xEF\xBF\xBD\", \"label\": \"\"}\n");
+  EXPECT_EQ(predictionLine({"", "\xE4\xBD", ""}),
+            "{\"prompt\": \"\", \"predict\": \"\xEF\xBF\xBD\", \"label\": \"\"}\n");
 }
 
 TEST(EvalMetrics, BadRowsAreCountedNotFatal) {
@@ -53,15 +54,17 @@ TEST(EvalMetrics, AccumulatesMeansAndAccuracy) {
   MetricsAccumulator acc;
   EXPECT_EQ(acc.results()["predict_samples"], 0);
   EXPECT_FALSE(acc.results().contains("predict_bleu-4"));
-  const std::vector<SampleScores> samples = {scoreSample(jieba(), {"", "B", "B"}, "ABCD"),
-                                             scoreSample(jieba(), {"", "The answer is C", "A"}, "ABCD"),
-                                             scoreSample(jieba(), {"", "free text", "no letter here"}, "ABCD")};
+  const std::vector<SampleScores> samples = {
+      scoreSample(jieba(), {"", "B", "B"}, "ABCD"),
+      scoreSample(jieba(), {"", "The answer is C", "A"}, "ABCD"),
+      scoreSample(jieba(), {"", "free text", "no letter here"}, "ABCD")};
   for (const SampleScores& sample : samples) acc.add(sample);
   const nlohmann::json results = acc.results();
   EXPECT_EQ(results["predict_samples"], 3);
   EXPECT_EQ(results["predict_choice_samples"], 2);
   EXPECT_EQ(results["predict_accuracy"].get<double>(), 50.0);
-  const double rouge_l_sum = samples[0].similarity.rouge_l + samples[1].similarity.rouge_l + samples[2].similarity.rouge_l;
+  const double rouge_l_sum =
+      samples[0].similarity.rouge_l + samples[1].similarity.rouge_l + samples[2].similarity.rouge_l;
   EXPECT_EQ(results["predict_rouge-l"].get<double>(), rouge_l_sum / 3);
   EXPECT_EQ(samples[0].similarity.bleu[0], 100.0);
   EXPECT_GT(samples[2].similarity.bleu[0], 0.0);

@@ -31,8 +31,8 @@ double parseDouble(std::string_view text, std::string_view label, size_t line_no
   double value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size()) {
-    throw Error(std::string(label) + " line " + std::to_string(line_no) + ": \"" + std::string(text) +
-                    "\" is not a number",
+    throw Error(std::string(label) + " line " + std::to_string(line_no) + ": \"" +
+                    std::string(text) + "\" is not a number",
                 "regenerate the file with resources/jieba/generate.py");
   }
   return value;
@@ -112,7 +112,8 @@ std::vector<std::string_view> splitOn(std::string_view text, char separator) {
   size_t start = 0;
   while (true) {
     const size_t end = text.find(separator, start);
-    fields.push_back(text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+    fields.push_back(
+        text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
     if (end == std::string_view::npos) return fields;
     start = end + 1;
   }
@@ -127,14 +128,14 @@ HmmModel HmmModel::parse(std::string_view text, std::string_view label) {
     if (line.empty()) continue;
     const std::vector<std::string_view> f = splitOn(line, '\t');
     const auto bad = [&] {
-      return Error(std::string(label) + " line " + std::to_string(line_no) + " is not a start/trans/emit entry",
+      return Error(std::string(label) + " line " + std::to_string(line_no) +
+                       " is not a start/trans/emit entry",
                    "regenerate the file with resources/jieba/generate.py");
     };
     if (f[0] == "start" && f.size() == 3 && stateIndex(f[1]) >= 0) {
       model.start[stateIndex(f[1])] = parseDouble(f[2], label, line_no);
     } else if (f[0] == "trans" && f.size() == 4 && stateIndex(f[1]) >= 0 && stateIndex(f[2]) >= 0) {
-      model.trans[stateIndex(f[1])][stateIndex(f[2])] =
-          parseDouble(f[3], label, line_no);
+      model.trans[stateIndex(f[1])][stateIndex(f[2])] = parseDouble(f[3], label, line_no);
     } else if (f[0] == "emit" && f.size() == 4 && stateIndex(f[1]) >= 0) {
       const std::u32string c = py::decodeUtf8(f[2]);
       if (c.size() != 1) throw bad();

@@ -18,7 +18,8 @@ struct SplitPiece {
   std::string_view text;
   bool matched = false;
 };
-std::vector<SplitPiece> splitByRegex(const io::tokenizer_detail::Regex& regex, std::string_view text);
+std::vector<SplitPiece> splitByRegex(const io::tokenizer_detail::Regex& regex,
+                                     std::string_view text);
 
 // Python's text.split(separator): every field, empty ones included.
 std::vector<std::string_view> splitOn(std::string_view text, char separator);

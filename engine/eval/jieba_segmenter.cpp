@@ -37,7 +37,8 @@ std::string readGzip(const std::filesystem::path& path) {
   std::string text;
   char buffer[1 << 16];
   int n = 0;
-  while ((n = gzread(file, buffer, sizeof(buffer))) > 0) text.append(buffer, static_cast<size_t>(n));
+  while ((n = gzread(file, buffer, sizeof(buffer))) > 0)
+    text.append(buffer, static_cast<size_t>(n));
   int error_code = Z_OK;
   const std::string reason = n < 0 ? gzerror(file, &error_code) : "";
   gzclose(file);
@@ -50,15 +51,18 @@ std::string readGzip(const std::filesystem::path& path) {
 
 // jieba's gen_pfdict over "word freq" lines: the total counts repeated words every time, the
 // map keeps the last count.
-void parseDictionary(std::string_view text, const std::string& label, FrequencyMap& freq, int64_t& total) {
+void parseDictionary(std::string_view text, const std::string& label, FrequencyMap& freq,
+                     int64_t& total) {
   const std::vector<std::string_view> lines = jieba::splitOn(text, '\n');
   for (size_t line_no = 1; line_no <= lines.size(); ++line_no) {
     const std::string_view line = lines[line_no - 1];
     if (line.empty()) continue;
     const size_t space = line.find(' ');
     int64_t count = 0;
-    const std::string_view count_text = space == std::string_view::npos ? std::string_view{} : line.substr(space + 1);
-    const auto [ptr, ec] = std::from_chars(count_text.data(), count_text.data() + count_text.size(), count);
+    const std::string_view count_text =
+        space == std::string_view::npos ? std::string_view{} : line.substr(space + 1);
+    const auto [ptr, ec] =
+        std::from_chars(count_text.data(), count_text.data() + count_text.size(), count);
     if (space == 0 || space == std::string_view::npos || ec != std::errc() ||
         ptr != count_text.data() + count_text.size() || count < 0) {
       throw Error(label + " line " + std::to_string(line_no) + " is not \"word frequency\"",
@@ -67,9 +71,11 @@ void parseDictionary(std::string_view text, const std::string& label, FrequencyM
     const std::u32string word = py::decodeUtf8(line.substr(0, space));
     freq[word] = count;
     total += count;
-    for (size_t length = 1; length < word.size(); ++length) freq.try_emplace(word.substr(0, length), 0);
+    for (size_t length = 1; length < word.size(); ++length)
+      freq.try_emplace(word.substr(0, length), 0);
   }
-  if (total <= 0) throw Error(label + " holds no words", "regenerate the file with resources/jieba/generate.py");
+  if (total <= 0)
+    throw Error(label + " holds no words", "regenerate the file with resources/jieba/generate.py");
 }
 
 }  // namespace
@@ -100,7 +106,8 @@ struct JiebaSegmenter::Impl {
   }
 
   // calc: the best route from every position to the end; returns the end of each step's word.
-  std::vector<size_t> route(std::u32string_view sentence, const std::vector<std::vector<size_t>>& dag) const {
+  std::vector<size_t> route(std::u32string_view sentence,
+                            const std::vector<std::vector<size_t>>& dag) const {
     const size_t n = sentence.size();
     std::vector<double> score(n + 1, 0.0);
     std::vector<size_t> word_end(n + 1, 0);
@@ -109,7 +116,8 @@ struct JiebaSegmenter::Impl {
       for (const size_t x : dag[idx]) {
         const int64_t count = frequency(sentence.substr(idx, x + 1 - idx));
         // Python: log(FREQ.get(word) or 1) - logtotal + route[x + 1][0], max over (score, x).
-        const double s = std::log(static_cast<double>(count != 0 ? count : 1)) - log_total + score[x + 1];
+        const double s =
+            std::log(static_cast<double>(count != 0 ? count : 1)) - log_total + score[x + 1];
         if (first || s > score[idx] || (s == score[idx] && x > word_end[idx])) {
           score[idx] = s;
           word_end[idx] = x;
@@ -170,7 +178,8 @@ const JiebaSegmenter& JiebaSegmenter::shared(const std::filesystem::path& dir) {
   static std::mutex mutex;
   static std::unordered_map<std::string, std::unique_ptr<JiebaSegmenter>> loaded;
   const std::lock_guard lock(mutex);
-  std::unique_ptr<JiebaSegmenter>& slot = loaded[std::filesystem::absolute(dir).lexically_normal().string()];
+  std::unique_ptr<JiebaSegmenter>& slot =
+      loaded[std::filesystem::absolute(dir).lexically_normal().string()];
   if (!slot) slot = std::make_unique<JiebaSegmenter>(load(dir));
   return *slot;
 }
@@ -203,7 +212,8 @@ std::vector<std::u32string> JiebaSegmenter::cut(std::u32string_view text) const 
 
 std::vector<std::string> JiebaSegmenter::cut(std::string_view utf8) const {
   std::vector<std::string> words;
-  for (const std::u32string& word : cut(py::decodeUtf8(utf8))) words.push_back(py::encodeUtf8(word));
+  for (const std::u32string& word : cut(py::decodeUtf8(utf8)))
+    words.push_back(py::encodeUtf8(word));
   return words;
 }
 

@@ -40,7 +40,6 @@ class JiebaSegmenter {
   // The same for UTF-8 text.
   std::vector<std::string> cut(std::string_view utf8) const;
 
-
  private:
   struct Impl;
   explicit JiebaSegmenter(std::unique_ptr<Impl> impl);

@@ -14,19 +14,21 @@ TEST(PythonSemantics, Utf8RoundTripsAndReplacesMalformedBytes) {
   EXPECT_EQ(encodeUtf8(decoded), text);
   EXPECT_EQ(decodeUtf8("x\xE4\xBDy"), U"x\uFFFDy");  // cut-off sequence: one U+FFFD
   EXPECT_EQ(decodeUtf8("\xF0\x9F\x98"), U"\uFFFD");
-  EXPECT_EQ(decodeUtf8("\xC0\xAF"), U"\uFFFD\uFFFD");       // overlong
+  EXPECT_EQ(decodeUtf8("\xC0\xAF"), U"\uFFFD\uFFFD");            // overlong
   EXPECT_EQ(decodeUtf8("\xED\xA0\x80"), U"\uFFFD\uFFFD\uFFFD");  // surrogate
 }
 
 TEST(PythonSemantics, WhitespaceIsPythonsIsspace) {
-  for (char32_t c : {U'\t', U'\n', U'\x0B', U'\x0C', U'\r', U'\x1C', U'\x1F', U' ', U'\x85', U'\xA0',
-                     U'\u1680', U'\u2000', U'\u200A', U'\u2028', U'\u2029', U'\u202F', U'\u205F', U'\u3000'}) {
+  for (char32_t c :
+       {U'\t', U'\n', U'\x0B', U'\x0C', U'\r', U'\x1C', U'\x1F', U' ', U'\x85', U'\xA0', U'\u1680',
+        U'\u2000', U'\u200A', U'\u2028', U'\u2029', U'\u202F', U'\u205F', U'\u3000'}) {
     EXPECT_TRUE(isSpace(c)) << static_cast<uint32_t>(c);
   }
   for (char32_t c : {U'a', U'\x1B', U'\x84', U'\u200B', U'\uFEFF', U'\u3001'}) {
     EXPECT_FALSE(isSpace(c)) << static_cast<uint32_t>(c);
   }
-  EXPECT_EQ(splitWhitespace(U"  a\u3000b\t\tc \n"), (std::vector<std::u32string>{U"a", U"b", U"c"}));
+  EXPECT_EQ(splitWhitespace(U"  a\u3000b\t\tc \n"),
+            (std::vector<std::u32string>{U"a", U"b", U"c"}));
   EXPECT_TRUE(splitWhitespace(U" \r\n ").empty());
   EXPECT_EQ(rstripWhitespace(U" a b \u2028\n"), U" a b");
 }

@@ -47,8 +47,8 @@ std::vector<std::u32string> cutSentences(std::u32string_view paragraph) {
   size_t start = 0;
   while (true) {
     const size_t newline = stripped.find(U'\n', start);
-    sentences.emplace_back(stripped.substr(start, newline == std::u32string_view::npos ? std::u32string_view::npos
-                                                                                       : newline - start));
+    sentences.emplace_back(stripped.substr(
+        start, newline == std::u32string_view::npos ? std::u32string_view::npos : newline - start));
     if (newline == std::u32string_view::npos) return sentences;
     start = newline + 1;
   }
@@ -58,7 +58,8 @@ std::vector<std::u32string> cutSentences(std::u32string_view paragraph) {
 // " ".join(s.split()), then every sentence split on " " (an all-space sentence gives one empty
 // word) and the words of all sentences concatenated. Words are returned as ids (same word, same
 // id across both texts through `vocabulary`).
-std::vector<int> rougeWords(std::u32string_view text, std::unordered_map<std::u32string, int>& vocabulary) {
+std::vector<int> rougeWords(std::u32string_view text,
+                            std::unordered_map<std::u32string, int>& vocabulary) {
   std::vector<int> words;
   const auto id = [&](const std::u32string& word) {
     return vocabulary.try_emplace(word, static_cast<int>(vocabulary.size())).first->second;
@@ -87,15 +88,19 @@ std::unordered_set<std::u32string> ngramSet(const std::vector<int>& words, size_
 }
 
 // f_r_p_rouge_n's and rouge_l_summary_level's f: 2 * ((p * r) / (p + r + 1e-8)).
-double fScore(double precision, double recall) { return 2.0 * ((precision * recall) / (precision + recall + 1e-8)); }
+double fScore(double precision, double recall) {
+  return 2.0 * ((precision * recall) / (precision + recall + 1e-8));
+}
 
 double rougeN(const std::vector<int>& hyp, const std::vector<int>& ref, size_t n) {
   const auto hyp_set = ngramSet(hyp, n);
   const auto ref_set = ngramSet(ref, n);
   size_t overlap = 0;
   for (const auto& gram : hyp_set) overlap += ref_set.count(gram);
-  const double precision = hyp_set.empty() ? 0.0 : static_cast<double>(overlap) / static_cast<double>(hyp_set.size());
-  const double recall = ref_set.empty() ? 0.0 : static_cast<double>(overlap) / static_cast<double>(ref_set.size());
+  const double precision =
+      hyp_set.empty() ? 0.0 : static_cast<double>(overlap) / static_cast<double>(hyp_set.size());
+  const double recall =
+      ref_set.empty() ? 0.0 : static_cast<double>(overlap) / static_cast<double>(ref_set.size());
   return fScore(precision, recall);
 }
 
@@ -103,7 +108,8 @@ size_t lcsLength(const std::vector<int>& x, const std::vector<int>& y) {
   std::vector<size_t> previous(y.size() + 1, 0), current(y.size() + 1, 0);
   for (size_t i = 1; i <= x.size(); ++i) {
     for (size_t j = 1; j <= y.size(); ++j) {
-      current[j] = x[i - 1] == y[j - 1] ? previous[j - 1] + 1 : std::max(previous[j], current[j - 1]);
+      current[j] =
+          x[i - 1] == y[j - 1] ? previous[j - 1] + 1 : std::max(previous[j], current[j - 1]);
     }
     std::swap(previous, current);
   }
@@ -119,7 +125,8 @@ double rougeL(const std::vector<int>& hyp, const std::vector<int>& ref) {
 }
 
 // modified_precision's numerator and denominator for one n-gram order.
-std::pair<int64_t, int64_t> modifiedPrecision(std::u32string_view hyp, std::u32string_view ref, size_t n) {
+std::pair<int64_t, int64_t> modifiedPrecision(std::u32string_view hyp, std::u32string_view ref,
+                                              size_t n) {
   std::unordered_map<std::u32string_view, int64_t> hyp_counts, ref_counts;
   for (size_t i = 0; i + n <= hyp.size(); ++i) ++hyp_counts[hyp.substr(i, n)];
   for (size_t i = 0; i + n <= ref.size(); ++i) ++ref_counts[ref.substr(i, n)];
@@ -142,7 +149,8 @@ RougeScores rougeChinese(std::u32string_view hypothesis, std::u32string_view ref
   return {rougeN(hyp, ref, 1), rougeN(hyp, ref, 2), rougeL(hyp, ref)};
 }
 
-std::array<double, 4> sentenceBleuChars(std::u32string_view hypothesis, std::u32string_view reference) {
+std::array<double, 4> sentenceBleuChars(std::u32string_view hypothesis,
+                                        std::u32string_view reference) {
   std::array<int64_t, 4> numerators{}, denominators{};
   for (size_t n = 1; n <= 4; ++n) {
     std::tie(numerators[n - 1], denominators[n - 1]) = modifiedPrecision(hypothesis, reference, n);
@@ -174,7 +182,8 @@ std::array<double, 4> sentenceBleuChars(std::u32string_view hypothesis, std::u32
   return bleu;
 }
 
-SimilarityScores scoreSimilarity(const JiebaSegmenter& jieba, std::string_view prediction, std::string_view label) {
+SimilarityScores scoreSimilarity(const JiebaSegmenter& jieba, std::string_view prediction,
+                                 std::string_view label) {
   const std::u32string pred = py::decodeUtf8(prediction);
   const std::u32string ref = py::decodeUtf8(label);
   const auto joined = [&](const std::u32string& text) {  // " ".join(jieba.cut(text))

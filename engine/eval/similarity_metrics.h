@@ -31,7 +31,8 @@ RougeScores rougeChinese(std::u32string_view hypothesis, std::u32string_view ref
 
 // nltk sentence_bleu([reference], hypothesis, weights=(1/n,)*n, SmoothingFunction().method3)
 // for n = 1..4 (index n-1), tokens being the code points (unscaled, 0..1).
-std::array<double, 4> sentenceBleuChars(std::u32string_view hypothesis, std::u32string_view reference);
+std::array<double, 4> sentenceBleuChars(std::u32string_view hypothesis,
+                                        std::u32string_view reference);
 
 // One sample in LLaMA-Factory's units: ×100, rounded to 4 decimals.
 struct SimilarityScores {
@@ -40,6 +41,7 @@ struct SimilarityScores {
   double rouge_2 = 0;
   double rouge_l = 0;
 };
-SimilarityScores scoreSimilarity(const JiebaSegmenter& jieba, std::string_view prediction, std::string_view label);
+SimilarityScores scoreSimilarity(const JiebaSegmenter& jieba, std::string_view prediction,
+                                 std::string_view label);
 
 }  // namespace tandem::eval

@@ -23,7 +23,8 @@ TEST(SimilarityMetrics, RougeAndBleuOnEnglish) {
 }
 
 TEST(SimilarityMetrics, ChineseSentencesThroughJieba) {
-  const SimilarityScores s = scoreSimilarity(jieba(), "今天天气很好。我们去公园吧！", "今天天气不错，我们去公园玩吧。");
+  const SimilarityScores s =
+      scoreSimilarity(jieba(), "今天天气很好。我们去公园吧！", "今天天气不错，我们去公园玩吧。");
   EXPECT_EQ(s.rouge_1, 58.8235);
   EXPECT_EQ(s.rouge_2, 26.6667);
   EXPECT_EQ(s.rouge_l, 47.0588);
@@ -38,7 +39,8 @@ TEST(SimilarityMetrics, BrevityPenaltyAndSmoothing) {
 }
 
 TEST(SimilarityMetrics, EmptySidesScoreZero) {
-  for (const auto& [pred, label] : {std::pair{"", "abc"}, std::pair{"abc", ""}, std::pair{" \n", "abc"}}) {
+  for (const auto& [pred, label] :
+       {std::pair{"", "abc"}, std::pair{"abc", ""}, std::pair{" \n", "abc"}}) {
     const SimilarityScores s = scoreSimilarity(jieba(), pred, label);
     EXPECT_EQ(s.rouge_1, 0.0);
     EXPECT_EQ(s.rouge_l, 0.0);

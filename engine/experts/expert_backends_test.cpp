@@ -35,9 +35,10 @@ std::vector<ProblemSpec> sweep() {
       {{4, 17, 64}, 5, 4, Routing::Random},    // every expert, I a multiple of 16
       {{8, 96, 80}, 150, 2, Routing::Skewed},  // the hot expert splits into 5 stealable tasks
   };
-  const ExpertLoraSpec loras[] = {
-      {0, 0.0f, false, false, false}, {1, 2.0f, true, true, true},
-      {8, 0.25f, false, true, false}, {8, 0.5f, true, false, true}};
+  const ExpertLoraSpec loras[] = {{0, 0.0f, false, false, false},
+                                  {1, 2.0f, true, true, true},
+                                  {8, 0.25f, false, true, false},
+                                  {8, 0.5f, true, false, true}};
   std::vector<ProblemSpec> specs;
   uint64_t seed = 100;
   for (const Shape& shape : shapes) {

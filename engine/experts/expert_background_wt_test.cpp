@@ -108,7 +108,8 @@ std::vector<Grads> runStep(Stack& s, int step) {
   return out;
 }
 
-void expectSame(const std::vector<Grads>& got, const std::vector<Grads>& want, const std::string& what) {
+void expectSame(const std::vector<Grads>& got, const std::vector<Grads>& want,
+                const std::string& what) {
   for (size_t i = 0; i < got.size(); ++i) {
     SCOPED_TRACE(what + " layer " + std::to_string(i));
     testing::expectIdentical(got[i], want[i]);
@@ -200,7 +201,8 @@ int failingBuild() {
   }
   if (status == 0 && scratchBytes() != level) {
     std::fprintf(stderr, "ledger %llu after the failed build, %llu before\n",
-                 static_cast<unsigned long long>(scratchBytes()), static_cast<unsigned long long>(level));
+                 static_cast<unsigned long long>(scratchBytes()),
+                 static_cast<unsigned long long>(level));
     status = 2;
   }
   return status;

@@ -25,8 +25,12 @@ Pool& pool() {
   return *instance;
 }
 
-void chargeIdle(uint64_t bytes) { MemoryLedger::global().charge("cpu", MemoryCategory::Cache, bytes); }
-void releaseIdle(uint64_t bytes) { MemoryLedger::global().release("cpu", MemoryCategory::Cache, bytes); }
+void chargeIdle(uint64_t bytes) {
+  MemoryLedger::global().charge("cpu", MemoryCategory::Cache, bytes);
+}
+void releaseIdle(uint64_t bytes) {
+  MemoryLedger::global().release("cpu", MemoryCategory::Cache, bytes);
+}
 
 ExpertBufferPool::Block allocate(size_t bytes) {
   const size_t rounded = (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096;

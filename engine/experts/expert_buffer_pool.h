@@ -40,7 +40,9 @@ class ExpertBufferPool {
     Lease& operator=(const Lease&) = delete;
 
     template <typename T>
-    T* as() const { return static_cast<T*>(block_.data); }
+    T* as() const {
+      return static_cast<T*>(block_.data);
+    }
     uint64_t bytes() const { return block_.bytes; }
     void reset();  // gives the block back to the pool
 

@@ -92,8 +92,8 @@ std::vector<ProblemSpec> problems(WeightFormat format) {
       {{4, 70, 45}, 150, 2, Routing::Skewed},
       {{3, 1100, 40}, 20, 2, Routing::Random},  // K past one AMX k-chunk (512 bf16 / 1024 int8)
   };
-  const ExpertLoraSpec loras[] = {{4, 0.5f, true, true, true}, {0, 0.0f, false, false, false},
-                                  {8, 2.0f, false, true, true}};
+  const ExpertLoraSpec loras[] = {
+      {4, 0.5f, true, true, true}, {0, 0.0f, false, false, false}, {8, 2.0f, false, true, true}};
   std::vector<ProblemSpec> specs;
   uint64_t seed = format == WeightFormat::Int8 ? 500 : 300;
   for (size_t s = 0; s < std::size(shapes); ++s) {
@@ -129,8 +129,8 @@ TEST_P(BackendFormat, MatchesTheReference) {
   const std::vector<std::string> available =
       kernels::availableGemmBackends(cpuFeatures(), c.format);
   if (std::find(available.begin(), available.end(), c.backend) == available.end()) {
-    GTEST_SKIP() << c.backend << " is not available here for "
-                 << weightFormatName(c.format) << " (CPU, TANDEM_CPU_ISA or build)";
+    GTEST_SKIP() << c.backend << " is not available here for " << weightFormatName(c.format)
+                 << " (CPU, TANDEM_CPU_ISA or build)";
   }
   int run = 0;
   for (const ProblemSpec& spec : problems(c.format)) {
@@ -195,7 +195,7 @@ TEST(ExpertFormats, Fp8BlockScaleDequantMatchesTheFormula) {
 
 TEST(ExpertFormats, Int8IsSymmetricPerRow) {
   const int64_t rows = 3, cols = 5;
-  const std::vector<float> w = {1, -2, 0.5f, 0.25f, 2,  0, 0, 0, 0, 0,  -0.1f, 0.05f, 0, 0.1f, 0};
+  const std::vector<float> w = {1, -2, 0.5f, 0.25f, 2, 0, 0, 0, 0, 0, -0.1f, 0.05f, 0, 0.1f, 0};
   std::vector<int8_t> q(rows * cols);
   std::vector<float> scale(rows);
   kernels::quantiseRowsInt8(w.data(), rows, cols, q.data(), scale.data());
@@ -213,12 +213,10 @@ TEST(ExpertFormats, WtPolicyDecidesWhatStaysPacked) {
   spec.layer = {4, 64, 48};
   spec.weight_type = WeightType::FP8_E4M3;  // every backend owns a pack for fp8 sources
   const testing::Problem problem = testing::makeProblem(spec);
-  auto persistent = testing::makeLayer(problem, ExpertLayerOptions{"generic", WeightFormat::Bf16,
-                                                                   WtPolicy::Persistent},
-                                       testPool());
-  auto on_demand = testing::makeLayer(problem, ExpertLayerOptions{"generic", WeightFormat::Bf16,
-                                                                  WtPolicy::OnDemand},
-                                      testPool());
+  auto persistent = testing::makeLayer(
+      problem, ExpertLayerOptions{"generic", WeightFormat::Bf16, WtPolicy::Persistent}, testPool());
+  auto on_demand = testing::makeLayer(
+      problem, ExpertLayerOptions{"generic", WeightFormat::Bf16, WtPolicy::OnDemand}, testPool());
   EXPECT_EQ(persistent->packedBytes(), 2 * on_demand->packedBytes());
   testing::runLayer(problem, *on_demand);
   EXPECT_EQ(persistent->packedBytes(), 2 * on_demand->packedBytes()) << "Wᵀ freed after backward";

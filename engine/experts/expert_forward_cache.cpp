@@ -18,12 +18,13 @@ void ExpertForwardCache::release() {
 }
 
 bool ExpertForwardCache::cachedInputIs(const void* x, size_t x_bytes) const {
-  return state_ == State::Cached && x_bytes == x_bytes_ && (x_bytes == 0 || std::memcmp(x, x_, x_bytes) == 0);
+  return state_ == State::Cached && x_bytes == x_bytes_ &&
+         (x_bytes == 0 || std::memcmp(x, x_, x_bytes) == 0);
 }
 
 void ExpertForwardCache::chargeLedger() {
-  const uint64_t bytes = byteSize(weights_) + byteSize(routing_.offsets) + byteSize(routing_.slot_of_pos) +
-                         byteSize(routing_.pos_of_slot);
+  const uint64_t bytes = byteSize(weights_) + byteSize(routing_.offsets) +
+                         byteSize(routing_.slot_of_pos) + byteSize(routing_.pos_of_slot);
   charge_ = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Activations, bytes);
 }
 

@@ -49,7 +49,7 @@ class ExpertForwardCache {
   const ExpertLayer* owner_ = nullptr;  // backward must come from the layer that ran forward
   ActivationType act_type_ = ActivationType::F32;
   ExpertRouting routing_;
-  std::vector<float> weights_;  // [T, k] routing weights
+  std::vector<float> weights_;     // [T, k] routing weights
   ExpertBufferPool::Lease block_;  // holds gate_, up_, lora_z_, x_
   // [P, I] pre-activations g and u, in routing (expert-sorted) order; with several NUMA nodes
   // node-major (node k's [P, i1_k - i0_k] at P · i0_k). backward overwrites them in place with dg

@@ -16,9 +16,8 @@ namespace {
 void validateWeights(const ExpertLayerSpec& spec, const ExpertWeightViews& weights) {
   const auto check = [&](const std::vector<const void*>& views, std::string_view name) {
     if (static_cast<int64_t>(views.size()) != spec.num_experts) {
-      throw Error("expert weights: " + std::string(name) + " has " +
-                  std::to_string(views.size()) + " views for " +
-                  std::to_string(spec.num_experts) + " experts");
+      throw Error("expert weights: " + std::string(name) + " has " + std::to_string(views.size()) +
+                  " views for " + std::to_string(spec.num_experts) + " experts");
     }
     for (size_t e = 0; e < views.size(); ++e) {
       if (views[e] == nullptr) {
@@ -70,9 +69,9 @@ std::unique_ptr<ExpertLayer> ExpertLayer::create(const ExpertLayerSpec& spec,
                                                  const ExpertLayerOptions& options,
                                                  ThreadPool& pool) {
   if (spec.num_experts <= 0 || spec.hidden <= 0 || spec.intermediate <= 0) {
-    throw Error("expert layer shape must be positive (experts " +
-                std::to_string(spec.num_experts) + ", hidden " + std::to_string(spec.hidden) +
-                ", intermediate " + std::to_string(spec.intermediate) + ")");
+    throw Error("expert layer shape must be positive (experts " + std::to_string(spec.num_experts) +
+                ", hidden " + std::to_string(spec.hidden) + ", intermediate " +
+                std::to_string(spec.intermediate) + ")");
   }
   validateWeights(spec, weights);
   if (lora.rank < 0) throw Error("expert LoRA rank must not be negative");
@@ -115,7 +114,8 @@ ExpertLayer::~ExpertLayer() = default;
 const float* ExpertLayer::loraBt(ExpertProj proj, const NodeSlice& slice, int64_t expert) const {
   const int64_t n_out = slice.outFeatures(proj, spec_.hidden), r = lora_.rank();
   const int64_t first_row = proj == ExpertProj::Down ? 0 : slice.i0;
-  auto* b_t = static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(r * n_out) * sizeof(float)));
+  auto* b_t =
+      static_cast<float*>(kernels::threadArena(3, static_cast<size_t>(r * n_out) * sizeof(float)));
   transposeInto(lora_.b(proj, expert).data() + first_row * r, n_out, r, b_t);
   return b_t;
 }
@@ -139,8 +139,8 @@ void ExpertLayer::releaseExperts(const std::vector<int64_t>& experts) {
 
 void ExpertLayer::validateRouting(const int32_t* topk_ids, int64_t n_tokens, int top_k) const {
   if (n_tokens < 0) throw Error("expert forward: negative token count");
-  if (top_k < 1) throw Error("expert forward: top_k must be at least 1, got " +
-                             std::to_string(top_k));
+  if (top_k < 1)
+    throw Error("expert forward: top_k must be at least 1, got " + std::to_string(top_k));
   for (int64_t slot = 0; slot < n_tokens * top_k; ++slot) {
     const int32_t id = topk_ids[slot];
     if ((id < 0 && id != kMaskedSlot) || id >= spec_.num_experts) {
@@ -177,8 +177,8 @@ void ExpertLayer::projectForward(ExpertProj proj, const NodeSlice& slice, int64_
   const int64_t r = lora_.rank();
   const bool down = proj == ExpertProj::Down;
   const float* a = lora_.a(proj, expert).data() + (down ? slice.i0 : 0);
-  kernels_.matmulNT(m, r, n_in, lora_.scale(), in, n_in, a, WeightType::F32,
-                    lora_.inFeatures(proj), z, ldz, false);
+  kernels_.matmulNT(m, r, n_in, lora_.scale(), in, n_in, a, WeightType::F32, lora_.inFeatures(proj),
+                    z, ldz, false);
   const kernels::LowRankAddend addend{z, ldz, loraBt(proj, slice, expert), n_out, r};
   gemm_.gemm(pack, m, in, n_in, out, n_out, false, &addend);
 }

@@ -19,9 +19,10 @@
 //
 // The frozen weights are packed once, here, for the chosen base-GEMM backend and format
 // (kernels/packed_gemm.h), per expert and node slice, in the node's memory; the backward's Wᵀ
-// follows options.wt_policy (ExpertPacks holds both and decides when each pack exists). The LoRA products stay fp32 (rank r is small) on the fp32 table; the
-// LoRA term is added to each GEMM's output in its epilogue (kernels::LowRankAddend). The large
-// per-call buffers are leased from ExpertBufferPool, so after warm-up a call allocates nothing.
+// follows options.wt_policy (ExpertPacks holds both and decides when each pack exists). The LoRA
+// products stay fp32 (rank r is small) on the fp32 table; the LoRA term is added to each GEMM's
+// output in its epilogue (kernels::LowRankAddend). The large per-call buffers are leased from
+// ExpertBufferPool, so after warm-up a call allocates nothing.
 
 #include <cstdint>
 #include <functional>
@@ -78,15 +79,13 @@ class ExpertLayer {
  public:
   // The weight views must outlive the layer (the generic, avx2 and avx512 backends read them
   // zero-copy; the others copy what they need into their packs here).
-  static std::unique_ptr<ExpertLayer> create(const ExpertLayerSpec& spec,
-                                             ExpertWeightViews weights,
+  static std::unique_ptr<ExpertLayer> create(const ExpertLayerSpec& spec, ExpertWeightViews weights,
                                              const ExpertLoraSpec& lora,
                                              const ExpertLayerOptions& options, ThreadPool& pool);
   // Persistent Wᵀ, the named backend, bf16 format (int8 for "amx_int8").
-  static std::unique_ptr<ExpertLayer> create(const ExpertLayerSpec& spec,
-                                             ExpertWeightViews weights,
-                                             const ExpertLoraSpec& lora,
-                                             std::string_view backend, ThreadPool& pool);
+  static std::unique_ptr<ExpertLayer> create(const ExpertLayerSpec& spec, ExpertWeightViews weights,
+                                             const ExpertLoraSpec& lora, std::string_view backend,
+                                             ThreadPool& pool);
   ~ExpertLayer();
   ExpertLayer(const ExpertLayer&) = delete;
   ExpertLayer& operator=(const ExpertLayer&) = delete;
@@ -247,7 +246,7 @@ class ExpertLayer {
   // After slices_, which it reads: destroyed first, so a background build still running is
   // waited for while the slices exist.
   ExpertPacks packs_;
-  ExpertBufferPool::User buffer_pool_user_;  // the pool frees its idle blocks with the last layer
+  ExpertBufferPool::User buffer_pool_user_;    // the pool frees its idle blocks with the last layer
   ExpertLayer* backward_successor_ = nullptr;  // Background Wᵀ: whose build this layer starts
 };
 

@@ -74,8 +74,7 @@ void ExpertLayer::checkBackwardArguments(const ExpertForwardCache& cache, const 
 // several nodes their parts of d w [nodes][T·k] (by slot). Every element read is written by
 // stage A before. The passes read g, u (written over with dg, du) and z from the cache.
 ExpertLayer::BackwardCall ExpertLayer::beginBackward(const ExpertForwardCache& cache,
-                                                     const void* dy,
-                                                     float* d_topk_weights) const {
+                                                     const void* dy, float* d_topk_weights) const {
   const int64_t H = spec_.hidden, I = spec_.intermediate, r = lora_.rank();
   const int64_t n_pairs = cache.routing_.pairs();
   const auto n_slots = static_cast<int64_t>(cache.routing_.pos_of_slot.size());  // + masked
@@ -84,8 +83,9 @@ ExpertLayer::BackwardCall ExpertLayer::beginBackward(const ExpertForwardCache& c
   const bool split_d_weights = n_nodes > 1 && d_topk_weights;
   int targeted = 0;
   for (int p = 0; p < kExpertProjCount; ++p) targeted += lora_.targets(static_cast<ExpertProj>(p));
-  const int64_t work_floats = n_pairs * (n_nodes * H + (keep_hidden ? I : 0) + n_nodes * targeted * r) +
-                              (split_d_weights ? n_nodes * n_slots : 0);
+  const int64_t work_floats =
+      n_pairs * (n_nodes * H + (keep_hidden ? I : 0) + n_nodes * targeted * r) +
+      (split_d_weights ? n_nodes * n_slots : 0);
   BackwardCall call;
   call.work = ExpertBufferPool::lease(static_cast<size_t>(work_floats) * sizeof(float),
                                       MemoryCategory::Scratch);
@@ -99,12 +99,14 @@ ExpertLayer::BackwardCall ExpertLayer::beginBackward(const ExpertForwardCache& c
     pass.d_topk_weights = d_topk_weights;
     pass.dgate = cache.gate_ + n_pairs * slices_[s].i0;
     pass.dup = cache.up_ + n_pairs * slices_[s].i0;
-    if (cache.lora_z_) pass.lora_z = cache.lora_z_ + static_cast<int64_t>(s) * n_pairs * kExpertProjCount * r;
+    if (cache.lora_z_)
+      pass.lora_z = cache.lora_z_ + static_cast<int64_t>(s) * n_pairs * kExpertProjCount * r;
     pass.dx_pairs = next;
     next += n_pairs * H;
   }
   if (keep_hidden) {
-    for (size_t s = 0; s < slices_.size(); ++s) call.passes[s].hidden = next + n_pairs * slices_[s].i0;
+    for (size_t s = 0; s < slices_.size(); ++s)
+      call.passes[s].hidden = next + n_pairs * slices_[s].i0;
     next += n_pairs * I;
   }
   for (int p = 0; p < kExpertProjCount; ++p) {
@@ -140,8 +142,7 @@ void ExpertLayer::runStageA(const std::vector<BackwardPass>& passes,
 
 // Stage B: one node computes every LoRA gradient; several first sum their partial products and
 // the router gradient (reduceOverNodes), then share the shared matrices' gradients by expert.
-void ExpertLayer::runLoraGradients(const std::vector<BackwardPass>& passes,
-                                   float* d_topk_weights) {
+void ExpertLayer::runLoraGradients(const std::vector<BackwardPass>& passes, float* d_topk_weights) {
   const auto n_nodes = static_cast<int64_t>(passes.size());
   if (n_nodes == 1) {
     onEveryNode([&](size_t) {
@@ -161,10 +162,10 @@ void ExpertLayer::backwardRows(const BackwardPass& pass, const ExpertTask& task)
   const int64_t H = spec_.hidden, I = slice.width(), m = task.end - task.begin;
   const int64_t r = std::max(lora_.rank(), 1);
   const ExpertRouting& routing = pass.cache->routing_;
-  float* dy = detail::threadScratch(m * (H + 2 * I + r));  // [m, H]
-  float* dh = dy + m * H;                                   // [m, I]
+  float* dy = detail::threadScratch(m * (H + 2 * I + r));                    // [m, H]
+  float* dh = dy + m * H;                                                    // [m, I]
   float* h = pass.hidden ? pass.hidden + task.begin * I : dy + m * (H + I);  // [m, I]
-  float* t_scratch = dy + m * (H + 2 * I);                  // [m, r]
+  float* t_scratch = dy + m * (H + 2 * I);                                   // [m, r]
   auto loraT = [&](ExpertProj proj) {
     float* kept = pass.lora_t[static_cast<int>(proj)];
     return kept ? kept + task.begin * r : t_scratch;
@@ -172,7 +173,8 @@ void ExpertLayer::backwardRows(const BackwardPass& pass, const ExpertTask& task)
   float* g = pass.dgate + task.begin * I;
   float* u = pass.dup + task.begin * I;
 
-  detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, task.begin, task.end, H, dy);
+  detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, task.begin, task.end, H,
+                     dy);
   // dh (unweighted) = dY W_down + s (dY B_down) A_down: by linearity w can be applied after,
   // and d w = ⟨dY, o⟩ = ⟨dh_unweighted, h⟩ needs no stored o.
   float* t_down = loraT(ExpertProj::Down);
@@ -180,8 +182,7 @@ void ExpertLayer::backwardRows(const BackwardPass& pass, const ExpertTask& task)
   for (int64_t i = 0; i < m; ++i) {
     const int64_t slot = routing.slot_of_pos[task.begin + i];
     const float w = pass.cache->weights_[slot];
-    const float dot =
-        kernels_.siluBackward(I, w, dh + i * I, g + i * I, u + i * I, h + i * I);
+    const float dot = kernels_.siluBackward(I, w, dh + i * I, g + i * I, u + i * I, h + i * I);
     if (pass.d_topk_weights) pass.d_topk_weights[slot] = dot;
     if (lora_.targets(ExpertProj::Down)) {
       for (int64_t q = 0; q < lora_.rank(); ++q) t_down[i * r + q] *= w;  // (w dY) B_down
@@ -252,7 +253,7 @@ void ExpertLayer::loraGradDownA(const BackwardPass& pass, int64_t expert) {
   const NodeSlice& slice = *pass.slice;
   const int64_t I = slice.width(), r = lora_.rank();
   const ExpertRouting& routing = pass.cache->routing_;
-  const float* t = pass.lora_t[static_cast<int>(ExpertProj::Down)];  // [P, r] (w dY) B_down
+  const float* t = pass.lora_t[static_cast<int>(ExpertProj::Down)];         // [P, r] (w dY) B_down
   float* grad_a = lora_.gradA(ExpertProj::Down, expert).data() + slice.i0;  // row stride I
   for (int64_t begin = routing.offsets[expert]; begin < routing.offsets[expert + 1];
        begin += kRowBlock) {
@@ -268,8 +269,8 @@ void ExpertLayer::loraGradDownB(const BackwardPass& pass, int64_t expert) {
   const int64_t H = spec_.hidden, r = lora_.rank(), zw = kExpertProjCount * r;
   const ExpertRouting& routing = pass.cache->routing_;
   float* dy = detail::threadScratch(kRowBlock * (H + r) + r * H);  // [kRowBlock, H] dY rows
-  float* wz = dy + kRowBlock * H;                                   // [kRowBlock, r]
-  float* acc = wz + kRowBlock * r;                                  // dBᵀ [r, H]
+  float* wz = dy + kRowBlock * H;                                  // [kRowBlock, r]
+  float* acc = wz + kRowBlock * r;                                 // dBᵀ [r, H]
   std::fill(acc, acc + r * H, 0.0f);
   for (int64_t begin = routing.offsets[expert]; begin < routing.offsets[expert + 1];
        begin += kRowBlock) {

@@ -27,7 +27,8 @@ void ExpertLayer::runColumnTasks(
   // left[t]: column tasks of row task t not yet done; the one that takes it to zero finishes t.
   // acq_rel: the finisher sees every other piece's writes to the row block.
   const auto left = std::make_unique<std::atomic<int64_t>[]>(tasks.size());
-  for (const ColumnTask& piece : pieces) left[piece.row_task].fetch_add(1, std::memory_order_relaxed);
+  for (const ColumnTask& piece : pieces)
+    left[piece.row_task].fetch_add(1, std::memory_order_relaxed);
   pool.parallelFor(0, static_cast<int64_t>(pieces.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const ColumnTask& piece = pieces[i];
@@ -47,7 +48,8 @@ void ExpertLayer::runColumnTasks(
 //   phase 2 (row task × H-block): o columns [h0, h1) = h W_downᵀ + z_down B_downᵀ, with h made
 //     again from g and u (m·I elementwise against the block's m·I·(h1 - h0) FMAs): keeping h
 //     would need [P, I] more than the planner's work block.
-void ExpertLayer::forwardColumns(const ForwardPass& pass, const std::vector<ExpertTask>& tasks) const {
+void ExpertLayer::forwardColumns(const ForwardPass& pass,
+                                 const std::vector<ExpertTask>& tasks) const {
   if (lora_.targets(ExpertProj::Gate) || lora_.targets(ExpertProj::Up)) {
     forwardGateUpLoraZ(pass, tasks);
   }
@@ -92,7 +94,8 @@ void ExpertLayer::forwardGateUpColumns(const ForwardPass& pass,
       [&](const ExpertTask& task, int64_t i0, int64_t i1) {
         const int64_t m = task.end - task.begin;
         float* x = detail::threadScratch(m * H);
-        detail::gatherRows(kernels_, pass.x, pass.act_type, *pass.routing, task.begin, task.end, H, x);
+        detail::gatherRows(kernels_, pass.x, pass.act_type, *pass.routing, task.begin, task.end, H,
+                           x);
         for (int k = 0; k < 2; ++k) {
           const ExpertProj proj = gate_up[k];
           float* out = (k == 0 ? pass.gate : pass.up) + task.begin * I;
@@ -157,9 +160,9 @@ void ExpertLayer::backwardColumns(const BackwardPass& pass,
   ExpertBufferPool::Lease own_dh;
   ColumnsDh dh{pass.dx_pairs, H};
   if (I > H) {
-    own_dh = ExpertBufferPool::lease(static_cast<size_t>(pass.cache->routing_.pairs() * I) *
-                                         sizeof(float),
-                                     MemoryCategory::Scratch);
+    own_dh = ExpertBufferPool::lease(
+        static_cast<size_t>(pass.cache->routing_.pairs() * I) * sizeof(float),
+        MemoryCategory::Scratch);
     dh = ColumnsDh{own_dh.as<float>(), I};
   }
   if (lora_.targets(ExpertProj::Down)) backwardDownLoraT(pass, tasks);
@@ -178,9 +181,10 @@ void ExpertLayer::backwardDownLoraT(const BackwardPass& pass,
     const int64_t m = task.end - task.begin;
     const float* b_t = loraBt(ExpertProj::Down, slice, task.expert);
     float* dy = detail::threadScratch(m * H);
-    detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, task.begin, task.end, H, dy);
-    kernels_.matmulNT(m, r, H, 1.0f, dy, H, b_t, WeightType::F32, H, t_down_all + task.begin * r,
-                      r, false);
+    detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, task.begin, task.end, H,
+                       dy);
+    kernels_.matmulNT(m, r, H, 1.0f, dy, H, b_t, WeightType::F32, H, t_down_all + task.begin * r, r,
+                      false);
   });
 }
 
@@ -200,16 +204,17 @@ void ExpertLayer::backwardHiddenColumns(const BackwardPass& pass,
       [&](const ExpertTask& task, int64_t i0, int64_t i1) {
         const int64_t m = task.end - task.begin;
         float* dy = detail::threadScratch(m * H);
-        detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, task.begin, task.end, H, dy);
+        detail::gatherRows(kernels_, pass.dy, pass.cache->act_type_, routing, task.begin, task.end,
+                           H, dy);
         const kernels::PackedMatrix& pack = packs_.transposed(slice, ExpertProj::Down, task.expert);
         float* dh = dh_all.rows + task.begin * dh_all.ld;
         if (!down) {
           gemm_.gemmColumns(pack, i0, i1, m, dy, H, dh, dh_all.ld, false);
           return;
         }
-        const kernels::LowRankAddend addend{scaledLoraT(t_down_all + task.begin * r, m), r,
-                                            lora_.a(ExpertProj::Down, task.expert).data() + slice.i0,
-                                            lda_down, r};
+        const kernels::LowRankAddend addend{
+            scaledLoraT(t_down_all + task.begin * r, m), r,
+            lora_.a(ExpertProj::Down, task.expert).data() + slice.i0, lda_down, r};
         gemm_.gemmColumns(pack, i0, i1, m, dy, H, dh, dh_all.ld, false, &addend);
       },
       [&](const ExpertTask& task) { siluBackwardRows(pass, task, dh_all); });

@@ -66,9 +66,9 @@ struct ExpertLayer::ForwardPass {
   const void* x = nullptr;  // [T, H] act_type
   ActivationType act_type = ActivationType::F32;
   const ExpertRouting* routing = nullptr;
-  float* gate = nullptr;  // [P, w] pre-activations to keep (cache), or nullptr: scratch only
-  float* up = nullptr;    // [P, w]
-  float* out = nullptr;   // [P, H] the slice's part of o_{t,j} per sorted position, unweighted
+  float* gate = nullptr;    // [P, w] pre-activations to keep (cache), or nullptr: scratch only
+  float* up = nullptr;      // [P, w]
+  float* out = nullptr;     // [P, H] the slice's part of o_{t,j} per sorted position, unweighted
   float* lora_z = nullptr;  // [P, 3r] the cache's LoRA products, or nullptr: scratch only
 };
 
@@ -87,14 +87,14 @@ struct ExpertLayer::ForwardCall {
 struct ExpertLayer::BackwardPass {
   const NodeSlice* slice = nullptr;
   const ExpertForwardCache* cache = nullptr;
-  const void* dy = nullptr;                // [T, H] act_type
-  float* d_topk_weights = nullptr;         // [T, k] (the slice's part) or nullptr
-  float* dgate = nullptr;                  // [P, w] g in, dg out (the cache's buffer, reused)
-  float* dup = nullptr;                    // [P, w] u in, du out
-  float* hidden = nullptr;                 // [P, w] h, kept only when LoRA targets down_proj
-  float* lora_t[kExpertProjCount] = {};    // [P, r] dP · B_P (down: already weighted by w)
-  float* lora_z = nullptr;                 // [P, 3r] the forward's s · x A_Pᵀ (down: the slice's)
-  float* dx_pairs = nullptr;               // [P, H] dx contribution of every pair
+  const void* dy = nullptr;              // [T, H] act_type
+  float* d_topk_weights = nullptr;       // [T, k] (the slice's part) or nullptr
+  float* dgate = nullptr;                // [P, w] g in, dg out (the cache's buffer, reused)
+  float* dup = nullptr;                  // [P, w] u in, du out
+  float* hidden = nullptr;               // [P, w] h, kept only when LoRA targets down_proj
+  float* lora_t[kExpertProjCount] = {};  // [P, r] dP · B_P (down: already weighted by w)
+  float* lora_z = nullptr;               // [P, 3r] the forward's s · x A_Pᵀ (down: the slice's)
+  float* dx_pairs = nullptr;             // [P, H] dx contribution of every pair
 };
 
 // What one backward call leases, and its passes over it and the cache (ExpertLayer::beginBackward).

@@ -32,8 +32,8 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
   if (cache) packs_.recordRouted(routing);
   ForwardCall call = beginForward(x, act_type, routing);
   if (cache) {
-    leaseCacheBlock(call, *cache, static_cast<size_t>(n_tokens * spec_.hidden) *
-                                      activationTypeBytes(act_type));
+    leaseCacheBlock(call, *cache,
+                    static_cast<size_t>(n_tokens * spec_.hidden) * activationTypeBytes(act_type));
   }
   computeForward(call, cutIntoTasks(routing, row_block_), cache != nullptr);
   // y_t = Σ_j w[t][j] · o_{t,j}, o summed over the nodes.
@@ -42,10 +42,11 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
 }
 
 void ExpertLayer::checkForwardArguments(const void* x, int64_t n_tokens, const int32_t* topk_ids,
-                                        const float* topk_weights, int top_k,
-                                        const void* y) const {
+                                        const float* topk_weights, int top_k, const void* y) const {
   if (options_.lora_only) {
-    throw Error("expert forward: this layer only holds the expert LoRA (gpu-offload mode computes the experts on the GPU)");
+    throw Error(
+        "expert forward: this layer only holds the expert LoRA (gpu-offload mode computes the "
+        "experts on the GPU)");
   }
   if (n_tokens > 0 && (!x || !topk_ids || !topk_weights || !y)) {
     throw Error("expert forward: x, topk_ids, topk_weights and y must not be null");
@@ -64,7 +65,12 @@ ExpertLayer::ForwardCall ExpertLayer::beginForward(const void* x, ActivationType
                                      MemoryCategory::Scratch);
   call.passes.resize(slices_.size());
   for (size_t s = 0; s < slices_.size(); ++s) {
-    call.passes[s] = ForwardPass{&slices_[s], x, act_type, &routing, nullptr, nullptr,
+    call.passes[s] = ForwardPass{&slices_[s],
+                                 x,
+                                 act_type,
+                                 &routing,
+                                 nullptr,
+                                 nullptr,
                                  call.out.as<float>() + static_cast<int64_t>(s) * n_pairs * H};
     call.out_of_node.push_back(call.passes[s].out);
   }
@@ -126,10 +132,10 @@ void ExpertLayer::forwardRows(const ForwardPass& pass, const ExpertTask& task) c
   const NodeSlice& slice = *pass.slice;
   const int64_t H = spec_.hidden, I = slice.width(), m = task.end - task.begin;
   const int64_t r = std::max(lora_.rank(), 1), zw = kExpertProjCount * r;
-  float* xe = detail::threadScratch(m * (H + 3 * I + zw));  // [m, H]
-  float* g = pass.gate ? pass.gate + task.begin * I : xe + m * H;          // [m, I]
-  float* u = pass.up ? pass.up + task.begin * I : xe + m * (H + I);        // [m, I]
-  float* h = xe + m * (H + 2 * I);                                         // [m, I]
+  float* xe = detail::threadScratch(m * (H + 3 * I + zw));           // [m, H]
+  float* g = pass.gate ? pass.gate + task.begin * I : xe + m * H;    // [m, I]
+  float* u = pass.up ? pass.up + task.begin * I : xe + m * (H + I);  // [m, I]
+  float* h = xe + m * (H + 2 * I);                                   // [m, I]
   // z [m, 3r]: s · x A_gateᵀ | s · x A_upᵀ | s · h A_downᵀ, kept in the cache when there is one.
   float* z = pass.lora_z ? pass.lora_z + task.begin * zw : xe + m * (H + 3 * I);
   detail::gatherRows(kernels_, pass.x, pass.act_type, *pass.routing, task.begin, task.end, H, xe);

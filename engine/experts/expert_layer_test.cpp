@@ -52,8 +52,10 @@ TEST(ExpertLayer, MatchesDenseReference) {
 }
 
 TEST(ExpertLayer, MatchesDenseReferenceWithoutLoraAndWithLoraSubsets) {
-  for (const auto& [gate, up, down] : {std::tuple{false, false, false}, {true, false, false},
-                                       {false, true, true}, {false, false, true}}) {
+  for (const auto& [gate, up, down] : {std::tuple{false, false, false},
+                                       {true, false, false},
+                                       {false, true, true},
+                                       {false, false, true}}) {
     ProblemSpec spec = loraSpec(gate || up || down ? 2 : 0, gate, up, down);
     spec.layer = {5, 70, 45};
     spec.top_k = 2;
@@ -219,7 +221,7 @@ TEST(ExpertForwardCache, ReleaseAndRecomputeGivesIdenticalGradients) {
   forward();
   cache.release();  // gradient checkpointing: drop the activations after the forward ...
   EXPECT_EQ(activationBytes(), before);
-  forward();        // ... and recompute them just before the backward
+  forward();  // ... and recompute them just before the backward
   layer->backward(cache, pr.dy_raw.data(), dx.data(), dw.data());
   Grads recomputed;
   recomputed.y.assign(y.begin(), y.end());
@@ -285,8 +287,8 @@ TEST(ExpertLayer, RejectsBadInput) {
   for (const int32_t bad : {-2, static_cast<int32_t>(pr.spec.layer.num_experts)}) {
     std::vector<int32_t> ids = pr.ids;
     ids[3] = bad;
-    EXPECT_THROW(layer->forward(pr.x_raw.data(), ActivationType::F32, pr.spec.n_tokens,
-                                ids.data(), pr.weights.data(), pr.spec.top_k, y.data(), nullptr),
+    EXPECT_THROW(layer->forward(pr.x_raw.data(), ActivationType::F32, pr.spec.n_tokens, ids.data(),
+                                pr.weights.data(), pr.spec.top_k, y.data(), nullptr),
                  Error);
   }
   ExpertWeightViews views = pr.views;
@@ -361,7 +363,9 @@ ReleasedCase releasedCase() {
 // ledger) and change nothing for the others; routing to one afterwards is an Error.
 TEST(ExpertLayer, ReleasedExpertsFreeTheirPacksAndMustStayMasked) {
   const auto [full, here, options] = releasedCase();
-  auto cpuWeights = [] { return MemoryLedger::global().usage("cpu").current(MemoryCategory::Weights); };
+  auto cpuWeights = [] {
+    return MemoryLedger::global().usage("cpu").current(MemoryCategory::Weights);
+  };
   auto kept = testing::makeLayer(here, options, testPool());
   auto released = testing::makeLayer(here, options, testPool());
   const uint64_t all_packs = released->packedBytes(), ledger_before = cpuWeights();
@@ -400,7 +404,8 @@ TEST(ExpertLayer, DeferredPacksHoldOnlyTheExpertsTheCpuComputes) {
 
   auto first_forward = testing::makeLayer(full, options, testPool());
   EXPECT_EQ(first_forward->packedBytes(), 0u);
-  testing::expectIdentical(testing::runLayer(full, *first_forward), testing::runLayer(full, *eager_full));
+  testing::expectIdentical(testing::runLayer(full, *first_forward),
+                           testing::runLayer(full, *eager_full));
   EXPECT_EQ(first_forward->packedBytes(), all_packs);
 }
 

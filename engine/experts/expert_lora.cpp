@@ -122,15 +122,13 @@ void ExpertLora::initPeft(uint64_t seed) {
   }
 }
 
-void ExpertLora::loadExpert(ExpertProj proj, int64_t expert, const float* a_in,
-                            const float* b_in) {
+void ExpertLora::loadExpert(ExpertProj proj, int64_t expert, const float* a_in, const float* b_in) {
   std::span<float> a_span = a(proj, expert), b_span = b(proj, expert);
   std::copy(a_in, a_in + a_span.size(), a_span.begin());
   std::copy(b_in, b_in + b_span.size(), b_span.begin());
 }
 
-void ExpertLora::storeExpert(ExpertProj proj, int64_t expert, float* a_out,
-                             float* b_out) const {
+void ExpertLora::storeExpert(ExpertProj proj, int64_t expert, float* a_out, float* b_out) const {
   std::span<const float> a_span = a(proj, expert), b_span = b(proj, expert);
   std::copy(a_span.begin(), a_span.end(), a_out);
   std::copy(b_span.begin(), b_span.end(), b_out);

@@ -47,8 +47,8 @@ NodeSet makeNodes(int count) {
       memory[k] = real[k]->id;
     }
   } else {
-    std::vector<int> all;       // every CPU of the process, node by node
-    std::vector<int> node_of;   // its node, for the packs' memory on a multi-node machine
+    std::vector<int> all;      // every CPU of the process, node by node
+    std::vector<int> node_of;  // its node, for the packs' memory on a multi-node machine
     for (const NumaNode* node : real) {
       all.insert(all.end(), node->cpus.begin(), node->cpus.end());
       node_of.insert(node_of.end(), node->cpus.size(), node->id);
@@ -61,7 +61,8 @@ NodeSet makeNodes(int count) {
     for (int k = 0; k < count; ++k) {
       int64_t begin = n_cpus * k / count, end = n_cpus * (k + 1) / count;
       if (begin == end) begin = k % n_cpus, end = begin + 1;  // more nodes than CPUs: share
-      if (all[static_cast<size_t>(begin)] >= 0) cpus[k].assign(all.begin() + begin, all.begin() + end);
+      if (all[static_cast<size_t>(begin)] >= 0)
+        cpus[k].assign(all.begin() + begin, all.begin() + end);
       memory[k] = real.size() > 1 ? node_of[static_cast<size_t>(begin)] : -1;
     }
   }

@@ -41,7 +41,8 @@ Problem oddProblem(WeightType weights, ActivationType activations) {
   spec.top_k = 3;
   Problem problem = testing::makeProblem(spec);
   for (int64_t t = 0; t < spec.n_tokens; ++t) {
-    const int32_t ids[3] = {0, static_cast<int32_t>(1 + t % 2), t == 7 ? 3 : static_cast<int32_t>(2 - t % 2)};
+    const int32_t ids[3] = {0, static_cast<int32_t>(1 + t % 2),
+                            t == 7 ? 3 : static_cast<int32_t>(2 - t % 2)};
     for (int j = 0; j < 3; ++j) problem.ids[t * 3 + j] = ids[j];
   }
   return problem;
@@ -102,7 +103,8 @@ TEST(ExpertNuma, MaskedSlotsOnVirtualNodesMatchOneNode) {
 TEST(ExpertNuma, SplitLayerMatchesTheDenseReference) {
   // Against the fp64 formulas too, so the 1-node comparison above is not its only anchor.
   const Problem problem = oddProblem(WeightType::F32, ActivationType::F32);
-  EXPECT_TRUE(testing::gradsClose(problem, run(problem, options("generic", 3, WtPolicy::Persistent)),
+  EXPECT_TRUE(testing::gradsClose(problem,
+                                  run(problem, options("generic", 3, WtPolicy::Persistent)),
                                   testing::denseReference(problem), {1e-5, 1e-4}));
 }
 
@@ -127,9 +129,9 @@ TEST(ExpertNuma, MoreNodesThanIntermediateColumns) {
   spec.lora = {2, 0.5f, true, true, true};
   spec.n_tokens = 5;
   const Problem problem = testing::makeProblem(spec);
-  EXPECT_TRUE(testing::gradsClose(problem, run(problem, options("generic", 3, WtPolicy::Persistent)),
-                                  run(problem, options("generic", 1, WtPolicy::Persistent)),
-                                  {1e-5, 1e-4}));
+  EXPECT_TRUE(
+      testing::gradsClose(problem, run(problem, options("generic", 3, WtPolicy::Persistent)),
+                          run(problem, options("generic", 1, WtPolicy::Persistent)), {1e-5, 1e-4}));
 }
 
 TEST(ExpertNuma, PackedBytesAreUnchangedInTotal) {
@@ -142,12 +144,14 @@ TEST(ExpertNuma, PackedBytesAreUnchangedInTotal) {
     EXPECT_GT(one, 0u);
     for (const int nodes : {2, 3}) {
       o.numa_nodes = nodes;
-      EXPECT_EQ(testing::makeLayer(problem, o, testPool())->packedBytes(), one) << nodes << " nodes";
+      EXPECT_EQ(testing::makeLayer(problem, o, testPool())->packedBytes(), one)
+          << nodes << " nodes";
     }
   }
   // Zero-copy stays zero-copy: down's column slice is a strided view, not a copy.
   EXPECT_EQ(testing::makeLayer(problem, options("generic", 3, WtPolicy::Persistent), testPool())
-                ->packedBytes(), 0u);
+                ->packedBytes(),
+            0u);
   if (kernels::avx512Bf16Gemm() && cpuFeatures().canUseAvx512Bf16()) {
     // A padded layout (64-column chunks): I = 256 splits in whole chunks, so no extra padding.
     ProblemSpec spec;
@@ -155,10 +159,14 @@ TEST(ExpertNuma, PackedBytesAreUnchangedInTotal) {
     spec.weight_type = WeightType::BF16;
     const Problem wide = testing::makeProblem(spec);
     const uint64_t one =
-        testing::makeLayer(wide, options("avx512_bf16", 1, WtPolicy::Persistent), testPool())->packedBytes();
+        testing::makeLayer(wide, options("avx512_bf16", 1, WtPolicy::Persistent), testPool())
+            ->packedBytes();
     for (const int nodes : {2, 3}) {
-      EXPECT_EQ(testing::makeLayer(wide, options("avx512_bf16", nodes, WtPolicy::Persistent), testPool())
-                    ->packedBytes(), one) << nodes << " nodes";
+      EXPECT_EQ(
+          testing::makeLayer(wide, options("avx512_bf16", nodes, WtPolicy::Persistent), testPool())
+              ->packedBytes(),
+          one)
+          << nodes << " nodes";
     }
   }
 }
@@ -178,7 +186,8 @@ TEST(ExpertNuma, NodeCountSetting) {
   EXPECT_EQ(expertNodeCount(3), 3);
   EXPECT_THROW(expertNodeCount(-1), Error);
   const char* saved = std::getenv("TANDEM_EXPERT_NODES");
-  const std::optional<std::string> before = saved ? std::optional<std::string>(saved) : std::nullopt;
+  const std::optional<std::string> before =
+      saved ? std::optional<std::string>(saved) : std::nullopt;
   setenv("TANDEM_EXPERT_NODES", "2", 1);
   EXPECT_EQ(expertNodeCount(0), 2);
   EXPECT_EQ(expertNodeCount(4), 4);  // the option wins over the environment

@@ -41,16 +41,16 @@ int nodeOfExpert(int64_t expert) {
 // writing only its own slot.
 struct ExpertPacks::Build {
   explicit Build(ThreadPool& pool) : group(pool) {}
-  std::vector<int64_t> experts;                                // whose packs are built
-  std::vector<std::unique_ptr<kernels::PackedMatrix>> packs;  // [slices × experts × kExpertProjCount]
-  std::vector<MemoryCharge> charges;                           // per pack, ("cpu", Scratch)
+  std::vector<int64_t> experts;  // whose packs are built
+  std::vector<std::unique_ptr<kernels::PackedMatrix>>
+      packs;                          // [slices × experts × kExpertProjCount]
+  std::vector<MemoryCharge> charges;  // per pack, ("cpu", Scratch)
   TaskGroup group;  // last: destroyed (waited for) before the slots its tasks write
 };
 
 ExpertPacks::ExpertPacks(const ExpertLayerSpec& spec, ExpertWeightViews weights,
-                         const kernels::GemmBackend& gemm, WeightFormat format,
-                         WtPolicy wt_policy, bool lora_only, const std::vector<NodeSlice>& slices,
-                         ThreadPool& pool)
+                         const kernels::GemmBackend& gemm, WeightFormat format, WtPolicy wt_policy,
+                         bool lora_only, const std::vector<NodeSlice>& slices, ThreadPool& pool)
     : spec_(spec),
       weights_(std::move(weights)),
       gemm_(gemm),
@@ -204,8 +204,8 @@ void ExpertPacks::prefetchTransposed() {
       const size_t in_slice = job % per_slice;
       const auto proj = static_cast<ExpertProj>(in_slice % kExpertProjCount);
       b->packs[job] = pack(proj, b->experts[in_slice / kExpertProjCount], slice, true);
-      b->charges[job] =
-          MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Scratch, b->packs[job]->bytes());
+      b->charges[job] = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Scratch,
+                                     b->packs[job]->bytes());
     });
   }
   std::lock_guard lock(build_mutex_);

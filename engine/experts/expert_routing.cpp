@@ -50,7 +50,9 @@ std::vector<ExpertTask> cutIntoTasks(const ExpertRouting& routing, int64_t max_r
 }
 
 namespace {
-double taskCost(const ExpertTask& task) { return static_cast<double>(task.end - task.begin + kStreamRows); }
+double taskCost(const ExpertTask& task) {
+  return static_cast<double>(task.end - task.begin + kStreamRows);
+}
 }  // namespace
 
 bool rowTasksUnbalanced(const std::vector<ExpertTask>& tasks, int threads) {
@@ -82,7 +84,8 @@ std::vector<ColumnTask> cutIntoColumnTasks(const std::vector<ExpertTask>& tasks,
     }
   }
   // Costliest first, as cutIntoTasks orders the row tasks (longest-processing-time-first).
-  std::stable_sort(pieces.begin(), pieces.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::stable_sort(pieces.begin(), pieces.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<ColumnTask> out;
   out.reserve(pieces.size());
   for (const auto& piece : pieces) out.push_back(piece.second);

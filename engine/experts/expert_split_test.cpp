@@ -42,7 +42,8 @@ void route(Problem& pr, bool zipf, uint64_t seed) {
   const int64_t pool_size = E - 2;  // experts drawn freely: 0 .. E - 3
   std::vector<double> cdf(static_cast<size_t>(pool_size));
   double total = 0;
-  for (int64_t e = 0; e < pool_size; ++e) cdf[e] = total += zipf ? 1.0 / static_cast<double>(e + 1) : 1.0;
+  for (int64_t e = 0; e < pool_size; ++e)
+    cdf[e] = total += zipf ? 1.0 / static_cast<double>(e + 1) : 1.0;
   uint64_t state = seed;
   pr.ids.clear();
   for (int64_t t = 0; t < T; ++t) {
@@ -50,7 +51,8 @@ void route(Problem& pr, bool zipf, uint64_t seed) {
     if (t == 0) chosen.push_back(static_cast<int32_t>(E - 2));
     while (static_cast<int>(chosen.size()) < k) {
       const double u = static_cast<double>(lcg(state) % 1000000) / 1e6 * total;
-      const auto id = static_cast<int32_t>(std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
+      const auto id =
+          static_cast<int32_t>(std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
       if (std::find(chosen.begin(), chosen.end(), id) == chosen.end()) chosen.push_back(id);
     }
     pr.ids.insert(pr.ids.end(), chosen.begin(), chosen.end());
@@ -62,7 +64,8 @@ void route(Problem& pr, bool zipf, uint64_t seed) {
   if (got.size() != want.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
   for (size_t i = 0; i < got.size(); ++i) {
     if (std::memcmp(&got[i], &want[i], sizeof(double)) != 0) {
-      return ::testing::AssertionFailure() << what << "[" << i << "]: " << got[i] << " vs " << want[i];
+      return ::testing::AssertionFailure()
+             << what << "[" << i << "]: " << got[i] << " vs " << want[i];
     }
   }
   return ::testing::AssertionSuccess();
@@ -96,12 +99,17 @@ struct Case {
 };
 
 TEST(ExpertColumnSplit, BitwiseEqualToRowSplitOnEveryBackend) {
-  // H = 29, I = 37: ragged 16-column blocks (generic, avx2, avx512); H = 150, I = 131: several 64- and
-  // 32-column blocks (avx512_bf16, AMX). 1 token: every expert has 0 or 1 rows.
-  const Case cases[] = {{{7, 29, 37}, 23, false}, {{7, 29, 37}, 61, true}, {{7, 29, 37}, 1, false},
-                        {{7, 150, 131}, 40, true}, {{7, 150, 131}, 17, false}};
-  const ExpertLoraSpec loras[] = {{3, 0.5f, true, true, true}, {2, 2.0f, false, true, false},
-                                  {0, 0.0f, false, false, false}, {4, 0.25f, true, false, true}};
+  // H = 29, I = 37: ragged 16-column blocks (generic, avx2, avx512); H = 150, I = 131: several 64-
+  // and 32-column blocks (avx512_bf16, AMX). 1 token: every expert has 0 or 1 rows.
+  const Case cases[] = {{{7, 29, 37}, 23, false},
+                        {{7, 29, 37}, 61, true},
+                        {{7, 29, 37}, 1, false},
+                        {{7, 150, 131}, 40, true},
+                        {{7, 150, 131}, 17, false}};
+  const ExpertLoraSpec loras[] = {{3, 0.5f, true, true, true},
+                                  {2, 2.0f, false, true, false},
+                                  {0, 0.0f, false, false, false},
+                                  {4, 0.25f, true, false, true}};
   int tested_backends = 0;
   for (const WeightFormat format : {WeightFormat::Bf16, WeightFormat::Int8}) {
     for (const std::string& backend : kernels::availableGemmBackends(cpuFeatures(), format)) {

@@ -52,7 +52,8 @@ void makeWeights(Rng& rng, const ProblemSpec& spec, int p, std::vector<double>& 
     std::vector<float> raw(per_expert);
     for (float& v : raw) v = static_cast<float>(rng.uniform(-bound, bound));
     if (spec.weight_type == WeightType::FP8_E4M3) {
-      std::vector<float>& scale = scales.emplace_back(((n_out + block - 1) / block) * block_cols, 0.0f);
+      std::vector<float>& scale =
+          scales.emplace_back(((n_out + block - 1) / block) * block_cols, 0.0f);
       for (int64_t i = 0; i < per_expert; ++i) {
         float& s = scale[(i / n_in / block) * block_cols + (i % n_in) / block];
         s = std::max(s, std::fabs(raw[i]) / 448.0f);
@@ -171,7 +172,9 @@ std::string ProblemSpec::describe() const {
       << " T=" << n_tokens << " k=" << top_k << " act=" << activationTypeName(act_type)
       << " w=" << weightTypeName(weight_type) << " lora r=" << lora.rank << (lora.gate ? " g" : "")
       << (lora.up ? " u" : "") << (lora.down ? " d" : "") << " routing="
-      << (routing == Routing::Random ? "random" : routing == Routing::Skewed ? "skewed" : "sparse");
+      << (routing == Routing::Random   ? "random"
+          : routing == Routing::Skewed ? "skewed"
+                                       : "sparse");
   return out.str();
 }
 

@@ -28,7 +28,7 @@ struct ProblemSpec {
   std::string describe() const;
 };
 
-struct LoraValues {  // one projection, all experts, fp32 as ExpertLora stores them
+struct LoraValues {         // one projection, all experts, fp32 as ExpertLora stores them
   std::vector<float> a, b;  // [E, r, in], [E, out, r]
 };
 
@@ -40,10 +40,10 @@ struct Problem {
   std::vector<std::vector<float>> scales[kExpertProjCount];     // FP8 only: [E][blocks]
   ExpertWeightViews views;
   LoraValues lora[kExpertProjCount];
-  std::vector<double> x, dy;             // [T, H], representable in act_type
+  std::vector<double> x, dy;                 // [T, H], representable in act_type
   std::vector<unsigned char> x_raw, dy_raw;  // the same in act_type
-  std::vector<int32_t> ids;              // [T, k]
-  std::vector<float> weights;            // [T, k]
+  std::vector<int32_t> ids;                  // [T, k]
+  std::vector<float> weights;                // [T, k]
 };
 
 Problem makeProblem(const ProblemSpec& spec);

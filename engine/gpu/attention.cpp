@@ -12,12 +12,13 @@ at::Tensor causalAttention(const at::Tensor& q, const at::Tensor& k, const at::T
   // repeat_kv: each key/value head serves `groups` query heads.
   auto repeat = [groups](const at::Tensor& t) {
     if (groups == 1) return t;
-    return t.unsqueeze(2).expand({t.size(0), t.size(1), groups, t.size(2), t.size(3)})
+    return t.unsqueeze(2)
+        .expand({t.size(0), t.size(1), groups, t.size(2), t.size(3)})
         .reshape({t.size(0), t.size(1) * groups, t.size(2), t.size(3)});
   };
-  const at::Tensor out = at::scaled_dot_product_attention(q, repeat(k), repeat(v), /*attn_mask=*/{},
-                                                          /*dropout_p=*/0.0, /*is_causal=*/true,
-                                                          scaling);
+  const at::Tensor out =
+      at::scaled_dot_product_attention(q, repeat(k), repeat(v), /*attn_mask=*/{},
+                                       /*dropout_p=*/0.0, /*is_causal=*/true, scaling);
   // [B, heads, S, dv] -> [B, S, heads * dv]
   return out.transpose(1, 2).reshape({q.size(0), q.size(2), -1});
 }
@@ -27,7 +28,7 @@ at::Tensor GqaAttention::forward(const at::Tensor& x, const RopeTables& rope, bo
   auto heads = [&](const LoraLinear& proj, int n, const at::Tensor& norm) {
     at::Tensor t = proj.forward(x, training).view({batch, seq, n, head_dim});
     if (norm.defined()) t = rmsNorm(t, norm, rms_norm_eps);  // qwen3: per head, before rope
-    return t.transpose(1, 2);  // [B, n, S, head_dim]
+    return t.transpose(1, 2);                                // [B, n, S, head_dim]
   };
   const at::Tensor q = Rope::apply(heads(q_proj, num_heads, q_norm), rope, RopeLayout::Halves);
   const at::Tensor k = Rope::apply(heads(k_proj, num_kv_heads, k_norm), rope, RopeLayout::Halves);
@@ -45,11 +46,11 @@ void GqaAttention::visitProjections(const ProjectionVisitor& visit) {
 at::Tensor MlaAttention::forward(const at::Tensor& x, const RopeTables& rope, bool training) const {
   const int64_t batch = x.size(0), seq = x.size(1);
   const int64_t qk_head_dim = qk_nope_head_dim + qk_rope_head_dim;
-  at::Tensor q = q_proj.defined()
-                     ? q_proj.forward(x, training)
-                     : q_b_proj.forward(rmsNorm(q_a_proj.forward(x, training), q_a_layernorm,
-                                                rms_norm_eps),
-                                        training);
+  at::Tensor q =
+      q_proj.defined()
+          ? q_proj.forward(x, training)
+          : q_b_proj.forward(rmsNorm(q_a_proj.forward(x, training), q_a_layernorm, rms_norm_eps),
+                             training);
   q = q.view({batch, seq, num_heads, qk_head_dim}).transpose(1, 2);  // [B, heads, S, qk]
   const at::Tensor q_nope = q.narrow(-1, 0, qk_nope_head_dim);
   const at::Tensor q_rope = q.narrow(-1, qk_nope_head_dim, qk_rope_head_dim);

@@ -1,7 +1,8 @@
 #pragma once
 // Self-attention of the target architectures, on the layer's torch device:
 //   GqaAttention: llama, qwen2 (q/k/v bias), qwen3 (per-head q/k RMSNorm), mixtral, qwen*_moe.
-//   MlaAttention: DeepSeek-V2/V3 multi-head latent attention (low-rank q and kv, a shared rope key).
+//   MlaAttention: DeepSeek-V2/V3 multi-head latent attention (low-rank q and kv, a shared rope
+//   key).
 // Both are causal. Batches are right-padded, so real tokens never attend to padding and
 // no padding mask is needed.
 
@@ -37,12 +38,12 @@ struct GqaAttention {
 };
 
 struct MlaAttention {
-  LoraLinear q_proj;                 // when q_lora_rank is absent (V2-Lite)
-  LoraLinear q_a_proj, q_b_proj;     // when it is present
-  at::Tensor q_a_layernorm;          // [q_lora_rank]
-  LoraLinear kv_a_proj_with_mqa;     // hidden -> kv_lora_rank + rope dim
-  at::Tensor kv_a_layernorm;         // [kv_lora_rank]
-  LoraLinear kv_b_proj;              // kv_lora_rank -> heads * (nope + v)
+  LoraLinear q_proj;              // when q_lora_rank is absent (V2-Lite)
+  LoraLinear q_a_proj, q_b_proj;  // when it is present
+  at::Tensor q_a_layernorm;       // [q_lora_rank]
+  LoraLinear kv_a_proj_with_mqa;  // hidden -> kv_lora_rank + rope dim
+  at::Tensor kv_a_layernorm;      // [kv_lora_rank]
+  LoraLinear kv_b_proj;           // kv_lora_rank -> heads * (nope + v)
   LoraLinear o_proj;
   int num_heads = 0;
   int64_t kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;

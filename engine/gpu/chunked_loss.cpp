@@ -36,8 +36,11 @@ class ChunkedCrossEntropyBackward : public torch::autograd::Node {
  public:
   ChunkedCrossEntropyBackward(at::Tensor hidden, at::Tensor lm_head, at::Tensor targets,
                               int64_t chunk_tokens, int64_t kept)
-      : hidden_(std::move(hidden)), lm_head_(std::move(lm_head)), targets_(std::move(targets)),
-        chunk_tokens_(chunk_tokens), kept_(kept) {}
+      : hidden_(std::move(hidden)),
+        lm_head_(std::move(lm_head)),
+        targets_(std::move(targets)),
+        chunk_tokens_(chunk_tokens),
+        kept_(kept) {}
 
   std::string name() const override { return "tandem::ChunkedCrossEntropyBackward"; }
 
@@ -54,7 +57,8 @@ class ChunkedCrossEntropyBackward : public torch::autograd::Node {
         d_logits.scatter_add_(1, c.safe_targets.unsqueeze(1),
                               at::full({n, 1}, -1.0, d_logits.options()));
         d_logits = d_logits * c.keep.unsqueeze(1).to(at::kFloat) * scale;
-        d_hidden.narrow(0, begin, n).copy_(at::matmul(d_logits.to(lm_head_.scalar_type()), lm_head_));
+        d_hidden.narrow(0, begin, n)
+            .copy_(at::matmul(d_logits.to(lm_head_.scalar_type()), lm_head_));
       }
     }
     return {d_hidden};
@@ -129,16 +133,18 @@ at::Tensor chunkedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_he
     for (int64_t begin = 0; begin < hidden.size(0); begin += chunk_tokens) {
       const int64_t n = std::min(chunk_tokens, hidden.size(0) - begin);
       const ChunkLogits c = chunkLogits(hidden, lm_head, targets, begin, n);
-      const at::Tensor nll = at::logsumexp(c.logits, -1) -
-                             c.logits.gather(1, c.safe_targets.unsqueeze(1)).squeeze(1);
+      const at::Tensor nll =
+          at::logsumexp(c.logits, -1) - c.logits.gather(1, c.safe_targets.unsqueeze(1)).squeeze(1);
       loss_sum += (nll * c.keep.to(at::kFloat)).sum();
     }
   }
-  at::Tensor loss = kept > 0 ? loss_sum / static_cast<double>(kept)
-                             : at::full({}, std::numeric_limits<float>::quiet_NaN(), loss_sum.options());
+  at::Tensor loss = kept > 0
+                        ? loss_sum / static_cast<double>(kept)
+                        : at::full({}, std::numeric_limits<float>::quiet_NaN(), loss_sum.options());
   if (!torch::autograd::compute_requires_grad(hidden)) return loss;
   std::shared_ptr<ChunkedCrossEntropyBackward> node(
-      new ChunkedCrossEntropyBackward(hidden.detach(), lm_head.detach(), targets, chunk_tokens, kept),
+      new ChunkedCrossEntropyBackward(hidden.detach(), lm_head.detach(), targets, chunk_tokens,
+                                      kept),
       torch::autograd::deleteNode);
   node->set_next_edges(torch::autograd::collect_next_edges(hidden));
   torch::autograd::set_history(loss, node);

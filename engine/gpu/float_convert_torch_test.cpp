@@ -2,8 +2,6 @@
 // and every one of the 2^32 fp32 patterns encoded. NaNs only need to stay NaN: torch itself
 // gives different NaN payloads on its scalar and vector paths.
 
-#include "engine/core/float_convert.h"
-
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -15,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/core/float_convert.h"
 #include "engine/core/thread_pool.h"
 
 namespace tandem {
@@ -121,8 +120,8 @@ TEST(FloatConvert, EncodeEveryFloatPattern) {
 }
 
 TEST(FloatConvert, BulkMatchesScalar) {
-  const std::vector<float> values = {0.0f, -0.0f, 1.0f, -2.5f, 3.14159f, 65504.0f, 1e-8f,
-                                     INFINITY, -INFINITY};
+  const std::vector<float> values = {0.0f,     -0.0f, 1.0f,     -2.5f,    3.14159f,
+                                     65504.0f, 1e-8f, INFINITY, -INFINITY};
   std::vector<uint16_t> bf(values.size()), half(values.size());
   floatToBf16(values, bf);
   floatToFp16(values, half);

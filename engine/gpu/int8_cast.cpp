@@ -21,8 +21,9 @@ at::Tensor castInt8(const at::Tensor& q, at::ScalarType dtype) {
       aligned(q.data_ptr())) {
     const c10::cuda::CUDAGuard guard(q.device());
     at::Tensor out = at::empty(q.sizes(), q.options().dtype(dtype));  // the allocator aligns to 512
-    const cudaError_t status = launchInt8ToBf16(q.data_ptr<int8_t>(), out.data_ptr(), q.numel(),
-                                                c10::cuda::getCurrentCUDAStream(q.device().index()));
+    const cudaError_t status =
+        launchInt8ToBf16(q.data_ptr<int8_t>(), out.data_ptr(), q.numel(),
+                         c10::cuda::getCurrentCUDAStream(q.device().index()));
     throwIfLaunchFailed(status, "casting int8 expert weights", q.device().str());
     return out;
   }

@@ -10,7 +10,8 @@
 
 namespace tandem::gpu {
 
-inline void throwIfLaunchFailed(cudaError_t status, const std::string& what, const std::string& device) {
+inline void throwIfLaunchFailed(cudaError_t status, const std::string& what,
+                                const std::string& device) {
   if (status == cudaSuccess) return;
   throw Error(what + " on " + device + " failed: " + cudaGetErrorString(status),
               "check the GPU with nvidia-smi, or use experts_format: bf16");

@@ -14,7 +14,8 @@ cudaError_t launchInt8ToBf16(const int8_t* src, void* dst, int64_t n, cudaStream
 // out[p, o] = in[p, o] · scale[row_expert[p], o] for rows p < rows of cols values, computed in
 // fp32 and rounded once to out's type. in and out bf16 or fp32 (…_bf16: 2-byte elements);
 // scale [n, cols] fp32; row_expert [rows] int64. Queued on `stream`.
-cudaError_t launchScaleRowsByExpert(const void* in, bool in_bf16, const float* scale, const int64_t* row_expert,
-                                    void* out, bool out_bf16, int64_t rows, int64_t cols, cudaStream_t stream);
+cudaError_t launchScaleRowsByExpert(const void* in, bool in_bf16, const float* scale,
+                                    const int64_t* row_expert, void* out, bool out_bf16,
+                                    int64_t rows, int64_t cols, cudaStream_t stream);
 
 }  // namespace tandem::gpu

@@ -1,6 +1,3 @@
-#include "engine/gpu/int8_cast.h"
-#include "engine/gpu/row_scale.h"
-
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -8,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/gpu/int8_cast.h"
+#include "engine/gpu/row_scale.h"
 #include "engine/gpu/torch_runtime.h"
 
 namespace tandem::gpu {
@@ -19,9 +18,12 @@ at::Tensor int8Values(int64_t n) {
   return at::randint(-128, 128, {n}, at::kChar);
 }
 
-bool hasCudaKernels() { return !probeTorchRuntime().gpus.empty() && probeTorchRuntime().built_with_cuda; }
+bool hasCudaKernels() {
+  return !probeTorchRuntime().gpus.empty() && probeTorchRuntime().built_with_cuda;
+}
 
-void expectSameValues(const at::Tensor& got, const at::Tensor& q, at::ScalarType dtype, const std::string& what) {
+void expectSameValues(const at::Tensor& got, const at::Tensor& q, at::ScalarType dtype,
+                      const std::string& what) {
   EXPECT_EQ(got.scalar_type(), dtype) << what;
   EXPECT_EQ(got.sizes(), q.sizes()) << what;
   EXPECT_TRUE(got.is_contiguous()) << what;
@@ -49,16 +51,16 @@ TEST(CastInt8, TheCudaKernelEqualsTorchsCastOnOddSizes) {
     expectSameValues(castInt8(q, at::kBFloat16), q, at::kBFloat16, "n " + std::to_string(n));
   }
   const at::Tensor q = int8Values(3 * 4099).to(gpu).view({3, 4099});
-  expectSameValues(castInt8(q.view({-1}).narrow(0, 1, 4098), at::kBFloat16), q.view({-1}).narrow(0, 1, 4098),
-                   at::kBFloat16, "misaligned");
+  expectSameValues(castInt8(q.view({-1}).narrow(0, 1, 4098), at::kBFloat16),
+                   q.view({-1}).narrow(0, 1, 4098), at::kBFloat16, "misaligned");
   expectSameValues(castInt8(q.t(), at::kBFloat16), q.t(), at::kBFloat16, "transposed");
   expectSameValues(castInt8(q, at::kFloat), q, at::kFloat, "fp32");
 }
 
 // The reference: torch's ops, differentiated by autograd.
 std::pair<at::Tensor, at::Tensor> torchRowScale(const at::Tensor& y, const at::Tensor& scale,
-                                                const at::Tensor& row_expert, at::ScalarType out_dtype,
-                                                const at::Tensor& d_out) {
+                                                const at::Tensor& row_expert,
+                                                at::ScalarType out_dtype, const at::Tensor& d_out) {
   const at::Tensor x = y.detach().requires_grad_(true);
   const at::Tensor out = (x.to(at::kFloat) * scale.index_select(0, row_expert)).to(out_dtype);
   out.backward(d_out);
@@ -69,11 +71,12 @@ std::pair<at::Tensor, at::Tensor> torchRowScale(const at::Tensor& y, const at::T
 // once), for every pair of value and output dtypes, rows of odd lengths and experts in any order.
 void expectRowScaleEqualsTorchs(at::Device device) {
   at::manual_seed(5);
-  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {37, 45}, {300, 1411}}) {
+  for (const auto& [rows, cols] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {37, 45}, {300, 1411}}) {
     for (const at::ScalarType in_dtype : {at::kBFloat16, at::kFloat}) {
       for (const at::ScalarType out_dtype : {at::kBFloat16, at::kFloat}) {
-        const std::string what = std::to_string(rows) + "x" + std::to_string(cols) + " " + c10::toString(in_dtype) +
-                                 " -> " + c10::toString(out_dtype);
+        const std::string what = std::to_string(rows) + "x" + std::to_string(cols) + " " +
+                                 c10::toString(in_dtype) + " -> " + c10::toString(out_dtype);
         const auto on = at::TensorOptions().device(device);
         const at::Tensor y = at::randn({rows, cols}, on.dtype(in_dtype));
         const at::Tensor scale = at::rand({5, cols}, on.dtype(at::kFloat)) + 0.01;

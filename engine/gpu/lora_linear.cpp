@@ -1,7 +1,6 @@
 #include "engine/gpu/lora_linear.h"
 
 #include <ATen/ATen.h>
-
 #include <ATen/core/grad_mode.h>
 
 #include <cmath>
@@ -25,9 +24,8 @@ void LoraLinear::attachLora(const LoraSettings& settings, at::Tensor a, at::Tens
   if (a.dim() != 2 || b.dim() != 2 || a.size(0) != settings.rank || b.size(1) != settings.rank ||
       a.size(1) != inFeatures() || b.size(0) != outFeatures()) {
     throw Error("LoRA shapes do not fit the layer: A must be [" + std::to_string(settings.rank) +
-                    ", " +
-                    std::to_string(inFeatures()) + "] and B [" + std::to_string(outFeatures()) +
-                    ", " + std::to_string(settings.rank) + "]",
+                    ", " + std::to_string(inFeatures()) + "] and B [" +
+                    std::to_string(outFeatures()) + ", " + std::to_string(settings.rank) + "]",
                 "check the adapter's rank (r) against its weights");
   }
   const auto options = at::TensorOptions().dtype(at::kFloat).device(weight_.device());

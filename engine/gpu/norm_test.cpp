@@ -25,8 +25,10 @@ TEST(RmsNorm, FusedRowsMatchTheCompositeForm) {
     const at::Tensor f32 = rmsNorm(x, w, 1e-6);
     EXPECT_TRUE(at::allclose(f32, reference(x, w, 1e-6), 1e-6, 1e-6)) << x.sizes();
     const at::Tensor xb = x.to(at::kBFloat16), wb = w.to(at::kBFloat16);
-    const at::Tensor b16 = rmsNorm(xb, wb, 1e-6).to(at::kFloat), ref = reference(xb, wb, 1e-6).to(at::kFloat);
-    EXPECT_LE((b16 - ref).abs().max().item<float>(), 2e-2f * ref.abs().max().item<float>()) << x.sizes();
+    const at::Tensor b16 = rmsNorm(xb, wb, 1e-6).to(at::kFloat),
+                     ref = reference(xb, wb, 1e-6).to(at::kFloat);
+    EXPECT_LE((b16 - ref).abs().max().item<float>(), 2e-2f * ref.abs().max().item<float>())
+        << x.sizes();
   }
 }
 

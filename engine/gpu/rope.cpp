@@ -15,7 +15,8 @@ namespace {
 
 // base ** (arange(0, dim, 2) / dim), in fp32 as transformers computes it.
 at::Tensor positionFrequencies(double base, int64_t dim) {
-  const at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+  const at::Tensor exponents =
+      at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
   return at::pow(base, exponents);
 }
 
@@ -40,7 +41,8 @@ at::Tensor yarnInvFreq(const io::ModelConfig& config, int64_t dim, double* atten
   const double beta_fast = rope.beta_fast.value_or(32);
   const double beta_slow = rope.beta_slow.value_or(1);
   auto correctionDim = [&](double rotations) {
-    return (dim * std::log(original_max / (rotations * 2 * std::numbers::pi))) / (2 * std::log(base));
+    return (dim * std::log(original_max / (rotations * 2 * std::numbers::pi))) /
+           (2 * std::log(base));
   };
   // truncate defaults to true in transformers.
   double low = std::max(std::floor(correctionDim(beta_fast)), 0.0);
@@ -49,8 +51,7 @@ at::Tensor yarnInvFreq(const io::ModelConfig& config, int64_t dim, double* atten
   const at::Tensor pos_freqs = positionFrequencies(base, dim);
   const at::Tensor extrapolation = 1.0 / pos_freqs;
   const at::Tensor interpolation = 1.0 / (factor * pos_freqs);
-  const at::Tensor ramp =
-      at::clamp((at::arange(dim / 2, at::kFloat) - low) / (high - low), 0, 1);
+  const at::Tensor ramp = at::clamp((at::arange(dim / 2, at::kFloat) - low) / (high - low), 0, 1);
   const at::Tensor extrapolation_factor = 1 - ramp;
   return interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor;
 }
@@ -59,8 +60,9 @@ at::Tensor yarnInvFreq(const io::ModelConfig& config, int64_t dim, double* atten
 at::Tensor llama3InvFreq(const io::ModelConfig& config, int64_t dim) {
   const io::RopeScaling& rope = config.rope;
   if (!rope.low_freq_factor || !rope.high_freq_factor || !rope.original_max_position_embeddings) {
-    throw Error(config.source.string() + ": llama3 rope scaling needs low_freq_factor, "
-                "high_freq_factor and original_max_position_embeddings",
+    throw Error(config.source.string() +
+                    ": llama3 rope scaling needs low_freq_factor, "
+                    "high_freq_factor and original_max_position_embeddings",
                 "add the missing fields to rope_scaling / rope_parameters");
   }
   const at::Tensor inv_freq = 1.0 / positionFrequencies(config.rope_theta, dim);
@@ -72,9 +74,11 @@ at::Tensor llama3InvFreq(const io::ModelConfig& config, int64_t dim) {
   const double high_freq_wavelen = old_context / high_freq_factor;
   const at::Tensor wavelen = 2 * std::numbers::pi / inv_freq;
   at::Tensor scaled = at::where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq);
-  const at::Tensor smooth = (old_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+  const at::Tensor smooth =
+      (old_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
   const at::Tensor smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
-  const at::Tensor is_medium = (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);
+  const at::Tensor is_medium =
+      (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);
   return at::where(is_medium, smoothed, scaled);
 }
 
@@ -93,9 +97,7 @@ Rope::Rope(const io::ModelConfig& config, int64_t rotary_dim)
     case io::RopeType::Yarn:
       inv_freq_ = yarnInvFreq(config, rotary_dim, &attention_scaling_);
       break;
-    case io::RopeType::Llama3:
-      inv_freq_ = llama3InvFreq(config, rotary_dim);
-      break;
+    case io::RopeType::Llama3: inv_freq_ = llama3InvFreq(config, rotary_dim); break;
     case io::RopeType::Longrope:
       throw Error(config.source.string() + ": rope type 'longrope' is not supported yet",
                   "use a model with default, linear, yarn or llama3 rope scaling");

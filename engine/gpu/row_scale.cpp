@@ -21,7 +21,8 @@ namespace tandem::gpu {
 namespace {
 
 // The product, without a graph: our kernel on a CUDA device, torch's ops elsewhere (the reference).
-at::Tensor scaled(const at::Tensor& y, const at::Tensor& scale, const at::Tensor& row_expert, at::ScalarType out_dtype) {
+at::Tensor scaled(const at::Tensor& y, const at::Tensor& scale, const at::Tensor& row_expert,
+                  at::ScalarType out_dtype) {
 #ifdef TANDEM_WITH_CUDA
   const auto kernel_dtype = [](at::ScalarType t) { return t == at::kBFloat16 || t == at::kFloat; };
   if (y.is_cuda() && y.dim() == 2 && kernel_dtype(y.scalar_type()) && kernel_dtype(out_dtype) &&
@@ -30,8 +31,9 @@ at::Tensor scaled(const at::Tensor& y, const at::Tensor& scale, const at::Tensor
     const at::Tensor in = y.contiguous(), s = scale.contiguous(), e = row_expert.contiguous();
     at::Tensor out = at::empty(in.sizes(), in.options().dtype(out_dtype));
     const cudaError_t status = launchScaleRowsByExpert(
-        in.data_ptr(), in.scalar_type() == at::kBFloat16, s.data_ptr<float>(), e.data_ptr<int64_t>(), out.data_ptr(),
-        out_dtype == at::kBFloat16, in.size(0), in.size(1), c10::cuda::getCurrentCUDAStream(y.device().index()));
+        in.data_ptr(), in.scalar_type() == at::kBFloat16, s.data_ptr<float>(),
+        e.data_ptr<int64_t>(), out.data_ptr(), out_dtype == at::kBFloat16, in.size(0), in.size(1),
+        c10::cuda::getCurrentCUDAStream(y.device().index()));
     throwIfLaunchFailed(status, "scaling int8 experts' outputs", y.device().str());
     return out;
   }
@@ -65,16 +67,17 @@ class ScaleRowsBackward : public torch::autograd::Node {
 
 }  // namespace
 
-at::Tensor scaleRowsByExpert(const at::Tensor& y, const at::Tensor& scale, const at::Tensor& row_expert,
-                             at::ScalarType out_dtype) {
+at::Tensor scaleRowsByExpert(const at::Tensor& y, const at::Tensor& scale,
+                             const at::Tensor& row_expert, at::ScalarType out_dtype) {
   at::Tensor out;
   {
     at::NoGradGuard no_grad;
     out = scaled(y.detach(), scale, row_expert, out_dtype);
   }
   if (!torch::autograd::compute_requires_grad(y)) return out;
-  std::shared_ptr<ScaleRowsBackward> node(new ScaleRowsBackward(scale.detach(), row_expert, y.scalar_type()),
-                                          torch::autograd::deleteNode);
+  std::shared_ptr<ScaleRowsBackward> node(
+      new ScaleRowsBackward(scale.detach(), row_expert, y.scalar_type()),
+      torch::autograd::deleteNode);
   node->set_next_edges(torch::autograd::collect_next_edges(y));
   torch::autograd::set_history(out, node);
   return out;

@@ -12,7 +12,7 @@ namespace tandem::gpu {
 // y [P, out] (bf16 or fp32), scale [n, out] fp32, row_expert [P] int64 (each row's expert, 0..n-1)
 // -> y ⊙ scale[row_expert] computed in fp32 and rounded once to out_dtype. Differentiable in y
 // (the scales are frozen): d y = d out ⊙ scale[row_expert], rounded to y's dtype.
-at::Tensor scaleRowsByExpert(const at::Tensor& y, const at::Tensor& scale, const at::Tensor& row_expert,
-                             at::ScalarType out_dtype);
+at::Tensor scaleRowsByExpert(const at::Tensor& y, const at::Tensor& scale,
+                             const at::Tensor& row_expert, at::ScalarType out_dtype);
 
 }  // namespace tandem::gpu

@@ -15,7 +15,8 @@ SideCopy::SideCopy(at::Device device) : device_(device) {
   if (!device.is_cuda()) return;
   const c10::cuda::CUDAGuard guard(device);
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
-  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+  const c10::cuda::CUDAStream side =
+      c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
   at::cuda::CUDAEvent queued;
   queued.record(current);
   queued.block(side);
@@ -28,7 +29,8 @@ void SideCopy::copy(const at::Tensor& dst, const at::Tensor& src) {
 #ifdef TANDEM_WITH_CUDA
   if (side_) {
     const c10::cuda::CUDAGuard guard(device_);
-    const c10::cuda::CUDAStreamGuard on_side(c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, *side_));
+    const c10::cuda::CUDAStreamGuard on_side(
+        c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, *side_));
     at::Tensor(dst).copy_(src, /*non_blocking=*/true);
     return;
   }

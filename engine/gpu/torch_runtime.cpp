@@ -2,8 +2,8 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
-#include <ATen/ops/empty.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -52,7 +52,8 @@ void listGpus(TorchRuntimeInfo& info) {
     gpu.compute_minor = props.minor;
     gpu.multiprocessors = props.multiProcessorCount;
     size_t free_bytes = 0, total_bytes = 0;
-    if (cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    if (cudaSetDevice(i) == cudaSuccess &&
+        cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
       gpu.free_bytes = free_bytes;
     }
     info.gpus.push_back(std::move(gpu));
@@ -62,8 +63,9 @@ void listGpus(TorchRuntimeInfo& info) {
 #else
 void listGpus(TorchRuntimeInfo& info) {
   if (!info.torch_has_cuda) {
-    info.gpu_status = "no CUDA in this build (a CPU-only libtorch, or Tandem built without the CUDA "
-                      "toolkit: install nvcc and rebuild to use GPUs)";
+    info.gpu_status =
+        "no CUDA in this build (a CPU-only libtorch, or Tandem built without the CUDA "
+        "toolkit: install nvcc and rebuild to use GPUs)";
     return;
   }
   try {
@@ -109,7 +111,8 @@ int gpuComputeMajor(int index) {
 }
 
 GpuMemoryPeak gpuMemoryPeak(int index) {
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
+  const auto stats =
+      c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
   constexpr auto kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
   return {static_cast<uint64_t>(stats.allocated_bytes[kAll].peak),
           static_cast<uint64_t>(stats.reserved_bytes[kAll].peak)};
@@ -124,19 +127,23 @@ void capGpuMemory(int index, uint64_t bytes) {
   // set_per_process_memory_fraction does the same lazy init first).
   at::empty({1}, at::TensorOptions().device(at::kCUDA, static_cast<c10::DeviceIndex>(index)));
   size_t free_bytes = 0, total_bytes = 0;
-  if (cudaSetDevice(index) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+  if (cudaSetDevice(index) != cudaSuccess ||
+      cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
     cudaGetLastError();
     throw Error("cannot read GPU " + std::to_string(index) + "'s memory size");
   }
-  const double fraction = std::min(1.0, static_cast<double>(bytes) / static_cast<double>(total_bytes));
-  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(index));
+  const double fraction =
+      std::min(1.0, static_cast<double>(bytes) / static_cast<double>(total_bytes));
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction,
+                                                     static_cast<c10::DeviceIndex>(index));
 }
 #else
 int gpuComputeMajor(int) { return 0; }
 GpuMemoryPeak gpuMemoryPeak(int) { return {}; }
 void resetGpuMemoryPeak(int) {}
 void capGpuMemory(int, uint64_t) {
-  throw Error("this build has no CUDA: there is no GPU memory to cap", "build Tandem with the CUDA toolkit");
+  throw Error("this build has no CUDA: there is no GPU memory to cap",
+              "build Tandem with the CUDA toolkit");
 }
 #endif
 

@@ -20,8 +20,8 @@ struct GpuInfo {
 
 struct TorchRuntimeInfo {
   std::string torch_version;
-  bool torch_has_cuda = false;  // the libtorch build has CUDA support
-  bool built_with_cuda = false; // Tandem's own CUDA parts are compiled in (TANDEM_WITH_CUDA)
+  bool torch_has_cuda = false;       // the libtorch build has CUDA support
+  bool built_with_cuda = false;      // Tandem's own CUDA parts are compiled in (TANDEM_WITH_CUDA)
   std::string cuda_runtime_version;  // e.g. "13.0", empty when none
   std::string gpu_status;            // why no GPU is listed, when none is
   std::vector<GpuInfo> gpus;

@@ -5,9 +5,9 @@
 #include <string>
 
 #include "engine/core/error.h"
+#include "engine/infer/sampler.h"
 #include "engine/model/decode_session.h"
 #include "engine/model/model.h"
-#include "engine/infer/sampler.h"
 
 namespace tandem::infer {
 
@@ -27,8 +27,8 @@ TokenOutcome generateTokens(const model::Model& model, std::span<const int32_t> 
   const int64_t context = model.config().max_position_embeddings;
   const int64_t prompt_len = static_cast<int64_t>(prompt.size());
   if (context > 0 && prompt_len >= context) {
-    throw Error("the prompt has " + std::to_string(prompt_len) + " tokens; the model's context is " +
-                    std::to_string(context),
+    throw Error("the prompt has " + std::to_string(prompt_len) +
+                    " tokens; the model's context is " + std::to_string(context),
                 "shorten the conversation (/reset in chat)");
   }
   // The answer stops at the model's context, like transformers' max_length.
@@ -54,8 +54,8 @@ TokenOutcome generateTokens(const model::Model& model, std::span<const int32_t> 
     const int32_t id = sampler.next(std::move(logits), seen);
     out.ids.push_back(id);
     seen.push_back(id);
-    const bool is_stop = settings.stop_on_eos &&
-                         std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
+    const bool is_stop =
+        settings.stop_on_eos && std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
     const bool keep_going = on_token ? on_token(id) : true;
     if (is_stop || !keep_going) {
       out.finish_reason = FinishReason::Stop;

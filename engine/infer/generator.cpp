@@ -4,18 +4,18 @@
 #include <mutex>
 #include <random>
 
+#include "engine/chat/chat_template.h"
+#include "engine/chat/supervised_encoder.h"
+#include "engine/chat/tokenizer_encoder.h"
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
+#include "engine/infer/generate.h"
+#include "engine/infer/text_stream.h"
+#include "engine/io/tokenizer.h"
 #include "engine/model/adapter_set.h"
 #include "engine/model/machine_probe.h"
 #include "engine/model/model.h"
 #include "engine/model/model_resolver.h"
-#include "engine/infer/generate.h"
-#include "engine/infer/text_stream.h"
-#include "engine/io/tokenizer.h"
-#include "engine/chat/chat_template.h"
-#include "engine/chat/supervised_encoder.h"
-#include "engine/chat/tokenizer_encoder.h"
 
 namespace tandem::infer {
 
@@ -38,12 +38,15 @@ constexpr int64_t kPlannedContextTokens = 8192;
 
 // The memory plan on this machine, as for training (model_resolver.h), with no backward and a
 // chat's KV cache; refused with the planner's advice when the model does not fit.
-placement::MemoryPlan planGeneration(const GeneratorOptions& options, const io::ModelConfig& config) {
+placement::MemoryPlan planGeneration(const GeneratorOptions& options,
+                                     const io::ModelConfig& config) {
   placement::PlanRequest request = model::planRequestFor(options, config);
-  request.kv_cache_tokens = config.max_position_embeddings > 0
-                                ? std::min<int64_t>(config.max_position_embeddings, kPlannedContextTokens)
-                                : kPlannedContextTokens;
-  placement::MemoryPlan plan = model::planModel(request, options, model::usableHardware(options, model::probeMachine()));
+  request.kv_cache_tokens =
+      config.max_position_embeddings > 0
+          ? std::min<int64_t>(config.max_position_embeddings, kPlannedContextTokens)
+          : kPlannedContextTokens;
+  placement::MemoryPlan plan =
+      model::planModel(request, options, model::usableHardware(options, model::probeMachine()));
   model::requireFits(plan, "this model");
   return plan;
 }
@@ -73,17 +76,21 @@ chat::Conversation toConversation(const std::vector<ChatMessage>& messages) {
       continue;
     }
     chat::Role role;
-    if (m.role == "user") role = chat::Role::User;
-    else if (m.role == "assistant") role = chat::Role::Assistant;
-    else if (m.role == "observation" || m.role == "tool") role = chat::Role::Observation;
-    else throw Error("message " + std::to_string(i) + " has the unknown role '" + m.role + "'",
-                     "use system, user, assistant or observation");
+    if (m.role == "user")
+      role = chat::Role::User;
+    else if (m.role == "assistant")
+      role = chat::Role::Assistant;
+    else if (m.role == "observation" || m.role == "tool")
+      role = chat::Role::Observation;
+    else
+      throw Error("message " + std::to_string(i) + " has the unknown role '" + m.role + "'",
+                  "use system, user, assistant or observation");
     // Prompts sit at even positions, answers at odd ones (LLaMA-Factory's alternation).
     const bool prompt_slot = conv.messages.size() % 2 == 0;
     const bool is_prompt = role == chat::Role::User || role == chat::Role::Observation;
     if (prompt_slot != is_prompt) {
-      throw Error("messages must alternate user and assistant (message " + std::to_string(i) + " is '" +
-                  m.role + "')");
+      throw Error("messages must alternate user and assistant (message " + std::to_string(i) +
+                  " is '" + m.role + "')");
     }
     conv.messages.push_back({role, m.content});
   }
@@ -94,7 +101,8 @@ chat::Conversation toConversation(const std::vector<ChatMessage>& messages) {
 }  // namespace
 
 struct Generator::Impl {
-  Impl(io::Tokenizer tok, chat::ChatTemplate tmpl) : tokenizer(std::move(tok)), chat_template(std::move(tmpl)) {}
+  Impl(io::Tokenizer tok, chat::ChatTemplate tmpl)
+      : tokenizer(std::move(tok)), chat_template(std::move(tmpl)) {}
 
   std::unique_ptr<model::Model> model;
   io::Tokenizer tokenizer;
@@ -118,14 +126,16 @@ struct Generator::Impl {
 Generator::Generator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Generator::~Generator() = default;
 
-std::unique_ptr<Generator> Generator::load(const fs::path& model_dir, const GeneratorOptions& options) {
+std::unique_ptr<Generator> Generator::load(const fs::path& model_dir,
+                                           const GeneratorOptions& options) {
   return load(model_dir, options, ThreadPool::global());
 }
 
-std::unique_ptr<Generator> Generator::load(const fs::path& model_dir, const GeneratorOptions& options,
-                                           ThreadPool& pool) {
+std::unique_ptr<Generator> Generator::load(const fs::path& model_dir,
+                                           const GeneratorOptions& options, ThreadPool& pool) {
   const io::ModelConfig config = io::readModelConfig(model_dir);
-  const model::ModelOptions model_options = model::resolveModelOptions(options, config, planGeneration(options, config));
+  const model::ModelOptions model_options =
+      model::resolveModelOptions(options, config, planGeneration(options, config));
   io::Tokenizer tokenizer = io::Tokenizer::load(model_dir);
   const std::string template_name =
       options.template_name.empty() ? guessTemplate(config, tokenizer) : options.template_name;
@@ -138,13 +148,16 @@ std::unique_ptr<Generator> Generator::load(const fs::path& model_dir, const Gene
   impl->stop_ids.push_back(impl->encoder->eosId());
   if (const auto eos = impl->tokenizer.eosId()) impl->stop_ids.push_back(*eos);
   for (const std::string& word : impl->chat_template.stopWords()) {
-    if (const auto id = impl->tokenizer.tokenToId(word)) impl->stop_ids.push_back(*id);
-    else impl->stop_texts.push_back(word);
+    if (const auto id = impl->tokenizer.tokenToId(word))
+      impl->stop_ids.push_back(*id);
+    else
+      impl->stop_texts.push_back(word);
   }
   impl->model = model::Model::load(model_dir, model_options, nullptr, pool);
   impl->adapters = std::make_unique<model::AdapterSet>(*impl->model);
   impl->model_name = fs::absolute(model_dir).lexically_normal().filename().string();
-  if (impl->model_name.empty()) impl->model_name = fs::absolute(model_dir).lexically_normal().parent_path().filename().string();
+  if (impl->model_name.empty())
+    impl->model_name = fs::absolute(model_dir).lexically_normal().parent_path().filename().string();
   return std::unique_ptr<Generator>(new Generator(std::move(impl)));
 }
 
@@ -164,7 +177,8 @@ std::vector<std::string> Generator::adapterNames() const {
 bool Generator::hasAdapter(std::string_view name) const {
   if (name.empty() || name == "base") return baseAvailable();
   std::lock_guard catalog(impl_->catalog_mutex);
-  return std::find(impl_->adapter_names.begin(), impl_->adapter_names.end(), name) != impl_->adapter_names.end();
+  return std::find(impl_->adapter_names.begin(), impl_->adapter_names.end(), name) !=
+         impl_->adapter_names.end();
 }
 
 bool Generator::baseAvailable() const {
@@ -179,7 +193,8 @@ std::vector<int32_t> Generator::encodeChat(const std::vector<ChatMessage>& messa
 
 GenerationResult Generator::chat(const ChatRequest& request, const DeltaCallback& on_delta,
                                  std::stop_token stop) {
-  return impl_->run(request.adapter, encodeChat(request.messages), request.settings, on_delta, stop);
+  return impl_->run(request.adapter, encodeChat(request.messages), request.settings, on_delta,
+                    stop);
 }
 
 GenerationResult Generator::generate(const TokenRequest& request, const DeltaCallback& on_delta,
@@ -187,7 +202,8 @@ GenerationResult Generator::generate(const TokenRequest& request, const DeltaCal
   return impl_->run(request.adapter, request.prompt, request.settings, on_delta, stop);
 }
 
-GenerationResult Generator::Impl::run(const std::string& adapter, const std::vector<int32_t>& prompt,
+GenerationResult Generator::Impl::run(const std::string& adapter,
+                                      const std::vector<int32_t>& prompt,
                                       const GenerationSettings& settings,
                                       const DeltaCallback& on_delta, std::stop_token stop) {
   std::lock_guard lock(mutex);
@@ -195,16 +211,17 @@ GenerationResult Generator::Impl::run(const std::string& adapter, const std::vec
   const uint64_t seed = settings.seed ? *settings.seed : std::random_device{}();
   std::vector<std::string> stop_strings = stop_texts;
   stop_strings.insert(stop_strings.end(), settings.stop.begin(), settings.stop.end());
-  TextStream stream(tokenizer, std::move(stop_strings), settings.stop_on_eos ? stop_ids : std::vector<int32_t>{},
-                    on_delta);
+  TextStream stream(tokenizer, std::move(stop_strings),
+                    settings.stop_on_eos ? stop_ids : std::vector<int32_t>{}, on_delta);
   TokenOutcome outcome;
   try {
     outcome = generateTokens(
-        *model, prompt, settings, stop_ids, seed, [&stream](int32_t id) { return stream.push(id); }, stop);
+        *model, prompt, settings, stop_ids, seed, [&stream](int32_t id) { return stream.push(id); },
+        stop);
   } catch (const OutOfMemory& e) {
     // The request's caches unwind with it: the next request starts clean.
-    throw Error("out of memory while answering a " + std::to_string(prompt.size()) + "-token prompt: " +
-                    e.message(),
+    throw Error("out of memory while answering a " + std::to_string(prompt.size()) +
+                    "-token prompt: " + e.message(),
                 "shorten the conversation or the answer (max_tokens), or load the model with fewer "
                 "--gpu-experts");
   }

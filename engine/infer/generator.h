@@ -3,8 +3,8 @@
 //
 // Usage: `auto gen = Generator::load(model_dir, GeneratorOptions{});` loads the base where the
 // memory planner places it on this machine (model_resolver.h: as training does, layers split
-// over the GPUs, routed experts on the CPU expert engine); `gen->addAdapter("tuned", dir)` reads a PEFT
-// adapter dir, a training output dir or one of its checkpoint-N/ dirs, and keeps it beside the
+// over the GPUs, routed experts on the CPU expert engine); `gen->addAdapter("tuned", dir)` reads a
+// PEFT adapter dir, a training output dir or one of its checkpoint-N/ dirs, and keeps it beside the
 // base, unmerged. Each request names its adapter (`""` or `"base"`: the bare base) and carries
 // GenerationSettings (LLaMA-Factory's generating defaults); `gen->chat(request, on_delta, stop)`
 // renders the messages with the chat template, then prefills and decodes with a KV cache,
@@ -93,7 +93,7 @@ struct GenerationResult {
   std::string text;                // the whole completion, without the stop word / string
   std::vector<int32_t> token_ids;  // every generated id (including a final eos / stop token)
   int64_t prompt_tokens = 0;
-  int64_t completion_tokens = 0;   // == token_ids.size()
+  int64_t completion_tokens = 0;  // == token_ids.size()
   double prefill_seconds = 0;
   double decode_seconds = 0;
 };
@@ -145,7 +145,7 @@ class Generator {
   const io::Tokenizer& tokenizer() const;
   const std::string& templateName() const;
   const std::string& modelName() const;  // the model dir's name
-  int64_t contextLength() const;          // max_position_embeddings
+  int64_t contextLength() const;         // max_position_embeddings
   // Where the model's parts run: the memory plan's placement for this machine (or the overrides).
   model::AppliedPlacement placement() const;
 

@@ -6,7 +6,6 @@
 #include "engine/infer/generator.h"
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,11 +19,11 @@
 #include "engine/core/thread_pool.h"
 #include "engine/gpu/failing_cpu_allocator.h"
 #include "engine/infer/generate.h"
+#include "engine/infer/text_stream.h"
+#include "engine/io/tokenizer.h"
 #include "engine/model/adapter_files.h"
 #include "engine/model/model.h"
 #include "engine/model/random_adapter_test_util.h"
-#include "engine/infer/text_stream.h"
-#include "engine/io/tokenizer.h"
 
 namespace tandem::infer {
 namespace {
@@ -40,7 +39,8 @@ struct Fixture {
 const Fixture& fixture() {
   static const Fixture f = [] {
     Fixture out;
-    const fs::path root = fs::temp_directory_path() / ("tandem_generator_test_" + std::to_string(::getpid()));
+    const fs::path root =
+        fs::temp_directory_path() / ("tandem_generator_test_" + std::to_string(::getpid()));
     out.model_dir = root / "model";
     out.adapter_dir = root / "adapter";
     fs::create_directories(out.model_dir);
@@ -49,11 +49,13 @@ const Fixture& fixture() {
                     fs::copy_options::overwrite_existing);
     }
     const int64_t vocab = io::Tokenizer::load(out.model_dir).vocabSize();
-    const std::string config = R"({"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 96,
+    const std::string config =
+        R"({"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 96,
       "moe_intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
       "head_dim": 16, "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": true,
       "decoder_sparse_step": 1, "mlp_only_layers": [], "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
-      "rope_theta": 10000.0, "tie_word_embeddings": false, "vocab_size": )" + std::to_string(vocab) + "}";
+      "rope_theta": 10000.0, "tie_word_embeddings": false, "vocab_size": )" +
+        std::to_string(vocab) + "}";
     std::ofstream(out.model_dir / "config.json") << config;
     const io::ModelConfig model_config = io::readModelConfig(out.model_dir);
     model::Model::random(model_config, model::ModelOptions{}, nullptr, 11, ThreadPool::global())
@@ -83,7 +85,8 @@ GenerationSettings greedy(int64_t max_new_tokens) {
   return s;
 }
 
-ChatRequest ask(const std::string& question, const GenerationSettings& settings, const std::string& adapter = "") {
+ChatRequest ask(const std::string& question, const GenerationSettings& settings,
+                const std::string& adapter = "") {
   return ChatRequest{adapter, {{"user", question}}, settings};
 }
 
@@ -91,14 +94,16 @@ TEST(Generator, StreamedDeltasAddUpToTheTextAndIds) {
   auto gen = loadGenerator();
   std::string streamed;
   std::vector<int32_t> streamed_ids;
-  const GenerationResult r = gen->chat(ask("Who are you?", greedy(24)), [&](const GenerationDelta& d) {
-    streamed.append(d.text);
-    streamed_ids.insert(streamed_ids.end(), d.token_ids.begin(), d.token_ids.end());
-  });
+  const GenerationResult r =
+      gen->chat(ask("Who are you?", greedy(24)), [&](const GenerationDelta& d) {
+        streamed.append(d.text);
+        streamed_ids.insert(streamed_ids.end(), d.token_ids.begin(), d.token_ids.end());
+      });
   EXPECT_EQ(streamed, r.text);
   EXPECT_EQ(streamed_ids, r.token_ids);
   EXPECT_EQ(r.completion_tokens, static_cast<int64_t>(r.token_ids.size()));
-  EXPECT_EQ(r.prompt_tokens, static_cast<int64_t>(gen->encodeChat({{"user", "Who are you?"}}).size()));
+  EXPECT_EQ(r.prompt_tokens,
+            static_cast<int64_t>(gen->encodeChat({{"user", "Who are you?"}}).size()));
   if (r.finish_reason == FinishReason::Length) {
     EXPECT_EQ(r.completion_tokens, 24);
   }
@@ -115,7 +120,8 @@ TEST(Generator, StopsOnStopStringsAndNeverShowsThem) {
   const size_t at = full.text.size() / 2;
   s.stop = {full.text.substr(at, 3)};
   std::string streamed;
-  const GenerationResult cut = gen->chat(ask("hello", s), [&](const GenerationDelta& d) { streamed.append(d.text); });
+  const GenerationResult cut =
+      gen->chat(ask("hello", s), [&](const GenerationDelta& d) { streamed.append(d.text); });
   EXPECT_EQ(cut.finish_reason, FinishReason::Stop);
   EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(s.stop[0])));
   EXPECT_EQ(streamed, cut.text);
@@ -133,9 +139,12 @@ TEST(Generator, MaxNewTokensAndCancellation) {
   s.max_new_tokens = 200;
   std::stop_source cancel;
   int deltas = 0;
-  r = gen->chat(ask("hi", s), [&](const GenerationDelta&) {
-    if (++deltas == 3) cancel.request_stop();
-  }, cancel.get_token());
+  r = gen->chat(
+      ask("hi", s),
+      [&](const GenerationDelta&) {
+        if (++deltas == 3) cancel.request_stop();
+      },
+      cancel.get_token());
   EXPECT_EQ(r.finish_reason, FinishReason::Cancelled);
   EXPECT_LT(r.completion_tokens, 200);
   EXPECT_EQ(finishReasonName(r.finish_reason), "cancelled");
@@ -148,7 +157,8 @@ TEST(Generator, MaxNewTokensAndCancellation) {
 }
 
 TEST(Generator, StopIdsEndTheAnswerAtTheirFirstOccurrence) {
-  auto model = model::Model::load(fixture().model_dir, model::ModelOptions{}, nullptr, ThreadPool::global());
+  auto model =
+      model::Model::load(fixture().model_dir, model::ModelOptions{}, nullptr, ThreadPool::global());
   const std::vector<int32_t> prompt = {5, 17, 3, 9};
   GenerationSettings s = greedy(30);
   s.stop_on_eos = false;
@@ -205,7 +215,8 @@ TEST(Generator, AdaptersSwitchPerRequestLikeAModelLoadedWithTheAdapter) {
   // Reference: the adapter built into the model at load (the training path).
   const io::ModelConfig config = io::readModelConfig(fixture().model_dir);
   const model::LoraPlan plan = model::adapterLoraPlan(fixture().adapter_dir, config);
-  auto reference = model::Model::load(fixture().model_dir, model::ModelOptions{}, &plan, ThreadPool::global());
+  auto reference =
+      model::Model::load(fixture().model_dir, model::ModelOptions{}, &plan, ThreadPool::global());
   model::applyAdapter(fixture().adapter_dir, *reference);
   EXPECT_EQ(generateTokens(*reference, prompt, s, {}, 0).ids, tuned);
 
@@ -223,7 +234,8 @@ TEST(Generator, MergedAdapterAnswersLikeTheUnmergedOneAndHidesTheBase) {
   GenerationSettings s = greedy(16);
   s.stop_on_eos = false;
   const std::vector<int32_t> prompt = merged->encodeChat({{"user", "Who are you?"}});
-  EXPECT_EQ(merged->generate({"tuned", prompt, s}).token_ids, unmerged->generate({"tuned", prompt, s}).token_ids);
+  EXPECT_EQ(merged->generate({"tuned", prompt, s}).token_ids,
+            unmerged->generate({"tuned", prompt, s}).token_ids);
   EXPECT_FALSE(merged->baseAvailable());
   EXPECT_THROW(merged->generate({"base", prompt, s}), Error);
   EXPECT_THROW(merged->addAdapter("other", fixture().adapter_dir), Error);
@@ -265,7 +277,8 @@ TEST(Generator, BadRequestsAreErrors) {
   bad.do_sample = true;
   bad.top_p = 0;
   EXPECT_THROW(gen->chat(ask("hi", bad)), Error);
-  EXPECT_NO_THROW(gen->chat({"", {{"system", "Be brief."}, {"user", "a"}, {"assistant", "b"}, {"user", "c"}}, s}));
+  EXPECT_NO_THROW(gen->chat(
+      {"", {{"system", "Be brief."}, {"user", "a"}, {"assistant", "b"}, {"user", "c"}}, s}));
   GeneratorOptions options;
   options.template_name = "no_such_template";
   EXPECT_THROW(Generator::load(fixture().model_dir, options), Error);
@@ -283,7 +296,9 @@ TEST(Generator, BadRequestsAreErrors) {
 // Host bytes a load adds to the ledger's CPU weights (dense weights and expert packs).
 template <typename Load>
 uint64_t cpuWeightBytesOf(Load load) {
-  const auto weights = [] { return MemoryLedger::global().usage("cpu").current(MemoryCategory::Weights); };
+  const auto weights = [] {
+    return MemoryLedger::global().usage("cpu").current(MemoryCategory::Weights);
+  };
   const uint64_t before = weights();
   const auto loaded = load();
   return weights() - before;
@@ -297,14 +312,17 @@ TEST(Generator, HoldsNoBackwardPacksOfTheExperts) {
   options.device = "cpu";  // on a GPU the planner keeps this small model's experts resident there
   options.bf16 = false;
   options.experts_backend = "generic";  // zero-copy views: no packs
-  const uint64_t unpacked = cpuWeightBytesOf([&] { return Generator::load(fixture().model_dir, options); });
+  const uint64_t unpacked =
+      cpuWeightBytesOf([&] { return Generator::load(fixture().model_dir, options); });
   options.experts_backend = "avx512_bf16";
-  const uint64_t generator = cpuWeightBytesOf([&] { return Generator::load(fixture().model_dir, options); });
+  const uint64_t generator =
+      cpuWeightBytesOf([&] { return Generator::load(fixture().model_dir, options); });
   model::ModelOptions training;
   training.experts_backend = "avx512_bf16";
   training.experts_wt_policy = experts::WtPolicy::Persistent;
-  const uint64_t persistent = cpuWeightBytesOf(
-      [&] { return model::Model::load(fixture().model_dir, training, nullptr, ThreadPool::global()); });
+  const uint64_t persistent = cpuWeightBytesOf([&] {
+    return model::Model::load(fixture().model_dir, training, nullptr, ThreadPool::global());
+  });
   const double forward_packs = static_cast<double>(generator - unpacked);
   ASSERT_GT(forward_packs, 0);
   // The Wᵀ packs are about the size of the forward packs (their column padding differs at these

@@ -55,7 +55,8 @@ void keepTopP(std::vector<float>& scores, double top_p) {
   const std::vector<double> probs = probabilities(scores);
   std::vector<size_t> order(scores.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] < scores[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return scores[a] < scores[b]; });
   double mass = 0;
   for (size_t i = 0; i + 1 < order.size(); ++i) {
     mass += probs[order[i]];
@@ -72,15 +73,18 @@ void validateSettings(const GenerationSettings& s) {
   }
   if (!s.do_sample) return;
   if (!(s.temperature > 0) || !std::isfinite(s.temperature)) {
-    throw Error("temperature must be positive when sampling", "use greedy decoding for temperature 0");
+    throw Error("temperature must be positive when sampling",
+                "use greedy decoding for temperature 0");
   }
   if (!(s.top_p > 0 && s.top_p <= 1)) throw Error("top_p must be in (0, 1]");
   if (s.top_k < 0) throw Error("top_k must not be negative", "0 turns the top-k filter off");
 }
 
-void processLogits(std::vector<float>& scores, const GenerationSettings& s, std::span<const int32_t> seen) {
+void processLogits(std::vector<float>& scores, const GenerationSettings& s,
+                   std::span<const int32_t> seen) {
   if (scores.empty()) throw Error("no logits to pick a token from");
-  if (s.repetition_penalty != 1.0 && !seen.empty()) penaliseRepeats(scores, s.repetition_penalty, seen);
+  if (s.repetition_penalty != 1.0 && !seen.empty())
+    penaliseRepeats(scores, s.repetition_penalty, seen);
   if (!s.do_sample) return;
   if (s.temperature != 1.0) {
     const auto t = static_cast<float>(s.temperature);
@@ -90,7 +94,8 @@ void processLogits(std::vector<float>& scores, const GenerationSettings& s, std:
   if (s.top_p < 1.0) keepTopP(scores, s.top_p);
 }
 
-Sampler::Sampler(const GenerationSettings& settings, uint64_t seed) : settings_(settings), rng_(seed) {
+Sampler::Sampler(const GenerationSettings& settings, uint64_t seed)
+    : settings_(settings), rng_(seed) {
   validateSettings(settings_);
 }
 

@@ -20,7 +20,8 @@ namespace {
 
 const float kNegInf = -std::numeric_limits<float>::infinity();
 
-std::vector<float> processed(std::vector<float> logits, const GenerationSettings& s, std::span<const int32_t> seen) {
+std::vector<float> processed(std::vector<float> logits, const GenerationSettings& s,
+                             std::span<const int32_t> seen) {
   processLogits(logits, s, seen);
   return logits;
 }
@@ -69,7 +70,8 @@ TEST(Sampler, TemperatureDividesTheScores) {
 
 TEST(Sampler, TopKKeepsTheKBestAndTiesWithTheKth) {
   const std::vector<float> logits = {0.1f, 0.9f, 0.5f, 0.5f, 0.2f};
-  EXPECT_EQ(processed(logits, sampling(1.0, 1.0, 2), {}), (std::vector<float>{kNegInf, 0.9f, 0.5f, 0.5f, kNegInf}));
+  EXPECT_EQ(processed(logits, sampling(1.0, 1.0, 2), {}),
+            (std::vector<float>{kNegInf, 0.9f, 0.5f, 0.5f, kNegInf}));
   EXPECT_EQ(processed(logits, sampling(1.0, 1.0, 1), {}),
             (std::vector<float>{kNegInf, 0.9f, kNegInf, kNegInf, kNegInf}));
 }
@@ -80,7 +82,8 @@ TEST(Sampler, TopKKeepsTheKBestAndTiesWithTheKth) {
 std::vector<bool> topPKeepReference(const std::vector<double>& probs, double top_p) {
   std::vector<size_t> order(probs.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return probs[a] < probs[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return probs[a] < probs[b]; });
   std::vector<bool> keep(probs.size(), true);
   double mass = 0;
   for (size_t i = 0; i + 1 < order.size(); ++i) {
@@ -91,7 +94,8 @@ std::vector<bool> topPKeepReference(const std::vector<double>& probs, double top
 }
 
 TEST(Sampler, TopPKeepsTheSmallestNucleus) {
-  const std::vector<float> raw = {std::log(0.05f), std::log(0.4f), std::log(0.15f), std::log(0.3f), std::log(0.1f)};
+  const std::vector<float> raw = {std::log(0.05f), std::log(0.4f), std::log(0.15f), std::log(0.3f),
+                                  std::log(0.1f)};
   for (double top_p : {0.3, 0.5, 0.72, 0.86, 0.97, 0.999}) {
     const std::vector<float> got = processed(raw, sampling(1.0, top_p, 0), {});
     const std::vector<double> probs = {0.05, 0.4, 0.15, 0.3, 0.1};
@@ -118,7 +122,8 @@ TEST(Sampler, SameSeedSameDrawsAndDrawsStayInsideTheFilter) {
   const GenerationSettings s = sampling(1.5, 1.0, 5);
   std::vector<int32_t> by_score(logits.size());
   std::iota(by_score.begin(), by_score.end(), 0);
-  std::sort(by_score.begin(), by_score.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  std::sort(by_score.begin(), by_score.end(),
+            [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
   const std::set<int32_t> top5(by_score.begin(), by_score.begin() + 5);
   Sampler a(s, 42), b(s, 42), c(s, 43);
   std::vector<int32_t> da, db, dc;

@@ -8,7 +8,8 @@
 namespace tandem::infer {
 
 namespace {
-constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD: bytes of an unfinished character
+constexpr std::string_view kReplacement =
+    "\xEF\xBF\xBD";  // U+FFFD: bytes of an unfinished character
 }
 
 TextStream::TextStream(const io::Tokenizer& tokenizer, std::vector<std::string> stop_strings,
@@ -39,8 +40,9 @@ size_t TextStream::heldBack() const {
 
 void TextStream::emit(size_t end) {
   if (end <= emitted_ && pending_ids_.empty()) return;
-  const std::string_view delta = end > emitted_ ? std::string_view(text_).substr(emitted_, end - emitted_)
-                                                : std::string_view();
+  const std::string_view delta = end > emitted_
+                                     ? std::string_view(text_).substr(emitted_, end - emitted_)
+                                     : std::string_view();
   if (on_delta_) on_delta_(GenerationDelta{delta, pending_ids_});
   emitted_ = std::max(emitted_, end);
   pending_ids_.clear();

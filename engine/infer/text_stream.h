@@ -41,7 +41,7 @@ class TextStream {
   std::vector<std::string> stop_strings_;
   std::vector<int32_t> stop_ids_;
   DeltaCallback on_delta_;
-  std::vector<int32_t> text_ids_;  // ids that make up the text (no stop tokens)
+  std::vector<int32_t> text_ids_;     // ids that make up the text (no stop tokens)
   std::vector<int32_t> pending_ids_;  // ids not yet reported in a delta
   std::string text_;
   std::string final_text_;

@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdint>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -19,10 +19,10 @@ std::atomic<uint64_t> g_temp_counter{0};
 
 [[noreturn]] void throwWriteError(const std::string& action, const std::filesystem::path& path,
                                   int errno_value) {
-  throw Error("cannot write " + path.string() + ": " + action + " failed: " +
-                  std::strerror(errno_value),
-              errno_value == ENOSPC ? "free some disk space and try again"
-                                    : "check that the directory exists and is writable");
+  throw Error(
+      "cannot write " + path.string() + ": " + action + " failed: " + std::strerror(errno_value),
+      errno_value == ENOSPC ? "free some disk space and try again"
+                            : "check that the directory exists and is writable");
 }
 
 // Temp name in the target's directory; pid + counter keeps concurrent writers (threads or
@@ -50,7 +50,8 @@ void fsyncDirectory(const std::filesystem::path& dir, const std::filesystem::pat
 // Owns the temp file until commit: closes and removes it on every failure path.
 class TempFile {
  public:
-  explicit TempFile(const std::filesystem::path& target) : target_(target), temp_(tempPathFor(target)) {
+  explicit TempFile(const std::filesystem::path& target)
+      : target_(target), temp_(tempPathFor(target)) {
     // O_EXCL: never write through a file (or symlink) someone else put at the temp name.
     const int fd = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) throwWriteError("creating a temp file", target_, errno);

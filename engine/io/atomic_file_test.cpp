@@ -36,7 +36,8 @@ class FileTest : public ::testing::Test {
     return text.str();
   }
   size_t entriesInDir() const {
-    return static_cast<size_t>(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()));
+    return static_cast<size_t>(
+        std::distance(fs::directory_iterator(dir_), fs::directory_iterator()));
   }
 
   fs::path dir_;
@@ -87,7 +88,8 @@ TEST_F(FileTest, MissingDirectoryIsAnError) {
     FAIL() << "expected tandem::Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(target.string()), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("No such file or directory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("No such file or directory"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -122,7 +124,8 @@ TEST_F(FileTest, MappedFileMissingOrDirectoryIsAnError) {
     FAIL() << "expected tandem::Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(missing.string()), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("No such file or directory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("No such file or directory"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(MappedFile::open(dir_), Error);
 }

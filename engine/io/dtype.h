@@ -9,11 +9,25 @@
 namespace tandem::io {
 
 enum class DType : uint8_t {
-  F64, F32, F16, BF16, F8_E4M3, F8_E5M2, I64, I32, I16, I8, U64, U32, U16, U8, Bool
+  F64,
+  F32,
+  F16,
+  BF16,
+  F8_E4M3,
+  F8_E5M2,
+  I64,
+  I32,
+  I16,
+  I8,
+  U64,
+  U32,
+  U16,
+  U8,
+  Bool
 };
 
-size_t dtypeSize(DType dtype);                              // bytes per element
-std::string_view dtypeName(DType dtype);                    // safetensors spelling, e.g. "BF16"
-std::optional<DType> parseDType(std::string_view name);     // nullopt for unknown names
+size_t dtypeSize(DType dtype);                           // bytes per element
+std::string_view dtypeName(DType dtype);                 // safetensors spelling, e.g. "BF16"
+std::optional<DType> parseDType(std::string_view name);  // nullopt for unknown names
 
 }  // namespace tandem::io

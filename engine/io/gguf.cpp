@@ -28,7 +28,8 @@ constexpr uint32_t kVersionWritten = 3;
 constexpr const char* kMissingKeyAdvice =
     "check that this is the model file you meant; `gguf_tool dump` lists the keys it holds";
 constexpr const char* kWrongTypeAdvice =
-    "the file does not follow llama.cpp's metadata conventions; re-convert it with a current llama.cpp";
+    "the file does not follow llama.cpp's metadata conventions; re-convert it with a current "
+    "llama.cpp";
 
 std::string quotedName(std::string_view name) { return "\"" + std::string(name) + "\""; }
 
@@ -51,7 +52,9 @@ void appendString(std::string& out, std::string_view text) {
   out.append(text);
 }
 
-uint64_t padTo(uint64_t bytes, uint64_t alignment) { return (bytes + alignment - 1) / alignment * alignment; }
+uint64_t padTo(uint64_t bytes, uint64_t alignment) {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
 
 // Encodes values exactly as parseGguf reads them, refusing anything it would refuse.
 class ValueEncoder {
@@ -65,20 +68,39 @@ class ValueEncoder {
   void integer(GgufValueType type, int64_t v) {
     const auto in = [&](int64_t lo, int64_t hi) {
       if (v < lo || v > hi) {
-        fail(std::string(ggufValueTypeName(type)) + " value " + std::to_string(v) + " is out of range");
+        fail(std::string(ggufValueTypeName(type)) + " value " + std::to_string(v) +
+             " is out of range");
       }
     };
     switch (type) {
-      case GgufValueType::UInt8: in(0, 255); append<uint8_t>(out_, static_cast<uint8_t>(v)); return;
-      case GgufValueType::Int8: in(-128, 127); append<int8_t>(out_, static_cast<int8_t>(v)); return;
-      case GgufValueType::UInt16: in(0, 65535); append<uint16_t>(out_, static_cast<uint16_t>(v)); return;
-      case GgufValueType::Int16: in(-32768, 32767); append<int16_t>(out_, static_cast<int16_t>(v)); return;
-      case GgufValueType::UInt32: in(0, 4294967295); append<uint32_t>(out_, static_cast<uint32_t>(v)); return;
+      case GgufValueType::UInt8:
+        in(0, 255);
+        append<uint8_t>(out_, static_cast<uint8_t>(v));
+        return;
+      case GgufValueType::Int8:
+        in(-128, 127);
+        append<int8_t>(out_, static_cast<int8_t>(v));
+        return;
+      case GgufValueType::UInt16:
+        in(0, 65535);
+        append<uint16_t>(out_, static_cast<uint16_t>(v));
+        return;
+      case GgufValueType::Int16:
+        in(-32768, 32767);
+        append<int16_t>(out_, static_cast<int16_t>(v));
+        return;
+      case GgufValueType::UInt32:
+        in(0, 4294967295);
+        append<uint32_t>(out_, static_cast<uint32_t>(v));
+        return;
       case GgufValueType::Int32:
         in(std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max());
         append<int32_t>(out_, static_cast<int32_t>(v));
         return;
-      case GgufValueType::UInt64: in(0, std::numeric_limits<int64_t>::max()); append<uint64_t>(out_, static_cast<uint64_t>(v)); return;
+      case GgufValueType::UInt64:
+        in(0, std::numeric_limits<int64_t>::max());
+        append<uint64_t>(out_, static_cast<uint64_t>(v));
+        return;
       case GgufValueType::Int64: append<int64_t>(out_, v); return;
       default: break;
     }
@@ -106,7 +128,8 @@ class ValueEncoder {
     } else if (value.type == GgufValueType::String) {
       appendString(out_, expect<std::string>(value));
     } else {
-      fail("value type " + std::to_string(static_cast<uint32_t>(value.type)) + " is not a GGUF type");
+      fail("value type " + std::to_string(static_cast<uint32_t>(value.type)) +
+           " is not a GGUF type");
     }
   }
 
@@ -120,9 +143,11 @@ class ValueEncoder {
     } else if (element == GgufValueType::Bool) {
       items(expect<std::vector<bool>>(value), [&](bool v) { append<uint8_t>(out_, v ? 1 : 0); });
     } else if (element == GgufValueType::String) {
-      items(expect<std::vector<std::string>>(value), [&](const std::string& v) { appendString(out_, v); });
+      items(expect<std::vector<std::string>>(value),
+            [&](const std::string& v) { appendString(out_, v); });
     } else {
-      fail("arrays of " + std::string(element == GgufValueType::Array ? "arrays" : "unknown types") +
+      fail("arrays of " +
+           std::string(element == GgufValueType::Array ? "arrays" : "unknown types") +
            " cannot be written (GGUF readers refuse them)");
     }
   }
@@ -142,7 +167,8 @@ class ValueEncoder {
   template <typename T>
   const T& expect(const GgufValue& value) const {
     const T* held = std::get_if<T>(&value.value);
-    if (held == nullptr) fail("declared " + describeType(value) + " but holds another kind of value");
+    if (held == nullptr)
+      fail("declared " + describeType(value) + " but holds another kind of value");
     return *held;
   }
 
@@ -175,17 +201,21 @@ void checkName(const std::string& label, std::string_view kind, const std::strin
 // Metadata section: the given pairs in order, plus general.alignment when it is not the default and
 // not already there. Returns the number of pairs written.
 uint64_t encodeMetadata(std::string& out, const std::string& label,
-                        const std::vector<std::pair<std::string, GgufValue>>& metadata, uint64_t alignment) {
+                        const std::vector<std::pair<std::string, GgufValue>>& metadata,
+                        uint64_t alignment) {
   std::set<std::string, std::less<>> keys;
   bool has_alignment_key = false;
   for (const auto& [key, value] : metadata) {
     checkName(label, "key", key, keys);
     if (key == gguf_detail::kAlignmentKey) {
       const int64_t* held = std::get_if<int64_t>(&value.value);
-      if (value.type != GgufValueType::UInt32 || held == nullptr || static_cast<uint64_t>(*held) != alignment) {
-        throw Error(label + ": key " + quotedName(key) + " must be a uint32 equal to the alignment argument (" +
+      if (value.type != GgufValueType::UInt32 || held == nullptr ||
+          static_cast<uint64_t>(*held) != alignment) {
+        throw Error(label + ": key " + quotedName(key) +
+                        " must be a uint32 equal to the alignment argument (" +
                         std::to_string(alignment) + ")",
-                    "pass the alignment as the argument and leave general.alignment out, or make them agree");
+                    "pass the alignment as the argument and leave general.alignment out, or make "
+                    "them agree");
       }
       has_alignment_key = true;
     }
@@ -201,9 +231,12 @@ uint64_t encodeMetadata(std::string& out, const std::string& label,
 uint64_t checkedTensorBytes(const std::string& label, const GgufTensorToWrite& tensor) {
   const std::string where = label + ": tensor " + quotedName(tensor.name);
   const std::optional<GgmlTypeTraits> traits = ggmlTypeTraits(static_cast<uint32_t>(tensor.type));
-  if (!traits) throw Error(where + ": unknown ggml type " + std::to_string(static_cast<uint32_t>(tensor.type)));
+  if (!traits)
+    throw Error(where + ": unknown ggml type " +
+                std::to_string(static_cast<uint32_t>(tensor.type)));
   if (tensor.ne.empty() || tensor.ne.size() > gguf_detail::kMaxDims) {
-    throw Error(where + ": has " + std::to_string(tensor.ne.size()) + " dimensions; ggml tensors have 1 to 4");
+    throw Error(where + ": has " + std::to_string(tensor.ne.size()) +
+                " dimensions; ggml tensors have 1 to 4");
   }
   int64_t numel = 1;
   for (int64_t dim : tensor.ne) {
@@ -219,8 +252,9 @@ uint64_t checkedTensorBytes(const std::string& label, const GgufTensorToWrite& t
   if (__builtin_mul_overflow(static_cast<uint64_t>(numel / traits->block_elems),
                              static_cast<uint64_t>(traits->block_bytes), &bytes) ||
       bytes != tensor.bytes.size()) {
-    throw Error(where + ": has " + std::to_string(tensor.bytes.size()) + " bytes but its shape and type " +
-                std::string(traits->name) + " need " + std::to_string(bytes));
+    throw Error(where + ": has " + std::to_string(tensor.bytes.size()) +
+                " bytes but its shape and type " + std::string(traits->name) + " need " +
+                std::to_string(bytes));
   }
   return bytes;
 }
@@ -238,10 +272,18 @@ void writeZeros(std::FILE* out, uint64_t count) {
 
 // ---- GgufValue ------------------------------------------------------------------------------
 
-GgufValue GgufValue::ofString(std::string s) { return {GgufValueType::String, GgufValueType::UInt32, std::move(s)}; }
-GgufValue GgufValue::ofUInt32(uint32_t v) { return {GgufValueType::UInt32, GgufValueType::UInt32, int64_t{v}}; }
-GgufValue GgufValue::ofInt64(int64_t v, GgufValueType type) { return {type, GgufValueType::UInt32, v}; }
-GgufValue GgufValue::ofFloat32(float v) { return {GgufValueType::Float32, GgufValueType::UInt32, double{v}}; }
+GgufValue GgufValue::ofString(std::string s) {
+  return {GgufValueType::String, GgufValueType::UInt32, std::move(s)};
+}
+GgufValue GgufValue::ofUInt32(uint32_t v) {
+  return {GgufValueType::UInt32, GgufValueType::UInt32, int64_t{v}};
+}
+GgufValue GgufValue::ofInt64(int64_t v, GgufValueType type) {
+  return {type, GgufValueType::UInt32, v};
+}
+GgufValue GgufValue::ofFloat32(float v) {
+  return {GgufValueType::Float32, GgufValueType::UInt32, double{v}};
+}
 GgufValue GgufValue::ofBool(bool v) { return {GgufValueType::Bool, GgufValueType::UInt32, v}; }
 GgufValue GgufValue::ofStrings(std::vector<std::string> v) {
   return {GgufValueType::Array, GgufValueType::String, std::move(v)};
@@ -260,8 +302,10 @@ GgufFile GgufFile::open(const fs::path& path) {
   file.path_ = path;
   file.map_ = MappedFile::open(path);
   file.header_ = parseGguf(file.map_.bytes(), path.string());
-  for (size_t i = 0; i < file.header_.metadata.size(); ++i) file.key_index_.emplace(file.header_.metadata[i].first, i);
-  for (size_t i = 0; i < file.header_.tensors.size(); ++i) file.tensor_index_.emplace(file.header_.tensors[i].name, i);
+  for (size_t i = 0; i < file.header_.metadata.size(); ++i)
+    file.key_index_.emplace(file.header_.metadata[i].first, i);
+  for (size_t i = 0; i < file.header_.tensors.size(); ++i)
+    file.tensor_index_.emplace(file.header_.tensors[i].name, i);
   return file;
 }
 
@@ -275,15 +319,16 @@ namespace {
 const GgufValue& require(const GgufFile& file, std::string_view key) {
   const GgufValue* value = file.find(key);
   if (value == nullptr) {
-    throw Error(file.path().string() + ": metadata key " + quotedName(key) + " is missing", kMissingKeyAdvice);
+    throw Error(file.path().string() + ": metadata key " + quotedName(key) + " is missing",
+                kMissingKeyAdvice);
   }
   return *value;
 }
 
 [[noreturn]] void wrongType(const GgufFile& file, std::string_view key, const GgufValue& value,
                             std::string_view expected) {
-  throw Error(file.path().string() + ": metadata key " + quotedName(key) + " is " + describeType(value) +
-                  ", not " + std::string(expected),
+  throw Error(file.path().string() + ": metadata key " + quotedName(key) + " is " +
+                  describeType(value) + ", not " + std::string(expected),
               kWrongTypeAdvice);
 }
 
@@ -358,7 +403,8 @@ const GgufTensorInfo* GgufFile::findTensor(std::string_view name) const {
 
 std::span<const std::byte> GgufFile::tensorBytes(const GgufTensorInfo& tensor) const {
   // parseGguf checked this file's tensors; this guards against an info from another file.
-  const uint64_t data_bytes = header_.data_offset <= map_.size() ? map_.size() - header_.data_offset : 0;
+  const uint64_t data_bytes =
+      header_.data_offset <= map_.size() ? map_.size() - header_.data_offset : 0;
   if (tensor.offset > data_bytes || tensor.byte_size > data_bytes - tensor.offset) {
     throw Error(path_.string() + ": tensor " + quotedName(tensor.name) + " is not inside this file",
                 "look tensors up with findTensor() on the file they came from");
@@ -369,7 +415,8 @@ std::span<const std::byte> GgufFile::tensorBytes(const GgufTensorInfo& tensor) c
 std::vector<float> GgufFile::dequantize(const GgufTensorInfo& tensor) const {
   const std::span<const std::byte> bytes = tensorBytes(tensor);
   std::vector<float> out(static_cast<size_t>(tensor.numel()));
-  dequantizeGgml(tensor.type, bytes, tensor.numel(), out.data(), path_.string() + ": tensor " + quotedName(tensor.name));
+  dequantizeGgml(tensor.type, bytes, tensor.numel(), out.data(),
+                 path_.string() + ": tensor " + quotedName(tensor.name));
   return out;
 }
 
@@ -379,8 +426,9 @@ void writeGguf(const fs::path& path, const std::vector<std::pair<std::string, Gg
                std::span<const GgufTensorToWrite> tensors, uint64_t alignment) {
   const std::string label = "cannot write " + path.string();
   if (!std::has_single_bit(alignment) || alignment > std::numeric_limits<uint32_t>::max()) {
-    throw Error(label + ": alignment " + std::to_string(alignment) + " is not a power of two below 2^32",
-                "use the default 32 or another power of two");
+    throw Error(
+        label + ": alignment " + std::to_string(alignment) + " is not a power of two below 2^32",
+        "use the default 32 or another power of two");
   }
   std::string kv_bytes;
   const uint64_t kv_count = encodeMetadata(kv_bytes, label, metadata, alignment);

@@ -5,7 +5,8 @@
 //   magic "GGUF" | u32 version | u64 tensor_count | u64 kv_count
 //   kv_count × (string key | u32 value_type | value)            string = u64 length + UTF-8 bytes
 //   tensor_count × (string name | u32 n_dims | u64 ne[n_dims] | u32 ggml_type | u64 offset)
-//   padding to `general.alignment` (default 32) | data section (each offset aligned, relative to it)
+//   padding to `general.alignment` (default 32) | data section (each offset aligned, relative to
+//   it)
 //
 // Shapes are kept in ggml order: ne[0] is the contiguous (innermost) dimension, so a torch weight
 // [out, in] is ne = {in, out}. Every claim in the file is validated before a tensor is handed out.
@@ -27,17 +28,44 @@ namespace tandem::io {
 
 // ggml_type values (ggml.h). Types the reader does not know are refused by number.
 enum class GgmlType : uint32_t {
-  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
-  IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23,
-  I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30,
-  TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39,
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q8_1 = 9,
+  Q2_K = 10,
+  Q3_K = 11,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  Q8_K = 15,
+  IQ2_XXS = 16,
+  IQ2_XS = 17,
+  IQ3_XXS = 18,
+  IQ1_S = 19,
+  IQ4_NL = 20,
+  IQ3_S = 21,
+  IQ2_S = 22,
+  IQ4_XS = 23,
+  I8 = 24,
+  I16 = 25,
+  I32 = 26,
+  I64 = 27,
+  F64 = 28,
+  IQ1_M = 29,
+  BF16 = 30,
+  TQ1_0 = 34,
+  TQ2_0 = 35,
+  MXFP4 = 39,
 };
 
 struct GgmlTypeTraits {
-  std::string_view name;   // ggml's spelling: "q4_K", "bf16", ...
-  int64_t block_elems = 1;  // elements per block (1 for plain types)
-  int64_t block_bytes = 0;  // bytes per block
+  std::string_view name;       // ggml's spelling: "q4_K", "bf16", ...
+  int64_t block_elems = 1;     // elements per block (1 for plain types)
+  int64_t block_bytes = 0;     // bytes per block
   bool dequantizable = false;  // dequantizeGgml() converts it
 };
 // nullopt for a value that is not a ggml type this reader knows.
@@ -45,15 +73,26 @@ std::optional<GgmlTypeTraits> ggmlTypeTraits(uint32_t type);
 std::string_view ggmlTypeName(GgmlType type);
 
 // Converts `numel` elements stored as `type` (ggml's block structs, little-endian) to fp32, exactly
-// as ggml's dequantize_row_* does. `bytes` must be numel / block_elems × block_bytes long and numel a
-// multiple of block_elems; anything else, or a type without a dequantizer (the IQ1/IQ2/IQ3 grids,
+// as ggml's dequantize_row_* does. `bytes` must be numel / block_elems × block_bytes long and numel
+// a multiple of block_elems; anything else, or a type without a dequantizer (the IQ1/IQ2/IQ3 grids,
 // TQ*, Q8_1), is an Error naming `what` (the tensor).
 void dequantizeGgml(GgmlType type, std::span<const std::byte> bytes, int64_t numel, float* out,
                     std::string_view what);
 
 enum class GgufValueType : uint32_t {
-  UInt8 = 0, Int8 = 1, UInt16 = 2, Int16 = 3, UInt32 = 4, Int32 = 5, Float32 = 6, Bool = 7,
-  String = 8, Array = 9, UInt64 = 10, Int64 = 11, Float64 = 12,
+  UInt8 = 0,
+  Int8 = 1,
+  UInt16 = 2,
+  Int16 = 3,
+  UInt32 = 4,
+  Int32 = 5,
+  Float32 = 6,
+  Bool = 7,
+  String = 8,
+  Array = 9,
+  UInt64 = 10,
+  Int64 = 11,
+  Float64 = 12,
 };
 std::string_view ggufValueTypeName(GgufValueType type);
 
@@ -90,10 +129,10 @@ struct GgufTensorInfo {
 
 struct GgufHeader {
   uint32_t version = 3;
-  uint64_t alignment = 32;       // general.alignment, a power of two
-  uint64_t data_offset = 0;      // where the data section starts in the file
+  uint64_t alignment = 32;   // general.alignment, a power of two
+  uint64_t data_offset = 0;  // where the data section starts in the file
   std::vector<std::pair<std::string, GgufValue>> metadata;  // in file order, keys unique
-  std::vector<GgufTensorInfo> tensors;                       // in file order, names unique
+  std::vector<GgufTensorInfo> tensors;                      // in file order, names unique
 };
 
 // Parses and validates everything before the data section of `file` (the whole file's bytes):
@@ -154,7 +193,8 @@ struct GgufTensorToWrite {
 // the order given (general.alignment is written when `alignment` is not 32), tensors in the order
 // given, each at an offset aligned to `alignment`, zero padding between them, as gguf-py's
 // GGUFWriter lays them out. Errors name the path and the reason.
-void writeGguf(const std::filesystem::path& path, const std::vector<std::pair<std::string, GgufValue>>& metadata,
+void writeGguf(const std::filesystem::path& path,
+               const std::vector<std::pair<std::string, GgufValue>>& metadata,
                std::span<const GgufTensorToWrite> tensors, uint64_t alignment = 32);
 
 }  // namespace tandem::io

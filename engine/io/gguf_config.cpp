@@ -26,7 +26,9 @@ class ArchKeys {
   double real(std::string_view name) const { return file_.getFloat(key(name)); }
   std::optional<double> optReal(std::string_view name) const { return file_.optFloat(key(name)); }
   std::optional<bool> optBool(std::string_view name) const { return file_.optBool(key(name)); }
-  std::optional<std::string> optString(std::string_view name) const { return file_.optString(key(name)); }
+  std::optional<std::string> optString(std::string_view name) const {
+    return file_.optString(key(name));
+  }
 
   // A count that some converters write per layer (an array): every layer must agree, since the
   // HF architectures read here have one value.
@@ -34,8 +36,8 @@ class ArchKeys {
     const GgufValue* value = file_.find(key(name));
     if (value == nullptr || value->type != GgufValueType::Array) return integer(name);
     const std::vector<int64_t>& per_layer = file_.getInts(key(name));
-    if (per_layer.empty() || std::adjacent_find(per_layer.begin(), per_layer.end(), std::not_equal_to<>()) !=
-                                 per_layer.end()) {
+    if (per_layer.empty() || std::adjacent_find(per_layer.begin(), per_layer.end(),
+                                                std::not_equal_to<>()) != per_layer.end()) {
       throw Error(file_.path().string() + ": " + key(name) + " differs between layers",
                   "models whose layers differ in this are not supported");
     }
@@ -52,7 +54,8 @@ constexpr int64_t kGatingSoftmax = 1;
 constexpr int64_t kGatingSigmoid = 2;
 
 void readRope(const ArchKeys& k, const std::string& label, Json& config) {
-  Json rope = {{"rope_type", "default"}, {"rope_theta", k.optReal("rope.freq_base").value_or(10000.0)}};
+  Json rope = {{"rope_type", "default"},
+               {"rope_theta", k.optReal("rope.freq_base").value_or(10000.0)}};
   const std::string type = k.optString("rope.scaling.type").value_or("none");
   if (type == "linear" || type == "yarn") {
     rope["rope_type"] = type;
@@ -67,12 +70,14 @@ void readRope(const ArchKeys& k, const std::string& label, Json& config) {
         rope["mscale_all_dim"] = *log_mul / 0.1;
         rope["mscale"] = *log_mul / 0.1;
       }
-      if (auto factor = k.optReal("rope.scaling.yarn_attn_factor")) rope["attention_factor"] = *factor;
+      if (auto factor = k.optReal("rope.scaling.yarn_attn_factor"))
+        rope["attention_factor"] = *factor;
       if (auto fast = k.optReal("rope.scaling.yarn_beta_fast")) rope["beta_fast"] = *fast;
       if (auto slow = k.optReal("rope.scaling.yarn_beta_slow")) rope["beta_slow"] = *slow;
     }
   } else if (type != "none") {
-    throw Error(label + ": " + k.key("rope.scaling.type") + " is '" + type + "', which Tandem does not read",
+    throw Error(label + ": " + k.key("rope.scaling.type") + " is '" + type +
+                    "', which Tandem does not read",
                 "Tandem reads GGUF models with rope scaling none, linear or yarn");
   }
   config["rope_parameters"] = rope;
@@ -81,7 +86,8 @@ void readRope(const ArchKeys& k, const std::string& label, Json& config) {
 void readExperts(const ArchKeys& k, Json& config) {
   config["num_experts"] = k.integer("expert_count");
   config["num_experts_per_tok"] = k.integer("expert_used_count");
-  if (k.has("expert_feed_forward_length")) config["moe_intermediate_size"] = k.uniform("expert_feed_forward_length");
+  if (k.has("expert_feed_forward_length"))
+    config["moe_intermediate_size"] = k.uniform("expert_feed_forward_length");
 }
 
 // Llama-3.1's rope scaling, which the converter stores as per-frequency divisors (rope_freqs.weight
@@ -95,17 +101,21 @@ Json llama3Rope(const GgufFile& file, const GgufTensorInfo& rope_freqs, double t
   const std::vector<float> divisors = file.dequantize(rope_freqs);
   const size_t n = divisors.size();
   auto fail = [&](const std::string& why) -> Error {
-    return Error(label + ": rope_freqs.weight " + why + ", not the llama3 rope scaling of Llama-3.1",
-                 "use the Hugging Face model directory of this model");
+    return Error(
+        label + ": rope_freqs.weight " + why + ", not the llama3 rope scaling of Llama-3.1",
+        "use the Hugging Face model directory of this model");
   };
   const double factor = *std::max_element(divisors.begin(), divisors.end());
   if (n == 0 || factor <= 1.0) throw fail("has no frequency divided by more than 1");
   // x = 1 / wavelength of each rotary pair, as HF computes it: inv_freq / 2π.
   std::vector<double> x(n);
   for (size_t i = 0; i < n; ++i) {
-    x[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(2 * n)) / (2 * std::numbers::pi);
+    x[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(2 * n)) /
+           (2 * std::numbers::pi);
   }
-  auto near = [](double a, double b) { return std::abs(a - b) <= 1e-6 * std::max(1.0, std::abs(b)); };
+  auto near = [](double a, double b) {
+    return std::abs(a - b) <= 1e-6 * std::max(1.0, std::abs(b));
+  };
   double low_max = 0, high_min = std::numeric_limits<double>::infinity();
   std::vector<std::pair<double, double>> band;  // (x, s)
   for (size_t i = 0; i < n; ++i) {
@@ -128,12 +138,14 @@ Json llama3Rope(const GgufFile& file, const GgufTensorInfo& rope_freqs, double t
     const double b = (sx * a - ss) / m;
     lo = b / a;
     hi = (b + 1) / a;
-  } else if (band.size() == 1) {  // one point fixes one relation; put the low edge midway (log) below it
+  } else if (band.size() ==
+             1) {  // one point fixes one relation; put the low edge midway (log) below it
     const auto [bx, bs] = band.front();
     lo = low_max > 0 ? std::sqrt(low_max * bx) : bx / 2;
     hi = lo + (bx - lo) / bs;
   } else {  // no point in the band: any edges between the two classes
-    if (low_max <= 0 || !std::isfinite(high_min)) throw fail("has no band between the scaled and unscaled frequencies");
+    if (low_max <= 0 || !std::isfinite(high_min))
+      throw fail("has no band between the scaled and unscaled frequencies");
     lo = low_max * std::pow(high_min / low_max, 1.0 / 3);
     hi = low_max * std::pow(high_min / low_max, 2.0 / 3);
   }
@@ -141,8 +153,11 @@ Json llama3Rope(const GgufFile& file, const GgufTensorInfo& rope_freqs, double t
     throw fail("does not follow llama3's piecewise rule");
   }
   constexpr int64_t kOriginal = 8192;
-  return {{"rope_type", "llama3"}, {"rope_theta", theta}, {"factor", factor},
-          {"low_freq_factor", lo * kOriginal}, {"high_freq_factor", hi * kOriginal},
+  return {{"rope_type", "llama3"},
+          {"rope_theta", theta},
+          {"factor", factor},
+          {"low_freq_factor", lo * kOriginal},
+          {"high_freq_factor", hi * kOriginal},
           {"original_max_position_embeddings", kOriginal}};
 }
 
@@ -158,21 +173,27 @@ std::string hfModelType(const GgufFile& file) {
   if (arch == "qwen3moe") return "qwen3_moe";
   if (arch == "deepseek2") {
     // llama.cpp gates with softmax unless the key says sigmoid (DeepSeek-V3, Kimi-K2 write 2).
-    if (k.optInteger("expert_gating_func").value_or(kGatingSoftmax) == kGatingSigmoid) return "deepseek_v3";
-    const std::string first_moe = "blk." + std::to_string(k.optInteger("leading_dense_block_count").value_or(0));
+    if (k.optInteger("expert_gating_func").value_or(kGatingSoftmax) == kGatingSigmoid)
+      return "deepseek_v3";
+    const std::string first_moe =
+        "blk." + std::to_string(k.optInteger("leading_dense_block_count").value_or(0));
     if (file.findTensor(first_moe + ".exp_probs_b.bias") != nullptr) {
-      throw Error(file.path().string() + ": a deepseek2 model with exp_probs_b (DeepSeek-V3's correction bias) but "
+      throw Error(file.path().string() +
+                      ": a deepseek2 model with exp_probs_b (DeepSeek-V3's correction bias) but "
                       "softmax gating, which no DeepSeek release has",
-                  "re-convert the model with a current llama.cpp, which writes deepseek2.expert_gating_func 2 for it");
+                  "re-convert the model with a current llama.cpp, which writes "
+                  "deepseek2.expert_gating_func 2 for it");
     }
     return "deepseek_v2";
   }
-  throw Error(file.path().string() + ": general.architecture is '" + arch + "', which Tandem does not read",
-              "Tandem reads GGUF models of the architectures llama (and Mixtral), qwen2, qwen3, qwen2moe, "
-              "qwen3moe and deepseek2 (DeepSeek-V2/V3, Kimi-K2)");
+  throw Error(
+      file.path().string() + ": general.architecture is '" + arch + "', which Tandem does not read",
+      "Tandem reads GGUF models of the architectures llama (and Mixtral), qwen2, qwen3, qwen2moe, "
+      "qwen3moe and deepseek2 (DeepSeek-V2/V3, Kimi-K2)");
 }
 
-Json hfConfig(const GgufFile& file, const std::string& model_type, int64_t embedding_rows, bool tied) {
+Json hfConfig(const GgufFile& file, const std::string& model_type, int64_t embedding_rows,
+              bool tied) {
   const std::string arch = file.getString("general.architecture");
   const std::string label = file.path().string();
   const ArchKeys k(file, arch);
@@ -182,18 +203,21 @@ Json hfConfig(const GgufFile& file, const std::string& model_type, int64_t embed
   c["num_hidden_layers"] = k.integer("block_count");
   c["max_position_embeddings"] = k.optInteger("context_length").value_or(4096);
   c["num_attention_heads"] = k.uniform("attention.head_count");
-  c["num_key_value_heads"] = k.has("attention.head_count_kv") ? k.uniform("attention.head_count_kv")
-                                                              : c["num_attention_heads"].get<int64_t>();
+  c["num_key_value_heads"] = k.has("attention.head_count_kv")
+                                 ? k.uniform("attention.head_count_kv")
+                                 : c["num_attention_heads"].get<int64_t>();
   c["rms_norm_eps"] = k.real("attention.layer_norm_rms_epsilon");
   c["vocab_size"] = embedding_rows;
   c["tie_word_embeddings"] = tied;
   if (k.has("feed_forward_length")) c["intermediate_size"] = k.uniform("feed_forward_length");
-  if (k.has("attention.key_length") && arch != "deepseek2") c["head_dim"] = k.integer("attention.key_length");
+  if (k.has("attention.key_length") && arch != "deepseek2")
+    c["head_dim"] = k.integer("attention.key_length");
   // GGUF files keep no compute dtype; bf16 is what the models read here are published in.
   c["dtype"] = "bfloat16";
   readRope(k, label, c);
   if (const GgufTensorInfo* factors = file.findTensor("rope_freqs.weight")) {
-    c["rope_parameters"] = llama3Rope(file, *factors, c["rope_parameters"].at("rope_theta").get<double>());
+    c["rope_parameters"] =
+        llama3Rope(file, *factors, c["rope_parameters"].at("rope_theta").get<double>());
   }
 
   if (model_type == "mixtral") {
@@ -227,7 +251,8 @@ Json hfConfig(const GgufFile& file, const std::string& model_type, int64_t embed
     const int64_t rope_dim = k.integer("rope.dimension_count");
     // Newer converters store MLA's absorbed widths in key_length/value_length and the per-head
     // ones in key_length_mla/value_length_mla; older ones only the per-head ones.
-    const int64_t key_length = k.optInteger("attention.key_length_mla").value_or(k.integer("attention.key_length"));
+    const int64_t key_length =
+        k.optInteger("attention.key_length_mla").value_or(k.integer("attention.key_length"));
     const int64_t value_length =
         k.optInteger("attention.value_length_mla").value_or(k.integer("attention.value_length"));
     c["qk_rope_head_dim"] = rope_dim;
@@ -236,14 +261,16 @@ Json hfConfig(const GgufFile& file, const std::string& model_type, int64_t embed
     c["rope_interleave"] = true;
     // The converter writes MLA as MQA (head_count_kv 1); HF's config has one kv head per head.
     c["num_key_value_heads"] = c["num_attention_heads"];
-    const bool sigmoid = k.optInteger("expert_gating_func").value_or(kGatingSoftmax) == kGatingSigmoid;
+    const bool sigmoid =
+        k.optInteger("expert_gating_func").value_or(kGatingSoftmax) == kGatingSigmoid;
     c["scoring_func"] = sigmoid ? "sigmoid" : "softmax";
     const auto groups = k.optInteger("expert_group_count").value_or(1);
     if (groups > 1) {
       c["n_group"] = groups;
       c["topk_group"] = k.integer("expert_group_used_count");
     }
-    c["topk_method"] = model_type == "deepseek_v3" ? "noaux_tc" : (groups > 1 ? "group_limited_greedy" : "greedy");
+    c["topk_method"] =
+        model_type == "deepseek_v3" ? "noaux_tc" : (groups > 1 ? "group_limited_greedy" : "greedy");
   }
   return c;
 }

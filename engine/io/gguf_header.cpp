@@ -42,10 +42,12 @@ using gguf_detail::kAlignmentKey;
 using gguf_detail::kMaxDims;
 
 // Smallest possible encodings; a count larger than the bytes left divided by these is a lie.
-constexpr uint64_t kMinKeyValueBytes = 8 + 4 + 1;               // empty key, value type, one byte
-constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;     // empty name, n_dims, 1 dim, type, offset
+constexpr uint64_t kMinKeyValueBytes = 8 + 4 + 1;  // empty key, value type, one byte
+constexpr uint64_t kMinTensorInfoBytes =
+    8 + 4 + 8 + 4 + 8;  // empty name, n_dims, 1 dim, type, offset
 constexpr const char* kCorruptAdvice =
-    "the file is corrupt, truncated or not a GGUF file; re-download it or re-convert it with llama.cpp";
+    "the file is corrupt, truncated or not a GGUF file; re-download it or re-convert it with "
+    "llama.cpp";
 
 [[noreturn]] void fail(const std::string& label, const std::string& what,
                        const std::string& advice = kCorruptAdvice) {
@@ -71,10 +73,11 @@ class Reader {
   std::span<const std::byte> take(uint64_t bytes, std::string_view what) {
     if (bytes > remaining()) {
       failHere("the file ends inside " + std::string(what) + " (needs " + std::to_string(bytes) +
-               " bytes at offset " + std::to_string(position_) + ", " + std::to_string(remaining()) +
-               " left); it is truncated");
+               " bytes at offset " + std::to_string(position_) + ", " +
+               std::to_string(remaining()) + " left); it is truncated");
     }
-    const std::span<const std::byte> out = file_.subspan(static_cast<size_t>(position_), static_cast<size_t>(bytes));
+    const std::span<const std::byte> out =
+        file_.subspan(static_cast<size_t>(position_), static_cast<size_t>(bytes));
     position_ += bytes;
     return out;
   }
@@ -117,10 +120,17 @@ class Reader {
 // Bytes of one value in the file; strings count their length prefix only.
 uint64_t minEncodedBytes(GgufValueType type) {
   switch (type) {
-    case GgufValueType::UInt8: case GgufValueType::Int8: case GgufValueType::Bool: return 1;
-    case GgufValueType::UInt16: case GgufValueType::Int16: return 2;
-    case GgufValueType::UInt32: case GgufValueType::Int32: case GgufValueType::Float32: return 4;
-    case GgufValueType::UInt64: case GgufValueType::Int64: case GgufValueType::Float64: return 8;
+    case GgufValueType::UInt8:
+    case GgufValueType::Int8:
+    case GgufValueType::Bool: return 1;
+    case GgufValueType::UInt16:
+    case GgufValueType::Int16: return 2;
+    case GgufValueType::UInt32:
+    case GgufValueType::Int32:
+    case GgufValueType::Float32: return 4;
+    case GgufValueType::UInt64:
+    case GgufValueType::Int64:
+    case GgufValueType::Float64: return 8;
     case GgufValueType::String: return 8;
     case GgufValueType::Array: return 4 + 8;
   }
@@ -130,7 +140,8 @@ uint64_t minEncodedBytes(GgufValueType type) {
 GgufValueType readValueType(Reader& in, std::string_view what) {
   const uint32_t raw = in.scalar<uint32_t>(what);
   if (raw > static_cast<uint32_t>(GgufValueType::Float64)) {
-    in.failHere("unknown " + std::string(what) + " " + std::to_string(raw) + " (GGUF defines 0-12)");
+    in.failHere("unknown " + std::string(what) + " " + std::to_string(raw) +
+                " (GGUF defines 0-12)");
   }
   return static_cast<GgufValueType>(raw);
 }
@@ -147,7 +158,8 @@ int64_t readInteger(Reader& in, GgufValueType type) {
     case GgufValueType::UInt64: {
       const uint64_t value = in.scalar<uint64_t>("a uint64 value");
       if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        in.failHere("uint64 value " + std::to_string(value) + " is above 2^63-1, which this reader does not hold");
+        in.failHere("uint64 value " + std::to_string(value) +
+                    " is above 2^63-1, which this reader does not hold");
       }
       return static_cast<int64_t>(value);
     }
@@ -216,15 +228,18 @@ uint32_t readVersion(Reader& in, const std::string& label) {
   const uint32_t version = in.scalar<uint32_t>("the version");
   if (version == 2 || version == 3) return version;
   if (version == 1) {
-    fail(label, "is a GGUF v1 file, an early format (32-bit counts) that this reader does not support",
+    fail(label,
+         "is a GGUF v1 file, an early format (32-bit counts) that this reader does not support",
          "re-convert the model with a current llama.cpp (convert_hf_to_gguf.py), which writes v3");
   }
   const uint32_t swapped = __builtin_bswap32(version);
   if ((version & 0xFFFFu) == 0 && swapped >= 1 && swapped <= 3) {
     fail(label, "is a big-endian GGUF file (version " + std::to_string(swapped) + " byte-swapped)",
-         "convert it to little-endian with gguf-py's gguf_convert_endian.py, or re-convert the model");
+         "convert it to little-endian with gguf-py's gguf_convert_endian.py, or re-convert the "
+         "model");
   }
-  fail(label, "has GGUF version " + std::to_string(version) + "; this reader supports versions 2 and 3",
+  fail(label,
+       "has GGUF version " + std::to_string(version) + "; this reader supports versions 2 and 3",
        "re-convert the model with a llama.cpp release this reader knows, or update Tandem");
 }
 
@@ -268,7 +283,9 @@ GgufTensorInfo readTensorInfo(Reader& in, uint64_t index) {
   int64_t numel = 1;
   for (uint32_t d = 0; d < n_dims; ++d) {
     const int64_t dim = in.scalar<int64_t>("the shape");
-    if (dim < 1) in.failHere("ne[" + std::to_string(d) + "] is " + std::to_string(dim) + "; every dimension must be >= 1");
+    if (dim < 1)
+      in.failHere("ne[" + std::to_string(d) + "] is " + std::to_string(dim) +
+                  "; every dimension must be >= 1");
     if (__builtin_mul_overflow(numel, dim, &numel)) {
       in.failHere("the number of elements overflows 64 bits");
     }
@@ -293,16 +310,18 @@ GgufTensorInfo readTensorInfo(Reader& in, uint64_t index) {
 
 // Offsets aligned, every tensor inside the data section, no two overlapping.
 void checkTensorPlacement(const GgufHeader& header, uint64_t file_bytes, const std::string& label) {
-  const uint64_t data_bytes = header.data_offset <= file_bytes ? file_bytes - header.data_offset : 0;
+  const uint64_t data_bytes =
+      header.data_offset <= file_bytes ? file_bytes - header.data_offset : 0;
   for (const GgufTensorInfo& info : header.tensors) {
     const std::string where = "tensor " + quotedName(info.name) + ": ";
     if (info.offset % header.alignment != 0) {
-      fail(label, where + "data offset " + std::to_string(info.offset) + " is not a multiple of the alignment " +
-                      std::to_string(header.alignment));
+      fail(label, where + "data offset " + std::to_string(info.offset) +
+                      " is not a multiple of the alignment " + std::to_string(header.alignment));
     }
     if (info.offset > data_bytes || info.byte_size > data_bytes - info.offset) {
       fail(label, where + "its " + std::to_string(info.byte_size) + " bytes at data offset " +
-                      std::to_string(info.offset) + " end past the end of the file (the data section at " +
+                      std::to_string(info.offset) +
+                      " end past the end of the file (the data section at " +
                       std::to_string(header.data_offset) + " holds " + std::to_string(data_bytes) +
                       " bytes); the file is truncated");
     }
@@ -316,9 +335,10 @@ void checkTensorPlacement(const GgufHeader& header, uint64_t file_bytes, const s
     const GgufTensorInfo& previous = header.tensors[order[i - 1]];
     const GgufTensorInfo& current = header.tensors[order[i]];
     if (current.offset < previous.offset + previous.byte_size) {
-      fail(label, "tensor " + quotedName(current.name) + " at data offset " + std::to_string(current.offset) +
-                      " overlaps tensor " + quotedName(previous.name) + " (bytes [" +
-                      std::to_string(previous.offset) + ", " + std::to_string(previous.offset + previous.byte_size) + "))");
+      fail(label, "tensor " + quotedName(current.name) + " at data offset " +
+                      std::to_string(current.offset) + " overlaps tensor " +
+                      quotedName(previous.name) + " (bytes [" + std::to_string(previous.offset) +
+                      ", " + std::to_string(previous.offset + previous.byte_size) + "))");
     }
   }
 }
@@ -329,7 +349,8 @@ constexpr size_t kTypeTableSize = static_cast<size_t>(GgmlType::MXFP4) + 1;
 // as in ggml-common.h; gguf-py's GGML_QUANT_SIZES still says 40, the old float layout.
 constexpr std::array<GgmlTypeTraits, kTypeTableSize> makeTypeTable() {
   std::array<GgmlTypeTraits, kTypeTableSize> t{};
-  auto set = [&t](GgmlType type, std::string_view name, int64_t elems, int64_t bytes, bool dequantizable) {
+  auto set = [&t](GgmlType type, std::string_view name, int64_t elems, int64_t bytes,
+                  bool dequantizable) {
     t[static_cast<size_t>(type)] = {name, elems, bytes, dequantizable};
   };
   set(GgmlType::F32, "f32", 1, 4, true);
@@ -404,12 +425,15 @@ bool isValidUtf8(std::string_view text) {
 
 bool isIntegerType(GgufValueType type) {
   switch (type) {
-    case GgufValueType::UInt8: case GgufValueType::Int8: case GgufValueType::UInt16:
-    case GgufValueType::Int16: case GgufValueType::UInt32: case GgufValueType::Int32:
-    case GgufValueType::UInt64: case GgufValueType::Int64:
-      return true;
-    default:
-      return false;
+    case GgufValueType::UInt8:
+    case GgufValueType::Int8:
+    case GgufValueType::UInt16:
+    case GgufValueType::Int16:
+    case GgufValueType::UInt32:
+    case GgufValueType::Int32:
+    case GgufValueType::UInt64:
+    case GgufValueType::Int64: return true;
+    default: return false;
   }
 }
 
@@ -469,8 +493,9 @@ GgufHeader parseGguf(std::span<const std::byte> file, const std::string& label) 
   const uint64_t tensor_count = in.count("tensor_count", kMinTensorInfoBytes);
   const uint64_t kv_count = in.count("kv_count", kMinKeyValueBytes);
   if (tensor_count * kMinTensorInfoBytes > in.remaining() - kv_count * kMinKeyValueBytes) {
-    fail(label, "tensor_count " + std::to_string(tensor_count) + " and kv_count " + std::to_string(kv_count) +
-                    " cannot both fit in the " + std::to_string(in.remaining()) + " bytes left in the file");
+    fail(label, "tensor_count " + std::to_string(tensor_count) + " and kv_count " +
+                    std::to_string(kv_count) + " cannot both fit in the " +
+                    std::to_string(in.remaining()) + " bytes left in the file");
   }
   readMetadata(in, kv_count, header);
 

@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
-#include <regex>
-
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "engine/core/error.h"
 #include "engine/core/units.h"
@@ -18,7 +17,8 @@ namespace {
 
 bool hasGgufExtension(const fs::path& p) {
   std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return ext == ".gguf";
 }
 
@@ -118,7 +118,8 @@ fs::path ggufFileOf(const fs::path& path) {
   if (fs::is_directory(path, ec)) {
     const std::vector<fs::path> files = ggufFilesIn(path);
     if (files.empty()) {
-      throw Error(path.string() + " holds no .gguf file", "pass the .gguf file itself or a Hugging Face model directory");
+      throw Error(path.string() + " holds no .gguf file",
+                  "pass the .gguf file itself or a Hugging Face model directory");
     }
     if (files.size() > 1 && !std::all_of(files.begin(), files.end(), isSplitShard)) {
       throw Error(path.string() + " holds " + std::to_string(files.size()) + " .gguf files (" +
@@ -128,8 +129,10 @@ fs::path ggufFileOf(const fs::path& path) {
     file = files.front();
   }
   if (isSplitShard(file)) {
-    throw Error(file.string() + " is one shard of a split GGUF model, which Tandem does not read yet",
-                "merge the shards into one file with llama.cpp's `llama-gguf-split --merge FIRST_SHARD OUT.gguf`");
+    throw Error(
+        file.string() + " is one shard of a split GGUF model, which Tandem does not read yet",
+        "merge the shards into one file with llama.cpp's `llama-gguf-split --merge FIRST_SHARD "
+        "OUT.gguf`");
   }
   return file;
 }
@@ -148,7 +151,8 @@ std::unique_ptr<GgufModel> GgufModel::open(const fs::path& path) {
 
   const GgufTensorInfo* embedding = file.findTensor("token_embd.weight");
   if (embedding == nullptr || embedding->ne.size() != 2) {
-    throw Error(file.path().string() + ": no 2-D token_embd.weight tensor", "the file is not a complete GGUF model");
+    throw Error(file.path().string() + ": no 2-D token_embd.weight tensor",
+                "the file is not a complete GGUF model");
   }
   const bool tied = file.findTensor("output.weight") == nullptr;
   const nlohmann::json config = gguf_detail::hfConfig(file, model_type, embedding->ne[1], tied);
@@ -163,7 +167,8 @@ std::unique_ptr<GgufModel> GgufModel::open(const fs::path& path) {
   const int heads = config.at("num_attention_heads").get<int>();
   const int kv_heads = config.at("num_key_value_heads").get<int>();
 
-  auto add = [&](std::string hf_name, const GgufTensorInfo& t, int64_t expert, std::vector<int64_t> shape) {
+  auto add = [&](std::string hf_name, const GgufTensorInfo& t, int64_t expert,
+                 std::vector<int64_t> shape) {
     GgufTensorSource source;
     source.hf_name = hf_name;
     source.tensor = &t;
@@ -180,7 +185,9 @@ std::unique_ptr<GgufModel> GgufModel::open(const fs::path& path) {
     }
     if (name->layer < 0) {
       static const std::map<std::string, std::string, std::less<>> kGlobal = {
-          {"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}};
+          {"token_embd", "model.embed_tokens"},
+          {"output_norm", "model.norm"},
+          {"output", "lm_head"}};
       auto it = kGlobal.find(name->role);
       if (it == kGlobal.end()) {
         model->unmapped_.push_back(t.name);
@@ -194,13 +201,14 @@ std::unique_ptr<GgufModel> GgufModel::open(const fs::path& path) {
         {"ffn_gate_exps", "gate_proj"}, {"ffn_up_exps", "up_proj"}, {"ffn_down_exps", "down_proj"}};
     if (auto it = kExperts.find(name->role); it != kExperts.end()) {
       if (shape.size() != 3) {
-        throw Error(file.path().string() + ": tensor " + t.name + " has shape " + formatShape(shape) +
-                        ", but stacked experts are [n_expert, rows, cols]",
+        throw Error(file.path().string() + ": tensor " + t.name + " has shape " +
+                        formatShape(shape) + ", but stacked experts are [n_expert, rows, cols]",
                     "the file is corrupt or from an unsupported converter");
       }
       const std::vector<int64_t> one{shape[1], shape[2]};
       for (int64_t e = 0; e < shape[0]; ++e) {
-        add(p + "mlp.experts." + std::to_string(e) + "." + it->second + "." + name->suffix, t, e, one);
+        add(p + "mlp.experts." + std::to_string(e) + "." + it->second + "." + name->suffix, t, e,
+            one);
       }
       continue;
     }
@@ -223,9 +231,10 @@ std::unique_ptr<GgufModel> GgufModel::open(const fs::path& path) {
     if (permuted_rope && (name->role == "attn_q" || name->role == "attn_k")) {
       const int n = name->role == "attn_q" ? heads : kv_heads;
       if (n <= 0 || shape[0] % (2 * n) != 0) {
-        throw Error(file.path().string() + ": tensor " + t.name + " has " + std::to_string(shape[0]) +
-                        " rows, which do not split into " + std::to_string(n) + " heads of rope pairs",
-                    "the head counts in the metadata do not match the weights: the file is corrupt");
+        throw Error(
+            file.path().string() + ": tensor " + t.name + " has " + std::to_string(shape[0]) +
+                " rows, which do not split into " + std::to_string(n) + " heads of rope pairs",
+            "the head counts in the metadata do not match the weights: the file is corrupt");
       }
       model->tensors_.at(hf_name).unpermute_heads = n;
     }
@@ -242,11 +251,15 @@ void GgufModel::joinMlaKvB() {
     const GgufTensorInfo* k_b = file.findTensor(blk + "attn_k_b.weight");
     const GgufTensorInfo* v_b = file.findTensor(blk + "attn_v_b.weight");
     if (k_b == nullptr && v_b == nullptr) continue;
-    const std::vector<int64_t> k = k_b ? k_b->torchShape() : std::vector<int64_t>{};  // [heads, kv_lora, nope]
-    const std::vector<int64_t> v = v_b ? v_b->torchShape() : std::vector<int64_t>{};  // [heads, v, kv_lora]
+    const std::vector<int64_t> k =
+        k_b ? k_b->torchShape() : std::vector<int64_t>{};  // [heads, kv_lora, nope]
+    const std::vector<int64_t> v =
+        v_b ? v_b->torchShape() : std::vector<int64_t>{};  // [heads, v, kv_lora]
     if (k.size() != 3 || v.size() != 3 || k[0] != v[0] || k[1] != v[2]) {
-      throw Error(file.path().string() + ": layer " + std::to_string(layer) + " needs attn_k_b [heads, kv_lora_rank, "
-                      "nope] and attn_v_b [heads, v, kv_lora_rank]; it has " + formatShape(k) + " and " + formatShape(v),
+      throw Error(file.path().string() + ": layer " + std::to_string(layer) +
+                      " needs attn_k_b [heads, kv_lora_rank, "
+                      "nope] and attn_v_b [heads, v, kv_lora_rank]; it has " +
+                      formatShape(k) + " and " + formatShape(v),
                   "the file is corrupt or from an unsupported converter");
     }
     GgufTensorSource source;
@@ -285,7 +298,8 @@ std::vector<float> GgufModel::read(const GgufTensorSource& source) const {
       for (int64_t j = 0; j < half; ++j) {
         const int64_t hf_row = h * head_rows + s * half + j;
         const int64_t gguf_row = h * head_rows + j * 2 + s;
-        std::memcpy(&hf[static_cast<size_t>(hf_row * cols)], &values[static_cast<size_t>(gguf_row * cols)],
+        std::memcpy(&hf[static_cast<size_t>(hf_row * cols)],
+                    &values[static_cast<size_t>(gguf_row * cols)],
                     static_cast<size_t>(cols) * sizeof(float));
       }
     }
@@ -303,10 +317,12 @@ std::vector<float> GgufModel::readMlaKvB(const GgufTensorSource& source) const {
   for (int64_t h = 0; h < heads; ++h) {
     float* rows = &kv_b[static_cast<size_t>(h * (nope + v_dim) * kv_lora)];
     for (int64_t i = 0; i < nope; ++i) {
-      for (int64_t c = 0; c < kv_lora; ++c) rows[i * kv_lora + c] = at(k_b, (h * kv_lora + c) * nope + i);
+      for (int64_t c = 0; c < kv_lora; ++c)
+        rows[i * kv_lora + c] = at(k_b, (h * kv_lora + c) * nope + i);
     }
     for (int64_t j = 0; j < v_dim; ++j) {
-      for (int64_t c = 0; c < kv_lora; ++c) rows[(nope + j) * kv_lora + c] = at(v_b, (h * v_dim + j) * kv_lora + c);
+      for (int64_t c = 0; c < kv_lora; ++c)
+        rows[(nope + j) * kv_lora + c] = at(v_b, (h * v_dim + j) * kv_lora + c);
     }
   }
   return kv_b;

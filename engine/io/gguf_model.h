@@ -36,8 +36,8 @@ struct GgufTensorSource {
   std::string hf_name;
   std::vector<int64_t> shape;  // torch order, as the HF model has it
   const GgufTensorInfo* tensor = nullptr;
-  int64_t expert = -1;         // >= 0: this expert's slice of a stacked [n_expert, ...] tensor
-  int unpermute_heads = 0;     // > 0: undo the converter's rope row permutation over this many heads
+  int64_t expert = -1;      // >= 0: this expert's slice of a stacked [n_expert, ...] tensor
+  int unpermute_heads = 0;  // > 0: undo the converter's rope row permutation over this many heads
   // deepseek2's kv_b_proj [heads × (nope + v), kv_lora_rank], which the converter split for
   // llama.cpp's absorbed MLA: `tensor` is attn_k_b [heads, kv_lora_rank, nope] (transposed per
   // head) and this is attn_v_b [heads, v, kv_lora_rank].

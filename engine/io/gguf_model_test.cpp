@@ -8,8 +8,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <numbers>
 #include <numeric>
 
@@ -26,8 +26,9 @@ using Metadata = std::vector<std::pair<std::string, GgufValue>>;
 class GgufModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tandem_gguf_model_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("tandem_gguf_model_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -39,16 +40,21 @@ class GgufModelTest : public ::testing::Test {
     for (int64_t d : ne) n *= d;
     auto& values = storage_.emplace_back(static_cast<size_t>(n));
     std::iota(values.begin(), values.end(), base);
-    tensors_.push_back({name, GgmlType::F32, std::move(ne),
-                        {reinterpret_cast<const std::byte*>(values.data()), values.size() * sizeof(float)}});
+    tensors_.push_back(
+        {name,
+         GgmlType::F32,
+         std::move(ne),
+         {reinterpret_cast<const std::byte*>(values.data()), values.size() * sizeof(float)}});
   }
 
   // A byte-level tokenizer of five tokens: "a", "b", "ab", and two control tokens.
   static void addTokenizer(Metadata& m, const std::string& pre = "qwen2") {
     m.emplace_back("tokenizer.ggml.model", GgufValue::ofString("gpt2"));
     m.emplace_back("tokenizer.ggml.pre", GgufValue::ofString(pre));
-    m.emplace_back("tokenizer.ggml.tokens", GgufValue::ofStrings({"a", "b", "ab", "<|im_end|>", "<|bos|>"}));
-    m.emplace_back("tokenizer.ggml.token_type", GgufValue::ofInts({1, 1, 1, 3, 3}, GgufValueType::Int32));
+    m.emplace_back("tokenizer.ggml.tokens",
+                   GgufValue::ofStrings({"a", "b", "ab", "<|im_end|>", "<|bos|>"}));
+    m.emplace_back("tokenizer.ggml.token_type",
+                   GgufValue::ofInts({1, 1, 1, 3, 3}, GgufValueType::Int32));
     m.emplace_back("tokenizer.ggml.merges", GgufValue::ofStrings({"a b"}));
     m.emplace_back("tokenizer.ggml.eos_token_id", GgufValue::ofUInt32(3));
     m.emplace_back("tokenizer.ggml.bos_token_id", GgufValue::ofUInt32(4));
@@ -153,33 +159,43 @@ TEST_F(GgufModelTest, UndoesTheRopePermutationOfLlamaQueries) {
     for (int s = 0; s < 2; ++s) {
       for (int j = 0; j < half; ++j) {
         const int hf_row = h * head_rows + s * half + j, gguf_row = h * head_rows + j * 2 + s;
-        for (int col = 0; col < 8; ++col) stored[static_cast<size_t>(gguf_row * 8 + col)] = static_cast<float>(hf_row);
+        for (int col = 0; col < 8; ++col)
+          stored[static_cast<size_t>(gguf_row * 8 + col)] = static_cast<float>(hf_row);
       }
     }
   }
-  tensors_.push_back({"blk.0.attn_q.weight", GgmlType::F32, {8, 8},
-                      {reinterpret_cast<const std::byte*>(stored.data()), stored.size() * sizeof(float)}});
+  tensors_.push_back(
+      {"blk.0.attn_q.weight",
+       GgmlType::F32,
+       {8, 8},
+       {reinterpret_cast<const std::byte*>(stored.data()), stored.size() * sizeof(float)}});
   write(m);
   const std::unique_ptr<GgufModel> model = GgufModel::open(dir_ / "model.gguf");
   EXPECT_EQ(readModelConfig(dir_ / "model.gguf").architecture, Architecture::Llama);
   const std::vector<float> q = model->read(*model->find("model.layers.0.self_attn.q_proj.weight"));
-  for (int row = 0; row < 8; ++row) EXPECT_EQ(q[static_cast<size_t>(row * 8)], static_cast<float>(row)) << row;
+  for (int row = 0; row < 8; ++row)
+    EXPECT_EQ(q[static_cast<size_t>(row * 8)], static_cast<float>(row)) << row;
 }
 
 TEST_F(GgufModelTest, ReadsLlama31RopeScalingBackFromItsDivisors) {
-  // Llama-3.1-8B's rope (theta 500000, head_dim 128, factor 8, low 1, high 4, original 8192), stored as
-  // llama.cpp's converter stores it: one divisor per rotary pair.
+  // Llama-3.1-8B's rope (theta 500000, head_dim 128, factor 8, low 1, high 4, original 8192),
+  // stored as llama.cpp's converter stores it: one divisor per rotary pair.
   constexpr double kTheta = 500000, kFactor = 8, kLow = 1, kHigh = 4, kOriginal = 8192;
   std::vector<float>& divisors = storage_.emplace_back(64);
   for (size_t i = 0; i < divisors.size(); ++i) {
-    const double wavelen = 2 * std::numbers::pi * std::pow(kTheta, 2.0 * static_cast<double>(i) / 128);
+    const double wavelen =
+        2 * std::numbers::pi * std::pow(kTheta, 2.0 * static_cast<double>(i) / 128);
     const double smooth = (kOriginal / wavelen - kLow) / (kHigh - kLow);
-    divisors[i] = wavelen < kOriginal / kHigh   ? 1.0f
-                  : wavelen > kOriginal / kLow ? static_cast<float>(kFactor)
-                                               : static_cast<float>(1 / ((1 - smooth) / kFactor + smooth));
+    divisors[i] = wavelen < kOriginal / kHigh ? 1.0f
+                  : wavelen > kOriginal / kLow
+                      ? static_cast<float>(kFactor)
+                      : static_cast<float>(1 / ((1 - smooth) / kFactor + smooth));
   }
-  tensors_.push_back({"rope_freqs.weight", GgmlType::F32, {64},
-                      {reinterpret_cast<const std::byte*>(divisors.data()), divisors.size() * sizeof(float)}});
+  tensors_.push_back(
+      {"rope_freqs.weight",
+       GgmlType::F32,
+       {64},
+       {reinterpret_cast<const std::byte*>(divisors.data()), divisors.size() * sizeof(float)}});
   addTensor("token_embd.weight", {8, 5});
   Metadata m = {{"general.architecture", GgufValue::ofString("llama")},
                 {"llama.block_count", GgufValue::ofUInt32(1)},
@@ -205,7 +221,8 @@ TEST_F(GgufModelTest, RebuildsTheByteLevelTokenizer) {
   write(m);
   const Tokenizer tok = Tokenizer::load(dir_);
   EXPECT_EQ(tok.encode("abab"), (std::vector<int32_t>{2, 2}));
-  EXPECT_EQ(tok.encode("ab<|im_end|>", /*add_special_tokens=*/true), (std::vector<int32_t>{4, 2, 3}));
+  EXPECT_EQ(tok.encode("ab<|im_end|>", /*add_special_tokens=*/true),
+            (std::vector<int32_t>{4, 2, 3}));
   EXPECT_EQ(tok.eosId(), 3);
   EXPECT_EQ(tok.bosId(), 4);
   EXPECT_TRUE(tok.isSpecial(3));
@@ -217,7 +234,9 @@ TEST_F(GgufModelTest, RefusesWhatItDoesNotRead) {
   Metadata m = qwen3moe();
   m[0].second = GgufValue::ofString("gemma3");
   write(m, "gemma.gguf");
-  EXPECT_NE(errorOf([&] { readModelConfig(dir_ / "gemma.gguf"); }).find("general.architecture is 'gemma3'"),
+  EXPECT_NE(errorOf([&] {
+              readModelConfig(dir_ / "gemma.gguf");
+            }).find("general.architecture is 'gemma3'"),
             std::string::npos);
 
   Metadata spm = qwen3moe();
@@ -225,20 +244,24 @@ TEST_F(GgufModelTest, RefusesWhatItDoesNotRead) {
     if (key == "tokenizer.ggml.model") value = GgufValue::ofString("bert");
   }
   write(spm, "spm.gguf");
-  EXPECT_NE(errorOf([&] { Tokenizer::load(dir_ / "spm.gguf"); }).find("tokenizer.ggml.model is 'bert'"),
-            std::string::npos);
+  EXPECT_NE(
+      errorOf([&] { Tokenizer::load(dir_ / "spm.gguf"); }).find("tokenizer.ggml.model is 'bert'"),
+      std::string::npos);
 
   Metadata pre = qwen3moe();
   for (auto& [key, value] : pre) {
     if (key == "tokenizer.ggml.pre") value = GgufValue::ofString("chatglm-bpe");
   }
   write(pre, "pre.gguf");
-  EXPECT_NE(errorOf([&] { Tokenizer::load(dir_ / "pre.gguf"); }).find("'chatglm-bpe'"), std::string::npos);
+  EXPECT_NE(errorOf([&] { Tokenizer::load(dir_ / "pre.gguf"); }).find("'chatglm-bpe'"),
+            std::string::npos);
 
   // Several files in a directory: which one is meant is the user's call.
   EXPECT_NE(errorOf([&] { ggufFileOf(dir_); }).find("holds 3 .gguf files"), std::string::npos);
   write(qwen3moe(), "big-00001-of-00002.gguf");
-  EXPECT_NE(errorOf([&] { GgufModel::open(dir_ / "big-00001-of-00002.gguf"); }).find("llama-gguf-split --merge"),
+  EXPECT_NE(errorOf([&] {
+              GgufModel::open(dir_ / "big-00001-of-00002.gguf");
+            }).find("llama-gguf-split --merge"),
             std::string::npos);
 }
 

@@ -27,46 +27,109 @@ constexpr int kQK = 32;    // QK4_0, QK4_1, QK5_0, QK5_1, QK8_0, QK4_NL, QK_MXFP
 constexpr int kQKK = 256;  // QK_K, the super-block of the K-quants and IQ4_XS
 constexpr int kKScaleBytes = 12;
 
-struct BlockQ4_0 { uint16_t d; uint8_t qs[kQK / 2]; };
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[kQK / 2];
+};
 static_assert(sizeof(BlockQ4_0) == 2 + kQK / 2, "wrong q4_0 block size/padding");
-struct BlockQ4_1 { uint16_t d; uint16_t m; uint8_t qs[kQK / 2]; };
+struct BlockQ4_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[kQK / 2];
+};
 static_assert(sizeof(BlockQ4_1) == 4 + kQK / 2, "wrong q4_1 block size/padding");
-struct BlockQ5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[kQK / 2]; };
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
 static_assert(sizeof(BlockQ5_0) == 2 + 4 + kQK / 2, "wrong q5_0 block size/padding");
-struct BlockQ5_1 { uint16_t d; uint16_t m; uint8_t qh[4]; uint8_t qs[kQK / 2]; };
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
 static_assert(sizeof(BlockQ5_1) == 4 + 4 + kQK / 2, "wrong q5_1 block size/padding");
-struct BlockQ8_0 { uint16_t d; int8_t qs[kQK]; };
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[kQK];
+};
 static_assert(sizeof(BlockQ8_0) == 2 + kQK, "wrong q8_0 block size/padding");
-struct BlockMxfp4 { uint8_t e; uint8_t qs[kQK / 2]; };  // e: E8M0 shared exponent
+struct BlockMxfp4 {
+  uint8_t e;  // E8M0 shared exponent
+  uint8_t qs[kQK / 2];
+};
 static_assert(sizeof(BlockMxfp4) == 1 + kQK / 2, "wrong mxfp4 block size/padding");
-struct BlockIq4Nl { uint16_t d; uint8_t qs[kQK / 2]; };
+struct BlockIq4Nl {
+  uint16_t d;
+  uint8_t qs[kQK / 2];
+};
 static_assert(sizeof(BlockIq4Nl) == 2 + kQK / 2, "wrong iq4_nl block size/padding");
 
 // 16 sub-blocks of 16: 4-bit scale (low nibble) and 4-bit min (high nibble) each.
-struct BlockQ2K { uint8_t scales[kQKK / 16]; uint8_t qs[kQKK / 4]; uint16_t d; uint16_t dmin; };
+struct BlockQ2K {
+  uint8_t scales[kQKK / 16];
+  uint8_t qs[kQKK / 4];
+  uint16_t d;
+  uint16_t dmin;
+};
 static_assert(sizeof(BlockQ2K) == kQKK / 16 + kQKK / 4 + 4, "wrong q2_K block size/padding");
 // 16 sub-blocks of 16: 6-bit signed scales packed in 12 bytes; hmask holds the third bit.
-struct BlockQ3K { uint8_t hmask[kQKK / 8]; uint8_t qs[kQKK / 4]; uint8_t scales[12]; uint16_t d; };
+struct BlockQ3K {
+  uint8_t hmask[kQKK / 8];
+  uint8_t qs[kQKK / 4];
+  uint8_t scales[12];
+  uint16_t d;
+};
 static_assert(sizeof(BlockQ3K) == kQKK / 8 + kQKK / 4 + 12 + 2, "wrong q3_K block size/padding");
 // 8 sub-blocks of 32: 6-bit scales and mins packed in 12 bytes (see scaleMinK4).
-struct BlockQ4K { uint16_t d; uint16_t dmin; uint8_t scales[kKScaleBytes]; uint8_t qs[kQKK / 2]; };
+struct BlockQ4K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[kKScaleBytes];
+  uint8_t qs[kQKK / 2];
+};
 static_assert(sizeof(BlockQ4K) == 4 + kKScaleBytes + kQKK / 2, "wrong q4_K block size/padding");
-struct BlockQ5K { uint16_t d; uint16_t dmin; uint8_t scales[kKScaleBytes]; uint8_t qh[kQKK / 8]; uint8_t qs[kQKK / 2]; };
-static_assert(sizeof(BlockQ5K) == 4 + kKScaleBytes + kQKK / 8 + kQKK / 2, "wrong q5_K block size/padding");
+struct BlockQ5K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[kKScaleBytes];
+  uint8_t qh[kQKK / 8];
+  uint8_t qs[kQKK / 2];
+};
+static_assert(sizeof(BlockQ5K) == 4 + kKScaleBytes + kQKK / 8 + kQKK / 2,
+              "wrong q5_K block size/padding");
 // 16 sub-blocks of 16 with int8 scales; 4 low bits in ql, 2 high bits in qh.
-struct BlockQ6K { uint8_t ql[kQKK / 2]; uint8_t qh[kQKK / 4]; int8_t scales[kQKK / 16]; uint16_t d; };
-static_assert(sizeof(BlockQ6K) == kQKK / 2 + kQKK / 4 + kQKK / 16 + 2, "wrong q6_K block size/padding");
+struct BlockQ6K {
+  uint8_t ql[kQKK / 2];
+  uint8_t qh[kQKK / 4];
+  int8_t scales[kQKK / 16];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ6K) == kQKK / 2 + kQKK / 4 + kQKK / 16 + 2,
+              "wrong q6_K block size/padding");
 // The activation format of the K-quant dot products: fp32 scale, bsums unused when dequantizing.
-struct BlockQ8K { float d; int8_t qs[kQKK]; int16_t bsums[kQKK / 16]; };
+struct BlockQ8K {
+  float d;
+  int8_t qs[kQKK];
+  int16_t bsums[kQKK / 16];
+};
 static_assert(sizeof(BlockQ8K) == 4 + kQKK + kQKK / 16 * 2, "wrong q8_K block size/padding");
 // 8 sub-blocks of 32: 6-bit scales, low 4 bits in scales_l, high 2 bits in scales_h.
-struct BlockIq4Xs { uint16_t d; uint16_t scales_h; uint8_t scales_l[kQKK / 64]; uint8_t qs[kQKK / 2]; };
+struct BlockIq4Xs {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[kQKK / 64];
+  uint8_t qs[kQKK / 2];
+};
 static_assert(sizeof(BlockIq4Xs) == 4 + kQKK / 64 + kQKK / 2, "wrong iq4_xs block size/padding");
 
 // The non-linear 4-bit grid of IQ4_NL / IQ4_XS, and the E2M1 values (doubled) of MXFP4.
 constexpr std::array<int8_t, 16> kIq4NlValues = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                  1,    13,   25,  38,  53,  69,  89,  113};
-constexpr std::array<int8_t, 16> kMxfp4Values = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+constexpr std::array<int8_t, 16> kMxfp4Values = {0, 1,  2,  3,  4,  6,  8,  12,
+                                                 0, -1, -2, -3, -4, -6, -8, -12};
 
 float half(uint16_t bits) { return fp16ToFloat(bits); }
 
@@ -315,7 +378,8 @@ void convertFp16(std::span<const std::byte> bytes, float* out) {
   for (size_t start = 0; start < n; start += kChunk) {
     const size_t count = std::min(kChunk, n - start);
     std::memcpy(bits.data(), bytes.data() + 2 * start, 2 * count);
-    fp16ToFloat(std::span<const uint16_t>(bits.data(), count), std::span<float>(out + start, count));
+    fp16ToFloat(std::span<const uint16_t>(bits.data(), count),
+                std::span<float>(out + start, count));
   }
 }
 
@@ -325,35 +389,54 @@ void dequantizeGgml(GgmlType type, std::span<const std::byte> bytes, int64_t num
                     std::string_view what) {
   const std::optional<GgmlTypeTraits> traits = ggmlTypeTraits(static_cast<uint32_t>(type));
   if (!traits) {
-    throw Error(std::string(what) + ": unknown ggml type " + std::to_string(static_cast<uint32_t>(type)),
-                "the file is corrupt or newer than this reader; re-convert it with llama.cpp");
+    throw Error(
+        std::string(what) + ": unknown ggml type " + std::to_string(static_cast<uint32_t>(type)),
+        "the file is corrupt or newer than this reader; re-convert it with llama.cpp");
   }
   if (!traits->dequantizable) {
-    throw Error(std::string(what) + ": ggml type " + std::string(traits->name) +
-                    " has no dequantizer in Tandem (its codebook grids are not implemented)",
-                "re-quantize the model with llama.cpp's llama-quantize to Q4_K_M, Q5_K_M, Q6_K or Q8_0");
+    throw Error(
+        std::string(what) + ": ggml type " + std::string(traits->name) +
+            " has no dequantizer in Tandem (its codebook grids are not implemented)",
+        "re-quantize the model with llama.cpp's llama-quantize to Q4_K_M, Q5_K_M, Q6_K or Q8_0");
   }
   if (numel < 0 || numel % traits->block_elems != 0) {
-    throw Error(std::string(what) + ": " + std::to_string(numel) + " elements is not a whole number of " +
-                    std::string(traits->name) + " blocks of " + std::to_string(traits->block_elems),
+    throw Error(std::string(what) + ": " + std::to_string(numel) +
+                    " elements is not a whole number of " + std::string(traits->name) +
+                    " blocks of " + std::to_string(traits->block_elems),
                 "the tensor's shape does not match its type; re-convert the file");
   }
-  const auto expected_bytes = static_cast<uint64_t>(numel / traits->block_elems) * static_cast<uint64_t>(traits->block_bytes);
+  const auto expected_bytes = static_cast<uint64_t>(numel / traits->block_elems) *
+                              static_cast<uint64_t>(traits->block_bytes);
   if (bytes.size() != expected_bytes) {
-    throw Error(std::string(what) + ": has " + std::to_string(bytes.size()) + " bytes but " + std::to_string(numel) +
-                    " " + std::string(traits->name) + " elements need " + std::to_string(expected_bytes),
+    throw Error(std::string(what) + ": has " + std::to_string(bytes.size()) + " bytes but " +
+                    std::to_string(numel) + " " + std::string(traits->name) + " elements need " +
+                    std::to_string(expected_bytes),
                 "the tensor's bytes do not match its shape; re-convert the file");
   }
   const int block_elems = static_cast<int>(traits->block_elems);
   switch (type) {
-    case GgmlType::F32: if (!bytes.empty()) std::memcpy(out, bytes.data(), bytes.size()); return;
+    case GgmlType::F32:
+      if (!bytes.empty()) std::memcpy(out, bytes.data(), bytes.size());
+      return;
     case GgmlType::F16: convertFp16(bytes, out); return;
-    case GgmlType::BF16: convertElements<uint16_t>(bytes, out, [](uint16_t v) { return bf16ToFloat(v); }); return;
-    case GgmlType::F64: convertElements<double>(bytes, out, [](double v) { return static_cast<float>(v); }); return;
-    case GgmlType::I8: convertElements<int8_t>(bytes, out, [](int8_t v) { return static_cast<float>(v); }); return;
-    case GgmlType::I16: convertElements<int16_t>(bytes, out, [](int16_t v) { return static_cast<float>(v); }); return;
-    case GgmlType::I32: convertElements<int32_t>(bytes, out, [](int32_t v) { return static_cast<float>(v); }); return;
-    case GgmlType::I64: convertElements<int64_t>(bytes, out, [](int64_t v) { return static_cast<float>(v); }); return;
+    case GgmlType::BF16:
+      convertElements<uint16_t>(bytes, out, [](uint16_t v) { return bf16ToFloat(v); });
+      return;
+    case GgmlType::F64:
+      convertElements<double>(bytes, out, [](double v) { return static_cast<float>(v); });
+      return;
+    case GgmlType::I8:
+      convertElements<int8_t>(bytes, out, [](int8_t v) { return static_cast<float>(v); });
+      return;
+    case GgmlType::I16:
+      convertElements<int16_t>(bytes, out, [](int16_t v) { return static_cast<float>(v); });
+      return;
+    case GgmlType::I32:
+      convertElements<int32_t>(bytes, out, [](int32_t v) { return static_cast<float>(v); });
+      return;
+    case GgmlType::I64:
+      convertElements<int64_t>(bytes, out, [](int64_t v) { return static_cast<float>(v); });
+      return;
     case GgmlType::Q4_0: forEachBlock<BlockQ4_0>(bytes, block_elems, out, dequantizeQ4_0); return;
     case GgmlType::Q4_1: forEachBlock<BlockQ4_1>(bytes, block_elems, out, dequantizeQ4_1); return;
     case GgmlType::Q5_0: forEachBlock<BlockQ5_0>(bytes, block_elems, out, dequantizeQ5_0); return;
@@ -365,9 +448,15 @@ void dequantizeGgml(GgmlType type, std::span<const std::byte> bytes, int64_t num
     case GgmlType::Q5_K: forEachBlock<BlockQ5K>(bytes, block_elems, out, dequantizeQ5K); return;
     case GgmlType::Q6_K: forEachBlock<BlockQ6K>(bytes, block_elems, out, dequantizeQ6K); return;
     case GgmlType::Q8_K: forEachBlock<BlockQ8K>(bytes, block_elems, out, dequantizeQ8K); return;
-    case GgmlType::IQ4_NL: forEachBlock<BlockIq4Nl>(bytes, block_elems, out, dequantizeIq4Nl); return;
-    case GgmlType::IQ4_XS: forEachBlock<BlockIq4Xs>(bytes, block_elems, out, dequantizeIq4Xs); return;
-    case GgmlType::MXFP4: forEachBlock<BlockMxfp4>(bytes, block_elems, out, dequantizeMxfp4); return;
+    case GgmlType::IQ4_NL:
+      forEachBlock<BlockIq4Nl>(bytes, block_elems, out, dequantizeIq4Nl);
+      return;
+    case GgmlType::IQ4_XS:
+      forEachBlock<BlockIq4Xs>(bytes, block_elems, out, dequantizeIq4Xs);
+      return;
+    case GgmlType::MXFP4:
+      forEachBlock<BlockMxfp4>(bytes, block_elems, out, dequantizeMxfp4);
+      return;
     default: break;
   }
   throw Error(std::string(what) + ": internal error: ggml type " + std::string(traits->name) +

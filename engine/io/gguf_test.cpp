@@ -1,5 +1,6 @@
 // GGUF: dequantizers against ggml's own output, writer -> reader round trips, a table of hostile
-// files that must each be rejected with a tandem::Error saying what is wrong, and the typed getters.
+// files that must each be rejected with a tandem::Error saying what is wrong, and the typed
+// getters.
 
 #include "engine/io/gguf.h"
 
@@ -70,11 +71,13 @@ std::vector<QuantVector> loadQuantVectors() {
       std::string hex;
       fields >> hex;
       for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-        vectors.back().bytes.push_back(static_cast<std::byte>(std::stoul(hex.substr(i, 2), nullptr, 16)));
+        vectors.back().bytes.push_back(
+            static_cast<std::byte>(std::stoul(hex.substr(i, 2), nullptr, 16)));
       }
     } else if (tag == "dequant" && !vectors.empty()) {
       std::string number;
-      while (fields >> number) vectors.back().dequant.push_back(std::strtof(number.c_str(), nullptr));
+      while (fields >> number)
+        vectors.back().dequant.push_back(std::strtof(number.c_str(), nullptr));
     }
   }
   return vectors;
@@ -148,15 +151,18 @@ TEST(GgufQuant, RefusesWhatItCannotConvert) {
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("blk.0.ffn_down.weight"), std::string::npos) << e.message();
     EXPECT_NE(e.message().find("iq2_xxs"), std::string::npos) << e.message();
-    EXPECT_NE(e.whatToDo().find("llama-quantize to Q4_K_M, Q5_K_M, Q6_K or Q8_0"), std::string::npos);
+    EXPECT_NE(e.whatToDo().find("llama-quantize to Q4_K_M, Q5_K_M, Q6_K or Q8_0"),
+              std::string::npos);
   }
-  for (GgmlType type : {GgmlType::Q8_1, GgmlType::IQ1_S, GgmlType::IQ3_S, GgmlType::TQ1_0, GgmlType::TQ2_0}) {
+  for (GgmlType type :
+       {GgmlType::Q8_1, GgmlType::IQ1_S, GgmlType::IQ3_S, GgmlType::TQ1_0, GgmlType::TQ2_0}) {
     EXPECT_FALSE(ggmlTypeTraits(static_cast<uint32_t>(type))->dequantizable) << ggmlTypeName(type);
   }
   std::vector<std::byte> q8(34);
-  EXPECT_THROW(dequantizeGgml(GgmlType::Q8_0, q8, 16, out.data(), "t"), Error);   // not whole blocks
-  EXPECT_THROW(dequantizeGgml(GgmlType::Q8_0, q8, 64, out.data(), "t"), Error);   // too few bytes
-  EXPECT_THROW(dequantizeGgml(static_cast<GgmlType>(4), q8, 32, out.data(), "t"), Error);  // unknown
+  EXPECT_THROW(dequantizeGgml(GgmlType::Q8_0, q8, 16, out.data(), "t"), Error);  // not whole blocks
+  EXPECT_THROW(dequantizeGgml(GgmlType::Q8_0, q8, 64, out.data(), "t"), Error);  // too few bytes
+  EXPECT_THROW(dequantizeGgml(static_cast<GgmlType>(4), q8, 32, out.data(), "t"),
+               Error);  // unknown
 }
 
 // ---- writer -> reader round trips ------------------------------------------------------------
@@ -164,8 +170,9 @@ TEST(GgufQuant, RefusesWhatItCannotConvert) {
 class GgufFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tandem_gguf_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("tandem_gguf_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -198,7 +205,8 @@ Metadata everyValueType() {
       {"t.ints_u16", GgufValue::ofInts({0, 65535}, GgufValueType::UInt16)},
       {"t.ints32", GgufValue::ofInts({1, -2, 3, 151643}, GgufValueType::Int32)},
       {"t.ints_u64", GgufValue::ofInts({0, 1ll << 62}, GgufValueType::UInt64)},
-      {"t.floats32", GgufValue::ofFloats({0.5, -1.25, static_cast<double>(3e38f)}, GgufValueType::Float32)},
+      {"t.floats32",
+       GgufValue::ofFloats({0.5, -1.25, static_cast<double>(3e38f)}, GgufValueType::Float32)},
       {"t.floats64", GgufValue::ofFloats({0.1, -1e300}, GgufValueType::Float64)},
       {"t.strings", GgufValue::ofStrings({"a", "", "\xC4\xA0the", std::string("nul\0byte", 8)})},
       {"t.bools", bools},
@@ -228,7 +236,8 @@ std::vector<TensorData> severalTensors() {
     int64_t numel = 1;
     for (int64_t d : t.ne) numel *= d;
     t.bytes.resize(static_cast<size_t>(numel / traits.block_elems * traits.block_bytes));
-    for (std::byte& b : t.bytes) b = static_cast<std::byte>((seed = seed * 1103515245u + 12345u) >> 24);
+    for (std::byte& b : t.bytes)
+      b = static_cast<std::byte>((seed = seed * 1103515245u + 12345u) >> 24);
   }
   return tensors;
 }
@@ -276,14 +285,16 @@ TEST_F(GgufFileTest, RoundTripsEveryValueTypeAndSeveralTensorTypes) {
     EXPECT_EQ(info->offset % 64, 0u);
     const std::span<const std::byte> bytes = file.tensorBytes(*info);
     ASSERT_EQ(bytes.size(), tensors[i].bytes.size());
-    EXPECT_EQ(std::memcmp(bytes.data(), tensors[i].bytes.data(), bytes.size()), 0) << tensors[i].name;
+    EXPECT_EQ(std::memcmp(bytes.data(), tensors[i].bytes.data(), bytes.size()), 0)
+        << tensors[i].name;
   }
   EXPECT_EQ(file.findTensor("token_embd.weight")->torchShape(), (std::vector<int64_t>{3, 5}));
   EXPECT_EQ(file.findTensor("positions")->numel(), 16);
   EXPECT_EQ(file.findTensor("missing"), nullptr);
 }
 
-// Re-writing what was read gives the same bytes, for the default, a large and the smallest alignment.
+// Re-writing what was read gives the same bytes, for the default, a large and the smallest
+// alignment.
 TEST_F(GgufFileTest, CopyIsByteIdentical) {
   for (uint64_t alignment : {uint64_t{32}, uint64_t{256}, uint64_t{1}}) {
     SCOPED_TRACE(alignment);
@@ -292,7 +303,8 @@ TEST_F(GgufFileTest, CopyIsByteIdentical) {
     writeGguf(original, everyValueType(), toWrite(severalTensors()), alignment);
     const GgufFile file = GgufFile::open(original);
     std::vector<GgufTensorToWrite> tensors;
-    for (const GgufTensorInfo& t : file.header().tensors) tensors.push_back({t.name, t.type, t.ne, file.tensorBytes(t)});
+    for (const GgufTensorInfo& t : file.header().tensors)
+      tensors.push_back({t.name, t.type, t.ne, file.tensorBytes(t)});
     writeGguf(copy, file.header().metadata, tensors, file.header().alignment);
     EXPECT_EQ(readFile(original), readFile(copy));
   }
@@ -300,7 +312,8 @@ TEST_F(GgufFileTest, CopyIsByteIdentical) {
 
 TEST_F(GgufFileTest, DequantizeReadsTheMappedTensor) {
   const std::vector<QuantVector> vectors = loadQuantVectors();
-  const auto q6k = std::find_if(vectors.begin(), vectors.end(), [](const QuantVector& v) { return v.type_name == "q6_K"; });
+  const auto q6k = std::find_if(vectors.begin(), vectors.end(),
+                                [](const QuantVector& v) { return v.type_name == "q6_K"; });
   ASSERT_NE(q6k, vectors.end());
   const fs::path path = dir_ / "q6k.gguf";
   const GgufTensorToWrite tensor{"w", GgmlType::Q6_K, {256}, q6k->bytes};
@@ -308,7 +321,8 @@ TEST_F(GgufFileTest, DequantizeReadsTheMappedTensor) {
   const GgufFile file = GgufFile::open(path);
   const std::vector<float> values = file.dequantize(*file.findTensor("w"));
   ASSERT_EQ(values.size(), 256u);
-  for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(floatBits(values[i]), floatBits(q6k->dequant[i])) << i;
+  for (size_t i = 0; i < values.size(); ++i)
+    ASSERT_EQ(floatBits(values[i]), floatBits(q6k->dequant[i])) << i;
 
   const std::vector<std::byte> iq2_block(66);
   const GgufTensorToWrite iq2{"blk.3.ffn_gate.weight", GgmlType::IQ2_XXS, {256}, iq2_block};
@@ -327,8 +341,8 @@ TEST_F(GgufFileTest, WriterRefusesWhatTheReaderWouldRefuse) {
   const std::vector<std::byte> f32(16);
   const GgufTensorToWrite ok{"t", GgmlType::F32, {4}, f32};
   const fs::path path = dir_ / "bad.gguf";
-  auto expectError = [&](const Metadata& metadata, std::vector<GgufTensorToWrite> tensors, uint64_t alignment,
-                         const std::string& needle) {
+  auto expectError = [&](const Metadata& metadata, std::vector<GgufTensorToWrite> tensors,
+                         uint64_t alignment, const std::string& needle) {
     try {
       writeGguf(path, metadata, tensors, alignment);
       ADD_FAILURE() << "expected an error mentioning " << needle;
@@ -338,18 +352,22 @@ TEST_F(GgufFileTest, WriterRefusesWhatTheReaderWouldRefuse) {
     }
     EXPECT_FALSE(fs::exists(path));
   };
-  expectError({{"k", GgufValue::ofInt64(300, GgufValueType::UInt8)}}, {ok}, 32, "\"k\": uint8 value 300 is out of range");
-  expectError({{"k", GgufValue::ofBool(true)}, {"k", GgufValue::ofBool(false)}}, {ok}, 32, "key \"k\" is used twice");
+  expectError({{"k", GgufValue::ofInt64(300, GgufValueType::UInt8)}}, {ok}, 32,
+              "\"k\": uint8 value 300 is out of range");
+  expectError({{"k", GgufValue::ofBool(true)}, {"k", GgufValue::ofBool(false)}}, {ok}, 32,
+              "key \"k\" is used twice");
   expectError({{"", GgufValue::ofBool(true)}}, {ok}, 32, "key \"\" is empty");
   expectError({{"k\xFF", GgufValue::ofBool(true)}}, {ok}, 32, "is not valid UTF-8");
-  expectError({{"k", GgufValue{GgufValueType::String, GgufValueType::UInt32, int64_t{1}}}}, {ok}, 32,
-              "declared string but holds another kind of value");
-  expectError({{"k", GgufValue{GgufValueType::Array, GgufValueType::Array, std::vector<int64_t>{}}}}, {ok}, 32,
-              "arrays of arrays");
+  expectError({{"k", GgufValue{GgufValueType::String, GgufValueType::UInt32, int64_t{1}}}}, {ok},
+              32, "declared string but holds another kind of value");
+  expectError(
+      {{"k", GgufValue{GgufValueType::Array, GgufValueType::Array, std::vector<int64_t>{}}}}, {ok},
+      32, "arrays of arrays");
   expectError({{"general.alignment", GgufValue::ofUInt32(64)}}, {ok}, 32, "general.alignment");
   expectError({}, {ok, ok}, 32, "tensor \"t\" is used twice");
   expectError({}, {{"t", GgmlType::F32, {5}, f32}}, 32, "need 20");
-  expectError({}, {{"t", GgmlType::Q8_0, {4}, f32}}, 32, "not a multiple of the q8_0 block size 32");
+  expectError({}, {{"t", GgmlType::Q8_0, {4}, f32}}, 32,
+              "not a multiple of the q8_0 block size 32");
   expectError({}, {{"t", GgmlType::F32, {2, 0, 2}, f32}}, 32, "dimension below 1");
   expectError({}, {{"t", GgmlType::F32, {1, 1, 1, 1, 4}, f32}}, 32, "5 dimensions");
   expectError({}, {ok}, 24, "alignment 24 is not a power of two");
@@ -368,15 +386,28 @@ struct Bytes {
     data.append(raw, sizeof(T));
     return *this;
   }
-  Bytes& str(std::string_view s) { put<uint64_t>(s.size()); data.append(s); return *this; }
-  Bytes& kv(std::string_view key, uint32_t type) { str(key); return put<uint32_t>(type); }
+  Bytes& str(std::string_view s) {
+    put<uint64_t>(s.size());
+    data.append(s);
+    return *this;
+  }
+  Bytes& kv(std::string_view key, uint32_t type) {
+    str(key);
+    return put<uint32_t>(type);
+  }
   Bytes& tensor(std::string_view name, std::vector<int64_t> ne, uint32_t type, uint64_t offset) {
     str(name).put<uint32_t>(static_cast<uint32_t>(ne.size()));
     for (int64_t d : ne) put<int64_t>(d);
     return put<uint32_t>(type).put<uint64_t>(offset);
   }
-  Bytes& padTo(size_t alignment) { data.append((alignment - data.size() % alignment) % alignment, '\0'); return *this; }
-  Bytes& zeros(size_t n) { data.append(n, '\0'); return *this; }
+  Bytes& padTo(size_t alignment) {
+    data.append((alignment - data.size() % alignment) % alignment, '\0');
+    return *this;
+  }
+  Bytes& zeros(size_t n) {
+    data.append(n, '\0');
+    return *this;
+  }
 };
 
 Bytes headerFor(uint64_t tensors, uint64_t kvs, uint32_t version = 3) {
@@ -402,7 +433,11 @@ struct HostileCase {
 std::vector<HostileCase> hostileCases() {
   constexpr uint64_t kHuge = uint64_t{1} << 60;
   // Zeros after the entry keep kv_count plausible, so that the entry itself is what fails.
-  auto oneKv = [](auto fill) { Bytes b = headerFor(0, 1); fill(b); return b.zeros(64).data; };
+  auto oneKv = [](auto fill) {
+    Bytes b = headerFor(0, 1);
+    fill(b);
+    return b.zeros(64).data;
+  };
   auto oneTensor = [](std::vector<int64_t> ne, uint32_t type, uint64_t offset = 0) {
     Bytes b = headerFor(1, 0);
     b.tensor("w", std::move(ne), type, offset);
@@ -419,44 +454,87 @@ std::vector<HostileCase> hostileCases() {
       {"version 4", headerFor(0, 0, 4).data, "version 4"},
       {"truncated counts", headerFor(0, 0).data.substr(0, 14), "tensor_count"},
       {"huge kv_count", headerFor(0, kHuge).data, "kv_count 1152921504606846976 cannot fit"},
-      {"huge tensor_count", headerFor(kHuge, 0).data, "tensor_count 1152921504606846976 cannot fit"},
-      {"key length past EOF", oneKv([](Bytes& b) { b.put<uint64_t>(1000).data += "abc"; }), "the key claims 1000 bytes"},
-      {"huge string value", oneKv([](Bytes& b) { b.kv("k", 8).put<uint64_t>(uint64_t{1} << 62); }), "key \"k\": a string value claims"},
-      {"huge array", oneKv([](Bytes& b) { b.kv("k", 9).put<uint32_t>(0).put<uint64_t>(kHuge); }), "key \"k\": array length"},
-      {"huge string array", oneKv([](Bytes& b) { b.kv("k", 9).put<uint32_t>(8).put<uint64_t>(3).str("a").put<uint64_t>(kHuge); }),
+      {"huge tensor_count", headerFor(kHuge, 0).data,
+       "tensor_count 1152921504606846976 cannot fit"},
+      {"key length past EOF", oneKv([](Bytes& b) { b.put<uint64_t>(1000).data += "abc"; }),
+       "the key claims 1000 bytes"},
+      {"huge string value", oneKv([](Bytes& b) { b.kv("k", 8).put<uint64_t>(uint64_t{1} << 62); }),
+       "key \"k\": a string value claims"},
+      {"huge array", oneKv([](Bytes& b) { b.kv("k", 9).put<uint32_t>(0).put<uint64_t>(kHuge); }),
+       "key \"k\": array length"},
+      {"huge string array", oneKv([](Bytes& b) {
+         b.kv("k", 9).put<uint32_t>(8).put<uint64_t>(3).str("a").put<uint64_t>(kHuge);
+       }),
        "an array string claims"},
-      {"unknown value type", oneKv([](Bytes& b) { b.kv("k", 13).put<uint32_t>(0); }), "key \"k\": unknown value type 13"},
-      {"nested arrays", oneKv([](Bytes& b) { b.kv("k", 9).put<uint32_t>(9).put<uint64_t>(1).put<uint32_t>(0).put<uint64_t>(0); }),
+      {"unknown value type", oneKv([](Bytes& b) { b.kv("k", 13).put<uint32_t>(0); }),
+       "key \"k\": unknown value type 13"},
+      {"nested arrays", oneKv([](Bytes& b) {
+         b.kv("k", 9).put<uint32_t>(9).put<uint64_t>(1).put<uint32_t>(0).put<uint64_t>(0);
+       }),
        "key \"k\": is an array of arrays"},
-      {"unknown element type", oneKv([](Bytes& b) { b.kv("k", 9).put<uint32_t>(40).put<uint64_t>(0); }), "unknown array element type 40"},
-      {"bool not 0/1", oneKv([](Bytes& b) { b.kv("k", 7).put<uint8_t>(2); }), "key \"k\": bool value is 2"},
-      {"uint64 above int64", oneKv([](Bytes& b) { b.kv("k", 10).put<uint64_t>(~uint64_t{0}); }), "above 2^63-1"},
-      {"invalid UTF-8 key", oneKv([](Bytes& b) { b.kv("bad\xC0\xAF", 4).put<uint32_t>(1); }), "key/value #0: key is not valid UTF-8"},
+      {"unknown element type",
+       oneKv([](Bytes& b) { b.kv("k", 9).put<uint32_t>(40).put<uint64_t>(0); }),
+       "unknown array element type 40"},
+      {"bool not 0/1", oneKv([](Bytes& b) { b.kv("k", 7).put<uint8_t>(2); }),
+       "key \"k\": bool value is 2"},
+      {"uint64 above int64", oneKv([](Bytes& b) { b.kv("k", 10).put<uint64_t>(~uint64_t{0}); }),
+       "above 2^63-1"},
+      {"invalid UTF-8 key", oneKv([](Bytes& b) { b.kv("bad\xC0\xAF", 4).put<uint32_t>(1); }),
+       "key/value #0: key is not valid UTF-8"},
       {"empty key", oneKv([](Bytes& b) { b.kv("", 4).put<uint32_t>(1); }), "has an empty key"},
-      {"duplicate key", [] { Bytes b = headerFor(0, 2); b.kv("k", 4).put<uint32_t>(1).kv("k", 4).put<uint32_t>(2); return b.zeros(64).data; }(),
+      {"duplicate key",
+       [] {
+         Bytes b = headerFor(0, 2);
+         b.kv("k", 4).put<uint32_t>(1).kv("k", 4).put<uint32_t>(2);
+         return b.zeros(64).data;
+       }(),
        "key \"k\": appears twice in the metadata"},
-      {"alignment not a power of two", oneKv([](Bytes& b) { b.kv("general.alignment", 4).put<uint32_t>(24); }),
+      {"alignment not a power of two",
+       oneKv([](Bytes& b) { b.kv("general.alignment", 4).put<uint32_t>(24); }),
        "\"general.alignment\": is 24, which is not a power of two"},
-      {"alignment 0", oneKv([](Bytes& b) { b.kv("general.alignment", 4).put<uint32_t>(0); }), "is 0, which is not a power of two"},
-      {"alignment not uint32", oneKv([](Bytes& b) { b.kv("general.alignment", 10).put<uint64_t>(64); }), "must be a uint32, not a uint64"},
+      {"alignment 0", oneKv([](Bytes& b) { b.kv("general.alignment", 4).put<uint32_t>(0); }),
+       "is 0, which is not a power of two"},
+      {"alignment not uint32",
+       oneKv([](Bytes& b) { b.kv("general.alignment", 10).put<uint64_t>(64); }),
+       "must be a uint32, not a uint64"},
       {"n_dims 0", oneTensor({}, 0), "tensor \"w\": has 0 dimensions"},
       {"n_dims 5", oneTensor({1, 1, 1, 1, 1}, 0), "tensor \"w\": has 5 dimensions"},
       {"dim 0", oneTensor({4, 0}, 0), "ne[1] is 0"},
       {"negative dim", oneTensor({-1}, 0), "ne[0] is -1"},
-      {"ne product overflows", oneTensor({int64_t{1} << 32, int64_t{1} << 32}, 0), "number of elements overflows 64 bits"},
+      {"ne product overflows", oneTensor({int64_t{1} << 32, int64_t{1} << 32}, 0),
+       "number of elements overflows 64 bits"},
       {"byte size overflows", oneTensor({int64_t{1} << 62}, 0), "byte size overflows"},
       {"unknown ggml type", oneTensor({4}, 4), "tensor \"w\": has unknown ggml type 4"},
       {"ggml type past the table", oneTensor({4}, 1000), "unknown ggml type 1000"},
-      {"ne[0] not whole blocks", oneTensor({48, 2}, 12), "ne[0] = 48 is not a multiple of the q4_K block size 256"},
-      {"misaligned offset", twoTensors(0, 40).data, "tensor \"b\": data offset 40 is not a multiple of the alignment 32"},
-      {"tensor past EOF", twoTensors(0, 32, 99).data, "tensor \"b\": its 68 bytes at data offset 32 end past the end"},
+      {"ne[0] not whole blocks", oneTensor({48, 2}, 12),
+       "ne[0] = 48 is not a multiple of the q4_K block size 256"},
+      {"misaligned offset", twoTensors(0, 40).data,
+       "tensor \"b\": data offset 40 is not a multiple of the alignment 32"},
+      {"tensor past EOF", twoTensors(0, 32, 99).data,
+       "tensor \"b\": its 68 bytes at data offset 32 end past the end"},
       {"tensor offset far past EOF", twoTensors(0, uint64_t{1} << 63).data, "tensor \"b\""},
-      {"overlapping tensors", twoTensors(64, 0).data, "tensor \"a\" at data offset 64 overlaps tensor \"b\""},
-      {"duplicate tensor", [] { Bytes b = headerFor(2, 0); b.tensor("w", {8}, 0, 0).tensor("w", {8}, 0, 32); return b.padTo(32).zeros(64).data; }(),
+      {"overlapping tensors", twoTensors(64, 0).data,
+       "tensor \"a\" at data offset 64 overlaps tensor \"b\""},
+      {"duplicate tensor",
+       [] {
+         Bytes b = headerFor(2, 0);
+         b.tensor("w", {8}, 0, 0).tensor("w", {8}, 0, 32);
+         return b.padTo(32).zeros(64).data;
+       }(),
        "tensor \"w\": appears twice in the tensor list"},
-      {"invalid UTF-8 name", [] { Bytes b = headerFor(1, 0); b.tensor("\xED\xA0\x80", {8}, 0, 0); return b.padTo(32).zeros(32).data; }(),
+      {"invalid UTF-8 name",
+       [] {
+         Bytes b = headerFor(1, 0);
+         b.tensor("\xED\xA0\x80", {8}, 0, 0);
+         return b.padTo(32).zeros(32).data;
+       }(),
        "tensor #0: name is not valid UTF-8"},
-      {"empty tensor name", [] { Bytes b = headerFor(1, 0); b.tensor("", {8}, 0, 0); return b.padTo(32).zeros(32).data; }(),
+      {"empty tensor name",
+       [] {
+         Bytes b = headerFor(1, 0);
+         b.tensor("", {8}, 0, 0);
+         return b.padTo(32).zeros(32).data;
+       }(),
        "tensor #0: has an empty name"},
   };
 }
@@ -486,10 +564,12 @@ TEST_F(GgufFileTest, EveryTruncationIsAnError) {
   const std::string full = readFile(path);
   const GgufHeader header = parseGguf(asBytes(full), "full");
   uint64_t tensors_end = 0;
-  for (const GgufTensorInfo& t : header.tensors) tensors_end = std::max(tensors_end, header.data_offset + t.offset + t.byte_size);
+  for (const GgufTensorInfo& t : header.tensors)
+    tensors_end = std::max(tensors_end, header.data_offset + t.offset + t.byte_size);
   ASSERT_LT(tensors_end, full.size());  // the last tensor is followed by padding
   for (size_t cut = 0; cut < tensors_end; ++cut) {
-    const std::vector<std::byte> bytes(asBytes(full).begin(), asBytes(full).begin() + static_cast<ptrdiff_t>(cut));
+    const std::vector<std::byte> bytes(asBytes(full).begin(),
+                                       asBytes(full).begin() + static_cast<ptrdiff_t>(cut));
     EXPECT_THROW(parseGguf(bytes, "cut"), Error) << "cut at " << cut << " of " << full.size();
   }
   for (size_t cut = tensors_end; cut <= full.size(); ++cut) {
@@ -547,12 +627,15 @@ TEST_F(GgufFileTest, TypedGettersNameTheKey) {
   expectError([&] { file.getInt("t.f32"); }, "\"t.f32\" is float32, not an integer");
   expectError([&] { file.getFloat("t.string"); }, "\"t.string\" is string, not a number");
   expectError([&] { file.getBool("t.u8"); }, "\"t.u8\" is uint8, not a bool");
-  expectError([&] { file.getInts("t.floats32"); }, "\"t.floats32\" is array of float32, not an array of integers");
+  expectError([&] { file.getInts("t.floats32"); },
+              "\"t.floats32\" is array of float32, not an array of integers");
   expectError([&] { file.getFloats("t.ints8"); }, "\"t.ints8\" is array of int8");
   expectError([&] { file.getStrings("t.bools"); }, "\"t.bools\" is array of bool");
   expectError([&] { file.optInt("t.string"); }, "\"t.string\" is string, not an integer");
-  expectError([&] { file.getInt("llama.block_count"); }, "metadata key \"llama.block_count\" is missing");
-  expectError([&] { file.getStrings("tokenizer.ggml.tokens"); }, "\"tokenizer.ggml.tokens\" is missing");
+  expectError([&] { file.getInt("llama.block_count"); },
+              "metadata key \"llama.block_count\" is missing");
+  expectError([&] { file.getStrings("tokenizer.ggml.tokens"); },
+              "\"tokenizer.ggml.tokens\" is missing");
 }
 
 }  // namespace

@@ -5,9 +5,10 @@
 // read here is turned back into the pre-tokenizer of the published tokenizer.json it was converted
 // from, so Tandem encodes as the original Hugging Face tokenizer does (docs/gguf.md).
 //
-// SentencePiece BPE (`llama`: Llama-2, Mistral, Mixtral): GGUF keeps the pieces in the model's order
-// and no merges; they are rebuilt as transformers' LlamaConverter builds them from tokenizer.model
-// (generate_merges), with byte fallback and the legacy "▁" normalizer it gives those models.
+// SentencePiece BPE (`llama`: Llama-2, Mistral, Mixtral): GGUF keeps the pieces in the model's
+// order and no merges; they are rebuilt as transformers' LlamaConverter builds them from
+// tokenizer.model (generate_merges), with byte fallback and the legacy "▁" normalizer it gives
+// those models.
 #include <algorithm>
 #include <map>
 #include <string_view>
@@ -39,11 +40,16 @@ constexpr const char* kDeepseekV3Patterns[] = {
 };
 
 Json split(const char* pattern) {
-  return {{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}, {"invert", false}};
+  return {{"type", "Split"},
+          {"pattern", {{"Regex", pattern}}},
+          {"behavior", "Isolated"},
+          {"invert", false}};
 }
 
 Json byteLevel(bool add_prefix_space, bool use_regex) {
-  return {{"type", "ByteLevel"}, {"add_prefix_space", add_prefix_space}, {"trim_offsets", false},
+  return {{"type", "ByteLevel"},
+          {"add_prefix_space", add_prefix_space},
+          {"trim_offsets", false},
           {"use_regex", use_regex}};
 }
 
@@ -56,11 +62,13 @@ struct PreTokenizer {
 PreTokenizer preTokenizerFor(const std::string& pre, const std::string& label) {
   if (pre == "qwen2") {
     return {{{"type", "NFC"}},
-            {{"type", "Sequence"}, {"pretokenizers", Json::array({split(kQwen2Pattern), byteLevel(false, false)})}}};
+            {{"type", "Sequence"},
+             {"pretokenizers", Json::array({split(kQwen2Pattern), byteLevel(false, false)})}}};
   }
   if (pre == "llama-bpe" || pre == "llama3") {
     return {nullptr,
-            {{"type", "Sequence"}, {"pretokenizers", Json::array({split(kLlama3Pattern), byteLevel(false, false)})}},
+            {{"type", "Sequence"},
+             {"pretokenizers", Json::array({split(kLlama3Pattern), byteLevel(false, false)})}},
             true};
   }
   if (pre == "deepseek-v3") {
@@ -71,21 +79,23 @@ PreTokenizer preTokenizerFor(const std::string& pre, const std::string& label) {
   }
   if (pre == "default" || pre == "gpt-2" || pre == "gpt2") return {nullptr, byteLevel(false, true)};
   throw Error(label + ": tokenizer.ggml.pre is '" + pre + "', a pre-tokenizer Tandem does not read",
-              "Tandem reads GGUF tokenizers with tokenizer.ggml.pre qwen2 (Qwen2/2.5/3), llama-bpe (Llama-3), "
+              "Tandem reads GGUF tokenizers with tokenizer.ggml.pre qwen2 (Qwen2/2.5/3), llama-bpe "
+              "(Llama-3), "
               "deepseek-v3 and default (GPT-2); use the Hugging Face model directory instead");
 }
 
 Json addedToken(int64_t id, const std::string& content, bool special) {
-  return {{"id", id},          {"content", content}, {"single_word", false}, {"lstrip", false},
-          {"rstrip", false},   {"normalized", false}, {"special", special}};
+  return {{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+          {"rstrip", false}, {"normalized", false}, {"special", special}};
 }
 
-std::optional<std::string> tokenAt(const GgufFile& file, const std::vector<std::string>& tokens, const char* key) {
+std::optional<std::string> tokenAt(const GgufFile& file, const std::vector<std::string>& tokens,
+                                   const char* key) {
   const std::optional<int64_t> id = file.optInt(key);
   if (!id) return std::nullopt;
   if (*id < 0 || *id >= static_cast<int64_t>(tokens.size())) {
-    throw Error(file.path().string() + ": " + key + " is " + std::to_string(*id) + ", outside the " +
-                    std::to_string(tokens.size()) + " tokens",
+    throw Error(file.path().string() + ": " + key + " is " + std::to_string(*id) +
+                    ", outside the " + std::to_string(tokens.size()) + " tokens",
                 "the file's tokenizer metadata is corrupt");
   }
   return tokens[static_cast<size_t>(*id)];
@@ -96,18 +106,23 @@ Json bosTemplate(const std::string& bos, int64_t bos_id) {
   const Json bos_piece = {{"SpecialToken", {{"id", bos}, {"type_id", 0}}}};
   return {{"type", "TemplateProcessing"},
           {"single", Json::array({bos_piece, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
-          {"pair", Json::array({bos_piece, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, bos_piece,
+          {"pair", Json::array({bos_piece,
+                                {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                bos_piece,
                                 {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}})},
-          {"special_tokens", {{bos, {{"id", bos}, {"ids", Json::array({bos_id})}, {"tokens", Json::array({bos})}}}}}};
+          {"special_tokens",
+           {{bos, {{"id", bos}, {"ids", Json::array({bos_id})}, {"tokens", Json::array({bos})}}}}}};
 }
 
 // tokenizer.ggml.token_type, one per token (all normal when the key is absent).
 std::vector<int64_t> tokenTypes(const GgufFile& file, size_t n_tokens) {
-  if (file.find("tokenizer.ggml.token_type") == nullptr) return std::vector<int64_t>(n_tokens, kTokenNormal);
+  if (file.find("tokenizer.ggml.token_type") == nullptr)
+    return std::vector<int64_t>(n_tokens, kTokenNormal);
   std::vector<int64_t> types = file.getInts("tokenizer.ggml.token_type");
   if (types.size() != n_tokens) {
-    throw Error(file.path().string() + ": tokenizer.ggml.token_type has " + std::to_string(types.size()) +
-                    " entries for " + std::to_string(n_tokens) + " tokens",
+    throw Error(file.path().string() + ": tokenizer.ggml.token_type has " +
+                    std::to_string(types.size()) + " entries for " + std::to_string(n_tokens) +
+                    " tokens",
                 "the file's tokenizer metadata is corrupt");
   }
   return types;
@@ -123,9 +138,10 @@ std::vector<size_t> codePointOffsets(const std::string& s) {
   return offsets;
 }
 
-// transformers' generate_merges(vocab) over the pieces in id order (SentencePieceExtractor.extract):
-// every split of a piece into two pieces of the vocab is a merge; merges are ranked by the merged
-// piece's id, then by the lengths of the left and right parts (code points), shorter first.
+// transformers' generate_merges(vocab) over the pieces in id order
+// (SentencePieceExtractor.extract): every split of a piece into two pieces of the vocab is a merge;
+// merges are ranked by the merged piece's id, then by the lengths of the left and right parts (code
+// points), shorter first.
 Json sentencePieceMerges(const std::vector<std::string>& tokens) {
   std::unordered_map<std::string_view, size_t> ids;
   for (size_t id = 0; id < tokens.size(); ++id) ids.emplace(tokens[id], id);
@@ -156,37 +172,58 @@ struct ModelPart {
 };
 
 ModelPart byteLevelModel(const GgufFile& file, const std::vector<std::string>& tokens) {
-  const PreTokenizer pre = preTokenizerFor(file.optString("tokenizer.ggml.pre").value_or("default"), file.path().string());
-  return {{{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-           {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
-           {"ignore_merges", pre.ignore_merges}, {"vocab", vocabularyOf(tokens)},
+  const PreTokenizer pre = preTokenizerFor(file.optString("tokenizer.ggml.pre").value_or("default"),
+                                           file.path().string());
+  return {{{"type", "BPE"},
+           {"dropout", nullptr},
+           {"unk_token", nullptr},
+           {"continuing_subword_prefix", nullptr},
+           {"end_of_word_suffix", nullptr},
+           {"fuse_unk", false},
+           {"byte_fallback", false},
+           {"ignore_merges", pre.ignore_merges},
+           {"vocab", vocabularyOf(tokens)},
            {"merges", file.getStrings("tokenizer.ggml.merges")}},
           pre.normalizer,
           pre.pre_tokenizer,
-          {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}};
+          {{"type", "ByteLevel"},
+           {"add_prefix_space", true},
+           {"trim_offsets", true},
+           {"use_regex", true}}};
 }
 
 ModelPart sentencePieceModel(const GgufFile& file, const std::vector<std::string>& tokens,
                              const std::vector<int64_t>& types) {
   const auto unk = std::find(types.begin(), types.end(), kTokenUnknown);
-  const Json unk_token = unk == types.end() ? Json(nullptr) : Json(tokens[static_cast<size_t>(unk - types.begin())]);
+  const Json unk_token =
+      unk == types.end() ? Json(nullptr) : Json(tokens[static_cast<size_t>(unk - types.begin())]);
   // Converters that went through tokenizer.json keep its merges; tokenizer.model has none.
-  const Json merges = file.find("tokenizer.ggml.merges") != nullptr ? Json(file.getStrings("tokenizer.ggml.merges"))
-                                                                     : sentencePieceMerges(tokens);
+  const Json merges = file.find("tokenizer.ggml.merges") != nullptr
+                          ? Json(file.getStrings("tokenizer.ggml.merges"))
+                          : sentencePieceMerges(tokens);
   Json normalizer = Json::array();
   if (file.optBool("tokenizer.ggml.add_space_prefix").value_or(true)) {
     normalizer.push_back({{"type", "Prepend"}, {"prepend", "\u2581"}});
   }
-  normalizer.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}});
+  normalizer.push_back(
+      {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}});
   const Json decoder = {
       {"type", "Sequence"},
-      {"decoders", Json::array({{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
-                                {{"type", "ByteFallback"}},
-                                {{"type", "Fuse"}},
-                                {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
-  return {{{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", unk_token}, {"continuing_subword_prefix", nullptr},
-           {"end_of_word_suffix", nullptr}, {"fuse_unk", true}, {"byte_fallback", true}, {"ignore_merges", false},
-           {"vocab", vocabularyOf(tokens)}, {"merges", merges}},
+      {"decoders",
+       Json::array({{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                    {{"type", "ByteFallback"}},
+                    {{"type", "Fuse"}},
+                    {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
+  return {{{"type", "BPE"},
+           {"dropout", nullptr},
+           {"unk_token", unk_token},
+           {"continuing_subword_prefix", nullptr},
+           {"end_of_word_suffix", nullptr},
+           {"fuse_unk", true},
+           {"byte_fallback", true},
+           {"ignore_merges", false},
+           {"vocab", vocabularyOf(tokens)},
+           {"merges", merges}},
           {{"type", "Sequence"}, {"normalizers", normalizer}},
           nullptr,
           decoder,
@@ -200,23 +237,32 @@ HfTokenizerFiles hfTokenizer(const GgufFile& file) {
   const std::string model = file.getString("tokenizer.ggml.model");
   if (model != "gpt2" && model != "llama") {
     throw Error(label + ": tokenizer.ggml.model is '" + model + "', which Tandem does not read",
-                "Tandem reads GGUF BPE tokenizers: byte-level (gpt2: Qwen, DeepSeek, Llama-3) and SentencePiece "
+                "Tandem reads GGUF BPE tokenizers: byte-level (gpt2: Qwen, DeepSeek, Llama-3) and "
+                "SentencePiece "
                 "(llama: Llama-2, Mistral, Mixtral); use the Hugging Face model directory instead");
   }
   const std::vector<std::string>& tokens = file.getStrings("tokenizer.ggml.tokens");
   const std::vector<int64_t> types = tokenTypes(file, tokens.size());
-  ModelPart part = model == "gpt2" ? byteLevelModel(file, tokens) : sentencePieceModel(file, tokens, types);
+  ModelPart part =
+      model == "gpt2" ? byteLevelModel(file, tokens) : sentencePieceModel(file, tokens, types);
 
   Json added = Json::array();
   for (size_t id = 0; id < tokens.size(); ++id) {
     const int64_t type = types[id];
-    if (type == kTokenControl || type == kTokenUserDefined || (type == kTokenUnknown && model == "llama")) {
+    if (type == kTokenControl || type == kTokenUserDefined ||
+        (type == kTokenUnknown && model == "llama")) {
       added.push_back(addedToken(static_cast<int64_t>(id), tokens[id], type != kTokenUserDefined));
     }
   }
-  Json tokenizer = {{"version", "1.0"}, {"truncation", nullptr},   {"padding", nullptr},
-                    {"added_tokens", added}, {"normalizer", part.normalizer}, {"pre_tokenizer", part.pre_tokenizer},
-                    {"post_processor", nullptr}, {"decoder", part.decoder}, {"model", part.model}};
+  Json tokenizer = {{"version", "1.0"},
+                    {"truncation", nullptr},
+                    {"padding", nullptr},
+                    {"added_tokens", added},
+                    {"normalizer", part.normalizer},
+                    {"pre_tokenizer", part.pre_tokenizer},
+                    {"post_processor", nullptr},
+                    {"decoder", part.decoder},
+                    {"model", part.model}};
 
   Json config = {{"tokenizer_class", "PreTrainedTokenizerFast"}};
   const std::optional<std::string> bos = tokenAt(file, tokens, "tokenizer.ggml.bos_token_id");
@@ -227,12 +273,16 @@ HfTokenizerFiles hfTokenizer(const GgufFile& file) {
   if (pad) config["pad_token"] = *pad;
   // The converter writes add_bos_token from the HF tokenizer; without it, llama.cpp's default.
   const bool add_bos = file.optBool("tokenizer.ggml.add_bos_token").value_or(part.default_add_bos);
-  if (add_bos && bos) tokenizer["post_processor"] = bosTemplate(*bos, file.getInt("tokenizer.ggml.bos_token_id"));
+  if (add_bos && bos)
+    tokenizer["post_processor"] = bosTemplate(*bos, file.getInt("tokenizer.ggml.bos_token_id"));
   if (add_bos && !bos && file.find("tokenizer.ggml.add_bos_token") != nullptr) {
-    throw Error(label + ": tokenizer.ggml.add_bos_token is true but there is no tokenizer.ggml.bos_token_id",
-                "the file's tokenizer metadata is corrupt");
+    throw Error(
+        label +
+            ": tokenizer.ggml.add_bos_token is true but there is no tokenizer.ggml.bos_token_id",
+        "the file's tokenizer metadata is corrupt");
   }
-  if (auto chat_template = file.optString("tokenizer.chat_template")) config["chat_template"] = *chat_template;
+  if (auto chat_template = file.optString("tokenizer.chat_template"))
+    config["chat_template"] = *chat_template;
   return {std::move(tokenizer), std::move(config)};
 }
 

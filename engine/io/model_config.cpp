@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "engine/core/error.h"
 #include "engine/io/gguf_model.h"
@@ -49,8 +48,9 @@ class Fields {
   [[noreturn]] void fail(const char* key, const std::string& problem,
                          const std::string& what_to_do = {}) const {
     throw Error(label_ + ": field '" + prefix_ + key + "' " + problem,
-                what_to_do.empty() ? "fix " + label_ + " (compare with the model's published config.json)"
-                                   : what_to_do);
+                what_to_do.empty()
+                    ? "fix " + label_ + " (compare with the model's published config.json)"
+                    : what_to_do);
   }
 
   std::optional<int64_t> optInt(const char* key) const {
@@ -124,7 +124,8 @@ class Fields {
 
   const Json* optObject(const char* key) const {
     const Json* value = get(key);
-    if (value != nullptr && !value->is_object()) fail(key, "must be an object, got " + value->dump());
+    if (value != nullptr && !value->is_object())
+      fail(key, "must be an object, got " + value->dump());
     return value;
   }
 
@@ -183,10 +184,11 @@ void readRope(const Fields& top, ModelConfig& config) {
   s.low_freq_factor = rope.optNumber("low_freq_factor");
   s.high_freq_factor = rope.optNumber("high_freq_factor");
   if (s.type != RopeType::Default && s.factor <= 0) rope.fail("factor", "must be positive");
-  if (s.type == RopeType::Llama3 && (!s.low_freq_factor || !s.high_freq_factor ||
-                                     !s.original_max_position_embeddings)) {
-    rope.fail(type_key, "is llama3, which needs low_freq_factor, high_freq_factor and "
-                        "original_max_position_embeddings");
+  if (s.type == RopeType::Llama3 &&
+      (!s.low_freq_factor || !s.high_freq_factor || !s.original_max_position_embeddings)) {
+    rope.fail(type_key,
+              "is llama3, which needs low_freq_factor, high_freq_factor and "
+              "original_max_position_embeddings");
   }
 }
 
@@ -214,12 +216,14 @@ void readBody(const Fields& f, ModelConfig& c) {
   c.hidden_size = f.requiredPositive("hidden_size");
   c.intermediate_size = f.requiredPositive("intermediate_size");
   c.num_hidden_layers = asInt(f, "num_hidden_layers", f.requiredPositive("num_hidden_layers"));
-  c.num_attention_heads = asInt(f, "num_attention_heads", f.requiredPositive("num_attention_heads"));
+  c.num_attention_heads =
+      asInt(f, "num_attention_heads", f.requiredPositive("num_attention_heads"));
   c.num_key_value_heads =
       asInt(f, "num_key_value_heads", f.positiveOr("num_key_value_heads", c.num_attention_heads));
   c.vocab_size = f.requiredPositive("vocab_size");
   c.max_position_embeddings = f.positiveOr("max_position_embeddings", 2048);
-  c.rms_norm_eps = f.numberOr("rms_norm_eps", c.architecture == Architecture::Mixtral ? 1e-5 : 1e-6);
+  c.rms_norm_eps =
+      f.numberOr("rms_norm_eps", c.architecture == Architecture::Mixtral ? 1e-5 : 1e-6);
   if (c.rms_norm_eps <= 0) f.fail("rms_norm_eps", "must be positive");
   c.rope_theta = c.architecture == Architecture::Mixtral ? 1e6 : 10000.0;
   readRope(f, c);
@@ -236,16 +240,18 @@ void readBody(const Fields& f, ModelConfig& c) {
   }
   c.qk_norm = c.architecture == Architecture::Qwen3 || c.architecture == Architecture::Qwen3Moe;
   c.mlp_bias = f.boolOr("mlp_bias", false);
-  c.rope_interleave = c.architecture == Architecture::DeepseekV3 ? f.boolOr("rope_interleave", true)
-                                                                  : c.architecture == Architecture::DeepseekV2;
+  c.rope_interleave = c.architecture == Architecture::DeepseekV3
+                          ? f.boolOr("rope_interleave", true)
+                          : c.architecture == Architecture::DeepseekV2;
   const std::string act = f.optString("hidden_act").value_or("silu");
   if (act != "silu") {
     f.fail("hidden_act", "is \"" + act + "\"; Tandem's experts and MLPs implement \"silu\" only",
            "use a model with SiLU-gated MLPs");
   }
   if (mla) {
-    c.q_lora_rank = f.has("q_lora_rank") ? std::optional(f.positive("q_lora_rank", f.optInt("q_lora_rank")))
-                                         : std::nullopt;
+    c.q_lora_rank = f.has("q_lora_rank")
+                        ? std::optional(f.positive("q_lora_rank", f.optInt("q_lora_rank")))
+                        : std::nullopt;
     c.kv_lora_rank = f.requiredPositive("kv_lora_rank");
     c.qk_rope_head_dim = f.requiredPositive("qk_rope_head_dim");
     c.qk_nope_head_dim = f.requiredPositive("qk_nope_head_dim");
@@ -255,9 +261,9 @@ void readBody(const Fields& f, ModelConfig& c) {
     c.head_dim = f.positive("head_dim", f.optInt("head_dim"));
   } else {
     if (c.hidden_size % c.num_attention_heads != 0) {
-      f.fail("hidden_size", "(" + std::to_string(c.hidden_size) +
-                                ") is not divisible by num_attention_heads (" +
-                                std::to_string(c.num_attention_heads) + ") and head_dim is absent",
+      f.fail("hidden_size",
+             "(" + std::to_string(c.hidden_size) + ") is not divisible by num_attention_heads (" +
+                 std::to_string(c.num_attention_heads) + ") and head_dim is absent",
              "add \"head_dim\" to the config or fix the sizes");
     }
     c.head_dim = c.hidden_size / c.num_attention_heads;
@@ -274,8 +280,12 @@ std::optional<int64_t> readExpertCount(const Fields& f, Architecture arch, const
   std::array<const char*, 3> keys{};
   switch (arch) {
     case Architecture::DeepseekV2:
-    case Architecture::DeepseekV3: keys = {"n_routed_experts", "num_local_experts", "num_experts"}; break;
-    case Architecture::Mixtral: keys = {"num_local_experts", "num_experts", "n_routed_experts"}; break;
+    case Architecture::DeepseekV3:
+      keys = {"n_routed_experts", "num_local_experts", "num_experts"};
+      break;
+    case Architecture::Mixtral:
+      keys = {"num_local_experts", "num_experts", "n_routed_experts"};
+      break;
     default: keys = {"num_experts", "num_local_experts", "n_routed_experts"}; break;
   }
   for (const char* candidate : keys) {
@@ -294,18 +304,27 @@ void readDeepseekMoe(const Fields& f, ModelConfig& c, const char* experts_key) {
   const bool v3 = c.architecture == Architecture::DeepseekV3;
   c.n_shared_experts = asInt(f, "n_shared_experts", f.nonNegativeOr("n_shared_experts", 0));
   c.norm_topk_prob = f.boolOr("norm_topk_prob", v3);
-  c.first_k_dense_replace = asInt(f, "first_k_dense_replace", f.nonNegativeOr("first_k_dense_replace", v3 ? 3 : 0));
+  c.first_k_dense_replace =
+      asInt(f, "first_k_dense_replace", f.nonNegativeOr("first_k_dense_replace", v3 ? 3 : 0));
   c.moe_layer_freq = asInt(f, "moe_layer_freq", f.positiveOr("moe_layer_freq", 1));
   c.routed_scaling_factor = f.numberOr("routed_scaling_factor", v3 ? 2.5 : 1.0);
   std::string scoring = f.optString("scoring_func").value_or(v3 ? "sigmoid" : "softmax");
-  if (scoring == "softmax") c.scoring_func = ScoringFunc::Softmax;
-  else if (scoring == "sigmoid") c.scoring_func = ScoringFunc::Sigmoid;
-  else f.fail("scoring_func", "is \"" + scoring + "\"; expected softmax or sigmoid");
+  if (scoring == "softmax")
+    c.scoring_func = ScoringFunc::Softmax;
+  else if (scoring == "sigmoid")
+    c.scoring_func = ScoringFunc::Sigmoid;
+  else
+    f.fail("scoring_func", "is \"" + scoring + "\"; expected softmax or sigmoid");
   std::string method = f.optString("topk_method").value_or(v3 ? "noaux_tc" : "greedy");
-  if (method == "greedy") c.topk_method = TopkMethod::Greedy;
-  else if (method == "group_limited_greedy") c.topk_method = TopkMethod::GroupLimitedGreedy;
-  else if (method == "noaux_tc") c.topk_method = TopkMethod::NoauxTc;
-  else f.fail("topk_method", "is \"" + method + "\"; expected greedy, group_limited_greedy or noaux_tc");
+  if (method == "greedy")
+    c.topk_method = TopkMethod::Greedy;
+  else if (method == "group_limited_greedy")
+    c.topk_method = TopkMethod::GroupLimitedGreedy;
+  else if (method == "noaux_tc")
+    c.topk_method = TopkMethod::NoauxTc;
+  else
+    f.fail("topk_method",
+           "is \"" + method + "\"; expected greedy, group_limited_greedy or noaux_tc");
   // transformers' DeepseekV3Config defaults n_group=8, topk_group=4; V2 has no default.
   // 0 stands for "absent" here; present values must be positive.
   int64_t n_group = f.has("n_group") ? f.positive("n_group", f.optInt("n_group")) : (v3 ? 8 : 0);
@@ -333,23 +352,24 @@ void readMoe(const Fields& f, ModelConfig& c) {
   std::optional<int64_t> num_experts = readExpertCount(f, arch, &experts_key);
   if (!num_experts) f.fail(experts_key, "is missing (required for " + c.model_type + ")");
   c.num_experts = asInt(f, experts_key, f.positive(experts_key, num_experts));
-  c.num_experts_per_tok = asInt(f, "num_experts_per_tok", f.requiredPositive("num_experts_per_tok"));
+  c.num_experts_per_tok =
+      asInt(f, "num_experts_per_tok", f.requiredPositive("num_experts_per_tok"));
   if (c.num_experts_per_tok > c.num_experts) {
     f.fail("num_experts_per_tok", "(" + std::to_string(c.num_experts_per_tok) +
                                       ") is larger than the number of experts (" +
                                       std::to_string(c.num_experts) + ")");
   }
-  c.moe_intermediate_size = arch == Architecture::Mixtral ? c.intermediate_size
-                                                          : f.requiredPositive("moe_intermediate_size");
+  c.moe_intermediate_size = arch == Architecture::Mixtral
+                                ? c.intermediate_size
+                                : f.requiredPositive("moe_intermediate_size");
   c.router_aux_loss_coef = f.numberOr("router_aux_loss_coef", f.numberOr("aux_loss_alpha", 0.001));
   if (arch == Architecture::Mixtral) {
     c.norm_topk_prob = true;  // Mixtral renormalises the top-k softmax weights by construction
     return;
   }
   if (!deepseek) {
-    c.shared_expert_intermediate_size = arch == Architecture::Qwen2Moe
-                                            ? f.nonNegativeOr("shared_expert_intermediate_size", 0)
-                                            : 0;
+    c.shared_expert_intermediate_size =
+        arch == Architecture::Qwen2Moe ? f.nonNegativeOr("shared_expert_intermediate_size", 0) : 0;
     c.norm_topk_prob = f.boolOr("norm_topk_prob", false);
     c.decoder_sparse_step = asInt(f, "decoder_sparse_step", f.positiveOr("decoder_sparse_step", 1));
     for (int64_t layer : f.intList("mlp_only_layers")) {
@@ -362,7 +382,9 @@ void readMoe(const Fields& f, ModelConfig& c) {
 
 }  // namespace
 
-std::string_view architectureName(Architecture arch) { return kModelTypes[static_cast<size_t>(arch)]; }
+std::string_view architectureName(Architecture arch) {
+  return kModelTypes[static_cast<size_t>(arch)];
+}
 std::span<const std::string_view> supportedModelTypes() { return kModelTypes; }
 std::string_view ropeTypeName(RopeType type) { return kRopeTypes[static_cast<size_t>(type)]; }
 
@@ -388,7 +410,8 @@ bool ModelConfig::isMoeLayer(int layer) const {
   switch (architecture) {
     case Architecture::Qwen2Moe:
     case Architecture::Qwen3Moe:  // Qwen3MoeDecoderLayer.__init__
-      return std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end() &&
+      return std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) ==
+                 mlp_only_layers.end() &&
              (layer + 1) % decoder_sparse_step == 0;
     case Architecture::DeepseekV2:
     case Architecture::DeepseekV3:  // DeepseekV3DecoderLayer (remote code adds moe_layer_freq)
@@ -431,16 +454,19 @@ ModelConfig parseModelConfig(std::string_view json_text, const std::string& labe
 ModelConfig readModelConfig(const std::filesystem::path& path) {
   if (isGgufPath(path)) {
     const std::unique_ptr<GgufModel> gguf = GgufModel::open(path);
-    ModelConfig config = parseModelConfig(gguf->configJson(), gguf->path().string() + " (its metadata as config.json)");
+    ModelConfig config = parseModelConfig(gguf->configJson(),
+                                          gguf->path().string() + " (its metadata as config.json)");
     config.source = gguf->path();
     return config;
   }
   std::error_code ec;
-  std::filesystem::path file = std::filesystem::is_directory(path, ec) ? path / "config.json" : path;
+  std::filesystem::path file =
+      std::filesystem::is_directory(path, ec) ? path / "config.json" : path;
   std::ifstream in(file, std::ios::binary);
   if (!in) {
     throw Error("cannot read " + file.string() + ": " +
-                    (std::filesystem::exists(file, ec) ? "permission denied or not a file" : "no such file"),
+                    (std::filesystem::exists(file, ec) ? "permission denied or not a file"
+                                                       : "no such file"),
                 "pass a Hugging Face model directory that contains config.json");
   }
   std::ostringstream text;

@@ -19,10 +19,17 @@
 namespace tandem::io {
 
 enum class Architecture : uint8_t {
-  Qwen3Moe, Qwen2Moe, DeepseekV2, DeepseekV3, Mixtral, Llama, Qwen2, Qwen3
+  Qwen3Moe,
+  Qwen2Moe,
+  DeepseekV2,
+  DeepseekV3,
+  Mixtral,
+  Llama,
+  Qwen2,
+  Qwen3
 };
 
-std::string_view architectureName(Architecture arch);   // the model_type spelling
+std::string_view architectureName(Architecture arch);     // the model_type spelling
 std::span<const std::string_view> supportedModelTypes();  // in Architecture order
 
 // transformers' ROPE_INIT_FUNCTIONS keys ("default" when there is no scaling).
@@ -90,20 +97,20 @@ struct ModelConfig {
   // Mixture of experts (0 / defaults for dense models).
   int num_experts = 0;  // qwen: num_experts; deepseek: n_routed_experts; mixtral: num_local_experts
   int num_experts_per_tok = 0;
-  int64_t moe_intermediate_size = 0;             // width of one routed expert
-  int64_t shared_expert_intermediate_size = 0;   // qwen2_moe (one shared expert of this width)
-  int n_shared_experts = 0;                      // deepseek (width n * moe_intermediate_size)
+  int64_t moe_intermediate_size = 0;            // width of one routed expert
+  int64_t shared_expert_intermediate_size = 0;  // qwen2_moe (one shared expert of this width)
+  int n_shared_experts = 0;                     // deepseek (width n * moe_intermediate_size)
   bool norm_topk_prob = false;
-  int decoder_sparse_step = 1;                   // qwen
-  std::vector<int> mlp_only_layers;              // qwen
-  int first_k_dense_replace = 0;                 // deepseek
-  int moe_layer_freq = 1;                        // deepseek
-  double routed_scaling_factor = 1.0;            // deepseek
+  int decoder_sparse_step = 1;         // qwen
+  std::vector<int> mlp_only_layers;    // qwen
+  int first_k_dense_replace = 0;       // deepseek
+  int moe_layer_freq = 1;              // deepseek
+  double routed_scaling_factor = 1.0;  // deepseek
   ScoringFunc scoring_func = ScoringFunc::Softmax;
   TopkMethod topk_method = TopkMethod::Greedy;
-  std::optional<int> n_group;                    // deepseek group-limited routing
+  std::optional<int> n_group;  // deepseek group-limited routing
   std::optional<int> topk_group;
-  double router_aux_loss_coef = 0.0;             // read only: Tandem does not train routers yet
+  double router_aux_loss_coef = 0.0;  // read only: Tandem does not train routers yet
 
   // Multi-head latent attention (deepseek_v2 / v3).
   std::optional<int64_t> q_lora_rank;  // nullopt: q is one dense projection (DeepSeek-V2-Lite)

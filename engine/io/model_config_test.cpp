@@ -1,9 +1,9 @@
 #include "engine/io/model_config.h"
 
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <functional>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
@@ -248,8 +248,9 @@ TEST_P(BothForms, Qwen2AndQwen3) {
   EXPECT_EQ(c3.head_dim, 128);
 }
 
-INSTANTIATE_TEST_SUITE_P(ModelConfig, BothForms, ::testing::Bool(),
-                         [](const auto& param_info) { return param_info.param ? "transformers5" : "classic"; });
+INSTANTIATE_TEST_SUITE_P(ModelConfig, BothForms, ::testing::Bool(), [](const auto& param_info) {
+  return param_info.param ? "transformers5" : "classic";
+});
 
 // Verbatim (abridged) from what transformers 5.17 save_pretrained wrote for a tiny deepseek_v3.
 TEST(ModelConfig, Transformers5DeepseekV3Verbatim) {
@@ -282,7 +283,8 @@ TEST(ModelConfig, IsMoeLayerQwen) {
   ModelConfig c = parse(j);
   // (layer + 1) % 2 == 0 -> 1, 3, 5, 7; layer 3 is forced dense.
   std::vector<int> moe;
-  for (int layer = 0; layer < 8; ++layer) if (c.isMoeLayer(layer)) moe.push_back(layer);
+  for (int layer = 0; layer < 8; ++layer)
+    if (c.isMoeLayer(layer)) moe.push_back(layer);
   EXPECT_EQ(moe, (std::vector<int>{1, 5, 7}));
   EXPECT_FALSE(c.isMoeLayer(-1));
   EXPECT_FALSE(c.isMoeLayer(8));
@@ -296,7 +298,8 @@ TEST(ModelConfig, IsMoeLayerDeepseek) {
   ModelConfig c = parse(j);
   // layer >= 2 and layer % 3 == 0 -> 3, 6, 9
   std::vector<int> moe;
-  for (int layer = 0; layer < 10; ++layer) if (c.isMoeLayer(layer)) moe.push_back(layer);
+  for (int layer = 0; layer < 10; ++layer)
+    if (c.isMoeLayer(layer)) moe.push_back(layer);
   EXPECT_EQ(moe, (std::vector<int>{3, 6, 9}));
 }
 
@@ -330,10 +333,18 @@ struct BadConfig {
 
 std::vector<BadConfig> badConfigs() {
   auto with = [](Json base, const char* key, Json value) {
-    return [base, key, value]() { Json j = base; j[key] = value; return j; };
+    return [base, key, value]() {
+      Json j = base;
+      j[key] = value;
+      return j;
+    };
   };
   auto without = [](Json base, const char* key) {
-    return [base, key]() { Json j = base; j.erase(key); return j; };
+    return [base, key]() {
+      Json j = base;
+      j.erase(key);
+      return j;
+    };
   };
   Json q3 = qwen3MoeClassic();
   Json ds = deepseekV3Classic();
@@ -344,29 +355,46 @@ std::vector<BadConfig> badConfigs() {
       {"missing_kv_lora_rank", without(ds, "kv_lora_rank"), {"'kv_lora_rank'"}},
       {"string_size", with(q3, "hidden_size", "2048"), {"'hidden_size'", "integer"}},
       {"float_size", with(q3, "num_hidden_layers", 2.5), {"'num_hidden_layers'", "integer"}},
-      {"bool_as_string", with(q3, "tie_word_embeddings", "no"), {"'tie_word_embeddings'", "true or false"}},
+      {"bool_as_string",
+       with(q3, "tie_word_embeddings", "no"),
+       {"'tie_word_embeddings'", "true or false"}},
       {"list_type", with(q3, "mlp_only_layers", "0,1"), {"'mlp_only_layers'", "list"}},
       {"zero_layers", with(q3, "num_hidden_layers", 0), {"'num_hidden_layers'", "positive"}},
       {"negative_vocab", with(q3, "vocab_size", -5), {"'vocab_size'", "positive"}},
       {"zero_experts", with(q3, "num_experts", 0), {"'num_experts'", "positive"}},
       {"indivisible_heads",
-       [] { Json j = mixtralClassic(); j["hidden_size"] = 4000; j["num_attention_heads"] = 48;
-            j["num_key_value_heads"] = 8; return j; },
+       [] {
+         Json j = mixtralClassic();
+         j["hidden_size"] = 4000;
+         j["num_attention_heads"] = 48;
+         j["num_key_value_heads"] = 8;
+         return j;
+       },
        {"'hidden_size'", "not divisible", "head_dim"}},
-      {"kv_heads_do_not_divide", with(q3, "num_key_value_heads", 5), {"'num_key_value_heads'", "divide"}},
-      {"topk_above_experts", with(q3, "num_experts_per_tok", 129), {"'num_experts_per_tok'", "larger"}},
+      {"kv_heads_do_not_divide",
+       with(q3, "num_key_value_heads", 5),
+       {"'num_key_value_heads'", "divide"}},
+      {"topk_above_experts",
+       with(q3, "num_experts_per_tok", 129),
+       {"'num_experts_per_tok'", "larger"}},
       {"topk_group_above_n_group", with(ds, "topk_group", 9), {"'topk_group'", "n_group"}},
-      {"experts_not_divisible_by_groups", with(ds, "n_group", 7), {"'n_routed_experts'", "n_group"}},
-      {"unsupported_model_type", with(q3, "model_type", "gpt_oss"),
+      {"experts_not_divisible_by_groups",
+       with(ds, "n_group", 7),
+       {"'n_routed_experts'", "n_group"}},
+      {"unsupported_model_type",
+       with(q3, "model_type", "gpt_oss"),
        {"'model_type'", "gpt_oss", "qwen3_moe", "deepseek_v3", "mixtral", "llama"}},
-      {"unknown_rope_type", with(llama3Classic(), "rope_scaling", Json{{"rope_type", "ntk_magic"}, {"factor", 2.0}}),
+      {"unknown_rope_type",
+       with(llama3Classic(), "rope_scaling", Json{{"rope_type", "ntk_magic"}, {"factor", 2.0}}),
        {"'rope_scaling.rope_type'", "ntk_magic", "yarn"}},
-      {"unknown_rope_type_v5", with(q3, "rope_parameters", Json{{"rope_type", "weird"}}),
+      {"unknown_rope_type_v5",
+       with(q3, "rope_parameters", Json{{"rope_type", "weird"}}),
        {"'rope_parameters.rope_type'", "weird"}},
       {"rope_not_object", with(q3, "rope_scaling", 3), {"'rope_scaling'", "object"}},
       {"bad_scoring_func", with(ds, "scoring_func", "relu"), {"'scoring_func'", "relu"}},
       {"bad_topk_method", with(ds, "topk_method", "beam"), {"'topk_method'", "beam"}},
-      {"quant_without_method", with(ds, "quantization_config", Json{{"fmt", "e4m3"}}),
+      {"quant_without_method",
+       with(ds, "quantization_config", Json{{"fmt", "e4m3"}}),
        {"'quantization_config.quant_method'"}},
   };
 }
@@ -381,7 +409,8 @@ TEST(ModelConfig, BadConfigsGiveTheIntendedError) {
       std::string text = e.what();
       EXPECT_NE(text.find("/models/x/config.json"), std::string::npos) << text;
       for (const char* expected : bad.expected) {
-        EXPECT_NE(text.find(expected), std::string::npos) << "'" << expected << "' not in: " << text;
+        EXPECT_NE(text.find(expected), std::string::npos)
+            << "'" << expected << "' not in: " << text;
       }
     }
   }

@@ -50,10 +50,12 @@ TensorClass classifyLayerTensor(std::string_view rest) {
   // qwen2_moe: shared_expert.* and its sigmoid shared_expert_gate (which only scales the shared
   // expert, so it is counted with it); deepseek: shared_experts.*.
   if (startsWith(mlp, "shared_expert")) return param(ParamCategory::SharedExperts);
-  // Router: "gate.weight" (qwen, deepseek, mixtral) and deepseek-v3's "gate.e_score_correction_bias"
-  // (a persistent buffer in transformers, but part of the routing math). Not gate_proj.
+  // Router: "gate.weight" (qwen, deepseek, mixtral) and deepseek-v3's
+  // "gate.e_score_correction_bias" (a persistent buffer in transformers, but part of the routing
+  // math). Not gate_proj.
   if (startsWith(mlp, "gate.") || startsWith(mlp, "router.")) return param(ParamCategory::Router);
-  if (startsWith(mlp, "gate_proj.") || startsWith(mlp, "up_proj.") || startsWith(mlp, "down_proj.")) {
+  if (startsWith(mlp, "gate_proj.") || startsWith(mlp, "up_proj.") ||
+      startsWith(mlp, "down_proj.")) {
     return param(ParamCategory::DenseMlp);
   }
   return kUnrecognised;
@@ -142,7 +144,8 @@ ModelSummary summarizeGguf(const std::filesystem::path& path) {
   for (const auto& [name, source] : gguf->tensors()) {
     records.push_back({name, io::DType::F32, source.shape});
     std::string type(io::ggmlTypeName(source.tensor->type));
-    std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return std::toupper(c); });
+    std::transform(type.begin(), type.end(), type.begin(),
+                   [](unsigned char c) { return std::toupper(c); });
     by_type[type] += numel(source.shape);
   }
   for (const std::string& name : gguf->unmapped()) {

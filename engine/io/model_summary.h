@@ -27,7 +27,15 @@
 namespace tandem::io {
 
 enum class ParamCategory : uint8_t {
-  Embeddings, Attention, RoutedExperts, SharedExperts, DenseMlp, Router, Norms, LmHead, Other
+  Embeddings,
+  Attention,
+  RoutedExperts,
+  SharedExperts,
+  DenseMlp,
+  Router,
+  Norms,
+  LmHead,
+  Other
 };
 inline constexpr size_t kParamCategoryCount = 9;
 // snake_case key as used in `tandem inspect --json` ("routed_experts", ...).

@@ -1,8 +1,8 @@
 #include "engine/io/model_summary.h"
 
-#include <fstream>
-
 #include <gtest/gtest.h>
+
+#include <fstream>
 
 #include "engine/core/error.h"
 #include "engine/io/safetensors.h"
@@ -37,22 +37,32 @@ TEST(ModelSummary, ClassifiesHfNames) {
       {"model.layers.0.input_layernorm.weight", ParamCategory::Norms, TensorRole::Parameter},
       {"model.layers.0.self_attn.q_proj.weight", ParamCategory::Attention, TensorRole::Parameter},
       {"model.layers.0.self_attn.q_proj.bias", ParamCategory::Attention, TensorRole::Parameter},
-      {"model.layers.0.self_attn.kv_a_proj_with_mqa.weight", ParamCategory::Attention, TensorRole::Parameter},
-      {"model.layers.0.self_attn.kv_a_layernorm.weight", ParamCategory::Norms, TensorRole::Parameter},
+      {"model.layers.0.self_attn.kv_a_proj_with_mqa.weight", ParamCategory::Attention,
+       TensorRole::Parameter},
+      {"model.layers.0.self_attn.kv_a_layernorm.weight", ParamCategory::Norms,
+       TensorRole::Parameter},
       {"model.layers.0.self_attn.q_norm.weight", ParamCategory::Norms, TensorRole::Parameter},
       {"model.layers.0.mlp.gate_proj.weight", ParamCategory::DenseMlp, TensorRole::Parameter},
       {"model.layers.0.mlp.down_proj.weight", ParamCategory::DenseMlp, TensorRole::Parameter},
-      {"model.layers.1.mlp.experts.3.gate_proj.weight", ParamCategory::RoutedExperts, TensorRole::Parameter},
-      {"model.layers.1.mlp.experts.gate_up_proj", ParamCategory::RoutedExperts, TensorRole::Parameter},
+      {"model.layers.1.mlp.experts.3.gate_proj.weight", ParamCategory::RoutedExperts,
+       TensorRole::Parameter},
+      {"model.layers.1.mlp.experts.gate_up_proj", ParamCategory::RoutedExperts,
+       TensorRole::Parameter},
       {"model.layers.1.mlp.experts.down_proj", ParamCategory::RoutedExperts, TensorRole::Parameter},
-      {"model.layers.1.block_sparse_moe.experts.7.w2.weight", ParamCategory::RoutedExperts, TensorRole::Parameter},
+      {"model.layers.1.block_sparse_moe.experts.7.w2.weight", ParamCategory::RoutedExperts,
+       TensorRole::Parameter},
       {"model.layers.1.block_sparse_moe.gate.weight", ParamCategory::Router, TensorRole::Parameter},
       {"model.layers.1.mlp.gate.weight", ParamCategory::Router, TensorRole::Parameter},
-      {"model.layers.1.mlp.gate.e_score_correction_bias", ParamCategory::Router, TensorRole::Parameter},
-      {"model.layers.1.mlp.shared_experts.up_proj.weight", ParamCategory::SharedExperts, TensorRole::Parameter},
-      {"model.layers.1.mlp.shared_expert.up_proj.weight", ParamCategory::SharedExperts, TensorRole::Parameter},
-      {"model.layers.1.mlp.shared_expert_gate.weight", ParamCategory::SharedExperts, TensorRole::Parameter},
-      {"model.layers.1.mlp.experts.0.up_proj.weight_scale_inv", ParamCategory::Other, TensorRole::QuantScale},
+      {"model.layers.1.mlp.gate.e_score_correction_bias", ParamCategory::Router,
+       TensorRole::Parameter},
+      {"model.layers.1.mlp.shared_experts.up_proj.weight", ParamCategory::SharedExperts,
+       TensorRole::Parameter},
+      {"model.layers.1.mlp.shared_expert.up_proj.weight", ParamCategory::SharedExperts,
+       TensorRole::Parameter},
+      {"model.layers.1.mlp.shared_expert_gate.weight", ParamCategory::SharedExperts,
+       TensorRole::Parameter},
+      {"model.layers.1.mlp.experts.0.up_proj.weight_scale_inv", ParamCategory::Other,
+       TensorRole::QuantScale},
       {"model.layers.1.self_attn.rotary_emb.inv_freq", ParamCategory::Other, TensorRole::Buffer},
       {"model.layers.2.mlp.experts.0.up_proj.weight", ParamCategory::Other, TensorRole::ExtraLayer},
       {"model.layers.x.mlp.gate.weight", ParamCategory::Other, TensorRole::Unrecognised},
@@ -102,7 +112,9 @@ std::vector<TensorRecord> tinyDeepseekTensors(bool fused) {
   t.push_back({"model.layers.1.mlp.gate.weight", DType::BF16, {4, 8}});
   t.push_back({"model.layers.1.mlp.gate.e_score_correction_bias", DType::F32, {4}});
   for (const char* proj : {"gate_proj", "up_proj"}) {
-    t.push_back({std::string("model.layers.1.mlp.shared_experts.") + proj + ".weight", DType::BF16, {4, 8}});
+    t.push_back({std::string("model.layers.1.mlp.shared_experts.") + proj + ".weight",
+                 DType::BF16,
+                 {4, 8}});
   }
   t.push_back({"model.layers.1.mlp.shared_experts.down_proj.weight", DType::BF16, {8, 4}});
   return t;
@@ -148,7 +160,8 @@ TEST(ModelSummary, ScalesExtraLayersAndUnknownNamesGoToOther) {
   EXPECT_EQ(s.unrecognised_tensors.front(), "model.extra_10.weight");
   EXPECT_EQ(s.parameters[ParamCategory::Other], 2 + 128 + 24);
   // Other is not active: only the routed experts are scaled down.
-  EXPECT_EQ(s.active_parameters, s.parameters.total() - s.parameters[ParamCategory::Other] - 384 + 192);
+  EXPECT_EQ(s.active_parameters,
+            s.parameters.total() - s.parameters[ParamCategory::Other] - 384 + 192);
 }
 
 TEST(ModelSummary, DenseModelHasNoRoutedExperts) {

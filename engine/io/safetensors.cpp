@@ -3,11 +3,10 @@
 
 #include "engine/io/safetensors.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string_view>
 
@@ -68,7 +67,8 @@ std::map<std::string, std::string> readWeightMap(const fs::path& index_path) {
     }
     const std::string& shard_name = shard.get_ref<const std::string&>();
     if (!isSafeShardName(shard_name)) {
-      throw Error(quoted(index_path) + ": tensor \"" + tensor + "\" points to shard \"" + shard_name +
+      throw Error(quoted(index_path) + ": tensor \"" + tensor + "\" points to shard \"" +
+                      shard_name +
                       "\", which is not a plain file name (no '/', '\\' or '..' allowed)",
                   "shards must sit next to the index file; fix or re-download the index");
     }
@@ -153,8 +153,10 @@ std::string buildHeader(const fs::path& path, std::span<const TensorToWrite> ten
   try {
     text = header.dump();
   } catch (const nlohmann::json::exception& e) {
-    throw Error("cannot write " + quoted(path) + ": a tensor name or metadata entry is not valid "
-                "UTF-8 (" + e.what() + ")");
+    throw Error("cannot write " + quoted(path) +
+                ": a tensor name or metadata entry is not valid "
+                "UTF-8 (" +
+                e.what() + ")");
   }
   text.append((8 - text.size() % 8) % 8, ' ');
   return text;
@@ -222,15 +224,16 @@ SafetensorsModel SafetensorsModel::open(const fs::path& dir_or_file) {
     throw Error("model path " + quoted(dir_or_file) + " does not exist",
                 "check the path to the model directory or .safetensors file");
   }
-  const bool is_index = fs::is_regular_file(status) &&
-                        dir_or_file.filename().string().ends_with(".index.json");
+  const bool is_index =
+      fs::is_regular_file(status) && dir_or_file.filename().string().ends_with(".index.json");
   const fs::path dir = fs::is_directory(status) ? dir_or_file : dir_or_file.parent_path();
   const fs::path index_path = is_index ? dir_or_file : dir / kIndexFileName;
 
   if (!is_index && (fs::is_regular_file(status) || !fs::is_regular_file(index_path))) {
     const fs::path single = fs::is_regular_file(status) ? dir_or_file : findSingleFile(dir);
     model.files_.push_back(std::make_unique<SafetensorsFile>(SafetensorsFile::open(single)));
-    for (const TensorInfo& info : model.files_.back()->header().tensors) model.owner_[info.name] = 0;
+    for (const TensorInfo& info : model.files_.back()->header().tensors)
+      model.owner_[info.name] = 0;
     return model;
   }
 
@@ -253,9 +256,9 @@ SafetensorsModel SafetensorsModel::open(const fs::path& dir_or_file) {
     for (const TensorInfo& info : model.files_[i]->header().tensors) {
       const auto [it, inserted] = model.owner_.emplace(info.name, i);
       if (!inserted) {
-        throw Error("tensor \"" + info.name + "\" appears in two shards: " +
-                        quoted(model.files_[it->second]->path()) + " and " +
-                        quoted(model.files_[i]->path()),
+        throw Error("tensor \"" + info.name +
+                        "\" appears in two shards: " + quoted(model.files_[it->second]->path()) +
+                        " and " + quoted(model.files_[i]->path()),
                     "the shards come from different exports; re-download the model");
       }
     }
@@ -289,7 +292,8 @@ const TensorInfo* SafetensorsModel::find(const std::string& name) const {
 TensorView SafetensorsModel::view(const std::string& name) const {
   const auto it = owner_.find(name);
   if (it == owner_.end()) {
-    const std::string where = files_.empty() ? std::string("the model") : quoted(files_.front()->path().parent_path());
+    const std::string where =
+        files_.empty() ? std::string("the model") : quoted(files_.front()->path().parent_path());
     throw Error("model in " + where + " has no tensor \"" + name + "\"",
                 "check the tensor name; `tandem inspect` lists what the model holds");
   }
@@ -308,7 +312,8 @@ void writeSafetensors(const fs::path& path, std::span<const TensorToWrite> tenso
                       const std::map<std::string, std::string>& metadata) {
   const std::string header = buildHeader(path, tensors, metadata);
   std::array<unsigned char, 8> length_prefix{};
-  for (size_t i = 0; i < 8; ++i) length_prefix[i] = static_cast<unsigned char>(header.size() >> (8 * i));
+  for (size_t i = 0; i < 8; ++i)
+    length_prefix[i] = static_cast<unsigned char>(header.size() >> (8 * i));
   writeFileAtomically(path, [&](std::FILE* out) {
     std::fwrite(length_prefix.data(), 1, length_prefix.size(), out);
     std::fwrite(header.data(), 1, header.size(), out);

@@ -14,11 +14,10 @@
 //  - duplicate keys in the JSON object are rejected (plain JSON parsers silently keep one of
 //    them, which would let two readers see different tensors in the same file).
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <string_view>
@@ -63,13 +62,13 @@ size_t findInvalidUtf8(std::span<const std::byte> bytes) {
     } else if (c >= 0xE0 && c <= 0xEF) {
       if (!is_cont(i + 1) || !is_cont(i + 2)) return i;
       const uint8_t c1 = at(i + 1);
-      if (c == 0xE0 && c1 < 0xA0) return i;  // overlong
+      if (c == 0xE0 && c1 < 0xA0) return i;   // overlong
       if (c == 0xED && c1 >= 0xA0) return i;  // UTF-16 surrogate
       i += 3;
     } else if (c >= 0xF0 && c <= 0xF4) {
       if (!is_cont(i + 1) || !is_cont(i + 2) || !is_cont(i + 3)) return i;
       const uint8_t c1 = at(i + 1);
-      if (c == 0xF0 && c1 < 0x90) return i;  // overlong
+      if (c == 0xF0 && c1 < 0x90) return i;   // overlong
       if (c == 0xF4 && c1 >= 0x90) return i;  // above U+10FFFF
       i += 4;
     } else {
@@ -81,7 +80,8 @@ size_t findInvalidUtf8(std::span<const std::byte> bytes) {
 
 json parseJson(std::span<const std::byte> header_json, const std::string& label) {
   if (size_t bad = findInvalidUtf8(header_json); bad != std::string_view::npos) {
-    fail(label, "header is not valid UTF-8 (bad byte at header offset " + std::to_string(bad) + ")");
+    fail(label,
+         "header is not valid UTF-8 (bad byte at header offset " + std::to_string(bad) + ")");
   }
   const char* first = reinterpret_cast<const char*>(header_json.data());
   const char* last = first + header_json.size();
@@ -89,12 +89,11 @@ json parseJson(std::span<const std::byte> header_json, const std::string& label)
   // Track keys of the top-level object to reject duplicates (depth 1 = keys of the root).
   std::set<std::string> top_level_keys;
   std::string duplicate;
-  const json::parser_callback_t on_event = [&](int depth, json::parse_event_t event,
-                                               json& parsed) {
+  const json::parser_callback_t on_event = [&](int depth, json::parse_event_t event, json& parsed) {
     // A valid header nests at most root -> entry -> shape array (containers start at depth 0..2).
     // Stopping deeper nesting early keeps a hostile 100 MB "[[[[..." from costing gigabytes.
-    const bool container_start = event == json::parse_event_t::object_start ||
-                                 event == json::parse_event_t::array_start;
+    const bool container_start =
+        event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
     if (container_start && depth >= kMaxContainerDepth) {
       fail(label, "header JSON is nested too deeply for a safetensors header");
     }
@@ -150,8 +149,9 @@ std::optional<uint64_t> nonNegativeInteger(const json& value) {
 std::vector<int64_t> parseShape(const json& value, const std::string& label,
                                 const std::string& name) {
   if (!value.is_array()) {
-    failTensor(label, name, std::string("\"shape\" must be an array of non-negative integers, not a JSON ") +
-                                value.type_name());
+    failTensor(label, name,
+               std::string("\"shape\" must be an array of non-negative integers, not a JSON ") +
+                   value.type_name());
   }
   std::vector<int64_t> shape;
   shape.reserve(value.size());
@@ -159,10 +159,11 @@ std::vector<int64_t> parseShape(const json& value, const std::string& label,
     const std::optional<uint64_t> size = nonNegativeInteger(dim);
     if (!size) {
       const bool negative = dim.is_number_integer() && !dim.is_number_unsigned();
-      failTensor(label, name,
-                 negative ? "\"shape\" has a negative dimension"
-                          : std::string("\"shape\" entries must be non-negative integers (found a JSON ") +
-                                dim.type_name() + ")");
+      failTensor(
+          label, name,
+          negative ? "\"shape\" has a negative dimension"
+                   : std::string("\"shape\" entries must be non-negative integers (found a JSON ") +
+                         dim.type_name() + ")");
     }
     shape.push_back(static_cast<int64_t>(*size));
   }
@@ -191,11 +192,13 @@ TensorInfo parseTensor(const std::string& name, const json& value, uint64_t data
                        const std::string& label) {
   if (name.empty()) fail(label, "header has an empty tensor name");
   if (!value.is_object()) {
-    failTensor(label, name, std::string("entry must be an object, not a JSON ") + value.type_name());
+    failTensor(label, name,
+               std::string("entry must be an object, not a JSON ") + value.type_name());
   }
   for (const auto& [key, unused] : value.items()) {
     if (key != "dtype" && key != "shape" && key != "data_offsets") {
-      failTensor(label, name, "unexpected field \"" + key + "\" (allowed: dtype, shape, data_offsets)");
+      failTensor(label, name,
+                 "unexpected field \"" + key + "\" (allowed: dtype, shape, data_offsets)");
     }
   }
   for (const char* key : {"dtype", "shape", "data_offsets"}) {
@@ -206,7 +209,8 @@ TensorInfo parseTensor(const std::string& name, const json& value, uint64_t data
   info.name = name;
   const json& dtype = value["dtype"];
   if (!dtype.is_string()) {
-    failTensor(label, name, std::string("\"dtype\" must be a string, not a JSON ") + dtype.type_name());
+    failTensor(label, name,
+               std::string("\"dtype\" must be a string, not a JSON ") + dtype.type_name());
   }
   const std::string& dtype_name = dtype.get_ref<const std::string&>();
   const std::optional<DType> parsed_dtype = parseDType(dtype_name);
@@ -221,25 +225,29 @@ TensorInfo parseTensor(const std::string& name, const json& value, uint64_t data
     end = nonNegativeInteger(offsets[1]);
   }
   if (!begin || !end) {
-    failTensor(label, name, "\"data_offsets\" must be an array of two non-negative integers [begin, end]");
+    failTensor(label, name,
+               "\"data_offsets\" must be an array of two non-negative integers [begin, end]");
   }
   if (*end < *begin) {
-    failTensor(label, name, "\"data_offsets\" end " + std::to_string(*end) + " is before begin " +
-                                std::to_string(*begin));
+    failTensor(label, name,
+               "\"data_offsets\" end " + std::to_string(*end) + " is before begin " +
+                   std::to_string(*begin));
   }
   info.begin = *begin;
   info.end = *end;
 
   const uint64_t expected_bytes = shapeBytes(info.shape, info.dtype, label, name);
   if (expected_bytes != info.byteSize()) {
-    failTensor(label, name, "shape and dtype need " + std::to_string(expected_bytes) +
-                                " bytes but data_offsets span " + std::to_string(info.byteSize()) +
-                                " bytes (size does not match)");
+    failTensor(label, name,
+               "shape and dtype need " + std::to_string(expected_bytes) +
+                   " bytes but data_offsets span " + std::to_string(info.byteSize()) +
+                   " bytes (size does not match)");
   }
   if (info.end > data_section_bytes) {
-    failTensor(label, name, "data_offsets end " + std::to_string(info.end) +
-                                " is past the end of the data section (" +
-                                std::to_string(data_section_bytes) + " bytes); the file may be truncated");
+    failTensor(label, name,
+               "data_offsets end " + std::to_string(info.end) +
+                   " is past the end of the data section (" + std::to_string(data_section_bytes) +
+                   " bytes); the file may be truncated");
   }
   return info;
 }
@@ -251,13 +259,14 @@ void checkTiling(const std::vector<TensorInfo>& sorted, uint64_t data_section_by
   const TensorInfo* previous = nullptr;
   for (const TensorInfo& info : sorted) {
     if (info.begin < position) {
-      failTensor(label, info.name, "bytes [" + std::to_string(info.begin) + ", " +
-                                       std::to_string(info.end) + ") overlap tensor \"" +
-                                       (previous ? previous->name : std::string()) + "\"");
+      failTensor(label, info.name,
+                 "bytes [" + std::to_string(info.begin) + ", " + std::to_string(info.end) +
+                     ") overlap tensor \"" + (previous ? previous->name : std::string()) + "\"");
     }
     if (info.begin > position) {
-      failTensor(label, info.name, "there is a gap of " + std::to_string(info.begin - position) +
-                                       " unused bytes before this tensor in the data section");
+      failTensor(label, info.name,
+                 "there is a gap of " + std::to_string(info.begin - position) +
+                     " unused bytes before this tensor in the data section");
     }
     position = info.end;
     previous = &info;
@@ -289,11 +298,12 @@ SafetensorsHeader parseSafetensorsHeader(std::span<const std::byte> header_json,
     }
   }
   // Zero-size tensors sort before a non-empty tensor at the same offset, so they tile too.
-  std::sort(header.tensors.begin(), header.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
-    if (a.begin != b.begin) return a.begin < b.begin;
-    if (a.end != b.end) return a.end < b.end;
-    return a.name < b.name;
-  });
+  std::sort(header.tensors.begin(), header.tensors.end(),
+            [](const TensorInfo& a, const TensorInfo& b) {
+              if (a.begin != b.begin) return a.begin < b.begin;
+              if (a.end != b.end) return a.end < b.end;
+              return a.name < b.name;
+            });
   checkTiling(header.tensors, data_section_bytes, label);
   return header;
 }

@@ -22,10 +22,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr DType kAllDTypes[] = {DType::F64,  DType::F32,     DType::F16,     DType::BF16,
-                                DType::F8_E4M3, DType::F8_E5M2, DType::I64,  DType::I32,
-                                DType::I16,  DType::I8,      DType::U64,     DType::U32,
-                                DType::U16,  DType::U8,      DType::Bool};
+constexpr DType kAllDTypes[] = {DType::F64,     DType::F32, DType::F16, DType::BF16, DType::F8_E4M3,
+                                DType::F8_E5M2, DType::I64, DType::I32, DType::I16,  DType::I8,
+                                DType::U64,     DType::U32, DType::U16, DType::U8,   DType::Bool};
 
 std::string u64le(uint64_t value) {
   std::string bytes(8, '\0');
@@ -99,7 +98,8 @@ TEST_F(SafetensorsTest, RoundTripEveryDTypeScalarAndZeroSize) {
     ASSERT_NE(view.info, nullptr);
     EXPECT_EQ(view.info->dtype, expected.dtype);
     EXPECT_EQ(view.info->shape, expected.shape);
-    EXPECT_EQ(static_cast<size_t>(view.info->numel()) * dtypeSize(expected.dtype), expected.bytes.size());
+    EXPECT_EQ(static_cast<size_t>(view.info->numel()) * dtypeSize(expected.dtype),
+              expected.bytes.size());
     ASSERT_EQ(view.bytes.size(), expected.bytes.size());
     EXPECT_EQ(0, std::memcmp(view.bytes.data(), expected.bytes.data(), expected.bytes.size()));
   }
@@ -135,7 +135,8 @@ TEST_F(SafetensorsTest, WriterRejectsWrongByteCount) {
     EXPECT_NE(std::string(e.what()).find("\"w\""), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(dir_ / "bad.safetensors"));
-  const TensorToWrite twice[] = {{"a", DType::U8, {}, {bytes.data(), 1}}, {"a", DType::U8, {}, {bytes.data(), 1}}};
+  const TensorToWrite twice[] = {{"a", DType::U8, {}, {bytes.data(), 1}},
+                                 {"a", DType::U8, {}, {bytes.data(), 1}}};
   EXPECT_THROW(writeSafetensors(dir_ / "dup.safetensors", twice), Error);
 }
 
@@ -163,65 +164,91 @@ std::vector<HostileCase> hostileCases() {
       {"header empty", fileBytes("", 0), "not valid JSON"},
       {"nesting too deep", fileBytes(header1("[[[[[[[[1]]]]]]]]"), 0), "nested too deeply"},
       {"entry not an object", fileBytes(header1("[1]"), 0), "must be an object"},
-      {"unknown dtype", fileBytes(header1(R"({"dtype":"F128","shape":[1],"data_offsets":[0,4]})"), 4),
+      {"unknown dtype",
+       fileBytes(header1(R"({"dtype":"F128","shape":[1],"data_offsets":[0,4]})"), 4),
        "unknown dtype"},
-      {"dtype not a string", fileBytes(header1(R"({"dtype":4,"shape":[1],"data_offsets":[0,4]})"), 4),
+      {"dtype not a string",
+       fileBytes(header1(R"({"dtype":4,"shape":[1],"data_offsets":[0,4]})"), 4),
        "\"dtype\" must be a string"},
       {"missing field", fileBytes(header1(R"({"dtype":"F32","shape":[1]})"), 4), "missing field"},
-      {"extra field", fileBytes(header1(R"({"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1})"), 4),
+      {"extra field",
+       fileBytes(header1(R"({"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1})"), 4),
        "unexpected field"},
-      {"negative offset", fileBytes(header1(R"({"dtype":"U8","shape":[4],"data_offsets":[-4,0]})"), 4),
+      {"negative offset",
+       fileBytes(header1(R"({"dtype":"U8","shape":[4],"data_offsets":[-4,0]})"), 4),
        "two non-negative integers"},
-      {"offsets as floats", fileBytes(header1(R"({"dtype":"F32","shape":[1],"data_offsets":[0.0,4.0]})"), 4),
+      {"offsets as floats",
+       fileBytes(header1(R"({"dtype":"F32","shape":[1],"data_offsets":[0.0,4.0]})"), 4),
        "two non-negative integers"},
-      {"offsets as strings", fileBytes(header1(R"({"dtype":"F32","shape":[1],"data_offsets":["0","4"]})"), 4),
+      {"offsets as strings",
+       fileBytes(header1(R"({"dtype":"F32","shape":[1],"data_offsets":["0","4"]})"), 4),
        "two non-negative integers"},
-      {"three offsets", fileBytes(header1(R"({"dtype":"F32","shape":[1],"data_offsets":[0,4,8]})"), 4),
+      {"three offsets",
+       fileBytes(header1(R"({"dtype":"F32","shape":[1],"data_offsets":[0,4,8]})"), 4),
        "two non-negative integers"},
-      {"end before begin", fileBytes(header1(R"({"dtype":"F32","shape":[1],"data_offsets":[8,4]})"), 8),
+      {"end before begin",
+       fileBytes(header1(R"({"dtype":"F32","shape":[1],"data_offsets":[8,4]})"), 8),
        "is before begin"},
-      {"end past data section", fileBytes(header1(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})"), 4),
+      {"end past data section",
+       fileBytes(header1(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})"), 4),
        "past the end of the data section"},
       {"overlapping tensors",
        fileBytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                 R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12),
+                 R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                 12),
        "overlap"},
       {"gap between tensors",
        fileBytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                 R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", 12),
+                 R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                 12),
        "gap"},
-      {"trailing bytes after last tensor", fileBytes(header1(ok_entry), 12), "not covered by any tensor"},
+      {"trailing bytes after last tensor", fileBytes(header1(ok_entry), 12),
+       "not covered by any tensor"},
       {"shape x dtype != end - begin",
-       fileBytes(header1(R"({"dtype":"F32","shape":[3],"data_offsets":[0,8]})"), 8), "does not match"},
+       fileBytes(header1(R"({"dtype":"F32","shape":[3],"data_offsets":[0,8]})"), 8),
+       "does not match"},
       {"shape claims 8 GB in a tiny file",
-       fileBytes(header1(R"({"dtype":"F32","shape":[2147483648,4],"data_offsets":[0,34359738368]})"), 16),
+       fileBytes(
+           header1(R"({"dtype":"F32","shape":[2147483648,4],"data_offsets":[0,34359738368]})"), 16),
        "past the end of the data section"},
       {"shape claims 8 GB, offsets small",
        fileBytes(header1(R"({"dtype":"F32","shape":[2147483648,4],"data_offsets":[0,16]})"), 16),
        "does not match"},
       {"shape product overflows u64",
-       fileBytes(header1(R"({"dtype":"F32","shape":[4294967296,4294967296,4],"data_offsets":[0,0]})"), 0),
+       fileBytes(
+           header1(R"({"dtype":"F32","shape":[4294967296,4294967296,4],"data_offsets":[0,0]})"), 0),
        "overflows"},
       {"shape bytes overflow u64",
-       fileBytes(header1(R"({"dtype":"F64","shape":[2305843009213693952,2],"data_offsets":[0,0]})"), 0),
+       fileBytes(header1(R"({"dtype":"F64","shape":[2305843009213693952,2],"data_offsets":[0,0]})"),
+                 0),
        "overflows"},
-      {"negative shape entry", fileBytes(header1(R"({"dtype":"F32","shape":[-1],"data_offsets":[0,4]})"), 4),
+      {"negative shape entry",
+       fileBytes(header1(R"({"dtype":"F32","shape":[-1],"data_offsets":[0,4]})"), 4),
        "negative dimension"},
-      {"float shape entry", fileBytes(header1(R"({"dtype":"F32","shape":[1.5],"data_offsets":[0,4]})"), 4),
+      {"float shape entry",
+       fileBytes(header1(R"({"dtype":"F32","shape":[1.5],"data_offsets":[0,4]})"), 4),
        "non-negative integers"},
-      {"huge shape entry", fileBytes(header1(R"({"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,4]})"), 4),
+      {"huge shape entry",
+       fileBytes(header1(R"({"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,4]})"),
+                 4),
        "non-negative integers"},
-      {"shape not an array", fileBytes(header1(R"({"dtype":"F32","shape":4,"data_offsets":[0,4]})"), 4),
+      {"shape not an array",
+       fileBytes(header1(R"({"dtype":"F32","shape":4,"data_offsets":[0,4]})"), 4),
        "\"shape\" must be an array"},
       {"metadata with non-string value",
-       fileBytes(R"({"__metadata__":{"format":"pt","step":1},)" + std::string("\"t\":") + ok_entry + "}", 4),
+       fileBytes(
+           R"({"__metadata__":{"format":"pt","step":1},)" + std::string("\"t\":") + ok_entry + "}",
+           4),
        "is a JSON number, not a string"},
-      {"metadata not an object", fileBytes(R"({"__metadata__":"pt"})", 0), "must be an object of strings"},
-      {"empty tensor name", fileBytes(R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4),
+      {"metadata not an object", fileBytes(R"({"__metadata__":"pt"})", 0),
+       "must be an object of strings"},
+      {"empty tensor name",
+       fileBytes(R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4),
        "empty tensor name"},
       {"duplicate tensor name",
        fileBytes(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                 R"("t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4),
+                 R"("t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                 4),
        "twice"},
   };
 }
@@ -244,7 +271,8 @@ TEST_F(SafetensorsTest, HostileFilesAreRejectedWithAClearError) {
 }
 
 TEST_F(SafetensorsTest, ErrorNamesTheTensor) {
-  const std::string header = R"({"layers.0.weight":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})";
+  const std::string header =
+      R"({"layers.0.weight":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})";
   try {
     parseSafetensorsHeader(asBytes(header), 8, "label.safetensors");
     FAIL() << "expected tandem::Error";
@@ -270,11 +298,10 @@ TEST_F(SafetensorsTest, HeaderOverTheSizeCapIsRejected) {
 
 TEST_F(SafetensorsTest, AcceptsWhitespacePaddingZeroSizeAndAdjacentTensors) {
   // Padded as the reference writer pads; zero-size tensors sit at the same offset as others.
-  const std::string header =
-      R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-      R"("z":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
-      R"("z0":{"dtype":"BF16","shape":[0,7],"data_offsets":[0,0]},)"
-      R"("b":{"dtype":"U8","shape":[],"data_offsets":[4,5]}}     )";
+  const std::string header = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                             R"("z":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
+                             R"("z0":{"dtype":"BF16","shape":[0,7],"data_offsets":[0,0]},)"
+                             R"("b":{"dtype":"U8","shape":[],"data_offsets":[4,5]}}     )";
   const SafetensorsHeader parsed = parseSafetensorsHeader(asBytes(header), 5, "padded");
   ASSERT_EQ(parsed.tensors.size(), 4u);
   EXPECT_EQ(parsed.tensors.front().name, "z0");  // sorted by offset
@@ -326,8 +353,8 @@ TEST_F(ShardedModelTest, IndexWithTwoShardsOpens) {
   for (const fs::path& where : {dir_, dir_ / "model.safetensors.index.json"}) {
     const SafetensorsModel model = SafetensorsModel::open(where);
     EXPECT_EQ(model.files().size(), 2u);
-    EXPECT_EQ(model.names(),
-              (std::vector<std::string>{"lm_head.weight", "model.embed.weight", "model.norm.weight"}));
+    EXPECT_EQ(model.names(), (std::vector<std::string>{"lm_head.weight", "model.embed.weight",
+                                                       "model.norm.weight"}));
     const TensorView norm = model.view("model.norm.weight");
     ASSERT_EQ(norm.bytes.size(), b_.size());
     EXPECT_EQ(0, std::memcmp(norm.bytes.data(), b_.data(), b_.size()));

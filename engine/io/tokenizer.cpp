@@ -4,12 +4,11 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <queue>
 #include <shared_mutex>
 #include <sstream>
 #include <unordered_map>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
 #include "engine/io/gguf_model.h"
@@ -40,7 +39,8 @@ class TokenTrie {
   void insert(std::string_view key, size_t token_index) {
     size_t node = 0;
     for (char c : key) {
-      auto [it, inserted] = nodes_[node].children.try_emplace(static_cast<unsigned char>(c), nodes_.size());
+      auto [it, inserted] =
+          nodes_[node].children.try_emplace(static_cast<unsigned char>(c), nodes_.size());
       if (inserted) nodes_.emplace_back();
       node = it->second;
     }
@@ -89,7 +89,8 @@ struct TemplateItem {
 
 std::string readFile(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read " + path.string(), "check that the file exists and is readable");
+  if (!in)
+    throw Error("cannot read " + path.string(), "check that the file exists and is readable");
   std::ostringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
@@ -105,8 +106,9 @@ Json parseJson(std::string_view text, std::string_view label) {
 }
 
 [[noreturn]] void unsupported(std::string_view label, std::string_view what) {
-  throw Error(std::string(label) + ": " + std::string(what) + " is not supported",
-              "Tandem reads BPE tokenizers (byte-level or with byte fallback); see docs/tokenizer.md");
+  throw Error(
+      std::string(label) + ": " + std::string(what) + " is not supported",
+      "Tandem reads BPE tokenizers (byte-level or with byte fallback); see docs/tokenizer.md");
 }
 
 }  // namespace
@@ -116,7 +118,8 @@ struct Tokenizer::Impl {
   std::unordered_map<std::string, int32_t> vocab;  // model vocab and added tokens
   std::vector<std::string> id_to_token;            // "" for unused ids
   std::vector<uint8_t> id_is_special;
-  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (left, right) -> (rank, merged)
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>>
+      merges;  // (left, right) -> (rank, merged)
   std::optional<int32_t> unk_id;
   bool byte_fallback = false, fuse_unk = false, ignore_merges = false;
   std::array<int32_t, 256> byte_fallback_ids{};  // <0xXX> ids, -1 when absent
@@ -167,14 +170,19 @@ void Tokenizer::Impl::loadModel(const Json& model) {
   vocab.reserve(v.size());
   for (auto it = v.begin(); it != v.end(); ++it) vocab.emplace(it.key(), it.value().get<int32_t>());
   for (const auto& [token, id] : vocab) {
-    if (id < 0) throw Error(label + ": negative id for \"" + token + "\"", "the tokenizer.json is damaged");
-    if (static_cast<size_t>(id) >= id_to_token.size()) id_to_token.resize(static_cast<size_t>(id) + 1);
+    if (id < 0)
+      throw Error(label + ": negative id for \"" + token + "\"", "the tokenizer.json is damaged");
+    if (static_cast<size_t>(id) >= id_to_token.size())
+      id_to_token.resize(static_cast<size_t>(id) + 1);
     id_to_token[static_cast<size_t>(id)] = token;
   }
-  const std::string unk = model.value("unk_token", Json()).is_string() ? model["unk_token"].get<std::string>() : "";
+  const std::string unk =
+      model.value("unk_token", Json()).is_string() ? model["unk_token"].get<std::string>() : "";
   if (!unk.empty()) {
     auto it = vocab.find(unk);
-    if (it == vocab.end()) throw Error(label + ": unk_token \"" + unk + "\" is not in the vocab", "the tokenizer.json is damaged");
+    if (it == vocab.end())
+      throw Error(label + ": unk_token \"" + unk + "\" is not in the vocab",
+                  "the tokenizer.json is damaged");
     unk_id = it->second;
   }
   for (int b = 0; b < 256; ++b) {
@@ -192,7 +200,8 @@ void Tokenizer::Impl::loadModel(const Json& model) {
     if (merge.is_string()) {  // "a b" (tokenizers < 0.20)
       const std::string s = merge.get<std::string>();
       const size_t space = s.find(' ', 1);
-      if (space == std::string::npos) throw Error(label + ": bad merge \"" + s + "\"", "the tokenizer.json is damaged");
+      if (space == std::string::npos)
+        throw Error(label + ": bad merge \"" + s + "\"", "the tokenizer.json is damaged");
       left = s.substr(0, space);
       right = s.substr(space + 1);
     } else if (merge.is_array() && merge.size() == 2) {  // ["a", "b"]
@@ -203,8 +212,9 @@ void Tokenizer::Impl::loadModel(const Json& model) {
     }
     auto l = vocab.find(left), r = vocab.find(right), lr = vocab.find(left + right);
     if (l == vocab.end() || r == vocab.end() || lr == vocab.end())
-      throw Error(label + ": merge \"" + left + " " + right + "\" uses tokens missing from the vocab",
-                  "the tokenizer.json is damaged; re-download it");
+      throw Error(
+          label + ": merge \"" + left + " " + right + "\" uses tokens missing from the vocab",
+          "the tokenizer.json is damaged; re-download it");
     merges.try_emplace(pairKey(l->second, r->second), rank++, lr->second);
   }
 }
@@ -221,7 +231,8 @@ void Tokenizer::Impl::loadAddedTokens(const Json& tokens) {
     a.single_word = t.value("single_word", false);
     a.normalized = t.value("normalized", !a.special);
     if (a.content.empty()) continue;
-    if (static_cast<size_t>(a.id) >= id_to_token.size()) id_to_token.resize(static_cast<size_t>(a.id) + 1);
+    if (static_cast<size_t>(a.id) >= id_to_token.size())
+      id_to_token.resize(static_cast<size_t>(a.id) + 1);
     id_to_token[static_cast<size_t>(a.id)] = a.content;
     vocab[a.content] = a.id;
     added.push_back(std::move(a));
@@ -231,8 +242,10 @@ void Tokenizer::Impl::loadAddedTokens(const Json& tokens) {
     const AddedToken& a = added[i];
     if (a.special) id_is_special[static_cast<size_t>(a.id)] = 1;
     // The crate matches normalized tokens by their normalized spelling.
-    if (a.normalized) normalized_trie.insert(normalizer.apply(a.content), i);
-    else raw_trie.insert(a.content, i);
+    if (a.normalized)
+      normalized_trie.insert(normalizer.apply(a.content), i);
+    else
+      raw_trie.insert(a.content, i);
   }
 }
 
@@ -241,7 +254,9 @@ void Tokenizer::Impl::loadPostProcessor(const Json& post) {
   const std::string type = post.value("type", "");
   auto idOf = [&](const std::string& token) {
     auto it = vocab.find(token);
-    if (it == vocab.end()) throw Error(label + ": post_processor token \"" + token + "\" is not in the vocab", "the tokenizer.json is damaged");
+    if (it == vocab.end())
+      throw Error(label + ": post_processor token \"" + token + "\" is not in the vocab",
+                  "the tokenizer.json is damaged");
     return it->second;
   };
   if (type == "ByteLevel") return;  // only adjusts offsets
@@ -260,15 +275,19 @@ void Tokenizer::Impl::loadPostProcessor(const Json& post) {
         t.is_sequence = true;
       } else if (item.contains("SpecialToken")) {
         const std::string name = item["SpecialToken"].at("id").get<std::string>();
-        if (specials.contains(name)) t.ids = specials[name].at("ids").get<std::vector<int32_t>>();
-        else t.ids = {idOf(name)};
+        if (specials.contains(name))
+          t.ids = specials[name].at("ids").get<std::vector<int32_t>>();
+        else
+          t.ids = {idOf(name)};
       } else {
-        throw Error(label + ": bad TemplateProcessing item " + item.dump(), "the tokenizer.json is damaged");
+        throw Error(label + ": bad TemplateProcessing item " + item.dump(),
+                    "the tokenizer.json is damaged");
       }
       single_template.push_back(std::move(t));
     }
   } else if (type == "RobertaProcessing" || type == "BertProcessing") {
-    const int32_t cls = post.at("cls").at(1).get<int32_t>(), sep = post.at("sep").at(1).get<int32_t>();
+    const int32_t cls = post.at("cls").at(1).get<int32_t>(),
+                  sep = post.at("sep").at(1).get<int32_t>();
     single_template = {{false, {cls}}, {true, {}}, {false, {sep}}};
   } else {
     unsupported(label, "post_processor \"" + type + "\"");
@@ -288,8 +307,11 @@ void Tokenizer::Impl::loadDecoder(const Json& decoder) {
   } else if (type == "Fuse") {
     decoders.push_back({DecodeStep::Fuse, {}, {}});
   } else if (type == "Strip") {
-    decoders.push_back({DecodeStep::Strip, {}, decoder.at("content").get<std::string>(),
-                        decoder.value("start", size_t{0}), decoder.value("stop", size_t{0})});
+    decoders.push_back({DecodeStep::Strip,
+                        {},
+                        decoder.at("content").get<std::string>(),
+                        decoder.value("start", size_t{0}),
+                        decoder.value("stop", size_t{0})});
   } else if (type == "Replace" && decoder.at("pattern").contains("String")) {
     decoders.push_back({DecodeStep::Replace, decoder["pattern"]["String"].get<std::string>(),
                         decoder.at("content").get<std::string>()});
@@ -302,10 +324,13 @@ void Tokenizer::Impl::applyConfig(const Json& config) {
   auto special = [&](const char* key) -> std::optional<int32_t> {
     auto it = config.find(key);
     if (it == config.end() || it->is_null()) return std::nullopt;
-    const std::string content = it->is_object() ? it->value("content", "") : it->is_string() ? it->get<std::string>() : "";
+    const std::string content = it->is_object()   ? it->value("content", "")
+                                : it->is_string() ? it->get<std::string>()
+                                                  : "";
     auto v = vocab.find(content);
     if (v == vocab.end())
-      throw Error("tokenizer_config.json: " + std::string(key) + " \"" + content + "\" is not in the vocabulary",
+      throw Error("tokenizer_config.json: " + std::string(key) + " \"" + content +
+                      "\" is not in the vocabulary",
                   "fix tokenizer_config.json or use the tokenizer.json that belongs to it");
     return v->second;
   };
@@ -323,7 +348,8 @@ void Tokenizer::Impl::applyConfig(const Json& config) {
   }
 }
 
-Tokenizer Tokenizer::fromJson(std::string_view tokenizer_json, std::string_view config_json, std::string_view label) {
+Tokenizer Tokenizer::fromJson(std::string_view tokenizer_json, std::string_view config_json,
+                              std::string_view label) {
   auto impl = std::make_shared<Impl>();
   impl->label = std::string(label);
   const Json root = parseJson(tokenizer_json, label);
@@ -338,7 +364,8 @@ Tokenizer Tokenizer::fromJson(std::string_view tokenizer_json, std::string_view 
     impl->loadDecoder(root.value("decoder", Json()));
     if (!config_json.empty()) impl->applyConfig(parseJson(config_json, "tokenizer_config.json"));
   } catch (const Json::exception& e) {
-    throw Error(impl->label + ": unexpected structure: " + e.what(), "the tokenizer.json looks damaged; re-download it");
+    throw Error(impl->label + ": unexpected structure: " + e.what(),
+                "the tokenizer.json looks damaged; re-download it");
   }
   return Tokenizer(std::move(impl));
 }
@@ -346,19 +373,22 @@ Tokenizer Tokenizer::fromJson(std::string_view tokenizer_json, std::string_view 
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
   if (isGgufPath(path)) {
     const std::unique_ptr<GgufModel> gguf = GgufModel::open(path);
-    return fromJson(gguf->tokenizerJson(), gguf->tokenizerConfigJson(), gguf->path().string() + " (its tokenizer)");
+    return fromJson(gguf->tokenizerJson(), gguf->tokenizerConfigJson(),
+                    gguf->path().string() + " (its tokenizer)");
   }
   std::filesystem::path file = path;
   if (std::filesystem::is_directory(path)) file = path / "tokenizer.json";
   if (!std::filesystem::exists(file)) {
     const bool sp = std::filesystem::exists(file.parent_path() / "tokenizer.model");
-    throw Error("no tokenizer.json at " + file.string(),
-                sp ? "only tokenizer.model (SentencePiece) is there; convert it with transformers "
-                     "(AutoTokenizer.from_pretrained(dir).save_pretrained(dir)) to get tokenizer.json"
-                   : "pass a tokenizer.json file or the model directory that holds one");
+    throw Error(
+        "no tokenizer.json at " + file.string(),
+        sp ? "only tokenizer.model (SentencePiece) is there; convert it with transformers "
+             "(AutoTokenizer.from_pretrained(dir).save_pretrained(dir)) to get tokenizer.json"
+           : "pass a tokenizer.json file or the model directory that holds one");
   }
   const std::filesystem::path config = file.parent_path() / "tokenizer_config.json";
-  const std::string config_text = std::filesystem::exists(config) ? readFile(config) : std::string();
+  const std::string config_text =
+      std::filesystem::exists(config) ? readFile(config) : std::string();
   return fromJson(readFile(file), config_text, file.string());
 }
 
@@ -366,7 +396,8 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
 
 // AddedVocabulary::find_matches of the crate: leftmost-longest matches, single_word / lstrip /
 // rstrip adjustments, and the text between them.
-std::vector<Segment> Tokenizer::Impl::splitAdded(std::string_view text, const TokenTrie& trie) const {
+std::vector<Segment> Tokenizer::Impl::splitAdded(std::string_view text,
+                                                 const TokenTrie& trie) const {
   if (trie.empty()) return {{std::string(text), -1}};
   // Rust regex's Unicode \w (the crate's `\w$` / `^\w`); PCRE2 10.42's \w lacks marks and Pc.
   static constexpr std::string_view kWord = R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}])";
@@ -376,7 +407,10 @@ std::vector<Segment> Tokenizer::Impl::splitAdded(std::string_view text, const To
   size_t start_offset = 0;
   for (size_t pos = 0; pos < text.size();) {
     auto [index, length] = trie.longestAt(text, pos);
-    if (index < 0) { ++pos; continue; }
+    if (index < 0) {
+      ++pos;
+      continue;
+    }
     const AddedToken& token = added[static_cast<size_t>(index)];
     size_t start = pos, stop = pos + length;
     pos = stop;
@@ -403,7 +437,8 @@ std::vector<Segment> Tokenizer::Impl::splitAdded(std::string_view text, const To
         stop = q;
       }
     }
-    if (start_offset < start) out.push_back({std::string(text.substr(start_offset, start - start_offset)), -1});
+    if (start_offset < start)
+      out.push_back({std::string(text.substr(start_offset, start - start_offset)), -1});
     out.push_back({std::string(), token.id});
     start_offset = stop;
   }
@@ -413,10 +448,17 @@ std::vector<Segment> Tokenizer::Impl::splitAdded(std::string_view text, const To
 
 // BPE Word::merge_all of the crate: a heap of (rank, position); stale entries are skipped.
 std::vector<int32_t> Tokenizer::Impl::mergeWord(std::string_view word) const {
-  struct Symbol { int32_t id; int64_t prev, next; bool alive; };
+  struct Symbol {
+    int32_t id;
+    int64_t prev, next;
+    bool alive;
+  };
   std::vector<Symbol> symbols;
   std::optional<int32_t> pending_unk;  // fuse_unk joins runs of unknown characters
-  auto push = [&](int32_t id) { symbols.push_back({id, static_cast<int64_t>(symbols.size()) - 1, static_cast<int64_t>(symbols.size()) + 1, true}); };
+  auto push = [&](int32_t id) {
+    symbols.push_back({id, static_cast<int64_t>(symbols.size()) - 1,
+                       static_cast<int64_t>(symbols.size()) + 1, true});
+  };
   for (size_t pos = 0; pos < word.size();) {
     const size_t begin = pos;
     nextCodePoint(word, pos);
@@ -426,7 +468,9 @@ std::vector<int32_t> Tokenizer::Impl::mergeWord(std::string_view word) const {
       pending_unk.reset();
       continue;
     }
-    if (byte_fallback && std::all_of(ch.begin(), ch.end(), [&](char b) { return byte_fallback_ids[static_cast<unsigned char>(b)] >= 0; })) {
+    if (byte_fallback && std::all_of(ch.begin(), ch.end(), [&](char b) {
+          return byte_fallback_ids[static_cast<unsigned char>(b)] >= 0;
+        })) {
       for (char b : ch) push(byte_fallback_ids[static_cast<unsigned char>(b)]);
       pending_unk.reset();
       continue;
@@ -438,8 +482,14 @@ std::vector<int32_t> Tokenizer::Impl::mergeWord(std::string_view word) const {
   }
   if (!symbols.empty()) symbols.back().next = -1;
 
-  struct Merge { int32_t rank; size_t pos; int32_t new_id; };
-  auto worse = [](const Merge& a, const Merge& b) { return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos; };
+  struct Merge {
+    int32_t rank;
+    size_t pos;
+    int32_t new_id;
+  };
+  auto worse = [](const Merge& a, const Merge& b) {
+    return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+  };
   std::priority_queue<Merge, std::vector<Merge>, decltype(worse)> queue(worse);
   auto consider = [&](size_t left) {
     const int64_t right = symbols[left].next;
@@ -459,7 +509,8 @@ std::vector<int32_t> Tokenizer::Impl::mergeWord(std::string_view word) const {
     left.id = top.new_id;
     right.alive = false;
     left.next = right.next;
-    if (left.next >= 0) symbols[static_cast<size_t>(left.next)].prev = static_cast<int64_t>(top.pos);
+    if (left.next >= 0)
+      symbols[static_cast<size_t>(left.next)].prev = static_cast<int64_t>(top.pos);
     if (left.prev >= 0) consider(static_cast<size_t>(left.prev));
     consider(top.pos);
   }
@@ -498,18 +549,26 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   const Impl& d = *impl_;
   std::vector<int32_t> ids;
   for (const Segment& raw : d.splitAdded(text, d.raw_trie)) {
-    if (raw.id >= 0) { ids.push_back(raw.id); continue; }
+    if (raw.id >= 0) {
+      ids.push_back(raw.id);
+      continue;
+    }
     const std::string normalized = d.normalizer.empty() ? raw.text : d.normalizer.apply(raw.text);
     for (const Segment& seg : d.splitAdded(normalized, d.normalized_trie)) {
-      if (seg.id >= 0) { ids.push_back(seg.id); continue; }
+      if (seg.id >= 0) {
+        ids.push_back(seg.id);
+        continue;
+      }
       for (const std::string& word : d.pre_tokenizer.apply(seg.text)) d.encodeWord(word, ids);
     }
   }
   if (!add_special_tokens || d.single_template.empty()) return ids;
   std::vector<int32_t> out;
   for (const TemplateItem& item : d.single_template) {
-    if (item.is_sequence) out.insert(out.end(), ids.begin(), ids.end());
-    else out.insert(out.end(), item.ids.begin(), item.ids.end());
+    if (item.is_sequence)
+      out.insert(out.end(), ids.begin(), ids.end());
+    else
+      out.insert(out.end(), item.ids.begin(), item.ids.end());
   }
   return out;
 }
@@ -532,8 +591,10 @@ std::string Tokenizer::Impl::decodeTokens(std::vector<std::string> tokens) const
           bool ok = true;
           for (size_t pos = 0; pos < t.size() && ok;) {
             const int b = byteLevelByte(nextCodePoint(t, pos));
-            if (b < 0) ok = false;
-            else mapped += static_cast<char>(b);
+            if (b < 0)
+              ok = false;
+            else
+              mapped += static_cast<char>(b);
           }
           bytes += ok ? mapped : t;
         }
@@ -545,14 +606,17 @@ std::string Tokenizer::Impl::decodeTokens(std::vector<std::string> tokens) const
         size_t pending_count = 0;
         auto flush = [&] {
           if (pending_count == 0) return;
-          if (utf8Lossy(pending) == pending) next.push_back(pending);
-          else for (size_t i = 0; i < pending_count; ++i) next.emplace_back("\xEF\xBF\xBD");
+          if (utf8Lossy(pending) == pending)
+            next.push_back(pending);
+          else
+            for (size_t i = 0; i < pending_count; ++i) next.emplace_back("\xEF\xBF\xBD");
           pending.clear();
           pending_count = 0;
         };
         for (const std::string& t : tokens) {
           unsigned value = 0;
-          if (t.size() == 6 && t.starts_with("<0x") && t.back() == '>' && std::sscanf(t.c_str() + 3, "%2X", &value) == 1) {
+          if (t.size() == 6 && t.starts_with("<0x") && t.back() == '>' &&
+              std::sscanf(t.c_str() + 3, "%2X", &value) == 1) {
             pending += static_cast<char>(value);
             ++pending_count;
           } else {
@@ -573,7 +637,8 @@ std::string Tokenizer::Impl::decodeTokens(std::vector<std::string> tokens) const
         for (std::string t : tokens) {
           std::string out;
           size_t prev = 0;
-          for (size_t p = dec.pattern.empty() ? std::string::npos : t.find(dec.pattern); p != std::string::npos; p = t.find(dec.pattern, prev)) {
+          for (size_t p = dec.pattern.empty() ? std::string::npos : t.find(dec.pattern);
+               p != std::string::npos; p = t.find(dec.pattern, prev)) {
             out.append(t, prev, p - prev);
             out += dec.content;
             prev = p + dec.pattern.size();
@@ -584,8 +649,11 @@ std::string Tokenizer::Impl::decodeTokens(std::vector<std::string> tokens) const
         break;
       case DecodeStep::Strip:
         for (std::string t : tokens) {
-          for (size_t i = 0; i < dec.start && t.starts_with(dec.content) && !dec.content.empty(); ++i) t.erase(0, dec.content.size());
-          for (size_t i = 0; i < dec.stop && t.ends_with(dec.content) && !dec.content.empty(); ++i) t.resize(t.size() - dec.content.size());
+          for (size_t i = 0; i < dec.start && t.starts_with(dec.content) && !dec.content.empty();
+               ++i)
+            t.erase(0, dec.content.size());
+          for (size_t i = 0; i < dec.stop && t.ends_with(dec.content) && !dec.content.empty(); ++i)
+            t.resize(t.size() - dec.content.size());
           next.push_back(std::move(t));
         }
         break;
@@ -616,7 +684,8 @@ std::optional<int32_t> Tokenizer::tokenToId(std::string_view token) const {
 }
 
 std::string Tokenizer::idToToken(int32_t id) const {
-  if (id < 0 || static_cast<size_t>(id) >= impl_->id_to_token.size() || impl_->id_to_token[static_cast<size_t>(id)].empty())
+  if (id < 0 || static_cast<size_t>(id) >= impl_->id_to_token.size() ||
+      impl_->id_to_token[static_cast<size_t>(id)].empty())
     throw Error("token id " + std::to_string(id) + " is not in the vocabulary of " + impl_->label,
                 "the ids come from a different tokenizer or model");
   return impl_->id_to_token[static_cast<size_t>(id)];
@@ -625,7 +694,8 @@ std::string Tokenizer::idToToken(int32_t id) const {
 int64_t Tokenizer::vocabSize() const { return static_cast<int64_t>(impl_->id_to_token.size()); }
 
 bool Tokenizer::isSpecial(int32_t id) const {
-  return id >= 0 && static_cast<size_t>(id) < impl_->id_is_special.size() && impl_->id_is_special[static_cast<size_t>(id)];
+  return id >= 0 && static_cast<size_t>(id) < impl_->id_is_special.size() &&
+         impl_->id_is_special[static_cast<size_t>(id)];
 }
 
 std::optional<int32_t> Tokenizer::eosId() const { return impl_->eos; }

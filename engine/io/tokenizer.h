@@ -29,7 +29,8 @@ class Tokenizer {
   // `path` is a tokenizer.json file or a model directory holding one. tokenizer_config.json next to
   // it, when present, gives eos/bos/pad tokens and add_bos_token / add_eos_token. A GGUF model
   // (isGgufPath) gives both from its tokenizer.ggml.* metadata (GgufModel).
-  // Throws tandem::Error: missing file, invalid JSON, unsupported model type or component, bad regex.
+  // Throws tandem::Error: missing file, invalid JSON, unsupported model type or component, bad
+  // regex.
   static Tokenizer load(const std::filesystem::path& path);
   // The same from the JSON texts (config_json may be empty). `label` names the source in errors.
   static Tokenizer fromJson(std::string_view tokenizer_json, std::string_view config_json = {},

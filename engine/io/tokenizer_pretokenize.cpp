@@ -21,10 +21,17 @@ size_t utf8SequenceLength(std::string_view text, size_t pos) {
   size_t len = 0;
   char32_t min = 0;
   if (b0 < 0x80) return 1;
-  if (b0 >= 0xC2 && b0 <= 0xDF) { len = 2; min = 0x80; }
-  else if (b0 >= 0xE0 && b0 <= 0xEF) { len = 3; min = 0x800; }
-  else if (b0 >= 0xF0 && b0 <= 0xF4) { len = 4; min = 0x10000; }
-  else return 0;
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    len = 2;
+    min = 0x80;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    len = 3;
+    min = 0x800;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    len = 4;
+    min = 0x10000;
+  } else
+    return 0;
   if (pos + len > text.size()) return 0;
   char32_t cp = b0 & (0x7F >> len);
   for (size_t i = 1; i < len; ++i) {
@@ -73,7 +80,8 @@ void decomposeInto(char32_t cp, std::u32string& out) {
     out.push_back(cp);
     return;
   }
-  for (uint16_t i = 0; i < it->length; ++i) out.push_back(nfc_data::kDecompositionPool[it->offset + i]);
+  for (uint16_t i = 0; i < it->length; ++i)
+    out.push_back(nfc_data::kDecompositionPool[it->offset + i]);
 }
 
 std::u32string canonicalDecomposition(std::u32string_view text) {
@@ -82,7 +90,10 @@ std::u32string canonicalDecomposition(std::u32string_view text) {
   for (char32_t cp : text) decomposeInto(cp, out);
   // Canonical ordering: a stable sort of every run of non-starters by combining class.
   for (size_t i = 0; i < out.size();) {
-    if (combiningClass(out[i]) == 0) { ++i; continue; }
+    if (combiningClass(out[i]) == 0) {
+      ++i;
+      continue;
+    }
     size_t end = i;
     while (end < out.size() && combiningClass(out[end]) != 0) ++end;
     std::stable_sort(out.begin() + i, out.begin() + end,
@@ -133,7 +144,8 @@ std::u32string canonicalComposition(std::u32string decomposed) {
 }
 
 bool isAsciiOnly(std::string_view text) {
-  return std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+  return std::all_of(text.begin(), text.end(),
+                     [](char c) { return static_cast<unsigned char>(c) < 0x80; });
 }
 
 std::string fromCodePoints(std::u32string_view cps) {
@@ -154,10 +166,13 @@ const ByteLevelTables& byteLevelTables() {
   static const ByteLevelTables tables = [] {
     ByteLevelTables t;
     t.cp_to_byte.fill(-1);
-    auto printable = [](int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE); };
+    auto printable = [](int b) {
+      return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    };
     int extra = 0;
     for (int b = 0; b < 256; ++b) {
-      const char32_t cp = printable(b) ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + extra++);
+      const char32_t cp =
+          printable(b) ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + extra++);
       appendUtf8(t.byte_to_utf8[b], cp);
       t.cp_to_byte[cp] = static_cast<int16_t>(b);
     }
@@ -184,7 +199,8 @@ struct Span {
   bool is_match;
 };
 
-std::vector<Span> matchesToSpans(std::string_view text, const std::vector<std::pair<size_t, size_t>>& matches) {
+std::vector<Span> matchesToSpans(std::string_view text,
+                                 const std::vector<std::pair<size_t, size_t>>& matches) {
   std::vector<Span> spans;
   if (text.empty()) return {{0, 0, false}};
   size_t prev = 0;
@@ -201,31 +217,36 @@ std::vector<Span> applyBehavior(std::vector<Span> spans, SplitBehavior behavior)
   std::vector<Span> out;
   bool previous_match = false;
   switch (behavior) {
-    case SplitBehavior::Isolated:
-      return spans;
+    case SplitBehavior::Isolated: return spans;
     case SplitBehavior::Removed:
       for (const Span& s : spans)
         if (!s.is_match) out.push_back(s);
       return out;
     case SplitBehavior::MergedWithPrevious:
       for (const Span& s : spans) {
-        if (s.is_match && !previous_match && !out.empty()) out.back().end = s.end;
-        else out.push_back(s);
+        if (s.is_match && !previous_match && !out.empty())
+          out.back().end = s.end;
+        else
+          out.push_back(s);
         previous_match = s.is_match;
       }
       return out;
     case SplitBehavior::MergedWithNext:
       for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
-        if (it->is_match && !previous_match && !out.empty()) out.back().begin = it->begin;
-        else out.push_back(*it);
+        if (it->is_match && !previous_match && !out.empty())
+          out.back().begin = it->begin;
+        else
+          out.push_back(*it);
         previous_match = it->is_match;
       }
       std::reverse(out.begin(), out.end());
       return out;
     case SplitBehavior::Contiguous:
       for (const Span& s : spans) {
-        if (s.is_match == previous_match && !out.empty()) out.back().end = s.end;
-        else out.push_back(s);
+        if (s.is_match == previous_match && !out.empty())
+          out.back().end = s.end;
+        else
+          out.push_back(s);
         previous_match = s.is_match;
       }
       return out;
@@ -233,9 +254,11 @@ std::vector<Span> applyBehavior(std::vector<Span> spans, SplitBehavior behavior)
   return out;
 }
 
-std::vector<std::pair<size_t, size_t>> findLiteral(std::string_view text, std::string_view literal) {
+std::vector<std::pair<size_t, size_t>> findLiteral(std::string_view text,
+                                                   std::string_view literal) {
   std::vector<std::pair<size_t, size_t>> out;
-  for (size_t pos = text.find(literal); pos != std::string_view::npos; pos = text.find(literal, pos)) {
+  for (size_t pos = text.find(literal); pos != std::string_view::npos;
+       pos = text.find(literal, pos)) {
     out.emplace_back(pos, pos + literal.size());
     pos += literal.size();
   }
@@ -254,8 +277,9 @@ struct Pattern {
     } else if (json.is_object() && json.contains("String") && json["String"].is_string()) {
       p.literal = json["String"].get<std::string>();
     } else {
-      throw Error(std::string(where) + ": \"pattern\" must be {\"String\": ...} or {\"Regex\": ...}",
-                  "check the tokenizer.json; it may be truncated or hand-edited");
+      throw Error(
+          std::string(where) + ": \"pattern\" must be {\"String\": ...} or {\"Regex\": ...}",
+          "check the tokenizer.json; it may be truncated or hand-edited");
     }
     return p;
   }
@@ -281,13 +305,15 @@ SplitBehavior parseBehavior(const Json& json) {
 const Json& field(const Json& object, const char* key, std::string_view where) {
   auto it = object.find(key);
   if (it == object.end())
-    throw Error(std::string(where) + " has no \"" + key + "\"", "the tokenizer.json looks damaged; re-download it");
+    throw Error(std::string(where) + " has no \"" + key + "\"",
+                "the tokenizer.json looks damaged; re-download it");
   return *it;
 }
 
 std::string typeOf(const Json& json, std::string_view where) {
   if (!json.is_object() || !json.contains("type") || !json["type"].is_string())
-    throw Error(std::string(where) + " has no \"type\"", "the tokenizer.json looks damaged; re-download it");
+    throw Error(std::string(where) + " has no \"type\"",
+                "the tokenizer.json looks damaged; re-download it");
   return json["type"].get<std::string>();
 }
 
@@ -311,10 +337,14 @@ void checkUtf8(std::string_view text) {
 
 char32_t nextCodePoint(std::string_view text, size_t& pos) {
   const auto b0 = static_cast<unsigned char>(text[pos]);
-  if (b0 < 0x80) { ++pos; return b0; }
+  if (b0 < 0x80) {
+    ++pos;
+    return b0;
+  }
   const size_t len = b0 >= 0xF0 ? 4 : b0 >= 0xE0 ? 3 : 2;
   char32_t cp = b0 & (0x7F >> len);
-  for (size_t i = 1; i < len; ++i) cp = (cp << 6) | (static_cast<unsigned char>(text[pos + i]) & 0x3F);
+  for (size_t i = 1; i < len; ++i)
+    cp = (cp << 6) | (static_cast<unsigned char>(text[pos + i]) & 0x3F);
   pos += len;
   return cp;
 }
@@ -356,7 +386,10 @@ std::string utf8Lossy(std::string_view bytes) {
     };
     const unsigned char lo = b0 == 0xE0 ? 0xA0 : b0 == 0xF0 ? 0x90 : 0x80;
     const unsigned char hi = b0 == 0xED ? 0x9F : b0 == 0xF4 ? 0x8F : 0xBF;
-    const size_t need = (b0 >= 0xC2 && b0 <= 0xDF) ? 2 : (b0 >= 0xE0 && b0 <= 0xEF) ? 3 : (b0 >= 0xF0 && b0 <= 0xF4) ? 4 : 1;
+    const size_t need = (b0 >= 0xC2 && b0 <= 0xDF)   ? 2
+                        : (b0 >= 0xE0 && b0 <= 0xEF) ? 3
+                        : (b0 >= 0xF0 && b0 <= 0xF4) ? 4
+                                                     : 1;
     if (need > 1 && continuation(1, lo, hi)) {
       skip = 2;
       while (skip < need && continuation(skip, 0x80, 0xBF)) ++skip;
@@ -409,12 +442,15 @@ std::string translatePattern(std::string_view p) {
     const char c = p[i];
     if (c == '\\' && i + 1 < p.size()) {
       const char e = p[++i];
-      if (e == 's') out += class_depth > 0 ? std::string(kSpace) : "[" + std::string(kSpace) + "]";
-      else if (e == 'S' && class_depth == 0) out += "[^" + std::string(kSpace) + "]";
-      else if ((e == 'p' || (e == 'P' && class_depth == 0)) && i + 3 < p.size() && p[i + 1] == '{' && p[i + 3] == '}' &&
-               propertyAdditions(p[i + 2])) {
+      if (e == 's')
+        out += class_depth > 0 ? std::string(kSpace) : "[" + std::string(kSpace) + "]";
+      else if (e == 'S' && class_depth == 0)
+        out += "[^" + std::string(kSpace) + "]";
+      else if ((e == 'p' || (e == 'P' && class_depth == 0)) && i + 3 < p.size() &&
+               p[i + 1] == '{' && p[i + 3] == '}' && propertyAdditions(p[i + 2])) {
         // \p{L} -> [\p{L}<code points Oniguruma's newer Unicode adds>]
-        const std::string items = "\\p{" + std::string(1, p[i + 2]) + "}" + propertyAdditions(p[i + 2]);
+        const std::string items =
+            "\\p{" + std::string(1, p[i + 2]) + "}" + propertyAdditions(p[i + 2]);
         out += class_depth > 0 ? items : (e == 'P' ? "[^" : "[") + items + "]";
         i += 3;
       } else {
@@ -423,8 +459,10 @@ std::string translatePattern(std::string_view p) {
       }
       continue;
     }
-    if (c == '[') ++class_depth;
-    else if (c == ']' && class_depth > 0) --class_depth;
+    if (c == '[')
+      ++class_depth;
+    else if (c == ']' && class_depth > 0)
+      --class_depth;
     out += c;
   }
   return out;
@@ -444,9 +482,10 @@ Regex::Regex(std::string_view pattern, std::string_view where) : code_(std::make
   if (code_->code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof(message));
-    throw Error(std::string(where) + ": regex does not compile: " + reinterpret_cast<const char*>(message) +
-                    " (at offset " + std::to_string(error_offset) + " of \"" + std::string(pattern) + "\")",
-                "fix the pattern in tokenizer.json; Tandem compiles it with PCRE2 (UTF, UCP)");
+    throw Error(
+        std::string(where) + ": regex does not compile: " + reinterpret_cast<const char*>(message) +
+            " (at offset " + std::to_string(error_offset) + " of \"" + std::string(pattern) + "\")",
+        "fix the pattern in tokenizer.json; Tandem compiles it with PCRE2 (UTF, UCP)");
   }
   pcre2_jit_compile(code_->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
 }
@@ -461,17 +500,21 @@ std::vector<std::pair<size_t, size_t>> Regex::findAll(std::string_view text) con
   size_t last_end = 0;
   std::optional<size_t> last_match_end;
   while (last_end <= text.size()) {
-    int rc = pcre2_match(code_->code, subject, text.size(), last_end, PCRE2_NO_UTF_CHECK, data.get(), nullptr);
+    int rc = pcre2_match(code_->code, subject, text.size(), last_end, PCRE2_NO_UTF_CHECK,
+                         data.get(), nullptr);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-      rc = pcre2_match(code_->code, subject, text.size(), last_end, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
-                       data.get(), nullptr);
+      rc = pcre2_match(code_->code, subject, text.size(), last_end,
+                       PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, data.get(), nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0) throw Error("regex match failed (PCRE2 error " + std::to_string(rc) + ")", "report this input");
+    if (rc < 0)
+      throw Error("regex match failed (PCRE2 error " + std::to_string(rc) + ")",
+                  "report this input");
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
     const size_t begin = ovector[0], end = ovector[1];
     if (begin == end && last_match_end == end) {
       // Oniguruma's find_iter: no empty match right after the previous one; step one character.
-      last_end += last_end < text.size() ? std::max<size_t>(1, utf8SequenceLength(text, last_end)) : 1;
+      last_end +=
+          last_end < text.size() ? std::max<size_t>(1, utf8SequenceLength(text, last_end)) : 1;
       continue;
     }
     last_end = end;
@@ -499,14 +542,15 @@ Normalizer Normalizer::fromJson(const Json& json) {
       n.steps_.insert(n.steps_.end(), inner.steps_.begin(), inner.steps_.end());
     }
   } else if (type == "NFC" || type == "NFD") {
-    n.steps_.push_back(std::make_shared<const Step>(Step{type == "NFC" ? Step::Kind::Nfc : Step::Kind::Nfd, {}, {}}));
+    n.steps_.push_back(std::make_shared<const Step>(
+        Step{type == "NFC" ? Step::Kind::Nfc : Step::Kind::Nfd, {}, {}}));
   } else if (type == "Prepend") {
-    n.steps_.push_back(std::make_shared<const Step>(
-        Step{Step::Kind::Prepend, field(json, "prepend", "Prepend normalizer").get<std::string>(), {}}));
+    n.steps_.push_back(std::make_shared<const Step>(Step{
+        Step::Kind::Prepend, field(json, "prepend", "Prepend normalizer").get<std::string>(), {}}));
   } else if (type == "Replace") {
-    n.steps_.push_back(std::make_shared<const Step>(
-        Step{Step::Kind::Replace, field(json, "content", "Replace normalizer").get<std::string>(),
-             Pattern::fromJson(field(json, "pattern", "Replace normalizer"), "Replace normalizer")}));
+    n.steps_.push_back(std::make_shared<const Step>(Step{
+        Step::Kind::Replace, field(json, "content", "Replace normalizer").get<std::string>(),
+        Pattern::fromJson(field(json, "pattern", "Replace normalizer"), "Replace normalizer")}));
   } else {
     throw Error("tokenizer.json: normalizer \"" + type + "\" is not supported",
                 "Tandem supports the normalizers NFC, NFD, Prepend, Replace and Sequence "
@@ -565,19 +609,22 @@ PreTokenizer PreTokenizer::fromJson(const Json& json) {
     return p;
   } else if (type == "Split") {
     step.kind = Step::Kind::Split;
-    step.pattern = Pattern::fromJson(field(json, "pattern", "Split pre-tokenizer"), "Split pre-tokenizer");
+    step.pattern =
+        Pattern::fromJson(field(json, "pattern", "Split pre-tokenizer"), "Split pre-tokenizer");
     step.behavior = parseBehavior(field(json, "behavior", "Split pre-tokenizer"));
     step.invert = json.value("invert", false);
   } else if (type == "Digits") {
     // Rust char::is_numeric is the N* categories; per-digit Isolated, or runs (Contiguous).
     step.kind = Step::Kind::Split;
     const bool individual = json.value("individual_digits", false);
-    step.pattern.regex = std::make_shared<const Regex>(individual ? R"(\p{N})" : R"(\p{N}+)", "Digits pre-tokenizer");
+    step.pattern.regex = std::make_shared<const Regex>(individual ? R"(\p{N})" : R"(\p{N}+)",
+                                                       "Digits pre-tokenizer");
   } else if (type == "ByteLevel") {
     step.kind = Step::Kind::ByteLevel;
     step.add_prefix_space = json.value("add_prefix_space", true);
     step.use_regex = json.value("use_regex", true);
-    if (step.use_regex) step.pattern.regex = std::make_shared<const Regex>(kGpt2Pattern, "ByteLevel pre-tokenizer");
+    if (step.use_regex)
+      step.pattern.regex = std::make_shared<const Regex>(kGpt2Pattern, "ByteLevel pre-tokenizer");
   } else {
     throw Error("tokenizer.json: pre-tokenizer \"" + type + "\" is not supported",
                 "Tandem supports the pre-tokenizers Split, ByteLevel, Digits and Sequence "
@@ -594,7 +641,8 @@ std::vector<std::string> PreTokenizer::apply(std::string_view text) const {
     std::vector<std::string> next;
     next.reserve(pieces.size() * 2);
     for (std::string& piece : pieces) {
-      if (step->kind == Step::Kind::ByteLevel && step->add_prefix_space && piece.front() != ' ') piece.insert(0, " ");
+      if (step->kind == Step::Kind::ByteLevel && step->add_prefix_space && piece.front() != ' ')
+        piece.insert(0, " ");
       std::vector<Span> spans;
       if (step->kind == Step::Kind::Split || step->use_regex) {
         spans = matchesToSpans(piece, step->pattern.findAll(piece));

@@ -2,7 +2,8 @@
 // The text stages of a Hugging Face tokenizer.json that run before the BPE model: normalizers
 // (NFC, NFD, Prepend, Replace, Sequence) and pre-tokenizers (Split, ByteLevel, Digits, Sequence),
 // with the exact semantics of the Rust `tokenizers` crate (0.23), plus the byte-level alphabet that
-// the ByteLevel pre-tokenizer and decoder share. Internal to tandem_io: Tokenizer is the public API.
+// the ByteLevel pre-tokenizer and decoder share. Internal to tandem_io: Tokenizer is the public
+// API.
 //
 // Regexes run on PCRE2 (UTF + UCP, JIT). `tokenizers` runs them on Oniguruma, which differs in two
 // ways that change ids, so patterns are rewritten before compiling (translatePattern):
@@ -13,12 +14,11 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace tandem::io::tokenizer_detail {
 
@@ -34,7 +34,8 @@ std::string utf8Lossy(std::string_view bytes);
 // Rust's char::is_whitespace (the Unicode White_Space property).
 bool isWhitespace(char32_t cp);
 
-// Canonical normalization as the `tokenizers` package applies it (tables: tokenizer_unicode_data.h).
+// Canonical normalization as the `tokenizers` package applies it (tables:
+// tokenizer_unicode_data.h).
 std::string normalizeNfc(std::string_view text);
 std::string normalizeNfd(std::string_view text);
 
@@ -88,7 +89,13 @@ class Normalizer {
 // ---- pre-tokenizer ----
 
 // SplitDelimiterBehavior of the `tokenizers` crate.
-enum class SplitBehavior : uint8_t { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
+enum class SplitBehavior : uint8_t {
+  Removed,
+  Isolated,
+  MergedWithPrevious,
+  MergedWithNext,
+  Contiguous
+};
 
 class PreTokenizer {
  public:

@@ -3,10 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
 #include "engine/io/tokenizer_pretokenize.h"
@@ -17,7 +16,8 @@ namespace {
 // testdata/qwen2_small: a Qwen2-style tokenizer (NFC + Qwen2 split regex + ByteLevel, 700 tokens,
 // "a b" merges, <|endoftext|> <|im_start|> <|im_end|> special, <tool_call> </tool_call> not)
 // written by tests/parity/tokenizer_fixtures.py build_qwen2(vocab_size=700).
-const std::filesystem::path kQwenDir = std::filesystem::path(TANDEM_IO_TESTDATA_DIR) / "qwen2_small";
+const std::filesystem::path kQwenDir =
+    std::filesystem::path(TANDEM_IO_TESTDATA_DIR) / "qwen2_small";
 
 std::string readText(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -39,20 +39,23 @@ TEST(Tokenizer, MatchesIdsFromTokenizersPackage) {
   EXPECT_EQ(qwen().encode("I'M here, don't  go\n\n"),
             (Ids{40, 6, 44, 220, 347, 285, 11, 220, 388, 77, 6, 83, 220, 403, 78, 282}));
   EXPECT_EQ(qwen().encode("caf\u0065\u0301 日本語 😀👍🏽"),
-            (Ids{66, 64, 69, 127, 102, 680, 245, 98, 162, 250, 105, 164, 103, 252, 276, 246, 222, 306, 121}));
+            (Ids{66, 64, 69, 127, 102, 680, 245, 98, 162, 250, 105, 164, 103, 252, 276, 246, 222,
+                 306, 121}));
   EXPECT_EQ(qwen().encode("12345"), (Ids{16, 17, 18, 19, 20}));
 }
 
 TEST(Tokenizer, NfcMakesComposedAndDecomposedFormsEqual) {
   EXPECT_EQ(qwen().encode("caf\u00e9"), qwen().encode("cafe\u0301"));
-  EXPECT_EQ(tokenizer_detail::normalizeNfc("e\u0301\u0323"), "\u1eb9\u0301");  // ẹ́: reorder, compose
-  EXPECT_EQ(tokenizer_detail::normalizeNfc("\u1100\u1161\u11a8"), "\uac01");    // Hangul LVT
+  EXPECT_EQ(tokenizer_detail::normalizeNfc("e\u0301\u0323"),
+            "\u1eb9\u0301");  // ẹ́: reorder, compose
+  EXPECT_EQ(tokenizer_detail::normalizeNfc("\u1100\u1161\u11a8"), "\uac01");  // Hangul LVT
   EXPECT_EQ(tokenizer_detail::normalizeNfd("\u00c5"), "A\u030a");
   EXPECT_EQ(tokenizer_detail::normalizeNfc("\u212b"), "\u00c5");  // singleton decomposition
 }
 
 TEST(Tokenizer, SpecialAndAddedTokensAreMatchedBeforeSplitting) {
-  EXPECT_EQ(qwen().encode("<|im_start|>user\nhi<|im_end|>"), (Ids{701, 84, 82, 371, 198, 458, 702}));
+  EXPECT_EQ(qwen().encode("<|im_start|>user\nhi<|im_end|>"),
+            (Ids{701, 84, 82, 371, 198, 458, 702}));
   EXPECT_EQ(qwen().encode("<tool_call>x</tool_call>"), (Ids{703, 87, 704}));
   EXPECT_TRUE(qwen().isSpecial(702));
   EXPECT_FALSE(qwen().isSpecial(703));
@@ -72,9 +75,10 @@ TEST(Tokenizer, ConfigGivesEosPadAndNoBos) {
 }
 
 TEST(Tokenizer, DecodeRoundTrips) {
-  for (std::string_view s : {"Hello world", "  leading and trailing  ", "日本語のテキスト\n\tタブ",
-                             "👨‍👩‍👧‍👦 family, 👍🏿 ok", "x = [i * i for i in range(10)]\r\n",
-                             "Привет, мир! مرحبا", "<|im_start|>system\nYou are <tool_call>.<|im_end|>", ""}) {
+  for (std::string_view s :
+       {"Hello world", "  leading and trailing  ", "日本語のテキスト\n\tタブ",
+        "👨‍👩‍👧‍👦 family, 👍🏿 ok", "x = [i * i for i in range(10)]\r\n",
+        "Привет, мир! مرحبا", "<|im_start|>system\nYou are <tool_call>.<|im_end|>", ""}) {
     const Ids ids = qwen().encode(s);
     EXPECT_EQ(qwen().decode(ids), s) << s;
   }
@@ -99,7 +103,8 @@ TEST(Tokenizer, ArrayAndStringMergesGiveTheSameIds) {
     merge = nlohmann::json::array({s.substr(0, space), s.substr(space + 1)});
   }
   const Tokenizer arrays = Tokenizer::fromJson(j.dump());
-  for (std::string_view s : {"Hello world", "don't stop 123", "日本語"}) EXPECT_EQ(arrays.encode(s), qwen().encode(s));
+  for (std::string_view s : {"Hello world", "don't stop 123", "日本語"})
+    EXPECT_EQ(arrays.encode(s), qwen().encode(s));
   EXPECT_FALSE(arrays.eosId().has_value());  // no tokenizer_config.json given
 }
 
@@ -110,7 +115,8 @@ TEST(Tokenizer, EncodeIsThreadSafe) {
   std::vector<int> ok(4, 0);
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&, t] {
-      for (int i = 0; i < 200; ++i) ok[t] += qwen().encode(text + std::to_string(i % 7)).size() > expected.size();
+      for (int i = 0; i < 200; ++i)
+        ok[t] += qwen().encode(text + std::to_string(i % 7)).size() > expected.size();
     });
   for (auto& th : threads) th.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(ok[t], 200);
@@ -151,26 +157,38 @@ TEST(Tokenizer, LoadErrorsSayWhatIsWrong) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message([] { Tokenizer::load("/nonexistent/dir"); }).find("no tokenizer.json"), std::string::npos);
-  EXPECT_NE(message([] { Tokenizer::fromJson("{not json"); }).find("not valid JSON"), std::string::npos);
-  EXPECT_NE(message([] { Tokenizer::fromJson(R"({"model": {"type": "WordPiece", "vocab": {}}})"); }).find("WordPiece"),
+  EXPECT_NE(message([] { Tokenizer::load("/nonexistent/dir"); }).find("no tokenizer.json"),
             std::string::npos);
-  EXPECT_NE(message([] { Tokenizer::fromJson(R"({"model": {"type": "Unigram", "vocab": []}})"); }).find("Unigram"),
+  EXPECT_NE(message([] { Tokenizer::fromJson("{not json"); }).find("not valid JSON"),
             std::string::npos);
   EXPECT_NE(message([] {
-              Tokenizer::fromJson(R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"},
+              Tokenizer::fromJson(R"({"model": {"type": "WordPiece", "vocab": {}}})");
+            }).find("WordPiece"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              Tokenizer::fromJson(R"({"model": {"type": "Unigram", "vocab": []}})");
+            }).find("Unigram"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              Tokenizer::fromJson(
+                  R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"},
                   "behavior": "Isolated"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})");
             }).find("regex does not compile"),
             std::string::npos);
-  EXPECT_NE(message([] {
-              Tokenizer::fromJson(R"({"pre_tokenizer": {"type": "Metaspace"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})");
-            }).find("pre-tokenizer \"Metaspace\" is not supported"),
+  EXPECT_NE(
+      message([] {
+        Tokenizer::fromJson(
+            R"({"pre_tokenizer": {"type": "Metaspace"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})");
+      }).find("pre-tokenizer \"Metaspace\" is not supported"),
+      std::string::npos);
+  EXPECT_NE(
+      message([] {
+        Tokenizer::fromJson(
+            R"({"normalizer": {"type": "NFKC"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})");
+      }).find("normalizer \"NFKC\""),
+      std::string::npos);
+  EXPECT_NE(message([] { qwen().encode("bad \xC3\x28 utf8"); }).find("not valid UTF-8"),
             std::string::npos);
-  EXPECT_NE(message([] {
-              Tokenizer::fromJson(R"({"normalizer": {"type": "NFKC"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})");
-            }).find("normalizer \"NFKC\""),
-            std::string::npos);
-  EXPECT_NE(message([] { qwen().encode("bad \xC3\x28 utf8"); }).find("not valid UTF-8"), std::string::npos);
 }
 
 TEST(Tokenizer, PatternTranslationMatchesOniguruma) {

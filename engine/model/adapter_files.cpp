@@ -21,7 +21,8 @@ void writeAdapter(Model& model, const gpu::LoraSettings& settings, const std::fi
   writePeftAdapter(model.lm(), settings, dir, form, base_model_name);
 }
 
-void exportLlamaCppAdapter(const std::filesystem::path& adapter_dir, const std::filesystem::path& gguf_model,
+void exportLlamaCppAdapter(const std::filesystem::path& adapter_dir,
+                           const std::filesystem::path& gguf_model,
                            const std::filesystem::path& out) {
   const std::unique_ptr<io::GgufModel> base = io::GgufModel::open(gguf_model);
   writeGgufLora(readPeftAdapter(adapter_dir, io::readModelConfig(base->path())), *base, out);

@@ -33,7 +33,8 @@ void writeAdapter(Model& model, const gpu::LoraSettings& settings, const std::fi
 
 // The PEFT adapter in `adapter_dir` as a llama.cpp LoRA GGUF for the base model file
 // `gguf_model`, written atomically to `out`. Errors name the module and say what to do.
-void exportLlamaCppAdapter(const std::filesystem::path& adapter_dir, const std::filesystem::path& gguf_model,
+void exportLlamaCppAdapter(const std::filesystem::path& adapter_dir,
+                           const std::filesystem::path& gguf_model,
                            const std::filesystem::path& out);
 
 }  // namespace tandem::model

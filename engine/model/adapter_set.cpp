@@ -9,9 +9,9 @@
 #include "engine/core/error.h"
 #include "engine/experts/expert_layer.h"
 #include "engine/model/causal_lm.h"
+#include "engine/model/checkpoint_dir.h"
 #include "engine/model/model.h"
 #include "engine/model/peft_adapter.h"
-#include "engine/model/checkpoint_dir.h"
 
 namespace tandem::model {
 
@@ -20,7 +20,8 @@ namespace fs = std::filesystem;
 struct AdapterSet::Adapter {
   std::string name;
   gpu::LoraSettings settings;
-  std::map<std::string, std::pair<at::Tensor, at::Tensor>> dense;  // module -> A [r, in], B [out, r]
+  std::map<std::string, std::pair<at::Tensor, at::Tensor>>
+      dense;  // module -> A [r, in], B [out, r]
   // mlp name -> the routed experts' LoRA; held here while the adapter is not active, inside the
   // expert engine while it is.
   std::map<std::string, experts::ExpertLora> experts;
@@ -41,7 +42,8 @@ std::string shapeText(const at::Tensor& t) {
 
 void AdapterSet::add(const std::string& name, const fs::path& dir, AdapterMode mode) {
   if (name.empty() || name == "base") throw Error("an adapter needs a name other than \"base\"");
-  if (has(name)) throw Error("an adapter named \"" + name + "\" is already loaded", "choose another name");
+  if (has(name))
+    throw Error("an adapter named \"" + name + "\" is already loaded", "choose another name");
   if (merged_ || (mode == AdapterMode::Merged && !adapters_.empty())) {
     throw Error("a merged adapter must be the only adapter",
                 "load the adapters unmerged to switch between them");
@@ -60,10 +62,10 @@ void AdapterSet::add(const std::string& name, const fs::path& dir, AdapterMode m
     const int64_t r = peft.settings.rank;
     if (a->second.sizes() != at::IntArrayRef{r, linear.inFeatures()} ||
         b.sizes() != at::IntArrayRef{linear.outFeatures(), r}) {
-      throw Error(source.string() + ": " + module + " has LoRA A " + shapeText(a->second) + " and B " +
-                      shapeText(b) + ", but the layer needs [" + std::to_string(r) + ", " +
-                      std::to_string(linear.inFeatures()) + "] and [" + std::to_string(linear.outFeatures()) +
-                      ", " + std::to_string(r) + "]",
+      throw Error(source.string() + ": " + module + " has LoRA A " + shapeText(a->second) +
+                      " and B " + shapeText(b) + ", but the layer needs [" + std::to_string(r) +
+                      ", " + std::to_string(linear.inFeatures()) + "] and [" +
+                      std::to_string(linear.outFeatures()) + ", " + std::to_string(r) + "]",
                   "the adapter was made for another model, or the file is damaged");
     }
     // On the layer's own device: a model split over devices has its layers' LoRA on each.
@@ -74,7 +76,8 @@ void AdapterSet::add(const std::string& name, const fs::path& dir, AdapterMode m
   model_.lm().visitMoeBlocks([&](const std::string& mlp, model::MoeBlock& block) {
     const experts::ExpertLayerSpec& spec = block.experts->spec();
     auto key = [&](experts::ExpertProj proj, int64_t e) {
-      return mlp + ".experts." + std::to_string(e) + "." + std::string(experts::expertProjName(proj));
+      return mlp + ".experts." + std::to_string(e) + "." +
+             std::string(experts::expertProjName(proj));
     };
     experts::ExpertLoraSpec lora_spec;
     bool* targets[] = {&lora_spec.gate, &lora_spec.up, &lora_spec.down};
@@ -95,8 +98,9 @@ void AdapterSet::add(const std::string& name, const fs::path& dir, AdapterMode m
         const at::Tensor& b = peft.b.at(key(proj, e));
         if (a->second.sizes() != at::IntArrayRef{lora.rank(), lora.inFeatures(proj)} ||
             b.sizes() != at::IntArrayRef{lora.outFeatures(proj), lora.rank()}) {
-          throw Error(source.string() + ": " + key(proj, e) + " has LoRA A " + shapeText(a->second) +
-                          " and B " + shapeText(b) + ", which do not fit the expert",
+          throw Error(source.string() + ": " + key(proj, e) + " has LoRA A " +
+                          shapeText(a->second) + " and B " + shapeText(b) +
+                          ", which do not fit the expert",
                       "the adapter was made for another model, or the file is damaged");
         }
         const at::Tensor a_cpu = a->second.to(at::kFloat).contiguous();
@@ -117,7 +121,8 @@ void AdapterSet::add(const std::string& name, const fs::path& dir, AdapterMode m
   if (mode == AdapterMode::Merged) {
     activate("");
     swapIn(*adapter);
-    model_.lm().visitLinears([](const std::string&, gpu::LoraLinear& linear) { linear.mergeLora(); });
+    model_.lm().visitLinears(
+        [](const std::string&, gpu::LoraLinear& linear) { linear.mergeLora(); });
     adapter->dense.clear();
     merged_ = true;
     active_ = name;
@@ -149,9 +154,12 @@ void AdapterSet::activate(std::string_view requested) {
   const std::string name(requested == "base" ? std::string_view() : requested);
   if (name == active_) return;
   if (merged_) {
-    throw Error(name.empty() ? "the base model is not available: adapter \"" + active_ + "\" is merged into it"
-                             : "unknown adapter \"" + name + "\"; the model serves only the merged adapter \"" + active_ + "\"",
-                "load the adapter unmerged to switch between base and adapter");
+    throw Error(
+        name.empty()
+            ? "the base model is not available: adapter \"" + active_ + "\" is merged into it"
+            : "unknown adapter \"" + name + "\"; the model serves only the merged adapter \"" +
+                  active_ + "\"",
+        "load the adapter unmerged to switch between base and adapter");
   }
   Adapter* next = name.empty() ? nullptr : find(name);
   if (!name.empty() && !next) {

@@ -13,7 +13,8 @@ CausalLm::~CausalLm() = default;
 at::Tensor DecoderLayer::forward(const at::Tensor& x, const gpu::RopeTables& rope, double eps,
                                  bool training) const {
   const at::Tensor normed = gpu::rmsNorm(x, input_layernorm, eps);
-  const at::Tensor attn = gqa ? gqa->forward(normed, rope, training) : mla->forward(normed, rope, training);
+  const at::Tensor attn =
+      gqa ? gqa->forward(normed, rope, training) : mla->forward(normed, rope, training);
   const at::Tensor h = x + attn;
   const at::Tensor normed2 = gpu::rmsNorm(h, post_attention_layernorm, eps);
   return h + (moe ? moe->forward(normed2, training) : dense_mlp.forward(normed2, training));
@@ -22,9 +23,11 @@ at::Tensor DecoderLayer::forward(const at::Tensor& x, const gpu::RopeTables& rop
 at::Tensor CausalLm::forwardHidden(const at::Tensor& input_ids, bool training) const {
   if (input_ids.dim() != 2) throw Error("input ids must be [batch, seq]");
   const at::Tensor ids = input_ids.to(embed_device_, at::kLong);
-  if (ids.numel() > 0 && (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= config_.vocab_size)) {
-    throw Error("a token id is outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")",
-                "the tokens do not belong to this model's tokenizer");
+  if (ids.numel() > 0 &&
+      (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= config_.vocab_size)) {
+    throw Error(
+        "a token id is outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")",
+        "the tokens do not belong to this model's tokenizer");
   }
   at::Tensor x = at::embedding(embed_tokens, ids);
   at::Device rope_device = embed_device_;
@@ -45,9 +48,11 @@ at::Tensor CausalLm::forwardHidden(const at::Tensor& input_ids, bool training) c
     x = x.to(device);
     if (checkpoint) {
       // Captures by value what the backward's recomputation needs after this call returns.
-      x = gpu::checkpointed([&layer, rope, eps](const at::Tensor& in) {
-        return layer.forward(in, rope, eps, /*training=*/true);
-      }, x);
+      x = gpu::checkpointed(
+          [&layer, rope, eps](const at::Tensor& in) {
+            return layer.forward(in, rope, eps, /*training=*/true);
+          },
+          x);
     } else {
       x = layer.forward(x, rope, eps, training);
     }
@@ -65,18 +70,21 @@ at::Tensor CausalLm::loss(const at::Tensor& hidden, const at::Tensor& labels) co
   }
   // Position t predicts label t+1; the last position of each row predicts nothing.
   const at::Tensor lab = labels.to(head_device_, at::kLong);
-  const at::Tensor shifted = at::cat({lab.narrow(1, 1, lab.size(1) - 1),
-                                      at::full({lab.size(0), 1}, -100, lab.options())}, 1);
-  return gpu::chunkedCrossEntropy(hidden.reshape({-1, hidden.size(-1)}), lm_head, shifted.reshape({-1}),
-                             options_.loss_chunk_tokens);
+  const at::Tensor shifted = at::cat(
+      {lab.narrow(1, 1, lab.size(1) - 1), at::full({lab.size(0), 1}, -100, lab.options())}, 1);
+  return gpu::chunkedCrossEntropy(hidden.reshape({-1, hidden.size(-1)}), lm_head,
+                                  shifted.reshape({-1}), options_.loss_chunk_tokens);
 }
 
-void CausalLm::visitLinears(const std::function<void(const std::string&, gpu::LoraLinear&)>& visit) {
+void CausalLm::visitLinears(
+    const std::function<void(const std::string&, gpu::LoraLinear&)>& visit) {
   for (size_t i = 0; i < layers_.size(); ++i) {
     DecoderLayer& layer = layers_[i];
     const std::string p = "model.layers." + std::to_string(i) + ".";
     auto under = [&](const std::string& prefix) {
-      return [&visit, prefix](const std::string& leaf, gpu::LoraLinear& l) { visit(prefix + leaf, l); };
+      return [&visit, prefix](const std::string& leaf, gpu::LoraLinear& l) {
+        visit(prefix + leaf, l);
+      };
     };
     if (layer.gqa) layer.gqa->visitProjections(under(p + "self_attn."));
     if (layer.mla) layer.mla->visitProjections(under(p + "self_attn."));
@@ -87,7 +95,8 @@ void CausalLm::visitLinears(const std::function<void(const std::string&, gpu::Lo
                                      ? p + "mlp.shared_expert."
                                      : p + "mlp.shared_experts.";
       if (layer.moe->shared.defined()) layer.moe->shared.visitProjections(under(shared));
-      if (layer.moe->shared_gate.defined()) visit(p + "mlp.shared_expert_gate", layer.moe->shared_gate);
+      if (layer.moe->shared_gate.defined())
+        visit(p + "mlp.shared_expert_gate", layer.moe->shared_gate);
     }
   }
 }
@@ -98,7 +107,8 @@ void CausalLm::visitMoeBlocks(const std::function<void(const std::string&, MoeBl
   }
 }
 
-void CausalLm::visitMoeBlocks(const std::function<void(size_t layer, const MoeBlock&)>& visit) const {
+void CausalLm::visitMoeBlocks(
+    const std::function<void(size_t layer, const MoeBlock&)>& visit) const {
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (layers_[i].moe) visit(i, *layers_[i].moe);
   }

@@ -15,16 +15,16 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/memory_ledger.h"
 #include "engine/gpu/attention.h"
 #include "engine/gpu/lora_linear.h"
 #include "engine/gpu/mlp.h"
-#include "engine/model/moe_block.h"
 #include "engine/gpu/rope.h"
-#include "engine/model/weight_loader.h"
-#include "engine/core/memory_ledger.h"
 #include "engine/io/model_config.h"
 #include "engine/model/lora_plan.h"
 #include "engine/model/model_options.h"
+#include "engine/model/moe_block.h"
+#include "engine/model/weight_loader.h"
 
 namespace tandem {
 class ThreadPool;
@@ -42,7 +42,8 @@ struct DecoderLayer {
   gpu::GatedMlp dense_mlp;
   std::unique_ptr<MoeBlock> moe;
 
-  at::Tensor forward(const at::Tensor& x, const gpu::RopeTables& rope, double eps, bool training) const;
+  at::Tensor forward(const at::Tensor& x, const gpu::RopeTables& rope, double eps,
+                     bool training) const;
 };
 
 class CausalLm {
@@ -53,8 +54,9 @@ class CausalLm {
   // A model of config.json's shapes with random weights (see WeightLoader::synthetic, also for
   // embedding_std), e.g. the built-in demo's base model or a benchmark's; writeRandomWeights
   // saves it as a model dir.
-  static std::unique_ptr<CausalLm> random(const io::ModelConfig& config, const ModelOptions& options,
-                                          const LoraPlan* lora, uint64_t seed, ThreadPool& pool,
+  static std::unique_ptr<CausalLm> random(const io::ModelConfig& config,
+                                          const ModelOptions& options, const LoraPlan* lora,
+                                          uint64_t seed, ThreadPool& pool,
                                           double embedding_std = 0);
   void writeRandomWeights(const std::filesystem::path& file) const;
   ~CausalLm();
@@ -98,9 +100,9 @@ class CausalLm {
   at::Device head_device_ = at::kCPU;
   at::ScalarType dtype_ = at::kFloat;
   std::unique_ptr<WeightLoader> weights_;  // keeps the mapped files the experts read
-  at::Tensor embed_tokens;   // [vocab, hidden]
-  at::Tensor final_norm;     // [hidden]
-  at::Tensor lm_head;        // [vocab, hidden] (the embeddings when tied)
+  at::Tensor embed_tokens;                 // [vocab, hidden]
+  at::Tensor final_norm;                   // [hidden]
+  at::Tensor lm_head;                      // [vocab, hidden] (the embeddings when tied)
   std::vector<DecoderLayer> layers_;
   gpu::Rope rope_;
   std::vector<MemoryCharge> charges_;  // dense weights and LoRA per device, expert weights ("cpu")

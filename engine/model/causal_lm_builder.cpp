@@ -42,14 +42,17 @@ experts::ExpertLayerOptions expertLayerOptions(const ModelOptions& o, experts::W
   options.task_split = o.experts_task_split;
   if (o.experts_format == "fp8") {
     if (stored != experts::WeightType::FP8_E4M3) {
-      throw Error("experts format fp8 keeps the checkpoint's fp8 experts, but this checkpoint's experts are " +
-                      std::string(experts::weightTypeName(stored)),
-                  "use experts_format auto, bf16 or int8 (int8 quantises them at load)");
+      throw Error(
+          "experts format fp8 keeps the checkpoint's fp8 experts, but this checkpoint's experts "
+          "are " +
+              std::string(experts::weightTypeName(stored)),
+          "use experts_format auto, bf16 or int8 (int8 quantises them at load)");
     }
     options.format = experts::WeightFormat::Bf16;  // fp8 is dequantised into bf16 packs
   } else if (o.experts_format == "auto") {
     // amx_int8 multiplies int8 only: naming it (kt_backend: AMXInt8) asks for int8 weights.
-    options.format = o.experts_backend == "amx_int8" ? experts::WeightFormat::Int8 : experts::WeightFormat::Bf16;
+    options.format =
+        o.experts_backend == "amx_int8" ? experts::WeightFormat::Int8 : experts::WeightFormat::Bf16;
   } else {
     options.format = experts::parseWeightFormat(o.experts_format);
   }
@@ -61,13 +64,18 @@ experts::ExpertLayerOptions expertLayerOptions(const ModelOptions& o, experts::W
 class CausalLmBuilder {
  public:
   CausalLmBuilder(CausalLm& model, const LoraPlan* lora, ThreadPool& pool)
-      : m_(model), c_(model.config_), w_(*model.weights_), lora_(lora), pool_(pool),
+      : m_(model),
+        c_(model.config_),
+        w_(*model.weights_),
+        lora_(lora),
+        pool_(pool),
         lora_seed_(lora ? lora->seed * 1000003ull : 0) {}
 
   void build() {
     const int64_t hidden = c_.hidden_size;
     const ModelOptions& o = m_.options_;
-    if (!o.gpu_experts.empty() && o.gpu_experts.size() != static_cast<size_t>(c_.num_hidden_layers)) {
+    if (!o.gpu_experts.empty() &&
+        o.gpu_experts.size() != static_cast<size_t>(c_.num_hidden_layers)) {
       throw Error("the resident expert counts name " + std::to_string(o.gpu_experts.size()) +
                       " layers, but the model has " + std::to_string(c_.num_hidden_layers),
                   "give one count per decoder layer (0 for dense layers)");
@@ -98,7 +106,7 @@ class CausalLmBuilder {
   // Loads name.weight (and name.bias when `bias`), attaches LoRA when the plan targets `name`.
   gpu::LoraLinear linear(const std::string& name, int64_t out, int64_t in, bool bias = false) {
     gpu::LoraLinear l(w_.load(name + ".weight", {out, in}),
-                 bias ? w_.load(name + ".bias", {out}) : at::Tensor());
+                      bias ? w_.load(name + ".bias", {out}) : at::Tensor());
     if (lora_ && lora_->targets(name)) l.attachFreshLora(lora_->settings, ++lora_seed_);
     return l;
   }
@@ -107,7 +115,8 @@ class CausalLmBuilder {
     const std::string p = layerPrefix(i);
     DecoderLayer layer;
     layer.input_layernorm = w_.load(p + "input_layernorm.weight", {c_.hidden_size});
-    layer.post_attention_layernorm = w_.load(p + "post_attention_layernorm.weight", {c_.hidden_size});
+    layer.post_attention_layernorm =
+        w_.load(p + "post_attention_layernorm.weight", {c_.hidden_size});
     if (c_.isMla()) {
       layer.mla = buildMla(p + "self_attn.");
     } else {
@@ -169,8 +178,8 @@ class CausalLmBuilder {
     a->kv_a_proj_with_mqa = linear(p + "kv_a_proj_with_mqa", c_.kv_lora_rank + c_.qk_rope_head_dim,
                                    c_.hidden_size, c_.attention_bias);
     a->kv_a_layernorm = w_.load(p + "kv_a_layernorm.weight", {c_.kv_lora_rank});
-    a->kv_b_proj = linear(p + "kv_b_proj", heads * (c_.qk_nope_head_dim + c_.v_head_dim),
-                          c_.kv_lora_rank);
+    a->kv_b_proj =
+        linear(p + "kv_b_proj", heads * (c_.qk_nope_head_dim + c_.v_head_dim), c_.kv_lora_rank);
     a->o_proj = linear(p + "o_proj", c_.hidden_size, heads * c_.v_head_dim, c_.attention_bias);
     return a;
   }
@@ -187,7 +196,8 @@ class CausalLmBuilder {
   // gate_name: where the weights are stored; module_name: the HF (transformers 5) module name.
   gpu::Router buildRouter(const std::string& gate_name, const std::string& module_name) {
     gpu::Router r;
-    r.gate = gpu::LoraLinear(w_.load(gate_name + ".weight", {c_.num_experts, c_.hidden_size}), at::Tensor());
+    r.gate = gpu::LoraLinear(w_.load(gate_name + ".weight", {c_.num_experts, c_.hidden_size}),
+                             at::Tensor());
     if (lora_ && lora_->targets(module_name)) r.gate.attachFreshLora(lora_->settings, ++lora_seed_);
     r.top_k = c_.num_experts_per_tok;
     r.norm_topk_prob = c_.norm_topk_prob;
@@ -238,17 +248,20 @@ void CausalLmBuilder::chargeMemory() {
     m_.charges_.emplace_back(ledger, device, MemoryCategory::Weights, bytes);
   }
   if (m_.lm_head.data_ptr() != m_.embed_tokens.data_ptr() && c_.tie_word_embeddings) {
-    m_.charges_.emplace_back(ledger, m_.lm_head.device().str(), MemoryCategory::Weights, m_.lm_head.nbytes());
+    m_.charges_.emplace_back(ledger, m_.lm_head.device().str(), MemoryCategory::Weights,
+                             m_.lm_head.nbytes());
   }
   std::map<std::string, uint64_t> lora_bytes;
   m_.visitLinears([&](const std::string&, gpu::LoraLinear& l) {
-    if (l.hasLora()) lora_bytes[l.loraA().device().str()] += l.loraA().nbytes() + l.loraB().nbytes();
+    if (l.hasLora())
+      lora_bytes[l.loraA().device().str()] += l.loraA().nbytes() + l.loraB().nbytes();
   });
   for (const auto& [device, bytes] : lora_bytes) {
     m_.charges_.emplace_back(ledger, device, MemoryCategory::Lora, bytes);
   }
   if (expert_weight_bytes_ > 0) {
-    m_.charges_.emplace_back(ledger, "cpu", MemoryCategory::Weights, static_cast<uint64_t>(expert_weight_bytes_));
+    m_.charges_.emplace_back(ledger, "cpu", MemoryCategory::Weights,
+                             static_cast<uint64_t>(expert_weight_bytes_));
   }
 }
 
@@ -259,7 +272,8 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
   auto block = std::make_unique<MoeBlock>();
   const bool legacy_mixtral =
       c_.architecture == Architecture::Mixtral && w_.has(p + "block_sparse_moe.gate.weight");
-  block->router = buildRouter(p + (legacy_mixtral ? "block_sparse_moe.gate" : "mlp.gate"), p + "mlp.gate");
+  block->router =
+      buildRouter(p + (legacy_mixtral ? "block_sparse_moe.gate" : "mlp.gate"), p + "mlp.gate");
 
   experts::ExpertLayerSpec spec{c_.num_experts, c_.hidden_size, c_.moe_intermediate_size};
   experts::ExpertLoraSpec lora_spec;
@@ -274,8 +288,10 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
     }
   }
   experts::ExpertWeightViews views = expertWeights(i, *block);
-  block->resident_count = std::min<int64_t>(m_.options_.gpuExperts(static_cast<size_t>(i)), spec.num_experts);
-  if (m_.options_.experts == ExpertsMode::Cpu && block->resident_count > 0) block->resident_source = views;
+  block->resident_count =
+      std::min<int64_t>(m_.options_.gpuExperts(static_cast<size_t>(i)), spec.num_experts);
+  if (m_.options_.experts == ExpertsMode::Cpu && block->resident_count > 0)
+    block->resident_source = views;
   experts::ExpertLayerOptions options = expertLayerOptions(m_.options_, views.type);
   // Offload mode computes on the GPU: the CPU layer only holds the expert LoRA (no packs).
   options.lora_only = m_.options_.experts == ExpertsMode::GpuOffload;
@@ -283,15 +299,17 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
   options.defer_packs = m_.options_.experts == ExpertsMode::Cpu && block->resident_count > 0;
   block->resident_format = options.format;
   const std::vector<int>& numa_node = m_.options_.experts_numa_node;
-  if (static_cast<size_t>(i) < numa_node.size()) options.numa_node = numa_node[static_cast<size_t>(i)];
+  if (static_cast<size_t>(i) < numa_node.size())
+    options.numa_node = numa_node[static_cast<size_t>(i)];
   if (m_.options_.experts == ExpertsMode::GpuOffload) {
-    block->offload = std::make_unique<ExpertOffload>(spec, views, w_.dtype(), options.format,
-                                                     streamerFor(m_.layerDevice(static_cast<size_t>(i))),
-                                                     block->resident_count);
+    block->offload = std::make_unique<ExpertOffload>(
+        spec, views, w_.dtype(), options.format,
+        streamerFor(m_.layerDevice(static_cast<size_t>(i))), block->resident_count);
   } else if (views.type == experts::WeightType::FP8_E4M3) {
     // The mapped fp8 bytes and the f32 block scales copied beside them.
     const int64_t blocks_h = ceilBlocks(spec.hidden), blocks_i = ceilBlocks(spec.intermediate);
-    expert_weight_bytes_ += 3 * spec.num_experts * (spec.hidden * spec.intermediate + blocks_h * blocks_i * 4);
+    expert_weight_bytes_ +=
+        3 * spec.num_experts * (spec.hidden * spec.intermediate + blocks_h * blocks_i * 4);
   } else {
     expert_weight_bytes_ += 3 * spec.num_experts * spec.hidden * spec.intermediate *
                             static_cast<int64_t>(at::elementSize(w_.dtype()));
@@ -305,12 +323,14 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
     block->experts->lora().initPeft(++lora_seed_);
     block->lora_anchor = at::zeros({}, at::kFloat).requires_grad_(true);
   }
-  block->keep_expert_forward = m_.options_.keep_expert_forward && m_.options_.gradient_checkpointing;
+  block->keep_expert_forward =
+      m_.options_.keep_expert_forward && m_.options_.gradient_checkpointing;
   if (c_.architecture == Architecture::Qwen2Moe) {
     block->shared = buildMlp(p + "mlp.shared_expert.", c_.shared_expert_intermediate_size);
     block->shared_gate = linear(p + "mlp.shared_expert_gate", 1, c_.hidden_size);
   } else if (isDeepseek(c_.architecture) && c_.n_shared_experts > 0) {
-    block->shared = buildMlp(p + "mlp.shared_experts.", c_.moe_intermediate_size * c_.n_shared_experts);
+    block->shared =
+        buildMlp(p + "mlp.shared_experts.", c_.moe_intermediate_size * c_.n_shared_experts);
   }
   return block;
 }
@@ -319,7 +339,8 @@ const void* CausalLmBuilder::expertPointer(const io::TensorView& tensor, int64_t
                                            MoeBlock& block, const std::string& name,
                                            const Shape& shape) {
   const at::ScalarType stored = scalarTypeOf(tensor.info->dtype, name);
-  const int64_t numel = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+  const int64_t numel =
+      std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
   const std::byte* data = tensor.bytes.data() + element_offset * at::elementSize(stored);
   if (stored == w_.dtype()) return data;  // zero copy from the mapped file
   // Another dtype than the model's: convert once, keep the copy alive in the block.
@@ -333,32 +354,40 @@ const void* CausalLmBuilder::expertPointer(const io::TensorView& tensor, int64_t
 experts::ExpertWeightViews CausalLmBuilder::expertWeights(int i, MoeBlock& block) {
   const std::string p = layerPrefix(i);
   const int64_t n = c_.num_experts, h = c_.hidden_size;
-  const int64_t inter = c_.moe_intermediate_size;  // mixtral's experts: config.json's intermediate_size
+  const int64_t inter =
+      c_.moe_intermediate_size;  // mixtral's experts: config.json's intermediate_size
   experts::ExpertWeightViews views;
   views.type = expertWeightType(w_.dtype());
   const std::string fused_gate_up = p + "mlp.experts.gate_up_proj";
   if (w_.has(fused_gate_up)) {  // transformers 5 fused layout: [E, 2I, H] and [E, H, I]
     if (w_.isFp8(fused_gate_up)) {
-      throw Error("tensor " + fused_gate_up + " is fp8 in transformers' fused expert layout, which Tandem "
+      throw Error("tensor " + fused_gate_up +
+                      " is fp8 in transformers' fused expert layout, which Tandem "
                       "does not read (its 128-row scale blocks may straddle gate and up)",
-                  "use the checkpoint as DeepSeek-V3 / Kimi-K2 ship it: one weight and weight_scale_inv per expert");
+                  "use the checkpoint as DeepSeek-V3 / Kimi-K2 ship it: one weight and "
+                  "weight_scale_inv per expert");
     }
     const io::TensorView gate_up = w_.view(fused_gate_up, {n, 2 * inter, h});
     const io::TensorView down = w_.view(p + "mlp.experts.down_proj", {n, h, inter});
     for (int64_t e = 0; e < n; ++e) {
-      views.gate.push_back(expertPointer(gate_up, e * 2 * inter * h, block, fused_gate_up, {inter, h}));
-      views.up.push_back(expertPointer(gate_up, (e * 2 + 1) * inter * h, block, fused_gate_up, {inter, h}));
-      views.down.push_back(expertPointer(down, e * h * inter, block, p + "mlp.experts.down_proj", {h, inter}));
+      views.gate.push_back(
+          expertPointer(gate_up, e * 2 * inter * h, block, fused_gate_up, {inter, h}));
+      views.up.push_back(
+          expertPointer(gate_up, (e * 2 + 1) * inter * h, block, fused_gate_up, {inter, h}));
+      views.down.push_back(
+          expertPointer(down, e * h * inter, block, p + "mlp.experts.down_proj", {h, inter}));
     }
     return views;
   }
   const bool legacy_mixtral = c_.architecture == Architecture::Mixtral &&
                               w_.has(p + "block_sparse_moe.experts.0.w1.weight");
   if (!legacy_mixtral) {
-    for (const auto& [leaf, shape] : {std::pair{"gate_proj", Shape{inter, h}}, std::pair{"up_proj", Shape{inter, h}},
-                                      std::pair{"down_proj", Shape{h, inter}}}) {
+    for (const auto& [leaf, shape] :
+         {std::pair{"gate_proj", Shape{inter, h}}, std::pair{"up_proj", Shape{inter, h}},
+          std::pair{"down_proj", Shape{h, inter}}}) {
       std::vector<std::string> names;
-      for (int64_t e = 0; e < n; ++e) names.push_back(p + "mlp.experts." + std::to_string(e) + "." + leaf + ".weight");
+      for (int64_t e = 0; e < n; ++e)
+        names.push_back(p + "mlp.experts." + std::to_string(e) + "." + leaf + ".weight");
       w_.inventAll(names, shape);
     }
   }
@@ -375,13 +404,15 @@ experts::ExpertWeightViews CausalLmBuilder::expertWeights(int i, MoeBlock& block
       const std::string name = base(e) + leaf + ".weight";
       const io::TensorView tensor = w_.view(name, shape);
       if ((tensor.info->dtype == io::DType::F8_E4M3) != fp8) {
-        throw Error("tensor " + name + " is stored as " + std::string(io::dtypeName(tensor.info->dtype)) +
-                        " but " + first_gate + " as " + (fp8 ? "F8_E4M3" : "another type") +
+        throw Error("tensor " + name + " is stored as " +
+                        std::string(io::dtypeName(tensor.info->dtype)) + " but " + first_gate +
+                        " as " + (fp8 ? "F8_E4M3" : "another type") +
                         ": the experts of one layer must share a type",
                     "the checkpoint mixes formats: re-download or re-export it");
       }
       if (!fp8) return expertPointer(tensor, 0, block, name, shape);
-      const at::Tensor& owned = block.expert_weight_owners.emplace_back(w_.blockScales(name, shape));
+      const at::Tensor& owned =
+          block.expert_weight_owners.emplace_back(w_.blockScales(name, shape));
       scales.push_back(owned.data_ptr<float>());
       return static_cast<const void*>(tensor.bytes.data());
     };
@@ -407,14 +438,14 @@ void CausalLm::setOptions(const ModelOptions& options) {
   dtype_ = torchDtype(options.dtype);
 }
 
-std::unique_ptr<CausalLm> CausalLm::random(const io::ModelConfig& config, const ModelOptions& options,
-                                           const LoraPlan* lora, uint64_t seed, ThreadPool& pool,
-                                           double embedding_std) {
+std::unique_ptr<CausalLm> CausalLm::random(const io::ModelConfig& config,
+                                           const ModelOptions& options, const LoraPlan* lora,
+                                           uint64_t seed, ThreadPool& pool, double embedding_std) {
   std::unique_ptr<CausalLm> model(new CausalLm());
   model->config_ = config;
   model->setOptions(options);
-  model->weights_ = WeightLoader::synthetic(model->dtype_, model->embed_device_, seed, WeightLoader::kDefaultStd,
-                                            embedding_std);
+  model->weights_ = WeightLoader::synthetic(model->dtype_, model->embed_device_, seed,
+                                            WeightLoader::kDefaultStd, embedding_std);
   CausalLmBuilder(*model, lora, pool).build();
   return model;
 }

@@ -11,7 +11,8 @@ namespace fs = std::filesystem;
 std::optional<int64_t> checkpointStep(const std::filesystem::path& dir) {
   const std::string name = dir.filename().string();
   const std::string prefix = "checkpoint-";
-  if (!name.starts_with(prefix) || name.size() == prefix.size() || name.size() > prefix.size() + 18) {
+  if (!name.starts_with(prefix) || name.size() == prefix.size() ||
+      name.size() > prefix.size() + 18) {
     return std::nullopt;
   }
   int64_t step = 0;

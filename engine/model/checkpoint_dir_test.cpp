@@ -1,10 +1,10 @@
+#include "engine/model/checkpoint_dir.h"
+
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
-
-#include "engine/model/checkpoint_dir.h"
 
 namespace tandem::model {
 namespace {

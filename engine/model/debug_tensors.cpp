@@ -18,15 +18,19 @@ namespace tandem::model {
 namespace {
 
 at::Tensor rows(const TokenBatch& batch, const std::vector<int64_t>& values) {
-  return at::from_blob(const_cast<int64_t*>(values.data()), {batch.rows, batch.width}, at::kLong).clone();
+  return at::from_blob(const_cast<int64_t*>(values.data()), {batch.rows, batch.width}, at::kLong)
+      .clone();
 }
 
 }  // namespace
 
-void writeDebugTensors(Model& model, const TokenBatch& batch, bool gradients, const std::filesystem::path& out) {
-  if (batch.input_ids.size() != static_cast<size_t>(batch.rows * batch.width)) throw Error("a malformed token batch");
+void writeDebugTensors(Model& model, const TokenBatch& batch, bool gradients,
+                       const std::filesystem::path& out) {
+  if (batch.input_ids.size() != static_cast<size_t>(batch.rows * batch.width))
+    throw Error("a malformed token batch");
   const bool has_labels = !batch.labels.empty();
-  if (gradients && !has_labels) throw Error("gradients need labels", "give a labels file shaped like the tokens");
+  if (gradients && !has_labels)
+    throw Error("gradients need labels", "give a labels file shaped like the tokens");
   const at::Tensor ids = rows(batch, batch.input_ids);
   const at::Tensor labels = has_labels ? rows(batch, batch.labels) : at::Tensor();
   CausalLm& lm = model.lm();

@@ -13,6 +13,7 @@ class Model;
 
 // batch.labels empty: logits only ("logits"); else also "loss". gradients: one forward and
 // backward in training mode (dropout as configured) and every LoRA gradient (needs labels).
-void writeDebugTensors(Model& model, const TokenBatch& batch, bool gradients, const std::filesystem::path& out);
+void writeDebugTensors(Model& model, const TokenBatch& batch, bool gradients,
+                       const std::filesystem::path& out);
 
 }  // namespace tandem::model

@@ -13,7 +13,8 @@
 namespace tandem::model {
 
 DecodeSession::DecodeSession(const Model& model, int64_t capacity)
-    : model_(model), cache_(std::make_unique<KvCache>(model.config().num_hidden_layers, /*batch=*/1, capacity)) {}
+    : model_(model),
+      cache_(std::make_unique<KvCache>(model.config().num_hidden_layers, /*batch=*/1, capacity)) {}
 
 DecodeSession::~DecodeSession() = default;
 
@@ -24,11 +25,13 @@ std::vector<float> DecodeSession::feed(std::span<const int32_t> ids) {
   c10::InferenceMode inference;
   try {
     const std::vector<int64_t> wide(ids.begin(), ids.end());
-    const at::Tensor input = at::tensor(wide, at::kLong).view({1, static_cast<int64_t>(wide.size())});
+    const at::Tensor input =
+        at::tensor(wide, at::kLong).view({1, static_cast<int64_t>(wide.size())});
     const at::Tensor hidden = model_.lm().forwardCached(input, *cache_);
     const at::Tensor logits = model_.lm().logits(hidden.select(1, hidden.size(1) - 1)).select(0, 0);
     const at::Tensor host = logits.to(at::kCPU, at::kFloat).contiguous();
-    return std::vector<float>(host.const_data_ptr<float>(), host.const_data_ptr<float>() + host.numel());
+    return std::vector<float>(host.const_data_ptr<float>(),
+                              host.const_data_ptr<float>() + host.numel());
   } catch (const c10::OutOfMemoryError& e) {
     const std::string what = e.what_without_backtrace();
     throw OutOfMemory(what.substr(0, what.find('\n')));

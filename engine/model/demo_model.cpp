@@ -4,10 +4,10 @@
 
 #include "engine/core/paths.h"
 #include "engine/core/thread_pool.h"
-#include "engine/model/causal_lm.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/model_config.h"
 #include "engine/io/tokenizer.h"
+#include "engine/model/causal_lm.h"
 
 namespace tandem::model {
 
@@ -17,14 +17,28 @@ namespace fs = std::filesystem;
 
 // A scaled-down Qwen3-MoE: real architecture, 16 experts top-4, ~9 M parameters.
 nlohmann::json demoModelConfig(int64_t vocab_size, int32_t eos_id) {
-  return {{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"},
-          {"hidden_size", 256}, {"intermediate_size", 512}, {"moe_intermediate_size", 128},
-          {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-          {"head_dim", 64}, {"num_experts", 16}, {"num_experts_per_tok", 4},
-          {"norm_topk_prob", true}, {"decoder_sparse_step", 1}, {"mlp_only_layers", nlohmann::json::array()},
-          {"vocab_size", vocab_size}, {"max_position_embeddings", 512}, {"rms_norm_eps", 1e-6},
-          {"rope_theta", 10000.0}, {"tie_word_embeddings", false}, {"hidden_act", "silu"},
-          {"eos_token_id", eos_id}, {"dtype", "float32"}};
+  return {{"architectures", {"Qwen3MoeForCausalLM"}},
+          {"model_type", "qwen3_moe"},
+          {"hidden_size", 256},
+          {"intermediate_size", 512},
+          {"moe_intermediate_size", 128},
+          {"num_hidden_layers", 4},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"head_dim", 64},
+          {"num_experts", 16},
+          {"num_experts_per_tok", 4},
+          {"norm_topk_prob", true},
+          {"decoder_sparse_step", 1},
+          {"mlp_only_layers", nlohmann::json::array()},
+          {"vocab_size", vocab_size},
+          {"max_position_embeddings", 512},
+          {"rms_norm_eps", 1e-6},
+          {"rope_theta", 10000.0},
+          {"tie_word_embeddings", false},
+          {"hidden_act", "silu"},
+          {"eos_token_id", eos_id},
+          {"dtype", "float32"}};
 }
 
 }  // namespace
@@ -34,7 +48,8 @@ fs::path defaultDemoWorkdir() { return cacheDir() / "demo"; }
 
 DemoModel ensureDemoModel(const fs::path& workdir, const fs::path& resources_dir) {
   const fs::path model_dir = workdir / "model";
-  if (fs::exists(model_dir / "model.safetensors") && fs::exists(model_dir / "config.json")) return {model_dir, false};
+  if (fs::exists(model_dir / "model.safetensors") && fs::exists(model_dir / "config.json"))
+    return {model_dir, false};
   const fs::path tmp = workdir / "model.tmp";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
@@ -42,11 +57,12 @@ DemoModel ensureDemoModel(const fs::path& workdir, const fs::path& resources_dir
     fs::copy_file(resources_dir / "demo" / file, tmp / file, fs::copy_options::overwrite_existing);
   }
   const io::Tokenizer tokenizer = io::Tokenizer::load(tmp);
-  const nlohmann::json config = demoModelConfig(tokenizer.vocabSize(), tokenizer.eosId().value_or(0));
+  const nlohmann::json config =
+      demoModelConfig(tokenizer.vocabSize(), tokenizer.eosId().value_or(0));
   io::writeFileAtomically(tmp / "config.json", config.dump(2) + "\n");
   const io::ModelConfig model_config = io::readModelConfig(tmp);
   auto model = model::CausalLm::random(model_config, model::ModelOptions{}, nullptr, /*seed=*/2024,
-                                     ThreadPool::global());
+                                       ThreadPool::global());
   model->writeRandomWeights(tmp / "model.safetensors");
   fs::remove_all(model_dir);
   fs::rename(tmp, model_dir);

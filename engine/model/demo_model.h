@@ -18,6 +18,7 @@ std::filesystem::path defaultDemoWorkdir();
 
 // Builds `workdir`/model from `resources_dir`/demo/tokenizer*.json unless a complete one is
 // there; a half-made one (killed midway) is rebuilt. Throws tandem::Error.
-DemoModel ensureDemoModel(const std::filesystem::path& workdir, const std::filesystem::path& resources_dir);
+DemoModel ensureDemoModel(const std::filesystem::path& workdir,
+                          const std::filesystem::path& resources_dir);
 
 }  // namespace tandem::model

@@ -22,7 +22,8 @@ std::vector<placement::Device> parseLayerDevices(std::string_view text, int num_
                                                  placement::Device fallback) {
   std::vector<placement::Device> devices(static_cast<size_t>(num_layers), fallback);
   std::vector<bool> named(static_cast<size_t>(num_layers), false);
-  const std::string hint = "write DEVICE:FIRST-LAST items separated by commas, e.g. cuda:0:0-13,cuda:1:14-27";
+  const std::string hint =
+      "write DEVICE:FIRST-LAST items separated by commas, e.g. cuda:0:0-13,cuda:1:14-27";
   size_t start = 0;
   while (start <= text.size()) {
     const size_t comma = std::min(text.find(',', start), text.size());
@@ -43,14 +44,16 @@ std::vector<placement::Device> parseLayerDevices(std::string_view text, int num_
         dash == std::string_view::npos ? first : parseInt(range.substr(dash + 1));
     if (!first || !last || *first > *last) {
       throw Error("layer devices: '" + std::string(range) + "' in '" + std::string(item) +
-                      "' is not a layer range FIRST-LAST", hint);
+                      "' is not a layer range FIRST-LAST",
+                  hint);
     }
     if (*first < 0 || *last >= num_layers) {
       throw Error("layer devices: layers " + std::string(range) + " are outside the model's 0-" +
                       std::to_string(num_layers - 1),
                   "the model has " + std::to_string(num_layers) + " decoder layers");
     }
-    const placement::Device device = placement::Device::parse(item.substr(0, colon), "layer devices");
+    const placement::Device device =
+        placement::Device::parse(item.substr(0, colon), "layer devices");
     for (int layer = *first; layer <= *last; ++layer) {
       if (named[static_cast<size_t>(layer)]) {
         throw Error("layer devices: layer " + std::to_string(layer) + " is placed twice",

@@ -52,7 +52,8 @@ TEST(DeviceMap, TorchDevicesAreCheckedAgainstWhatLibtorchSees) {
   EXPECT_TRUE(torchDevice(kCpu).is_cpu());
   EXPECT_FALSE(torchDevice(kCpu).has_index());
   EXPECT_EQ(torchDevice(kNode0), c10::Device(c10::kCPU, 0));
-  EXPECT_NE(torchDevice(kNode0), torchDevice(kCpu));  // two device objects: the multi-device paths run
+  EXPECT_NE(torchDevice(kNode0),
+            torchDevice(kCpu));  // two device objects: the multi-device paths run
   EXPECT_EQ(placementDevice(torchDevice(kNode0)), kNode0);
   try {
     torchDevice(Device::cuda(63));

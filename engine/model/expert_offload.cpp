@@ -45,7 +45,8 @@ std::optional<StoredExpertWeights> ExpertOffload::streamed(gpu::SideCopy& copy) 
 
 void ExpertOffload::makeResident(const at::Tensor& ids) const {
   c10::InferenceMode not_inference(false);  // a chat may come first; training may follow
-  const std::vector<int64_t> resident = ResidentExperts::mostRouted(ids, num_experts_, resident_count_);
+  const std::vector<int64_t> resident =
+      ResidentExperts::mostRouted(ids, num_experts_, resident_count_);
   streamed_local_.assign(static_cast<size_t>(num_experts_), -1);
   for (int64_t e = 0, r = 0; e < num_experts_; ++e) {
     if (r < static_cast<int64_t>(resident.size()) && resident[static_cast<size_t>(r)] == e) {
@@ -67,7 +68,8 @@ void ExpertOffload::makeResident(const at::Tensor& ids) const {
   gpu::SideCopy copy(device_);
   StoredExpertWeights on_device = host_.gather(resident_rows, copy);
   copy.join();
-  resident_ = std::make_unique<ResidentExperts>(num_experts_, resident, std::move(on_device), device_);
+  resident_ =
+      std::make_unique<ResidentExperts>(num_experts_, resident, std::move(on_device), device_);
 }
 
 at::Tensor ExpertOffload::forward(experts::ExpertLora& lora, const at::Tensor& hidden,
@@ -75,8 +77,8 @@ at::Tensor ExpertOffload::forward(experts::ExpertLora& lora, const at::Tensor& h
                                   const at::Tensor& lora_anchor, int64_t* resident_pairs) const {
   const at::Tensor ids = topk_ids.to(at::kCPU, at::kLong).contiguous();
   if (resident_count_ > 0 && !resident_) makeResident(ids);
-  at::Tensor y;                // the resident experts' part
-  at::Tensor streamed_ids;     // [T, k] int64 host: the streamed experts' local index, -1 elsewhere
+  at::Tensor y;             // the resident experts' part
+  at::Tensor streamed_ids;  // [T, k] int64 host: the streamed experts' local index, -1 elsewhere
   int64_t on_resident = 0;
   if (resident_) {
     ResidentExperts::Split split = resident_->split(ids, /*with_cpu_ids=*/false);
@@ -84,7 +86,8 @@ at::Tensor ExpertOffload::forward(experts::ExpertLora& lora, const at::Tensor& h
     // The streamed experts' copy first (unless it is on its way): it runs while the device
     // computes the resident ones.
     if (split.other_pairs > 0) streamer_->start(stream_index_);
-    if (on_resident > 0) y = torchExperts(resident_->call(lora, split), hidden, topk_weights, lora_anchor);
+    if (on_resident > 0)
+      y = torchExperts(resident_->call(lora, split), hidden, topk_weights, lora_anchor);
     if (split.other_pairs == 0 && y.defined()) {
       if (resident_pairs) *resident_pairs = on_resident;
       return y;
@@ -92,16 +95,19 @@ at::Tensor ExpertOffload::forward(experts::ExpertLora& lora, const at::Tensor& h
     streamed_ids = at::empty(ids.sizes(), at::kLong);
     const int64_t* id = ids.data_ptr<int64_t>();
     int64_t* local = streamed_ids.data_ptr<int64_t>();
-    for (int64_t s = 0; s < ids.numel(); ++s) local[s] = streamed_local_[static_cast<size_t>(id[s])];
+    for (int64_t s = 0; s < ids.numel(); ++s)
+      local[s] = streamed_local_[static_cast<size_t>(id[s])];
   } else {
     streamed_ids = ids;
   }
   if (resident_pairs) *resident_pairs = on_resident;
-  ExpertGrouping grouping = groupByExpert(streamed_ids, static_cast<int64_t>(streamed_.size()), device_);
+  ExpertGrouping grouping =
+      groupByExpert(streamed_ids, static_cast<int64_t>(streamed_.size()), device_);
   // Called in forward, and again in a backward that recomputes: the streamer copies ahead.
   auto weights = [this] { return streamer_->take(stream_index_).compute(); };
-  const at::Tensor y_streamed = torchExperts(TorchExpertsCall(weights, lora, streamed_ids_, std::move(grouping)),
-                                             hidden, topk_weights, lora_anchor);
+  const at::Tensor y_streamed =
+      torchExperts(TorchExpertsCall(weights, lora, streamed_ids_, std::move(grouping)), hidden,
+                   topk_weights, lora_anchor);
   return y.defined() ? y + y_streamed : y_streamed;
 }
 

@@ -3,8 +3,8 @@
 // ZeRO-Offload paradigm applied to the routed experts. Their frozen weights stay in host memory
 // (pinned when the layer is on a GPU) and are copied to the layer's device for every use, once in
 // forward and once more in backward, then computed there with torch ops; the device holds two
-// layers' copies at most (expert_streamer.h). experts_format int8 keeps and streams them as the CPU engine's
-// int8 (stored_expert_weights.h): half the bytes over PCIe, dequantised on the device.
+// layers' copies at most (expert_streamer.h). experts_format int8 keeps and streams them as the CPU
+// engine's int8 (stored_expert_weights.h): half the bytes over PCIe, dequantised on the device.
 //
 // The expert LoRA stays in the ExpertLayer's fp32 host buffers (ExpertLora) in both modes: A and B
 // travel to the device with the weights, their gradients come back and accumulate there. So the
@@ -33,9 +33,9 @@
 #include "engine/core/memory_ledger.h"
 #include "engine/experts/expert_lora.h"
 #include "engine/experts/expert_types.h"
-#include "engine/model/resident_experts.h"
-#include "engine/model/expert_streamer.h"
 #include "engine/gpu/side_copy.h"
+#include "engine/model/expert_streamer.h"
+#include "engine/model/resident_experts.h"
 #include "engine/model/stored_expert_weights.h"
 #include "engine/model/torch_experts.h"
 
@@ -48,8 +48,8 @@ class ExpertOffload {
   // [E, I, H] and down [E, H, I]; pinned when the streamer's device is a GPU. Registers the layer
   // with `streamer` (the layers of a device in forward order), which must outlive its calls.
   ExpertOffload(const experts::ExpertLayerSpec& spec, const experts::ExpertWeightViews& weights,
-                at::ScalarType dtype, experts::WeightFormat format, std::shared_ptr<ExpertStreamer> streamer,
-                int64_t resident_count = 0);
+                at::ScalarType dtype, experts::WeightFormat format,
+                std::shared_ptr<ExpertStreamer> streamer, int64_t resident_count = 0);
 
   // hidden [T, H] model dtype on the layer's device; topk_ids [T, k] int64; topk_weights [T, k]
   // fp32; lora_anchor as routedExperts (moe_function.h). -> [T, H] model dtype on that device.
@@ -80,9 +80,9 @@ class ExpertOffload {
   int64_t resident_count_;
   // Every expert; with a resident cache reordered at the first call, the streamed ones first.
   mutable StoredExpertWeights host_;
-  mutable std::vector<int64_t> streamed_;         // every expert, or those the cache leaves, ascending
-  mutable at::Tensor streamed_ids_;               // [n] int64 host: the same, for their LoRA
-  mutable std::vector<int64_t> streamed_local_;   // [E]: local index of a streamed expert, else -1
+  mutable std::vector<int64_t> streamed_;  // every expert, or those the cache leaves, ascending
+  mutable at::Tensor streamed_ids_;        // [n] int64 host: the same, for their LoRA
+  mutable std::vector<int64_t> streamed_local_;  // [E]: local index of a streamed expert, else -1
   mutable std::unique_ptr<ResidentExperts> resident_;
   at::Device device_;
   std::shared_ptr<ExpertStreamer> streamer_;

@@ -8,7 +8,8 @@
 
 namespace tandem::model {
 
-ExpertStreamer::ExpertStreamer(at::Device device, bool look_ahead) : device_(device), look_ahead_(look_ahead) {}
+ExpertStreamer::ExpertStreamer(at::Device device, bool look_ahead)
+    : device_(device), look_ahead_(look_ahead) {}
 
 int ExpertStreamer::add(Source source) {
   const std::lock_guard lock(mutex_);
@@ -65,7 +66,8 @@ StoredExpertWeights ExpertStreamer::take(int index) {
     ++counts_.ready;
   } else {
     if (!copyInto(index, last_)) {
-      throw Error("offload layer " + std::to_string(index) + " was asked for its streamed experts before it chose them",
+      throw Error("offload layer " + std::to_string(index) +
+                      " was asked for its streamed experts before it chose them",
                   "this is a bug in Tandem; please report it");
     }
     entry = find(index);
@@ -74,7 +76,8 @@ StoredExpertWeights ExpertStreamer::take(int index) {
   StoredExpertWeights weights = entry->weights;
   const int next = guessNext(index);
   last_ = index;
-  if (look_ahead_ && next >= 0 && next < static_cast<int>(sources_.size()) && !find(next) && copyInto(next, index)) {
+  if (look_ahead_ && next >= 0 && next < static_cast<int>(sources_.size()) && !find(next) &&
+      copyInto(next, index)) {
     ++counts_.copied_ahead;
   }
   return weights;

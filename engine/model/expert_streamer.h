@@ -76,8 +76,8 @@ class ExpertStreamer {
   bool look_ahead_;
   std::vector<Source> sources_;
   std::array<Entry, 2> entries_;
-  int last_ = -1;       // the layer served last
-  int direction_ = 1;   // +1 forward order, -1 backward
+  int last_ = -1;      // the layer served last
+  int direction_ = 1;  // +1 forward order, -1 backward
   Counts counts_;
   mutable std::mutex mutex_;  // the forward and the autograd engine's thread both take
 };

@@ -20,8 +20,8 @@ constexpr int64_t kExperts = 3, kHidden = 8, kIntermediate = 5;
 struct Layers {
   std::vector<at::Tensor> weights;  // per layer: [3 projections, E, I·H] f32 host
   std::vector<StoredExpertWeights> stored;
-  std::vector<int> copies;          // the layers copied, in order
-  std::vector<bool> known;          // per layer: its source answers
+  std::vector<int> copies;  // the layers copied, in order
+  std::vector<bool> known;  // per layer: its source answers
 
   explicit Layers(int n) : known(static_cast<size_t>(n), true) {
     const experts::ExpertLayerSpec spec{kExperts, kHidden, kIntermediate};
@@ -35,8 +35,8 @@ struct Layers {
         views.up.push_back(weights.back()[1][e].data_ptr<float>());
         views.down.push_back(weights.back()[2][e].data_ptr<float>());
       }
-      stored.push_back(StoredExpertWeights::store(spec, views, all, at::kFloat, experts::WeightFormat::Bf16,
-                                                  at::TensorOptions()));
+      stored.push_back(StoredExpertWeights::store(
+          spec, views, all, at::kFloat, experts::WeightFormat::Bf16, at::TensorOptions()));
     }
   }
 
@@ -58,7 +58,8 @@ void takeAll(ExpertStreamer& s, const std::vector<int>& order) {
   for (const int l : order) {
     const TorchExpertWeights w = s.take(l).compute();
     ASSERT_EQ(w.gate.device(), s.device());
-    EXPECT_TRUE(at::equal(w.down.cpu(), at::full({kExperts, kHidden, kIntermediate}, static_cast<float>(l))))
+    EXPECT_TRUE(at::equal(w.down.cpu(),
+                          at::full({kExperts, kHidden, kIntermediate}, static_cast<float>(l))))
         << "layer " << l;
   }
 }

@@ -36,14 +36,16 @@ std::vector<int64_t> ggmlOrder(const at::Tensor& t) {
 
 }  // namespace
 
-void writeGgufLora(const PeftAdapter& adapter, const io::GgufModel& base, const std::filesystem::path& path) {
+void writeGgufLora(const PeftAdapter& adapter, const io::GgufModel& base,
+                   const std::filesystem::path& path) {
   // Each pair carries the scale llama.cpp gives it (alpha / its own rank); pairs whose rank is not
   // the adapter's r (general fused expert adapters, read at rank 2r) get the difference in B.
   const double scale = adapter.settings.scale();
   const double alpha = scale * adapter.settings.rank;
 
-  std::map<std::string, GgufLoraPair> single;                    // GGUF tensor name -> pair
-  std::map<std::string, std::map<int64_t, GgufLoraPair>> experts;  // GGUF tensor name -> expert -> pair
+  std::map<std::string, GgufLoraPair> single;  // GGUF tensor name -> pair
+  std::map<std::string, std::map<int64_t, GgufLoraPair>>
+      experts;  // GGUF tensor name -> expert -> pair
   std::map<std::string, int64_t> expert_counts;
   for (const auto& [module, a] : adapter.a) {
     const io::GgufTensorSource* source = base.find(module + ".weight");
@@ -52,9 +54,11 @@ void writeGgufLora(const PeftAdapter& adapter, const io::GgufModel& base, const 
                   "export the adapter for the GGUF model it was trained on");
     }
     if (source->mla_value != nullptr) {
-      throw Error("the adapter adapts " + module + ", which llama.cpp's GGUF keeps split into attn_k_b and "
+      throw Error("the adapter adapts " + module +
+                      ", which llama.cpp's GGUF keeps split into attn_k_b and "
                       "attn_v_b: a LoRA on it has no llama.cpp form",
-                  "train without kv_b_proj in lora_target (e.g. q_a_proj,q_b_proj,kv_a_proj_with_mqa,o_proj)");
+                  "train without kv_b_proj in lora_target (e.g. "
+                  "q_a_proj,q_b_proj,kv_a_proj_with_mqa,o_proj)");
     }
     at::Tensor b = adapter.b.at(module).to(at::kFloat);
     const int64_t rank = a.size(0);
@@ -62,7 +66,8 @@ void writeGgufLora(const PeftAdapter& adapter, const io::GgufModel& base, const 
     const std::vector<int64_t> product{b.size(0), a.size(1)};
     if (source->shape != product) {
       throw Error("the adapter's module " + module + " is " + formatShape(product) + " but " +
-                      source->tensor->name + " in " + base.path().string() + " is " + formatShape(source->shape),
+                      source->tensor->name + " in " + base.path().string() + " is " +
+                      formatShape(source->shape),
                   "export the adapter for the GGUF model it was trained on");
     }
     if (source->unpermute_heads > 0) b = permuteRopeRows(b, source->unpermute_heads);
@@ -76,9 +81,10 @@ void writeGgufLora(const PeftAdapter& adapter, const io::GgufModel& base, const 
   }
   for (const auto& [name, by_expert] : experts) {
     if (static_cast<int64_t>(by_expert.size()) != expert_counts.at(name)) {
-      throw Error("the adapter adapts " + std::to_string(by_expert.size()) + " of the " +
-                      std::to_string(expert_counts.at(name)) + " experts of " + name,
-                  "llama.cpp applies expert LoRA to all experts of a layer at once: train every expert");
+      throw Error(
+          "the adapter adapts " + std::to_string(by_expert.size()) + " of the " +
+              std::to_string(expert_counts.at(name)) + " experts of " + name,
+          "llama.cpp applies expert LoRA to all experts of a layer at once: train every expert");
     }
     std::vector<at::Tensor> as, bs;
     for (const auto& [e, pair] : by_expert) {

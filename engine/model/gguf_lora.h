@@ -11,14 +11,15 @@
 
 #include <filesystem>
 
-#include "engine/model/peft_adapter.h"
 #include "engine/io/gguf_model.h"
+#include "engine/model/peft_adapter.h"
 
 namespace tandem::model {
 
 // Writes `adapter` (read with readPeftAdapter against the base's config) as a llama.cpp LoRA for
 // `base`, atomically. Every LoRA pair must adapt a tensor `base` holds; a routed-expert LoRA needs
 // every expert of its layer. Errors name the module and say what to do.
-void writeGgufLora(const PeftAdapter& adapter, const io::GgufModel& base, const std::filesystem::path& path);
+void writeGgufLora(const PeftAdapter& adapter, const io::GgufModel& base,
+                   const std::filesystem::path& path);
 
 }  // namespace tandem::model

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "engine/core/error.h"
-#include "engine/model/causal_lm.h"
 #include "engine/gpu/norm.h"
+#include "engine/model/causal_lm.h"
 
 namespace tandem::model {
 
@@ -58,26 +58,32 @@ at::Tensor attendToCache(const at::Tensor& q, const at::Tensor& keys, const at::
                          double scaling, int64_t past) {
   const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2);
   const int64_t kv_heads = keys.size(1), groups = heads / kv_heads;
-  const at::Tensor grouped = (q.to(at::kFloat) * scaling).reshape({batch, kv_heads, groups * seq, q.size(3)});
+  const at::Tensor grouped =
+      (q.to(at::kFloat) * scaling).reshape({batch, kv_heads, groups * seq, q.size(3)});
   const at::Tensor scores = at::matmul(grouped, keys.to(at::kFloat).transpose(-1, -2));
   const at::Tensor probs = at::softmax(maskFuture(scores, seq, past), -1);
   const at::Tensor out = at::matmul(probs, values.to(at::kFloat));  // [B, kv_heads, groups * S, dv]
-  return out.view({batch, heads, seq, values.size(3)}).transpose(1, 2).reshape({batch, seq, -1})
+  return out.view({batch, heads, seq, values.size(3)})
+      .transpose(1, 2)
+      .reshape({batch, seq, -1})
       .to(q.scalar_type());
 }
 
 }  // namespace
 
-at::Tensor gqaForwardCached(const gpu::GqaAttention& a, const at::Tensor& x, const gpu::RopeTables& rope,
-                            LayerKvCache& cache, int64_t past, int64_t capacity) {
+at::Tensor gqaForwardCached(const gpu::GqaAttention& a, const at::Tensor& x,
+                            const gpu::RopeTables& rope, LayerKvCache& cache, int64_t past,
+                            int64_t capacity) {
   const int64_t batch = x.size(0), seq = x.size(1);
   auto heads = [&](const gpu::LoraLinear& proj, int n, const at::Tensor& norm) {
     at::Tensor t = proj.forward(x, false).view({batch, seq, n, a.head_dim});
     if (norm.defined()) t = gpu::rmsNorm(t, norm, a.rms_norm_eps);
     return t.transpose(1, 2);  // [B, n, S, head_dim]
   };
-  const at::Tensor q = gpu::Rope::apply(heads(a.q_proj, a.num_heads, a.q_norm), rope, gpu::RopeLayout::Halves);
-  const at::Tensor k = gpu::Rope::apply(heads(a.k_proj, a.num_kv_heads, a.k_norm), rope, gpu::RopeLayout::Halves);
+  const at::Tensor q =
+      gpu::Rope::apply(heads(a.q_proj, a.num_heads, a.q_norm), rope, gpu::RopeLayout::Halves);
+  const at::Tensor k =
+      gpu::Rope::apply(heads(a.k_proj, a.num_kv_heads, a.k_norm), rope, gpu::RopeLayout::Halves);
   const at::Tensor v = heads(a.v_proj, a.num_kv_heads, at::Tensor());
   if (!cache.key.defined()) {
     cache.key = at::empty({batch, a.num_kv_heads, capacity, a.head_dim}, k.options());
@@ -93,26 +99,28 @@ at::Tensor gqaForwardCached(const gpu::GqaAttention& a, const at::Tensor& x, con
   return a.o_proj.forward(context, false);
 }
 
-at::Tensor mlaForwardCached(const gpu::MlaAttention& a, const at::Tensor& x, const gpu::RopeTables& rope,
-                            LayerKvCache& cache, int64_t past, int64_t capacity) {
+at::Tensor mlaForwardCached(const gpu::MlaAttention& a, const at::Tensor& x,
+                            const gpu::RopeTables& rope, LayerKvCache& cache, int64_t past,
+                            int64_t capacity) {
   const int64_t batch = x.size(0), seq = x.size(1), total = past + seq;
   const int64_t qk_head_dim = a.qk_nope_head_dim + a.qk_rope_head_dim;
-  at::Tensor q = a.q_proj.defined()
-                     ? a.q_proj.forward(x, false)
-                     : a.q_b_proj.forward(
-                           gpu::rmsNorm(a.q_a_proj.forward(x, false), a.q_a_layernorm, a.rms_norm_eps),
-                           false);
+  at::Tensor q =
+      a.q_proj.defined()
+          ? a.q_proj.forward(x, false)
+          : a.q_b_proj.forward(
+                gpu::rmsNorm(a.q_a_proj.forward(x, false), a.q_a_layernorm, a.rms_norm_eps), false);
   q = q.view({batch, seq, a.num_heads, qk_head_dim}).transpose(1, 2);  // [B, heads, S, qk]
   const at::Tensor q_nope = q.narrow(-1, 0, a.qk_nope_head_dim);
-  const at::Tensor q_rot = gpu::Rope::apply(q.narrow(-1, a.qk_nope_head_dim, a.qk_rope_head_dim), rope,
-                                       a.rope_layout);
+  const at::Tensor q_rot =
+      gpu::Rope::apply(q.narrow(-1, a.qk_nope_head_dim, a.qk_rope_head_dim), rope, a.rope_layout);
 
   const at::Tensor compressed = a.kv_a_proj_with_mqa.forward(x, false);
   const at::Tensor latent =
       gpu::rmsNorm(compressed.narrow(-1, 0, a.kv_lora_rank), a.kv_a_layernorm, a.rms_norm_eps);
-  const at::Tensor k_rot = gpu::Rope::apply(
-      compressed.narrow(-1, a.kv_lora_rank, a.qk_rope_head_dim).view({batch, 1, seq, a.qk_rope_head_dim}),
-      rope, a.rope_layout);
+  const at::Tensor k_rot =
+      gpu::Rope::apply(compressed.narrow(-1, a.kv_lora_rank, a.qk_rope_head_dim)
+                           .view({batch, 1, seq, a.qk_rope_head_dim}),
+                       rope, a.rope_layout);
   if (!cache.latent.defined()) {
     cache.latent = at::empty({batch, capacity, a.kv_lora_rank}, latent.options());
     cache.rope_key = at::empty({batch, capacity, a.qk_rope_head_dim}, k_rot.options());
@@ -126,8 +134,9 @@ at::Tensor mlaForwardCached(const gpu::MlaAttention& a, const at::Tensor& x, con
     const at::Tensor kv = a.kv_b_proj.forward(latent, false)
                               .view({batch, seq, a.num_heads, a.qk_nope_head_dim + a.v_head_dim})
                               .transpose(1, 2);
-    const at::Tensor key = at::cat(
-        {kv.narrow(-1, 0, a.qk_nope_head_dim), k_rot.expand({batch, a.num_heads, seq, a.qk_rope_head_dim})}, -1);
+    const at::Tensor key = at::cat({kv.narrow(-1, 0, a.qk_nope_head_dim),
+                                    k_rot.expand({batch, a.num_heads, seq, a.qk_rope_head_dim})},
+                                   -1);
     const at::Tensor value = kv.narrow(-1, a.qk_nope_head_dim, a.v_head_dim);
     context = gpu::causalAttention(at::cat({q_nope, q_rot}, -1), key, value, a.scaling);
   } else {
@@ -140,27 +149,32 @@ at::Tensor mlaForwardCached(const gpu::MlaAttention& a, const at::Tensor& x, con
       cache.w_uv = w.narrow(1, a.qk_nope_head_dim, a.v_head_dim).transpose(1, 2).contiguous();
     }
     // In fp32, as attendToCache and for the same reason.
-    const at::Tensor lat = cache.latent.narrow(1, 0, total).unsqueeze(1).to(at::kFloat);   // [B, 1, L, rank]
-    const at::Tensor rk = cache.rope_key.narrow(1, 0, total).unsqueeze(1).to(at::kFloat);  // [B, 1, L, rope]
-    const at::Tensor q_latent = at::matmul(q_nope, cache.w_uk).to(at::kFloat) * a.scaling;  // [B, heads, S, rank]
+    const at::Tensor lat =
+        cache.latent.narrow(1, 0, total).unsqueeze(1).to(at::kFloat);  // [B, 1, L, rank]
+    const at::Tensor rk =
+        cache.rope_key.narrow(1, 0, total).unsqueeze(1).to(at::kFloat);  // [B, 1, L, rope]
+    const at::Tensor q_latent =
+        at::matmul(q_nope, cache.w_uk).to(at::kFloat) * a.scaling;  // [B, heads, S, rank]
     const at::Tensor scores = at::matmul(q_latent, lat.transpose(-1, -2)) +
                               at::matmul(q_rot.to(at::kFloat) * a.scaling, rk.transpose(-1, -2));
     const at::Tensor probs = at::softmax(maskFuture(scores, seq, past), -1);
-    const at::Tensor ctx_latent = at::matmul(probs, lat).to(x.scalar_type());   // [B, heads, S, rank]
+    const at::Tensor ctx_latent =
+        at::matmul(probs, lat).to(x.scalar_type());  // [B, heads, S, rank]
     context = at::matmul(ctx_latent, cache.w_uv).transpose(1, 2).reshape({batch, seq, -1});
   }
   return a.o_proj.forward(context, false);
 }
 
 at::Tensor CausalLm::forwardCached(const at::Tensor& input_ids, KvCache& cache) const {
-  const gpu::FusedRmsNormScope fused_norms;  // inference: no recomputation has to match these values
+  const gpu::FusedRmsNormScope
+      fused_norms;  // inference: no recomputation has to match these values
   if (input_ids.dim() != 2 || input_ids.size(0) != cache.batch() || input_ids.size(1) == 0) {
     throw Error("cached forward: input ids must be [batch, seq] with the cache's batch");
   }
   const int64_t past = cache.length(), seq = input_ids.size(1);
   if (past + seq > cache.capacity()) {
-    throw Error("the sequence (" + std::to_string(past + seq) + " tokens) outgrew its KV cache of " +
-                std::to_string(cache.capacity()));
+    throw Error("the sequence (" + std::to_string(past + seq) +
+                " tokens) outgrew its KV cache of " + std::to_string(cache.capacity()));
   }
   // Checked on the host, where ids come from (a prompt, the sampler): a tensor min/max and two
   // item() calls per decode step cost more than this loop over a handful of ids.
@@ -189,11 +203,13 @@ at::Tensor CausalLm::forwardCached(const at::Tensor& input_ids, KvCache& cache) 
     const gpu::RopeTables rope = ropeOn(layer_devices_[i]);
     const at::Tensor normed = gpu::rmsNorm(x, layer.input_layernorm, eps);
     LayerKvCache& c = cache.layer(i);
-    const at::Tensor attn = layer.gqa ? gqaForwardCached(*layer.gqa, normed, rope, c, past, cache.capacity())
-                                      : mlaForwardCached(*layer.mla, normed, rope, c, past, cache.capacity());
+    const at::Tensor attn =
+        layer.gqa ? gqaForwardCached(*layer.gqa, normed, rope, c, past, cache.capacity())
+                  : mlaForwardCached(*layer.mla, normed, rope, c, past, cache.capacity());
     const at::Tensor h = x + attn;
     const at::Tensor normed2 = gpu::rmsNorm(h, layer.post_attention_layernorm, eps);
-    x = h + (layer.moe ? layer.moe->forward(normed2, false) : layer.dense_mlp.forward(normed2, false));
+    x = h +
+        (layer.moe ? layer.moe->forward(normed2, false) : layer.dense_mlp.forward(normed2, false));
   }
   cache.advance(seq);
   return gpu::rmsNorm(x.to(head_device_), final_norm, eps);

@@ -32,7 +32,7 @@ class KvCache {
  public:
   KvCache(int64_t num_layers, int64_t batch, int64_t capacity);
 
-  int64_t length() const { return length_; }      // positions filled
+  int64_t length() const { return length_; }  // positions filled
   int64_t capacity() const { return capacity_; }
   int64_t batch() const { return batch_; }
   // Forgets positions >= `length` (keeps a shared prompt prefix for the next request).

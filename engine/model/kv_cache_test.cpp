@@ -11,8 +11,8 @@
 
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
-#include "engine/model/causal_lm.h"
 #include "engine/io/model_config.h"
+#include "engine/model/causal_lm.h"
 
 namespace tandem::model {
 namespace {
@@ -22,7 +22,8 @@ const char* kCommon = R"("hidden_size": 64, "intermediate_size": 80, "num_hidden
   "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": false)";
 
 std::string config(const std::string& model_type, const std::string& extra) {
-  return std::string("{\"model_type\": \"") + model_type + "\", " + kCommon + (extra.empty() ? "" : ", " + extra) + "}";
+  return std::string("{\"model_type\": \"") + model_type + "\", " + kCommon +
+         (extra.empty() ? "" : ", " + extra) + "}";
 }
 
 struct Case {
@@ -31,7 +32,8 @@ struct Case {
 };
 
 std::vector<Case> cases() {
-  const std::string mla = R"("moe_intermediate_size": 24, "n_routed_experts": 8, "num_experts_per_tok": 2,
+  const std::string mla =
+      R"("moe_intermediate_size": 24, "n_routed_experts": 8, "num_experts_per_tok": 2,
     "n_shared_experts": 1, "first_k_dense_replace": 1, "kv_lora_rank": 16, "qk_rope_head_dim": 8,
     "qk_nope_head_dim": 16, "v_head_dim": 16, "n_group": 4, "topk_group": 2, "num_key_value_heads": 4,
     "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
@@ -40,12 +42,18 @@ std::vector<Case> cases() {
       {"llama", config("llama", R"("head_dim": 16)")},
       {"qwen2", config("qwen2", R"("head_dim": 16)")},
       {"qwen3", config("qwen3", R"("head_dim": 16)")},
-      {"qwen3_moe", config("qwen3_moe", R"("head_dim": 16, "moe_intermediate_size": 24, "num_experts": 8,
+      {"qwen3_moe",
+       config("qwen3_moe", R"("head_dim": 16, "moe_intermediate_size": 24, "num_experts": 8,
         "num_experts_per_tok": 2, "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [])")},
-      {"qwen2_moe", config("qwen2_moe", R"("moe_intermediate_size": 24, "num_experts": 8, "num_experts_per_tok": 2,
+      {"qwen2_moe",
+       config("qwen2_moe",
+              R"("moe_intermediate_size": 24, "num_experts": 8, "num_experts_per_tok": 2,
         "shared_expert_intermediate_size": 40, "decoder_sparse_step": 1, "mlp_only_layers": [])")},
-      {"mixtral", config("mixtral", R"("head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2)")},
-      {"deepseek_v2", config("deepseek_v2", mla + R"(, "q_lora_rank": null, "topk_method": "group_limited_greedy")")},
+      {"mixtral",
+       config("mixtral", R"("head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2)")},
+      {"deepseek_v2",
+       config("deepseek_v2",
+              mla + R"(, "q_lora_rank": null, "topk_method": "group_limited_greedy")")},
       {"deepseek_v3", config("deepseek_v3", mla + R"(, "q_lora_rank": 32, "norm_topk_prob": true,
         "routed_scaling_factor": 2.5)")},
   };
@@ -64,7 +72,8 @@ TEST_P(KvCacheTest, CachedDecodeGivesTheFullForwardLogits) {
   auto model = CausalLm::random(config, ModelOptions{}, nullptr, /*seed=*/7, ThreadPool::global());
   at::NoGradGuard no_grad;
   const int64_t total = 11, prompt = 6;
-  const at::Tensor ids = at::randint(config.vocab_size, {1, total}, at::TensorOptions().dtype(at::kLong));
+  const at::Tensor ids =
+      at::randint(config.vocab_size, {1, total}, at::TensorOptions().dtype(at::kLong));
   const at::Tensor full = model->logits(model->forwardHidden(ids, false));  // [1, total, vocab]
 
   KvCache cache(config.num_hidden_layers, 1, total);

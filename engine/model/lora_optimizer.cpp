@@ -21,7 +21,8 @@ void fusedAdamWStep(std::span<float> param, std::span<const float> grad, std::sp
                     ThreadPool& pool) {
   const float b1 = static_cast<float>(s.beta1), b2 = static_cast<float>(s.beta2);
   const float bias1 = static_cast<float>(1.0 - std::pow(s.beta1, static_cast<double>(step)));
-  const float bias2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(s.beta2, static_cast<double>(step))));
+  const float bias2_sqrt =
+      static_cast<float>(std::sqrt(1.0 - std::pow(s.beta2, static_cast<double>(step))));
   const float step_size = static_cast<float>(lr) / bias1;
   const float decay = static_cast<float>(1.0 - lr * s.weight_decay);
   const float eps = static_cast<float>(s.eps);
@@ -39,12 +40,15 @@ void fusedAdamWStep(std::span<float> param, std::span<const float> grad, std::sp
   });
 }
 
-LoraOptimizer::LoraOptimizer(model::CausalLm& model, const AdamWSettings& settings, ThreadPool& pool)
+LoraOptimizer::LoraOptimizer(model::CausalLm& model, const AdamWSettings& settings,
+                             ThreadPool& pool)
     : settings_(settings), pool_(pool) {
   model.visitLinears([&](const std::string& name, gpu::LoraLinear& linear) {
     if (!linear.hasLora()) return;
-    for (auto [suffix, tensor] : {std::pair{".lora_A", linear.loraA()}, std::pair{".lora_B", linear.loraB()}}) {
-      torch_params_.push_back({name + suffix, tensor, at::zeros_like(tensor), at::zeros_like(tensor)});
+    for (auto [suffix, tensor] :
+         {std::pair{".lora_A", linear.loraA()}, std::pair{".lora_B", linear.loraB()}}) {
+      torch_params_.push_back(
+          {name + suffix, tensor, at::zeros_like(tensor), at::zeros_like(tensor)});
     }
   });
   model.visitMoeBlocks([&](const std::string& mlp, model::MoeBlock& block) {
@@ -65,7 +69,8 @@ LoraOptimizer::LoraOptimizer(model::CausalLm& model, const AdamWSettings& settin
     }
   });
   if (torch_params_.empty() && cpu_params_.empty()) {
-    throw Error("the model has no LoRA weights to train", "check lora_target against the model's modules");
+    throw Error("the model has no LoRA weights to train",
+                "check lora_target against the model's modules");
   }
   // The memory ledger: the expert engine charges its own LoRA buffers and the model its torch-side
   // adapters (CausalLmBuilder), so the optimizer adds what training brings: the torch-side
@@ -77,7 +82,8 @@ LoraOptimizer::LoraOptimizer(model::CausalLm& model, const AdamWSettings& settin
     charges_.emplace_back(MemoryLedger::global(), device, MemoryCategory::Optimizer, 2 * bytes);
   }
   for (const CpuParam& p : cpu_params_) {
-    charges_.emplace_back(MemoryLedger::global(), "cpu", MemoryCategory::Optimizer, 2 * p.param.size() * sizeof(float));
+    charges_.emplace_back(MemoryLedger::global(), "cpu", MemoryCategory::Optimizer,
+                          2 * p.param.size() * sizeof(float));
   }
 }
 
@@ -163,8 +169,10 @@ std::map<std::string, at::Tensor> LoraOptimizer::stateDict() const {
   }
   for (const CpuParam& p : cpu_params_) {
     const int64_t n = static_cast<int64_t>(p.param.size());
-    out[p.name + ".exp_avg"] = at::from_blob(const_cast<float*>(p.exp_avg.data()), {n}, at::kFloat).clone();
-    out[p.name + ".exp_avg_sq"] = at::from_blob(const_cast<float*>(p.exp_avg_sq.data()), {n}, at::kFloat).clone();
+    out[p.name + ".exp_avg"] =
+        at::from_blob(const_cast<float*>(p.exp_avg.data()), {n}, at::kFloat).clone();
+    out[p.name + ".exp_avg_sq"] =
+        at::from_blob(const_cast<float*>(p.exp_avg_sq.data()), {n}, at::kFloat).clone();
   }
   return out;
 }
@@ -173,8 +181,9 @@ void LoraOptimizer::loadStateDict(const std::map<std::string, at::Tensor>& state
   auto get = [&](const std::string& key, int64_t numel) {
     auto it = state.find(key);
     if (it == state.end() || it->second.numel() != numel) {
-      throw Error("optimizer state " + key + " is missing or has the wrong size in the checkpoint",
-                  "the checkpoint belongs to another configuration; start over with overwrite_output_dir");
+      throw Error(
+          "optimizer state " + key + " is missing or has the wrong size in the checkpoint",
+          "the checkpoint belongs to another configuration; start over with overwrite_output_dir");
     }
     return it->second;
   };

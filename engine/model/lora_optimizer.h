@@ -68,7 +68,8 @@ class LoraOptimizer {
   ThreadPool& pool_;
   std::vector<TorchParam> torch_params_;
   std::vector<CpuParam> cpu_params_;
-  std::vector<MemoryCharge> charges_;  // MemoryLedger: adapters' moments (and torch-side weights + grads)
+  std::vector<MemoryCharge>
+      charges_;  // MemoryLedger: adapters' moments (and torch-side weights + grads)
   int64_t step_ = 0;
 };
 

@@ -7,15 +7,15 @@
 
 #include <algorithm>
 #include <span>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/core/thread_pool.h"
-#include "engine/model/causal_lm.h"
 #include "engine/gpu/lora_linear.h"
-#include "engine/model/moe_block.h"
 #include "engine/io/lora_target.h"
+#include "engine/model/causal_lm.h"
+#include "engine/model/moe_block.h"
 #include "engine/model/tiny_moe_test_util.h"
 
 namespace tandem::model {
@@ -37,11 +37,13 @@ std::vector<Weight> loraWeights(model::CausalLm& model) {
   });
   model.visitMoeBlocks([&](const std::string&, model::MoeBlock& block) {
     experts::ExpertLora& lora = block.experts->lora();
-    for (auto proj : {experts::ExpertProj::Gate, experts::ExpertProj::Up, experts::ExpertProj::Down}) {
+    for (auto proj :
+         {experts::ExpertProj::Gate, experts::ExpertProj::Up, experts::ExpertProj::Down}) {
       if (!lora.targets(proj)) continue;
       for (auto [param, grad] : {std::pair{lora.allA(proj), lora.allGradA(proj)},
                                  std::pair{lora.allB(proj), lora.allGradB(proj)}}) {
-        out.push_back({at::from_blob(param.data(), {static_cast<int64_t>(param.size())}, at::kFloat), grad});
+        out.push_back(
+            {at::from_blob(param.data(), {static_cast<int64_t>(param.size())}, at::kFloat), grad});
       }
     }
   });
@@ -54,19 +56,24 @@ std::vector<Weight> loraWeights(model::CausalLm& model) {
 // same weights with the same gradients. Every weight and the reported norm must agree.
 TEST(LoraOptimizer, ClipsAndStepsAsTorchsAdamW) {
   const io::ModelConfig config = testing::tinyQwen3MoeConfig(/*num_experts=*/4);
-  const model::LoraPlan plan =
-      model::loraPlanFromTarget(io::LoraTarget::parse("all"), gpu::LoraSettings{4, 8.0, false, 0.0});
-  auto model = model::CausalLm::random(config, model::ModelOptions{}, &plan, /*seed=*/3, ThreadPool::global());
+  const model::LoraPlan plan = model::loraPlanFromTarget(io::LoraTarget::parse("all"),
+                                                         gpu::LoraSettings{4, 8.0, false, 0.0});
+  auto model = model::CausalLm::random(config, model::ModelOptions{}, &plan, /*seed=*/3,
+                                       ThreadPool::global());
   const std::vector<Weight> weights = loraWeights(*model);
   ASSERT_GT(weights.size(), 8u);
-  ASSERT_TRUE(std::any_of(weights.begin(), weights.end(), [](const Weight& w) { return !w.expert_grad.empty(); }));
+  ASSERT_TRUE(std::any_of(weights.begin(), weights.end(),
+                          [](const Weight& w) { return !w.expert_grad.empty(); }));
 
   const AdamWSettings settings{0.9, 0.95, 1e-6, 0.1};
   LoraOptimizer optimizer(*model, settings, ThreadPool::global());
   std::vector<at::Tensor> reference;
-  for (const Weight& w : weights) reference.push_back(w.param.detach().clone().requires_grad_(true));
-  torch::optim::AdamW torch_adamw(
-      reference, torch::optim::AdamWOptions(1e-3).betas({settings.beta1, settings.beta2}).eps(settings.eps).weight_decay(settings.weight_decay));
+  for (const Weight& w : weights)
+    reference.push_back(w.param.detach().clone().requires_grad_(true));
+  torch::optim::AdamW torch_adamw(reference, torch::optim::AdamWOptions(1e-3)
+                                                 .betas({settings.beta1, settings.beta2})
+                                                 .eps(settings.eps)
+                                                 .weight_decay(settings.weight_decay));
 
   at::manual_seed(7);
   const double max_norms[] = {0.5, 1e9, 2.0}, lrs[] = {1e-2, 3e-2, 2e-2};
@@ -91,7 +98,8 @@ TEST(LoraOptimizer, ClipsAndStepsAsTorchsAdamW) {
   }
   for (size_t i = 0; i < weights.size(); ++i) {
     const double scale = reference[i].abs().max().item<double>();
-    EXPECT_LE((weights[i].param - reference[i]).abs().max().item<double>(), 1e-6 * scale + 1e-7) << "weight " << i;
+    EXPECT_LE((weights[i].param - reference[i]).abs().max().item<double>(), 1e-6 * scale + 1e-7)
+        << "weight " << i;
   }
 }
 

@@ -24,9 +24,10 @@ const char* const kDropoutRngKey = "rng.cpu";
 
 // [rows, width] int64 CPU tensors over the batch's own vectors (no copy; the caller keeps them).
 at::Tensor rowsOf(const TokenBatch& batch, const std::vector<int64_t>& values) {
-  if (batch.rows <= 0 || batch.width <= 0 || values.size() != static_cast<size_t>(batch.rows * batch.width)) {
-    throw Error("a token batch of " + std::to_string(values.size()) + " ids is not " + std::to_string(batch.rows) +
-                " rows of " + std::to_string(batch.width));
+  if (batch.rows <= 0 || batch.width <= 0 ||
+      values.size() != static_cast<size_t>(batch.rows * batch.width)) {
+    throw Error("a token batch of " + std::to_string(values.size()) + " ids is not " +
+                std::to_string(batch.rows) + " rows of " + std::to_string(batch.width));
   }
   return at::from_blob(const_cast<int64_t*>(values.data()), {batch.rows, batch.width}, at::kLong);
 }

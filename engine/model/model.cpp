@@ -16,7 +16,8 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const Model
 std::unique_ptr<Model> Model::random(const io::ModelConfig& config, const ModelOptions& options,
                                      const LoraPlan* lora, uint64_t seed, ThreadPool& pool,
                                      double embedding_std) {
-  return std::unique_ptr<Model>(new Model(CausalLm::random(config, options, lora, seed, pool, embedding_std)));
+  return std::unique_ptr<Model>(
+      new Model(CausalLm::random(config, options, lora, seed, pool, embedding_std)));
 }
 
 const io::ModelConfig& Model::config() const { return lm_->config(); }
@@ -29,18 +30,25 @@ AppliedPlacement Model::placement() const {
   const int layers = lm_->config().num_hidden_layers;
   applied.layers.reserve(static_cast<size_t>(layers));
   applied.resident_experts.assign(static_cast<size_t>(layers), 0);
-  for (int i = 0; i < layers; ++i) applied.layers.push_back(placementDevice(lm_->layerDevice(static_cast<size_t>(i))));
-  lm_->visitMoeBlocks([&](size_t layer, const MoeBlock& block) { applied.resident_experts[layer] = block.resident_count; });
+  for (int i = 0; i < layers; ++i)
+    applied.layers.push_back(placementDevice(lm_->layerDevice(static_cast<size_t>(i))));
+  lm_->visitMoeBlocks([&](size_t layer, const MoeBlock& block) {
+    applied.resident_experts[layer] = block.resident_count;
+  });
   return applied;
 }
 
 std::set<std::string> Model::loraLeaves() {
   std::set<std::string> leaves;
-  lm_->visitLinears([&](const std::string& name, gpu::LoraLinear&) { leaves.insert(name.substr(name.rfind('.') + 1)); });
+  lm_->visitLinears([&](const std::string& name, gpu::LoraLinear&) {
+    leaves.insert(name.substr(name.rfind('.') + 1));
+  });
   if (lm_->config().isMoe()) leaves.insert({"gate_proj", "up_proj", "down_proj"});
   return leaves;
 }
 
-void Model::writeRandomWeights(const std::filesystem::path& file) const { lm_->writeRandomWeights(file); }
+void Model::writeRandomWeights(const std::filesystem::path& file) const {
+  lm_->writeRandomWeights(file);
+}
 
 }  // namespace tandem::model

@@ -27,13 +27,16 @@ std::string heldAs(const experts::ExpertLayer& e, bool fp8_checkpoint) {
 }  // namespace
 
 std::string placementSummary(const AppliedPlacement& placement) {
-  std::string text = "placement: layers " + formatLayerDevices(placement.layers) + ", lm_head on " + placement.head.str();
-  const int64_t resident =
-      std::accumulate(placement.resident_experts.begin(), placement.resident_experts.end(), int64_t{0});
-  const auto layers = std::count_if(placement.resident_experts.begin(), placement.resident_experts.end(),
-                                    [](int64_t n) { return n > 0; });
+  std::string text = "placement: layers " + formatLayerDevices(placement.layers) + ", lm_head on " +
+                     placement.head.str();
+  const int64_t resident = std::accumulate(placement.resident_experts.begin(),
+                                           placement.resident_experts.end(), int64_t{0});
+  const auto layers =
+      std::count_if(placement.resident_experts.begin(), placement.resident_experts.end(),
+                    [](int64_t n) { return n > 0; });
   if (resident > 0) {
-    text += ", " + std::to_string(resident) + " routed experts resident over " + std::to_string(layers) + " layers";
+    text += ", " + std::to_string(resident) + " routed experts resident over " +
+            std::to_string(layers) + " layers";
   }
   return text;
 }
@@ -43,15 +46,18 @@ std::string expertsSummary(const Model& model) {
   model.lm().visitMoeBlocks([&](size_t, const MoeBlock& block) {
     if (!summary.empty() || !block.experts) return;
     const experts::ExpertLayer& e = *block.experts;
-    const bool fp8 = model.config().quantization && model.config().quantization->quant_method == "fp8";
+    const bool fp8 =
+        model.config().quantization && model.config().quantization->quant_method == "fp8";
     const std::string held =
-        block.offload ? std::string(experts::weightFormatName(e.weightFormat())) + " packs" : heldAs(e, fp8);
-    summary = "routed experts: " + (block.offload ? std::string("gpu-offload") : e.backendName()) + ", " + held +
-              ", W^T " + std::string(experts::wtPolicyName(e.wtPolicy()));
+        block.offload ? std::string(experts::weightFormatName(e.weightFormat())) + " packs"
+                      : heldAs(e, fp8);
+    summary = "routed experts: " + (block.offload ? std::string("gpu-offload") : e.backendName()) +
+              ", " + held + ", W^T " + std::string(experts::wtPolicyName(e.wtPolicy()));
     if (block.resident_count > 0) {
       summary += ", " + std::to_string(block.resident_count) + " per layer resident on the GPU";
     }
-    if (model.config().quantization) summary += " (" + model.config().quantization->quant_method + " checkpoint)";
+    if (model.config().quantization)
+      summary += " (" + model.config().quantization->quant_method + " checkpoint)";
   });
   return summary.empty() ? "no routed experts (dense model)" : summary;
 }
@@ -66,10 +72,12 @@ std::string residentExpertsShare(const Model& model) {
     resident_pairs += block.pairs.resident;
   });
   if (!resident || routed_pairs == 0) return {};
-  const double share = 100.0 * static_cast<double>(resident_pairs) / static_cast<double>(routed_pairs);
+  const double share =
+      100.0 * static_cast<double>(resident_pairs) / static_cast<double>(routed_pairs);
   char text[128];
-  std::snprintf(text, sizeof text, "resident experts took %.1f %% of the routed pairs so far; %s %.1f %%", share,
-                streamed ? "the streamed experts computed" : "the CPU engine computed", 100.0 - share);
+  std::snprintf(
+      text, sizeof text, "resident experts took %.1f %% of the routed pairs so far; %s %.1f %%",
+      share, streamed ? "the streamed experts computed" : "the CPU engine computed", 100.0 - share);
   return text;
 }
 

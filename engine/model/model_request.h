@@ -23,8 +23,9 @@ struct ModelRequest {
   // A KTransformers rule file or a placement preset (kt_optimize_rule): its placement is the one
   // planned and run (relative paths from the working directory, as LLaMA-Factory reads it).
   std::filesystem::path placement_rule;
-  std::string experts_mode = "cpu";       // cpu (the CPU expert engine) | gpu-offload (streamed)
-  std::string experts_backend = "auto";   // auto|generic|avx2|avx512|avx512_bf16|amx_bf16|amx_int8|onednn
+  std::string experts_mode = "cpu";  // cpu (the CPU expert engine) | gpu-offload (streamed)
+  std::string experts_backend =
+      "auto";  // auto|generic|avx2|avx512|avx512_bf16|amx_bf16|amx_int8|onednn
   // What the frozen routed experts are multiplied in: auto (int8 for amx_int8, else bf16; an fp8
   // checkpoint is read as fp8), bf16, int8 (per channel, quantised at load), fp8 (the
   // checkpoint's own).

@@ -39,7 +39,8 @@ std::string shortDtype(const std::string& dtype) {
 // other names from KTransformers configs fall back to the best available one, and say so.
 std::string expertsBackend(const std::string& requested) {
   for (std::string_view built : placement::kExpertBackends) {
-    if (built != "gpu-offload" && requested == built) return requested;  // offload is not a CPU engine
+    if (built != "gpu-offload" && requested == built)
+      return requested;  // offload is not a CPU engine
   }
   logWarn() << "experts backend '" << requested << "' is not built yet; using the best available";
   return "auto";
@@ -60,12 +61,14 @@ void placeLayersAsPlanned(ModelOptions& o, const placement::Placement& placement
     o.gpu_experts[layer] = m.gpu_experts;
     o.experts_numa_node[layer] = m.device.numaNode();
   }
-  if (std::none_of(o.gpu_experts.begin(), o.gpu_experts.end(), [](int64_t n) { return n > 0; })) o.gpu_experts.clear();
+  if (std::none_of(o.gpu_experts.begin(), o.gpu_experts.end(), [](int64_t n) { return n > 0; }))
+    o.gpu_experts.clear();
 }
 
 // The plan's placement, and, when a rule file made it, that file's experts mode, backend and
 // format too (checked against what the runtime can run).
-void placeAsPlanned(ModelOptions& o, const ModelRequest& request, const placement::MemoryPlan& plan) {
+void placeAsPlanned(ModelOptions& o, const ModelRequest& request,
+                    const placement::MemoryPlan& plan) {
   placeLayersAsPlanned(o, plan.placement);
   if (request.placement_rule.empty()) {
     o.experts = parseExpertsMode(request.experts_mode);
@@ -75,10 +78,13 @@ void placeAsPlanned(ModelOptions& o, const ModelRequest& request, const placemen
   }
   const placement::RuntimePlacement runtime = placement::toRuntimePlacement(plan.placement);
   o.experts = parseExpertsMode(runtime.experts_mode);
-  o.experts_backend = expertsBackend(runtime.experts_backend.empty() ? request.experts_backend : runtime.experts_backend);
-  // A rule file's int8 experts (weight_format: int8) are quantised at load like experts_format: int8.
-  o.experts_format = request.experts_format == "auto" && runtime.experts_weight_format == "int8" ? "int8"
-                                                                                                 : request.experts_format;
+  o.experts_backend = expertsBackend(runtime.experts_backend.empty() ? request.experts_backend
+                                                                     : runtime.experts_backend);
+  // A rule file's int8 experts (weight_format: int8) are quantised at load like experts_format:
+  // int8.
+  o.experts_format = request.experts_format == "auto" && runtime.experts_weight_format == "int8"
+                         ? "int8"
+                         : request.experts_format;
 }
 
 // Resident expert counts are per GPU memory: a layer the override moves away from the device
@@ -103,7 +109,8 @@ void applyOverrides(ModelOptions& o, const ModelRequest& request, const io::Mode
     o.layer_devices = parseLayerDevices(request.layer_devices, layers, o.device);
     o.head_device.reset();  // the last layer's, unless head_device says otherwise
   }
-  if (!request.head_device.empty()) o.head_device = Device::parse(request.head_device, "head device");
+  if (!request.head_device.empty())
+    o.head_device = Device::parse(request.head_device, "head device");
   keepResidentWherePlanned(o, planned);
   if (const int64_t count = gpuExpertsCount(request); count >= 0) {
     // A count is for every MoE layer, on whatever device it is (KTransformers' kt_num_gpu_experts);
@@ -121,7 +128,8 @@ void applyOverrides(ModelOptions& o, const ModelRequest& request, const io::Mode
 experts::WtPolicy wtPolicy(const ModelRequest& request, const placement::MemoryPlan& plan) {
   if (!request.training) return experts::WtPolicy::OnDemand;
   if (request.experts_wt_policy == "auto") {
-    return plan.transposed_weights == "pool" ? experts::WtPolicy::Background : experts::WtPolicy::Persistent;
+    return plan.transposed_weights == "pool" ? experts::WtPolicy::Background
+                                             : experts::WtPolicy::Persistent;
   }
   return experts::parseWtPolicy(request.experts_wt_policy);
 }
@@ -138,7 +146,8 @@ placement::PlanRequest planRequestFor(const ModelRequest& request, const io::Mod
   r.experts_backend = request.experts_backend;
   // The runtime's choices: the experts' format as the planner spells it ("" = its default for the
   // backend and checkpoint), and on_demand Wᵀ is the planner's pool.
-  if (request.experts_format == "fp8" && !(config.quantization && config.quantization->quant_method == "fp8")) {
+  if (request.experts_format == "fp8" &&
+      !(config.quantization && config.quantization->quant_method == "fp8")) {
     throw Error("experts_format: fp8 keeps the checkpoint's fp8 experts, but this checkpoint is " +
                     shortDtype(config.dtype) + " (its config.json has no fp8 quantization_config)",
                 "use experts_format: auto, bf16 or int8 (int8 quantises the experts at load)");
@@ -148,14 +157,16 @@ placement::PlanRequest planRequestFor(const ModelRequest& request, const io::Mod
     // Offload mode streams (and keeps resident) the experts in the format the CPU backend would
     // pack them in; the planner then charges the pinned host copy, the offload buffers and the
     // resident cache instead of packs.
-    if (r.expert_weight_format.empty() && placement::defaultWeightFormat(r.experts_backend, config) == "int8") {
+    if (r.expert_weight_format.empty() &&
+        placement::defaultWeightFormat(r.experts_backend, config) == "int8") {
       r.expert_weight_format = "int8";
     }
     r.experts_backend = "gpu-offload";
   }
   const int64_t count = gpuExpertsCount(request);
   r.gpu_experts = count < 0 ? placement::kAutoGpuExperts : count;
-  if (request.training && request.experts_wt_policy != "auto") {  // on_demand and background: the same pool
+  if (request.training &&
+      request.experts_wt_policy != "auto") {  // on_demand and background: the same pool
     r.transposed_weights = request.experts_wt_policy == "persistent" ? "persistent" : "pool";
   }
   return r;
@@ -168,31 +179,35 @@ placement::Hardware usableHardware(const ModelRequest& request, placement::Hardw
     hardware.gpus.clear();
     return hardware;
   }
-  const auto it = std::find_if(hardware.gpus.begin(), hardware.gpus.end(),
-                               [&](const placement::GpuSpec& g) { return g.index == device.gpuIndex(); });
+  const auto it =
+      std::find_if(hardware.gpus.begin(), hardware.gpus.end(),
+                   [&](const placement::GpuSpec& g) { return g.index == device.gpuIndex(); });
   if (it == hardware.gpus.end()) {
     throw Error("device " + device.str() + " is not available: " + hardware.name + " has " +
                     std::to_string(hardware.gpus.size()) + " GPU(s)",
                 hardware.gpus.empty() ? "use device: cpu (or auto)"
-                                      : "use auto, cpu or cuda:0 .. cuda:" + std::to_string(hardware.gpus.size() - 1));
+                                      : "use auto, cpu or cuda:0 .. cuda:" +
+                                            std::to_string(hardware.gpus.size() - 1));
   }
   hardware.gpus = {*it};
   return hardware;
 }
 
-placement::MemoryPlan planModel(const placement::PlanRequest& plan_request, const ModelRequest& request,
-                                const placement::Hardware& hardware) {
+placement::MemoryPlan planModel(const placement::PlanRequest& plan_request,
+                                const ModelRequest& request, const placement::Hardware& hardware) {
   if (request.placement_rule.empty()) return placement::planMemory(plan_request, hardware);
-  return placement::evaluatePlacement(plan_request, hardware,
-                                      placement::loadPlacementFile(request.placement_rule, plan_request.model));
+  return placement::evaluatePlacement(
+      plan_request, hardware,
+      placement::loadPlacementFile(request.placement_rule, plan_request.model));
 }
 
 void requireFits(const placement::MemoryPlan& plan, std::string_view what) {
   if (plan.fits) return;
   const std::string advice = joined(plan.advice);
-  throw Error("the memory planner says " + std::string(what) + " does not fit this machine (" +
-                  joined(plan.problems) + ")",
-              advice + (advice.empty() ? "" : "; ") + "`tandem plan CONFIG.yaml` shows the whole plan");
+  throw Error(
+      "the memory planner says " + std::string(what) + " does not fit this machine (" +
+          joined(plan.problems) + ")",
+      advice + (advice.empty() ? "" : "; ") + "`tandem plan CONFIG.yaml` shows the whole plan");
 }
 
 ModelOptions resolveModelOptions(const ModelRequest& request, const io::ModelConfig& config,

@@ -31,8 +31,8 @@ placement::Hardware usableHardware(const ModelRequest& request, placement::Hardw
 
 // The memory plan on `hardware`: the planner's own placement, or, with a placement_rule, that
 // file's placement (KTransformers rule or preset) evaluated.
-placement::MemoryPlan planModel(const placement::PlanRequest& plan_request, const ModelRequest& request,
-                                const placement::Hardware& hardware);
+placement::MemoryPlan planModel(const placement::PlanRequest& plan_request,
+                                const ModelRequest& request, const placement::Hardware& hardware);
 
 // An Error with the planner's problems and advice when `plan` does not fit; `what` names the
 // job ("this run", "this model").

@@ -5,7 +5,6 @@
 #include "engine/model/model_resolver.h"
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <filesystem>
@@ -47,7 +46,8 @@ PlannedLayers plannedLayers(const placement::MemoryPlan& plan) {
   out.devices = plan.placement.layerDevices();
   out.resident.assign(out.devices.size(), 0);
   for (const placement::ModulePlacement& m : plan.placement.modules) {
-    if (m.kind == placement::ModuleKind::RoutedExperts) out.resident[static_cast<size_t>(m.layer)] = m.gpu_experts;
+    if (m.kind == placement::ModuleKind::RoutedExperts)
+      out.resident[static_cast<size_t>(m.layer)] = m.gpu_experts;
   }
   return out;
 }
@@ -63,7 +63,8 @@ std::vector<int64_t> perLayer(const ModelOptions& o, size_t layers) {
 TEST(ResolveModelOptions, ADefaultRunOnTwoGpusRunsThePlannersSplit) {
   const io::ModelConfig qwen3 = presetModel("qwen3-30b-a3b.json");
   const ModelRequest request;  // device auto, gpu_experts auto: the planner decides
-  const placement::MemoryPlan p = plan(request, qwen3, presetHardware("2x4090-24g_xeon-spr-2s_512g"));
+  const placement::MemoryPlan p =
+      plan(request, qwen3, presetHardware("2x4090-24g_xeon-spr-2s_512g"));
   ASSERT_TRUE(p.fits);
   const ModelOptions o = resolveModelOptions(request, qwen3, p);
   const PlannedLayers planned = plannedLayers(p);
@@ -86,7 +87,8 @@ TEST(ResolveModelOptions, ADeviceIsPlannedAloneAndRunsEveryLayer) {
   const placement::MemoryPlan p = plan(request, qwen3, two_gpus);
   EXPECT_EQ(p.device(Device::cuda(0)), nullptr);  // planned for cuda:1 alone
   const ModelOptions o = resolveModelOptions(request, qwen3, p);
-  EXPECT_EQ(o.layer_devices, std::vector<Device>(static_cast<size_t>(qwen3.num_hidden_layers), Device::cuda(1)));
+  EXPECT_EQ(o.layer_devices,
+            std::vector<Device>(static_cast<size_t>(qwen3.num_hidden_layers), Device::cuda(1)));
   EXPECT_EQ(o.headDevice(), Device::cuda(1));
   request.device = "cpu";
   const placement::MemoryPlan on_cpu = plan(request, qwen3, two_gpus);
@@ -100,7 +102,8 @@ TEST(ResolveModelOptions, ADeviceIsPlannedAloneAndRunsEveryLayer) {
 TEST(ResolveModelOptions, LayerDevicesOverrideThePlanAndMovedLayersKeepNoResidentExperts) {
   const io::ModelConfig qwen3 = presetModel("qwen3-30b-a3b.json");
   ModelRequest request;
-  const placement::MemoryPlan p = plan(request, qwen3, presetHardware("2x4090-24g_xeon-spr-2s_512g"));
+  const placement::MemoryPlan p =
+      plan(request, qwen3, presetHardware("2x4090-24g_xeon-spr-2s_512g"));
   request.layer_devices = "cuda:1:0";  // layer 0 was planned on cuda:0
   const ModelOptions o = resolveModelOptions(request, qwen3, p);
   EXPECT_EQ(o.layerDevice(0), Device::cuda(1));
@@ -118,7 +121,8 @@ TEST(ResolveModelOptions, AGpuExpertsCountAppliesToEveryMoeLayer) {
   request.device = "cpu";
   const ModelOptions o = resolveModelOptions(request, dsv2, plan(request, dsv2, cpu_only));
   EXPECT_EQ(o.gpuExperts(0), 0);
-  for (int l = 1; l < dsv2.num_hidden_layers; ++l) EXPECT_EQ(o.gpuExperts(static_cast<size_t>(l)), 3) << l;
+  for (int l = 1; l < dsv2.num_hidden_layers; ++l)
+    EXPECT_EQ(o.gpuExperts(static_cast<size_t>(l)), 3) << l;
 }
 
 TEST(ResolveModelOptions, TheRequestsOtherSettings) {
@@ -153,7 +157,8 @@ TEST(ResolveModelOptions, TheRequestsOtherSettings) {
 TEST(ResolveModelOptions, ARuleFilesPlacementIsRunAsWritten) {
   const io::ModelConfig dsv3 = presetModel("deepseek-v3.json");
   ModelRequest request;
-  request.placement_rule = fs::path(TANDEM_PRESETS_DIR) / "placement" / "deepseek-v3_2gpu_amx-int8.yaml";
+  request.placement_rule =
+      fs::path(TANDEM_PRESETS_DIR) / "placement" / "deepseek-v3_2gpu_amx-int8.yaml";
   const placement::MemoryPlan p = plan(request, dsv3, presetHardware("2x4090-48g_xeon-gnr-2s_1t"));
   const ModelOptions o = resolveModelOptions(request, dsv3, p);
   EXPECT_EQ(o.layer_devices, plannedLayers(p).devices);
@@ -172,9 +177,11 @@ TEST(AppliedPlacement, AModelLoadedWithTheOptionsIsWhereThePlanPutIt) {
     "mlp_only_layers": [], "vocab_size": 64, "max_position_embeddings": 128, "rms_norm_eps": 1e-6,
     "rope_theta": 10000.0, "tie_word_embeddings": false, "dtype": "float32"})",
                                                     "tiny config");
-  const fs::path file = fs::temp_directory_path() / ("tandem_split_" + std::to_string(::getpid()) + ".yaml");
-  std::ofstream(file) << "embed_tokens: cpu\nlm_head: cpu:numa0\nexperts: {device: cpu, backend: auto}\n"
-                         "layers:\n  - {layers: \"0\", device: cpu}\n  - {layers: \"1-\", device: cpu:numa0}\n";
+  const fs::path file =
+      fs::temp_directory_path() / ("tandem_split_" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(file)
+      << "embed_tokens: cpu\nlm_head: cpu:numa0\nexperts: {device: cpu, backend: auto}\n"
+         "layers:\n  - {layers: \"0\", device: cpu}\n  - {layers: \"1-\", device: cpu:numa0}\n";
   ModelRequest request;
   request.placement_rule = file;
   request.gpu_experts = "2";
@@ -185,7 +192,8 @@ TEST(AppliedPlacement, AModelLoadedWithTheOptionsIsWhereThePlanPutIt) {
   const ModelOptions o = resolveModelOptions(request, tiny, p);
   const auto model = Model::random(tiny, o, nullptr, /*seed=*/3, ThreadPool::global());
   const AppliedPlacement applied = model->placement();
-  EXPECT_EQ(applied.layers, (std::vector<Device>{Device::cpu(), Device::numaNode(0), Device::numaNode(0)}));
+  EXPECT_EQ(applied.layers,
+            (std::vector<Device>{Device::cpu(), Device::numaNode(0), Device::numaNode(0)}));
   EXPECT_EQ(applied.layers, plannedLayers(p).devices);
   EXPECT_EQ(applied.embed, Device::cpu());
   EXPECT_EQ(applied.head, Device::numaNode(0));

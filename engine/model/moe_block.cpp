@@ -24,7 +24,8 @@ at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
   at::Tensor y;
   if (offload) {
     int64_t resident_pairs = 0;
-    y = offload->forward(experts->lora(), tokens, choice.ids, choice.weights, lora_anchor, &resident_pairs);
+    y = offload->forward(experts->lora(), tokens, choice.ids, choice.weights, lora_anchor,
+                         &resident_pairs);
     pairs.resident += resident_pairs;
     run_shared();
   } else if (resident_count > 0) {
@@ -45,9 +46,10 @@ at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
     } else {
       // The resident experts and the shared experts are queued on the device once the CPU's
       // inputs reached the host: CUDA runs them while the CPU engine computes the other pairs.
-      y = routedExperts(*experts, tokens, split.cpu_ids, choice.weights, lora_anchor, run_shared,
-                        training && keep_expert_forward ? &kept : nullptr,
-                        std::make_shared<const TorchExpertsCall>(resident->call(experts->lora(), split)));
+      y = routedExperts(
+          *experts, tokens, split.cpu_ids, choice.weights, lora_anchor, run_shared,
+          training && keep_expert_forward ? &kept : nullptr,
+          std::make_shared<const TorchExpertsCall>(resident->call(experts->lora(), split)));
     }
   } else {
     // The shared experts are launched once the routed experts' inputs reached the host: CUDA

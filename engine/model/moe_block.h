@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "engine/experts/expert_layer.h"
-#include "engine/model/expert_offload.h"
 #include "engine/gpu/lora_linear.h"
 #include "engine/gpu/mlp.h"
+#include "engine/gpu/router.h"
+#include "engine/model/expert_offload.h"
 #include "engine/model/moe_function.h"
 #include "engine/model/resident_experts.h"
-#include "engine/gpu/router.h"
 
 namespace tandem::model {
 
@@ -28,7 +28,7 @@ struct MoeBlock {
   gpu::Router router;
   std::unique_ptr<experts::ExpertLayer> experts;  // computes in cpu mode; holds the expert LoRA
   std::unique_ptr<ExpertOffload> offload;         // offload mode only (with its own resident cache)
-  std::vector<at::Tensor> expert_weight_owners;  // CPU tensors the expert views point into
+  std::vector<at::Tensor> expert_weight_owners;   // CPU tensors the expert views point into
   // ModelOptions::gpu_experts: experts made resident on the layer's device at the first call
   // (offload mode: by `offload`, which streams the others; else here, beside the CPU engine),
   // from its routing, copied from resident_source (views as the CPU engine's) and kept in
@@ -37,11 +37,11 @@ struct MoeBlock {
   experts::ExpertWeightViews resident_source;
   experts::WeightFormat resident_format = experts::WeightFormat::Bf16;
   mutable std::unique_ptr<ResidentExperts> resident;
-  gpu::GatedMlp shared;                               // undefined when the model has none
-  gpu::LoraLinear shared_gate;                        // qwen2_moe: [1, hidden]
-  at::Tensor lora_anchor;                        // see routedExperts()
-  bool keep_expert_forward = false;              // ModelOptions::keep_expert_forward
-  mutable KeptExpertForward kept;                // filled by the checkpointed pass
+  gpu::GatedMlp shared;              // undefined when the model has none
+  gpu::LoraLinear shared_gate;       // qwen2_moe: [1, hidden]
+  at::Tensor lora_anchor;            // see routedExperts()
+  bool keep_expert_forward = false;  // ModelOptions::keep_expert_forward
+  mutable KeptExpertForward kept;    // filled by the checkpointed pass
   // Sees every forward's routing, ids [tokens, top_k] on the block's device (the e2e bench's
   // routing statistics); empty: nobody asks.
   std::function<void(const at::Tensor& ids)> route_observer;

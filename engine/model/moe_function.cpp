@@ -25,7 +25,8 @@ namespace {
 std::atomic<int64_t> reused_forwards{0};
 
 bool sameBytes(const at::Tensor& a, const at::Tensor& b) {
-  return a.defined() && b.defined() && a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
+  return a.defined() && b.defined() && a.sizes() == b.sizes() &&
+         a.scalar_type() == b.scalar_type() &&
          std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
 }
 
@@ -50,9 +51,9 @@ at::Tensor toDevice(const at::Tensor& host, at::Device device) {
 experts::ActivationType activationType(const at::Tensor& t) {
   if (t.scalar_type() == at::kFloat) return experts::ActivationType::F32;
   if (t.scalar_type() == at::kBFloat16) return experts::ActivationType::BF16;
-  throw Error(std::string("routed experts run in fp32 or bf16, not ") +
-                  c10::toString(t.scalar_type()),
-              "load the model with --dtype fp32 or bf16");
+  throw Error(
+      std::string("routed experts run in fp32 or bf16, not ") + c10::toString(t.scalar_type()),
+      "load the model with --dtype fp32 or bf16");
 }
 
 class RoutedExpertsBackward : public torch::autograd::Node {
@@ -60,8 +61,13 @@ class RoutedExpertsBackward : public torch::autograd::Node {
   RoutedExpertsBackward(experts::ExpertLayer& layer,
                         std::unique_ptr<experts::ExpertForwardCache> cache, at::Device device,
                         at::ScalarType dtype, int64_t n_tokens, int64_t top_k, CpuTokens tokens)
-      : layer_(layer), cache_(std::move(cache)), device_(device), dtype_(dtype),
-        n_tokens_(n_tokens), top_k_(top_k), tokens_(std::move(tokens)) {}
+      : layer_(layer),
+        cache_(std::move(cache)),
+        device_(device),
+        dtype_(dtype),
+        n_tokens_(n_tokens),
+        top_k_(top_k),
+        tokens_(std::move(tokens)) {}
 
   // The device's part of the call: its inputs, to recompute it in backward.
   void addDevicePart(std::shared_ptr<const TorchExpertsCall> call, at::Tensor hidden,
@@ -76,7 +82,8 @@ class RoutedExpertsBackward : public torch::autograd::Node {
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     const int64_t hidden = layer_.spec().hidden;
     at::Tensor d_out = grads[0];
-    if (!d_out.defined()) d_out = at::zeros({n_tokens_, hidden}, at::TensorOptions().dtype(dtype_).device(device_));
+    if (!d_out.defined())
+      d_out = at::zeros({n_tokens_, hidden}, at::TensorOptions().dtype(dtype_).device(device_));
     const at::Tensor dy = toHost(tokens_.gather(d_out), dtype_);
     // Queued on the device before the CPU starts, collected after it finished.
     TorchExpertsCall::Gradients device_grads;
@@ -94,7 +101,8 @@ class RoutedExpertsBackward : public torch::autograd::Node {
       result[0] = tokens_.scatter(toDevice(dx, device_), n_tokens_, device_grads.d_hidden);
     }
     if (should_compute_output(1)) {
-      result[1] = tokens_.scatter(toDevice(d_weights, device_), n_tokens_, device_grads.d_topk_weights);
+      result[1] =
+          tokens_.scatter(toDevice(d_weights, device_), n_tokens_, device_grads.d_topk_weights);
     }
     release_variables();
     return result;  // the anchor gets no gradient: the LoRA grads live in the engine
@@ -143,7 +151,8 @@ at::Tensor CpuTokens::gather(const at::Tensor& t) const {
   return t.index_select(0, t.is_cpu() ? host_rows : rows);
 }
 
-at::Tensor CpuTokens::scatter(const at::Tensor& part, int64_t n_tokens, const at::Tensor& onto) const {
+at::Tensor CpuTokens::scatter(const at::Tensor& part, int64_t n_tokens,
+                              const at::Tensor& onto) const {
   if (!rows.defined()) return onto.defined() ? onto + part : part;
   std::vector<int64_t> sizes = part.sizes().vec();
   sizes[0] = n_tokens;
@@ -166,8 +175,8 @@ int64_t reusedExpertForwards() { return reused_forwards.load(); }
 
 at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
                          const at::Tensor& topk_ids, const at::Tensor& topk_weights,
-                         const at::Tensor& lora_anchor,
-                         const std::function<void()>& while_cpu_runs, KeptExpertForward* keep,
+                         const at::Tensor& lora_anchor, const std::function<void()>& while_cpu_runs,
+                         KeptExpertForward* keep,
                          std::shared_ptr<const TorchExpertsCall> on_device) {
   const experts::ActivationType act = activationType(hidden);
   const int64_t n_tokens = hidden.size(0);
@@ -189,7 +198,9 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
   const at::Tensor device_weights =
       on_device ? topk_weights.detach().to(hidden.device(), at::kFloat) : at::Tensor();
   auto queue_device_work = [&] {
-    if (on_device) y_device = on_device->forward(hidden, device_weights, needs_graph && gpu::inCheckpointRecompute());
+    if (on_device)
+      y_device =
+          on_device->forward(hidden, device_weights, needs_graph && gpu::inCheckpointRecompute());
     if (while_cpu_runs) while_cpu_runs();
   };
   // The checkpointed pass: no graph now, but a backward (with a recomputation) will follow.
@@ -219,7 +230,8 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
     keep->ids = ids_cpu;
     keep->weights = weights_cpu;
     keep->y = y_cpu;
-    keep->y_charge = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Activations, y_cpu.nbytes());
+    keep->y_charge =
+        MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Activations, y_cpu.nbytes());
     keep->cache = std::move(cache);
   }
   at::Tensor y;

@@ -15,10 +15,10 @@
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_layer.h"
 #include "engine/experts/expert_routing.h"
+#include "engine/io/lora_target.h"
+#include "engine/io/model_config.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/moe_block.h"
-#include "engine/io/model_config.h"
-#include "engine/io/lora_target.h"
 
 namespace tandem::model {
 namespace {
@@ -37,9 +37,9 @@ struct Step {
   uint64_t expert_cache_peak = 0;                   // MemoryLedger ("cpu", Activations)
   int64_t reused = 0;                               // recomputations that reused a kept forward
   float loss = 0;
-  std::vector<std::vector<int64_t>> resident;       // per MoE layer, the resident experts
-  int64_t streamed_experts = 0;                     // offload mode: experts streamed per call, all layers
-  ExpertStreamer::Counts streamer;                  // offload mode: its device's streamer
+  std::vector<std::vector<int64_t>> resident;  // per MoE layer, the resident experts
+  int64_t streamed_experts = 0;     // offload mode: experts streamed per call, all layers
+  ExpertStreamer::Counts streamer;  // offload mode: its device's streamer
 };
 
 std::vector<float> values(const at::Tensor& t) {
@@ -49,8 +49,8 @@ std::vector<float> values(const at::Tensor& t) {
 
 Step trainStep(bool keep, int64_t gpu_experts = 0, bool checkpointing = true,
                const std::string& experts_format = "auto", ExpertsMode experts = ExpertsMode::Cpu,
-               const std::string& experts_backend = "auto", placement::Device device = placement::Device::cpu(),
-               bool stream_ahead = true) {
+               const std::string& experts_backend = "auto",
+               placement::Device device = placement::Device::cpu(), bool stream_ahead = true) {
   const io::ModelConfig config = io::parseModelConfig(kConfig, "test config");
   ModelOptions options;
   options.device = device;
@@ -61,10 +61,12 @@ Step trainStep(bool keep, int64_t gpu_experts = 0, bool checkpointing = true,
   options.keep_expert_forward = keep;
   options.gpu_experts.assign(2, gpu_experts);
   options.stream_experts_ahead = stream_ahead;
-  const LoraPlan plan = loraPlanFromTarget(io::LoraTarget::parse("all"), gpu::LoraSettings{4, 8.0, false, 0.0});
+  const LoraPlan plan =
+      loraPlanFromTarget(io::LoraTarget::parse("all"), gpu::LoraSettings{4, 8.0, false, 0.0});
   auto model = CausalLm::random(config, options, &plan, /*seed=*/3, ThreadPool::global());
   model->visitMoeBlocks([](const std::string&, MoeBlock& block) {  // B ≠ 0: expert LoRA matters
-    for (auto proj : {experts::ExpertProj::Gate, experts::ExpertProj::Up, experts::ExpertProj::Down}) {
+    for (auto proj :
+         {experts::ExpertProj::Gate, experts::ExpertProj::Up, experts::ExpertProj::Down}) {
       for (float& b : block.experts->lora().allB(proj)) b = 0.01f;
     }
   });
@@ -85,7 +87,8 @@ Step trainStep(bool keep, int64_t gpu_experts = 0, bool checkpointing = true,
     step.grads[name + ".B"] = values(l.loraB().grad());
   });
   model->visitMoeBlocks([&](const std::string& name, MoeBlock& block) {
-    for (auto proj : {experts::ExpertProj::Gate, experts::ExpertProj::Up, experts::ExpertProj::Down}) {
+    for (auto proj :
+         {experts::ExpertProj::Gate, experts::ExpertProj::Up, experts::ExpertProj::Down}) {
       const std::string p = name + ".experts." + std::to_string(static_cast<int>(proj));
       const auto a = block.experts->lora().allGradA(proj), b = block.experts->lora().allGradB(proj);
       step.grads[p + ".A"] = {a.begin(), a.end()};
@@ -127,7 +130,8 @@ TEST(KeptExpertForward, SameGradientsWithoutRecomputingTheExperts) {
 TEST(KeptExpertForward, ReusedOnlyForTheSameInputs) {
   constexpr int64_t E = 4, H = 8, I = 6, T = 5;
   at::manual_seed(11);
-  const at::Tensor gate = at::randn({E, I, H}), up = at::randn({E, I, H}), down = at::randn({E, H, I});
+  const at::Tensor gate = at::randn({E, I, H}), up = at::randn({E, I, H}),
+                   down = at::randn({E, H, I});
   experts::ExpertWeightViews views;
   views.type = experts::WeightType::F32;
   for (int64_t e = 0; e < E; ++e) {
@@ -136,7 +140,8 @@ TEST(KeptExpertForward, ReusedOnlyForTheSameInputs) {
     views.down.push_back(down[e].data_ptr<float>());
   }
   auto layer = experts::ExpertLayer::create({E, H, I}, views, {}, "generic", ThreadPool::global());
-  const at::Tensor ids = at::tensor(std::vector<int64_t>{0, 1, 2, 3, 1, 2, 3, 0, 2, 1}, at::kLong).view({T, 2});
+  const at::Tensor ids =
+      at::tensor(std::vector<int64_t>{0, 1, 2, 3, 1, 2, 3, 0, 2, 1}, at::kLong).view({T, 2});
   const at::Tensor weights = at::full({T, 2}, 0.5f);
   const at::Tensor kept_x = at::randn({T, H});
   auto recomputed = [&](const at::Tensor& x, KeptExpertForward* keep) {
@@ -148,15 +153,17 @@ TEST(KeptExpertForward, ReusedOnlyForTheSameInputs) {
   for (const bool same : {false, true}) {
     SCOPED_TRACE(same ? "same inputs" : "other hidden states");
     KeptExpertForward keep;
-    const uint64_t held_before = MemoryLedger::global().usage("cpu").current(MemoryCategory::Activations);
+    const uint64_t held_before =
+        MemoryLedger::global().usage("cpu").current(MemoryCategory::Activations);
     {
       at::NoGradGuard no_grad;  // the checkpointed pass
       routedExperts(*layer, kept_x, ids, weights, at::Tensor(), {}, &keep);
     }
     // What is kept is charged: the cache (x among it) and the output, nothing twice.
     ASSERT_TRUE(keep.cache);
-    EXPECT_EQ(MemoryLedger::global().usage("cpu").current(MemoryCategory::Activations) - held_before,
-              keep.cache->bytes() + static_cast<uint64_t>(T * H) * sizeof(float));
+    EXPECT_EQ(
+        MemoryLedger::global().usage("cpu").current(MemoryCategory::Activations) - held_before,
+        keep.cache->bytes() + static_cast<uint64_t>(T * H) * sizeof(float));
     const at::Tensor x = same ? kept_x : kept_x + 0.25f;
     const int64_t before = reusedExpertForwards();
     const auto got = recomputed(x, &keep);
@@ -169,8 +176,9 @@ TEST(KeptExpertForward, ReusedOnlyForTheSameInputs) {
 // and the CPU engine the rest give the all-engine numbers: the loss and every gradient, the
 // resident experts' LoRA grads included (a pair lost or counted twice would be off by its whole
 // contribution). Also with checkpointing (the recomputation keeps the resident part's graph for
-// its backward), with the kept forward too (the CPU part reused), with 5 of 6 resident (most tokens then have no CPU pair and stay on the
-// device: CpuTokens), and with every expert resident (the CPU engine is not called at all).
+// its backward), with the kept forward too (the CPU part reused), with 5 of 6 resident (most tokens
+// then have no CPU pair and stay on the device: CpuTokens), and with every expert resident (the CPU
+// engine is not called at all).
 TEST(ResidentExperts, SameNumbersAsTheCpuEngine) {
   const Step engine = trainStep(false, 0, /*checkpointing=*/false);
   struct Case {
@@ -182,10 +190,12 @@ TEST(ResidentExperts, SameNumbersAsTheCpuEngine) {
   for (const Case c : {Case{false, 2, false, 0}, Case{false, 2, true, 0}, Case{true, 2, true, 2},
                        Case{false, 5, false, 0}, Case{true, 5, true, 2}, Case{false, 6, true, 0},
                        Case{true, 6, true, 0}}) {
-    SCOPED_TRACE("keep " + std::to_string(c.keep) + ", gpu_experts " + std::to_string(c.gpu_experts));
+    SCOPED_TRACE("keep " + std::to_string(c.keep) + ", gpu_experts " +
+                 std::to_string(c.gpu_experts));
     const Step split = trainStep(c.keep, c.gpu_experts, c.checkpointing);
     ASSERT_EQ(split.resident.size(), 2u);
-    for (const auto& experts : split.resident) EXPECT_EQ(static_cast<int64_t>(experts.size()), c.gpu_experts);
+    for (const auto& experts : split.resident)
+      EXPECT_EQ(static_cast<int64_t>(experts.size()), c.gpu_experts);
     EXPECT_EQ(split.reused, c.reused);
     EXPECT_NEAR(split.loss, engine.loss, 1e-5f * std::abs(engine.loss));
     ASSERT_EQ(split.grads.size(), engine.grads.size());
@@ -232,10 +242,13 @@ TEST(StoredExpertWeights, Int8ExpertsOnTheDeviceMultiplyTheEnginesInt8Weights) {
   const Step engine = step(false, 0, false, "int8");
   EXPECT_GT(worstRelativeError(step(false, 0, false, "bf16"), engine), 1e-3f);
   EXPECT_LE(worstRelativeError(step(false, 2, false, "int8"), engine), 1e-4f) << "2 resident";
-  EXPECT_LE(worstRelativeError(step(true, 6, true, "int8"), engine), 1e-4f) << "all resident, kept forward";
-  EXPECT_LE(worstRelativeError(step(false, 0, true, "int8", ExpertsMode::GpuOffload), engine), 1e-4f)
+  EXPECT_LE(worstRelativeError(step(true, 6, true, "int8"), engine), 1e-4f)
+      << "all resident, kept forward";
+  EXPECT_LE(worstRelativeError(step(false, 0, true, "int8", ExpertsMode::GpuOffload), engine),
+            1e-4f)
       << "offload";
-  EXPECT_LE(worstRelativeError(step(false, 2, true, "int8", ExpertsMode::GpuOffload), engine), 1e-4f)
+  EXPECT_LE(worstRelativeError(step(false, 2, true, "int8", ExpertsMode::GpuOffload), engine),
+            1e-4f)
       << "offload with 2 resident";
 }
 
@@ -251,7 +264,8 @@ TEST(ExpertOffload, AResidentCacheGivesTheNumbersOfStreamingEveryExpert) {
   if (at::hasCUDA()) devices.push_back(placement::Device::cuda(0));
   for (const placement::Device device : devices) {
     auto offload = [&](int64_t gpu_experts, bool checkpointing, bool ahead = true) {
-      return trainStep(false, gpu_experts, checkpointing, "auto", ExpertsMode::GpuOffload, "auto", device, ahead);
+      return trainStep(false, gpu_experts, checkpointing, "auto", ExpertsMode::GpuOffload, "auto",
+                       device, ahead);
     };
     const Step streamed = offload(0, false);
     EXPECT_TRUE(streamed.resident.empty());
@@ -259,12 +273,14 @@ TEST(ExpertOffload, AResidentCacheGivesTheNumbersOfStreamingEveryExpert) {
     EXPECT_EQ(streamed.streamer.taken, 4);  // forward 0, 1; backward 1, 0
     EXPECT_EQ(streamed.streamer.ready, 3);
     EXPECT_EQ(streamed.streamer.copied_ahead, 1);
-    for (const auto& [gpu_experts, checkpointing] : {std::pair{2, false}, {2, true}, {5, true}, {6, false}}) {
-      SCOPED_TRACE(device.str() + ", gpu_experts " + std::to_string(gpu_experts) + ", checkpointing " +
-                   std::to_string(checkpointing));
+    for (const auto& [gpu_experts, checkpointing] :
+         {std::pair{2, false}, {2, true}, {5, true}, {6, false}}) {
+      SCOPED_TRACE(device.str() + ", gpu_experts " + std::to_string(gpu_experts) +
+                   ", checkpointing " + std::to_string(checkpointing));
       const Step cached = offload(gpu_experts, checkpointing);
       ASSERT_EQ(cached.resident.size(), 2u);
-      for (const auto& experts : cached.resident) EXPECT_EQ(static_cast<int64_t>(experts.size()), gpu_experts);
+      for (const auto& experts : cached.resident)
+        EXPECT_EQ(static_cast<int64_t>(experts.size()), gpu_experts);
       EXPECT_EQ(cached.streamed_experts, 2 * (6 - gpu_experts));
       EXPECT_LE(worstRelativeError(cached, streamed), 1e-5f);
       const Step serial = offload(gpu_experts, checkpointing, /*ahead=*/false);
@@ -278,17 +294,21 @@ TEST(ExpertOffload, AResidentCacheGivesTheNumbersOfStreamingEveryExpert) {
 // their tokens, added onto the device part where there is one.
 TEST(CpuTokens, OnlyTheTokensWithACpuPairCrossToTheHost) {
   constexpr int32_t m = experts::kMaskedSlot;
-  const at::Tensor ids = at::tensor(std::vector<int32_t>{m, m, 3, m, m, m, m, 5}, at::kInt).view({4, 2});
+  const at::Tensor ids =
+      at::tensor(std::vector<int32_t>{m, m, 3, m, m, m, m, 5}, at::kInt).view({4, 2});
   const CpuTokens tokens = CpuTokens::of(ids, at::kCPU);
   ASSERT_TRUE(tokens.rows.defined());
   EXPECT_EQ(values(tokens.rows), (std::vector<float>{1, 3}));
   const at::Tensor hidden = at::arange(12, at::kFloat).view({4, 3});
   EXPECT_EQ(values(tokens.gather(hidden)), (std::vector<float>{3, 4, 5, 9, 10, 11}));
   const at::Tensor part = at::full({2, 3}, 2.0f);
-  EXPECT_EQ(values(tokens.scatter(part, 4, at::Tensor())), (std::vector<float>{0, 0, 0, 2, 2, 2, 0, 0, 0, 2, 2, 2}));
-  EXPECT_EQ(values(tokens.scatter(part, 4, at::ones({4, 3}))), (std::vector<float>{1, 1, 1, 3, 3, 3, 1, 1, 1, 3, 3, 3}));
+  EXPECT_EQ(values(tokens.scatter(part, 4, at::Tensor())),
+            (std::vector<float>{0, 0, 0, 2, 2, 2, 0, 0, 0, 2, 2, 2}));
+  EXPECT_EQ(values(tokens.scatter(part, 4, at::ones({4, 3}))),
+            (std::vector<float>{1, 1, 1, 3, 3, 3, 1, 1, 1, 3, 3, 3}));
   // Every token has a CPU pair, or none has: nothing to select, the tensors pass through.
-  const CpuTokens all = CpuTokens::of(at::tensor(std::vector<int32_t>{0, m, m, 1}, at::kInt).view({2, 2}), at::kCPU);
+  const CpuTokens all =
+      CpuTokens::of(at::tensor(std::vector<int32_t>{0, m, m, 1}, at::kInt).view({2, 2}), at::kCPU);
   EXPECT_FALSE(all.rows.defined());
   EXPECT_TRUE(all.gather(hidden).is_same(hidden));
   EXPECT_FALSE(CpuTokens::of(at::full({2, 2}, m, at::kInt), at::kCPU).rows.defined());
@@ -296,7 +316,8 @@ TEST(CpuTokens, OnlyTheTokensWithACpuPairCrossToTheHost) {
 
 // The resident experts are the most routed of the first call, ties to the lower id.
 TEST(ResidentExperts, MostRoutedOfTheFirstCall) {
-  const at::Tensor ids = at::tensor(std::vector<int64_t>{3, 1, 3, 0, 5, 3, 1, 5}, at::kLong).view({4, 2});
+  const at::Tensor ids =
+      at::tensor(std::vector<int64_t>{3, 1, 3, 0, 5, 3, 1, 5}, at::kLong).view({4, 2});
   EXPECT_EQ(ResidentExperts::mostRouted(ids, 6, 2), (std::vector<int64_t>{1, 3}));
   EXPECT_EQ(ResidentExperts::mostRouted(ids, 6, 3), (std::vector<int64_t>{1, 3, 5}));
   EXPECT_EQ(ResidentExperts::mostRouted(ids, 6, 4), (std::vector<int64_t>{0, 1, 3, 5}));
@@ -315,10 +336,12 @@ TEST(ResidentExperts, OnlyTheCpuExpertsArePacked) {
     auto model = CausalLm::random(config, options, nullptr, /*seed=*/3, ThreadPool::global());
     if (run) {
       at::NoGradGuard no_grad;
-      model->forwardHidden(at::arange(20, at::kLong).remainder(config.vocab_size).view({2, 10}), false);
+      model->forwardHidden(at::arange(20, at::kLong).remainder(config.vocab_size).view({2, 10}),
+                           false);
     }
     uint64_t bytes = 0;
-    model->visitMoeBlocks([&](const std::string&, MoeBlock& block) { bytes += block.experts->packedBytes(); });
+    model->visitMoeBlocks(
+        [&](const std::string&, MoeBlock& block) { bytes += block.experts->packedBytes(); });
     return bytes;
   };
   const uint64_t all = packed(0, false);

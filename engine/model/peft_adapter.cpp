@@ -7,14 +7,14 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
-#include <tuple>
 #include <sstream>
+#include <tuple>
 
 #include "engine/core/error.h"
 #include "engine/core/units.h"
-#include "engine/model/weight_loader.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/safetensors.h"
+#include "engine/model/weight_loader.h"
 
 namespace tandem::model {
 
@@ -37,7 +37,8 @@ nlohmann::json readJson(const std::filesystem::path& path) {
 
 double numberOr(const nlohmann::json& j, const char* key, double fallback) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number()) throw Error(std::string("adapter_config.json: '") + key + "' must be a number");
+  if (!j[key].is_number())
+    throw Error(std::string("adapter_config.json: '") + key + "' must be a number");
   return j[key].get<double>();
 }
 
@@ -76,23 +77,26 @@ void checkFusedShapes(const FusedLayer& f, const io::ModelConfig& c, const std::
   const int64_t experts = c.num_experts, hidden = c.hidden_size, inter = c.moe_intermediate_size;
   auto fail = [&](const std::string& key, const at::Tensor& t, const std::string& want) {
     throw Error(file + ": tensor " + key + " has shape " + shapeText(t) + ", expected " + want +
-                    " for " + std::to_string(experts) + " experts (hidden " + std::to_string(hidden) +
-                    ", intermediate " + std::to_string(inter) + ")",
+                    " for " + std::to_string(experts) + " experts (hidden " +
+                    std::to_string(hidden) + ", intermediate " + std::to_string(inter) + ")",
                 "the adapter was made for another model, or the file is damaged");
   };
   const bool ok_a = f.gate_up_a.dim() == 2 && f.gate_up_a.size(0) % experts == 0 &&
                     f.gate_up_a.size(1) == 2 * inter;
   if (!ok_a) fail(f.gate_up_a_key, f.gate_up_a, "[E*R, 2I]");
   const int64_t big_rank = f.gate_up_a.size(0) / experts;
-  if (f.gate_up_b.dim() != 2 || f.gate_up_b.size(0) != hidden || f.gate_up_b.size(1) != big_rank * experts) {
-    fail(f.gate_up_b_key, f.gate_up_b, "[" + std::to_string(hidden) + ", " + std::to_string(big_rank * experts) + "]");
+  if (f.gate_up_b.dim() != 2 || f.gate_up_b.size(0) != hidden ||
+      f.gate_up_b.size(1) != big_rank * experts) {
+    fail(f.gate_up_b_key, f.gate_up_b,
+         "[" + std::to_string(hidden) + ", " + std::to_string(big_rank * experts) + "]");
   }
   if (f.down_a.dim() != 2 || f.down_a.size(0) % experts != 0 || f.down_a.size(1) != hidden) {
     fail(f.down_a_key, f.down_a, "[E*r, " + std::to_string(hidden) + "]");
   }
   const int64_t rank = f.down_a.size(0) / experts;
   if (f.down_b.dim() != 2 || f.down_b.size(0) != inter || f.down_b.size(1) != rank * experts) {
-    fail(f.down_b_key, f.down_b, "[" + std::to_string(inter) + ", " + std::to_string(rank * experts) + "]");
+    fail(f.down_b_key, f.down_b,
+         "[" + std::to_string(inter) + ", " + std::to_string(rank * experts) + "]");
   }
 }
 
@@ -128,24 +132,28 @@ void splitFused(const std::string& layer_prefix, const FusedLayer& f, const io::
       // Exact for any adapter: gate and up share A; ranks padded with zeros to `rank`.
       out.a[base + "gate_proj"] = at::constant_pad_nd(q_e.t(), {0, 0, 0, rank - big_rank});
       out.a[base + "up_proj"] = out.a[base + "gate_proj"].clone();
-      out.b[base + "gate_proj"] = at::constant_pad_nd(p_e.narrow(1, 0, inter).t(), {0, rank - big_rank});
-      out.b[base + "up_proj"] = at::constant_pad_nd(p_e.narrow(1, inter, inter).t(), {0, rank - big_rank});
+      out.b[base + "gate_proj"] =
+          at::constant_pad_nd(p_e.narrow(1, 0, inter).t(), {0, rank - big_rank});
+      out.b[base + "up_proj"] =
+          at::constant_pad_nd(p_e.narrow(1, inter, inter).t(), {0, rank - big_rank});
     }
     // down: delta_e [H, I] = s * (Qd_e Pd_e)ᵀ, so B = Pd_eᵀ [H, r], A = Qd_eᵀ [r, I].
     out.a[base + "down_proj"] =
         at::constant_pad_nd(qd.select(2, e).t(), {0, 0, 0, rank - down_rank}).contiguous();
-    out.b[base + "down_proj"] =
-        at::constant_pad_nd(pd[e].t(), {0, rank - down_rank}).contiguous();
+    out.b[base + "down_proj"] = at::constant_pad_nd(pd[e].t(), {0, rank - down_rank}).contiguous();
   }
 }
 
 // Converts one wrapper's (lora_A, lora_B) between PEFT's two fused layouts (an involution):
 //   other_A[e*R + j, :] = B[:, j*E + e],  other_B[:, j*E + e] = A[e*R + j, :].
-std::pair<at::Tensor, at::Tensor> swapFusedLayout(const at::Tensor& a, const at::Tensor& b, int64_t experts) {
+std::pair<at::Tensor, at::Tensor> swapFusedLayout(const at::Tensor& a, const at::Tensor& b,
+                                                  int64_t experts) {
   const int64_t rank = a.size(0) / experts;
   const int64_t a_cols = a.size(1), b_rows = b.size(0);
-  at::Tensor other_a = b.view({b_rows, rank, experts}).permute({2, 1, 0}).reshape({experts * rank, b_rows});
-  at::Tensor other_b = a.view({experts, rank, a_cols}).permute({2, 1, 0}).reshape({a_cols, rank * experts});
+  at::Tensor other_a =
+      b.view({b_rows, rank, experts}).permute({2, 1, 0}).reshape({experts * rank, b_rows});
+  at::Tensor other_b =
+      a.view({experts, rank, a_cols}).permute({2, 1, 0}).reshape({a_cols, rank * experts});
   return {other_a.contiguous(), other_b.contiguous()};
 }
 
@@ -171,8 +179,8 @@ void assignWrapper(const WrapperPair& pair, const io::ModelConfig& c, const nloh
   const int64_t hidden = c.hidden_size, inter = c.moe_intermediate_size, experts = c.num_experts;
   const int64_t cols = pair.a.size(1), rows = pair.b.size(0);
   const std::string version = cfg.value("peft_version", std::string());
-  const bool newer_peft = !version.empty() && version.rfind("0.18", 0) != 0 && version.rfind("0.19", 0) != 0 &&
-                          version.rfind("0.20", 0) != 0;
+  const bool newer_peft = !version.empty() && version.rfind("0.18", 0) != 0 &&
+                          version.rfind("0.19", 0) != 0 && version.rfind("0.20", 0) != 0;
   bool gate_up = false, newer_layout = false;
   if (cols == 2 * inter && rows == hidden && !(cols == hidden && rows == 2 * inter && newer_peft)) {
     gate_up = true;
@@ -183,8 +191,9 @@ void assignWrapper(const WrapperPair& pair, const io::ModelConfig& c, const nloh
   } else if (cols == inter && rows == hidden) {
     newer_layout = true;
   } else {
-    throw Error(file + ": tensors " + pair.a_key + " " + shapeText(pair.a) + " and " + pair.b_key + " " +
-                    shapeText(pair.b) + " fit neither mlp.experts.gate_up_proj nor down_proj of this model",
+    throw Error(file + ": tensors " + pair.a_key + " " + shapeText(pair.a) + " and " + pair.b_key +
+                    " " + shapeText(pair.b) +
+                    " fit neither mlp.experts.gate_up_proj nor down_proj of this model",
                 "the adapter was made for another model, or the file is damaged");
   }
   at::Tensor a = pair.a, b = pair.b;
@@ -197,7 +206,8 @@ void assignWrapper(const WrapperPair& pair, const io::ModelConfig& c, const nloh
 
 // Mixtral's old per-expert names map onto the gate/up/down ones.
 std::string canonicalModule(std::string name) {
-  static const std::regex mixtral(R"((model\.layers\.\d+\.)block_sparse_moe\.experts\.(\d+)\.w([123]))");
+  static const std::regex mixtral(
+      R"((model\.layers\.\d+\.)block_sparse_moe\.experts\.(\d+)\.w([123]))");
   std::smatch m;
   if (std::regex_match(name, m, mixtral)) {
     const char* leaf = m[3] == "1" ? "gate_proj" : m[3] == "3" ? "up_proj" : "down_proj";
@@ -211,8 +221,9 @@ std::string canonicalModule(std::string name) {
 PeftAdapter readPeftAdapter(const std::filesystem::path& dir, const io::ModelConfig& config) {
   const nlohmann::json cfg = readJson(dir / "adapter_config.json");
   if (cfg.value("peft_type", std::string("LORA")) != "LORA") {
-    throw Error(dir.string() + ": peft_type is " + cfg["peft_type"].dump() + ", Tandem reads LoRA adapters",
-                "use a LoRA adapter");
+    throw Error(
+        dir.string() + ": peft_type is " + cfg["peft_type"].dump() + ", Tandem reads LoRA adapters",
+        "use a LoRA adapter");
   }
   if (cfg.value("use_dora", false)) throw Error(dir.string() + ": DoRA adapters are not supported");
   if (cfg.contains("bias") && cfg["bias"].is_string() && cfg["bias"] != "none") {
@@ -236,10 +247,12 @@ PeftAdapter readPeftAdapter(const std::filesystem::path& dir, const io::ModelCon
   }
   const io::SafetensorsFile file = io::SafetensorsFile::open(weights_path);
   std::map<std::string, std::map<size_t, WrapperPair>> wrappers;  // layer prefix -> depth -> A/B
-  static const std::regex fused_key(R"((model\.layers\.\d+\.)mlp\.experts\.((?:base_layer\.)*)lora_([AB])\.weight)");
+  static const std::regex fused_key(
+      R"((model\.layers\.\d+\.)mlp\.experts\.((?:base_layer\.)*)lora_([AB])\.weight)");
   for (const io::TensorInfo& info : file.header().tensors) {
     const std::string& key = info.name;
-    if (!key.starts_with(kPrefix) || !(key.ends_with(".lora_A.weight") || key.ends_with(".lora_B.weight"))) {
+    if (!key.starts_with(kPrefix) ||
+        !(key.ends_with(".lora_A.weight") || key.ends_with(".lora_B.weight"))) {
       throw Error(weights_path.string() + ": tensor " + key + " is not a LoRA A/B weight",
                   "Tandem reads plain LoRA adapters (no modules_to_save, no embedding LoRA)");
     }
@@ -255,13 +268,15 @@ PeftAdapter readPeftAdapter(const std::filesystem::path& dir, const io::ModelCon
       continue;
     }
     const bool is_a = key.ends_with(".lora_A.weight");
-    const std::string module = canonicalModule(name.substr(0, name.size() - std::string(".lora_A.weight").size()));
+    const std::string module =
+        canonicalModule(name.substr(0, name.size() - std::string(".lora_A.weight").size()));
     (is_a ? adapter.a : adapter.b)[module] = t;
   }
   std::map<std::string, FusedLayer> fused;
   for (const auto& [prefix, by_depth] : wrappers) {
     FusedLayer& layer = fused[prefix];
-    for (const auto& [depth, pair] : by_depth) assignWrapper(pair, config, cfg, weights_path.string(), layer);
+    for (const auto& [depth, pair] : by_depth)
+      assignWrapper(pair, config, cfg, weights_path.string(), layer);
   }
   for (const auto& [prefix, layer] : fused) {
     if (!layer.gate_up_a.defined() || !layer.gate_up_b.defined() || !layer.down_a.defined() ||
@@ -271,12 +286,12 @@ PeftAdapter readPeftAdapter(const std::filesystem::path& dir, const io::ModelCon
                   "target both mlp.experts.gate_up_proj and mlp.experts.down_proj");
     }
     checkFusedShapes(layer, config, weights_path.string());
-    const double scale_gu = loraScale(alphaFor(cfg, "mlp.experts.gate_up_proj", adapter.settings.alpha),
-                                      static_cast<int>(layer.gate_up_a.size(0) / config.num_experts),
-                                      adapter.settings.rslora);
-    const double scale_down = loraScale(alphaFor(cfg, "mlp.experts.down_proj", adapter.settings.alpha),
-                                        static_cast<int>(layer.down_a.size(0) / config.num_experts),
-                                        adapter.settings.rslora);
+    const double scale_gu = loraScale(
+        alphaFor(cfg, "mlp.experts.gate_up_proj", adapter.settings.alpha),
+        static_cast<int>(layer.gate_up_a.size(0) / config.num_experts), adapter.settings.rslora);
+    const double scale_down = loraScale(
+        alphaFor(cfg, "mlp.experts.down_proj", adapter.settings.alpha),
+        static_cast<int>(layer.down_a.size(0) / config.num_experts), adapter.settings.rslora);
     FusedLayer scaled = layer;
     // The experts run with the adapter's base scale; fold each projection's own into B.
     const double base = adapter.settings.scale();
@@ -285,7 +300,8 @@ PeftAdapter readPeftAdapter(const std::filesystem::path& dir, const io::ModelCon
     splitFused(prefix, scaled, config, adapter);
   }
   for (const auto& [module, a] : adapter.a) {
-    if (!adapter.b.count(module)) throw Error(weights_path.string() + ": " + module + " has lora_A but no lora_B");
+    if (!adapter.b.count(module))
+      throw Error(weights_path.string() + ": " + module + " has lora_A but no lora_B");
     if (module.find(".mlp.experts.") == std::string::npos && a.size(0) != adapter.settings.rank) {
       throw Error(weights_path.string() + ": " + module + " has rank " + std::to_string(a.size(0)) +
                       " but r is " + std::to_string(adapter.settings.rank),
@@ -294,7 +310,8 @@ PeftAdapter readPeftAdapter(const std::filesystem::path& dir, const io::ModelCon
   }
   if (adapter.expert_rank == 0) {
     for (const auto& [module, a] : adapter.a) {
-      if (module.find(".mlp.experts.") != std::string::npos) adapter.expert_rank = static_cast<int>(a.size(0));
+      if (module.find(".mlp.experts.") != std::string::npos)
+        adapter.expert_rank = static_cast<int>(a.size(0));
     }
   }
   return adapter;
@@ -321,7 +338,8 @@ void applyPeftAdapter(const PeftAdapter& adapter, CausalLm& model) {
     if (a == adapter.a.end()) return;
     const at::Tensor& b = adapter.b.at(name);
     const int64_t r = adapter.settings.rank;
-    const bool a_fits = a->second.dim() == 2 && a->second.size(0) == r && a->second.size(1) == linear.inFeatures();
+    const bool a_fits =
+        a->second.dim() == 2 && a->second.size(0) == r && a->second.size(1) == linear.inFeatures();
     const bool b_fits = b.dim() == 2 && b.size(0) == linear.outFeatures() && b.size(1) == r;
     if (!a_fits || !b_fits) {
       const std::string key = kPrefix + name + (a_fits ? ".lora_B.weight" : ".lora_A.weight");
@@ -340,8 +358,8 @@ void applyPeftAdapter(const PeftAdapter& adapter, CausalLm& model) {
       const auto proj = static_cast<experts::ExpertProj>(p);
       if (!lora.targets(proj)) continue;
       for (int64_t e = 0; e < lora.numExperts(); ++e) {
-        const std::string name =
-            mlp + ".experts." + std::to_string(e) + "." + std::string(experts::expertProjName(proj));
+        const std::string name = mlp + ".experts." + std::to_string(e) + "." +
+                                 std::string(experts::expertProjName(proj));
         auto a = adapter.a.find(name);
         if (a == adapter.a.end()) {  // an expert the adapter leaves alone: no delta
           std::fill(lora.a(proj, e).begin(), lora.a(proj, e).end(), 0.0f);
@@ -351,11 +369,13 @@ void applyPeftAdapter(const PeftAdapter& adapter, CausalLm& model) {
         const at::Tensor& b = adapter.b.at(name);
         if (a->second.size(0) != lora.rank() || a->second.size(1) != lora.inFeatures(proj) ||
             b.size(0) != lora.outFeatures(proj) || b.size(1) != lora.rank()) {
-          throw Error(adapter.dir.string() + ": tensors " + kPrefix + name + ".lora_A/B.weight have shapes " +
-                          shapeText(a->second) + " and " + shapeText(b) + ", which do not fit the expert",
+          throw Error(adapter.dir.string() + ": tensors " + kPrefix + name +
+                          ".lora_A/B.weight have shapes " + shapeText(a->second) + " and " +
+                          shapeText(b) + ", which do not fit the expert",
                       "the adapter was made for another model, or the file is damaged");
         }
-        lora.loadExpert(proj, e, a->second.contiguous().data_ptr<float>(), b.contiguous().data_ptr<float>());
+        lora.loadExpert(proj, e, a->second.contiguous().data_ptr<float>(),
+                        b.contiguous().data_ptr<float>());
         used.insert(name);
       }
     }
@@ -430,7 +450,8 @@ FusedLayer fuseExperts(const experts::ExpertLora& lora) {
       const at::Tensor a = matrix(lora.a(proj, e), r, hidden);  // [r, H]
       const at::Tensor b = matrix(lora.b(proj, e), inter, r);   // [I, r]
       f.gate_up_a.narrow(0, e * 2 * r + half * r, r).narrow(1, half * inter, inter).copy_(b.t());
-      for (int64_t j = 0; j < r; ++j) f.gate_up_b.select(1, (half * r + j) * experts + e).copy_(a[j]);
+      for (int64_t j = 0; j < r; ++j)
+        f.gate_up_b.select(1, (half * r + j) * experts + e).copy_(a[j]);
     }
     if (lora.targets(experts::ExpertProj::Down)) {
       const at::Tensor a = matrix(lora.a(experts::ExpertProj::Down, e), r, inter);   // [r, I]
@@ -456,7 +477,8 @@ void writePeftAdapter(CausalLm& model, const gpu::LoraSettings& settings,
   std::set<std::string> target_modules;
   bool router_lora = false, expert_lora = false;
   for (auto& [key, t] : loraTensors(model, /*gradients=*/false)) {
-    const std::string module = key.substr(kPrefix.size(), key.size() - kPrefix.size() - std::string(".lora_A.weight").size());
+    const std::string module = key.substr(
+        kPrefix.size(), key.size() - kPrefix.size() - std::string(".lora_A.weight").size());
     const bool is_expert = module.find(".mlp.experts.") != std::string::npos;
     expert_lora |= is_expert;
     if (module.ends_with(".mlp.gate")) {
@@ -503,7 +525,8 @@ void writePeftAdapter(CausalLm& model, const gpu::LoraSettings& settings,
       {"fan_in_fan_out", false},
       {"init_lora_weights", true},
       {"target_modules", std::vector<std::string>(target_modules.begin(), target_modules.end())},
-      {"target_parameters", target_parameters.empty() ? nlohmann::json(nullptr) : target_parameters},
+      {"target_parameters",
+       target_parameters.empty() ? nlohmann::json(nullptr) : target_parameters},
       {"rank_pattern", rank_pattern},
       {"alpha_pattern", alpha_pattern},
       {"modules_to_save", nullptr},

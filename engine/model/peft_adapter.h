@@ -22,9 +22,9 @@ namespace tandem::model {
 
 struct PeftAdapter {
   std::filesystem::path dir;
-  gpu::LoraSettings settings;                 // r, lora_alpha, use_rslora, lora_dropout
-  std::map<std::string, at::Tensor> a;   // HF module name -> A [r, in] fp32
-  std::map<std::string, at::Tensor> b;   // HF module name -> B [out, r] fp32
+  gpu::LoraSettings settings;           // r, lora_alpha, use_rslora, lora_dropout
+  std::map<std::string, at::Tensor> a;  // HF module name -> A [r, in] fp32
+  std::map<std::string, at::Tensor> b;  // HF module name -> B [out, r] fp32
   // Routed experts, per expert and projection: "model.layers.N.mlp.experts.E.gate_proj".
   // Their rank may exceed settings.rank (general fused adapters); the scale is folded into B.
   int expert_rank = 0;

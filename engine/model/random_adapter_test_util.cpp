@@ -10,8 +10,9 @@
 
 namespace tandem::model::testing {
 
-void writeRandomAdapter(const std::filesystem::path& model_dir, const std::filesystem::path& out_dir,
-                        const LoraPlan& plan, uint64_t seed, double dense_b_std, float expert_b) {
+void writeRandomAdapter(const std::filesystem::path& model_dir,
+                        const std::filesystem::path& out_dir, const LoraPlan& plan, uint64_t seed,
+                        double dense_b_std, float expert_b) {
   auto model = Model::load(model_dir, ModelOptions{}, &plan, ThreadPool::global());
   at::manual_seed(seed);
   {

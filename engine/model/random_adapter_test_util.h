@@ -13,7 +13,8 @@ namespace tandem::model::testing {
 // Loads `model_dir` with `plan`'s adapters, sets every dense LoRA B to N(0, dense_b_std) (seeded)
 // and every routed expert's LoRA B to `expert_b`, and writes the adapter (PEFT's fused form) to
 // `out_dir`.
-void writeRandomAdapter(const std::filesystem::path& model_dir, const std::filesystem::path& out_dir,
-                        const LoraPlan& plan, uint64_t seed, double dense_b_std, float expert_b);
+void writeRandomAdapter(const std::filesystem::path& model_dir,
+                        const std::filesystem::path& out_dir, const LoraPlan& plan, uint64_t seed,
+                        double dense_b_std, float expert_b);
 
 }  // namespace tandem::model::testing

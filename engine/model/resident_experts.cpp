@@ -15,24 +15,29 @@ ResidentExperts::ResidentExperts(const experts::ExpertLayerSpec& spec,
                                  const experts::ExpertWeightViews& views,
                                  std::vector<int64_t> experts, at::ScalarType dtype,
                                  experts::WeightFormat format, at::Device device)
-    : ResidentExperts(spec.num_experts, experts,
-                      // Normal tensors even when the first call is a chat's (inference mode):
-                      // training may follow.
-                      [&] {
-                        c10::InferenceMode not_inference(false);
-                        return StoredExpertWeights::store(spec, views, experts, dtype, format,
-                                                          at::TensorOptions().device(device));
-                      }(),
-                      device) {}
+    : ResidentExperts(
+          spec.num_experts, experts,
+          // Normal tensors even when the first call is a chat's (inference mode):
+          // training may follow.
+          [&] {
+            c10::InferenceMode not_inference(false);
+            return StoredExpertWeights::store(spec, views, experts, dtype, format,
+                                              at::TensorOptions().device(device));
+          }(),
+          device) {}
 
 ResidentExperts::ResidentExperts(int64_t num_experts, std::vector<int64_t> experts,
                                  StoredExpertWeights on_device, at::Device device)
-    : experts_(std::move(experts)), local_of_(static_cast<size_t>(num_experts), -1),
-      weights_(std::move(on_device)), device_(device) {
+    : experts_(std::move(experts)),
+      local_of_(static_cast<size_t>(num_experts), -1),
+      weights_(std::move(on_device)),
+      device_(device) {
   c10::InferenceMode not_inference(false);
-  for (size_t i = 0; i < experts_.size(); ++i) local_of_[static_cast<size_t>(experts_[i])] = static_cast<int64_t>(i);
+  for (size_t i = 0; i < experts_.size(); ++i)
+    local_of_[static_cast<size_t>(experts_[i])] = static_cast<int64_t>(i);
   global_ids_ = at::tensor(experts_, at::kLong);
-  charge_ = MemoryCharge(MemoryLedger::global(), device.str(), MemoryCategory::Weights, weights_.bytes());
+  charge_ =
+      MemoryCharge(MemoryLedger::global(), device.str(), MemoryCategory::Weights, weights_.bytes());
 }
 
 std::vector<int64_t> ResidentExperts::mostRouted(const at::Tensor& ids, int64_t num_experts,
@@ -64,11 +69,13 @@ ResidentExperts::Split ResidentExperts::split(const at::Tensor& ids, bool with_c
     if (c) c[s] = l[s] >= 0 ? experts::kMaskedSlot : static_cast<int32_t>(g[s]);
     other_pairs += l[s] < 0;
   }
-  return {cpu_ids, other_pairs, groupByExpert(local, static_cast<int64_t>(experts_.size()), device_)};
+  return {cpu_ids, other_pairs,
+          groupByExpert(local, static_cast<int64_t>(experts_.size()), device_)};
 }
 
 TorchExpertsCall ResidentExperts::call(experts::ExpertLora& lora, Split& split) const {
-  return TorchExpertsCall([this] { return weights_.compute(); }, lora, global_ids_, std::move(split.grouping));
+  return TorchExpertsCall([this] { return weights_.compute(); }, lora, global_ids_,
+                          std::move(split.grouping));
 }
 
 }  // namespace tandem::model

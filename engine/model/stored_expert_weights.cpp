@@ -14,8 +14,9 @@ namespace tandem::model {
 
 StoredExpertWeights StoredExpertWeights::store(const experts::ExpertLayerSpec& spec,
                                                const experts::ExpertWeightViews& views,
-                                               const std::vector<int64_t>& experts, at::ScalarType dtype,
-                                               experts::WeightFormat format, const at::TensorOptions& where) {
+                                               const std::vector<int64_t>& experts,
+                                               at::ScalarType dtype, experts::WeightFormat format,
+                                               const at::TensorOptions& where) {
   StoredExpertWeights s;
   s.dtype_ = dtype;
   if (format != experts::WeightFormat::Int8) {
@@ -34,9 +35,13 @@ StoredExpertWeights StoredExpertWeights::store(const experts::ExpertLayerSpec& s
     int64_t rows, cols;
     at::Tensor q, scale;  // host: [n, rows, cols] int8, [n, rows] fp32
   };
-  auto projection = [&](const std::vector<const void*>& data, const std::vector<const float*>& block_scales,
-                        int64_t rows, int64_t cols) {
-    return Projection{data, block_scales, rows, cols, at::empty({n, rows, cols}, host.dtype(at::kChar)),
+  auto projection = [&](const std::vector<const void*>& data,
+                        const std::vector<const float*>& block_scales, int64_t rows, int64_t cols) {
+    return Projection{data,
+                      block_scales,
+                      rows,
+                      cols,
+                      at::empty({n, rows, cols}, host.dtype(at::kChar)),
                       at::empty({n, rows}, host.dtype(at::kFloat))};
   };
   std::array<Projection, 3> projections{projection(views.gate, views.gate_scale, I, H),
@@ -50,22 +55,28 @@ StoredExpertWeights StoredExpertWeights::store(const experts::ExpertLayerSpec& s
         experts::kernels::SourceMatrix src;
         src.data = p.data[e];
         src.type = views.type;
-        src.block_scales = views.type == experts::WeightType::FP8_E4M3 ? p.block_scales[e] : nullptr;
+        src.block_scales =
+            views.type == experts::WeightType::FP8_E4M3 ? p.block_scales[e] : nullptr;
         src.rows = p.rows;
         src.cols = p.cols;
         experts::kernels::dequantise(src, widened.data());
-        experts::kernels::quantiseRowsInt8(widened.data(), p.rows, p.cols, p.q.data_ptr<int8_t>() + i * p.rows * p.cols,
+        experts::kernels::quantiseRowsInt8(widened.data(), p.rows, p.cols,
+                                           p.q.data_ptr<int8_t>() + i * p.rows * p.cols,
                                            p.scale.data_ptr<float>() + i * p.rows);
       }
     }
   });
-  auto placed = [&](const at::Tensor& t) { return where.device().is_cpu() ? t : t.to(where.device()); };
-  s.stored_ = {placed(projections[0].q),     placed(projections[1].q),     placed(projections[2].q),
-               placed(projections[0].scale), placed(projections[1].scale), placed(projections[2].scale)};
+  auto placed = [&](const at::Tensor& t) {
+    return where.device().is_cpu() ? t : t.to(where.device());
+  };
+  s.stored_ = {placed(projections[0].q),     placed(projections[1].q),
+               placed(projections[2].q),     placed(projections[0].scale),
+               placed(projections[1].scale), placed(projections[2].scale)};
   return s;
 }
 
-StoredExpertWeights StoredExpertWeights::with(const std::function<at::Tensor(const at::Tensor&)>& each) const {
+StoredExpertWeights StoredExpertWeights::with(
+    const std::function<at::Tensor(const at::Tensor&)>& each) const {
   StoredExpertWeights s = *this;
   TorchExpertWeights& w = s.stored_;
   for (at::Tensor* t : {&w.gate, &w.up, &w.down, &w.gate_scale, &w.up_scale, &w.down_scale}) {
@@ -78,7 +89,8 @@ StoredExpertWeights StoredExpertWeights::to(at::Device device, bool non_blocking
   return with([&](const at::Tensor& t) { return t.to(device, non_blocking); });
 }
 
-StoredExpertWeights StoredExpertWeights::gather(const std::vector<int64_t>& experts, gpu::SideCopy& copy) const {
+StoredExpertWeights StoredExpertWeights::gather(const std::vector<int64_t>& experts,
+                                                gpu::SideCopy& copy) const {
   const auto n = static_cast<int64_t>(experts.size());
   return with([&](const at::Tensor& t) {
     std::vector<int64_t> sizes = t.sizes().vec();
@@ -86,8 +98,11 @@ StoredExpertWeights StoredExpertWeights::gather(const std::vector<int64_t>& expe
     at::Tensor out = at::empty(sizes, t.options().device(copy.device()).pinned_memory(false));
     for (int64_t first = 0, end = 0; first < n; first = end) {
       end = first + 1;
-      while (end < n && experts[static_cast<size_t>(end)] == experts[static_cast<size_t>(end - 1)] + 1) ++end;
-      copy.copy(out.narrow(0, first, end - first), t.narrow(0, experts[static_cast<size_t>(first)], end - first));
+      while (end < n &&
+             experts[static_cast<size_t>(end)] == experts[static_cast<size_t>(end - 1)] + 1)
+        ++end;
+      copy.copy(out.narrow(0, first, end - first),
+                t.narrow(0, experts[static_cast<size_t>(first)], end - first));
     }
     return out;
   });
@@ -115,7 +130,8 @@ void StoredExpertWeights::permute(const std::vector<int64_t>& order) {
       if (placed[static_cast<size_t>(start)]) continue;
       held.copy_((*t)[start]);
       int64_t to = start;
-      for (int64_t from = order[static_cast<size_t>(to)]; from != start; from = order[static_cast<size_t>(to)]) {
+      for (int64_t from = order[static_cast<size_t>(to)]; from != start;
+           from = order[static_cast<size_t>(to)]) {
         (*t)[to].copy_((*t)[from]);
         placed[static_cast<size_t>(to)] = true;
         to = from;

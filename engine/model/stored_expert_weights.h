@@ -32,7 +32,8 @@ class StoredExpertWeights {
   // (device, pinned host memory; its dtype is ignored). In the model dtype one expert at a time,
   // with no host copy of them all on the way to a device; in int8 through host memory (the int8
   // of them all, then one copy to the device).
-  static StoredExpertWeights store(const experts::ExpertLayerSpec& spec, const experts::ExpertWeightViews& views,
+  static StoredExpertWeights store(const experts::ExpertLayerSpec& spec,
+                                   const experts::ExpertWeightViews& views,
                                    const std::vector<int64_t>& experts, at::ScalarType dtype,
                                    experts::WeightFormat format, const at::TensorOptions& where);
 

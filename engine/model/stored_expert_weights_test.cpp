@@ -33,8 +33,8 @@ TEST(StoredExpertWeights, PermuteMovesEveryExpertWhereTheOrderSays) {
     StoredExpertWeights stored =
         StoredExpertWeights::store(spec, views, all, at::kFloat, format, at::TensorOptions());
     TorchExpertWeights before = stored.compute();  // the stored tensors themselves: cloned
-    for (at::Tensor* t : {&before.gate, &before.up, &before.down, &before.gate_scale, &before.up_scale,
-                          &before.down_scale}) {
+    for (at::Tensor* t : {&before.gate, &before.up, &before.down, &before.gate_scale,
+                          &before.up_scale, &before.down_scale}) {
       if (t->defined()) *t = t->clone();
     }
     stored.permute(order);
@@ -55,8 +55,8 @@ TEST(StoredExpertWeights, PermuteMovesEveryExpertWhereTheOrderSays) {
       }
     }
   }
-  StoredExpertWeights stored = StoredExpertWeights::store(spec, views, all, at::kFloat,
-                                                          experts::WeightFormat::Bf16, at::TensorOptions());
+  StoredExpertWeights stored = StoredExpertWeights::store(
+      spec, views, all, at::kFloat, experts::WeightFormat::Bf16, at::TensorOptions());
   EXPECT_THROW(stored.permute({0, 1}), std::exception);
   EXPECT_THROW(stored.permute({1, 1, 2, 3, 4, 5}), std::exception);  // would never close its cycle
   EXPECT_THROW(stored.permute({0, 1, 2, 3, 4, 6}), std::exception);

@@ -11,7 +11,8 @@ inline io::ModelConfig tinyQwen3MoeConfig(int num_experts) {
   return io::parseModelConfig(R"({"architectures": ["Qwen3MoeForCausalLM"],
     "model_type": "qwen3_moe", "hidden_size": 32, "intermediate_size": 64, "moe_intermediate_size": 16,
     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
-    "num_experts": )" + std::to_string(num_experts) + R"(, "num_experts_per_tok": 2, "norm_topk_prob": true,
+    "num_experts": )" + std::to_string(num_experts) +
+                                  R"(, "num_experts_per_tok": 2, "norm_topk_prob": true,
     "decoder_sparse_step": 1, "mlp_only_layers": [], "vocab_size": 64, "max_position_embeddings": 128,
     "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": false, "dtype": "float32"})",
                               "test config");

@@ -84,13 +84,15 @@ struct Kernels {
 // rows [P, in] model dtype -> [P, out]: rows Wᵀ (⊙ the row scales of int8 weights, in fp32) +
 // s · (rows Aᵀ) Bᵀ per expert, the LoRA branch in fp32.
 at::Tensor project(const at::Tensor& rows, const at::Tensor& weight, const at::Tensor& row_scale,
-                   const DeviceLora& lora, ExpertProj proj, const ExpertGrouping& g, Kernels kernels) {
+                   const DeviceLora& lora, ExpertProj proj, const ExpertGrouping& g,
+                   Kernels kernels) {
   const int p = static_cast<int>(proj);
   const bool has_lora = lora.a[p].defined();
   at::Tensor y = groupedLinear(rows, weight, g, kernels.frozen);
   if (row_scale.defined()) {
     // fp32 when the LoRA delta is added next, as the unscaled path's (y + delta) in fp32.
-    y = gpu::scaleRowsByExpert(y, row_scale, g.pair_expert, has_lora ? at::kFloat : rows.scalar_type());
+    y = gpu::scaleRowsByExpert(y, row_scale, g.pair_expert,
+                               has_lora ? at::kFloat : rows.scalar_type());
   }
   if (!has_lora) return y.to(rows.scalar_type());
   const at::Tensor low = groupedLinear(rows.to(at::kFloat), lora.a[p], g, kernels.lora);
@@ -104,12 +106,14 @@ at::Tensor expertsForward(const TorchExpertWeights& w, const DeviceLora& lora,
                           const ExpertGrouping& g, const at::Tensor& x, const at::Tensor& weights,
                           Kernels kernels) {
   const at::Tensor rows = x.index_select(0, g.pair_token);  // [P, H]
-  const at::Tensor h = at::silu(project(rows, w.gate, w.gate_scale, lora, ExpertProj::Gate, g, kernels)) *
-                       project(rows, w.up, w.up_scale, lora, ExpertProj::Up, g, kernels);
+  const at::Tensor h =
+      at::silu(project(rows, w.gate, w.gate_scale, lora, ExpertProj::Gate, g, kernels)) *
+      project(rows, w.up, w.up_scale, lora, ExpertProj::Up, g, kernels);
   const at::Tensor out = project(h, w.down, w.down_scale, lora, ExpertProj::Down, g, kernels);
   const at::Tensor pair_weight = weights.reshape({-1}).index_select(0, g.order).unsqueeze(1);
   const at::Tensor weighted = out.to(at::kFloat) * pair_weight;  // [P, H] fp32
-  return at::zeros({x.size(0), x.size(1)}, weighted.options()).index_add(0, g.pair_token, weighted)
+  return at::zeros({x.size(0), x.size(1)}, weighted.options())
+      .index_add(0, g.pair_token, weighted)
       .to(x.scalar_type());
 }
 
@@ -124,7 +128,9 @@ Kernels kernelsFor(const TorchExpertWeights& w, const ExpertLora& lora, const at
 class TorchExpertsBackward : public torch::autograd::Node {
  public:
   TorchExpertsBackward(TorchExpertsCall call, at::Tensor hidden, at::Tensor topk_weights)
-      : call_(std::move(call)), hidden_(std::move(hidden)), topk_weights_(std::move(topk_weights)) {}
+      : call_(std::move(call)),
+        hidden_(std::move(hidden)),
+        topk_weights_(std::move(topk_weights)) {}
 
   std::string name() const override { return "tandem::TorchExpertsBackward"; }
 
@@ -160,9 +166,12 @@ uint64_t TorchExpertWeights::bytes() const {
   return total;
 }
 
-int64_t ExpertGrouping::pairs() const { return std::accumulate(counts.begin(), counts.end(), int64_t{0}); }
+int64_t ExpertGrouping::pairs() const {
+  return std::accumulate(counts.begin(), counts.end(), int64_t{0});
+}
 
-ExpertGemm expertGemmFor(at::Device device, at::ScalarType dtype, const std::vector<int64_t>& row_lengths) {
+ExpertGemm expertGemmFor(at::Device device, at::ScalarType dtype,
+                         const std::vector<int64_t>& row_lengths) {
   const auto element = static_cast<int64_t>(c10::elementSize(dtype));
   for (int64_t length : row_lengths) {
     if (length <= 0 || length * element % 16 != 0) return ExpertGemm::PerExpert;
@@ -187,15 +196,17 @@ TorchExpertWeights stackExpertWeights(const experts::ExpertLayerSpec& spec,
     at::Tensor stacked = at::empty({n, rows, cols}, options);
     for (int64_t i = 0; i < n; ++i) {
       const auto e = static_cast<size_t>(experts[static_cast<size_t>(i)]);
-      const at::Tensor stored = at::from_blob(const_cast<void*>(ptrs[e]), {rows, cols},
-                                              at::TensorOptions().dtype(fp8 ? at::kFloat8_e4m3fn : dtype));
+      const at::Tensor stored =
+          at::from_blob(const_cast<void*>(ptrs[e]), {rows, cols},
+                        at::TensorOptions().dtype(fp8 ? at::kFloat8_e4m3fn : dtype));
       if (!fp8) {
         stacked[i].copy_(stored);
         continue;
       }
       const int64_t block = experts::kFp8BlockSize;
-      const at::Tensor scale = at::from_blob(const_cast<float*>(scales[e]),
-                                             {(rows + block - 1) / block, (cols + block - 1) / block}, at::kFloat);
+      const at::Tensor scale =
+          at::from_blob(const_cast<float*>(scales[e]),
+                        {(rows + block - 1) / block, (cols + block - 1) / block}, at::kFloat);
       stacked[i].copy_(dequantizeFp8Blocks(stored, scale, dtype));
     }
     return stacked;
@@ -232,7 +243,8 @@ ExpertGrouping groupByExpert(const at::Tensor& local_ids, int64_t n_experts, at:
     t[pos] = s / top_k;
     e[pos] = id[s];
   }
-  std::inclusive_scan(g.counts.begin(), g.counts.end(), offsets.data_ptr<int32_t>(), std::plus<>(), int32_t{0});
+  std::inclusive_scan(g.counts.begin(), g.counts.end(), offsets.data_ptr<int32_t>(), std::plus<>(),
+                      int32_t{0});
   // Asynchronous from pinned memory: the copy does not wait for work queued on the device.
   const bool async = device.is_cuda();
   g.order = order.to(device, async);
@@ -245,8 +257,11 @@ ExpertGrouping groupByExpert(const at::Tensor& local_ids, int64_t n_experts, at:
 TorchExpertsCall::TorchExpertsCall(std::function<TorchExpertWeights()> weights, ExpertLora& lora,
                                    at::Tensor global_ids, ExpertGrouping grouping,
                                    std::optional<ExpertGemm> gemm)
-    : weights_(std::move(weights)), lora_(lora), global_ids_(std::move(global_ids)),
-      grouping_(std::move(grouping)), gemm_(gemm) {}
+    : weights_(std::move(weights)),
+      lora_(lora),
+      global_ids_(std::move(global_ids)),
+      grouping_(std::move(grouping)),
+      gemm_(gemm) {}
 
 at::Tensor TorchExpertsCall::forward(const at::Tensor& hidden, const at::Tensor& topk_weights,
                                      bool keep_graph) const {
@@ -263,14 +278,15 @@ at::Tensor TorchExpertsCall::forward(const at::Tensor& hidden, const at::Tensor&
                         kernelsFor(w, lora_, hidden, gemm_));
 }
 
-TorchExpertsCall::Graph TorchExpertsCall::differentiableForward(const at::Tensor& hidden,
-                                                                const at::Tensor& topk_weights) const {
+TorchExpertsCall::Graph TorchExpertsCall::differentiableForward(
+    const at::Tensor& hidden, const at::Tensor& topk_weights) const {
   at::AutoGradMode grad_mode(true);
   const at::Tensor x = hidden.detach().requires_grad_(true);
   const at::Tensor w = topk_weights.detach().to(at::kFloat).requires_grad_(true);
   const DeviceLora lora = streamLora(lora_, global_ids_, x.device(), /*trainable=*/true);
   const TorchExpertWeights weights = weights_();
-  Graph graph{expertsForward(weights, lora, grouping_, x, w, kernelsFor(weights, lora_, x, gemm_)), {x, w}};
+  Graph graph{expertsForward(weights, lora, grouping_, x, w, kernelsFor(weights, lora_, x, gemm_)),
+              {x, w}};
   for (int p = 0; p < kExpertProjCount; ++p) {
     if (lora.a[p].defined()) graph.inputs.insert(graph.inputs.end(), {lora.a[p], lora.b[p]});
   }
@@ -281,10 +297,13 @@ TorchExpertsCall::Gradients TorchExpertsCall::backward(const at::Tensor& hidden,
                                                        const at::Tensor& topk_weights,
                                                        const at::Tensor& dy) const {
   if (pairs() == 0) {
-    return {at::zeros_like(hidden), at::zeros(topk_weights.sizes(), topk_weights.options().dtype(at::kFloat)), {}};
+    return {at::zeros_like(hidden),
+            at::zeros(topk_weights.sizes(), topk_weights.options().dtype(at::kFloat)),
+            {}};
   }
   const std::shared_ptr<Graph> graph =
-      graph_ ? std::exchange(graph_, nullptr) : std::make_shared<Graph>(differentiableForward(hidden, topk_weights));
+      graph_ ? std::exchange(graph_, nullptr)
+             : std::make_shared<Graph>(differentiableForward(hidden, topk_weights));
   at::AutoGradMode grad_mode(true);
   auto d = torch::autograd::grad({graph->y}, graph->inputs, {dy}, /*retain_graph=*/false,
                                  /*create_graph=*/false, /*allow_unused=*/true);
@@ -317,11 +336,14 @@ void TorchExpertsCall::accumulateLora(const Gradients& grads) const {
 at::Tensor torchExperts(TorchExpertsCall call, const at::Tensor& hidden,
                         const at::Tensor& topk_weights, const at::Tensor& lora_anchor) {
   const at::Tensor w = topk_weights.to(hidden.device(), at::kFloat);
-  const bool needs_graph = torch::autograd::compute_requires_grad(hidden, topk_weights, lora_anchor);
-  const at::Tensor y = call.forward(hidden, w, /*keep_graph=*/needs_graph && gpu::inCheckpointRecompute());
+  const bool needs_graph =
+      torch::autograd::compute_requires_grad(hidden, topk_weights, lora_anchor);
+  const at::Tensor y =
+      call.forward(hidden, w, /*keep_graph=*/needs_graph && gpu::inCheckpointRecompute());
   if (call.pairs() == 0 || !needs_graph) return y;
   std::shared_ptr<TorchExpertsBackward> node(
-      new TorchExpertsBackward(std::move(call), hidden.detach(), w.detach()), torch::autograd::deleteNode);
+      new TorchExpertsBackward(std::move(call), hidden.detach(), w.detach()),
+      torch::autograd::deleteNode);
   node->set_next_edges(torch::autograd::collect_next_edges(hidden, topk_weights, lora_anchor));
   torch::autograd::set_history(y, node);
   return y;

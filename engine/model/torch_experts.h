@@ -56,16 +56,17 @@ enum class ExpertGemm { PerExpert, Grouped };
 // multiple of 16 bytes (its alignment rule), else PerExpert. `dtype` is the model dtype for the
 // frozen projections or fp32 for the LoRA branch; `row_lengths` are the matrices' inner sizes
 // (H, I, and the rank for the LoRA branch).
-ExpertGemm expertGemmFor(at::Device device, at::ScalarType dtype, const std::vector<int64_t>& row_lengths);
+ExpertGemm expertGemmFor(at::Device device, at::ScalarType dtype,
+                         const std::vector<int64_t>& row_lengths);
 
 // The (token, slot) pairs of one call grouped by the expert that computes them here, built on
 // the host (no device sync; copied to the device asynchronously from pinned memory).
 struct ExpertGrouping {
-  at::Tensor order;              // [P] int64 on the device: flat slots t·k + j, by expert (stable)
-  at::Tensor pair_token;         // [P] int64 on the device: order / k
-  at::Tensor offsets;            // [n] int32 on the device: cumulative pair counts (grouped GEMM)
-  at::Tensor pair_expert;        // [P] int64 on the device: the local expert of each grouped pair
-  std::vector<int64_t> counts;   // [n] pairs per local expert, on the host
+  at::Tensor order;             // [P] int64 on the device: flat slots t·k + j, by expert (stable)
+  at::Tensor pair_token;        // [P] int64 on the device: order / k
+  at::Tensor offsets;           // [n] int32 on the device: cumulative pair counts (grouped GEMM)
+  at::Tensor pair_expert;       // [P] int64 on the device: the local expert of each grouped pair
+  std::vector<int64_t> counts;  // [n] pairs per local expert, on the host
   int64_t pairs() const;
 };
 
@@ -89,12 +90,13 @@ class TorchExpertsCall {
   // -> [T, H] in hidden's dtype: the sum over the grouped pairs, not differentiable. With
   // keep_graph (a checkpoint recompute: its backward follows at once) the forward's graph is
   // built now and kept in this call until backward(), which then does not recompute it.
-  at::Tensor forward(const at::Tensor& hidden, const at::Tensor& topk_weights, bool keep_graph = false) const;
+  at::Tensor forward(const at::Tensor& hidden, const at::Tensor& topk_weights,
+                     bool keep_graph = false) const;
 
   struct Gradients {
-    at::Tensor d_hidden;             // [T, H] hidden's dtype
-    at::Tensor d_topk_weights;       // [T, k] fp32 (0 for the slots computed elsewhere)
-    std::vector<at::Tensor> lora;    // d A, d B of every targeted projection, on the device
+    at::Tensor d_hidden;           // [T, H] hidden's dtype
+    at::Tensor d_topk_weights;     // [T, k] fp32 (0 for the slots computed elsewhere)
+    std::vector<at::Tensor> lora;  // d A, d B of every targeted projection, on the device
   };
   // Queues the backward of forward() for dy [T, H] on the device, recomputing that forward
   // unless it kept its graph; returns without waiting for the device (so the CPU can work

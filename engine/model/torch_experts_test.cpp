@@ -108,7 +108,8 @@ Result run(const Problem& p, ExpertGemm gemm) {
   return r;
 }
 
-void expectClose(const at::Tensor& got, const at::Tensor& want, double tolerance, const std::string& what) {
+void expectClose(const at::Tensor& got, const at::Tensor& want, double tolerance,
+                 const std::string& what) {
   const at::Tensor g = got.to(at::kDouble), w = want.to(at::kDouble);
   ASSERT_EQ(g.sizes(), w.sizes()) << what;
   const double scale = w.abs().max().item<double>();
@@ -130,7 +131,8 @@ TEST(TorchExperts, GroupedGemmEqualsThePerExpertLoop) {
     expectClose(grouped.d_hidden, loop.d_hidden, tolerance, "d hidden");
     expectClose(grouped.d_topk_weights, loop.d_topk_weights, tolerance, "d topk_weights");
     for (size_t i = 0; i < loop.lora_grads.size(); ++i) {
-      expectClose(grouped.lora_grads[i], loop.lora_grads[i], tolerance, "lora grad " + std::to_string(i));
+      expectClose(grouped.lora_grads[i], loop.lora_grads[i], tolerance,
+                  "lora grad " + std::to_string(i));
     }
   }
 }
@@ -166,8 +168,12 @@ TEST(TorchExperts, ACheckpointRecomputeKeepsItsGraphForTheBackward) {
     Inputs in = inputs(p);
     int fetches = 0;
     auto layer = [&](const at::Tensor& x) {
-      TorchExpertsCall call([&] { ++fetches; return in.w; }, *in.lora, at::Tensor(),
-                            groupByExpert(routing(p), p.experts, at::kCPU));
+      TorchExpertsCall call(
+          [&] {
+            ++fetches;
+            return in.w;
+          },
+          *in.lora, at::Tensor(), groupByExpert(routing(p), p.experts, at::kCPU));
       return torchExperts(std::move(call), x, in.topk_weights, at::Tensor());
     };
     const at::Tensor x = in.hidden.clone().requires_grad_(true);
@@ -179,7 +185,8 @@ TEST(TorchExperts, ACheckpointRecomputeKeepsItsGraphForTheBackward) {
   expectClose(results[1].y, results[0].y, 1e-6, "y");
   expectClose(results[1].d_hidden, results[0].d_hidden, 1e-6, "d hidden");
   for (size_t i = 0; i < results[0].lora_grads.size(); ++i) {
-    expectClose(results[1].lora_grads[i], results[0].lora_grads[i], 1e-6, "lora grad " + std::to_string(i));
+    expectClose(results[1].lora_grads[i], results[0].lora_grads[i], 1e-6,
+                "lora grad " + std::to_string(i));
   }
 }
 
@@ -191,7 +198,8 @@ TEST(TorchExperts, GroupedGemmOnlyWhereTheShapesAllowIt) {
   EXPECT_EQ(expertGemmFor(at::kCPU, at::kBFloat16, {2048, 1408}), ExpertGemm::Grouped);
   EXPECT_EQ(expertGemmFor(at::kCPU, at::kBFloat16, {48, 20}), ExpertGemm::PerExpert);
   EXPECT_EQ(expertGemmFor(at::kCPU, at::kFloat, {37, 24}), ExpertGemm::PerExpert);
-  EXPECT_EQ(expertGemmFor(at::Device(at::kCUDA, 0), at::kFloat, {2048, 1408}), ExpertGemm::PerExpert);
+  EXPECT_EQ(expertGemmFor(at::Device(at::kCUDA, 0), at::kFloat, {2048, 1408}),
+            ExpertGemm::PerExpert);
 }
 
 }  // namespace

@@ -26,7 +26,8 @@ std::string scaleName(const std::string& name) { return name + "_scale_inv"; }
 
 // The quantization_config Tandem reads: fp8 e4m3 in 128 × 128 blocks (fmt and weight_block_size
 // default to those, as in transformers' FineGrainedFP8Config). Anything else is refused here.
-bool checkQuantization(const std::optional<io::QuantizationConfig>& q, const std::filesystem::path& dir) {
+bool checkQuantization(const std::optional<io::QuantizationConfig>& q,
+                       const std::filesystem::path& dir) {
   if (!q) return false;
   const std::string where = (dir / "config.json").string() + ": quantization_config";
   const std::string what_to_do =
@@ -38,16 +39,19 @@ bool checkQuantization(const std::optional<io::QuantizationConfig>& q, const std
   if (!q->fmt.empty() && q->fmt != "e4m3") {
     throw Error(where + ".fmt '" + q->fmt + "' is not supported (only e4m3)", what_to_do);
   }
-  if (!q->weight_block_size.empty() && q->weight_block_size != std::vector<int64_t>{kFp8Block, kFp8Block}) {
+  if (!q->weight_block_size.empty() &&
+      q->weight_block_size != std::vector<int64_t>{kFp8Block, kFp8Block}) {
     throw Error(where + ".weight_block_size " + shapeText(q->weight_block_size) +
-                    " is not supported (only [128, 128] blocks)", what_to_do);
+                    " is not supported (only [128, 128] blocks)",
+                what_to_do);
   }
   return true;
 }
 
 }  // namespace
 
-at::Tensor dequantizeFp8Blocks(const at::Tensor& fp8, const at::Tensor& scale_inv, at::ScalarType dtype) {
+at::Tensor dequantizeFp8Blocks(const at::Tensor& fp8, const at::Tensor& scale_inv,
+                               at::ScalarType dtype) {
   const int64_t rows = fp8.size(0), cols = fp8.size(1);
   // Each scale repeated over its block, cut to the matrix (the last blocks may be partial).
   const at::Tensor scale = scale_inv.to(at::kFloat)
@@ -72,7 +76,8 @@ at::ScalarType scalarTypeOf(io::DType dtype, const std::string& tensor_name) {
 }
 
 WeightLoader::WeightLoader(const std::filesystem::path& model_dir, at::ScalarType dtype,
-                           at::Device device, const std::optional<io::QuantizationConfig>& quantization)
+                           at::Device device,
+                           const std::optional<io::QuantizationConfig>& quantization)
     : dir_(model_dir), dtype_(dtype), device_(device) {
   if (io::isGgufPath(model_dir)) {
     gguf_ = io::GgufModel::open(model_dir);
@@ -83,12 +88,14 @@ WeightLoader::WeightLoader(const std::filesystem::path& model_dir, at::ScalarTyp
   fp8_checkpoint_ = checkQuantization(quantization, model_dir);
 }
 
-WeightLoader::WeightLoader(at::ScalarType dtype, at::Device device) : dtype_(dtype), device_(device) {}
+WeightLoader::WeightLoader(at::ScalarType dtype, at::Device device)
+    : dtype_(dtype), device_(device) {}
 
 WeightLoader::~WeightLoader() = default;
 
 std::unique_ptr<WeightLoader> WeightLoader::synthetic(at::ScalarType dtype, at::Device device,
-                                                     uint64_t seed, double std, double embedding_std) {
+                                                      uint64_t seed, double std,
+                                                      double embedding_std) {
   std::unique_ptr<WeightLoader> loader(new WeightLoader(dtype, device));
   loader->dir_ = "<random weights>";
   loader->synthetic_ = true;
@@ -101,14 +108,16 @@ std::unique_ptr<WeightLoader> WeightLoader::synthetic(at::ScalarType dtype, at::
 bool WeightLoader::has(const std::string& name) const {
   if (gguf_) return gguf_->find(name) != nullptr;
   if (!synthetic_) return files_.contains(name);
-  return name.find("gate_up_proj") == std::string::npos && name.find("block_sparse_moe") == std::string::npos;
+  return name.find("gate_up_proj") == std::string::npos &&
+         name.find("block_sparse_moe") == std::string::npos;
 }
 
 void WeightLoader::writeSynthesized(const std::filesystem::path& file) const {
   writeTensorFile(file, owned_);
 }
 
-void writeTensorFile(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors,
+void writeTensorFile(const std::filesystem::path& path,
+                     const std::map<std::string, at::Tensor>& tensors,
                      const std::map<std::string, std::string>& metadata) {
   std::vector<at::Tensor> keep;  // contiguous copies must outlive the write
   std::vector<io::TensorToWrite> list;
@@ -120,9 +129,14 @@ void writeTensorFile(const std::filesystem::path& path, const std::map<std::stri
       case at::kBFloat16: dtype = io::DType::BF16; break;
       case at::kHalf: dtype = io::DType::F16; break;
       case at::kByte: dtype = io::DType::U8; break;
-      default: throw Error("tensor " + name + " has a type Tandem does not write: " + c10::toString(t.scalar_type()));
+      default:
+        throw Error("tensor " + name +
+                    " has a type Tandem does not write: " + c10::toString(t.scalar_type()));
     }
-    list.push_back({name, dtype, t.sizes().vec(), {reinterpret_cast<const std::byte*>(t.data_ptr()), t.nbytes()}});
+    list.push_back({name,
+                    dtype,
+                    t.sizes().vec(),
+                    {reinterpret_cast<const std::byte*>(t.data_ptr()), t.nbytes()}});
   }
   io::writeSafetensors(path, list, metadata);
 }
@@ -131,9 +145,11 @@ std::map<std::string, at::Tensor> readTensorFile(const std::filesystem::path& pa
   const io::SafetensorsFile file = io::SafetensorsFile::open(path);
   std::map<std::string, at::Tensor> tensors;
   for (const io::TensorInfo& info : file.header().tensors) {
-    const at::ScalarType type = info.dtype == io::DType::U8 ? at::kByte : scalarTypeOf(info.dtype, info.name);
-    tensors[info.name] = at::from_blob(const_cast<std::byte*>(file.view(info.name).bytes.data()), info.shape,
-                                       at::TensorOptions().dtype(type)).clone();
+    const at::ScalarType type =
+        info.dtype == io::DType::U8 ? at::kByte : scalarTypeOf(info.dtype, info.name);
+    tensors[info.name] = at::from_blob(const_cast<std::byte*>(file.view(info.name).bytes.data()),
+                                       info.shape, at::TensorOptions().dtype(type))
+                             .clone();
   }
   return tensors;
 }
@@ -165,7 +181,8 @@ void WeightLoader::keepOwned(const std::string& name, const at::Tensor& t) const
   owned_info_[name] = info;
 }
 
-void WeightLoader::inventAll(const std::vector<std::string>& names, const std::vector<int64_t>& shape) const {
+void WeightLoader::inventAll(const std::vector<std::string>& names,
+                             const std::vector<int64_t>& shape) const {
   if (!synthetic_) return;
   std::vector<std::string> missing;
   for (const std::string& name : names) {
@@ -173,29 +190,35 @@ void WeightLoader::inventAll(const std::vector<std::string>& names, const std::v
   }
   std::vector<at::Tensor> made(missing.size());
   at::parallel_for(0, static_cast<int64_t>(missing.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) made[static_cast<size_t>(i)] = invent(missing[static_cast<size_t>(i)], shape);
+    for (int64_t i = begin; i < end; ++i)
+      made[static_cast<size_t>(i)] = invent(missing[static_cast<size_t>(i)], shape);
   });
   for (size_t i = 0; i < missing.size(); ++i) keepOwned(missing[i], made[i]);
 }
 
-at::Tensor WeightLoader::dequantizeGguf(const std::string& name, const std::vector<int64_t>& shape) const {
+at::Tensor WeightLoader::dequantizeGguf(const std::string& name,
+                                        const std::vector<int64_t>& shape) const {
   const io::GgufTensorSource* source = gguf_->find(name);
   if (source == nullptr) {
     throw Error("tensor " + name + " (HF name) is missing from " + dir_.string(),
-                "the GGUF file does not hold every tensor its metadata implies: re-convert or re-download it");
+                "the GGUF file does not hold every tensor its metadata implies: re-convert or "
+                "re-download it");
   }
   if (source->shape != shape) {
-    throw Error("tensor " + source->tensor->name + " in " + dir_.string() + " is " + name + " of shape " +
-                    shapeText(source->shape) + ", but the file's metadata implies " + shapeText(shape),
+    throw Error("tensor " + source->tensor->name + " in " + dir_.string() + " is " + name +
+                    " of shape " + shapeText(source->shape) + ", but the file's metadata implies " +
+                    shapeText(shape),
                 "the file is inconsistent: re-convert or re-download it");
   }
   std::vector<float> values = gguf_->read(*source);
   return at::from_blob(values.data(), shape, at::TensorOptions().dtype(at::kFloat)).clone();
 }
 
-io::TensorView WeightLoader::view(const std::string& name, const std::vector<int64_t>& shape) const {
+io::TensorView WeightLoader::view(const std::string& name,
+                                  const std::vector<int64_t>& shape) const {
   if (synthetic_ || gguf_) {
-    if (!owned_.contains(name)) keepOwned(name, synthetic_ ? invent(name, shape) : dequantizeGguf(name, shape).to(dtype_));
+    if (!owned_.contains(name))
+      keepOwned(name, synthetic_ ? invent(name, shape) : dequantizeGguf(name, shape).to(dtype_));
     const at::Tensor& t = owned_.at(name);
     return {&owned_info_.at(name),
             {reinterpret_cast<const std::byte*>(t.data_ptr()), static_cast<size_t>(t.nbytes())}};
@@ -206,48 +229,56 @@ io::TensorView WeightLoader::view(const std::string& name, const std::vector<int
   }
   io::TensorView tensor = files_.view(name);
   if (tensor.info->shape != shape) {
-    throw Error("tensor " + name + " in " + dir_.string() + " has shape " +
-                    shapeText(tensor.info->shape) + ", but config.json implies " + shapeText(shape),
-                "the weights do not belong to this config.json: re-download or re-export the model");
+    throw Error(
+        "tensor " + name + " in " + dir_.string() + " has shape " + shapeText(tensor.info->shape) +
+            ", but config.json implies " + shapeText(shape),
+        "the weights do not belong to this config.json: re-download or re-export the model");
   }
   return tensor;
 }
 
 bool WeightLoader::isFp8(const std::string& name) const {
-  return !synthetic_ && !gguf_ && files_.contains(name) && files_.view(name).info->dtype == io::DType::F8_E4M3;
+  return !synthetic_ && !gguf_ && files_.contains(name) &&
+         files_.view(name).info->dtype == io::DType::F8_E4M3;
 }
 
-at::Tensor WeightLoader::blockScales(const std::string& name, const std::vector<int64_t>& shape) const {
+at::Tensor WeightLoader::blockScales(const std::string& name,
+                                     const std::vector<int64_t>& shape) const {
   if (!fp8_checkpoint_) {
-    throw Error("tensor " + name + " in " + dir_.string() + " is stored as F8_E4M3, but config.json has no "
+    throw Error("tensor " + name + " in " + dir_.string() +
+                    " is stored as F8_E4M3, but config.json has no "
                     "quantization_config saying how to dequantise it",
                 "add quantization_config {\"quant_method\": \"fp8\", \"fmt\": \"e4m3\", "
-                "\"weight_block_size\": [128, 128]} to config.json (as DeepSeek-V3 ships it), or use a bf16 checkpoint");
+                "\"weight_block_size\": [128, 128]} to config.json (as DeepSeek-V3 ships it), or "
+                "use a bf16 checkpoint");
   }
   if (shape.size() != 2) {
-    throw Error("tensor " + name + " is fp8 with shape " + shapeText(shape) + ", but 128 x 128 block scales need a matrix",
+    throw Error("tensor " + name + " is fp8 with shape " + shapeText(shape) +
+                    ", but 128 x 128 block scales need a matrix",
                 "only Linear weights can be fp8 in a DeepSeek-V3-style checkpoint");
   }
   const std::string scale_name = scaleName(name);
   if (!files_.contains(scale_name)) {
-    throw Error("tensor " + name + " in " + dir_.string() + " is fp8, but its block scales " + scale_name +
-                    " are missing",
+    throw Error("tensor " + name + " in " + dir_.string() + " is fp8, but its block scales " +
+                    scale_name + " are missing",
                 "the download may be incomplete: every fp8 weight needs its weight_scale_inv");
   }
   const io::TensorView scales = files_.view(scale_name);
   const std::vector<int64_t> expected{blocksOf(shape[0]), blocksOf(shape[1])};
   if (scales.info->shape != expected) {
-    throw Error("tensor " + scale_name + " in " + dir_.string() + " has shape " + shapeText(scales.info->shape) +
-                    ", but " + name + " " + shapeText(shape) + " needs " + shapeText(expected) +
-                    " (one f32 scale per 128 x 128 block)",
+    throw Error("tensor " + scale_name + " in " + dir_.string() + " has shape " +
+                    shapeText(scales.info->shape) + ", but " + name + " " + shapeText(shape) +
+                    " needs " + shapeText(expected) + " (one f32 scale per 128 x 128 block)",
                 "the scales do not belong to these weights: re-download the checkpoint");
   }
   const at::ScalarType stored = scalarTypeOf(scales.info->dtype, scale_name);
-  return at::from_blob(const_cast<std::byte*>(scales.bytes.data()), expected, at::TensorOptions().dtype(stored))
+  return at::from_blob(const_cast<std::byte*>(scales.bytes.data()), expected,
+                       at::TensorOptions().dtype(stored))
       .to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
 }
 
-at::Tensor WeightLoader::cpuTensor(const std::string& name, const std::vector<int64_t>& shape) const {
+at::Tensor WeightLoader::cpuTensor(const std::string& name,
+                                   const std::vector<int64_t>& shape) const {
   // Dense weights go to their device: no CPU copy is kept.
   if (gguf_) return dequantizeGguf(name, shape);
   const io::TensorView tensor = view(name, shape);
@@ -269,8 +300,10 @@ at::Tensor WeightLoader::load(const std::string& name, const std::vector<int64_t
   return t;
 }
 
-at::Tensor WeightLoader::loadFloat(const std::string& name, const std::vector<int64_t>& shape) const {
-  at::Tensor t = cpuTensor(name, shape).to(device_, at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+at::Tensor WeightLoader::loadFloat(const std::string& name,
+                                   const std::vector<int64_t>& shape) const {
+  at::Tensor t =
+      cpuTensor(name, shape).to(device_, at::kFloat, /*non_blocking=*/false, /*copy=*/true);
   loaded_bytes_[device_.str()] += t.nbytes();
   return t;
 }

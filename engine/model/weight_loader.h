@@ -66,9 +66,9 @@ class WeightLoader {
   io::TensorView view(const std::string& name, const std::vector<int64_t>& shape) const;
   // Whether `name` is stored as fp8 e4m3 (then it needs blockScales()).
   bool isFp8(const std::string& name) const;
-  // The 128 × 128 block scales of the fp8 tensor `name` [rows, cols] (`shape`, as view() checks it):
-  // its weight_scale_inv [ceil(rows/128), ceil(cols/128)] as an f32 CPU copy. Errors say what is
-  // wrong: no quantization_config, missing scales, wrong shape or type.
+  // The 128 × 128 block scales of the fp8 tensor `name` [rows, cols] (`shape`, as view() checks
+  // it): its weight_scale_inv [ceil(rows/128), ceil(cols/128)] as an f32 CPU copy. Errors say what
+  // is wrong: no quantization_config, missing scales, wrong shape or type.
   at::Tensor blockScales(const std::string& name, const std::vector<int64_t>& shape) const;
   // Synthetic loaders: invents these tensors (all of one shape) on all cores at once, the values
   // view() would invent one by one; a no-op for model dirs. Random MoE models of real size spend
@@ -96,7 +96,7 @@ class WeightLoader {
   std::filesystem::path dir_;
   io::SafetensorsModel files_;
   std::unique_ptr<io::GgufModel> gguf_;  // set for a GGUF model (then files_ is empty)
-  bool fp8_checkpoint_ = false;  // quantization_config says fp8 e4m3, 128 × 128 blocks
+  bool fp8_checkpoint_ = false;          // quantization_config says fp8 e4m3, 128 × 128 blocks
   bool synthetic_ = false;
   uint64_t seed_ = 0;
   double std_ = kDefaultStd;
@@ -117,10 +117,12 @@ at::ScalarType scalarTypeOf(io::DType dtype, const std::string& tensor_name);
 // DeepSeek's weight_dequant: fp8 [rows, cols] (float8_e4m3fn) · scale_inv [ceil(rows/128),
 // ceil(cols/128)] f32 per 128 × 128 block (partial at the edges) -> [rows, cols] in `dtype`, on
 // the CPU. The product is formed in f32 (as DeepSeek's kernel), then rounded once to `dtype`.
-at::Tensor dequantizeFp8Blocks(const at::Tensor& fp8, const at::Tensor& scale_inv, at::ScalarType dtype);
+at::Tensor dequantizeFp8Blocks(const at::Tensor& fp8, const at::Tensor& scale_inv,
+                               at::ScalarType dtype);
 
 // Writes CPU tensors (fp32, bf16, fp16 or uint8) to a .safetensors file, atomically.
-void writeTensorFile(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors,
+void writeTensorFile(const std::filesystem::path& path,
+                     const std::map<std::string, at::Tensor>& tensors,
                      const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
 // Reads every tensor of a .safetensors file into owned CPU tensors (the types above).
 std::map<std::string, at::Tensor> readTensorFile(const std::filesystem::path& path);

@@ -30,7 +30,8 @@ struct Checkpoint {
   Checkpoint() {
     std::mt19937 rng(7);
     for (uint8_t& c : codes) {
-      do c = static_cast<uint8_t>(rng()); while ((c & 0x7f) == 0x7f);  // no NaN codes
+      do c = static_cast<uint8_t>(rng());
+      while ((c & 0x7f) == 0x7f);  // no NaN codes
     }
     for (size_t b = 0; b < scales.size(); ++b) scales[b] = 0.001f * static_cast<float>(b + 1);
   }
@@ -43,7 +44,9 @@ struct Checkpoint {
     fs::remove_all(dir);
     fs::create_directories(dir);
     std::vector<io::TensorToWrite> tensors;
-    tensors.push_back({"w.weight", io::DType::F8_E4M3, {kRows, kCols},
+    tensors.push_back({"w.weight",
+                       io::DType::F8_E4M3,
+                       {kRows, kCols},
                        {reinterpret_cast<const std::byte*>(codes.data()), codes.size()}});
     std::vector<std::byte> scale_bytes;
     if (!scale_shape.empty()) {
@@ -94,11 +97,13 @@ TEST(WeightLoaderFp8, DequantisesEveryBlockIncludingThePartialEdges) {
     int64_t bad = 0;
     for (int64_t o = 0; o < kRows; ++o) {
       for (int64_t i = 0; i < kCols; ++i) {
-        const float expected = fp8E4M3ToFloat(c.codes[o * kCols + i]) * c.scales[(o / 128) * kBlockCols + i / 128];
-        const float rounded = dtype == at::kBFloat16 ? bf16ToFloat(floatToBf16(expected)) : expected;
+        const float expected =
+            fp8E4M3ToFloat(c.codes[o * kCols + i]) * c.scales[(o / 128) * kBlockCols + i / 128];
+        const float rounded =
+            dtype == at::kBFloat16 ? bf16ToFloat(floatToBf16(expected)) : expected;
         if (got[o * kCols + i] != rounded && bad++ < 5) {
-          ADD_FAILURE() << "dtype " << c10::toString(dtype) << " [" << o << ", " << i << "]: " << got[o * kCols + i]
-                        << " != " << rounded;
+          ADD_FAILURE() << "dtype " << c10::toString(dtype) << " [" << o << ", " << i
+                        << "]: " << got[o * kCols + i] << " != " << rounded;
         }
       }
     }
@@ -117,7 +122,8 @@ TEST(WeightLoaderFp8, ScalesInBf16AreWidened) {
   const WeightLoader loader(dir, at::kFloat, at::kCPU, kDeepseek);
   const at::Tensor scales = loader.blockScales("w.weight", {kRows, kCols});
   ASSERT_EQ(scales.scalar_type(), at::kFloat);
-  for (size_t k = 0; k < c.scales.size(); ++k) EXPECT_EQ(scales.data_ptr<float>()[k], c.scales[k]) << k;
+  for (size_t k = 0; k < c.scales.size(); ++k)
+    EXPECT_EQ(scales.data_ptr<float>()[k], c.scales[k]) << k;
 }
 
 TEST(WeightLoaderFp8, MissingScalesSayWhich) {
@@ -129,8 +135,8 @@ TEST(WeightLoaderFp8, MissingScalesSayWhich) {
 }
 
 TEST(WeightLoaderFp8, ScalesOfAnotherShapeSayWhatIsExpected) {
-  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{1, 2}, std::vector<int64_t>{3, 2},
-                                            std::vector<int64_t>{2, 2}}) {
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{1, 2}, std::vector<int64_t>{3, 2}, std::vector<int64_t>{2, 2}}) {
     const fs::path dir = Checkpoint().write("shape", shape);
     const WeightLoader loader(dir, at::kFloat, at::kCPU, kDeepseek);
     const std::string message = errorOf([&] { loader.blockScales("w.weight", {kRows, kCols}); });
@@ -175,9 +181,9 @@ TEST(WeightLoaderFp8, DequantizeFp8BlocksMatchesTheDefinitionOnOneBlock) {
   const at::Tensor codes = at::tensor({0x38, 0xb8, 0x40, 0x01}, at::kByte).view({2, 2});
   const at::Tensor fp8 = codes.view(at::kFloat8_e4m3fn);
   const at::Tensor w = dequantizeFp8Blocks(fp8, at::full({1, 1}, 0.5f), at::kFloat);
-  EXPECT_EQ(w[0][0].item<float>(), 0.5f);    // 0x38 = 1.0
-  EXPECT_EQ(w[0][1].item<float>(), -0.5f);   // 0xb8 = -1.0
-  EXPECT_EQ(w[1][0].item<float>(), 1.0f);    // 0x40 = 2.0
+  EXPECT_EQ(w[0][0].item<float>(), 0.5f);                         // 0x38 = 1.0
+  EXPECT_EQ(w[0][1].item<float>(), -0.5f);                        // 0xb8 = -1.0
+  EXPECT_EQ(w[1][0].item<float>(), 1.0f);                         // 0x40 = 2.0
   EXPECT_EQ(w[1][1].item<float>(), 0.5f * fp8E4M3ToFloat(0x01));  // smallest subnormal, 2^-9
 }
 

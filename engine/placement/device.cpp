@@ -29,7 +29,8 @@ Device Device::parse(std::string_view text, std::string_view where) {
   } else if (text.starts_with("cpu:")) {
     if (const auto node = parseIndex(text.substr(4))) return numaNode(*node);
   }
-  throw Error(std::string(where) + ": '" + std::string(text) + "' is not a device", "use cuda:N, cpu or cpu:numaK");
+  throw Error(std::string(where) + ": '" + std::string(text) + "' is not a device",
+              "use cuda:N, cpu or cpu:numaK");
 }
 
 std::string Device::str() const {

@@ -26,7 +26,8 @@ TEST(Device, ParsesEveryFormAndPrintsItBack) {
 }
 
 TEST(Device, RefusesWhatIsNotADeviceAndSaysWhere) {
-  for (const char* text : {"", "gpu", "cuda:", "cuda:-1", "cuda:1x", "cpu:numa", "cpu:", "cpu:x", "mps", " cpu"}) {
+  for (const char* text :
+       {"", "gpu", "cuda:", "cuda:-1", "cuda:1x", "cpu:numa", "cpu:", "cpu:x", "mps", " cpu"}) {
     try {
       Device::parse(text, "layer 3");
       ADD_FAILURE() << "accepted '" << text << "'";
@@ -37,8 +38,8 @@ TEST(Device, RefusesWhatIsNotADeviceAndSaysWhere) {
 }
 
 TEST(Device, SortsGpusBeforeTheHost) {
-  std::vector<Device> devices = {Device::numaNode(1), Device::cpu(), Device::cuda(1), Device::cuda(0),
-                                 Device::numaNode(0)};
+  std::vector<Device> devices = {Device::numaNode(1), Device::cpu(), Device::cuda(1),
+                                 Device::cuda(0), Device::numaNode(0)};
   std::sort(devices.begin(), devices.end());
   std::vector<std::string> names;
   for (const Device& d : devices) names.push_back(d.str());

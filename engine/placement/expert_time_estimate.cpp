@@ -26,7 +26,8 @@ std::optional<double> cpuExpertsMs(const io::ModelConfig& model, int64_t tokens,
 }
 
 std::optional<double> streamedExpertsMs(const io::ModelConfig& model, int64_t experts,
-                                        const std::string& weight_format, bool bf16, const GpuSpec& gpu) {
+                                        const std::string& weight_format, bool bf16,
+                                        const GpuSpec& gpu) {
   const int generations = static_cast<int>(sizeof kLaneBytesPerS / sizeof kLaneBytesPerS[0]);
   if (gpu.pcie_gen <= 0 || gpu.pcie_gen >= generations || gpu.pcie_lanes <= 0) return std::nullopt;
   const double bytes = 2.0 * static_cast<double>(experts) *

@@ -26,6 +26,7 @@ std::optional<double> cpuExpertsMs(const io::ModelConfig& model, int64_t tokens,
 // model dtype, `bf16` or fp32) twice a step (forward, and the recomputation or the backward).
 // Milliseconds.
 std::optional<double> streamedExpertsMs(const io::ModelConfig& model, int64_t experts,
-                                        const std::string& weight_format, bool bf16, const GpuSpec& gpu);
+                                        const std::string& weight_format, bool bf16,
+                                        const GpuSpec& gpu);
 
 }  // namespace tandem::placement

@@ -33,7 +33,8 @@ void probeCoreTopology(CpuSpec& cpu, const NumaTopology& numa) {
   std::set<std::string> packages;
   for (const NumaNode& node : numa.nodes) {
     for (int id : node.cpus) {
-      const fs::path dir = fs::path("/sys/devices/system/cpu") / ("cpu" + std::to_string(id)) / "topology";
+      const fs::path dir =
+          fs::path("/sys/devices/system/cpu") / ("cpu" + std::to_string(id)) / "topology";
       const std::string package = readSmallFile(dir / "physical_package_id");
       cores.emplace(package, readSmallFile(dir / "core_id"));
       packages.insert(package);
@@ -64,12 +65,14 @@ class PresetReader {
  public:
   explicit PresetReader(std::string label) : label_(std::move(label)) {}
 
-  [[noreturn]] void fail(const std::string& key, const std::string& what,
-                         const std::string& todo = "see docs/placement.md for the preset schema") const {
+  [[noreturn]] void fail(
+      const std::string& key, const std::string& what,
+      const std::string& todo = "see docs/placement.md for the preset schema") const {
     throw Error(label_ + ": " + key + ": " + what, todo);
   }
 
-  void onlyKeys(const YAML::Node& node, const std::string& where, std::initializer_list<const char*> keys) const {
+  void onlyKeys(const YAML::Node& node, const std::string& where,
+                std::initializer_list<const char*> keys) const {
     yaml::onlyKeys(node, label_ + ": " + (where.empty() ? "(top level)" : where), keys);
   }
 
@@ -86,14 +89,17 @@ class PresetReader {
 
   double positive(const YAML::Node& node, const std::string& key) const {
     double value = 0;
-    if (!node.IsScalar() || !YAML::convert<double>::decode(node, value)) fail(key, "must be a number");
-    if (!(value > 0) || !std::isfinite(value)) fail(key, "must be above 0, is " + node.as<std::string>());
+    if (!node.IsScalar() || !YAML::convert<double>::decode(node, value))
+      fail(key, "must be a number");
+    if (!(value > 0) || !std::isfinite(value))
+      fail(key, "must be above 0, is " + node.as<std::string>());
     return value;
   }
 
   int positiveInt(const YAML::Node& node, const std::string& key) const {
     const double value = positive(node, key);
-    if (value != std::floor(value) || value > 1e6) fail(key, "must be a whole number, is " + node.as<std::string>());
+    if (value != std::floor(value) || value > 1e6)
+      fail(key, "must be a whole number, is " + node.as<std::string>());
     return static_cast<int>(value);
   }
 
@@ -109,7 +115,8 @@ void readGpus(const PresetReader& r, const YAML::Node& list, Hardware& hw) {
     r.onlyKeys(g, where, {"model", "memory_gib", "count", "pcie_gen", "pcie_lanes"});
     GpuSpec spec;
     spec.name = r.text(r.required(g, where, "model"), where + ".model");
-    spec.total_bytes = static_cast<uint64_t>(r.positive(r.required(g, where, "memory_gib"), where + ".memory_gib") * kGiB);
+    spec.total_bytes = static_cast<uint64_t>(
+        r.positive(r.required(g, where, "memory_gib"), where + ".memory_gib") * kGiB);
     spec.free_bytes = spec.total_bytes;
     const int count = g["count"] ? r.positiveInt(g["count"], where + ".count") : 1;
     if (g["pcie_gen"]) {
@@ -131,16 +138,23 @@ void readIsa(const PresetReader& r, const YAML::Node& list, CpuSpec& cpu) {
   if (!list.IsSequence()) r.fail("cpu.isa", "must be a list, e.g. [avx2, avx512, avx512_bf16]");
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string name = r.text(list[i], "cpu.isa[" + std::to_string(i) + "]");
-    if (name == "avx2") cpu.avx2 = true;
-    else if (name == "avx512") cpu.avx512 = true;
-    else if (name == "avx512_bf16") cpu.avx512_bf16 = true;
-    else if (name == "amx_bf16") cpu.amx_bf16 = true;
-    else if (name == "amx_int8") cpu.amx_int8 = true;
-    else r.fail("cpu.isa[" + std::to_string(i) + "]", "unknown instruction set '" + name + "'",
-                "use avx2, avx512, avx512_bf16, amx_bf16 or amx_int8");
+    if (name == "avx2")
+      cpu.avx2 = true;
+    else if (name == "avx512")
+      cpu.avx512 = true;
+    else if (name == "avx512_bf16")
+      cpu.avx512_bf16 = true;
+    else if (name == "amx_bf16")
+      cpu.amx_bf16 = true;
+    else if (name == "amx_int8")
+      cpu.amx_int8 = true;
+    else
+      r.fail("cpu.isa[" + std::to_string(i) + "]", "unknown instruction set '" + name + "'",
+             "use avx2, avx512, avx512_bf16, amx_bf16 or amx_int8");
   }
   if ((cpu.amx_bf16 || cpu.amx_int8 || cpu.avx512_bf16) && !cpu.avx512) {
-    r.fail("cpu.isa", "lists AMX or AVX-512 BF16 without avx512", "every AMX and AVX-512 BF16 CPU has avx512: add it");
+    r.fail("cpu.isa", "lists AMX or AVX-512 BF16 without avx512",
+           "every AMX and AVX-512 BF16 CPU has avx512: add it");
   }
 }
 
@@ -153,15 +167,19 @@ void readCpuAndMemory(const PresetReader& r, const YAML::Node& root, Hardware& h
     r.fail("cpu.vendor", "must be intel, amd or other, is '" + hw.cpu.vendor + "'");
   }
   hw.cpu.sockets = r.positiveInt(r.required(cpu, "cpu", "sockets"), "cpu.sockets");
-  const int per_socket = r.positiveInt(r.required(cpu, "cpu", "cores_per_socket"), "cpu.cores_per_socket");
+  const int per_socket =
+      r.positiveInt(r.required(cpu, "cpu", "cores_per_socket"), "cpu.cores_per_socket");
   hw.cpu.physical_cores = hw.cpu.sockets * per_socket;
   readIsa(r, r.required(cpu, "cpu", "isa"), hw.cpu);
 
   const YAML::Node memory = r.required(root, "", "memory");
   r.onlyKeys(memory, "memory", {"total_gib", "numa_nodes"});
-  const double total_gib = r.positive(r.required(memory, "memory", "total_gib"), "memory.total_gib");
-  const int nodes = memory["numa_nodes"] ? r.positiveInt(memory["numa_nodes"], "memory.numa_nodes") : hw.cpu.sockets;
-  if (nodes > hw.cpu.physical_cores) r.fail("memory.numa_nodes", "is more than the number of cores");
+  const double total_gib =
+      r.positive(r.required(memory, "memory", "total_gib"), "memory.total_gib");
+  const int nodes = memory["numa_nodes"] ? r.positiveInt(memory["numa_nodes"], "memory.numa_nodes")
+                                         : hw.cpu.sockets;
+  if (nodes > hw.cpu.physical_cores)
+    r.fail("memory.numa_nodes", "is more than the number of cores");
   // RAM and cores split evenly over the nodes (as BIOSes interleave DIMMs per socket / SNC domain).
   for (int n = 0; n < nodes; ++n) {
     NumaNodeSpec node;
@@ -188,7 +206,9 @@ Hardware probeHardware(std::vector<GpuSpec> gpus) {
   hw.gpus = std::move(gpus);
   const CpuFeatures& f = cpuFeatures();
   hw.cpu.name = f.brand;
-  hw.cpu.vendor = f.vendor == "GenuineIntel" ? "intel" : f.vendor == "AuthenticAMD" ? "amd" : "other";
+  hw.cpu.vendor = f.vendor == "GenuineIntel"   ? "intel"
+                  : f.vendor == "AuthenticAMD" ? "amd"
+                                               : "other";
   hw.cpu.avx2 = f.canUseAvx2();
   hw.cpu.avx512 = f.canUseAvx512();
   hw.cpu.avx512_bf16 = f.canUseAvx512Bf16();
@@ -200,7 +220,8 @@ Hardware probeHardware(std::vector<GpuSpec> gpus) {
   const uint64_t reclaimable = reclaimableBytes();
   const double total = static_cast<double>(numa.totalBytes());
   for (const NumaNode& node : numa.nodes) {
-    const auto share = static_cast<uint64_t>(static_cast<double>(reclaimable) * static_cast<double>(node.total_bytes) / total);
+    const auto share = static_cast<uint64_t>(static_cast<double>(reclaimable) *
+                                             static_cast<double>(node.total_bytes) / total);
     hw.numa_nodes.push_back({node.id, static_cast<int>(node.cpus.size()), node.total_bytes,
                              std::min(node.total_bytes, node.free_bytes + share)});
   }
@@ -210,7 +231,8 @@ Hardware probeHardware(std::vector<GpuSpec> gpus) {
 Hardware parseHardwarePreset(std::string_view yaml_text, const std::string& label) {
   const PresetReader r(label);
   const YAML::Node root = yaml::parse(yaml_text, label);
-  if (!root.IsMap()) r.fail("(top level)", "must be a block of `key: value` lines (name, gpus, cpu, memory)");
+  if (!root.IsMap())
+    r.fail("(top level)", "must be a block of `key: value` lines (name, gpus, cpu, memory)");
   r.onlyKeys(root, "", {"name", "gpus", "cpu", "memory"});
   Hardware hw;
   hw.source = label;
@@ -221,7 +243,8 @@ Hardware parseHardwarePreset(std::string_view yaml_text, const std::string& labe
 }
 
 Hardware loadHardwarePreset(const fs::path& file) {
-  return parseHardwarePreset(yaml::readFile(file, "hardware preset", "check the path"), file.string());
+  return parseHardwarePreset(yaml::readFile(file, "hardware preset", "check the path"),
+                             file.string());
 }
 
 std::vector<fs::path> listHardwarePresets(const fs::path& dir) {
@@ -260,12 +283,16 @@ std::string hardwareToYaml(const Hardware& hw) {
   }
   out << YAML::EndSeq;
   out << YAML::Key << "cpu" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "model" << YAML::Value << hw.cpu.name << YAML::Key << "vendor" << YAML::Value << hw.cpu.vendor;
+  out << YAML::Key << "model" << YAML::Value << hw.cpu.name << YAML::Key << "vendor" << YAML::Value
+      << hw.cpu.vendor;
   out << YAML::Key << "sockets" << YAML::Value << hw.cpu.sockets;
-  out << YAML::Key << "cores_per_socket" << YAML::Value << std::max(1, hw.cpu.physical_cores / hw.cpu.sockets);
+  out << YAML::Key << "cores_per_socket" << YAML::Value
+      << std::max(1, hw.cpu.physical_cores / hw.cpu.sockets);
   out << YAML::Key << "isa" << YAML::Value << YAML::Flow << YAML::BeginSeq;
-  const std::pair<bool, const char*> isa[] = {{hw.cpu.avx2, "avx2"}, {hw.cpu.avx512, "avx512"},
-                                              {hw.cpu.avx512_bf16, "avx512_bf16"}, {hw.cpu.amx_bf16, "amx_bf16"},
+  const std::pair<bool, const char*> isa[] = {{hw.cpu.avx2, "avx2"},
+                                              {hw.cpu.avx512, "avx512"},
+                                              {hw.cpu.avx512_bf16, "avx512_bf16"},
+                                              {hw.cpu.amx_bf16, "amx_bf16"},
                                               {hw.cpu.amx_int8, "amx_int8"}};
   for (const auto& [has, name] : isa) {
     if (has) out << name;

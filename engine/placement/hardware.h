@@ -15,12 +15,12 @@
 namespace tandem::placement {
 
 struct GpuSpec {
-  int index = 0;               // cuda:<index>
-  std::string name;            // "NVIDIA GeForce RTX 4090"
-  uint64_t total_bytes = 0;    // device memory
-  uint64_t free_bytes = 0;     // probed: free now; preset: = total
-  int pcie_gen = 0;            // 0 = unknown
-  int pcie_lanes = 0;          // 0 = unknown
+  int index = 0;             // cuda:<index>
+  std::string name;          // "NVIDIA GeForce RTX 4090"
+  uint64_t total_bytes = 0;  // device memory
+  uint64_t free_bytes = 0;   // probed: free now; preset: = total
+  int pcie_gen = 0;          // 0 = unknown
+  int pcie_lanes = 0;        // 0 = unknown
 
   Device device() const { return Device::cuda(index); }
 };
@@ -38,7 +38,8 @@ struct NumaNodeSpec {
   int id = 0;
   int cores = 0;             // CPUs of this node the process may use (probed) or cores (preset)
   uint64_t total_bytes = 0;  // RAM on the node
-  uint64_t free_bytes = 0;   // probed: available now (free + reclaimable page cache); preset: = total
+  uint64_t free_bytes =
+      0;  // probed: available now (free + reclaimable page cache); preset: = total
 };
 
 struct Hardware {

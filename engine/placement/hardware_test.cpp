@@ -81,9 +81,12 @@ TEST(HardwarePreset, ErrorsNameFileKeyAndProblem) {
   EXPECT_EQ(errorOf(bad.replace(bad.find("amx_int8]"), 9, "amx_int4]")),
             "test.yaml: cpu.isa[4]: unknown instruction set 'amx_int4'");
   bad = kValid;
-  EXPECT_EQ(errorOf(bad.replace(bad.find("total_gib"), 9, "total_gb")), "test.yaml: memory: unknown key 'total_gb'");
+  EXPECT_EQ(errorOf(bad.replace(bad.find("total_gib"), 9, "total_gb")),
+            "test.yaml: memory: unknown key 'total_gb'");
   EXPECT_EQ(errorOf("name: x\ngpus: []\n"), "test.yaml: cpu: is missing");
-  EXPECT_EQ(errorOf("- a\n"), "test.yaml: (top level): must be a block of `key: value` lines (name, gpus, cpu, memory)");
+  EXPECT_EQ(
+      errorOf("- a\n"),
+      "test.yaml: (top level): must be a block of `key: value` lines (name, gpus, cpu, memory)");
   EXPECT_NE(errorOf("name: [\n").find("not valid YAML"), std::string::npos);
   bad = kValid;
   EXPECT_EQ(errorOf(bad.replace(bad.find("isa: [avx2, avx512, "), 20, "isa: [avx2, ")),

@@ -42,8 +42,8 @@ Regex compileRegex(const std::string& pattern, const std::string& where) {
 bool regexMatches(const pcre2_code* code, const std::string& subject) {
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
       pcre2_match_data_create_from_pattern(code, nullptr), &pcre2_match_data_free);
-  return pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(subject.data()), subject.size(), 0, 0, data.get(),
-                     nullptr) >= 0;
+  return pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(subject.data()), subject.size(), 0, 0,
+                     data.get(), nullptr) >= 0;
 }
 
 std::string lastComponent(const std::string& dotted) {
@@ -67,7 +67,9 @@ std::string classPrefix(Architecture arch) {
   return "";
 }
 
-bool isDeepseek(Architecture arch) { return arch == Architecture::DeepseekV2 || arch == Architecture::DeepseekV3; }
+bool isDeepseek(Architecture arch) {
+  return arch == Architecture::DeepseekV2 || arch == Architecture::DeepseekV3;
+}
 
 // The HF / KT modeling classes a module of this kind is an instance of (match.class).
 std::set<std::string> moduleClasses(ModuleKind kind, Architecture arch) {
@@ -76,7 +78,8 @@ std::set<std::string> moduleClasses(ModuleKind kind, Architecture arch) {
     case ModuleKind::Embedding: return {"Embedding"};
     case ModuleKind::Attention: return {p + "Attention", p + "FlashAttention2"};
     case ModuleKind::Router:
-      return isDeepseek(arch) ? std::set<std::string>{"MoEGate", p + "TopkRouter"} : std::set<std::string>{"Linear"};
+      return isDeepseek(arch) ? std::set<std::string>{"MoEGate", p + "TopkRouter"}
+                              : std::set<std::string>{"Linear"};
     case ModuleKind::SharedExperts:
     case ModuleKind::DenseMlp: return {p + "MLP"};
     case ModuleKind::RoutedExperts: return {"ModuleList", p + "Experts", p + "NaiveMoe"};
@@ -90,11 +93,12 @@ std::set<std::string> moduleClasses(ModuleKind kind, Architecture arch) {
 std::set<std::string> replaceClasses(ModuleKind kind) {
   switch (kind) {
     case ModuleKind::Attention:
-      return {"KDeepseekV2Attention", "KDeepseekV3Attention", "KQwen3MoeAttention", "KQwen2MoeAttention",
-              "KLlamaAttention", "KMixtralAttention"};
+      return {"KDeepseekV2Attention", "KDeepseekV3Attention", "KQwen3MoeAttention",
+              "KQwen2MoeAttention",   "KLlamaAttention",      "KMixtralAttention"};
     case ModuleKind::Router: return {"KMoEGate", "KMoEGateDeepSeekV3", "KTransformersLinear"};
     case ModuleKind::RoutedExperts: return {"KTransformersExperts"};
-    case ModuleKind::FinalNorm: return {"RMSNorm", "KDeepseekRMSNorm", "KQwen3MoeRMSNorm", "KQwen2MoeRMSNorm"};
+    case ModuleKind::FinalNorm:
+      return {"RMSNorm", "KDeepseekRMSNorm", "KQwen3MoeRMSNorm", "KQwen2MoeRMSNorm"};
     case ModuleKind::LmHead: return {"KTransformersLinear"};
     case ModuleKind::Embedding:
     case ModuleKind::SharedExperts:
@@ -114,9 +118,13 @@ std::string ktName(const ModulePlacement& m, Architecture arch) {
 
 const std::set<std::string>& knownKwargs() {
   static const std::set<std::string> known = {
-      "generate_device", "prefill_device", "out_device", "backend", "generate_op", "prefill_op",
-      "absorb_for_prefill", "per_layer_prefill_intput_threshold", "transfer_map", "chunck_size",
-      "use_cuda_graph", "tandem_backend", "tandem_weight_format", "tandem_numa_node"};
+      "generate_device",      "prefill_device",
+      "out_device",           "backend",
+      "generate_op",          "prefill_op",
+      "absorb_for_prefill",   "per_layer_prefill_intput_threshold",
+      "transfer_map",         "chunck_size",
+      "use_cuda_graph",       "tandem_backend",
+      "tandem_weight_format", "tandem_numa_node"};
   return known;
 }
 
@@ -135,28 +143,38 @@ KtRule parseRule(const YAML::Node& node, int number, const std::string& label) {
   for (const auto& item : node) {
     const std::string key = item.first.as<std::string>();
     if (key != "match" && key != "replace" && key != "recursive") {
-      throw Error(where + ": unknown key '" + key + "'", "a rule has match, replace and optionally recursive");
+      throw Error(where + ": unknown key '" + key + "'",
+                  "a rule has match, replace and optionally recursive");
     }
   }
   const YAML::Node match = node["match"];
-  if (!match || !match.IsMap()) throw Error(where + ": match is missing or not a block of name/class");
+  if (!match || !match.IsMap())
+    throw Error(where + ": match is missing or not a block of name/class");
   for (const auto& item : match) {
     const std::string key = item.first.as<std::string>();
-    if (key == "name") rule.name_regex = item.second.as<std::string>();
-    else if (key == "class") rule.match_class = item.second.as<std::string>();
-    else throw Error(where + ": match: unknown key '" + key + "'", "match takes name (a regex) and class");
+    if (key == "name")
+      rule.name_regex = item.second.as<std::string>();
+    else if (key == "class")
+      rule.match_class = item.second.as<std::string>();
+    else
+      throw Error(where + ": match: unknown key '" + key + "'",
+                  "match takes name (a regex) and class");
   }
-  if (rule.name_regex.empty() && rule.match_class.empty()) throw Error(where + ": match has neither name nor class");
+  if (rule.name_regex.empty() && rule.match_class.empty())
+    throw Error(where + ": match has neither name nor class");
   const YAML::Node replace = node["replace"];
-  if (!replace || !replace.IsMap()) throw Error(where + ": replace is missing or not a block of class/kwargs");
+  if (!replace || !replace.IsMap())
+    throw Error(where + ": replace is missing or not a block of class/kwargs");
   for (const auto& item : replace) {
     const std::string key = item.first.as<std::string>();
     if (key == "class") {
       rule.replace_class = item.second.as<std::string>();
     } else if (key == "kwargs") {
       if (item.second.IsNull()) continue;
-      if (!item.second.IsMap()) throw Error(where + ": replace.kwargs must be a block of `key: value` lines");
-      for (const auto& kw : item.second) rule.kwargs[kw.first.as<std::string>()] = kwargText(kw.second);
+      if (!item.second.IsMap())
+        throw Error(where + ": replace.kwargs must be a block of `key: value` lines");
+      for (const auto& kw : item.second)
+        rule.kwargs[kw.first.as<std::string>()] = kwargText(kw.second);
     } else {
       throw Error(where + ": replace: unknown key '" + key + "'", "replace takes class and kwargs");
     }
@@ -164,7 +182,8 @@ KtRule parseRule(const YAML::Node& node, int number, const std::string& label) {
   if (rule.replace_class.empty()) rule.replace_class = "default";
   if (const YAML::Node recursive = node["recursive"]) {
     bool value = true;
-    if (!YAML::convert<bool>::decode(recursive, value)) throw Error(where + ": recursive must be True or False");
+    if (!YAML::convert<bool>::decode(recursive, value))
+      throw Error(where + ": recursive must be True or False");
     rule.recursive = value;
   }
   if (!rule.name_regex.empty()) compileRegex(rule.name_regex, where);
@@ -188,17 +207,23 @@ void placeExperts(ModulePlacement& m, const Matched& hit, const io::ModelConfig&
     generate = hit.kwarg("prefill_device");
   }
   // Device::parse reads KTransformers' "cuda" as cuda:0.
-  const Device device = generate.empty() ? Device::cpu() : Device::parse(generate, hit.where + ": generate_device");
+  const Device device =
+      generate.empty() ? Device::cpu() : Device::parse(generate, hit.where + ": generate_device");
   std::string backend = hit.kwarg("tandem_backend");
   const std::string kt_backend = hit.kwarg("backend");
   if (backend.empty()) {
     std::string b = kt_backend;
     std::transform(b.begin(), b.end(), b.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (b == "amxint8") backend = "amx_int8";
-    else if (b == "amxbf16") backend = "amx_bf16";
-    else if (b.empty() || b == "llamafile") backend = "auto";  // llamafile: KT's default CPU kernels
-    else throw Error(hit.where + ": backend '" + kt_backend + "' is not one Tandem has",
-                     "use AMXInt8, AMXBF16 or llamafile (Tandem picks the best CPU kernels for llamafile)");
+    if (b == "amxint8")
+      backend = "amx_int8";
+    else if (b == "amxbf16")
+      backend = "amx_bf16";
+    else if (b.empty() || b == "llamafile")
+      backend = "auto";  // llamafile: KT's default CPU kernels
+    else
+      throw Error(
+          hit.where + ": backend '" + kt_backend + "' is not one Tandem has",
+          "use AMXInt8, AMXBF16 or llamafile (Tandem picks the best CPU kernels for llamafile)");
   }
   if (device.isGpu()) {
     // KT experts generated on a GPU: Tandem's equivalent streams them there from host memory.
@@ -209,10 +234,12 @@ void placeExperts(ModulePlacement& m, const Matched& hit, const io::ModelConfig&
     m.device = device;
     m.backend = backend;
     m.compute_device.reset();
-    if (backend == "gpu-offload") throw Error(hit.where + ": gpu-offload needs generate_device: cuda:N");
+    if (backend == "gpu-offload")
+      throw Error(hit.where + ": gpu-offload needs generate_device: cuda:N");
   }
   if (const std::string numa = hit.kwarg("tandem_numa_node"); !numa.empty()) {
-    if (m.device != Device::cpu()) throw Error(hit.where + ": tandem_numa_node needs generate_device: cpu");
+    if (m.device != Device::cpu())
+      throw Error(hit.where + ": tandem_numa_node needs generate_device: cpu");
     m.device = Device::parse("cpu:numa" + numa, hit.where + ": tandem_numa_node");
   }
   const std::string format = hit.kwarg("tandem_weight_format");
@@ -225,8 +252,8 @@ void placeFromRule(ModulePlacement& m, const Matched& hit, const io::ModelConfig
   if (cls != "default" && !allowed.contains(cls)) {
     std::string known = "default";
     for (const std::string& c : allowed) known += ", " + c;
-    throw Error(hit.where + ": replace class '" + hit.rule->replace_class + "' is not one Tandem knows for " +
-                    std::string(moduleKindName(m.kind)),
+    throw Error(hit.where + ": replace class '" + hit.rule->replace_class +
+                    "' is not one Tandem knows for " + std::string(moduleKindName(m.kind)),
                 "use " + known + " (docs/placement.md lists the mapping)");
   }
   for (const auto& [key, value] : hit.rule->kwargs) {
@@ -243,7 +270,8 @@ void placeFromRule(ModulePlacement& m, const Matched& hit, const io::ModelConfig
     placeExperts(m, hit, model);
     return;
   }
-  if (!hit.kwarg("backend").empty()) throw Error(hit.where + ": backend only applies to routed experts");
+  if (!hit.kwarg("backend").empty())
+    throw Error(hit.where + ": backend only applies to routed experts");
   // Training runs whole sequences: KT's prefill path. generate_device when prefill is not given.
   std::string device = hit.kwarg("prefill_device");
   if (device.empty()) device = hit.kwarg("generate_device");
@@ -279,9 +307,11 @@ std::string attentionClass(Architecture arch) {
 std::pair<std::string, std::string> moeBlockClasses(Architecture arch) {
   switch (arch) {
     case Architecture::DeepseekV3:
-      return {"ktransformers.models.modeling_deepseek_v3.DeepseekV3MoE", "ktransformers.operators.experts.KDeepseekV3MoE"};
+      return {"ktransformers.models.modeling_deepseek_v3.DeepseekV3MoE",
+              "ktransformers.operators.experts.KDeepseekV3MoE"};
     case Architecture::DeepseekV2:
-      return {"ktransformers.models.modeling_deepseek.DeepseekV2MoE", "ktransformers.operators.experts.KDeepseekV2MoE"};
+      return {"ktransformers.models.modeling_deepseek.DeepseekV2MoE",
+              "ktransformers.operators.experts.KDeepseekV2MoE"};
     case Architecture::Qwen3Moe:
       return {"ktransformers.models.modeling_qwen3_moe.Qwen3MoeSparseMoeBlock",
               "ktransformers.operators.experts.KQwen3MoeSparseMoeBlock"};
@@ -320,7 +350,8 @@ void emitDevices(YAML::Emitter& out, Device device) {
 }
 
 void emitRule(YAML::Emitter& out, const std::string& name, const std::string& match_class,
-              const std::string& replace_class, const std::function<void()>& kwargs, bool non_recursive = false) {
+              const std::string& replace_class, const std::function<void()>& kwargs,
+              bool non_recursive = false) {
   out << YAML::BeginMap << YAML::Key << "match" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << YAML::DoubleQuoted << name;
   if (!match_class.empty()) out << YAML::Key << "class" << YAML::Value << match_class;
@@ -333,47 +364,63 @@ void emitRule(YAML::Emitter& out, const std::string& name, const std::string& ma
   out << YAML::EndMap;
 }
 
-void emitExperts(YAML::Emitter& out, const Group& g, const std::string& name, const io::ModelConfig& model) {
+void emitExperts(YAML::Emitter& out, const Group& g, const std::string& name,
+                 const io::ModelConfig& model) {
   const ModulePlacement& m = g.sample;
-  emitRule(out, name, "", "ktransformers.operators.experts.KTransformersExperts", [&] {
-    const bool offload = m.backend == "gpu-offload";
-    out << YAML::Key << "prefill_device" << YAML::Value << YAML::DoubleQuoted << g.layer_device.str();
-    out << YAML::Key << "prefill_op" << YAML::Value << "KExpertsTorch";
-    out << YAML::Key << "generate_device" << YAML::Value << YAML::DoubleQuoted
-        << (offload ? m.compute_device->str() : Device::cpu().str());
-    out << YAML::Key << "generate_op" << YAML::Value << (offload ? "KExpertsTorch" : "KSFTExpertsCPU");
-    out << YAML::Key << "out_device" << YAML::Value << YAML::DoubleQuoted << g.layer_device.str();
-    if (m.backend == "amx_int8") out << YAML::Key << "backend" << YAML::Value << YAML::DoubleQuoted << "AMXInt8";
-    else if (m.backend == "amx_bf16") out << YAML::Key << "backend" << YAML::Value << YAML::DoubleQuoted << "AMXBF16";
-    else if (m.backend != "auto") out << YAML::Key << "tandem_backend" << YAML::Value << m.backend;
-    if (m.device.numaNode() >= 0) {
-      out << YAML::Key << "tandem_numa_node" << YAML::Value << std::to_string(m.device.numaNode());
-    }
-    if (m.weight_format != defaultWeightFormat(m.backend, model)) {
-      out << YAML::Key << "tandem_weight_format" << YAML::Value << m.weight_format;
-    }
-  }, /*non_recursive=*/true);
+  emitRule(
+      out, name, "", "ktransformers.operators.experts.KTransformersExperts",
+      [&] {
+        const bool offload = m.backend == "gpu-offload";
+        out << YAML::Key << "prefill_device" << YAML::Value << YAML::DoubleQuoted
+            << g.layer_device.str();
+        out << YAML::Key << "prefill_op" << YAML::Value << "KExpertsTorch";
+        out << YAML::Key << "generate_device" << YAML::Value << YAML::DoubleQuoted
+            << (offload ? m.compute_device->str() : Device::cpu().str());
+        out << YAML::Key << "generate_op" << YAML::Value
+            << (offload ? "KExpertsTorch" : "KSFTExpertsCPU");
+        out << YAML::Key << "out_device" << YAML::Value << YAML::DoubleQuoted
+            << g.layer_device.str();
+        if (m.backend == "amx_int8")
+          out << YAML::Key << "backend" << YAML::Value << YAML::DoubleQuoted << "AMXInt8";
+        else if (m.backend == "amx_bf16")
+          out << YAML::Key << "backend" << YAML::Value << YAML::DoubleQuoted << "AMXBF16";
+        else if (m.backend != "auto")
+          out << YAML::Key << "tandem_backend" << YAML::Value << m.backend;
+        if (m.device.numaNode() >= 0) {
+          out << YAML::Key << "tandem_numa_node" << YAML::Value
+              << std::to_string(m.device.numaNode());
+        }
+        if (m.weight_format != defaultWeightFormat(m.backend, model)) {
+          out << YAML::Key << "tandem_weight_format" << YAML::Value << m.weight_format;
+        }
+      },
+      /*non_recursive=*/true);
 }
 
 }  // namespace
 
 KtRuleFile parseKtRules(std::string_view yaml_text, const std::string& label) {
   const YAML::Node root = yaml::parse(yaml_text, label);
-  if (!root.IsSequence()) throw Error(label + ": a rule file is a list of `- match: ... replace: ...` rules");
+  if (!root.IsSequence())
+    throw Error(label + ": a rule file is a list of `- match: ... replace: ...` rules");
   KtRuleFile file;
   file.label = label;
-  for (size_t i = 0; i < root.size(); ++i) file.rules.push_back(parseRule(root[i], static_cast<int>(i) + 1, label));
+  for (size_t i = 0; i < root.size(); ++i)
+    file.rules.push_back(parseRule(root[i], static_cast<int>(i) + 1, label));
   return file;
 }
 
 KtRuleFile loadKtRules(const std::filesystem::path& file) {
-  return parseKtRules(yaml::readFile(file, "the rule file", "check kt_optimize_rule's path"), file.string());
+  return parseKtRules(yaml::readFile(file, "the rule file", "check kt_optimize_rule's path"),
+                      file.string());
 }
 
 Placement applyKtRules(const KtRuleFile& file, const io::ModelConfig& model) {
   std::vector<Regex> regexes;
   for (const KtRule& rule : file.rules) {
-    regexes.push_back(rule.name_regex.empty() ? Regex() : compileRegex(rule.name_regex, describe(rule, file.label)));
+    regexes.push_back(rule.name_regex.empty()
+                          ? Regex()
+                          : compileRegex(rule.name_regex, describe(rule, file.label)));
   }
   Placement p = modulesOf(model);
   for (ModulePlacement& m : p.modules) {
@@ -401,8 +448,10 @@ Placement applyKtRules(const KtRuleFile& file, const io::ModelConfig& model) {
 }
 
 Placement loadPlacementFile(const std::filesystem::path& file, const io::ModelConfig& model) {
-  const std::string text = yaml::readFile(file, "the placement file", "check kt_optimize_rule's path");
-  if (yaml::parse(text, file.string()).IsSequence()) return applyKtRules(parseKtRules(text, file.string()), model);
+  const std::string text =
+      yaml::readFile(file, "the placement file", "check kt_optimize_rule's path");
+  if (yaml::parse(text, file.string()).IsSequence())
+    return applyKtRules(parseKtRules(text, file.string()), model);
   return parsePlacementPreset(text, file.string(), model);
 }
 
@@ -423,7 +472,8 @@ std::string writeKtRules(const Placement& placement, const io::ModelConfig& mode
     const Device layer_device = attention_device[static_cast<size_t>(m.layer)];
     auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
       return g.suffix == suffix && g.sample.device == m.device && g.sample.backend == m.backend &&
-             g.sample.weight_format == m.weight_format && g.sample.compute_device == m.compute_device &&
+             g.sample.weight_format == m.weight_format &&
+             g.sample.compute_device == m.compute_device &&
              (m.kind != ModuleKind::RoutedExperts || g.layer_device == layer_device);
     });
     if (it == groups.end()) {
@@ -432,8 +482,10 @@ std::string writeKtRules(const Placement& placement, const io::ModelConfig& mode
     }
     it->layers.push_back(m.layer);
     if (m.kind == ModuleKind::Router) {
-      auto block = std::find_if(moe_blocks.begin(), moe_blocks.end(), [&](const auto& b) { return b.first == layer_device; });
-      if (block == moe_blocks.end()) block = moe_blocks.insert(moe_blocks.end(), {layer_device, {}});
+      auto block = std::find_if(moe_blocks.begin(), moe_blocks.end(),
+                                [&](const auto& b) { return b.first == layer_device; });
+      if (block == moe_blocks.end())
+        block = moe_blocks.insert(moe_blocks.end(), {layer_device, {}});
       block->second.push_back(m.layer);
     }
   }
@@ -443,20 +495,23 @@ std::string writeKtRules(const Placement& placement, const io::ModelConfig& mode
   emitRule(out, "^model\\.embed_tokens$", "", "default", [&] { emitDevices(out, embed->device); });
   const auto [moe_class, moe_replace] = moeBlockClasses(arch);
   for (const auto& [device, layers] : moe_blocks) {
-    emitRule(out, "^model\\.layers\\." + layerAlternation(layers) + "\\." + moe_name + "$", moe_class, moe_replace,
-             [&, d = device] { emitDevices(out, d); });
+    emitRule(out, "^model\\.layers\\." + layerAlternation(layers) + "\\." + moe_name + "$",
+             moe_class, moe_replace, [&, d = device] { emitDevices(out, d); });
   }
   for (const Group& g : groups) {
     std::string escaped;
     for (char c : g.suffix) escaped += c == '.' ? std::string("\\.") : std::string(1, c);
-    const std::string name = "^model\\.layers\\." + layerAlternation(g.layers) + "\\." + escaped + "$";
+    const std::string name =
+        "^model\\.layers\\." + layerAlternation(g.layers) + "\\." + escaped + "$";
     switch (g.kind) {
       case ModuleKind::RoutedExperts: emitExperts(out, g, name, model); break;
       case ModuleKind::Attention:
         emitRule(out, name, "", attentionClass(arch), [&] { emitDevices(out, g.sample.device); });
         break;
       case ModuleKind::Router:
-        emitRule(out, name, isDeepseek(arch) ? "ktransformers.models.modeling_deepseek_v3.MoEGate" : "torch.nn.Linear",
+        emitRule(out, name,
+                 isDeepseek(arch) ? "ktransformers.models.modeling_deepseek_v3.MoEGate"
+                                  : "torch.nn.Linear",
                  isDeepseek(arch) ? "ktransformers.operators.gate.KMoEGate" : "default",
                  [&] { emitDevices(out, g.sample.device); });
         break;
@@ -468,7 +523,8 @@ std::string writeKtRules(const Placement& placement, const io::ModelConfig& mode
   std::vector<std::pair<Device, std::vector<int>>> layers_by_device;
   for (int l = 0; l < model.num_hidden_layers; ++l) {
     const Device d = attention_device[static_cast<size_t>(l)];
-    auto it = std::find_if(layers_by_device.begin(), layers_by_device.end(), [&](const auto& e) { return e.first == d; });
+    auto it = std::find_if(layers_by_device.begin(), layers_by_device.end(),
+                           [&](const auto& e) { return e.first == d; });
     if (it == layers_by_device.end()) it = layers_by_device.insert(layers_by_device.end(), {d, {}});
     it->second.push_back(l);
   }
@@ -488,12 +544,14 @@ std::string writeKtRules(const Placement& placement, const io::ModelConfig& mode
     emitRule(out, "^model\\.layers\\." + layerAlternation(layers) + "\\.", "", "default",
              [&, d = device] { emitDevices(out, d); });
   }
-  emitRule(out, "^model\\.norm$", "", "default", [&] { emitDevices(out, placement.find("model.norm")->device); });
-  emitRule(out, "^lm_head$", "torch.nn.Linear", "ktransformers.operators.linear.KTransformersLinear", [&] {
-    emitDevices(out, placement.find("lm_head")->device);
-    out << YAML::Key << "generate_op" << YAML::Value << "KLinearTorch";
-    out << YAML::Key << "prefill_op" << YAML::Value << "KLinearTorch";
-  });
+  emitRule(out, "^model\\.norm$", "", "default",
+           [&] { emitDevices(out, placement.find("model.norm")->device); });
+  emitRule(out, "^lm_head$", "torch.nn.Linear",
+           "ktransformers.operators.linear.KTransformersLinear", [&] {
+             emitDevices(out, placement.find("lm_head")->device);
+             out << YAML::Key << "generate_op" << YAML::Value << "KLinearTorch";
+             out << YAML::Key << "prefill_op" << YAML::Value << "KLinearTorch";
+           });
   out << YAML::EndSeq;
   return "# Written by Tandem (tandem plan --rules-out): a KTransformers optimize-rule file.\n"
          "# tandem_* kwargs carry choices only Tandem has (docs/placement.md).\n" +

@@ -31,9 +31,9 @@
 namespace tandem::placement {
 
 struct KtRule {
-  int number = 0;            // 1-based position in the file
-  std::string name_regex;    // match.name; empty = any name
-  std::string match_class;   // match.class; empty = any class
+  int number = 0;           // 1-based position in the file
+  std::string name_regex;   // match.name; empty = any name
+  std::string match_class;  // match.class; empty = any class
   std::string replace_class;
   std::map<std::string, std::string> kwargs;  // scalars as text; maps/lists as "<map>"/"<list>"
   std::optional<bool> recursive;

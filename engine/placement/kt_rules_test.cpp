@@ -41,14 +41,16 @@ TEST(KtRules, ReadsLlamaFactoryDeepSeekV3MultiGpu) {
     const std::string prefix = "model.layers." + std::to_string(layer) + ".";
     EXPECT_EQ(at(p, prefix + "self_attn").device.str(), "cuda:0") << layer;
   }
-  EXPECT_EQ(at(p, "model.layers.0.mlp").device.str(), "cuda:0");  // dense layer: the catch-all default rule
+  EXPECT_EQ(at(p, "model.layers.0.mlp").device.str(),
+            "cuda:0");  // dense layer: the catch-all default rule
   EXPECT_EQ(at(p, "model.layers.3.mlp.gate").device.str(), "cuda:0");
   EXPECT_EQ(at(p, "model.layers.3.mlp.shared_experts").device.str(), "cuda:0");
   for (int layer : {30, 45, 60}) {
     const std::string prefix = "model.layers." + std::to_string(layer) + ".";
     EXPECT_EQ(at(p, prefix + "self_attn").device.str(), "cuda:1") << layer;
     EXPECT_EQ(at(p, prefix + "mlp.gate").device.str(), "cuda:1") << layer;
-    EXPECT_EQ(at(p, prefix + "mlp.shared_experts").device.str(), "cuda:1") << layer;  // the last rule
+    EXPECT_EQ(at(p, prefix + "mlp.shared_experts").device.str(), "cuda:1")
+        << layer;  // the last rule
   }
   const ModulePlacement& experts = at(p, "model.layers.40.mlp.experts");
   EXPECT_EQ(experts.device.str(), "cpu");
@@ -75,10 +77,11 @@ TEST(KtRules, LlamaFactoryFileRoundTrips) {
 
 TEST(KtRules, TandemOnlyChoicesRoundTrip) {
   const io::ModelConfig qwen = model("qwen3-30b-a3b.json");
-  Placement p = applyKtRules(parseKtRules("- match: {name: \"^model\\\\.layers\\\\..*\\\\.mlp\\\\.experts$\"}\n"
-                                          "  replace: {class: KTransformersExperts, kwargs: {generate_device: cpu}}\n",
-                                          "r.yaml"),
-                             qwen);
+  Placement p = applyKtRules(
+      parseKtRules("- match: {name: \"^model\\\\.layers\\\\..*\\\\.mlp\\\\.experts$\"}\n"
+                   "  replace: {class: KTransformersExperts, kwargs: {generate_device: cpu}}\n",
+                   "r.yaml"),
+      qwen);
   for (ModulePlacement& m : p.modules) {
     if (m.kind != ModuleKind::RoutedExperts) continue;
     m.device = Device::numaNode(m.layer < 24 ? 0 : 1);
@@ -106,7 +109,9 @@ TEST(KtRules, MixtralNamesItsBlockSparseMoe) {
   replace:
     class: "default"
     kwargs: {generate_device: "cuda", prefill_device: "cuda"}
-)", "mixtral.yaml"), mixtral);
+)",
+                                                "mixtral.yaml"),
+                                   mixtral);
   EXPECT_EQ(at(p, "model.layers.5.mlp.experts").backend, "auto");
   EXPECT_EQ(at(p, "model.layers.5.mlp.experts").device.str(), "cpu");
   EXPECT_EQ(at(p, "model.layers.5.mlp.gate").device.str(), "cuda:0");
@@ -125,7 +130,9 @@ TEST(KtRules, FirstMatchWins) {
   replace: {class: default, kwargs: {prefill_device: "cuda:3"}}
 - match: {name: "layers"}
   replace: {class: default, kwargs: {prefill_device: "cuda:4"}}
-)", "r.yaml"), qwen);
+)",
+                                                "r.yaml"),
+                                   qwen);
   EXPECT_EQ(at(p, "model.layers.1.self_attn").device.str(), "cuda:1");
   EXPECT_EQ(at(p, "model.layers.0.self_attn").device.str(), "cuda:2");
   // re.match anchors at the start: "layers" does not match "model.layers...", so KT's default.
@@ -136,7 +143,9 @@ TEST(KtRules, FirstMatchWins) {
   replace: {class: default, kwargs: {prefill_device: "cuda:5"}}
 - match: {name: "^model\\.layers\\.0\\."}
   replace: {class: default, kwargs: {prefill_device: "cuda:6"}}
-)", "r.yaml"), qwen);
+)",
+                                                "r.yaml"),
+                                   qwen);
   EXPECT_EQ(at(q, "model.layers.0.mlp.gate").device.str(), "cuda:5");
   EXPECT_EQ(at(q, "model.layers.0.self_attn").device.str(), "cuda:6");
 }
@@ -144,27 +153,41 @@ TEST(KtRules, FirstMatchWins) {
 TEST(KtRules, ErrorsNameTheRuleAndTheModule) {
   const io::ModelConfig qwen = model("qwen3-30b-a3b.json");
   EXPECT_EQ(errorOf("- match: {name: \"^model\\\\.layers\\\\.3\\\\.mlp\\\\.experts$\"}\n"
-                    "  replace: {class: KTransformersExperts, kwargs: {backend: AMXInt4}}\n", qwen),
-            "rules.yaml: rule 1 (name ^model\\.layers\\.3\\.mlp\\.experts$) for model.layers.3.mlp.experts: "
+                    "  replace: {class: KTransformersExperts, kwargs: {backend: AMXInt4}}\n",
+                    qwen),
+            "rules.yaml: rule 1 (name ^model\\.layers\\.3\\.mlp\\.experts$) for "
+            "model.layers.3.mlp.experts: "
             "backend 'AMXInt4' is not one Tandem has");
   EXPECT_EQ(errorOf("- match: {name: \"^model\\\\.norm\"}\n  replace: {class: default}\n"
                     "- match: {name: \"^model\\\\.layers\\\\.7\\\\.self_attn$\"}\n"
-                    "  replace: {class: KFancyAttention}\n", qwen),
-            "rules.yaml: rule 2 (name ^model\\.layers\\.7\\.self_attn$) for model.layers.7.self_attn: replace class "
+                    "  replace: {class: KFancyAttention}\n",
+                    qwen),
+            "rules.yaml: rule 2 (name ^model\\.layers\\.7\\.self_attn$) for "
+            "model.layers.7.self_attn: replace class "
             "'KFancyAttention' is not one Tandem knows for attention");
-  EXPECT_EQ(errorOf("- match: {name: \"^lm_head$\"}\n  replace: {class: default, kwargs: {prefill_device: tpu}}\n", qwen),
+  EXPECT_EQ(errorOf("- match: {name: \"^lm_head$\"}\n  replace: {class: default, kwargs: "
+                    "{prefill_device: tpu}}\n",
+                    qwen),
             "rules.yaml: rule 1 (name ^lm_head$) for lm_head: device: 'tpu' is not a device");
-  EXPECT_EQ(errorOf("- match: {name: \"^lm_head$\"}\n  replace: {class: default, kwargs: {speed: max}}\n", qwen),
-            "rules.yaml: rule 1 (name ^lm_head$) for lm_head: kwarg 'speed' is not one Tandem knows");
-  EXPECT_EQ(errorOf("- match: {name: \"(unclosed\"}\n  replace: {class: default}\n", qwen).substr(0, 67),
-            "rules.yaml: rule 1: match.name '(unclosed' is not a valid regex (at");
-  EXPECT_EQ(errorOf("- match: {name: x}\n", qwen), "rules.yaml: rule 1: replace is missing or not a block of class/kwargs");
+  EXPECT_EQ(
+      errorOf("- match: {name: \"^lm_head$\"}\n  replace: {class: default, kwargs: {speed: max}}\n",
+              qwen),
+      "rules.yaml: rule 1 (name ^lm_head$) for lm_head: kwarg 'speed' is not one Tandem knows");
+  EXPECT_EQ(
+      errorOf("- match: {name: \"(unclosed\"}\n  replace: {class: default}\n", qwen).substr(0, 67),
+      "rules.yaml: rule 1: match.name '(unclosed' is not a valid regex (at");
+  EXPECT_EQ(errorOf("- match: {name: x}\n", qwen),
+            "rules.yaml: rule 1: replace is missing or not a block of class/kwargs");
   EXPECT_EQ(errorOf("- match: {nmae: x}\n  replace: {class: default}\n", qwen),
             "rules.yaml: rule 1: match: unknown key 'nmae'");
-  EXPECT_EQ(errorOf("match: x\n", qwen), "rules.yaml: a rule file is a list of `- match: ... replace: ...` rules");
+  EXPECT_EQ(errorOf("match: x\n", qwen),
+            "rules.yaml: a rule file is a list of `- match: ... replace: ...` rules");
   // A rule for modules Tandem does not have (rotary embeddings) is fine whatever its class.
-  EXPECT_EQ(errorOf("- match: {class: ktransformers.models.modeling_qwen3_moe.Qwen3MoeRotaryEmbedding}\n"
-                    "  replace: {class: ktransformers.operators.RoPE.RotaryEmbedding}\n", qwen), "");
+  EXPECT_EQ(
+      errorOf("- match: {class: ktransformers.models.modeling_qwen3_moe.Qwen3MoeRotaryEmbedding}\n"
+              "  replace: {class: ktransformers.operators.RoPE.RotaryEmbedding}\n",
+              qwen),
+      "");
 }
 
 }  // namespace

@@ -13,7 +13,8 @@ using io::ModelConfig;
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Routed expert width: Mixtral's experts are intermediate_size wide, the others moe_intermediate_size.
+// Routed expert width: Mixtral's experts are intermediate_size wide, the others
+// moe_intermediate_size.
 int64_t expertWidth(const ModelConfig& m) {
   return m.architecture == Architecture::Mixtral ? m.intermediate_size : m.moe_intermediate_size;
 }
@@ -49,7 +50,10 @@ std::vector<Linear> attentionLinears(const ModelConfig& m) {
     return out;
   }
   const int64_t hd = m.head_dim, nkv = m.num_key_value_heads;
-  return {{"q_proj", H, nh * hd}, {"k_proj", H, nkv * hd}, {"v_proj", H, nkv * hd}, {"o_proj", nh * hd, H}};
+  return {{"q_proj", H, nh * hd},
+          {"k_proj", H, nkv * hd},
+          {"v_proj", H, nkv * hd},
+          {"o_proj", nh * hd, H}};
 }
 
 std::vector<Linear> mlpLinears(int64_t H, int64_t I) {
@@ -74,8 +78,10 @@ int64_t moduleParameters(const ModelConfig& m, ModuleKind kind) {
     case ModuleKind::Attention: {
       int64_t n = 2 * H;  // input_layernorm + post_attention_layernorm travel with the attention
       for (const Linear& l : attentionLinears(m)) n += l.in * l.out;
-      if (m.isMla()) n += m.kv_lora_rank + (m.q_lora_rank ? *m.q_lora_rank : 0);  // kv_a / q_a norms
-      if (m.attention_bias && !m.isMla()) n += (m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim;
+      if (m.isMla())
+        n += m.kv_lora_rank + (m.q_lora_rank ? *m.q_lora_rank : 0);  // kv_a / q_a norms
+      if (m.attention_bias && !m.isMla())
+        n += (m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim;
       if (m.qk_norm) n += 2 * m.head_dim;
       return n;
     }
@@ -83,7 +89,8 @@ int64_t moduleParameters(const ModelConfig& m, ModuleKind kind) {
       // [E, H] (+ DeepSeek-V3's e_score_correction_bias [E]).
       return m.num_experts * H + (m.architecture == Architecture::DeepseekV3 ? m.num_experts : 0);
     case ModuleKind::SharedExperts:
-      return 3 * H * sharedWidth(m) + (m.architecture == Architecture::Qwen2Moe ? H : 0);  // + shared_expert_gate
+      return 3 * H * sharedWidth(m) +
+             (m.architecture == Architecture::Qwen2Moe ? H : 0);  // + shared_expert_gate
     case ModuleKind::DenseMlp: return 3 * H * m.intermediate_size;
     case ModuleKind::RoutedExperts: return int64_t{m.num_experts} * 3 * H * expertWidth(m);
   }
@@ -93,10 +100,12 @@ int64_t moduleParameters(const ModelConfig& m, ModuleKind kind) {
 uint64_t routedExpertBytes(const ModelConfig& m, const std::string& format) {
   const int64_t E = m.num_experts, H = m.hidden_size, I = expertWidth(m);
   auto bytes = static_cast<uint64_t>(E * 3 * H * I * weightFormatBytes(format));
-  if (format == "int8") bytes += static_cast<uint64_t>(E * (2 * I + H) * 4);  // f32 scale per output row
+  if (format == "int8")
+    bytes += static_cast<uint64_t>(E * (2 * I + H) * 4);  // f32 scale per output row
   if (format == "fp8") {
     // DeepSeek's [ceil(out/128), ceil(in/128)] f32 block scales per matrix.
-    bytes += static_cast<uint64_t>(E * (2 * ceilDiv(I, 128) * ceilDiv(H, 128) + ceilDiv(H, 128) * ceilDiv(I, 128)) * 4);
+    bytes += static_cast<uint64_t>(
+        E * (2 * ceilDiv(I, 128) * ceilDiv(H, 128) + ceilDiv(H, 128) * ceilDiv(I, 128)) * 4);
   }
   return bytes;
 }
@@ -106,7 +115,8 @@ uint64_t residentExpertBytes(const ModelConfig& m, const std::string& weight_for
   return routedExpertBytes(m, held) / static_cast<uint64_t>(std::max<int64_t>(m.num_experts, 1));
 }
 
-int64_t loraParameters(const ModelConfig& m, ModuleKind kind, int layer, const io::LoraTarget& target, int rank) {
+int64_t loraParameters(const ModelConfig& m, ModuleKind kind, int layer,
+                       const io::LoraTarget& target, int rank) {
   if (rank <= 0) return 0;
   const std::string prefix = "model.layers." + std::to_string(layer) + ".";
   auto sum = [&](const std::vector<Linear>& linears, const std::string& module) {
@@ -118,48 +128,60 @@ int64_t loraParameters(const ModelConfig& m, ModuleKind kind, int layer, const i
   };
   switch (kind) {
     case ModuleKind::Attention: return sum(attentionLinears(m), prefix + "self_attn.");
-    case ModuleKind::DenseMlp: return sum(mlpLinears(m.hidden_size, m.intermediate_size), prefix + "mlp.");
+    case ModuleKind::DenseMlp:
+      return sum(mlpLinears(m.hidden_size, m.intermediate_size), prefix + "mlp.");
     case ModuleKind::SharedExperts: {
       const bool qwen2 = m.architecture == Architecture::Qwen2Moe;
-      int64_t n = sum(mlpLinears(m.hidden_size, sharedWidth(m)), prefix + (qwen2 ? "mlp.shared_expert." : "mlp.shared_experts."));
-      if (qwen2 && target.matches(prefix + "mlp.shared_expert_gate")) n += rank * (m.hidden_size + 1);
+      int64_t n = sum(mlpLinears(m.hidden_size, sharedWidth(m)),
+                      prefix + (qwen2 ? "mlp.shared_expert." : "mlp.shared_experts."));
+      if (qwen2 && target.matches(prefix + "mlp.shared_expert_gate"))
+        n += rank * (m.hidden_size + 1);
       return n;
     }
-    case ModuleKind::Router: return target.matches(prefix + "mlp.gate") ? rank * (m.hidden_size + m.num_experts) : 0;
+    case ModuleKind::Router:
+      return target.matches(prefix + "mlp.gate") ? rank * (m.hidden_size + m.num_experts) : 0;
     case ModuleKind::RoutedExperts:
-      return m.num_experts * sum(mlpLinears(m.hidden_size, expertWidth(m)), prefix + "mlp.experts.");
+      return m.num_experts *
+             sum(mlpLinears(m.hidden_size, expertWidth(m)), prefix + "mlp.experts.");
     case ModuleKind::LmHead:
-      return target.matches("lm_head") && !m.tie_word_embeddings ? rank * (m.hidden_size + m.vocab_size) : 0;
+      return target.matches("lm_head") && !m.tie_word_embeddings
+                 ? rank * (m.hidden_size + m.vocab_size)
+                 : 0;
     case ModuleKind::Embedding:
     case ModuleKind::FinalNorm: return 0;
   }
   return 0;
 }
 
-uint64_t expertForwardCacheBytes(const ModelConfig& m, int64_t tokens, int64_t act_bytes, int lora_rank,
-                                 int nodes) {
+uint64_t expertForwardCacheBytes(const ModelConfig& m, int64_t tokens, int64_t act_bytes,
+                                 int lora_rank, int nodes) {
   const int64_t P = tokens * m.num_experts_per_tok;
-  return static_cast<uint64_t>(tokens * m.hidden_size * act_bytes + P * 4 + 2 * P * expertWidth(m) * 4 +
-                               nodes * P * 3 * int64_t{lora_rank} * 4 + (m.num_experts + 1) * 8 + 2 * P * 8);
+  return static_cast<uint64_t>(tokens * m.hidden_size * act_bytes + P * 4 +
+                               2 * P * expertWidth(m) * 4 + nodes * P * 3 * int64_t{lora_rank} * 4 +
+                               (m.num_experts + 1) * 8 + 2 * P * 8);
 }
 
-uint64_t expertScratchBytes(const ModelConfig& m, int64_t tokens, int rank, int targeted_projections,
-                            bool down_targeted, int nodes) {
+uint64_t expertScratchBytes(const ModelConfig& m, int64_t tokens, int rank,
+                            int targeted_projections, bool down_targeted, int nodes) {
   const int64_t P = tokens * m.num_experts_per_tok, H = m.hidden_size, I = expertWidth(m);
   const int64_t forward = nodes * P * H * 4;
-  const int64_t backward = (nodes * P * H + (down_targeted ? P * I : 0) +
-                            nodes * int64_t{targeted_projections} * P * rank + (nodes > 1 ? nodes * P : 0)) * 4;
+  const int64_t backward =
+      (nodes * P * H + (down_targeted ? P * I : 0) +
+       nodes * int64_t{targeted_projections} * P * rank + (nodes > 1 ? nodes * P : 0)) *
+      4;
   return static_cast<uint64_t>(std::max(forward, backward));
 }
 
 uint64_t layerActivationBytes(const ModelConfig& m, int layer, int64_t tokens, int64_t act_bytes) {
   const int64_t H = m.hidden_size, nh = m.num_attention_heads;
   // Attention: the norm's input and output, q, k, v before and after rope, the attention output
-  // (and its f32 log-sum-exp per head), the o_proj input; MLA adds the compressed q/kv and their norms.
+  // (and its f32 log-sum-exp per head), the o_proj input; MLA adds the compressed q/kv and their
+  // norms.
   int64_t attention = 2 * H;
   if (m.isMla()) {
     const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
-    attention += 2 * nh * qk + nh * qk + nh * m.v_head_dim * 2 + 2 * (m.kv_lora_rank + m.qk_rope_head_dim) +
+    attention += 2 * nh * qk + nh * qk + nh * m.v_head_dim * 2 +
+                 2 * (m.kv_lora_rank + m.qk_rope_head_dim) +
                  (m.q_lora_rank ? 2 * *m.q_lora_rank : 0);
   } else {
     const int64_t q = nh * m.head_dim, kv = m.num_key_value_heads * m.head_dim;
@@ -167,7 +189,8 @@ uint64_t layerActivationBytes(const ModelConfig& m, int layer, int64_t tokens, i
   }
   int64_t mlp = 2 * H;  // post-attention norm input and output
   if (m.isMoeLayer(layer)) {
-    // router logits and probabilities in f32 (counted in b units), the routed output, shared experts.
+    // router logits and probabilities in f32 (counted in b units), the routed output, shared
+    // experts.
     mlp += 2 * m.num_experts * 4 / act_bytes + H + 3 * sharedWidth(m) + H;
   } else {
     mlp += 3 * m.intermediate_size + H;
@@ -175,14 +198,17 @@ uint64_t layerActivationBytes(const ModelConfig& m, int layer, int64_t tokens, i
   return static_cast<uint64_t>(tokens * (attention + mlp) * act_bytes + tokens * nh * 4);
 }
 
-uint64_t lossActivationBytes(const ModelConfig& m, int64_t tokens, int64_t loss_chunk_tokens, int64_t act_bytes) {
+uint64_t lossActivationBytes(const ModelConfig& m, int64_t tokens, int64_t loss_chunk_tokens,
+                             int64_t act_bytes) {
   const int64_t rows = std::min(tokens, loss_chunk_tokens);
-  return static_cast<uint64_t>(3 * rows * m.vocab_size * 4 + 2 * tokens * m.hidden_size * act_bytes);
+  return static_cast<uint64_t>(3 * rows * m.vocab_size * 4 +
+                               2 * tokens * m.hidden_size * act_bytes);
 }
 
 uint64_t kvCacheBytes(const ModelConfig& m, int64_t tokens, int64_t act_bytes) {
-  const int64_t per_token = m.isMla() ? m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
-                                      : 2 * m.num_key_value_heads * m.head_dim;
+  const int64_t per_token =
+      m.isMla() ? m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
+                : 2 * m.num_key_value_heads * m.head_dim;
   return static_cast<uint64_t>(tokens * per_token * act_bytes);
 }
 

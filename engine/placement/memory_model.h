@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/io/model_config.h"
 #include "engine/io/lora_target.h"
+#include "engine/io/model_config.h"
 #include "engine/placement/placement.h"
 
 namespace tandem::placement::memory {
@@ -25,27 +25,30 @@ uint64_t routedExpertBytes(const io::ModelConfig& m, const std::string& format);
 uint64_t residentExpertBytes(const io::ModelConfig& m, const std::string& weight_format, bool bf16);
 
 // LoRA parameters (A and B) a module gets from lora_target at rank r.
-int64_t loraParameters(const io::ModelConfig& m, ModuleKind kind, int layer, const io::LoraTarget& target, int rank);
+int64_t loraParameters(const io::ModelConfig& m, ModuleKind kind, int layer,
+                       const io::LoraTarget& target, int rank);
 
 // ExpertForwardCache of one MoE layer (engine/experts/expert_forward_cache.cpp chargeLedger):
 // x [T, H] b + weights [P] f32 + gate, up [P, I] f32 + the LoRA products [nodes][P, 3r] f32 (r =
 // lora_rank, 0 when LoRA targets none of the experts' projections) + routing offsets [E+1] and
 // two [P] int64. nodes: the NUMA nodes the layer is split over (docs/experts.md).
-uint64_t expertForwardCacheBytes(const io::ModelConfig& m, int64_t tokens, int64_t act_bytes, int lora_rank,
-                                 int nodes = 1);
+uint64_t expertForwardCacheBytes(const io::ModelConfig& m, int64_t tokens, int64_t act_bytes,
+                                 int lora_rank, int nodes = 1);
 
 // The expert layer's largest scratch charge (expert_layer.cpp forward: out [nodes][P, H] f32;
 // expert_layer_backward.cpp: dx_pairs [nodes][P, H] + hidden [P, I] when down is targeted +
 // lora_t [nodes][P, r] per targeted projection + on several nodes their d w [nodes][P], all f32).
-uint64_t expertScratchBytes(const io::ModelConfig& m, int64_t tokens, int rank, int targeted_projections,
-                            bool down_targeted, int nodes = 1);
+uint64_t expertScratchBytes(const io::ModelConfig& m, int64_t tokens, int rank,
+                            int targeted_projections, bool down_targeted, int nodes = 1);
 
 // Autograd activations one decoder layer keeps for its backward (libtorch side), in b bytes.
-uint64_t layerActivationBytes(const io::ModelConfig& m, int layer, int64_t tokens, int64_t act_bytes);
+uint64_t layerActivationBytes(const io::ModelConfig& m, int layer, int64_t tokens,
+                              int64_t act_bytes);
 
 // The chunked loss's transient: logits, their softmax and gradient for loss_chunk_tokens rows
 // in f32 (engine/gpu/chunked_loss.cpp), plus the final hidden state and its gradient.
-uint64_t lossActivationBytes(const io::ModelConfig& m, int64_t tokens, int64_t loss_chunk_tokens, int64_t act_bytes);
+uint64_t lossActivationBytes(const io::ModelConfig& m, int64_t tokens, int64_t loss_chunk_tokens,
+                             int64_t act_bytes);
 
 // KV cache of one layer for `tokens` of context (GQA: K and V of the KV heads; MLA: the
 // decompressed K and V of every head, as the engine's attention computes them).

@@ -25,7 +25,8 @@ Placement initialPlacement(const PlanRequest& req, const Hardware& hw, const std
   auto gpuOfLayer = [&](int layer) {
     double edge = 0;
     for (int g = 0; g < gpus; ++g) {
-      edge += static_cast<double>(hw.gpus[static_cast<size_t>(g)].free_bytes) / static_cast<double>(total_gpu) * layers;
+      edge += static_cast<double>(hw.gpus[static_cast<size_t>(g)].free_bytes) /
+              static_cast<double>(total_gpu) * layers;
       if (layer < std::lround(edge)) return hw.gpus[static_cast<size_t>(g)].device();
     }
     return hw.gpus.back().device();
@@ -103,14 +104,15 @@ std::vector<ModulePlacement*> expertsOnGpu(Placement& p, Device device) {
 // same count on every MoE layer of a GPU. A fixed count is placed as asked (the plan says when it
 // does not fit); auto takes the largest count that keeps the GPU within kGpuExpertsFill of its
 // capacity (estimated from the weights, then corrected on the evaluated plan).
-MemoryPlan placeGpuExperts(const PlanRequest& req, const Hardware& hw, const Evaluator& evaluator, Placement& placement,
-                           MemoryPlan plan) {
+MemoryPlan placeGpuExperts(const PlanRequest& req, const Hardware& hw, const Evaluator& evaluator,
+                           Placement& placement, MemoryPlan plan) {
   if (req.gpu_experts == 0 || !req.model.isMoe()) return plan;
   const int64_t E = req.model.num_experts;
   for (const GpuSpec& g : hw.gpus) {
     const std::vector<ModulePlacement*> layers = expertsOnGpu(placement, g.device());
     if (layers.empty()) continue;
-    const uint64_t per_expert = memory::residentExpertBytes(req.model, layers.front()->weight_format, req.bf16);
+    const uint64_t per_expert =
+        memory::residentExpertBytes(req.model, layers.front()->weight_format, req.bf16);
     auto place = [&](int64_t n) {
       for (ModulePlacement* m : layers) m->gpu_experts = n;
       plan = evaluator.evaluate(placement);
@@ -122,7 +124,8 @@ MemoryPlan placeGpuExperts(const PlanRequest& req, const Hardware& hw, const Eva
     const auto limit = static_cast<uint64_t>(static_cast<double>(g.free_bytes) * kGpuExpertsFill);
     const uint64_t used = plan.device(g.device())->total();
     if (used >= limit) continue;
-    int64_t n = std::min<int64_t>(E, static_cast<int64_t>((limit - used) / (per_expert * layers.size())));
+    int64_t n =
+        std::min<int64_t>(E, static_cast<int64_t>((limit - used) / (per_expert * layers.size())));
     auto fits = [&] { return plan.device(g.device())->total() <= limit; };
     place(n);
     while (n > 0 && !fits()) {
@@ -143,20 +146,23 @@ MemoryPlan placeGpuExperts(const PlanRequest& req, const Hardware& hw, const Eva
 // When streaming the `rest` experts per layer the GPU leaves would be clearly faster than the CPU
 // engine computing their pairs (estimates: expert_time_estimate.h), the sentence that says so and
 // what to set.
-std::string streamingAdvice(const MemoryPlan& plan, const PlanRequest& req, const Hardware& hw, const GpuSpec& gpu,
-                            int64_t rest, const std::string& weight_format) {
+std::string streamingAdvice(const MemoryPlan& plan, const PlanRequest& req, const Hardware& hw,
+                            const GpuSpec& gpu, int64_t rest, const std::string& weight_format) {
   const int64_t E = req.model.num_experts;
   if (rest == 0) return {};
   const bool recomputed = req.gradient_checkpointing && !plan.keep_expert_forward;
   const std::optional<double> cpu =
-      cpuExpertsMs(req.model, req.batch_size * req.cutoff_len, static_cast<double>(rest) / static_cast<double>(E),
-                   hw.cpu, recomputed);
-  const std::optional<double> streamed = streamedExpertsMs(req.model, rest, weight_format, req.bf16, gpu);
+      cpuExpertsMs(req.model, req.batch_size * req.cutoff_len,
+                   static_cast<double>(rest) / static_cast<double>(E), hw.cpu, recomputed);
+  const std::optional<double> streamed =
+      streamedExpertsMs(req.model, rest, weight_format, req.bf16, gpu);
   if (!cpu || !streamed || *streamed > 0.8 * *cpu) return {};
   char text[320];
   std::snprintf(text, sizeof text,
-                "; on this machine those pairs would take the CPU about %.0f ms per MoE layer and step, streaming "
-                "the same experts over PCIe %d.0 x%d about %.0f ms (estimates): experts_mode: gpu-offload keeps the "
+                "; on this machine those pairs would take the CPU about %.0f ms per MoE layer and "
+                "step, streaming "
+                "the same experts over PCIe %d.0 x%d about %.0f ms (estimates): experts_mode: "
+                "gpu-offload keeps the "
                 "resident experts and streams the others",
                 *cpu, gpu.pcie_gen, gpu.pcie_lanes, *streamed);
   return text;
@@ -175,24 +181,26 @@ void noteGpuExperts(MemoryPlan& plan, const PlanRequest& req, const Hardware& hw
       // expert over PCIe).
       const auto rest_percent =
           static_cast<int>(std::lround(100.0 * static_cast<double>(rest) / static_cast<double>(E)));
-      plan.notes.push_back(std::to_string(resident) + " of " + std::to_string(E) +
-                           " routed experts per MoE layer resident on " + g.device().str() + (int8 ? " in int8" : "") +
-                           " (" +
-                           std::to_string(layers.size()) + " layers; the most routed of each layer's first call); " +
-                           (offload ? "the others are streamed per layer: with a balanced router they compute about "
-                                    : "with a balanced router the CPU engine computes about ") +
-                           std::to_string(rest_percent) + " % of the routed pairs" +
-                           (offload || !req.training ? ""
-                                                        : streamingAdvice(plan, req, hw, g, rest,
-                                                                          layers.front()->weight_format)));
+      plan.notes.push_back(
+          std::to_string(resident) + " of " + std::to_string(E) +
+          " routed experts per MoE layer resident on " + g.device().str() +
+          (int8 ? " in int8" : "") + " (" + std::to_string(layers.size()) +
+          " layers; the most routed of each layer's first call); " +
+          (offload ? "the others are streamed per layer: with a balanced router they compute about "
+                   : "with a balanced router the CPU engine computes about ") +
+          std::to_string(rest_percent) + " % of the routed pairs" +
+          (offload || !req.training
+               ? ""
+               : streamingAdvice(plan, req, hw, g, rest, layers.front()->weight_format)));
     }
   }
 }
 
 std::string percent(uint64_t before, uint64_t after) {
   char text[32];
-  std::snprintf(text, sizeof text, "%+.0f %%", 100.0 * (static_cast<double>(after) - static_cast<double>(before)) /
-                                                   static_cast<double>(std::max<uint64_t>(before, 1)));
+  std::snprintf(text, sizeof text, "%+.0f %%",
+                100.0 * (static_cast<double>(after) - static_cast<double>(before)) /
+                    static_cast<double>(std::max<uint64_t>(before, 1)));
   return text;
 }
 
@@ -210,7 +218,8 @@ void adviseHost(MemoryPlan& plan, const PlanRequest& req, const Hardware& hw) {
   auto tryChange = [&](const std::string& what, PlanRequest changed) {
     const MemoryPlan alt = placeAndEvaluate(changed, hw);
     if (alt.hostBytes() > need / 100 * 99) return;  // not worth saying below 1 %
-    options.push_back(what + " (" + percent(need, alt.hostBytes()) + ": " + formatBytes(alt.hostBytes()) +
+    options.push_back(what + " (" + percent(need, alt.hostBytes()) + ": " +
+                      formatBytes(alt.hostBytes()) +
                       (alt.fits ? ", fits)" : ", still too much alone)"));
   };
   std::string format;
@@ -221,8 +230,10 @@ void adviseHost(MemoryPlan& plan, const PlanRequest& req, const Hardware& hw) {
     PlanRequest changed = req;
     changed.experts_backend = "amx_int8";
     changed.expert_weight_format = "int8";
-    tryChange(hw.cpu.amx_int8 ? "use amx_int8 experts (kt_backend: AMXInt8)"
-                              : "int8 experts (amx_int8; this CPU has no AMX, so that needs another machine)", changed);
+    tryChange(hw.cpu.amx_int8
+                  ? "use amx_int8 experts (kt_backend: AMXInt8)"
+                  : "int8 experts (amx_int8; this CPU has no AMX, so that needs another machine)",
+              changed);
   }
   if (req.training && !req.gradient_checkpointing) {
     PlanRequest changed = req;
@@ -241,19 +252,22 @@ void adviseHost(MemoryPlan& plan, const PlanRequest& req, const Hardware& hw) {
   }
   if (req.training && req.lora_rank > 0) {
     PlanRequest changed = req;
-    changed.lora_target = {"q_proj", "k_proj", "v_proj", "o_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"};
+    changed.lora_target = {
+        "q_proj",   "k_proj", "v_proj", "o_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa",
+        "kv_b_proj"};
     tryChange("LoRA on attention only (lora_target without the experts)", changed);
   }
   for (size_t i = 0; i < options.size(); ++i) text += (i ? ", or " : " ") + options[i];
-  if (options.empty()) text += " no setting change is enough: this model needs a machine with more RAM";
+  if (options.empty())
+    text += " no setting change is enough: this model needs a machine with more RAM";
   plan.advice.push_back(text);
 }
 
 void adviseGpus(MemoryPlan& plan, const PlanRequest& req) {
   for (const DevicePlan& d : plan.devices) {
     if (!d.device.isGpu() || d.fits()) continue;
-    std::string text =
-        d.device.str() + ": need " + formatBytes(d.total()) + ", have " + formatBytes(d.capacity_bytes) + ":";
+    std::string text = d.device.str() + ": need " + formatBytes(d.total()) + ", have " +
+                       formatBytes(d.capacity_bytes) + ":";
     if (req.training && !req.gradient_checkpointing) text += " turn gradient checkpointing on,";
     if (req.training) text += " lower cutoff_len or per_device_train_batch_size,";
     text += " or move layers from " + d.device.str() + " to another GPU or to cpu in the rule file";
@@ -311,15 +325,17 @@ bool hostFits(const MemoryPlan& plan) {
 
 // Evaluates `placement` with the Wᵀ form the request asks for; auto: persistent (no refill work
 // in the backward) when the host has room for it, else the pool.
-MemoryPlan evaluateWithTransposed(const PlanRequest& request, const Hardware& hardware, const Placement& placement,
-                                  bool keep) {
+MemoryPlan evaluateWithTransposed(const PlanRequest& request, const Hardware& hardware,
+                                  const Placement& placement, bool keep) {
   const std::string& form = request.transposed_weights;
   if (form != "auto" && form != "persistent" && form != "pool") {
-    throw Error("transposed weights '" + form + "' is not a choice", "use auto, persistent or pool");
+    throw Error("transposed weights '" + form + "' is not a choice",
+                "use auto, persistent or pool");
   }
-  const bool packs = std::any_of(placement.modules.begin(), placement.modules.end(), [](const ModulePlacement& m) {
-    return m.kind == ModuleKind::RoutedExperts && packsWeights(m.backend);
-  });
+  const bool packs =
+      std::any_of(placement.modules.begin(), placement.modules.end(), [](const ModulePlacement& m) {
+        return m.kind == ModuleKind::RoutedExperts && packsWeights(m.backend);
+      });
   bool pool = form == "pool";
   MemoryPlan plan = Evaluator(request, hardware, pool, keep).evaluate(placement);
   if (packs && form == "auto" && !hostFits(plan)) {
@@ -328,35 +344,42 @@ MemoryPlan evaluateWithTransposed(const PlanRequest& request, const Hardware& ha
   }
   if (packs) {
     plan.transposed_weights = pool ? "pool" : "persistent";
-    plan.notes.push_back(pool ? "packed W^T: a per-NUMA-node pool of two layers, refilled during the backward"
-                              : "packed W^T: persistent (one transposed copy of every expert for the backward)");
+    plan.notes.push_back(
+        pool ? "packed W^T: a per-NUMA-node pool of two layers, refilled during the backward"
+             : "packed W^T: persistent (one transposed copy of every expert for the backward)");
   }
   return plan;
 }
 
 // With gradient checkpointing and experts on the CPU: keep every layer's expert forward in host
 // RAM when it fits there (the backward then skips the experts' recomputation), else recompute.
-MemoryPlan evaluateChoices(const PlanRequest& request, const Hardware& hardware, const Placement& placement) {
-  const bool cpu_experts = std::any_of(placement.modules.begin(), placement.modules.end(), [](const ModulePlacement& m) {
-    return m.kind == ModuleKind::RoutedExperts && m.backend != "gpu-offload";
-  });
+MemoryPlan evaluateChoices(const PlanRequest& request, const Hardware& hardware,
+                           const Placement& placement) {
+  const bool cpu_experts =
+      std::any_of(placement.modules.begin(), placement.modules.end(), [](const ModulePlacement& m) {
+        return m.kind == ModuleKind::RoutedExperts && m.backend != "gpu-offload";
+      });
   const bool can_keep = request.training && request.gradient_checkpointing && cpu_experts;
   if (can_keep) {
     MemoryPlan kept = evaluateWithTransposed(request, hardware, placement, true);
     if (hostFits(kept)) {
       kept.keep_expert_forward = true;
-      kept.notes.push_back("expert forward kept in host RAM for the backward: checkpointing recomputes no expert");
+      kept.notes.push_back(
+          "expert forward kept in host RAM for the backward: checkpointing recomputes no expert");
       return kept;
     }
   }
   MemoryPlan plan = evaluateWithTransposed(request, hardware, placement, false);
-  if (can_keep) plan.notes.push_back("expert forward recomputed in the backward: host RAM has no room to keep every layer's");
+  if (can_keep)
+    plan.notes.push_back(
+        "expert forward recomputed in the backward: host RAM has no room to keep every layer's");
   return plan;
 }
 
 }  // namespace
 
-MemoryPlan evaluatePlacement(const PlanRequest& request, const Hardware& hardware, const Placement& given) {
+MemoryPlan evaluatePlacement(const PlanRequest& request, const Hardware& hardware,
+                             const Placement& given) {
   // The rule file places the modules; the resident experts fill what its GPUs have left. Their
   // counts are the planner's, whatever `given` came with (an earlier plan's, for layers that may
   // have moved off their GPU since).
@@ -379,17 +402,21 @@ namespace {
 MemoryPlan placeAndEvaluate(const PlanRequest& request, const Hardware& hardware) {
   // Offload mode on a machine without a GPU computes the experts on the layers' device, the CPU:
   // planned as the CPU engine's.
-  const std::string asked =
-      request.experts_backend == "gpu-offload" && hardware.gpus.empty() ? "auto" : request.experts_backend;
-  const std::string backend = resolveBackend(asked, hardware, request.model, request.expert_weight_format);
-  const std::string format = request.expert_weight_format.empty() ? defaultWeightFormat(backend, request.model)
-                                                                   : request.expert_weight_format;
+  const std::string asked = request.experts_backend == "gpu-offload" && hardware.gpus.empty()
+                                ? "auto"
+                                : request.experts_backend;
+  const std::string backend =
+      resolveBackend(asked, hardware, request.model, request.expert_weight_format);
+  const std::string format = request.expert_weight_format.empty()
+                                 ? defaultWeightFormat(backend, request.model)
+                                 : request.expert_weight_format;
   // Wᵀ lives on the host only, so the GPU filling does not depend on its form.
   const Evaluator evaluator(request, hardware, false, false);
   Placement placement = initialPlacement(request, hardware, backend, format);
   MemoryPlan plan = evaluator.evaluate(placement);
   for (const GpuSpec& g : hardware.gpus) {
-    while (!plan.device(g.device())->fits() && evictOne(placement, g.device(), request.whole_layers)) {
+    while (!plan.device(g.device())->fits() &&
+           evictOne(placement, g.device(), request.whole_layers)) {
       plan = evaluator.evaluate(placement);
     }
   }
@@ -397,14 +424,16 @@ MemoryPlan placeAndEvaluate(const PlanRequest& request, const Hardware& hardware
   plan = evaluateChoices(request, hardware, placement);
   noteGpuExperts(plan, request, hardware);
   if (asked == "auto" && request.model.isMoe()) {
-    plan.notes.push_back("experts backend auto: " + backend + " (the best kernels the expert engine has for this CPU)");
+    plan.notes.push_back("experts backend auto: " + backend +
+                         " (the best kernels the expert engine has for this CPU)");
   }
   int on_cpu = 0;
   for (const ModulePlacement& m : plan.placement.modules) {
     on_cpu += m.kind == ModuleKind::Attention && m.device == Device::cpu();
   }
   if (on_cpu > 0 && !hardware.gpus.empty()) {
-    plan.notes.push_back(std::to_string(on_cpu) + " decoder layer(s) did not fit on the GPUs and run on the CPU");
+    plan.notes.push_back(std::to_string(on_cpu) +
+                         " decoder layer(s) did not fit on the GPUs and run on the CPU");
   }
   return plan;
 }

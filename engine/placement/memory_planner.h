@@ -2,10 +2,11 @@
 // The memory planner: before anything is loaded, how many bytes a LoRA run (or a chat) needs on
 // every GPU and every NUMA node, by category, for a placement; and the placement itself, filling
 // the GPUs by arithmetic intensity (attention/MLA, then shared experts, then dense MLPs, then the
-// hottest routed experts of each GPU layer) while the other routed experts stay in host memory. When it does not fit it says what to change, with the
-// effect of each change computed by planning again. docs/placement.md has every formula; they
-// follow what the engine allocates (engine/experts, engine/gpu, engine/train), and the test
-// against MemoryLedger checks the ones the ledger sees.
+// hottest routed experts of each GPU layer) while the other routed experts stay in host memory.
+// When it does not fit it says what to change, with the effect of each change computed by planning
+// again. docs/placement.md has every formula; they follow what the engine allocates
+// (engine/experts, engine/gpu, engine/train), and the test against MemoryLedger checks the ones the
+// ledger sees.
 
 #include <array>
 #include <cstdint>
@@ -20,7 +21,14 @@
 namespace tandem::placement {
 
 enum class PlanCategory : uint8_t {
-  Weights, LoraOptimizer, Activations, ExpertCache, PackedTransposed, KvCache, PinnedStaging, Overhead
+  Weights,
+  LoraOptimizer,
+  Activations,
+  ExpertCache,
+  PackedTransposed,
+  KvCache,
+  PinnedStaging,
+  Overhead
 };
 inline constexpr int kPlanCategoryCount = 8;
 std::string_view planCategoryName(PlanCategory category);  // "weights", "lora_optimizer", ...
@@ -36,20 +44,20 @@ struct PlanRequest {
   int lora_rank = 8;
   std::vector<std::string> lora_target = {"all"};  // LLaMA-Factory lora_target
   int64_t cutoff_len = 2048;
-  int64_t batch_size = 1;              // per_device_train_batch_size
+  int64_t batch_size = 1;  // per_device_train_batch_size
   bool gradient_checkpointing = true;
-  bool bf16 = true;                    // dense weights and activations in bf16 (else fp32)
+  bool bf16 = true;  // dense weights and activations in bf16 (else fp32)
   int64_t loss_chunk_tokens = 1024;
   std::string experts_backend = "auto";
-  std::string expert_weight_format;   // "" = defaultWeightFormat(backend, model)
+  std::string expert_weight_format;  // "" = defaultWeightFormat(backend, model)
   // AMX / oneDNN backends need Wᵀ for the backward: a persistent transposed copy of every expert,
   // or a per-NUMA-node pool refilled layer by layer (DESIGN.md). auto: persistent when it fits.
   std::string transposed_weights = "auto";  // auto | persistent | pool
-  int64_t kv_cache_tokens = 0;        // chat: context tokens of KV cache; 0 for training
+  int64_t kv_cache_tokens = 0;              // chat: context tokens of KV cache; 0 for training
   // true: a decoder layer's dense parts stay together on one device (what the runtime runs);
   // false: shared experts and dense MLPs may leave their layer's GPU before attention does.
   bool whole_layers = true;
-  bool training = true;               // false: inference only (no LoRA grads, optimizer, caches)
+  bool training = true;  // false: inference only (no LoRA grads, optimizer, caches)
   // Routed experts resident on each MoE layer's GPU beside the CPU engine (co-computation; KT's
   // kt_num_gpu_experts): kAutoGpuExperts fills what the GPUs have left after the dense modules,
   // evenly per layer; N puts N on every MoE layer that is on a GPU; 0 none.
@@ -64,8 +72,8 @@ struct PlanItem {
 };
 
 struct DevicePlan {
-  Device device;                 // cuda:N; host: cpu (one NUMA node) or cpu:numaK
-  uint64_t capacity_bytes = 0;   // what the plan may use (docs/placement.md: what "fits" means)
+  Device device;                // cuda:N; host: cpu (one NUMA node) or cpu:numaK
+  uint64_t capacity_bytes = 0;  // what the plan may use (docs/placement.md: what "fits" means)
   std::array<uint64_t, kPlanCategoryCount> bytes{};
   std::vector<PlanItem> items;
 
@@ -78,8 +86,10 @@ struct MemoryPlan {
   Placement placement;
   std::vector<DevicePlan> devices;  // GPUs by index, then host node(s)
   bool fits = true;
-  std::string transposed_weights;     // persistent | pool; empty when the experts backend does not pack
-  bool keep_expert_forward = false;   // checkpointing keeps the CPU experts' forward (model::ModelOptions)
+  std::string
+      transposed_weights;  // persistent | pool; empty when the experts backend does not pack
+  bool keep_expert_forward =
+      false;  // checkpointing keeps the CPU experts' forward (model::ModelOptions)
   std::vector<std::string> problems;  // one per device that overflows: "need X, have Y"
   std::vector<std::string> advice;    // what to change, each with its effect
   std::vector<std::string> notes;     // decisions the planner made (backend, Wᵀ form, ...)
@@ -92,7 +102,8 @@ struct MemoryPlan {
 MemoryPlan planMemory(const PlanRequest& request, const Hardware& hardware);
 
 // The bytes of a given placement (from a rule file or preset); `advice` as for planMemory.
-MemoryPlan evaluatePlacement(const PlanRequest& request, const Hardware& hardware, const Placement& placement);
+MemoryPlan evaluatePlacement(const PlanRequest& request, const Hardware& hardware,
+                             const Placement& placement);
 
 // Parameter count of one module of `model` (e.g. for the studio's module list).
 int64_t moduleParameters(const io::ModelConfig& model, const ModulePlacement& module);

@@ -38,7 +38,8 @@ std::string notesText(const MemoryPlan& plan) {
 // The bytes of the plan's items named `what` on cuda:0.
 uint64_t gpuItem(const MemoryPlan& plan, const std::string& what) {
   uint64_t bytes = 0;
-  for (const PlanItem& i : plan.device(Device::cuda(0))->items) bytes += i.what == what ? i.bytes : 0;
+  for (const PlanItem& i : plan.device(Device::cuda(0))->items)
+    bytes += i.what == what ? i.bytes : 0;
   return bytes;
 }
 
@@ -82,14 +83,16 @@ TEST(MemoryPlanner, DeepSeekV3NeedsInt8ExpertsAndOneTerabyte) {
   EXPECT_TRUE(planMemory(int8, preset("4x4090-24g_xeon-emr-2s_1t")).fits);
   // The checkpoint's fp8 experts are packed as bf16 by amx_bf16 ("auto" on AMX; exact), which
   // does not fit 1 TB: the advice is int8.
-  const MemoryPlan fp8 = planMemory(request("deepseek-v3.json"), preset("4x4090-24g_xeon-emr-2s_1t"));
+  const MemoryPlan fp8 =
+      planMemory(request("deepseek-v3.json"), preset("4x4090-24g_xeon-emr-2s_1t"));
   EXPECT_FALSE(fp8.fits);
   EXPECT_NE(adviceText(fp8).find("use amx_int8 experts"), std::string::npos) << adviceText(fp8);
   EXPECT_FALSE(planMemory(bf16, preset("4x4090-24g_xeon-emr-2s_1t")).fits);
 }
 
 TEST(MemoryPlanner, Qwen3_30BFitsOne4090And256GB) {
-  const MemoryPlan plan = planMemory(request("qwen3-30b-a3b.json"), preset("1x4090-24g_xeon-w7-spr_256g"));
+  const MemoryPlan plan =
+      planMemory(request("qwen3-30b-a3b.json"), preset("1x4090-24g_xeon-w7-spr_256g"));
   EXPECT_TRUE(plan.fits) << adviceText(plan);
   for (const ModulePlacement& m : plan.placement.modules) {
     if (m.kind == ModuleKind::Attention) {
@@ -111,8 +114,10 @@ TEST(MemoryPlanner, Qwen3_30BFitsOne4090And256GB) {
 }
 
 TEST(MemoryPlanner, LayersSplitOverGpusAndSpillToTheCpu) {
-  // DeepSeek-V3's dense part (~35 GB in bf16) does not fit one 24 GB card: some layers go to the CPU.
-  const MemoryPlan one = planMemory(request("deepseek-v3.json"), preset("1x4090-24g_xeon-w7-spr_256g"));
+  // DeepSeek-V3's dense part (~35 GB in bf16) does not fit one 24 GB card: some layers go to the
+  // CPU.
+  const MemoryPlan one =
+      planMemory(request("deepseek-v3.json"), preset("1x4090-24g_xeon-w7-spr_256g"));
   int on_gpu = 0, on_cpu = 0;
   for (const ModulePlacement& m : one.placement.modules) {
     if (m.kind == ModuleKind::Attention) (m.device == Device::cuda(0) ? on_gpu : on_cpu)++;
@@ -129,14 +134,17 @@ TEST(MemoryPlanner, LayersSplitOverGpusAndSpillToTheCpu) {
   bool shared_left = false;
   for (const ModulePlacement& m : by_intensity.placement.modules) {
     split_on_gpu += m.kind == ModuleKind::Attention && m.device == Device::cuda(0);
-    shared_left |= m.kind == ModuleKind::SharedExperts && m.device == Device::cpu() &&
-                   by_intensity.placement.find("model.layers." + std::to_string(m.layer) + ".self_attn")->device == Device::cuda(0);
+    shared_left |=
+        m.kind == ModuleKind::SharedExperts && m.device == Device::cpu() &&
+        by_intensity.placement.find("model.layers." + std::to_string(m.layer) + ".self_attn")
+                ->device == Device::cuda(0);
   }
   EXPECT_GT(split_on_gpu, on_gpu);
   EXPECT_TRUE(shared_left);
   EXPECT_THROW(toRuntimePlacement(by_intensity.placement), Error);
   // Four cards hold every layer, contiguous, each card a quarter.
-  const MemoryPlan four = planMemory(request("deepseek-v3.json"), preset("4x4090-24g_xeon-emr-2s_1t"));
+  const MemoryPlan four =
+      planMemory(request("deepseek-v3.json"), preset("4x4090-24g_xeon-emr-2s_1t"));
   std::optional<Device> last;
   int switches = 0;
   for (const ModulePlacement& m : four.placement.modules) {
@@ -151,25 +159,29 @@ TEST(MemoryPlanner, LayersSplitOverGpusAndSpillToTheCpu) {
   EXPECT_EQ(four.placement.find("model.layers.3.mlp.experts")->device.str(), "cpu");
   EXPECT_EQ(four.placement.find("model.layers.60.mlp.experts")->device.str(), "cpu");
   EXPECT_NEAR(static_cast<double>(four.device(Device::numaNode(0))->total()),
-              static_cast<double>(four.device(Device::numaNode(1))->total()), 0.1 * static_cast<double>(four.hostBytes()));
+              static_cast<double>(four.device(Device::numaNode(1))->total()),
+              0.1 * static_cast<double>(four.hostBytes()));
 }
 
 TEST(MemoryPlanner, MonotonicInRankCutoffAndBatch) {
   const Hardware hw = preset("1x4090-24g_xeon-w7-spr_256g");
   PlanRequest base = request("qwen3-30b-a3b.json");
   base.gpu_experts = 0;  // auto would fill the GPU whatever the settings
-  const uint64_t base_total = planMemory(base, hw).hostBytes() + planMemory(base, hw).device(Device::cuda(0))->total();
+  const uint64_t base_total =
+      planMemory(base, hw).hostBytes() + planMemory(base, hw).device(Device::cuda(0))->total();
   auto total = [&](const PlanRequest& r) {
     const MemoryPlan p = planMemory(r, hw);
     return p.hostBytes() + p.device(Device::cuda(0))->total();
   };
   PlanRequest r = base;
   r.lora_rank = 64;
-  EXPECT_GT(sum(planMemory(r, hw), PlanCategory::LoraOptimizer), sum(planMemory(base, hw), PlanCategory::LoraOptimizer));
+  EXPECT_GT(sum(planMemory(r, hw), PlanCategory::LoraOptimizer),
+            sum(planMemory(base, hw), PlanCategory::LoraOptimizer));
   EXPECT_GT(total(r), base_total);
   r = base;
   r.cutoff_len = 8192;
-  EXPECT_GT(sum(planMemory(r, hw), PlanCategory::Activations), sum(planMemory(base, hw), PlanCategory::Activations));
+  EXPECT_GT(sum(planMemory(r, hw), PlanCategory::Activations),
+            sum(planMemory(base, hw), PlanCategory::Activations));
   EXPECT_GT(total(r), base_total);
   r = base;
   r.batch_size = 4;
@@ -179,10 +191,12 @@ TEST(MemoryPlanner, MonotonicInRankCutoffAndBatch) {
   // Without checkpointing the GPU holds every layer's activations. The experts' forward caches are
   // every layer's either way: with checkpointing, 256 GB has room to keep them for the backward,
   // and with them each layer's output [tokens, hidden], which the recomputation hands on.
-  EXPECT_GT(sum(planMemory(r, hw), PlanCategory::Activations), sum(planMemory(base, hw), PlanCategory::Activations));
+  EXPECT_GT(sum(planMemory(r, hw), PlanCategory::Activations),
+            sum(planMemory(base, hw), PlanCategory::Activations));
   EXPECT_TRUE(planMemory(base, hw).keep_expert_forward);
   const uint64_t kept_outputs =
-      static_cast<uint64_t>(base.model.num_hidden_layers * base.cutoff_len * base.batch_size * base.model.hidden_size * 2);
+      static_cast<uint64_t>(base.model.num_hidden_layers * base.cutoff_len * base.batch_size *
+                            base.model.hidden_size * 2);
   EXPECT_EQ(sum(planMemory(r, hw), PlanCategory::ExpertCache) + kept_outputs,
             sum(planMemory(base, hw), PlanCategory::ExpertCache));
   // Where RAM is short the planner recomputes them instead (one layer's cache) before giving up.
@@ -194,7 +208,8 @@ TEST(MemoryPlanner, MonotonicInRankCutoffAndBatch) {
     if (p.keep_expert_forward) continue;
     recomputes = true;
     EXPECT_TRUE(p.fits) << gib << " GiB";
-    EXPECT_LT(40 * sum(p, PlanCategory::ExpertCache), sum(planMemory(r, hw), PlanCategory::ExpertCache));
+    EXPECT_LT(40 * sum(p, PlanCategory::ExpertCache),
+              sum(planMemory(r, hw), PlanCategory::ExpertCache));
   }
   EXPECT_TRUE(recomputes);
 }
@@ -209,7 +224,7 @@ TEST(MemoryPlanner, HotRoutedExpertsFillWhatTheGpuHasLeft) {
   const MemoryPlan without = planMemory(none, hw);
   const MemoryPlan with = planMemory(request("qwen3-30b-a3b.json"), hw);
   const int64_t n = with.placement.find("model.layers.0.mlp.experts")->gpu_experts;
-  EXPECT_GT(n, 8);   // ~14 GB left on the card, 9 MiB per expert, 48 layers
+  EXPECT_GT(n, 8);  // ~14 GB left on the card, 9 MiB per expert, 48 layers
   EXPECT_LT(n, 128);
   for (const ModulePlacement& m : with.placement.modules) {
     EXPECT_EQ(m.gpu_experts, m.kind == ModuleKind::RoutedExperts ? n : 0) << m.name;
@@ -220,8 +235,10 @@ TEST(MemoryPlanner, HotRoutedExpertsFillWhatTheGpuHasLeft) {
     if (item.what == "resident routed experts") resident += item.bytes;
   }
   EXPECT_EQ(resident, static_cast<uint64_t>(n) * 48 * 3 * 2048 * 768 * 2);
-  EXPECT_EQ(gpu.at(PlanCategory::Weights), without.device(Device::cuda(0))->at(PlanCategory::Weights) + resident);
-  EXPECT_LE(static_cast<double>(gpu.total()), kGpuExpertsFill * static_cast<double>(gpu.capacity_bytes));
+  EXPECT_EQ(gpu.at(PlanCategory::Weights),
+            without.device(Device::cuda(0))->at(PlanCategory::Weights) + resident);
+  EXPECT_LE(static_cast<double>(gpu.total()),
+            kGpuExpertsFill * static_cast<double>(gpu.capacity_bytes));
   auto hostItem = [](const MemoryPlan& plan, const std::string& what) {
     uint64_t bytes = 0;
     for (const DevicePlan& d : plan.devices) {
@@ -232,7 +249,8 @@ TEST(MemoryPlanner, HotRoutedExpertsFillWhatTheGpuHasLeft) {
   };
   const uint64_t packs_without = hostItem(without, "routed experts bf16");
   EXPECT_GT(packs_without, 0u);
-  EXPECT_EQ(hostItem(with, "routed experts bf16"), packs_without / 128 * static_cast<uint64_t>(128 - n));
+  EXPECT_EQ(hostItem(with, "routed experts bf16"),
+            packs_without / 128 * static_cast<uint64_t>(128 - n));
   EXPECT_LT(with.hostBytes(), without.hostBytes());
   EXPECT_TRUE(with.fits);
   EXPECT_EQ(toRuntimePlacement(with.placement).gpu_experts, std::vector<int64_t>(48, n));
@@ -247,10 +265,15 @@ TEST(MemoryPlanner, HotRoutedExpertsFillWhatTheGpuHasLeft) {
   EXPECT_EQ(planMemory(four, hw).placement.find("model.layers.47.mlp.experts")->gpu_experts, 4);
   Hardware cpu_only = hw;
   cpu_only.gpus.clear();
-  EXPECT_EQ(planMemory(request("qwen3-30b-a3b.json"), cpu_only).placement.find("model.layers.0.mlp.experts")->gpu_experts, 0);
+  EXPECT_EQ(planMemory(request("qwen3-30b-a3b.json"), cpu_only)
+                .placement.find("model.layers.0.mlp.experts")
+                ->gpu_experts,
+            0);
   // Big GPUs hold every expert of a small model (the CPU engine then computes none).
   EXPECT_EQ(planMemory(request("deepseek-v2-lite.json"), preset("1xh200_xeon-16c_128g"))
-                .placement.find("model.layers.1.mlp.experts")->gpu_experts, 64);
+                .placement.find("model.layers.1.mlp.experts")
+                ->gpu_experts,
+            64);
   // The counts are the planner's, not the placement's: a layer an edit moved off the GPU keeps
   // none (the studio's editor passes its last evaluated placement back in).
   Placement moved = with.placement;
@@ -279,8 +302,10 @@ TEST(MemoryPlanner, Int8ResidentExpertsAreHalfTheBytesAndTwiceTheCount) {
   EXPECT_EQ(gpuItem(int8, "resident routed experts"), 10 * 48 * (3 * H * I + (2 * I + H) * 4));
   EXPECT_EQ(gpuItem(int8, "resident int8 experts cast"), 10 * 3 * H * I * 2);  // one layer, bf16
   EXPECT_EQ(gpuItem(residentOf("bf16", 10), "resident int8 experts cast"), 0u);
-  const int64_t n_bf16 = residentOf("bf16", kAutoGpuExperts).placement.find("model.layers.0.mlp.experts")->gpu_experts;
-  const int64_t n_int8 = residentOf("int8", kAutoGpuExperts).placement.find("model.layers.0.mlp.experts")->gpu_experts;
+  const int64_t n_bf16 =
+      residentOf("bf16", kAutoGpuExperts).placement.find("model.layers.0.mlp.experts")->gpu_experts;
+  const int64_t n_int8 =
+      residentOf("int8", kAutoGpuExperts).placement.find("model.layers.0.mlp.experts")->gpu_experts;
   EXPECT_GT(n_bf16, 8);
   EXPECT_GE(n_int8, n_bf16 * 17 / 10);
   EXPECT_LE(n_int8, n_bf16 * 2 + 1);
@@ -298,28 +323,36 @@ TEST(MemoryPlanner, Int8ResidentExpertsAreHalfTheBytesAndTwiceTheCount) {
   auto hostHeld = [](const MemoryPlan& plan) {
     std::string held;
     for (const DevicePlan& d : plan.devices) {
-      for (const PlanItem& i : d.items) held += !d.device.isGpu() && i.what.starts_with("routed experts ") ? i.what : "";
+      for (const PlanItem& i : d.items)
+        held += !d.device.isGpu() && i.what.starts_with("routed experts ") ? i.what : "";
     }
     return held;
   };
   EXPECT_EQ(hostHeld(int8), "routed experts int8");
   const std::string notes = notesText(int8);
-  EXPECT_NE(notes.find("10 of 128 routed experts per MoE layer resident on cuda:0 in int8"), std::string::npos) << notes;
-  EXPECT_NE(notes.find("the CPU engine computes about 92 % of the routed pairs"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("10 of 128 routed experts per MoE layer resident on cuda:0 in int8"),
+            std::string::npos)
+      << notes;
+  EXPECT_NE(notes.find("the CPU engine computes about 92 % of the routed pairs"), std::string::npos)
+      << notes;
   EXPECT_NE(notes.find("experts backend auto: amx_int8"), std::string::npos) << notes;
   PlanRequest epyc = request("qwen3-30b-a3b.json");
   epyc.expert_weight_format = "int8";
-  EXPECT_EQ(hostHeld(planMemory(epyc, preset("1x4090-24g_epyc-genoa-1s_384g"))), "routed experts fp32");
+  EXPECT_EQ(hostHeld(planMemory(epyc, preset("1x4090-24g_epyc-genoa-1s_384g"))),
+            "routed experts fp32");
 }
 
 TEST(MemoryPlanner, EvaluatesARuleFilePlacementAndAdvises) {
   // LLaMA-Factory's two-GPU rule file on a single-GPU machine is an error naming the module.
   PlanRequest r = request("deepseek-v3.json");
   const Placement rules = applyKtRules(
-      loadKtRules(fs::path(TANDEM_PLACEMENT_TESTDATA) / "DeepSeek-V3-Chat-sft-amx-multi-gpu.yaml"), r.model);
+      loadKtRules(fs::path(TANDEM_PLACEMENT_TESTDATA) / "DeepSeek-V3-Chat-sft-amx-multi-gpu.yaml"),
+      r.model);
   EXPECT_THROW(evaluatePlacement(r, preset("1x4090-24g_xeon-w7-spr_256g"), rules), Error);
   // On two 24 GB cards, 30 MLA layers fit with checkpointing; without, their activations do not.
-  EXPECT_TRUE(evaluatePlacement(r, preset("2x4090-24g_xeon-spr-2s_512g"), rules).device(Device::cuda(0))->fits());
+  EXPECT_TRUE(evaluatePlacement(r, preset("2x4090-24g_xeon-spr-2s_512g"), rules)
+                  .device(Device::cuda(0))
+                  ->fits());
   r.gradient_checkpointing = false;
   const MemoryPlan plan = evaluatePlacement(r, preset("2x4090-24g_xeon-spr-2s_512g"), rules);
   EXPECT_FALSE(plan.device(Device::cuda(0))->fits());
@@ -329,19 +362,23 @@ TEST(MemoryPlanner, EvaluatesARuleFilePlacementAndAdvises) {
 }
 
 TEST(MemoryPlanner, EveryModelOnEveryPresetGivesASensiblePlan) {
-  for (const char* model : {"deepseek-v3.json", "kimi-k2.json", "qwen3-235b-a22b.json", "qwen3-30b-a3b.json",
-                            "deepseek-v2-lite.json", "mixtral-8x7b.json"}) {
+  for (const char* model : {"deepseek-v3.json", "kimi-k2.json", "qwen3-235b-a22b.json",
+                            "qwen3-30b-a3b.json", "deepseek-v2-lite.json", "mixtral-8x7b.json"}) {
     for (const fs::path& file : listHardwarePresets(kPresets / "hardware")) {
       SCOPED_TRACE(std::string(model) + " on " + file.stem().string());
       const Hardware hw = loadHardwarePreset(file);
       const MemoryPlan plan = planMemory(request(model), hw);
       EXPECT_EQ(plan.fits, plan.problems.empty());
       EXPECT_EQ(plan.fits, plan.advice.empty());
-      for (const GpuSpec& g : hw.gpus) EXPECT_TRUE(plan.device(g.device())->fits());  // the planner never overfills a GPU
+      for (const GpuSpec& g : hw.gpus)
+        EXPECT_TRUE(plan.device(g.device())->fits());  // the planner never overfills a GPU
       // The first layer's attention always gets a GPU: the most intensive module goes first.
       EXPECT_TRUE(plan.placement.find("model.layers.0.self_attn")->device.isGpu());
       const RuntimePlacement runtime = toRuntimePlacement(plan.placement);
-      EXPECT_EQ(runtime.layer_devices.size(), static_cast<size_t>(plan.placement.modules[1].layer == 0 ? request(model).model.num_hidden_layers : 0));
+      EXPECT_EQ(runtime.layer_devices.size(),
+                static_cast<size_t>(plan.placement.modules[1].layer == 0
+                                        ? request(model).model.num_hidden_layers
+                                        : 0));
     }
   }
   // Small models fit everywhere. Kimi-K2 (1 T parameters, fp8): its experts packed as bf16 (2.0 TB)
@@ -349,7 +386,8 @@ TEST(MemoryPlanner, EveryModelOnEveryPresetGivesASensiblePlan) {
   for (const fs::path& file : listHardwarePresets(kPresets / "hardware")) {
     const Hardware hw = loadHardwarePreset(file);
     EXPECT_TRUE(planMemory(request("deepseek-v2-lite.json"), hw).fits) << file;
-    EXPECT_TRUE(!planMemory(request("kimi-k2.json"), hw).fits || hw.ramBytes() >= 2048 * kGiB) << file;
+    EXPECT_TRUE(!planMemory(request("kimi-k2.json"), hw).fits || hw.ramBytes() >= 2048 * kGiB)
+        << file;
     if (!hw.cpu.amx_int8) continue;
     PlanRequest int8 = request("kimi-k2.json");
     int8.experts_backend = "amx_int8";
@@ -394,22 +432,29 @@ TEST(MemoryPlanner, AdvisesStreamingWhereTheLinkOutrunsTheCpu) {
   h200.gpus[0].total_bytes = h200.gpus[0].free_bytes = 24ull << 30;
   PlanRequest int8 = request("qwen3-30b-a3b.json");
   int8.expert_weight_format = "int8";
-  const std::string advice = "experts_mode: gpu-offload keeps the resident experts and streams the others";
-  EXPECT_NE(notesText(planMemory(int8, h200)).find(advice), std::string::npos) << notesText(planMemory(int8, h200));
-  EXPECT_EQ(notesText(planMemory(int8, preset("1x4090-24g_xeon-w7-spr_256g"))).find(advice), std::string::npos);
+  const std::string advice =
+      "experts_mode: gpu-offload keeps the resident experts and streams the others";
+  EXPECT_NE(notesText(planMemory(int8, h200)).find(advice), std::string::npos)
+      << notesText(planMemory(int8, h200));
+  EXPECT_EQ(notesText(planMemory(int8, preset("1x4090-24g_xeon-w7-spr_256g"))).find(advice),
+            std::string::npos);
   PlanRequest offload = int8;
   offload.experts_backend = "gpu-offload";
-  EXPECT_EQ(notesText(planMemory(offload, h200)).find(advice), std::string::npos);  // already streams
+  EXPECT_EQ(notesText(planMemory(offload, h200)).find(advice),
+            std::string::npos);  // already streams
   // A whole Qwen3-30B-A3B layer on those 16 cores: 39 ms forward + 47 ms backward measured.
-  const std::optional<double> layer = cpuExpertsMs(int8.model, 2048, 1.0, h200.cpu, /*recomputed=*/false);
+  const std::optional<double> layer =
+      cpuExpertsMs(int8.model, 2048, 1.0, h200.cpu, /*recomputed=*/false);
   ASSERT_TRUE(layer.has_value());
   EXPECT_NEAR(*layer, 86.0, 2.0);
   // Its 128 int8 experts twice over PCIe 5.0 x16: 2 x 606 MB at ~54 GB/s.
-  const std::optional<double> streamed = streamedExpertsMs(int8.model, 128, "int8", true, h200.gpus[0]);
+  const std::optional<double> streamed =
+      streamedExpertsMs(int8.model, 128, "int8", true, h200.gpus[0]);
   ASSERT_TRUE(streamed.has_value());
   EXPECT_NEAR(*streamed, 22.3, 0.5);
   Hardware no_amx = preset("1x4090-24g_epyc-genoa-1s_384g");
-  EXPECT_FALSE(cpuExpertsMs(int8.model, 2048, 1.0, no_amx.cpu, false).has_value());  // no measured rate
+  EXPECT_FALSE(
+      cpuExpertsMs(int8.model, 2048, 1.0, no_amx.cpu, false).has_value());  // no measured rate
 }
 
 // Offload mode with a resident cache: auto fills the GPU with resident experts as it does beside
@@ -432,10 +477,13 @@ TEST(MemoryPlanner, OffloadModeKeepsAResidentCacheAndStreamsTheRest) {
   EXPECT_GT(n, 16);
   EXPECT_LT(n, 128);
   EXPECT_EQ(cached.placement.find("model.layers.47.mlp.experts")->gpu_experts, n);
-  EXPECT_EQ(gpuItem(cached, "offload buffers"), gpuItem(plain, "offload buffers") / 128 * static_cast<uint64_t>(128 - n));
+  EXPECT_EQ(gpuItem(cached, "offload buffers"),
+            gpuItem(plain, "offload buffers") / 128 * static_cast<uint64_t>(128 - n));
   const DevicePlan& gpu = *cached.device(Device::cuda(0));
-  EXPECT_LE(static_cast<double>(gpu.total()), kGpuExpertsFill * static_cast<double>(gpu.capacity_bytes));
-  EXPECT_NE(notesText(cached).find("the others are streamed per layer"), std::string::npos) << notesText(cached);
+  EXPECT_LE(static_cast<double>(gpu.total()),
+            kGpuExpertsFill * static_cast<double>(gpu.capacity_bytes));
+  EXPECT_NE(notesText(cached).find("the others are streamed per layer"), std::string::npos)
+      << notesText(cached);
   const RuntimePlacement runtime = toRuntimePlacement(cached.placement);
   EXPECT_EQ(runtime.experts_mode, "gpu-offload");
   EXPECT_EQ(runtime.gpu_experts[3], n);

@@ -1,7 +1,5 @@
 #include "engine/placement/placement.h"
 
-#include "engine/placement/hardware.h"
-
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -10,6 +8,7 @@
 #include <utility>
 
 #include "engine/core/error.h"
+#include "engine/placement/hardware.h"
 #include "engine/placement/yaml_file.h"
 
 namespace tandem::placement {
@@ -76,19 +75,24 @@ std::vector<Device> Placement::devices() const {
 }
 
 Placement modulesOf(const io::ModelConfig& model) {
-  if (model.num_hidden_layers <= 0) throw Error("the model has no decoder layers (num_hidden_layers)");
+  if (model.num_hidden_layers <= 0)
+    throw Error("the model has no decoder layers (num_hidden_layers)");
   Placement p;
   p.modules.push_back({"model.embed_tokens", ModuleKind::Embedding, -1});
-  const bool qwen2_shared = model.architecture == io::Architecture::Qwen2Moe && model.shared_expert_intermediate_size > 0;
+  const bool qwen2_shared =
+      model.architecture == io::Architecture::Qwen2Moe && model.shared_expert_intermediate_size > 0;
   const bool deepseek_shared = (model.architecture == io::Architecture::DeepseekV2 ||
-                                model.architecture == io::Architecture::DeepseekV3) && model.n_shared_experts > 0;
+                                model.architecture == io::Architecture::DeepseekV3) &&
+                               model.n_shared_experts > 0;
   for (int l = 0; l < model.num_hidden_layers; ++l) {
     const std::string prefix = "model.layers." + std::to_string(l) + ".";
     p.modules.push_back({prefix + "self_attn", ModuleKind::Attention, l});
     if (model.isMoeLayer(l)) {
       p.modules.push_back({prefix + "mlp.gate", ModuleKind::Router, l});
-      if (qwen2_shared) p.modules.push_back({prefix + "mlp.shared_expert", ModuleKind::SharedExperts, l});
-      if (deepseek_shared) p.modules.push_back({prefix + "mlp.shared_experts", ModuleKind::SharedExperts, l});
+      if (qwen2_shared)
+        p.modules.push_back({prefix + "mlp.shared_expert", ModuleKind::SharedExperts, l});
+      if (deepseek_shared)
+        p.modules.push_back({prefix + "mlp.shared_experts", ModuleKind::SharedExperts, l});
       p.modules.push_back({prefix + "mlp.experts", ModuleKind::RoutedExperts, l});
     } else {
       p.modules.push_back({prefix + "mlp", ModuleKind::DenseMlp, l});
@@ -115,7 +119,8 @@ void requireOnMachine(const ModulePlacement& m, Device device, const Hardware& m
     found = found || Device::numaNode(n.id) == device;
   }
   if (found || (device.isCpu() && machine.numa_nodes.empty() && device.numaNode() == 0)) return;
-  throw Error(m.name + " is on " + device.str() + ", which this machine does not have", "use one of: " + have);
+  throw Error(m.name + " is on " + device.str() + ", which this machine does not have",
+              "use one of: " + have);
 }
 
 }  // namespace
@@ -128,10 +133,12 @@ void validatePlacement(const Placement& placement, const Hardware* machine) {
     }
     if (m.kind != ModuleKind::RoutedExperts) continue;
     if (!listed(kExpertBackends, m.backend)) {
-      throw Error(m.name + ": '" + m.backend + "' is not an experts backend", "use one of " + joined(kExpertBackends));
+      throw Error(m.name + ": '" + m.backend + "' is not an experts backend",
+                  "use one of " + joined(kExpertBackends));
     }
     if (!listed(kWeightFormats, m.weight_format)) {
-      throw Error(m.name + ": '" + m.weight_format + "' is not a weight format", "use one of " + joined(kWeightFormats));
+      throw Error(m.name + ": '" + m.weight_format + "' is not a weight format",
+                  "use one of " + joined(kWeightFormats));
     }
     if (m.device.isGpu()) {
       throw Error(m.name + ": routed-expert weights live in host memory, not on " + m.device.str(),
@@ -139,10 +146,12 @@ void validatePlacement(const Placement& placement, const Hardware* machine) {
     }
     if (m.backend == "gpu-offload") {
       if (!m.compute_device || !m.compute_device->isGpu()) {
-        throw Error(m.name + ": gpu-offload needs the GPU that computes them", "set compute_device: cuda:N");
+        throw Error(m.name + ": gpu-offload needs the GPU that computes them",
+                    "set compute_device: cuda:N");
       }
     } else if (m.compute_device) {
-      throw Error(m.name + ": compute_device is only for gpu-offload (backend " + m.backend + " computes on the CPU)");
+      throw Error(m.name + ": compute_device is only for gpu-offload (backend " + m.backend +
+                  " computes on the CPU)");
     }
   }
 }
@@ -178,23 +187,27 @@ RuntimePlacement toRuntimePlacement(const Placement& placement) {
         r.head_device = m.device;
         break;
       case ModuleKind::RoutedExperts:
-        if (experts && (experts->backend != m.backend || experts->weight_format != m.weight_format)) {
-          throw Error(m.name + " uses " + m.backend + "/" + m.weight_format + " but " + experts->name + " " +
-                      experts->backend + "/" + experts->weight_format,
+        if (experts &&
+            (experts->backend != m.backend || experts->weight_format != m.weight_format)) {
+          throw Error(m.name + " uses " + m.backend + "/" + m.weight_format + " but " +
+                          experts->name + " " + experts->backend + "/" + experts->weight_format,
                       "the runtime runs every layer's experts with one backend and format");
         }
         if (m.backend == "gpu-offload" && m.compute_device != r.layer_devices.back()) {
-          throw Error(m.name + " is computed on " + m.compute_device->str() + " but its layer is on " +
-                      r.layer_devices.back().str(), "offloaded experts run on their layer's GPU");
+          throw Error(m.name + " is computed on " + m.compute_device->str() +
+                          " but its layer is on " + r.layer_devices.back().str(),
+                      "offloaded experts run on their layer's GPU");
         }
         if (m.gpu_experts > 0 && !r.layer_devices.back().isGpu()) {
           throw Error(m.name + " has " + std::to_string(m.gpu_experts) + " experts resident on " +
                           r.layer_devices.back().str() + ", which is not a GPU",
-                      "resident experts live on their layer's GPU: set gpu_experts to 0 for layers on the CPU");
+                      "resident experts live on their layer's GPU: set gpu_experts to 0 for layers "
+                      "on the CPU");
         }
         r.gpu_experts.back() = m.gpu_experts;
         experts = &m;
-        r.experts_numa_node.resize(std::max(r.experts_numa_node.size(), static_cast<size_t>(m.layer) + 1), -1);
+        r.experts_numa_node.resize(
+            std::max(r.experts_numa_node.size(), static_cast<size_t>(m.layer) + 1), -1);
         r.experts_numa_node[static_cast<size_t>(m.layer)] = m.device.numaNode();
         break;
       case ModuleKind::Router:
@@ -203,7 +216,8 @@ RuntimePlacement toRuntimePlacement(const Placement& placement) {
         if (m.device != r.layer_devices.back()) {
           throw Error(m.name + " is on " + m.device.str() + " but its layer's attention on " +
                           r.layer_devices.back().str(),
-                      "the runtime runs a decoder layer's dense parts on one device (plan with whole layers)");
+                      "the runtime runs a decoder layer's dense parts on one device (plan with "
+                      "whole layers)");
         }
         break;
     }
@@ -231,7 +245,8 @@ bool parseLayer(std::string_view text, int& out) {
 LayerRange parseRange(const std::string& text, int num_layers, const std::string& where) {
   const size_t dash = text.find('-');
   const std::string_view first = std::string_view(text).substr(0, dash);
-  const std::string_view last = dash == std::string::npos ? first : std::string_view(text).substr(dash + 1);
+  const std::string_view last =
+      dash == std::string::npos ? first : std::string_view(text).substr(dash + 1);
   LayerRange r;
   bool ok = parseLayer(first, r.first);
   if (last.empty()) {
@@ -239,9 +254,11 @@ LayerRange parseRange(const std::string& text, int num_layers, const std::string
   } else {
     ok = ok && parseLayer(last, r.last);
   }
-  if (!ok || r.first > r.last) throw Error(where + ": '" + text + "' is not a layer range", "write N, A-B or A- (to the end)");
+  if (!ok || r.first > r.last)
+    throw Error(where + ": '" + text + "' is not a layer range", "write N, A-B or A- (to the end)");
   if (r.last >= num_layers) {
-    throw Error(where + ": layer " + std::to_string(r.last) + " is past the model's last layer " + std::to_string(num_layers - 1));
+    throw Error(where + ": layer " + std::to_string(r.last) + " is past the model's last layer " +
+                std::to_string(num_layers - 1));
   }
   return r;
 }
@@ -253,33 +270,45 @@ std::string scalar(const YAML::Node& node, const std::string& where) {
 
 }  // namespace
 
-Placement parsePlacementPreset(std::string_view yaml_text, const std::string& label, const io::ModelConfig& model) {
+Placement parsePlacementPreset(std::string_view yaml_text, const std::string& label,
+                               const io::ModelConfig& model) {
   const YAML::Node root = yaml::parse(yaml_text, label);
   yaml::onlyKeys(root, label, {"name", "embed_tokens", "lm_head", "experts", "layers"});
   Placement p = modulesOf(model);
-  const Device embed = Device::parse(scalar(root["embed_tokens"], label + ": embed_tokens"), label + ": embed_tokens");
-  const Device head = Device::parse(scalar(root["lm_head"], label + ": lm_head"), label + ": lm_head");
+  const Device embed = Device::parse(scalar(root["embed_tokens"], label + ": embed_tokens"),
+                                     label + ": embed_tokens");
+  const Device head =
+      Device::parse(scalar(root["lm_head"], label + ": lm_head"), label + ": lm_head");
   const YAML::Node experts = root["experts"];
-  if (!experts) throw Error(label + ": experts is missing", "e.g. experts: {device: cpu, backend: auto}");
+  if (!experts)
+    throw Error(label + ": experts is missing", "e.g. experts: {device: cpu, backend: auto}");
   yaml::onlyKeys(experts, label + ": experts", {"device", "backend", "weight_format"});
   const Device experts_device =
-      experts["device"] ? Device::parse(scalar(experts["device"], label + ": experts.device"), label + ": experts.device")
+      experts["device"] ? Device::parse(scalar(experts["device"], label + ": experts.device"),
+                                        label + ": experts.device")
                         : Device::cpu();
-  const std::string backend = experts["backend"] ? scalar(experts["backend"], label + ": experts.backend") : "auto";
-  const std::string format = experts["weight_format"] ? scalar(experts["weight_format"], label + ": experts.weight_format")
-                                                      : defaultWeightFormat(backend, model);
+  const std::string backend =
+      experts["backend"] ? scalar(experts["backend"], label + ": experts.backend") : "auto";
+  const std::string format =
+      experts["weight_format"] ? scalar(experts["weight_format"], label + ": experts.weight_format")
+                               : defaultWeightFormat(backend, model);
   std::vector<std::optional<Device>> layer_device(static_cast<size_t>(model.num_hidden_layers));
   const YAML::Node layers = root["layers"];
-  if (!layers || !layers.IsSequence()) throw Error(label + ": layers must be a list of {layers: A-B, device: D}");
+  if (!layers || !layers.IsSequence())
+    throw Error(label + ": layers must be a list of {layers: A-B, device: D}");
   for (size_t i = 0; i < layers.size(); ++i) {
     const std::string where = label + ": layers[" + std::to_string(i) + "]";
     yaml::onlyKeys(layers[i], where, {"layers", "device"});
-    const LayerRange range = parseRange(scalar(layers[i]["layers"], where + ".layers"), model.num_hidden_layers, where);
-    const Device device = Device::parse(scalar(layers[i]["device"], where + ".device"), where + ".device");
+    const LayerRange range =
+        parseRange(scalar(layers[i]["layers"], where + ".layers"), model.num_hidden_layers, where);
+    const Device device =
+        Device::parse(scalar(layers[i]["device"], where + ".device"), where + ".device");
     for (int l = range.first; l <= range.last; ++l) layer_device[static_cast<size_t>(l)] = device;
   }
   for (size_t l = 0; l < layer_device.size(); ++l) {
-    if (!layer_device[l]) throw Error(label + ": layer " + std::to_string(l) + " has no device", "cover every layer in layers:");
+    if (!layer_device[l])
+      throw Error(label + ": layer " + std::to_string(l) + " has no device",
+                  "cover every layer in layers:");
   }
   for (ModulePlacement& m : p.modules) {
     switch (m.kind) {
@@ -304,7 +333,8 @@ Placement parsePlacementPreset(std::string_view yaml_text, const std::string& la
 }
 
 Placement loadPlacementPreset(const std::filesystem::path& file, const io::ModelConfig& model) {
-  return parsePlacementPreset(yaml::readFile(file, "placement preset", "check the path"), file.string(), model);
+  return parsePlacementPreset(yaml::readFile(file, "placement preset", "check the path"),
+                              file.string(), model);
 }
 
 }  // namespace tandem::placement

@@ -12,9 +12,9 @@
 //
 // Devices (device.h): cuda:N, cpu (the whole host) or cpu:numaK (one NUMA node). Routed experts:
 // device = where their weights live (cpu, cpu:numaK); backend amx_bf16 | amx_int8 |
-// avx512_bf16 | avx512 | avx2 | onednn | generic | auto compute them there, "gpu-offload" streams them from
-// pinned host memory to `compute_device` per layer (the ZeRO-Offload baseline).
-// Sources: the memory planner, a preset (presets/placement/*.yaml) and KTransformers rule files
+// avx512_bf16 | avx512 | avx2 | onednn | generic | auto compute them there, "gpu-offload" streams
+// them from pinned host memory to `compute_device` per layer (the ZeRO-Offload baseline). Sources:
+// the memory planner, a preset (presets/placement/*.yaml) and KTransformers rule files
 // (kt_rules.h). Plain structs, no libtorch or Qt: the studio lists and edits them.
 
 #include <cstdint>
@@ -30,7 +30,14 @@
 namespace tandem::placement {
 
 enum class ModuleKind : uint8_t {
-  Embedding, Attention, Router, SharedExperts, RoutedExperts, DenseMlp, FinalNorm, LmHead
+  Embedding,
+  Attention,
+  Router,
+  SharedExperts,
+  RoutedExperts,
+  DenseMlp,
+  FinalNorm,
+  LmHead
 };
 inline constexpr int kModuleKindCount = 8;
 std::string_view moduleKindName(ModuleKind kind);  // "embedding", "attention", ...
@@ -38,11 +45,11 @@ std::string_view moduleKindName(ModuleKind kind);  // "embedding", "attention", 
 struct ModulePlacement {
   std::string name;  // HF module name
   ModuleKind kind = ModuleKind::Attention;
-  int layer = -1;    // decoder layer, -1 for embed / norm / lm_head
+  int layer = -1;  // decoder layer, -1 for embed / norm / lm_head
   Device device;
   // Routed experts only (empty otherwise).
-  std::string backend;         // see kExpertBackends
-  std::string weight_format;   // bf16 | int8 | fp8 (| fp16 | fp32: unquantized checkpoints)
+  std::string backend;        // see kExpertBackends
+  std::string weight_format;  // bf16 | int8 | fp8 (| fp16 | fp32: unquantized checkpoints)
   std::optional<Device> compute_device;  // gpu-offload: the GPU that computes them
   // Co-computation: how many of them (the most routed) live on their layer's GPU, computed
   // there while the CPU engine computes the rest (engine/model/resident_experts.h).
@@ -51,8 +58,9 @@ struct ModulePlacement {
   bool operator==(const ModulePlacement&) const = default;
 };
 
-inline constexpr std::string_view kExpertBackends[] = {
-    "auto", "amx_bf16", "amx_int8", "avx512_bf16", "avx512", "avx2", "onednn", "generic", "gpu-offload"};
+inline constexpr std::string_view kExpertBackends[] = {"auto",        "amx_bf16", "amx_int8",
+                                                       "avx512_bf16", "avx512",   "avx2",
+                                                       "onednn",      "generic",  "gpu-offload"};
 inline constexpr std::string_view kWeightFormats[] = {"bf16", "int8", "fp8", "fp16", "fp32"};
 
 struct Placement {
@@ -81,8 +89,9 @@ struct Hardware;
 void validatePlacement(const Placement& placement, const Hardware* machine = nullptr);
 
 // The weight format the backend computes in when the user did not choose one: amx_int8 -> int8,
-// amx_bf16 -> bf16 (they pack, converting), else the checkpoint's (fp8 for DeepSeek-V3-style fp8 checkpoints, fp32/fp16 for such
-// checkpoints, else bf16): the expert engine reads the checkpoint's weights in place.
+// amx_bf16 -> bf16 (they pack, converting), else the checkpoint's (fp8 for DeepSeek-V3-style fp8
+// checkpoints, fp32/fp16 for such checkpoints, else bf16): the expert engine reads the checkpoint's
+// weights in place.
 std::string defaultWeightFormat(const std::string& backend, const io::ModelConfig& model);
 
 // What engine/model's ModelOptions needs to run a placement, as plain fields (the runtime turns
@@ -93,13 +102,13 @@ struct RuntimePlacement {
   Device embed_device;
   std::vector<Device> layer_devices;
   Device head_device;
-  std::string experts_mode;                // "cpu" | "gpu-offload"
-  std::string experts_backend;             // the expert engine backend for "cpu"
-  std::string experts_weight_format;       // bf16 | int8 | fp8 | fp16 | fp32
+  std::string experts_mode;           // "cpu" | "gpu-offload"
+  std::string experts_backend;        // the expert engine backend for "cpu"
+  std::string experts_weight_format;  // bf16 | int8 | fp8 | fp16 | fp32
   // Per decoder layer: K when its experts are on cpu:numaK (computed on node K alone), -1 on cpu
   // (split over every NUMA node, docs/experts.md) or without routed experts.
   std::vector<int> experts_numa_node;
-  std::vector<int64_t> gpu_experts;        // per decoder layer: experts resident on its GPU
+  std::vector<int64_t> gpu_experts;  // per decoder layer: experts resident on its GPU
 };
 // Throws Error when the placement asks for what the runtime cannot express: a layer's parts on
 // different devices, lm_head away from model.norm, experts of different layers on different

@@ -25,7 +25,8 @@ std::string joinTargets(const std::vector<std::string>& targets) {
 }  // namespace
 
 bool packsWeights(const std::string& backend) {
-  return backend == "amx_bf16" || backend == "amx_int8" || backend == "onednn" || backend == "avx512_bf16";
+  return backend == "amx_bf16" || backend == "amx_int8" || backend == "onednn" ||
+         backend == "avx512_bf16";
 }
 
 namespace {
@@ -35,8 +36,8 @@ std::string fp32Backend(const Hardware& hw) {
 }
 }  // namespace
 
-std::string resolveBackend(const std::string& backend, const Hardware& hw, const io::ModelConfig& model,
-                           const std::string& format) {
+std::string resolveBackend(const std::string& backend, const Hardware& hw,
+                           const io::ModelConfig& model, const std::string& format) {
   if (backend != "auto") return backend;
   if (format == "int8") return hw.cpu.amx_int8 ? "amx_int8" : fp32Backend(hw);
   const std::string stored = defaultWeightFormat("generic", model);
@@ -46,11 +47,16 @@ std::string resolveBackend(const std::string& backend, const Hardware& hw, const
   return fp32Backend(hw);
 }
 
-
-Evaluator::Evaluator(const PlanRequest& request, const Hardware& hw, bool transposed_pool, bool keep_expert_forward)
-    : req_(request), hw_(hw), m_(request.model), pool_(transposed_pool), keep_(keep_expert_forward),
+Evaluator::Evaluator(const PlanRequest& request, const Hardware& hw, bool transposed_pool,
+                     bool keep_expert_forward)
+    : req_(request),
+      hw_(hw),
+      m_(request.model),
+      pool_(transposed_pool),
+      keep_(keep_expert_forward),
       target_(io::LoraTarget::parse(joinTargets(request.lora_target))),
-      tokens_(request.batch_size * request.cutoff_len), act_bytes_(request.bf16 ? 2 : 4) {}
+      tokens_(request.batch_size * request.cutoff_len),
+      act_bytes_(request.bf16 ? 2 : 4) {}
 
 std::vector<int> Evaluator::computeNodes() const {
   std::vector<int> nodes;
@@ -64,7 +70,8 @@ std::vector<int> Evaluator::computeNodes() const {
   return nodes;
 }
 
-void Evaluator::charge(Books& books, Device device, PlanCategory c, const std::string& what, uint64_t bytes) const {
+void Evaluator::charge(Books& books, Device device, PlanCategory c, const std::string& what,
+                       uint64_t bytes) const {
   if (bytes == 0) return;
   std::vector<Device> targets;
   if (device == Device::cpu()) {
@@ -89,18 +96,23 @@ void Evaluator::chargeDense(Books& books, const ModulePlacement& m) const {
   const std::string kind(moduleKindName(m.kind));
   const auto weights = static_cast<uint64_t>(memory::moduleParameters(m_, m.kind) * act_bytes_);
   charge(books, m.device, PlanCategory::Weights, kind + " weights", weights);
-  const auto lora = static_cast<uint64_t>(memory::loraParameters(m_, m.kind, m.layer, target_, req_.lora_rank));
+  const auto lora =
+      static_cast<uint64_t>(memory::loraParameters(m_, m.kind, m.layer, target_, req_.lora_rank));
   // fp32 A/B (engine/gpu/lora_linear.cpp); training adds their gradients and AdamW's two moments.
-  charge(books, m.device, PlanCategory::LoraOptimizer, "LoRA (" + kind + ")", lora * (req_.training ? 16 : 4));
+  charge(books, m.device, PlanCategory::LoraOptimizer, "LoRA (" + kind + ")",
+         lora * (req_.training ? 16 : 4));
   if (m.kind == ModuleKind::Attention) {
     if (req_.training) {
       const uint64_t layer_act = memory::layerActivationBytes(m_, m.layer, tokens_, act_bytes_);
       // Checkpointing keeps each layer's input; the recomputed layer's own activations are the
       // per-device "recompute" item below.
       charge(books, m.device, PlanCategory::Activations, "layer activations",
-             req_.gradient_checkpointing ? static_cast<uint64_t>(tokens_ * m_.hidden_size * act_bytes_) : layer_act);
+             req_.gradient_checkpointing
+                 ? static_cast<uint64_t>(tokens_ * m_.hidden_size * act_bytes_)
+                 : layer_act);
     }
-    charge(books, m.device, PlanCategory::KvCache, "KV cache", memory::kvCacheBytes(m_, req_.kv_cache_tokens, act_bytes_));
+    charge(books, m.device, PlanCategory::KvCache, "KV cache",
+           memory::kvCacheBytes(m_, req_.kv_cache_tokens, act_bytes_));
   }
   if (m.kind == ModuleKind::LmHead && req_.training) {
     charge(books, m.device, PlanCategory::Activations, "loss chunk",
@@ -108,17 +120,19 @@ void Evaluator::chargeDense(Books& books, const ModulePlacement& m) const {
   }
 }
 
-void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, Device layer_device, bool first) const {
+void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, Device layer_device,
+                              bool first) const {
   // What the engine holds. Packing backends: a forward pack and Wᵀ, in int8 or else bf16 (fp8
   // checkpoints are dequantised at pack time); the checkpoint's experts they packed from are mapped
-  // file pages the kernel may drop, so they are not charged. generic, avx2 and avx512 read bf16/f16/f32
-  // experts in place, but copy fp8 sources or int8 experts to f32, both ways.
+  // file pages the kernel may drop, so they are not charged. generic, avx2 and avx512 read
+  // bf16/f16/f32 experts in place, but copy fp8 sources or int8 experts to f32, both ways.
   // gpu-offload: its pinned host copy, fp8 dequantised to bf16; the CPU layer packs nothing.
   const bool packs = packsWeights(m.backend), offload = m.backend == "gpu-offload";
-  const bool int8 = m.weight_format == "int8", fp8_source = defaultWeightFormat("generic", m_) == "fp8";
+  const bool int8 = m.weight_format == "int8",
+             fp8_source = defaultWeightFormat("generic", m_) == "fp8";
   const bool f32_copy = !packs && !offload && (int8 || fp8_source);
-  const std::string held = packs                  ? (int8 ? "int8" : "bf16")
-                           : f32_copy             ? "fp32"
+  const std::string held = packs                   ? (int8 ? "int8" : "bf16")
+                           : f32_copy              ? "fp32"
                            : offload && fp8_source ? "bf16"
                                                    : m.weight_format;
   uint64_t weights = memory::routedExpertBytes(m_, held);
@@ -131,20 +145,25 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, Device lay
   if ((packs || f32_copy) && m.gpu_experts > 0) weights = weights / experts * not_resident;
   charge(books, m.device, PlanCategory::Weights, "routed experts " + held, weights);
   if (packs || f32_copy) chargeTransposed(books, m, weights);
-  const auto lora = static_cast<uint64_t>(memory::loraParameters(m_, ModuleKind::RoutedExperts, m.layer, target_, req_.lora_rank));
+  const auto lora = static_cast<uint64_t>(
+      memory::loraParameters(m_, ModuleKind::RoutedExperts, m.layer, target_, req_.lora_rank));
   // engine/experts/expert_lora.cpp: A, B and their gradients in f32; AdamW's moments beside them.
-  charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA", lora * (req_.training ? 8 : 4));
-  if (req_.training) charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA optimizer", lora * 8);
+  charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA",
+         lora * (req_.training ? 8 : 4));
+  if (req_.training)
+    charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA optimizer", lora * 8);
   if (m.gpu_experts > 0) chargeResident(books, m, layer_device);
   const Device compute = offload ? *m.compute_device : m.device;
   // Experts on "cpu" are split over every NUMA node (each holds its slice of every expert, so
   // "cpu" charges spread evenly are what the engine holds); per-node partial outputs make some
   // buffers per node. A layer on cpu:numaK runs on that node alone, unsplit.
-  const int split = !offload && m.device == Device::cpu() ? static_cast<int>(computeNodes().size()) : 1;
+  const int split =
+      !offload && m.device == Device::cpu() ? static_cast<int>(computeNodes().size()) : 1;
   int targeted = 0;
   bool down = false;
   for (const char* p : {"gate_proj", "up_proj", "down_proj"}) {
-    if (req_.lora_rank > 0 && target_.matches("model.layers." + std::to_string(m.layer) + ".mlp.experts." + p)) {
+    if (req_.lora_rank > 0 &&
+        target_.matches("model.layers." + std::to_string(m.layer) + ".mlp.experts." + p)) {
       ++targeted;
       down = down || std::string(p) == "down_proj";
     }
@@ -154,7 +173,8 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, Device lay
     // the checkpointed pass keeps the CPU experts' ones to spare the recomputation
     // (model::KeptExpertForward; offload mode recomputes).
     charge(books, compute, PlanCategory::ExpertCache, "expert forward cache",
-           memory::expertForwardCacheBytes(m_, tokens_, act_bytes_, targeted > 0 ? req_.lora_rank : 0, split));
+           memory::expertForwardCacheBytes(m_, tokens_, act_bytes_,
+                                           targeted > 0 ? req_.lora_rank : 0, split));
   }
   if (req_.training && req_.gradient_checkpointing && keep_ && !offload) {
     // The kept forward's output too, which the recomputation hands on instead of computing it.
@@ -163,22 +183,24 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, Device lay
   }
   if (first) {
     charge(books, compute, PlanCategory::Activations, "expert scratch",
-           memory::expertScratchBytes(m_, tokens_, req_.training ? req_.lora_rank : 0, req_.training ? targeted : 0,
-                                      req_.training && down, split));
+           memory::expertScratchBytes(m_, tokens_, req_.training ? req_.lora_rank : 0,
+                                      req_.training ? targeted : 0, req_.training && down, split));
   }
   if (offload) {
     // Two layers' streamed experts on the GPU, the one computing and the next on its way
-    // (model::ExpertStreamer), copied from pinned host memory; int8 ones are cast there to the model
-    // dtype for the layer computing (model::StoredExpertWeights). Resident experts (a cache) are not
-    // streamed. The host copy is charged whole: it keeps every expert (the streamed ones are
-    // copied out of it).
+    // (model::ExpertStreamer), copied from pinned host memory; int8 ones are cast there to the
+    // model dtype for the layer computing (model::StoredExpertWeights). Resident experts (a cache)
+    // are not streamed. The host copy is charged whole: it keeps every expert (the streamed ones
+    // are copied out of it).
     if (first) {
-      const uint64_t cast = int8 ? memory::routedExpertBytes(m_, act_bytes_ == 2 ? "bf16" : "fp32") : 0;
+      const uint64_t cast =
+          int8 ? memory::routedExpertBytes(m_, act_bytes_ == 2 ? "bf16" : "fp32") : 0;
       charge(books, compute, PlanCategory::PinnedStaging, "offload buffers",
              (2 * weights + cast) / experts * not_resident);
     }
   } else if (layer_device.isGpu() && first) {
-    // Hidden states to the CPU and the routed output back, ids and weights (pinned, reused per layer).
+    // Hidden states to the CPU and the routed output back, ids and weights (pinned, reused per
+    // layer).
     const int64_t P = tokens_ * m_.num_experts_per_tok;
     charge(books, Device::cpu(), PlanCategory::PinnedStaging, "PCIe staging",
            static_cast<uint64_t>(2 * tokens_ * m_.hidden_size * act_bytes_ + P * 8));
@@ -191,8 +213,9 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, Device lay
 // (The host's packs of them are freed: chargeExperts.)
 void Evaluator::chargeResident(Books& books, const ModulePlacement& m, Device layer_device) const {
   const int64_t n = m.gpu_experts, H = m_.hidden_size, I = m_.moe_intermediate_size;
-  charge(books, layer_device, PlanCategory::Weights, "resident routed experts",
-         memory::residentExpertBytes(m_, m.weight_format, act_bytes_ == 2) * static_cast<uint64_t>(n));
+  charge(
+      books, layer_device, PlanCategory::Weights, "resident routed experts",
+      memory::residentExpertBytes(m_, m.weight_format, act_bytes_ == 2) * static_cast<uint64_t>(n));
   if (!books.resident_scratch.insert(layer_device).second) return;
   if (m.weight_format == "int8") {
     charge(books, layer_device, PlanCategory::Activations, "resident int8 experts cast",
@@ -202,25 +225,31 @@ void Evaluator::chargeResident(Books& books, const ModulePlacement& m, Device la
   // the gathered row and the output [H] b, gate/up/h [I] b, the fp32 weighted output [H] and its
   // sum; T · H fp32 for the per-token sum. Training's backward recomputes it with grads: twice.
   const int64_t P = tokens_ * m_.num_experts_per_tok;
-  const int64_t pairs = std::min<int64_t>(P, (2 * P * n + m_.num_experts - 1) / std::max(m_.num_experts, 1));
-  const int64_t forward = pairs * (2 * H * act_bytes_ + 3 * I * act_bytes_ + 2 * H * 4) + tokens_ * H * 4;
-  const auto lora = static_cast<uint64_t>(memory::loraParameters(m_, ModuleKind::RoutedExperts, m.layer, target_, req_.lora_rank));
-  const uint64_t lora_slices = lora / static_cast<uint64_t>(std::max(m_.num_experts, 1)) * static_cast<uint64_t>(n) * 4 *
-                               (req_.training ? 2 : 1);
+  const int64_t pairs =
+      std::min<int64_t>(P, (2 * P * n + m_.num_experts - 1) / std::max(m_.num_experts, 1));
+  const int64_t forward =
+      pairs * (2 * H * act_bytes_ + 3 * I * act_bytes_ + 2 * H * 4) + tokens_ * H * 4;
+  const auto lora = static_cast<uint64_t>(
+      memory::loraParameters(m_, ModuleKind::RoutedExperts, m.layer, target_, req_.lora_rank));
+  const uint64_t lora_slices = lora / static_cast<uint64_t>(std::max(m_.num_experts, 1)) *
+                               static_cast<uint64_t>(n) * 4 * (req_.training ? 2 : 1);
   charge(books, layer_device, PlanCategory::Activations, "resident experts compute",
          static_cast<uint64_t>(forward * (req_.training ? 2 : 1)) + lora_slices);
 }
 
-void Evaluator::chargeTransposed(Books& books, const ModulePlacement& m, uint64_t layer_weights) const {
+void Evaluator::chargeTransposed(Books& books, const ModulePlacement& m,
+                                 uint64_t layer_weights) const {
   if (!pool_) {
     charge(books, m.device, PlanCategory::PackedTransposed, "packed W^T", layer_weights);
     return;
   }
   // The pool holds two layers: the one the backward reads and the one being refilled. On "cpu"
   // every node holds its slice of both (charge spreads them evenly); on cpu:numaK that node all.
-  const Device node = hostDevice(m.device == Device::cpu() ? computeNodes().front() : m.device.numaNode());
+  const Device node =
+      hostDevice(m.device == Device::cpu() ? computeNodes().front() : m.device.numaNode());
   if (books.devices.at(node).at(PlanCategory::PackedTransposed) > 0) return;
-  charge(books, m.device, PlanCategory::PackedTransposed, "packed W^T pool (2 layers)", 2 * layer_weights);
+  charge(books, m.device, PlanCategory::PackedTransposed, "packed W^T pool (2 layers)",
+         2 * layer_weights);
 }
 
 MemoryPlan Evaluator::evaluate(const Placement& placement) const {
@@ -255,13 +284,15 @@ MemoryPlan Evaluator::evaluate(const Placement& placement) const {
     }
   }
   if (req_.training && req_.gradient_checkpointing) {
-    for (const auto& [device, bytes] : max_layer_act) charge(books, device, PlanCategory::Activations, "recompute", bytes);
+    for (const auto& [device, bytes] : max_layer_act)
+      charge(books, device, PlanCategory::Activations, "recompute", bytes);
   }
   for (auto& [device, plan] : books.devices) {
     const uint64_t used = plan.total();
     if (device.isGpu() && used > 0) {
       // Context plus the caching allocator's slack (~10 % of what comes and goes).
-      charge(books, device, PlanCategory::Overhead, "CUDA context + allocator", kGpuContextBytes + plan.at(PlanCategory::Activations) / 10);
+      charge(books, device, PlanCategory::Overhead, "CUDA context + allocator",
+             kGpuContextBytes + plan.at(PlanCategory::Activations) / 10);
     }
   }
   charge(books, hostDevice(0), PlanCategory::Overhead, "process", kHostProcessBytes);
@@ -272,7 +303,8 @@ MemoryPlan Evaluator::evaluate(const Placement& placement) const {
     const DevicePlan& dp = plan.devices.back();
     if (!dp.fits()) {
       plan.fits = false;
-      plan.problems.push_back(d.str() + ": need " + formatBytes(dp.total()) + ", have " + formatBytes(dp.capacity_bytes));
+      plan.problems.push_back(d.str() + ": need " + formatBytes(dp.total()) + ", have " +
+                              formatBytes(dp.capacity_bytes));
     }
   }
   return plan;

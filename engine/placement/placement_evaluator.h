@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/io/model_config.h"
 #include "engine/io/lora_target.h"
+#include "engine/io/model_config.h"
 #include "engine/placement/hardware.h"
 #include "engine/placement/memory_planner.h"
 
@@ -28,12 +28,13 @@ bool packsWeights(const std::string& backend);
 // the fp32 kernels (ExpertLayer::create: auto never lowers the checkpoint's precision).
 // `format`: the requested expert weight format ("" = the backend's default); auto picks, as the
 // engine's kernels::selectGemmBackend does, the best backend that multiplies it.
-std::string resolveBackend(const std::string& backend, const Hardware& hw, const io::ModelConfig& model,
-                           const std::string& format);
+std::string resolveBackend(const std::string& backend, const Hardware& hw,
+                           const io::ModelConfig& model, const std::string& format);
 
 class Evaluator {
  public:
-  Evaluator(const PlanRequest& request, const Hardware& hw, bool transposed_pool, bool keep_expert_forward);
+  Evaluator(const PlanRequest& request, const Hardware& hw, bool transposed_pool,
+            bool keep_expert_forward);
 
   MemoryPlan evaluate(const Placement& placement) const;
 
@@ -43,13 +44,16 @@ class Evaluator {
     std::map<std::pair<Device, std::string>, size_t> item_index;  // (device, what) -> item
     std::set<Device> resident_scratch;  // devices charged the resident experts' transient
   };
-  void charge(Books& books, Device device, PlanCategory c, const std::string& what, uint64_t bytes) const;
+  void charge(Books& books, Device device, PlanCategory c, const std::string& what,
+              uint64_t bytes) const;
   void chargeDense(Books& books, const ModulePlacement& m) const;
   void chargeExperts(Books& books, const ModulePlacement& m, Device layer_device, bool first) const;
   void chargeTransposed(Books& books, const ModulePlacement& m, uint64_t layer_weights) const;
   void chargeResident(Books& books, const ModulePlacement& m, Device layer_device) const;
   // The plan's name for NUMA node `node`: the host of a one-node machine is plain cpu.
-  Device hostDevice(int node) const { return hw_.numa_nodes.size() == 1 ? Device::cpu() : Device::numaNode(node); }
+  Device hostDevice(int node) const {
+    return hw_.numa_nodes.size() == 1 ? Device::cpu() : Device::numaNode(node);
+  }
   // The nodes the expert engine splits "cpu" over: those with cores (a memory-only node, CXL or
   // HBM, has no threads to compute on: engine/experts/expert_nodes.cpp); all when none say.
   std::vector<int> computeNodes() const;

@@ -25,7 +25,8 @@ std::string errorOf(const std::string& yaml, const io::ModelConfig& m) {
 
 TEST(Placement, ModulesFollowTheArchitecture) {
   const Placement v3 = modulesOf(model("deepseek-v3.json"));
-  // embed + 3 dense layers (attention, mlp) + 58 MoE layers (attention, gate, shared, experts) + norm + head
+  // embed + 3 dense layers (attention, mlp) + 58 MoE layers (attention, gate, shared, experts) +
+  // norm + head
   EXPECT_EQ(v3.modules.size(), 1u + 3 * 2 + 58 * 4 + 2);
   EXPECT_EQ(v3.modules[1].name, "model.layers.0.self_attn");
   EXPECT_EQ(v3.modules[2].kind, ModuleKind::DenseMlp);
@@ -39,7 +40,8 @@ TEST(Placement, ModulesFollowTheArchitecture) {
 TEST(Placement, LayerDevicesAreWhereTheAttentionIs) {
   Placement p = modulesOf(model("qwen3-30b-a3b.json"));
   for (ModulePlacement& m : p.modules) {
-    m.device = m.kind == ModuleKind::RoutedExperts ? Device::cpu() : Device::cuda(m.layer >= 24 ? 1 : 0);
+    m.device =
+        m.kind == ModuleKind::RoutedExperts ? Device::cpu() : Device::cuda(m.layer >= 24 ? 1 : 0);
   }
   const std::vector<Device> devices = p.layerDevices();
   ASSERT_EQ(devices.size(), 48u);
@@ -52,10 +54,11 @@ TEST(Placement, LayerDevicesAreWhereTheAttentionIs) {
 TEST(Placement, EveryShippedPresetAppliesToEveryModel) {
   for (const auto& entry : fs::directory_iterator(kPresets / "placement")) {
     if (entry.path().extension() != ".yaml") continue;
-    for (const char* m : {"deepseek-v3.json", "kimi-k2.json", "qwen3-30b-a3b.json", "mixtral-8x7b.json",
-                          "deepseek-v2-lite.json", "qwen3-235b-a22b.json"}) {
+    for (const char* m : {"deepseek-v3.json", "kimi-k2.json", "qwen3-30b-a3b.json",
+                          "mixtral-8x7b.json", "deepseek-v2-lite.json", "qwen3-235b-a22b.json"}) {
       const io::ModelConfig config = model(m);
-      if (entry.path().stem() == "deepseek-v3_2gpu_amx-int8" && config.num_hidden_layers <= 30) continue;
+      if (entry.path().stem() == "deepseek-v3_2gpu_amx-int8" && config.num_hidden_layers <= 30)
+        continue;
       SCOPED_TRACE(entry.path().string() + " / " + m);
       const Placement p = loadPlacementFile(entry.path(), config);
       const RuntimePlacement r = toRuntimePlacement(p);
@@ -67,13 +70,16 @@ TEST(Placement, EveryShippedPresetAppliesToEveryModel) {
 
 TEST(Placement, PresetMatchesTheRuleFileItStandsFor) {
   const io::ModelConfig v3 = model("deepseek-v3.json");
-  const Placement preset = loadPlacementFile(kPresets / "placement" / "deepseek-v3_2gpu_amx-int8.yaml", v3);
-  const Placement rules = loadPlacementFile(fs::path(TANDEM_PLACEMENT_TESTDATA) / "DeepSeek-V3-Chat-sft-amx-multi-gpu.yaml", v3);
+  const Placement preset =
+      loadPlacementFile(kPresets / "placement" / "deepseek-v3_2gpu_amx-int8.yaml", v3);
+  const Placement rules = loadPlacementFile(
+      fs::path(TANDEM_PLACEMENT_TESTDATA) / "DeepSeek-V3-Chat-sft-amx-multi-gpu.yaml", v3);
   EXPECT_EQ(preset, rules);
 }
 
 TEST(Placement, OffloadRunsExpertsOnTheirLayersGpu) {
-  const Placement p = loadPlacementFile(kPresets / "placement" / "one-gpu_offload.yaml", model("deepseek-v2-lite.json"));
+  const Placement p = loadPlacementFile(kPresets / "placement" / "one-gpu_offload.yaml",
+                                        model("deepseek-v2-lite.json"));
   const ModulePlacement* experts = p.find("model.layers.5.mlp.experts");
   ASSERT_NE(experts, nullptr);
   EXPECT_EQ(experts->device.str(), "cpu");
@@ -94,7 +100,9 @@ TEST(Placement, PresetErrorsNameFileAndKey) {
             "p.yaml: layers[0]: '5-2' is not a layer range");
   EXPECT_EQ(errorOf(head + "layers: [{layers: \"0-\", device: gpu0}]\n", qwen),
             "p.yaml: layers[0].device: 'gpu0' is not a device");
-  EXPECT_EQ(errorOf("embed_tokens: cpu\nlm_head: cuda:0\nexperts: {backend: amx_int4}\nlayers: [{layers: \"0-\", device: cuda:0}]\n", qwen),
+  EXPECT_EQ(errorOf("embed_tokens: cpu\nlm_head: cuda:0\nexperts: {backend: amx_int4}\nlayers: "
+                    "[{layers: \"0-\", device: cuda:0}]\n",
+                    qwen),
             "p.yaml: model.layers.0.mlp.experts: 'amx_int4' is not an experts backend");
   EXPECT_EQ(errorOf(head + "layer: []\n", qwen), "p.yaml: unknown key 'layer'");
 }
@@ -108,7 +116,8 @@ TEST(Placement, ValidationBoundsDevicesByTheMachine) {
     for (int n : nodes) hw.numa_nodes.push_back({.id = n});
     return hw;
   };
-  const Hardware gpu0 = machine({0}, {0}), gpu1 = machine({1}, {0}), two_nodes = machine({0}, {0, 1});
+  const Hardware gpu0 = machine({0}, {0}), gpu1 = machine({1}, {0}),
+                 two_nodes = machine({0}, {0, 1});
   EXPECT_NO_THROW(validatePlacement(p, &gpu0));
   EXPECT_THROW(validatePlacement(p, &gpu1), Error);  // planned for cuda:1 alone: no cuda:0
   const Hardware no_gpu = machine({}, {0});

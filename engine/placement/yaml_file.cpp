@@ -8,7 +8,8 @@
 
 namespace tandem::placement::yaml {
 
-std::string readFile(const std::filesystem::path& path, const std::string& what, const std::string& what_to_do) {
+std::string readFile(const std::filesystem::path& path, const std::string& what,
+                     const std::string& what_to_do) {
   std::ifstream in(path);
   if (!in) throw Error("cannot read " + what + " " + path.string(), what_to_do);
   std::stringstream text;
@@ -20,11 +21,13 @@ YAML::Node parse(std::string_view text, const std::string& label) {
   try {
     return YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
-    throw Error(label + ": not valid YAML (line " + std::to_string(e.mark.line + 1) + "): " + e.msg);
+    throw Error(label + ": not valid YAML (line " + std::to_string(e.mark.line + 1) +
+                "): " + e.msg);
   }
 }
 
-void onlyKeys(const YAML::Node& node, const std::string& where, std::initializer_list<const char*> keys) {
+void onlyKeys(const YAML::Node& node, const std::string& where,
+              std::initializer_list<const char*> keys) {
   if (!node.IsMap()) throw Error(where + " must be a block of `key: value` lines");
   for (const auto& item : node) {
     const std::string key = item.first.as<std::string>();

@@ -12,13 +12,15 @@
 namespace tandem::placement::yaml {
 
 // The file's text; Error "cannot read <what> <path>" with `what_to_do` when it cannot be read.
-std::string readFile(const std::filesystem::path& path, const std::string& what, const std::string& what_to_do);
+std::string readFile(const std::filesystem::path& path, const std::string& what,
+                     const std::string& what_to_do);
 
 // Error "<label>: not valid YAML (line N): ..." for a syntax error.
 YAML::Node parse(std::string_view text, const std::string& label);
 
 // Error "<where>: unknown key 'k'" listing `keys` when `node` (a map) has another key, and
 // "<where> must be a block of `key: value` lines" when it is not a map.
-void onlyKeys(const YAML::Node& node, const std::string& where, std::initializer_list<const char*> keys);
+void onlyKeys(const YAML::Node& node, const std::string& where,
+              std::initializer_list<const char*> keys);
 
 }  // namespace tandem::placement::yaml

@@ -44,10 +44,12 @@ infer::GenerationSettings settingsFor(const openai::ChatRequest& request, int64_
 }  // namespace
 
 ModelChatBackend::ModelChatBackend(const ModelChatBackendOptions& options)
-    : generator_(infer::Generator::load(options.model_dir, options.generator)), max_tokens_limit_(options.max_tokens_limit) {
+    : generator_(infer::Generator::load(options.model_dir, options.generator)),
+      max_tokens_limit_(options.max_tokens_limit) {
   for (const auto& [name, dir] : options.adapters) {
     if (name.empty() || name == kBaseId || generator_->hasAdapter(name)) {
-      throw Error("adapter name '" + name + "' is empty, 'base' or given twice", "give each --adapter NAME=DIR its own name");
+      throw Error("adapter name '" + name + "' is empty, 'base' or given twice",
+                  "give each --adapter NAME=DIR its own name");
     }
     generator_->addAdapter(name, dir);
   }
@@ -64,8 +66,10 @@ PreparedChat ModelChatBackend::prepare(const openai::ChatRequest& request) const
   try {
     chat.prompt_ids = generator_->encodeChat(toMessages(request));
   } catch (const Error& e) {
-    throw RequestError({400, "The messages cannot be rendered with the " + generator_->templateName() +
-                                 " template: " + e.message(), "invalid_request_error", "messages", "invalid_value"});
+    throw RequestError({400,
+                        "The messages cannot be rendered with the " + generator_->templateName() +
+                            " template: " + e.message(),
+                        "invalid_request_error", "messages", "invalid_value"});
   }
   const int64_t context = context_tokens_;
   const int64_t prompt_tokens = static_cast<int64_t>(chat.prompt_ids.size());
@@ -73,18 +77,22 @@ PreparedChat ModelChatBackend::prepare(const openai::ChatRequest& request) const
   const int64_t wanted = request.max_tokens.value_or(std::min(max_tokens_limit_, room));
   if (room < 1 || wanted > room) {
     const int64_t completion = std::max<int64_t>(wanted, 1);
-    throw RequestError({400, "This model's maximum context length is " + std::to_string(context) +
-                                 " tokens. However, you requested " + std::to_string(prompt_tokens + completion) +
-                                 " tokens (" + std::to_string(prompt_tokens) + " in the messages, " +
-                                 std::to_string(completion) +
-                                 " in the completion). Please reduce the length of the messages or the completion.",
-                        "invalid_request_error", request.max_tokens ? "max_tokens" : "messages", "context_length_exceeded"});
+    throw RequestError(
+        {400,
+         "This model's maximum context length is " + std::to_string(context) +
+             " tokens. However, you requested " + std::to_string(prompt_tokens + completion) +
+             " tokens (" + std::to_string(prompt_tokens) + " in the messages, " +
+             std::to_string(completion) +
+             " in the completion). Please reduce the length of the messages or the completion.",
+         "invalid_request_error", request.max_tokens ? "max_tokens" : "messages",
+         "context_length_exceeded"});
   }
   chat.max_new_tokens = wanted;
   return chat;
 }
 
-ChatResult ModelChatBackend::generate(const PreparedChat& chat, const TextSink& on_text, std::stop_token stop) {
+ChatResult ModelChatBackend::generate(const PreparedChat& chat, const TextSink& on_text,
+                                      std::stop_token stop) {
   std::stop_source halt;  // the client left (on_text said so) or the server is stopping
   std::stop_callback forward(stop, [&halt] { halt.request_stop(); });
   // prepare() already rendered the messages (to check the context): feed those ids as they are.
@@ -95,14 +103,16 @@ ChatResult ModelChatBackend::generate(const PreparedChat& chat, const TextSink& 
   const infer::GenerationResult generated = generator_->generate(
       request,
       [&](const infer::GenerationDelta& delta) {
-        if (!delta.text.empty() && !halt.stop_requested() && !on_text(delta.text)) halt.request_stop();
+        if (!delta.text.empty() && !halt.stop_requested() && !on_text(delta.text))
+          halt.request_stop();
       },
       halt.get_token());
   ChatResult result;
   result.text = generated.text;
   result.cancelled = generated.finish_reason == infer::FinishReason::Cancelled;
-  result.finish_reason = generated.finish_reason == infer::FinishReason::Length ? openai::FinishReason::Length
-                                                                         : openai::FinishReason::Stop;
+  result.finish_reason = generated.finish_reason == infer::FinishReason::Length
+                             ? openai::FinishReason::Length
+                             : openai::FinishReason::Stop;
   result.usage = {generated.prompt_tokens, generated.completion_tokens};
   return result;
 }

@@ -19,7 +19,7 @@ struct ModelChatBackendOptions {
   std::filesystem::path model_dir;
   std::vector<std::pair<std::string, std::filesystem::path>> adapters;  // model id -> adapter dir
   infer::GeneratorOptions generator;  // placement (the planner's by default), dtype, template
-  int64_t max_tokens_limit = 4096;  // default and cap of max_tokens
+  int64_t max_tokens_limit = 4096;    // default and cap of max_tokens
 };
 
 class ModelChatBackend : public ChatBackend {
@@ -31,7 +31,8 @@ class ModelChatBackend : public ChatBackend {
   std::vector<std::string> modelIds() const override;
   const infer::Generator& generator() const { return *generator_; }
   PreparedChat prepare(const openai::ChatRequest& request) const override;
-  ChatResult generate(const PreparedChat& chat, const TextSink& on_text, std::stop_token stop) override;
+  ChatResult generate(const PreparedChat& chat, const TextSink& on_text,
+                      std::stop_token stop) override;
 
  private:
   std::unique_ptr<infer::Generator> generator_;

@@ -11,13 +11,12 @@
 // refused with a 400 that names them, never silently ignored; docs/serve.md lists them.
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace tandem::serve::openai {
 
@@ -34,7 +33,8 @@ struct ApiError {
 // into the error answer.
 class RequestError : public std::runtime_error {
  public:
-  explicit RequestError(ApiError error) : std::runtime_error(error.message), error_(std::move(error)) {}
+  explicit RequestError(ApiError error)
+      : std::runtime_error(error.message), error_(std::move(error)) {}
   const ApiError& error() const { return error_; }
 
  private:
@@ -52,13 +52,13 @@ struct ChatRequest {
   std::string model;
   std::vector<ChatMessage> messages;
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage: a last chunk with usage
-  std::optional<double> temperature;        // [0, 2]; 0 is greedy
-  std::optional<double> top_p;              // (0, 1]
-  std::optional<int64_t> top_k;             // extension; 0 or absent: off
-  std::optional<double> repetition_penalty; // extension; (0, 10]
-  std::optional<int64_t> max_tokens;        // >= 1; absent: up to the server limit / the context
-  std::vector<std::string> stop;            // up to 4 non-empty strings
+  bool include_usage = false;         // stream_options.include_usage: a last chunk with usage
+  std::optional<double> temperature;  // [0, 2]; 0 is greedy
+  std::optional<double> top_p;        // (0, 1]
+  std::optional<int64_t> top_k;       // extension; 0 or absent: off
+  std::optional<double> repetition_penalty;  // extension; (0, 10]
+  std::optional<int64_t> max_tokens;         // >= 1; absent: up to the server limit / the context
+  std::vector<std::string> stop;             // up to 4 non-empty strings
   std::optional<uint64_t> seed;
 };
 

@@ -50,7 +50,8 @@ TEST(OpenAiProtocol, ParsesAFullRequest) {
 }
 
 TEST(OpenAiProtocol, DefaultsAndSingleStopString) {
-  const ChatRequest r = parseChatRequest(withMessages(R"(, "stop": "###", "max_tokens": 16.0, "temperature": null)"), kLimit);
+  const ChatRequest r = parseChatRequest(
+      withMessages(R"(, "stop": "###", "max_tokens": 16.0, "temperature": null)"), kLimit);
   EXPECT_FALSE(r.stream);
   EXPECT_FALSE(r.temperature);
   EXPECT_EQ(*r.max_tokens, 16);
@@ -58,8 +59,9 @@ TEST(OpenAiProtocol, DefaultsAndSingleStopString) {
 }
 
 TEST(OpenAiProtocol, MalformedBodiesAreInvalidRequests) {
-  for (const char* body : {"", "{", "{\"model\": }", "[1, 2]", "42", "null", "\"text\"", "{\"model\": \"base\",}",
-                           "{\"model\": \"\xff\xfe\"}", "{\"max_tokens\": 1e999}"}) {
+  for (const char* body :
+       {"", "{", "{\"model\": }", "[1, 2]", "42", "null", "\"text\"", "{\"model\": \"base\",}",
+        "{\"model\": \"\xff\xfe\"}", "{\"max_tokens\": 1e999}"}) {
     const ApiError e = errorOf(body);
     EXPECT_EQ(e.status, 400) << body;
     EXPECT_EQ(e.type, "invalid_request_error") << body;
@@ -72,26 +74,34 @@ TEST(OpenAiProtocol, MissingAndWronglyTypedFieldsNameTheParam) {
     std::string body, param, code;
   };
   const Case cases[] = {
-      {R"({"messages": [{"role": "user", "content": "hi"}]})", "model", "missing_required_parameter"},
+      {R"({"messages": [{"role": "user", "content": "hi"}]})", "model",
+       "missing_required_parameter"},
       {R"({"model": 3, "messages": [{"role": "user", "content": "hi"}]})", "model", "invalid_type"},
       {R"({"model": "base"})", "messages", "missing_required_parameter"},
       {R"({"model": "base", "messages": {}})", "messages", "invalid_type"},
       {R"({"model": "base", "messages": []})", "messages", "empty_array"},
       {R"({"model": "base", "messages": ["hi"]})", "messages[0]", "invalid_type"},
-      {R"({"model": "base", "messages": [{"content": "hi"}]})", "messages[0].role", "missing_required_parameter"},
-      {R"({"model": "base", "messages": [{"role": "wizard", "content": "hi"}]})", "messages[0].role", "invalid_value"},
-      {R"({"model": "base", "messages": [{"role": "user"}]})", "messages[0].content", "missing_required_parameter"},
-      {R"({"model": "base", "messages": [{"role": "user", "content": 5}]})", "messages[0].content", "invalid_type"},
+      {R"({"model": "base", "messages": [{"content": "hi"}]})", "messages[0].role",
+       "missing_required_parameter"},
+      {R"({"model": "base", "messages": [{"role": "wizard", "content": "hi"}]})",
+       "messages[0].role", "invalid_value"},
+      {R"({"model": "base", "messages": [{"role": "user"}]})", "messages[0].content",
+       "missing_required_parameter"},
+      {R"({"model": "base", "messages": [{"role": "user", "content": 5}]})", "messages[0].content",
+       "invalid_type"},
       {R"({"model": "base", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})",
        "messages[0].content[0].type", "unsupported"},
-      {R"({"model": "base", "messages": [{"role": "assistant", "content": "hi"}]})", "messages[0].role", "invalid_value"},
-      {R"({"model": "base", "messages": [{"role": "system", "content": "s"}]})", "messages", "invalid_value"},
+      {R"({"model": "base", "messages": [{"role": "assistant", "content": "hi"}]})",
+       "messages[0].role", "invalid_value"},
+      {R"({"model": "base", "messages": [{"role": "system", "content": "s"}]})", "messages",
+       "invalid_value"},
       {R"({"model": "base", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})",
        "messages[2].role", "invalid_value"},
       {R"({"model": "base", "messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]})",
        "messages[1].role", "invalid_value"},
       {withMessages(R"(, "stream": "yes")"), "stream", "invalid_type"},
-      {withMessages(R"(, "stream_options": {"include_usage": true})"), "stream_options", "invalid_value"},
+      {withMessages(R"(, "stream_options": {"include_usage": true})"), "stream_options",
+       "invalid_value"},
       {withMessages(R"(, "temperature": "hot")"), "temperature", "invalid_type"},
       {withMessages(R"(, "temperature": 2.5)"), "temperature", "invalid_value"},
       {withMessages(R"(, "temperature": -1)"), "temperature", "invalid_value"},
@@ -101,8 +111,10 @@ TEST(OpenAiProtocol, MissingAndWronglyTypedFieldsNameTheParam) {
       {withMessages(R"(, "max_tokens": 1.5)"), "max_tokens", "invalid_type"},
       {withMessages(R"(, "max_tokens": "10")"), "max_tokens", "invalid_type"},
       {withMessages(R"(, "max_tokens": 257)"), "max_tokens", "max_tokens_too_large"},
-      {withMessages(R"(, "max_completion_tokens": 100000000000000000000)"), "max_completion_tokens", "invalid_type"},
-      {withMessages(R"(, "max_tokens": 5, "max_completion_tokens": 6)"), "max_tokens", "invalid_value"},
+      {withMessages(R"(, "max_completion_tokens": 100000000000000000000)"), "max_completion_tokens",
+       "invalid_type"},
+      {withMessages(R"(, "max_tokens": 5, "max_completion_tokens": 6)"), "max_tokens",
+       "invalid_value"},
       {withMessages(R"(, "stop": 3)"), "stop", "invalid_type"},
       {withMessages(R"(, "stop": ["a", 1])"), "stop", "invalid_type"},
       {withMessages(R"(, "stop": ["a", "b", "c", "d", "e"])"), "stop", "invalid_value"},
@@ -112,7 +124,8 @@ TEST(OpenAiProtocol, MissingAndWronglyTypedFieldsNameTheParam) {
       {withMessages(R"(, "tools": [])"), "tools", "unsupported"},
       {withMessages(R"(, "logprobs": true)"), "logprobs", "unsupported"},
       {withMessages(R"(, "presence_penalty": 0.5)"), "presence_penalty", "unsupported"},
-      {withMessages(R"(, "response_format": {"type": "json_object"})"), "response_format", "unsupported"},
+      {withMessages(R"(, "response_format": {"type": "json_object"})"), "response_format",
+       "unsupported"},
       {withMessages(R"(, "temprature": 0.5)"), "temprature", "unknown_parameter"},
   };
   for (const Case& c : cases) {
@@ -131,7 +144,8 @@ TEST(OpenAiProtocol, MaxTokensAboveTheLimitSaysWhichFlagRaisesIt) {
 }
 
 TEST(OpenAiProtocol, ErrorBodyHasOpenAisShape) {
-  const json body = errorBody({404, "The model 'x' does not exist", "invalid_request_error", "model", "model_not_found"});
+  const json body = errorBody(
+      {404, "The model 'x' does not exist", "invalid_request_error", "model", "model_not_found"});
   EXPECT_EQ(body["error"]["message"], "The model 'x' does not exist");
   EXPECT_EQ(body["error"]["type"], "invalid_request_error");
   EXPECT_EQ(body["error"]["param"], "model");

@@ -50,16 +50,17 @@ class ChatBackend {
   virtual PreparedChat prepare(const openai::ChatRequest& request) const = 0;
   // Generates the answer; called one at a time. Stops early (returning what was generated, as
   // Stop) when `stop` is requested or `on_text` returns false.
-  virtual ChatResult generate(const PreparedChat& chat, const TextSink& on_text, std::stop_token stop) = 0;
+  virtual ChatResult generate(const PreparedChat& chat, const TextSink& on_text,
+                              std::stop_token stop) = 0;
 };
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;                      // 0: any free port (see OpenAiServer::bind)
-  std::string api_key;                  // non-empty: "Authorization: Bearer <key>" required on /v1
-  size_t max_body_bytes = 1 << 20;      // larger bodies: 413
-  int64_t max_tokens_limit = 4096;      // larger max_tokens: 400
-  size_t max_waiting = 16;              // requests queued behind the running one; more: 503
+  int port = 8000;                  // 0: any free port (see OpenAiServer::bind)
+  std::string api_key;              // non-empty: "Authorization: Bearer <key>" required on /v1
+  size_t max_body_bytes = 1 << 20;  // larger bodies: 413
+  int64_t max_tokens_limit = 4096;  // larger max_tokens: 400
+  size_t max_waiting = 16;          // requests queued behind the running one; more: 503
 };
 
 class OpenAiServer {

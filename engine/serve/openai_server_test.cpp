@@ -28,11 +28,13 @@ class ScriptedBackend : public ChatBackend {
   std::vector<std::string> modelIds() const override { return {"base", "tuned"}; }
   PreparedChat prepare(const openai::ChatRequest& request) const override {
     if (request.messages.back().content == "too long") {
-      throw openai::RequestError({400, "context", "invalid_request_error", "messages", "context_length_exceeded"});
+      throw openai::RequestError(
+          {400, "context", "invalid_request_error", "messages", "context_length_exceeded"});
     }
     return {request, {1, 2, 3}, request.max_tokens.value_or(4)};
   }
-  ChatResult generate(const PreparedChat& chat, const TextSink& on_text, std::stop_token stop) override {
+  ChatResult generate(const PreparedChat& chat, const TextSink& on_text,
+                      std::stop_token stop) override {
     ++generations;
     started = true;
     ChatResult result;
@@ -43,7 +45,8 @@ class ScriptedBackend : public ChatBackend {
         result.cancelled = true;
         break;
       }
-      const std::string word = "w" + std::to_string(i) + (chat.request.model == "tuned" ? "t " : " ");
+      const std::string word =
+          "w" + std::to_string(i) + (chat.request.model == "tuned" ? "t " : " ");
       result.text += word;
       if (!on_text(word)) {
         ++cancelled;
@@ -80,7 +83,8 @@ class ServerTest : public ::testing::Test {
   int port_ = 0;
 };
 
-const std::string kHello = R"({"model": "base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})";
+const std::string kHello =
+    R"({"model": "base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})";
 
 json errorOf(const httplib::Result& res) { return json::parse(res->body)["error"]; }
 
@@ -102,7 +106,8 @@ TEST_F(ServerTest, AnswersAPlainChat) {
 
 TEST_F(ServerTest, StreamsServerSentEventsInOpenAisOrder) {
   start();
-  const auto res = chat(R"({"model": "tuned", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+  const auto res =
+      chat(R"({"model": "tuned", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
                             "stream": true, "stream_options": {"include_usage": true}})");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200);
@@ -139,15 +144,23 @@ TEST_F(ServerTest, ErrorsHaveTheRightStatusAndTheServerKeepsServing) {
   EXPECT_EQ(client().Get("/v1/models")->status, 401);
   EXPECT_EQ(client().Get("/health")->status, 200);  // liveness needs no key
   EXPECT_EQ(chat("{not json", key)->status, 400);
-  EXPECT_EQ(errorOf(chat(R"({"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]})", key))["code"],
+  EXPECT_EQ(errorOf(chat(R"({"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]})",
+                         key))["code"],
             "model_not_found");
-  EXPECT_EQ(chat(R"({"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]})", key)->status, 404);
-  const auto huge = chat(R"({"model": "base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100000})", key);
+  EXPECT_EQ(
+      chat(R"({"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]})", key)->status,
+      404);
+  const auto huge = chat(
+      R"({"model": "base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100000})",
+      key);
   EXPECT_EQ(huge->status, 400);
   EXPECT_EQ(errorOf(huge)["param"], "max_tokens");
-  EXPECT_EQ(errorOf(chat(R"({"model": "base", "messages": [{"role": "user", "content": "too long"}]})", key))["code"],
-            "context_length_exceeded");
-  const std::string big = R"({"model": "base", "messages": [{"role": "user", "content": ")" + std::string(8192, 'a') + "\"}]}";
+  EXPECT_EQ(
+      errorOf(chat(R"({"model": "base", "messages": [{"role": "user", "content": "too long"}]})",
+                   key))["code"],
+      "context_length_exceeded");
+  const std::string big = R"({"model": "base", "messages": [{"role": "user", "content": ")" +
+                          std::string(8192, 'a') + "\"}]}";
   const auto too_big = chat(big, key);
   ASSERT_TRUE(too_big);
   EXPECT_EQ(too_big->status, 413);
@@ -179,7 +192,8 @@ TEST_F(ServerTest, AStreamingClientThatLeavesCancelsItsGeneration) {
   start();
   httplib::Client c = client();
   int chunks = 0;
-  const std::string body = R"({"model": "base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000, "stream": true})";
+  const std::string body =
+      R"({"model": "base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000, "stream": true})";
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/chat/completions";
@@ -187,7 +201,8 @@ TEST_F(ServerTest, AStreamingClientThatLeavesCancelsItsGeneration) {
   req.set_header("Content-Type", "application/json");
   req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 4; };
   c.send(req);  // the receiver's false closes the connection after a few chunks
-  for (int i = 0; i < 200 && backend_.cancelled == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 200 && backend_.cancelled == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(backend_.cancelled.load(), 1);
   const auto after = chat(kHello);  // the model is free again
   ASSERT_TRUE(after);
@@ -198,7 +213,8 @@ TEST_F(ServerTest, StopCancelsTheRunningGeneration) {
   backend_.delay = std::chrono::milliseconds(20);
   start();
   std::jthread streaming([this] {
-    chat(R"({"model": "base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4000, "stream": true})");
+    chat(
+        R"({"model": "base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4000, "stream": true})");
   });
   while (!backend_.started) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   server_->stop();

@@ -20,7 +20,8 @@ RequestQueue::Ticket::~Ticket() {
 
 bool RequestQueue::Ticket::waitForTurn(std::stop_token stop) {
   std::unique_lock lock(queue_.mutex_);
-  queue_.changed_.wait(lock, stop, [&] { return queue_.shut_down_ || queue_.tickets_.front() == this; });
+  queue_.changed_.wait(lock, stop,
+                       [&] { return queue_.shut_down_ || queue_.tickets_.front() == this; });
   return !queue_.shut_down_ && !stop.stop_requested() && queue_.tickets_.front() == this;
 }
 

@@ -3,8 +3,8 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -134,7 +134,8 @@ std::string normalDir(const std::filesystem::path& dir) {
 
 constexpr const char* kRunColumns =
     "id, name, status, config_yaml, config_fingerprint, model, dataset, output_dir, pid, host, "
-    "created_at, started_at, finished_at, total_steps, last_step, final_loss, error, updated_at, kind";
+    "created_at, started_at, finished_at, total_steps, last_step, final_loss, error, updated_at, "
+    "kind";
 
 RunRecord readRun(const Statement& s) {
   RunRecord r;
@@ -298,9 +299,9 @@ RunStore RunStore::open(const std::filesystem::path& db_path) {
                 "pass a writable path with --db, or set TANDEM_HOME");
   }
   sqlite3* raw = nullptr;
-  const int rc = sqlite3_open_v2(db_path.c_str(), &raw,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                                 nullptr);
+  const int rc =
+      sqlite3_open_v2(db_path.c_str(), &raw,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   impl->db.reset(raw);  // sqlite3_open_v2 returns a handle to close even when it fails
   if (rc != SQLITE_OK) throwSqlite(raw, rc, "cannot open it", db_path.string());
   sqlite3* db = impl->db.get();
@@ -315,8 +316,9 @@ RunStore RunStore::open(const std::filesystem::path& db_path) {
     Statement wal(db, "PRAGMA journal_mode = WAL");
     const std::string mode = wal.step() ? wal.text(0) : "";
     if (mode != "wal") {
-      logWarn() << "run database " << db_path.string() << ": WAL mode unavailable (journal_mode="
-                << mode << "); readers may wait for the writer";
+      logWarn() << "run database " << db_path.string()
+                << ": WAL mode unavailable (journal_mode=" << mode
+                << "); readers may wait for the writer";
     }
   }
   exec(db, "PRAGMA synchronous = NORMAL");
@@ -337,10 +339,11 @@ const std::filesystem::path& RunStore::path() const { return impl_->path; }
 int64_t RunStore::createRun(const NewRun& run) {
   std::lock_guard lock(impl_->mutex);
   const double now = nowS();
-  Statement s(impl_->db.get(),
-              "INSERT INTO runs (name, status, config_yaml, config_fingerprint, model, dataset, "
-              "output_dir, pid, host, boot_id, created_at, started_at, updated_at, total_steps, kind) "
-              "VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  Statement s(
+      impl_->db.get(),
+      "INSERT INTO runs (name, status, config_yaml, config_fingerprint, model, dataset, "
+      "output_dir, pid, host, boot_id, created_at, started_at, updated_at, total_steps, kind) "
+      "VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   s.bindText(1, run.name)
       .bindText(2, run.config_yaml)
       .bindText(3, run.config_fingerprint)
@@ -515,8 +518,9 @@ int RunStore::markInterrupted() {
   };
   std::vector<Orphan> orphans;
   {
-    Statement s(db, "SELECT id, pid, host, boot_id, updated_at FROM runs "
-                    "WHERE status IN ('running', 'paused')");
+    Statement s(db,
+                "SELECT id, pid, host, boot_id, updated_at FROM runs "
+                "WHERE status IN ('running', 'paused')");
     while (s.step()) {
       const int64_t pid = s.integer(1);
       const std::string host = s.text(2);

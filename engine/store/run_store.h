@@ -62,14 +62,14 @@ struct RunRecord {
   std::filesystem::path output_dir;
   int64_t pid = 0;  // the owning process while live; the last owner afterwards
   std::string host;
-  double created_at = 0;                 // unix seconds
-  std::optional<double> started_at;      // unix seconds; when the run first started
-  std::optional<double> finished_at;     // unix seconds; set on a final status
-  double updated_at = 0;                 // unix seconds; the last write for this run
+  double created_at = 0;              // unix seconds
+  std::optional<double> started_at;   // unix seconds; when the run first started
+  std::optional<double> finished_at;  // unix seconds; set on a final status
+  double updated_at = 0;              // unix seconds; the last write for this run
   int64_t total_steps = 0;
-  std::optional<int64_t> last_step;      // the step most recently recorded
-  std::optional<double> final_loss;      // the loss at last_step (NaN if it diverged)
-  std::string error;                     // why it failed, if it did
+  std::optional<int64_t> last_step;  // the step most recently recorded
+  std::optional<double> final_loss;  // the loss at last_step (NaN if it diverged)
+  std::string error;                 // why it failed, if it did
 
   // Seconds from started_at to finished_at, or to now_s while live; 0 if never started.
   // A resumed run counts the time it spent stopped, too.

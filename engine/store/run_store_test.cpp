@@ -299,8 +299,8 @@ TEST_F(RunStoreTest, MarkInterruptedAfterRebootAndNotOnOtherHosts) {
   const int64_t paused = store.createRun(sampleRun("paused", dir_ / "c"));
   store.setStatus(paused, RunStatus::Paused);
   // Our own live pid, but recorded under another boot: the pid was reused.
-  rawQuery(db_path_, "UPDATE runs SET boot_id = 'previous-boot' WHERE id = " +
-                         std::to_string(before_reboot));
+  rawQuery(db_path_,
+           "UPDATE runs SET boot_id = 'previous-boot' WHERE id = " + std::to_string(before_reboot));
   // A dead pid on another machine sharing the database: we cannot judge it.
   rawQuery(db_path_, "UPDATE runs SET host = 'elsewhere', pid = 999999999 WHERE id = " +
                          std::to_string(remote));

@@ -21,11 +21,12 @@ void throwSqlite(sqlite3* db, int rc, std::string_view doing, const std::string&
   switch (rc & 0xff) {
     case SQLITE_NOTADB:
     case SQLITE_CORRUPT:
-      throw Error("run database " + file + " is damaged or is not an SQLite file (" + detail + ")",
-                  "move it away (mv '" + file + "' '" + file + ".damaged') and Tandem will start "
-                  "a new one; checkpoints and adapters in the output directories are not in it");
-    case SQLITE_FULL:
-      throw Error(what, "free disk space on the drive that holds " + file);
+      throw Error(
+          "run database " + file + " is damaged or is not an SQLite file (" + detail + ")",
+          "move it away (mv '" + file + "' '" + file +
+              ".damaged') and Tandem will start "
+              "a new one; checkpoints and adapters in the output directories are not in it");
+    case SQLITE_FULL: throw Error(what, "free disk space on the drive that holds " + file);
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
       throw Error(what + " (another process held it locked for more than 5 s)",
@@ -33,10 +34,10 @@ void throwSqlite(sqlite3* db, int rc, std::string_view doing, const std::string&
     case SQLITE_READONLY:
     case SQLITE_PERM:
     case SQLITE_CANTOPEN:
-      throw Error(what, "check that " + file + " and its directory are writable, or pass "
-                        "another path with --db / TANDEM_HOME");
-    default:
-      throw Error(what);
+      throw Error(what, "check that " + file +
+                            " and its directory are writable, or pass "
+                            "another path with --db / TANDEM_HOME");
+    default: throw Error(what);
   }
 }
 
@@ -65,8 +66,8 @@ Statement& Statement::bindReal(int index, double value) {
 }
 
 Statement& Statement::bindText(int index, std::string_view value) {
-  return check(sqlite3_bind_text64(stmt_, index, value.data(), value.size(), SQLITE_TRANSIENT,
-                                   SQLITE_UTF8));
+  return check(
+      sqlite3_bind_text64(stmt_, index, value.data(), value.size(), SQLITE_TRANSIENT, SQLITE_UTF8));
 }
 
 Statement& Statement::bindNull(int index) { return check(sqlite3_bind_null(stmt_, index)); }

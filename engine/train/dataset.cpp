@@ -4,10 +4,9 @@
 #include <cctype>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <variant>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
 
@@ -50,7 +49,8 @@ void useOpenAiSpellings(DatasetAttr& attr) {
 
 std::string readFile(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
-  if (!in) throw Error("cannot read dataset file " + file.string(), "check the path and permissions");
+  if (!in)
+    throw Error("cannot read dataset file " + file.string(), "check the path and permissions");
   std::ostringstream out;
   out << in.rdbuf();
   return out.str();
@@ -97,9 +97,12 @@ std::vector<size_t> arrayElementOffsets(std::string_view text, size_t open) {
   for (size_t i = open; i < text.size(); ++i) {
     char c = text[i];
     if (in_string) {
-      if (escape) escape = false;
-      else if (c == '\\') escape = true;
-      else if (c == '"') in_string = false;
+      if (escape)
+        escape = false;
+      else if (c == '\\')
+        escape = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
     if (c == ' ' || c == '\t' || c == '\r' || c == '\n') continue;
@@ -115,8 +118,10 @@ std::vector<size_t> arrayElementOffsets(std::string_view text, size_t open) {
       offsets.push_back(i);
       expecting = false;
     }
-    if (c == '"') in_string = true;
-    else if (c == '[' || c == '{') ++depth;
+    if (c == '"')
+      in_string = true;
+    else if (c == '[' || c == '{')
+      ++depth;
   }
   return offsets;
 }
@@ -223,7 +228,8 @@ std::optional<std::string> optionalString(const Json& row, const std::string& co
   return it->get<std::string>();
 }
 
-std::optional<std::string> toolsText(const Json& row, const std::string& column, std::string& error) {
+std::optional<std::string> toolsText(const Json& row, const std::string& column,
+                                     std::string& error) {
   if (column.empty()) return std::string();
   auto it = row.find(column);
   if (it == row.end() || it->is_null()) return std::string();
@@ -260,7 +266,8 @@ Converted convertAlpaca(const Json& row, const DatasetAttr& attr) {
   if (user.empty()) return "\"" + attr.prompt + "\" and \"" + attr.query + "\" are both empty";
 
   auto response_it = row.find(attr.response);
-  if (response_it == row.end() || response_it->is_null()) return "missing \"" + attr.response + "\"";
+  if (response_it == row.end() || response_it->is_null())
+    return "missing \"" + attr.response + "\"";
   if (!response_it->is_string()) return "\"" + attr.response + "\" is not a string";
   conv.messages.push_back({chat::Role::User, std::move(user)});
   conv.messages.push_back({chat::Role::Assistant, response_it->get<std::string>()});
@@ -308,10 +315,14 @@ Converted convertSharegpt(const Json& row, const DatasetAttr& attr) {
     const std::string role = messages[i][attr.role_tag].get<std::string>();
     const bool prompt_side = (i - first) % 2 == 0;
     chat::Role mapped;
-    if (prompt_side && role == attr.user_tag) mapped = chat::Role::User;
-    else if (prompt_side && role == attr.observation_tag) mapped = chat::Role::Observation;
-    else if (!prompt_side && role == attr.assistant_tag) mapped = chat::Role::Assistant;
-    else if (!prompt_side && role == attr.function_tag) mapped = chat::Role::FunctionCall;
+    if (prompt_side && role == attr.user_tag)
+      mapped = chat::Role::User;
+    else if (prompt_side && role == attr.observation_tag)
+      mapped = chat::Role::Observation;
+    else if (!prompt_side && role == attr.assistant_tag)
+      mapped = chat::Role::Assistant;
+    else if (!prompt_side && role == attr.function_tag)
+      mapped = chat::Role::FunctionCall;
     else
       return "message " + std::to_string(i + 1) + ": expected " +
              (prompt_side ? "'" + attr.user_tag + "' or '" + attr.observation_tag + "'"
@@ -340,9 +351,11 @@ std::string stringField(const Json& obj, const char* key, const std::string& fal
 }
 
 DatasetAttr parseEntry(const std::string& name, const Json& entry, const fs::path& dataset_dir) {
-  const std::string label = (dataset_dir / "dataset_info.json").string() + ": dataset '" + name + "'";
+  const std::string label =
+      (dataset_dir / "dataset_info.json").string() + ": dataset '" + name + "'";
   if (!entry.is_object()) throw Error(label + " is not an object", "fix dataset_info.json");
-  for (const char* remote : {"hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name"})
+  for (const char* remote :
+       {"hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name"})
     if (entry.contains(remote) && !entry.contains("file_name"))
       throw Error(label + " is remote (\"" + std::string(remote) + "\")",
                   "Tandem reads local files only: download the data and set \"file_name\"");
@@ -354,8 +367,10 @@ DatasetAttr parseEntry(const std::string& name, const Json& entry, const fs::pat
   attr.name = name;
   attr.file = dataset_dir / stringField(entry, "file_name", "", label);
   std::string formatting = stringField(entry, "formatting", "alpaca", label);
-  if (formatting == "sharegpt") attr.formatting = Formatting::Sharegpt;
-  else if (formatting == "openai") useOpenAiSpellings(attr);
+  if (formatting == "sharegpt")
+    attr.formatting = Formatting::Sharegpt;
+  else if (formatting == "openai")
+    useOpenAiSpellings(attr);
   else if (formatting != "alpaca")
     throw Error(label + ": unknown formatting '" + formatting + "'",
                 "use \"alpaca\", \"sharegpt\" or \"openai\"");
@@ -413,15 +428,18 @@ DatasetAttr attrForPlainFile(const std::string& name, const fs::path& file,
   attr.tools = "tools";
   if (!records.empty() && records.front().value.is_object()) {
     const Json& first = records.front().value;
-    if (first.contains("conversations")) attr.formatting = Formatting::Sharegpt;
-    else if (first.contains("messages")) useOpenAiSpellings(attr);
+    if (first.contains("conversations"))
+      attr.formatting = Formatting::Sharegpt;
+    else if (first.contains("messages"))
+      useOpenAiSpellings(attr);
   }
   return attr;
 }
 
 std::string knownNames(const Json& info) {
   std::string names;
-  for (auto it = info.begin(); it != info.end(); ++it) names += (names.empty() ? "" : ", ") + it.key();
+  for (auto it = info.begin(); it != info.end(); ++it)
+    names += (names.empty() ? "" : ", ") + it.key();
   return names.empty() ? "(none)" : names;
 }
 
@@ -504,8 +522,9 @@ std::vector<std::string> splitDatasetNames(std::string_view comma_list) {
 }
 
 std::vector<chat::Conversation> loadDatasets(const std::filesystem::path& dataset_dir,
-                                       const std::vector<std::string>& names,
-                                       std::optional<int64_t> max_samples, DatasetReport& report) {
+                                             const std::vector<std::string>& names,
+                                             std::optional<int64_t> max_samples,
+                                             DatasetReport& report) {
   if (names.empty()) throw Error("no dataset given", "set `dataset: name1,name2` in the config");
   std::optional<Json> info = readDatasetInfo(dataset_dir);
   std::vector<chat::Conversation> out;
@@ -566,7 +585,11 @@ std::vector<CsvRecord> parseCsv(std::string_view text, std::string_view label) {
                         "close the quote; a quote inside a quoted field is written \"\"");
           char c = text[i++];
           if (c == '"') {
-            if (i < n && text[i] == '"') { field += '"'; ++i; continue; }
+            if (i < n && text[i] == '"') {
+              field += '"';
+              ++i;
+              continue;
+            }
             break;
           }
           if (c == '\n') ++line;
@@ -581,7 +604,10 @@ std::vector<CsvRecord> parseCsv(std::string_view text, std::string_view label) {
         while (i < n && text[i] != ',' && text[i] != '\n' && text[i] != '\r') field += text[i++];
       }
       record.fields.push_back(std::move(field));
-      if (i < n && text[i] == ',') { ++i; continue; }
+      if (i < n && text[i] == ',') {
+        ++i;
+        continue;
+      }
       // End of record: CRLF, LF, a lone CR, or the end of the text.
       if (i < n && text[i] == '\r') ++i;
       if (i < n && text[i] == '\n') ++i;

@@ -58,9 +58,9 @@ struct DatasetReport {
 // dataset before bad rows are dropped. Throws tandem::Error on unknown names, missing or unreadable
 // files, invalid JSON/CSV, and datasets without a single usable row.
 std::vector<chat::Conversation> loadDatasets(const std::filesystem::path& dataset_dir,
-                                       const std::vector<std::string>& names,
-                                       std::optional<int64_t> max_samples,
-                                       DatasetReport& report);
+                                             const std::vector<std::string>& names,
+                                             std::optional<int64_t> max_samples,
+                                             DatasetReport& report);
 
 // "a, b,c" -> {"a", "b", "c"} (LLaMA-Factory's `dataset: a,b` spelling).
 std::vector<std::string> splitDatasetNames(std::string_view comma_list);

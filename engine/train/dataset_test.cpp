@@ -1,9 +1,9 @@
 #include "engine/train/dataset.h"
 
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <random>
-
-#include <gtest/gtest.h>
 
 #include "engine/core/error.h"
 
@@ -44,7 +44,7 @@ class DatasetTest : public testing::Test {
     std::ofstream(dir_ / name, std::ios::binary) << text;
   }
   std::vector<chat::Conversation> load(const std::vector<std::string>& names,
-                                 std::optional<int64_t> max_samples = std::nullopt) {
+                                       std::optional<int64_t> max_samples = std::nullopt) {
     report_ = {};
     return loadDatasets(dir_, names, max_samples, report_);
   }
@@ -61,7 +61,9 @@ class DatasetTest : public testing::Test {
   DatasetReport report_;
 };
 
-bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, std::string_view part) {
+  return s.find(part) != std::string::npos;
+}
 
 TEST_F(DatasetTest, Alpaca) {
   write("alpaca.json", R"([
@@ -86,7 +88,8 @@ TEST_F(DatasetTest, Alpaca) {
 
 TEST_F(DatasetTest, AlpacaCustomColumnsAndHistory) {
   write("custom.jsonl",
-        R"({"q": "Q3", "ctx": "C", "a": "A3", "sys": "S", "hist": [["Q1", "A1"], ["Q2", "A2"]]})" "\n");
+        R"({"q": "Q3", "ctx": "C", "a": "A3", "sys": "S", "hist": [["Q1", "A1"], ["Q2", "A2"]]})"
+        "\n");
   auto convs = load({"custom_alpaca"});
   ASSERT_EQ(convs.size(), 1u);
   const auto& m = convs[0].messages;
@@ -115,10 +118,12 @@ TEST_F(DatasetTest, Sharegpt) {
 }
 
 TEST_F(DatasetTest, OpenAiVariantBothSpellings) {
-  write("openai.jsonl",
-        R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]})"
-        "\n\n"
-        R"({"messages": [{"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2"}]})" "\n");
+  write(
+      "openai.jsonl",
+      R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]})"
+      "\n\n"
+      R"({"messages": [{"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2"}]})"
+      "\n");
   for (const char* name : {"openai_demo", "openai_short"}) {
     SCOPED_TRACE(name);
     auto convs = load({name});
@@ -147,7 +152,10 @@ TEST_F(DatasetTest, CsvWithQuotesCommasAndNewlines) {
 }
 
 TEST(CsvTest, Rfc4180) {
-  auto rows = parseCsv("\xEF\xBB\xBF" "a,b,c\n1,\"\",3\n\"x\r\ny\",\"\"\"\",\n\n", "t.csv");
+  auto rows = parseCsv(
+      "\xEF\xBB\xBF"
+      "a,b,c\n1,\"\",3\n\"x\r\ny\",\"\"\"\",\n\n",
+      "t.csv");
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows[0].fields, (std::vector<std::string>{"a", "b", "c"}));
   EXPECT_EQ(rows[1].fields, (std::vector<std::string>{"1", "", "3"}));
@@ -173,7 +181,10 @@ TEST(CsvTest, MalformedQuotesAreErrorsWithLines) {
 }
 
 TEST_F(DatasetTest, BadAlpacaRowsAreSkippedAndReported) {
-  struct Row { const char* json; const char* reason; };  // reason: "" = valid
+  struct Row {
+    const char* json;
+    const char* reason;
+  };  // reason: "" = valid
   const Row rows[] = {
       {R"({"instruction": "ok", "output": "fine"})", ""},
       {R"([1, 2])", "not a JSON object"},
@@ -207,10 +218,14 @@ TEST_F(DatasetTest, BadAlpacaRowsAreSkippedAndReported) {
 }
 
 TEST_F(DatasetTest, BadConversationsAreSkippedAndReported) {
-  struct Row { const char* json; const char* reason; };
+  struct Row {
+    const char* json;
+    const char* reason;
+  };
   const Row rows[] = {
       {R"({"conversations": []})", "empty conversation"},
-      {R"({"conversations": [{"from": "human", "value": "Q"}]})", "last message is not an assistant turn"},
+      {R"({"conversations": [{"from": "human", "value": "Q"}]})",
+       "last message is not an assistant turn"},
       {R"({"conversations": [{"from": "gpt", "value": "A"}, {"from": "human", "value": "Q"}]})",
        "message 1: expected 'human' or 'observation', got 'gpt'"},
       {R"({"conversations": [{"from": "human", "value": "Q"}, {"from": "human", "value": "Q"}]})",
@@ -219,7 +234,8 @@ TEST_F(DatasetTest, BadConversationsAreSkippedAndReported) {
        "message 1: no string \"value\""},
       {R"({"conversations": "text"})", "\"conversations\" is not a list"},
       {R"({"conversations": [{"from": "system", "value": "S"}]})", "only a system message"},
-      {R"({"conversations": [{"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]})", ""},
+      {R"({"conversations": [{"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]})",
+       ""},
   };
   std::string text;
   for (const Row& r : rows) text += std::string(r.json) + "\n";
@@ -231,7 +247,8 @@ TEST_F(DatasetTest, BadConversationsAreSkippedAndReported) {
   ASSERT_EQ(rep.first_problems.size(), 5u);
   for (size_t i = 0; i < 5; ++i) {
     EXPECT_EQ(rep.first_problems[i].line, static_cast<int64_t>(i + 1));
-    EXPECT_TRUE(contains(rep.first_problems[i].reason, rows[i].reason)) << rep.first_problems[i].reason;
+    EXPECT_TRUE(contains(rep.first_problems[i].reason, rows[i].reason))
+        << rep.first_problems[i].reason;
   }
 }
 
@@ -252,7 +269,8 @@ TEST_F(DatasetTest, UnknownNameListsKnownNames) {
 
 TEST_F(DatasetTest, MissingFileAndInvalidJson) {
   EXPECT_TRUE(contains(errorOf({"missing_file"}), "not found")) << errorOf({"missing_file"});
-  write("broken.json", "[\n  {\"instruction\": \"a\", \"output\": \"b\"},\n  {\"instruction\": oops}\n]");
+  write("broken.json",
+        "[\n  {\"instruction\": \"a\", \"output\": \"b\"},\n  {\"instruction\": oops}\n]");
   std::string err = errorOf({"broken_json"});
   EXPECT_TRUE(contains(err, "broken.json:3: invalid JSON")) << err;
   write("broken.jsonl", "{\"instruction\": \"a\", \"output\": \"b\"}\n{\"instruction\": \n");
@@ -261,10 +279,14 @@ TEST_F(DatasetTest, MissingFileAndInvalidJson) {
 }
 
 TEST_F(DatasetTest, MultipleDatasetsMaxSamplesAndPlainFiles) {
-  write("alpaca.json", R"([{"instruction": "a1", "output": "x"}, {"instruction": "a2", "output": "x"},
+  write("alpaca.json",
+        R"([{"instruction": "a1", "output": "x"}, {"instruction": "a2", "output": "x"},
                            {"instruction": "a3", "output": "x"}])");
-  write("plain.jsonl", "{\"conversations\": [{\"from\": \"human\", \"value\": \"p1\"}, {\"from\": \"gpt\", \"value\": \"x\"}]}\n"
-                       "{\"conversations\": [{\"from\": \"human\", \"value\": \"p2\"}, {\"from\": \"gpt\", \"value\": \"x\"}]}\n");
+  write("plain.jsonl",
+        "{\"conversations\": [{\"from\": \"human\", \"value\": \"p1\"}, {\"from\": \"gpt\", "
+        "\"value\": \"x\"}]}\n"
+        "{\"conversations\": [{\"from\": \"human\", \"value\": \"p2\"}, {\"from\": \"gpt\", "
+        "\"value\": \"x\"}]}\n");
   auto convs = load(splitDatasetNames("alpaca_demo, plain.jsonl"), 2);
   ASSERT_EQ(convs.size(), 4u);  // max_samples applies to each dataset
   EXPECT_EQ(convs[0].messages[0].content, "a1");

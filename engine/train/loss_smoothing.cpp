@@ -7,7 +7,8 @@ namespace tandem::train {
 std::vector<double> smoothLoss(const std::vector<double>& values) {
   std::vector<double> out;
   if (values.empty()) return out;
-  const double weight = 1.8 * (1.0 / (1.0 + std::exp(-0.05 * static_cast<double>(values.size()))) - 0.5);
+  const double weight =
+      1.8 * (1.0 / (1.0 + std::exp(-0.05 * static_cast<double>(values.size()))) - 0.5);
   double last = values.front();
   out.reserve(values.size());
   for (double v : values) {

@@ -4,13 +4,13 @@
 #include <cmath>
 #include <numbers>
 
-
 namespace tandem::train {
 
 double LrSchedule::at(int64_t step) const {
   if (type == LrSchedulerType::Constant) return base_lr;
   if (step < warmup_steps) {
-    return base_lr * static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, warmup_steps));
+    return base_lr * static_cast<double>(step) /
+           static_cast<double>(std::max<int64_t>(1, warmup_steps));
   }
   if (type == LrSchedulerType::ConstantWithWarmup) return base_lr;
   const double remaining = static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps));

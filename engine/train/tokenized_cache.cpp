@@ -16,7 +16,8 @@ constexpr char kMagic[8] = {'T', 'N', 'D', 'M', 'T', 'O', 'K', '1'};
 
 }  // namespace
 
-std::string tokenizedCacheKey(const std::vector<std::filesystem::path>& files, const std::string& settings) {
+std::string tokenizedCacheKey(const std::vector<std::filesystem::path>& files,
+                              const std::string& settings) {
   Fnv1a64 hash;
   hash.addField(std::string_view(kMagic, sizeof kMagic));
   hash.addField(settings);
@@ -30,7 +31,8 @@ std::string tokenizedCacheKey(const std::vector<std::filesystem::path>& files, c
 std::filesystem::path tokenizedCacheDir() { return cacheDir() / "tokenized"; }
 
 // Layout: magic, u64 count, then per sample u64 n, n int32 ids, n int32 labels (little endian).
-std::optional<std::vector<chat::EncodedSample>> readTokenizedCache(const std::filesystem::path& file) {
+std::optional<std::vector<chat::EncodedSample>> readTokenizedCache(
+    const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) return std::nullopt;
   const std::string bytes(std::istreambuf_iterator<char>(in), {});
@@ -43,7 +45,8 @@ std::optional<std::vector<chat::EncodedSample>> readTokenizedCache(const std::fi
   };
   char magic[8];
   uint64_t count = 0;
-  if (!take(magic, 8) || std::memcmp(magic, kMagic, 8) != 0 || !take(&count, 8)) return std::nullopt;
+  if (!take(magic, 8) || std::memcmp(magic, kMagic, 8) != 0 || !take(&count, 8))
+    return std::nullopt;
   std::vector<chat::EncodedSample> samples;
   for (uint64_t i = 0; i < count; ++i) {
     uint64_t n = 0;
@@ -59,7 +62,8 @@ std::optional<std::vector<chat::EncodedSample>> readTokenizedCache(const std::fi
   return samples;
 }
 
-void writeTokenizedCache(const std::filesystem::path& file, const std::vector<chat::EncodedSample>& samples) {
+void writeTokenizedCache(const std::filesystem::path& file,
+                         const std::vector<chat::EncodedSample>& samples) {
   std::string bytes(kMagic, sizeof kMagic);
   auto put = [&](const void* data, size_t n) { bytes.append(static_cast<const char*>(data), n); };
   const uint64_t count = samples.size();

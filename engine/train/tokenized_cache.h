@@ -15,13 +15,16 @@
 namespace tandem::train {
 
 // 16 hex digits over the files' contents and `settings` (a text of the other inputs).
-std::string tokenizedCacheKey(const std::vector<std::filesystem::path>& files, const std::string& settings);
+std::string tokenizedCacheKey(const std::vector<std::filesystem::path>& files,
+                              const std::string& settings);
 
 // cacheDir()/tokenized (engine/core/paths.h): $TANDEM_HOME/cache/tokenized, else
 // $XDG_CACHE_HOME/tandem/tokenized, else ~/.cache/tandem/tokenized.
 std::filesystem::path tokenizedCacheDir();
 
-std::optional<std::vector<chat::EncodedSample>> readTokenizedCache(const std::filesystem::path& file);
-void writeTokenizedCache(const std::filesystem::path& file, const std::vector<chat::EncodedSample>& samples);
+std::optional<std::vector<chat::EncodedSample>> readTokenizedCache(
+    const std::filesystem::path& file);
+void writeTokenizedCache(const std::filesystem::path& file,
+                         const std::vector<chat::EncodedSample>& samples);
 
 }  // namespace tandem::train

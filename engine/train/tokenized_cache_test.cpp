@@ -1,7 +1,6 @@
 #include "engine/train/tokenized_cache.h"
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <fstream>
@@ -10,7 +9,8 @@ namespace tandem::train {
 namespace {
 
 TEST(TokenizedCache, RoundTripsAndRejectsDamage) {
-  const auto dir = std::filesystem::temp_directory_path() / ("tandem_tok_cache_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("tandem_tok_cache_" + std::to_string(::getpid()));
   const auto file = dir / "x.bin";
   std::vector<chat::EncodedSample> samples = {{{1, 2, 3}, {-100, 2, 3}}, {{}, {}}, {{7}, {7}}};
   writeTokenizedCache(file, samples);
@@ -30,7 +30,8 @@ TEST(TokenizedCache, RoundTripsAndRejectsDamage) {
 }
 
 TEST(TokenizedCache, KeyDependsOnContentAndSettings) {
-  const auto dir = std::filesystem::temp_directory_path() / ("tandem_tok_key_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("tandem_tok_key_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "a.json") << "[1]";
   const std::string k1 = tokenizedCacheKey({dir / "a.json"}, "cutoff=128");

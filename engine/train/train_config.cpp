@@ -1,5 +1,7 @@
 #include "engine/train/train_config.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -8,8 +10,6 @@
 #include <fstream>
 #include <sstream>
 #include <type_traits>
-
-#include <yaml-cpp/yaml.h>
 
 #include "engine/core/error.h"
 #include "engine/core/hash.h"
@@ -41,8 +41,9 @@ class Doc {
       if (!result) {
         result = std::move(value), first = &e;
       } else if (!(*result == value)) {
-        fail(e, "('" + shown(e.value) + "') conflicts with " + first->display + " ('" +
-                    shown(first->value) + "', " + first->where + ")",
+        fail(e,
+             "('" + shown(e.value) + "') conflicts with " + first->display + " ('" +
+                 shown(first->value) + "', " + first->where + ")",
              "keep one of them");
       }
     }
@@ -154,9 +155,9 @@ void Doc::applyOverride(const std::string& text) {
   // The override replaces every spelling of the same setting (kt_backend vs experts_backend).
   std::vector<Entry> kept;
   for (const Entry& e : entries_) {
-    const bool same = e.spelling == spelling || (spec->kind == Kind::Setting &&
-                                                 e.spec->kind == Kind::Setting &&
-                                                 e.spec->target == spec->target);
+    const bool same =
+        e.spelling == spelling || (spec->kind == Kind::Setting && e.spec->kind == Kind::Setting &&
+                                   e.spec->target == spec->target);
     if (!same) kept.push_back(e);
   }
   entries_.swap(kept);
@@ -186,16 +187,21 @@ void readModel(const Doc& doc, TrainConfig& c) {
 
 void readMethod(const Doc& doc, TrainConfig& c) {
   if (auto stage = doc.get("stage", text); stage && *stage != "sft") {
-    fail(*doc.find("stage"), "'" + *stage + "' is not supported: Tandem does supervised "
-                             "fine-tuning only", "set stage: sft");
+    fail(*doc.find("stage"),
+         "'" + *stage +
+             "' is not supported: Tandem does supervised "
+             "fine-tuning only",
+         "set stage: sft");
   }
   if (auto train = doc.get("do_train", boolean); train && !*train) {
     fail(*doc.find("do_train"), "is false, but Tandem's train command always trains",
          "set do_train: true");
   }
   if (auto type = doc.get("finetuning_type", text); type && *type != "lora") {
-    fail(*doc.find("finetuning_type"), "'" + *type + "' is not supported: Tandem trains LoRA "
-                                       "adapters (the base weights stay frozen)",
+    fail(*doc.find("finetuning_type"),
+         "'" + *type +
+             "' is not supported: Tandem trains LoRA "
+             "adapters (the base weights stay frozen)",
          "set finetuning_type: lora");
   }
   set(c.lora_rank, doc.get("lora_rank", positiveInt));
@@ -339,10 +345,13 @@ void checkExpertsFormat(const Doc& doc, const TrainConfig& c) {
     for (const Entry& e : doc.entries()) {
       if (e.spec->kind == Kind::Setting && e.spec->target == "experts_format") format = &e;
     }
-    fail(*format, "('" + c.experts_format + "') cannot be computed by experts_backend " + b +
-                      (int8_only ? ", which multiplies int8 weights only" : ", which multiplies bf16 weights only"),
-         int8_only ? "set experts_format: int8 (or auto), or choose another backend"
-                   : "set experts_format: bf16 (or auto), or experts_backend: amx_int8 / auto for int8");
+    fail(*format,
+         "('" + c.experts_format + "') cannot be computed by experts_backend " + b +
+             (int8_only ? ", which multiplies int8 weights only"
+                        : ", which multiplies bf16 weights only"),
+         int8_only
+             ? "set experts_format: int8 (or auto), or choose another backend"
+             : "set experts_format: bf16 (or auto), or experts_backend: amx_int8 / auto for int8");
   }
 }
 

@@ -41,7 +41,9 @@ enum class ResumeFrom : uint8_t { None, Latest, Path };
 // kt_optimize_rule as placement_rule, experts_*, gpu_experts, gradient_checkpointing,
 // loss_chunk_tokens, task_split) is the ModelRequest every product fills the same way.
 struct TrainConfig : model::ModelRequest {
-  TrainConfig() { gradient_checkpointing = true; }  // key: disable_gradient_checkpointing (default false)
+  TrainConfig() {
+    gradient_checkpointing = true;
+  }  // key: disable_gradient_checkpointing (default false)
 
   // ### model
   std::string model_name_or_path;    // required: local directory or hub id
@@ -54,15 +56,15 @@ struct TrainConfig : model::ModelRequest {
   int64_t lora_alpha = 16;  // absent: 2 * lora_rank (LLaMA-Factory's __post_init__)
   double lora_dropout = 0.0;
   std::vector<std::string> lora_target = {"all"};  // "all" or module names (q_proj, ...)
-  bool use_rslora = false;                          // scale alpha/sqrt(r) instead of alpha/r
+  bool use_rslora = false;                         // scale alpha/sqrt(r) instead of alpha/r
 
   // ### dataset
   std::vector<std::string> dataset;       // required; names from dataset_dir/dataset_info.json
   std::vector<std::string> eval_dataset;  // empty = none
   std::string dataset_dir = "data";
-  int64_t cutoff_len = 2048;          // tokens per sample after truncation
+  int64_t cutoff_len = 2048;           // tokens per sample after truncation
   std::optional<int64_t> max_samples;  // per dataset; absent = all
-  double val_size = 0.0;  // [0,1): fraction held out for eval; >= 1: that many samples
+  double val_size = 0.0;               // [0,1): fraction held out for eval; >= 1: that many samples
   bool train_on_prompt = false;
   bool mask_history = false;  // train on the last turn only
   bool packing = false;       // LLaMA-Factory turns packing on by default only for stage pt
@@ -74,8 +76,8 @@ struct TrainConfig : model::ModelRequest {
   double num_train_epochs = 3.0;
   int64_t max_steps = -1;  // > 0 wins over num_train_epochs (transformers' rule)
   LrSchedulerType lr_scheduler_type = LrSchedulerType::Linear;
-  double warmup_ratio = 0.0;  // [0,1) of the total steps
-  int64_t warmup_steps = 0;   // > 0 wins over warmup_ratio (transformers' rule)
+  double warmup_ratio = 0.0;   // [0,1) of the total steps
+  int64_t warmup_steps = 0;    // > 0 wins over warmup_ratio (transformers' rule)
   double max_grad_norm = 1.0;  // 0 = no clipping
   double weight_decay = 0.0;
   double adam_beta1 = 0.9;

@@ -42,25 +42,74 @@ void checkReportTo(const Entry& e);
 void checkUseKt(const Entry& e);
 void checkPositiveInt(const Entry& e);
 
-const std::string kGc = "LLaMA-Factory controls it with disable_gradient_checkpointing "
-                        "(default false = checkpointing on); use that key";
+const std::string kGc =
+    "LLaMA-Factory controls it with disable_gradient_checkpointing "
+    "(default false = checkpointing on); use that key";
 
 void addSettingKeys(std::vector<KeySpec>& keys) {
   auto setting = [&](std::string name) { keys.push_back({name, Kind::Setting, name}); };
-  for (const char* name :
-       {"model_name_or_path", "adapter_name_or_path", "template", "enable_thinking", "stage",
-        "do_train", "finetuning_type", "lora_rank", "lora_alpha", "lora_dropout", "lora_target",
-        "use_rslora", "dataset", "eval_dataset", "dataset_dir", "cutoff_len", "max_samples",
-        "val_size", "train_on_prompt", "mask_history", "packing", "per_device_train_batch_size",
-        "gradient_accumulation_steps", "learning_rate", "num_train_epochs", "max_steps",
-        "lr_scheduler_type", "warmup_ratio", "warmup_steps", "max_grad_norm", "weight_decay",
-        "adam_beta1", "adam_beta2", "adam_epsilon", "seed", "bf16", "optim",
-        "disable_gradient_checkpointing", "eval_strategy", "eval_steps",
-        "per_device_eval_batch_size", "output_dir", "overwrite_output_dir", "logging_steps",
-        "save_steps", "save_total_limit", "save_only_model", "plot_loss", "resume_from_checkpoint",
-        "experts_backend", "expert_threads", "placement_rule", "expert_chunk_tokens",
-        "expert_weight_path", "device", "layer_devices", "experts_mode", "loss_chunk_tokens",
-        "experts_format", "experts_wt_policy", "gpu_experts", "task_split"}) {
+  for (const char* name : {"model_name_or_path",
+                           "adapter_name_or_path",
+                           "template",
+                           "enable_thinking",
+                           "stage",
+                           "do_train",
+                           "finetuning_type",
+                           "lora_rank",
+                           "lora_alpha",
+                           "lora_dropout",
+                           "lora_target",
+                           "use_rslora",
+                           "dataset",
+                           "eval_dataset",
+                           "dataset_dir",
+                           "cutoff_len",
+                           "max_samples",
+                           "val_size",
+                           "train_on_prompt",
+                           "mask_history",
+                           "packing",
+                           "per_device_train_batch_size",
+                           "gradient_accumulation_steps",
+                           "learning_rate",
+                           "num_train_epochs",
+                           "max_steps",
+                           "lr_scheduler_type",
+                           "warmup_ratio",
+                           "warmup_steps",
+                           "max_grad_norm",
+                           "weight_decay",
+                           "adam_beta1",
+                           "adam_beta2",
+                           "adam_epsilon",
+                           "seed",
+                           "bf16",
+                           "optim",
+                           "disable_gradient_checkpointing",
+                           "eval_strategy",
+                           "eval_steps",
+                           "per_device_eval_batch_size",
+                           "output_dir",
+                           "overwrite_output_dir",
+                           "logging_steps",
+                           "save_steps",
+                           "save_total_limit",
+                           "save_only_model",
+                           "plot_loss",
+                           "resume_from_checkpoint",
+                           "experts_backend",
+                           "expert_threads",
+                           "placement_rule",
+                           "expert_chunk_tokens",
+                           "expert_weight_path",
+                           "device",
+                           "layer_devices",
+                           "experts_mode",
+                           "loss_chunk_tokens",
+                           "experts_format",
+                           "experts_wt_policy",
+                           "gpu_experts",
+                           "task_split"}) {
     setting(name);
   }
   for (const char* name :
@@ -80,7 +129,12 @@ void addKtKeys(std::vector<KeySpec>& keys) {
   keys.push_back({"use_kt", Kind::Ignored, {}, {}, {}, true, checkUseKt});
   keys.push_back({"mode", Kind::Ignored, {}, {}, {}, true});  // inference: normal|long_context
   // KTransformers generations 2 (top-level kt_<name>) and 3 (kt_config: {<name> | kt_<name>}).
-  struct KtKey { const char* name; Kind kind; const char* target; CheckFn check; };
+  struct KtKey {
+    const char* name;
+    Kind kind;
+    const char* target;
+    CheckFn check;
+  };
   const KtKey kt_keys[] = {
       {"backend", Kind::Setting, "experts_backend", nullptr},
       {"method", Kind::Setting, "experts_backend", nullptr},
@@ -114,8 +168,12 @@ void addKtKeys(std::vector<KeySpec>& keys) {
     }
   }
   for (std::string prefix : {"kt_", "kt_config."}) {
-    keys.push_back({prefix + "non_expert_weight_path", Kind::Unsupported, {},
-                    "Tandem reads the non-expert weights from model_name_or_path", {}, true});
+    keys.push_back({prefix + "non_expert_weight_path",
+                    Kind::Unsupported,
+                    {},
+                    "Tandem reads the non-expert weights from model_name_or_path",
+                    {},
+                    true});
   }
 }
 
@@ -152,12 +210,28 @@ void addUnsupportedKeys(std::vector<KeySpec>& keys) {
   unsupported("loraplus_lr_ratio", "LoRA+ is not implemented");
   unsupported("add_tokens", "the vocabulary is fixed");
   unsupported("add_special_tokens", "the vocabulary is fixed");
-  for (const char* name :
-       {"use_unsloth", "use_unsloth_gc", "enable_liger_kernel", "shift_attn", "use_dora",
-        "pissa_init", "pissa_convert", "create_new_adapter", "use_galore", "use_apollo",
-        "use_badam", "use_adam_mini", "use_muon", "use_llama_pro", "upcast_layernorm",
-        "upcast_lmhead_output", "resize_vocab", "train_from_scratch", "torch_compile",
-        "do_predict", "predict_with_generate", "compute_accuracy"}) {
+  for (const char* name : {"use_unsloth",
+                           "use_unsloth_gc",
+                           "enable_liger_kernel",
+                           "shift_attn",
+                           "use_dora",
+                           "pissa_init",
+                           "pissa_convert",
+                           "create_new_adapter",
+                           "use_galore",
+                           "use_apollo",
+                           "use_badam",
+                           "use_adam_mini",
+                           "use_muon",
+                           "use_llama_pro",
+                           "upcast_layernorm",
+                           "upcast_lmhead_output",
+                           "resize_vocab",
+                           "train_from_scratch",
+                           "torch_compile",
+                           "do_predict",
+                           "predict_with_generate",
+                           "compute_accuracy"}) {
     unsupported(name, "this LLaMA-Factory feature is not implemented in Tandem", "false");
   }
   unsupported("mixture_of_depths", "this LLaMA-Factory feature is not implemented in Tandem");
@@ -350,9 +424,13 @@ constexpr std::string_view kBackends =
 
 std::string expertsBackend(const Entry& e) {
   static const std::map<std::string, std::string> names = {
-      {"auto", "auto"},         {"generic", "generic"},          {"avx512", "avx512"},
+      {"auto", "auto"},
+      {"generic", "generic"},
+      {"avx512", "avx512"},
       {"avx2", "avx2"},
-      {"avx512bf16", "avx512_bf16"}, {"amxbf16", "amx_bf16"},    {"amxint8", "amx_int8"},
+      {"avx512bf16", "avx512_bf16"},
+      {"amxbf16", "amx_bf16"},
+      {"amxint8", "amx_int8"},
       {"onednn", "onednn"},
       // KT's llamafile kernels are its default CPU path, vectorised for whatever the CPU has:
       // Tandem's best kernels for the CPU, as a rule file's llamafile means (kt_rules.cpp).
@@ -360,16 +438,18 @@ std::string expertsBackend(const Entry& e) {
   const std::string key = lowered(text(e));
   if (auto it = names.find(key); it != names.end()) return it->second;
   static const std::array<std::string_view, 11> kt_only = {
-      "amxint4", "rawint4", "gptqint4", "fp8", "fp8perchannel", "mxfp4",
-      "moeint8", "moeint4", "bf16", "torchbf16", "armbf16"};
+      "amxint4", "rawint4", "gptqint4", "fp8",       "fp8perchannel", "mxfp4",
+      "moeint8", "moeint4", "bf16",     "torchbf16", "armbf16"};
   if (std::find(kt_only.begin(), kt_only.end(), key) != kt_only.end()) {
     fail(e, "'" + text(e) + "' is a KTransformers backend Tandem does not have",
          "use one of " + std::string(kBackends) +
              " (Tandem reads bf16/fp16/fp32 experts and DeepSeek-V3-style fp8 ones; the format is "
              "experts_format: auto|bf16|int8|fp8)");
   }
-  fail(e, "must be one of " + std::string(kBackends) + " (or a KTransformers name: AMXBF16, "
-          "AMXInt8, llamafile); got '" + text(e) + "'");
+  fail(e, "must be one of " + std::string(kBackends) +
+              " (or a KTransformers name: AMXBF16, "
+              "AMXInt8, llamafile); got '" +
+              text(e) + "'");
 }
 
 std::string expertsFormat(const Entry& e) {
@@ -387,7 +467,8 @@ std::string expertsFormat(const Entry& e) {
 std::string gpuExperts(const Entry& e) {
   const std::string value = lowered(text(e));
   if (value == "auto") return value;
-  if (value.empty() || !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+  if (value.empty() ||
+      !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     failValue(e, "auto or a count >= 0 (routed experts per MoE layer on its GPU)");
   }
   return std::to_string(nonNegativeInt(e));
@@ -395,7 +476,8 @@ std::string gpuExperts(const Entry& e) {
 
 std::string expertsWtPolicy(const Entry& e) {
   const std::string value = text(e);
-  if (value == "auto" || value == "persistent" || value == "on_demand" || value == "background") return value;
+  if (value == "auto" || value == "persistent" || value == "on_demand" || value == "background")
+    return value;
   fail(e, "must be one of auto, persistent, on_demand, background; got '" + value + "'");
 }
 

@@ -4,13 +4,13 @@
 // the keys accepted and ignored, the keys refused as unsupported) and the conversions that turn
 // a key's YAML value into a setting. train_config.cpp reads the document and the sections.
 
+#include <yaml-cpp/yaml.h>
+
 #include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <yaml-cpp/yaml.h>
 
 namespace tandem::train::detail {
 
@@ -29,10 +29,10 @@ using CheckFn = void (*)(const Entry&);
 struct KeySpec {
   std::string spelling;  // top-level key, or "kt_config.<name without kt_>"
   Kind kind = Kind::Setting;
-  std::string target;    // Setting: the setting it feeds (several spellings may feed one)
-  std::string note;      // Unsupported: why and what to do instead
-  std::string off;       // Unsupported: the value that means "not used" ("false", "concat", ...)
-  bool kt = false;       // a KTransformers key (refused when use_kt: false)
+  std::string target;       // Setting: the setting it feeds (several spellings may feed one)
+  std::string note;         // Unsupported: why and what to do instead
+  std::string off;          // Unsupported: the value that means "not used" ("false", "concat", ...)
+  bool kt = false;          // a KTransformers key (refused when use_kt: false)
   CheckFn check = nullptr;  // Ignored: validates the value anyway
 };
 
@@ -45,7 +45,7 @@ struct Entry {
   std::string spelling;  // as in KeySpec
   std::string display;   // as the user wrote it ("kt_config.kt_backend")
   YAML::Node value;
-  std::string where;     // "file.yaml:12" or "command-line override 'k=v'"
+  std::string where;  // "file.yaml:12" or "command-line override 'k=v'"
   const KeySpec* spec = nullptr;
 };
 
@@ -86,6 +86,6 @@ std::string expertsBackend(const Entry& e);
 std::string expertsFormat(const Entry& e);
 std::string expertsWtPolicy(const Entry& e);  // auto, persistent, on_demand
 std::string gpuExperts(const Entry& e);       // auto or a count >= 0
-std::string device(const Entry& e);  // auto, cpu, cuda or cuda:N
+std::string device(const Entry& e);           // auto, cpu, cuda or cuda:N
 
 }  // namespace tandem::train::detail

@@ -1,10 +1,10 @@
 #include "engine/train/train_config.h"
 
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/core/error.h"
 
@@ -179,7 +179,11 @@ TEST(TrainConfigTest, MissingKeysTakeLlamaFactoryDefaults) {
 }
 
 TEST(TrainConfigTest, LoraAlphaDefaultsToTwiceTheRank) {
-  struct Case { std::string lines; int64_t rank; int64_t alpha; };
+  struct Case {
+    std::string lines;
+    int64_t rank;
+    int64_t alpha;
+  };
   const std::vector<Case> cases = {
       {"", 8, 16},
       {"lora_rank: 32\n", 32, 64},
@@ -223,10 +227,10 @@ TEST(TrainConfigTest, EveryKTransformersGenerationMapsToTheSameSettings) {
 
 TEST(TrainConfigTest, KTransformersBackendNamesMapToTandemBackends) {
   const std::vector<std::pair<std::string, std::string>> names = {
-      {"AMXBF16", "amx_bf16"}, {"AMXInt8", "amx_int8"},   {"AMXINT8", "amx_int8"},
-      {"llamafile", "auto"},    {"LLAMAFILE", "auto"},     {"auto", "auto"},
+      {"AMXBF16", "amx_bf16"},  {"AMXInt8", "amx_int8"},       {"AMXINT8", "amx_int8"},
+      {"llamafile", "auto"},    {"LLAMAFILE", "auto"},         {"auto", "auto"},
       {"amx_bf16", "amx_bf16"}, {"AVX512BF16", "avx512_bf16"}, {"onednn", "onednn"},
-      {"generic", "generic"},   {"avx512", "avx512"},    {"avx2", "avx2"}};
+      {"generic", "generic"},   {"avx512", "avx512"},          {"avx2", "avx2"}};
   for (const auto& [kt, tandem_name] : names) {
     EXPECT_EQ(parse(kMinimal + ("kt_backend: " + kt + "\n")).experts_backend, tandem_name) << kt;
     EXPECT_EQ(parse(kMinimal + ("kt_method: " + kt + "\n")).experts_backend, tandem_name) << kt;
@@ -242,38 +246,50 @@ TEST(TrainConfigTest, ExpertFormatAndWtPolicyKeys) {
   EXPECT_EQ(defaults.experts_format, "auto");
   EXPECT_EQ(defaults.experts_wt_policy, "auto");
   for (const char* format : {"auto", "bf16", "int8", "fp8"}) {
-    EXPECT_EQ(parse(kMinimal + ("experts_format: " + std::string(format) + "\n")).experts_format, format);
+    EXPECT_EQ(parse(kMinimal + ("experts_format: " + std::string(format) + "\n")).experts_format,
+              format);
   }
   // KTransformers' spelling (kt_expert_weight_format, any case, all three generations) feeds it.
   EXPECT_EQ(parse(kMinimal + std::string("kt_expert_weight_format: FP8\n")).experts_format, "fp8");
-  EXPECT_EQ(parse(kMinimal + std::string("kt_config:\n  expert_weight_format: int8\n")).experts_format, "int8");
+  EXPECT_EQ(
+      parse(kMinimal + std::string("kt_config:\n  expert_weight_format: int8\n")).experts_format,
+      "int8");
   const TrainConfig kt_int8 = parse(kMinimal + std::string("kt_config:\n  kt_backend: AMXInt8\n"
                                                            "  kt_expert_weight_format: int8\n"));
   EXPECT_EQ(kt_int8.experts_backend, "amx_int8");
   EXPECT_EQ(kt_int8.experts_format, "int8");
   // auto goes with every backend; bf16 / fp8 with the bf16 ones, int8 with the fp32 ones too.
-  EXPECT_EQ(parse(kMinimal + std::string("kt_backend: AMXInt8\nexperts_format: auto\n")).experts_format, "auto");
-  EXPECT_EQ(parse(kMinimal + std::string("kt_backend: AMXBF16\nexperts_format: fp8\n")).experts_format, "fp8");
-  EXPECT_EQ(parse(kMinimal + std::string("experts_backend: avx512\nexperts_format: int8\n")).experts_format,
+  EXPECT_EQ(
+      parse(kMinimal + std::string("kt_backend: AMXInt8\nexperts_format: auto\n")).experts_format,
+      "auto");
+  EXPECT_EQ(
+      parse(kMinimal + std::string("kt_backend: AMXBF16\nexperts_format: fp8\n")).experts_format,
+      "fp8");
+  EXPECT_EQ(parse(kMinimal + std::string("experts_backend: avx512\nexperts_format: int8\n"))
+                .experts_format,
             "int8");
-  EXPECT_EQ(parse(kMinimal + std::string("experts_wt_policy: on_demand\n")).experts_wt_policy, "on_demand");
-  EXPECT_EQ(parse(kMinimal + std::string("experts_wt_policy: background\n")).experts_wt_policy, "background");
+  EXPECT_EQ(parse(kMinimal + std::string("experts_wt_policy: on_demand\n")).experts_wt_policy,
+            "on_demand");
+  EXPECT_EQ(parse(kMinimal + std::string("experts_wt_policy: background\n")).experts_wt_policy,
+            "background");
   EXPECT_EQ(parse(kMinimal, {"experts_wt_policy=persistent"}).experts_wt_policy, "persistent");
-  // The Tandem key overrides the KT spelling; the format changes the trained result, the policy not.
+  // The Tandem key overrides the KT spelling; the format changes the trained result, the policy
+  // not.
   const std::string kt = kMinimal + std::string("kt_config:\n  kt_expert_weight_format: bf16\n");
   EXPECT_EQ(parse(kt, {"experts_format=int8"}).experts_format, "int8");
   EXPECT_NE(configFingerprint(parse(kt, {"experts_format=int8"})), configFingerprint(parse(kt)));
-  EXPECT_EQ(configFingerprint(parse(kt, {"experts_wt_policy=on_demand"})), configFingerprint(parse(kt)));
+  EXPECT_EQ(configFingerprint(parse(kt, {"experts_wt_policy=on_demand"})),
+            configFingerprint(parse(kt)));
 }
 
 TEST(TrainConfigTest, OverridesApplyAfterTheFile) {
-  const std::string yaml = kMinimal + std::string(
-                               "learning_rate: 5.0e-5\nmax_samples: 100\n"
-                               "kt_config:\n  kt_backend: AMXInt8\n  kt_num_threads: 8\n");
-  TrainConfig c = parse(yaml, {"learning_rate=1e-4", "lora_target=q_proj,v_proj",
-                               "kt_config.backend=AMXBF16", "max_samples=",
-                               "resume_from_checkpoint=true", "cpu_infer=16",
-                               "template=qwen3"});
+  const std::string yaml =
+      kMinimal + std::string(
+                     "learning_rate: 5.0e-5\nmax_samples: 100\n"
+                     "kt_config:\n  kt_backend: AMXInt8\n  kt_num_threads: 8\n");
+  TrainConfig c = parse(
+      yaml, {"learning_rate=1e-4", "lora_target=q_proj,v_proj", "kt_config.backend=AMXBF16",
+             "max_samples=", "resume_from_checkpoint=true", "cpu_infer=16", "template=qwen3"});
   EXPECT_DOUBLE_EQ(c.learning_rate, 1e-4);
   EXPECT_EQ(c.lora_target, (std::vector<std::string>{"q_proj", "v_proj"}));
   EXPECT_EQ(c.experts_backend, "amx_bf16");
@@ -290,18 +306,20 @@ TEST(TrainConfigTest, OverridesApplyAfterTheFile) {
 
 TEST(TrainConfigTest, GpuExpertsTakeKtNumGpuExperts) {
   EXPECT_EQ(parse(kMinimal).gpu_experts, "auto");
-  EXPECT_EQ(parse(kMinimal + std::string("kt_config:\n  kt_num_gpu_experts: 4\n")).gpu_experts, "4");
+  EXPECT_EQ(parse(kMinimal + std::string("kt_config:\n  kt_num_gpu_experts: 4\n")).gpu_experts,
+            "4");
   EXPECT_EQ(parse(kMinimal + std::string("gpu_experts: AUTO\n")).gpu_experts, "auto");
   EXPECT_EQ(parse(kMinimal + std::string("gpu_experts: 0\n")).gpu_experts, "0");
 }
 
 TEST(TrainConfigTest, HarmlessKeysAreAcceptedAndIgnored) {
-  const std::string yaml = kMinimal + std::string(
-                               "trust_remote_code: true\nddp_timeout: 180000000\nflash_attn: fa2\n"
-                               "preprocessing_num_workers: 16\noverwrite_cache: true\n"
-                               "report_to: none\ndataloader_num_workers: 4\nuse_unsloth: false\n"
-                               "fp16: false\ndeepspeed: null\nquantization_bit:\n"
-                               "kt_cpu_activation: retain\n");
+  const std::string yaml =
+      kMinimal + std::string(
+                     "trust_remote_code: true\nddp_timeout: 180000000\nflash_attn: fa2\n"
+                     "preprocessing_num_workers: 16\noverwrite_cache: true\n"
+                     "report_to: none\ndataloader_num_workers: 4\nuse_unsloth: false\n"
+                     "fp16: false\ndeepspeed: null\nquantization_bit:\n"
+                     "kt_cpu_activation: retain\n");
   TrainConfig expected = parse(kMinimal);
   EXPECT_EQ(parse(yaml), expected);
 }
@@ -326,12 +344,14 @@ TEST(TrainConfigTest, BadConfigsFailWithUsefulErrors) {
        "per_device_train_batch_size must be a positive integer, got '1.5'"},
       {"learning_rate: -1\n", "learning_rate must be a positive number, got '-1'"},
       {"lr_scheduler_type: cosin\n",
-       "lr_scheduler_type must be one of linear, cosine, constant, constant_with_warmup; got 'cosin'"},
+       "lr_scheduler_type must be one of linear, cosine, constant, constant_with_warmup; got "
+       "'cosin'"},
       {"warmup_ratio: 1\n", "warmup_ratio must be a number in [0, 1), got '1'"},
       {"val_size: -0.1\n", "val_size must be a number >= 0, got '-0.1'"},
       {"val_size: 2.5\n", "val_size must be a fraction in [0, 1) or a whole number of samples"},
       {"bf16: maybe\n", "bf16 must be true or false, got 'maybe'"},
-      {"max_steps: 0\n", "max_steps must be -1 (use num_train_epochs) or a positive integer, got '0'"},
+      {"max_steps: 0\n",
+       "max_steps must be -1 (use num_train_epochs) or a positive integer, got '0'"},
       {"device: gpu\n", "device must be auto, cpu, cuda or cuda:N; got 'gpu'"},
       {"experts_mode: gpu\n", "experts_mode must be cpu or gpu-offload, got 'gpu'"},
       {"optim: sgd\n", "optim must be one of adamw_torch, adamw_torch_fused, adamw_hf; got 'sgd'"},
@@ -339,7 +359,8 @@ TEST(TrainConfigTest, BadConfigsFailWithUsefulErrors) {
       {"finetuning_type: freeze\n", "'freeze' is not supported: Tandem trains LoRA adapters"},
       {"stage: dpo\n", "'dpo' is not supported: Tandem does supervised fine-tuning only"},
       {"do_train: false\n", "do_train is false"},
-      {"fp16: true\n", "fp16 is not supported by Tandem: Tandem trains in bf16 or fp32; use bf16: true"},
+      {"fp16: true\n",
+       "fp16 is not supported by Tandem: Tandem trains in bf16 or fp32; use bf16: true"},
       {"deepspeed: examples/deepspeed/ds_z3_config.json\n", "deepspeed is not supported by Tandem"},
       {"quantization_bit: 4\n", "quantization_bit is not supported by Tandem: QLoRA"},
       {"use_unsloth: true\n", "use_unsloth is not supported by Tandem"},
@@ -350,37 +371,53 @@ TEST(TrainConfigTest, BadConfigsFailWithUsefulErrors) {
       {"kt_backend: AMXBF16\nexperts_backend: generic\n",
        "experts_backend ('generic') conflicts with kt_backend ('AMXBF16', cfg.yaml:4)"},
       {"kt_config:\n  kt_expert_weight_format: mxfp4\n",
-       "kt_config.kt_expert_weight_format 'mxfp4' is a KTransformers expert format Tandem does not have"},
+       "kt_config.kt_expert_weight_format 'mxfp4' is a KTransformers expert format Tandem does not "
+       "have"},
       {"experts_format: fp16\n", "experts_format must be one of auto, bf16, int8, fp8; got 'fp16'"},
-      {"experts_fromat: int8\n", "unknown key 'experts_fromat' \u2014 did you mean 'experts_format'?"},
+      {"experts_fromat: int8\n",
+       "unknown key 'experts_fromat' \u2014 did you mean 'experts_format'?"},
       {"experts_wt_policy: pool\n",
        "experts_wt_policy must be one of auto, persistent, on_demand, background; got 'pool'"},
       {"kt_backend: AMXInt8\nexperts_format: bf16\n",
-       "experts_format ('bf16') cannot be computed by experts_backend amx_int8, which multiplies int8 weights only"},
-      {"kt_backend: AMXInt8\nexperts_format: fp8\n", "experts_format ('fp8') cannot be computed by experts_backend amx_int8"},
+       "experts_format ('bf16') cannot be computed by experts_backend amx_int8, which multiplies "
+       "int8 weights only"},
+      {"kt_backend: AMXInt8\nexperts_format: fp8\n",
+       "experts_format ('fp8') cannot be computed by experts_backend amx_int8"},
       {"experts_backend: amx_bf16\nkt_config:\n  kt_expert_weight_format: int8\n",
-       "kt_config.kt_expert_weight_format ('int8') cannot be computed by experts_backend amx_bf16, which "
+       "kt_config.kt_expert_weight_format ('int8') cannot be computed by experts_backend amx_bf16, "
+       "which "
        "multiplies bf16 weights only"},
       {"experts_format: int8\nkt_config:\n  kt_expert_weight_format: fp8\n",
-       "kt_config.kt_expert_weight_format ('fp8') conflicts with experts_format ('int8', cfg.yaml:4)"},
+       "kt_config.kt_expert_weight_format ('fp8') conflicts with experts_format ('int8', "
+       "cfg.yaml:4)"},
       {"kt_config:\n  kt_num_gpu_experts: many\n", "kt_num_gpu_experts must be"},
       {"gpu_experts: -2\n", "gpu_experts must be"},
-      {"kt_config:\n  kt_lora_rank: 16\n", "kt_config.kt_lora_rank (16) differs from lora_rank (8)"},
-      {"use_kt: false\ncpu_infer: 32\n", "cpu_infer is a KTransformers setting, but use_kt is false"},
-      {"val_size: 0.1\neval_dataset: alpaca_en_demo\n", "val_size cannot be combined with eval_dataset"},
-      {"mask_history: true\ntrain_on_prompt: true\n", "mask_history is incompatible with train_on_prompt"},
+      {"kt_config:\n  kt_lora_rank: 16\n",
+       "kt_config.kt_lora_rank (16) differs from lora_rank (8)"},
+      {"use_kt: false\ncpu_infer: 32\n",
+       "cpu_infer is a KTransformers setting, but use_kt is false"},
+      {"val_size: 0.1\neval_dataset: alpaca_en_demo\n",
+       "val_size cannot be combined with eval_dataset"},
+      {"mask_history: true\ntrain_on_prompt: true\n",
+       "mask_history is incompatible with train_on_prompt"},
       {"eval_strategy: steps\n", "eval_strategy asks for evaluation but there is no eval data"},
       {"lora_target: all,q_proj\n", "lora_target mixes 'all' with module names"},
       {"adapter_name_or_path: a,b\n", "adapter_name_or_path lists several adapters"},
       {"lora_rank: 8\nlora_rank: 16\n", "cfg.yaml:5: key 'lora_rank' appears twice"},
       {"lora_rank: [8\n", "cfg.yaml:5: not valid YAML"},
-      {"dataset: identity\noutput_dir: x\n", "cfg.yaml: model_name_or_path is missing (required)", true},
+      {"dataset: identity\noutput_dir: x\n", "cfg.yaml: model_name_or_path is missing (required)",
+       true},
       {"model_name_or_path: m\noutput_dir: x\n", "cfg.yaml: dataset is missing (required)", true},
       {"model_name_or_path: m\ndataset: d\n", "cfg.yaml: output_dir is missing (required)", true},
-      {"", "command-line override 'lora_rank=eight': lora_rank must be a positive integer, got 'eight'",
-       false, {"lora_rank=eight"}},
-      {"", "command-line override 'learning_rat=1e-4': unknown key 'learning_rat' \u2014 did you "
-           "mean 'learning_rate'?", false, {"learning_rat=1e-4"}},
+      {"",
+       "command-line override 'lora_rank=eight': lora_rank must be a positive integer, got 'eight'",
+       false,
+       {"lora_rank=eight"}},
+      {"",
+       "command-line override 'learning_rat=1e-4': unknown key 'learning_rat' \u2014 did you "
+       "mean 'learning_rate'?",
+       false,
+       {"learning_rat=1e-4"}},
       {"", "an override must look like key=value", false, {"learning_rate"}},
   };
   ASSERT_GE(cases.size(), 15u);
@@ -462,9 +499,8 @@ TEST(TrainConfigTest, FingerprintFollowsTheTrainingResult) {
   const std::string fp = configFingerprint(base);
   EXPECT_EQ(fp.size(), 16u);
   EXPECT_EQ(configFingerprint(parse(kQwen3LoraSft)), fp);
-  for (const char* changed :
-       {"learning_rate=2e-4", "lora_rank=16", "seed=1", "dataset=other", "cutoff_len=1024",
-        "experts_backend=amx_int8"}) {
+  for (const char* changed : {"learning_rate=2e-4", "lora_rank=16", "seed=1", "dataset=other",
+                              "cutoff_len=1024", "experts_backend=amx_int8"}) {
     EXPECT_NE(configFingerprint(parse(kQwen3LoraSft, {changed})), fp) << changed;
   }
   for (const char* same :
@@ -478,7 +514,8 @@ TEST(TrainConfigTest, FingerprintFollowsTheTrainingResult) {
 }
 
 TEST(TrainConfigTest, LoadsFromAFileAndNamesItInErrors) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "tandem_train_config_test";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / "tandem_train_config_test";
   std::filesystem::create_directories(dir);
   const std::filesystem::path path = dir / "qwen3_lora_sft.yaml";
   {
@@ -494,7 +531,8 @@ TEST(TrainConfigTest, LoadsFromAFileAndNamesItInErrors) {
     loadTrainConfig(path, {});
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(e.message().find(path.string() + ":46: unknown key 'learning_rat'"), std::string::npos)
+    EXPECT_NE(e.message().find(path.string() + ":46: unknown key 'learning_rat'"),
+              std::string::npos)
         << e.message();
   }
   EXPECT_THROW(loadTrainConfig(dir / "missing.yaml", {}), Error);

@@ -27,7 +27,8 @@ constexpr int32_t kIgnore = -100;
 
 // Greedy packing in data order: whole samples concatenated up to cutoff_len tokens, as
 // LLaMA-Factory's plain packing does (no attention masking between the packed samples).
-std::vector<chat::EncodedSample> pack(std::vector<chat::EncodedSample> samples, int64_t cutoff_len) {
+std::vector<chat::EncodedSample> pack(std::vector<chat::EncodedSample> samples,
+                                      int64_t cutoff_len) {
   std::vector<chat::EncodedSample> packed;
   chat::EncodedSample current;
   for (chat::EncodedSample& s : samples) {
@@ -52,31 +53,39 @@ void appendLine(const std::filesystem::path& path, const std::string& line) {
   const ssize_t written = ::write(fd, text.data(), text.size());
   ::close(fd);
   if (written != static_cast<ssize_t>(text.size())) {
-    throw Error("cannot append to " + path.string() + " (disk full?)", "free disk space and resume the run");
+    throw Error("cannot append to " + path.string() + " (disk full?)",
+                "free disk space and resume the run");
   }
 }
 
 }  // namespace
 
-Trainer::Trainer(model::Model& model, const gpu::LoraSettings& lora, std::vector<chat::EncodedSample> samples,
-                 TrainerSettings settings, ThreadPool& pool, std::vector<chat::EncodedSample> eval_samples)
-    : model_(model), lora_(lora),
-      samples_(settings.packing ? pack(std::move(samples), settings.cutoff_len) : std::move(samples)),
+Trainer::Trainer(model::Model& model, const gpu::LoraSettings& lora,
+                 std::vector<chat::EncodedSample> samples, TrainerSettings settings,
+                 ThreadPool& pool, std::vector<chat::EncodedSample> eval_samples)
+    : model_(model),
+      lora_(lora),
+      samples_(settings.packing ? pack(std::move(samples), settings.cutoff_len)
+                                : std::move(samples)),
       eval_samples_(std::move(eval_samples)),
-      settings_(std::move(settings)), training_(model, settings_.adamw, pool) {
+      settings_(std::move(settings)),
+      training_(model, settings_.adamw, pool) {
   if (samples_.empty()) throw Error("no training samples", "check the dataset and cutoff_len");
   settings_.batch_size = std::max<int64_t>(1, settings_.batch_size);
-  settings_.gradient_accumulation_steps = std::max<int64_t>(1, settings_.gradient_accumulation_steps);
+  settings_.gradient_accumulation_steps =
+      std::max<int64_t>(1, settings_.gradient_accumulation_steps);
   micro_batches_per_epoch_ =
       (static_cast<int64_t>(samples_.size()) + settings_.batch_size - 1) / settings_.batch_size;
-  total_steps_ = settings_.max_steps > 0
-                     ? settings_.max_steps
-                     : static_cast<int64_t>(std::ceil(settings_.num_train_epochs * stepsPerEpoch()));
+  total_steps_ =
+      settings_.max_steps > 0
+          ? settings_.max_steps
+          : static_cast<int64_t>(std::ceil(settings_.num_train_epochs * stepsPerEpoch()));
   total_steps_ = std::max<int64_t>(1, total_steps_);
   schedule_.type = settings_.schedule;
   schedule_.base_lr = settings_.learning_rate;
   schedule_.total_steps = total_steps_;
-  schedule_.warmup_steps = warmupSteps(settings_.warmup_steps, settings_.warmup_ratio, total_steps_);
+  schedule_.warmup_steps =
+      warmupSteps(settings_.warmup_steps, settings_.warmup_ratio, total_steps_);
   model::LoraTraining::seedDropout(settings_.seed);
 }
 
@@ -95,11 +104,13 @@ std::vector<int64_t> Trainer::epochOrder(int64_t epoch) const {
   return order;
 }
 
-Trainer::Batch Trainer::makeBatch(const std::vector<chat::EncodedSample>& samples, const std::vector<int64_t>& order,
-                                  int64_t first, int64_t batch_size) const {
+Trainer::Batch Trainer::makeBatch(const std::vector<chat::EncodedSample>& samples,
+                                  const std::vector<int64_t>& order, int64_t first,
+                                  int64_t batch_size) const {
   const int64_t n = std::min<int64_t>(batch_size, static_cast<int64_t>(order.size()) - first);
   size_t width = 0;
-  for (int64_t i = 0; i < n; ++i) width = std::max(width, samples[order[first + i]].input_ids.size());
+  for (int64_t i = 0; i < n; ++i)
+    width = std::max(width, samples[order[first + i]].input_ids.size());
   Batch b;
   b.tokens.rows = n;
   b.tokens.width = static_cast<int64_t>(width);
@@ -107,8 +118,10 @@ Trainer::Batch Trainer::makeBatch(const std::vector<chat::EncodedSample>& sample
   b.tokens.labels.assign(static_cast<size_t>(n) * width, kIgnore);
   for (int64_t i = 0; i < n; ++i) {
     const chat::EncodedSample& s = samples[order[first + i]];
-    std::copy(s.input_ids.begin(), s.input_ids.end(), b.tokens.input_ids.begin() + i * static_cast<int64_t>(width));
-    std::copy(s.labels.begin(), s.labels.end(), b.tokens.labels.begin() + i * static_cast<int64_t>(width));
+    std::copy(s.input_ids.begin(), s.input_ids.end(),
+              b.tokens.input_ids.begin() + i * static_cast<int64_t>(width));
+    std::copy(s.labels.begin(), s.labels.end(),
+              b.tokens.labels.begin() + i * static_cast<int64_t>(width));
     b.real_tokens += static_cast<int64_t>(s.input_ids.size());
     // transformers shifts labels inside: label t+1 is what position t is trained on.
     for (size_t t = 1; t < s.labels.size(); ++t) b.kept_tokens += s.labels[t] != kIgnore;
@@ -137,27 +150,33 @@ double Trainer::evaluate() {
   return kept > 0 ? loss_sum / static_cast<double>(kept) : std::nan("");
 }
 
-double remainingSeconds(double elapsed_s, double first_step_s, int64_t steps_done, int64_t steps_left) {
+double remainingSeconds(double elapsed_s, double first_step_s, int64_t steps_done,
+                        int64_t steps_left) {
   if (steps_done <= 0 || steps_left <= 0) return 0;
-  const double per_step = steps_done == 1 ? elapsed_s : (elapsed_s - first_step_s) / static_cast<double>(steps_done - 1);
+  const double per_step = steps_done == 1
+                              ? elapsed_s
+                              : (elapsed_s - first_step_s) / static_cast<double>(steps_done - 1);
   return std::max(0.0, per_step) * static_cast<double>(steps_left);
 }
 
 Trainer::Window Trainer::nextWindow() const {
   const int64_t epoch = micro_done_ / micro_batches_per_epoch_;
   const int64_t in_epoch = micro_done_ % micro_batches_per_epoch_;
-  const int64_t n_micro = std::min(settings_.gradient_accumulation_steps, micro_batches_per_epoch_ - in_epoch);
+  const int64_t n_micro =
+      std::min(settings_.gradient_accumulation_steps, micro_batches_per_epoch_ - in_epoch);
   const std::vector<int64_t> order = epochOrder(epoch);
   Window window;
   for (int64_t m = 0; m < n_micro; ++m) {
-    window.batches.push_back(makeBatch(samples_, order, (in_epoch + m) * settings_.batch_size, settings_.batch_size));
+    window.batches.push_back(
+        makeBatch(samples_, order, (in_epoch + m) * settings_.batch_size, settings_.batch_size));
     window.kept_tokens += window.batches.back().kept_tokens;
     window.real_tokens += window.batches.back().real_tokens;
   }
   return window;
 }
 
-Trainer::StepMath Trainer::accumulate(const Window& window, std::stop_token cancel, int64_t run_start_step) {
+Trainer::StepMath Trainer::accumulate(const Window& window, std::stop_token cancel,
+                                      int64_t run_start_step) {
   using Clock = std::chrono::steady_clock;
   StepMath math;
   try {
@@ -201,11 +220,18 @@ StepEvent Trainer::optimizerStep(const Window& window, const StepMath& math) {
 
 void Trainer::logStep(const StepEvent& e) {
   if (step_ % std::max<int64_t>(1, settings_.logging_steps) != 0 && step_ != total_steps_) return;
-  logLine({{"current_steps", step_}, {"total_steps", total_steps_}, {"loss", e.loss},
-           {"lr", e.learning_rate}, {"grad_norm", e.grad_norm}, {"epoch", e.epoch},
+  logLine({{"current_steps", step_},
+           {"total_steps", total_steps_},
+           {"loss", e.loss},
+           {"lr", e.learning_rate},
+           {"grad_norm", e.grad_norm},
+           {"epoch", e.epoch},
            {"percentage", std::round(10000.0 * step_ / total_steps_) / 100.0},
-           {"elapsed_time", formatDuration(e.elapsed_s)}, {"remaining_time", formatDuration(e.eta_s)},
-           {"tokens_per_s", e.tokens_per_s}, {"step_s", e.step_s}, {"model_s", e.model_s},
+           {"elapsed_time", formatDuration(e.elapsed_s)},
+           {"remaining_time", formatDuration(e.eta_s)},
+           {"tokens_per_s", e.tokens_per_s},
+           {"step_s", e.step_s},
+           {"model_s", e.model_s},
            {"optimizer_s", e.optimizer_s}});
 }
 
@@ -215,7 +241,10 @@ void Trainer::afterStep(const StepEvent& e, TrainListener& listener) {
   if (!eval_samples_.empty() && ((settings_.eval_steps > 0 && step_ % settings_.eval_steps == 0) ||
                                  (settings_.eval_each_epoch && epoch_ended))) {
     const double eval_loss = evaluate();
-    logLine({{"current_steps", step_}, {"total_steps", total_steps_}, {"eval_loss", eval_loss}, {"epoch", e.epoch}});
+    logLine({{"current_steps", step_},
+             {"total_steps", total_steps_},
+             {"eval_loss", eval_loss},
+             {"epoch", e.epoch}});
     char text[96];
     std::snprintf(text, sizeof text, "eval at step %lld: loss %.4f on %zu samples",
                   static_cast<long long>(step_), eval_loss, eval_samples_.size());
@@ -287,23 +316,32 @@ void Trainer::failOutOfMemory(const std::string& what, int64_t run_start_step) {
       saved = "saving step " + std::to_string(step_) + " failed too (" + e.what() + ")";
     }
   }
-  throw Error("out of memory in training step " + failed_step + ": " + what.substr(0, what.find('\n')),
-              saved + ". Run the same YAML with a smaller gpu_experts (a count instead of auto) to "
-              "resume from there, or start over with a lower cutoff_len or per_device_train_batch_size, "
-              "or with gradient_checkpointing: true; `tandem plan` with the YAML shows what each takes");
+  throw Error(
+      "out of memory in training step " + failed_step + ": " + what.substr(0, what.find('\n')),
+      saved +
+          ". Run the same YAML with a smaller gpu_experts (a count instead of auto) to "
+          "resume from there, or start over with a lower cutoff_len or "
+          "per_device_train_batch_size, "
+          "or with gradient_checkpointing: true; `tandem plan` with the YAML shows what each "
+          "takes");
 }
 
 void Trainer::writeCheckpointFiles(const std::filesystem::path& dir) const {
-  model::writeAdapter(model_, lora_, dir, model::ExpertAdapterForm::Fused, settings_.base_model_name);
+  model::writeAdapter(model_, lora_, dir, model::ExpertAdapterForm::Fused,
+                      settings_.base_model_name);
   training_.saveState(dir / "optimizer.safetensors");
   nlohmann::json history = nlohmann::json::array();
   for (const std::string& l : log_history_) history.push_back(nlohmann::json::parse(l));
   const nlohmann::json trainer_state = {
-      {"global_step", step_}, {"max_steps", total_steps_},
+      {"global_step", step_},
+      {"max_steps", total_steps_},
       {"epoch", static_cast<double>(micro_done_) / static_cast<double>(micro_batches_per_epoch_)},
-      {"micro_batches_done", micro_done_}, {"optimizer_steps", training_.stepCount()},
-      {"num_train_epochs", settings_.num_train_epochs}, {"train_batch_size", settings_.batch_size},
-      {"seed", settings_.seed}, {"config_fingerprint", settings_.config_fingerprint},
+      {"micro_batches_done", micro_done_},
+      {"optimizer_steps", training_.stepCount()},
+      {"num_train_epochs", settings_.num_train_epochs},
+      {"train_batch_size", settings_.batch_size},
+      {"seed", settings_.seed},
+      {"config_fingerprint", settings_.config_fingerprint},
       {"log_history", history}};
   // Written last: its presence marks the checkpoint complete.
   io::writeFileAtomically(dir / "trainer_state.json", trainer_state.dump(2) + "\n");
@@ -312,8 +350,8 @@ void Trainer::writeCheckpointFiles(const std::filesystem::path& dir) const {
 std::filesystem::path Trainer::saveCheckpoint() const {
   namespace fs = std::filesystem;
   const fs::path final_dir = settings_.output_dir / ("checkpoint-" + std::to_string(step_));
-  const fs::path tmp_dir = settings_.output_dir / (".checkpoint-" + std::to_string(step_) + ".tmp-" +
-                                                   std::to_string(::getpid()));
+  const fs::path tmp_dir = settings_.output_dir / (".checkpoint-" + std::to_string(step_) +
+                                                   ".tmp-" + std::to_string(::getpid()));
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
   writeCheckpointFiles(tmp_dir);
@@ -342,9 +380,12 @@ void Trainer::saveFinal(TrainListener& listener) const {
                       settings_.base_model_name);
   nlohmann::json history = nlohmann::json::array();
   for (const std::string& l : log_history_) history.push_back(nlohmann::json::parse(l));
-  io::writeFileAtomically(settings_.output_dir / "trainer_state.json",
-                          nlohmann::json({{"global_step", step_}, {"max_steps", total_steps_},
-                                          {"log_history", history}}).dump(2) + "\n");
+  io::writeFileAtomically(
+      settings_.output_dir / "trainer_state.json",
+      nlohmann::json(
+          {{"global_step", step_}, {"max_steps", total_steps_}, {"log_history", history}})
+              .dump(2) +
+          "\n");
   listener.onMessage("adapter written to " + settings_.output_dir.string());
 }
 
@@ -352,7 +393,8 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   std::ifstream in(checkpoint_dir / "trainer_state.json");
   const nlohmann::json state = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (state.is_discarded() || !state.contains("global_step")) {
-    throw Error(checkpoint_dir.string() + "/trainer_state.json is unreadable", "delete that checkpoint dir");
+    throw Error(checkpoint_dir.string() + "/trainer_state.json is unreadable",
+                "delete that checkpoint dir");
   }
   if (state.value("config_fingerprint", std::string()) != settings_.config_fingerprint) {
     throw Error(checkpoint_dir.string() + " was written by a different configuration",
@@ -365,7 +407,8 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   std::string all;
   for (const std::string& l : log_history_) all += l + "\n";
   io::writeFileAtomically(settings_.output_dir / "trainer_log.jsonl", all);
-  training_.loadState(checkpoint_dir / "optimizer.safetensors", state["optimizer_steps"].get<int64_t>());
+  training_.loadState(checkpoint_dir / "optimizer.safetensors",
+                      state["optimizer_steps"].get<int64_t>());
 }
 
 }  // namespace tandem::train

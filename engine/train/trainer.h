@@ -5,11 +5,10 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <stop_token>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/chat/supervised_encoder.h"
 #include "engine/core/train_events.h"
@@ -20,7 +19,7 @@
 namespace tandem {
 class PauseGate;
 class ThreadPool;
-}
+}  // namespace tandem
 namespace tandem::model {
 class Model;
 }
@@ -28,10 +27,10 @@ class Model;
 namespace tandem::train {
 
 struct TrainerSettings {
-  int64_t batch_size = 1;                  // per_device_train_batch_size
+  int64_t batch_size = 1;  // per_device_train_batch_size
   int64_t gradient_accumulation_steps = 1;
   double num_train_epochs = 3.0;
-  int64_t max_steps = -1;                  // > 0 wins over epochs, as in transformers
+  int64_t max_steps = -1;  // > 0 wins over epochs, as in transformers
   LrSchedulerType schedule = LrSchedulerType::Linear;
   double learning_rate = 5e-5;
   int64_t warmup_steps = 0;
@@ -40,14 +39,14 @@ struct TrainerSettings {
   model::AdamWSettings adamw;
   uint64_t seed = 42;
   bool packing = false;
-  int64_t cutoff_len = 2048;               // packing: tokens per packed sequence
+  int64_t cutoff_len = 2048;  // packing: tokens per packed sequence
   int32_t pad_id = 0;
   int64_t logging_steps = 10;
   int64_t save_steps = 500;
-  int64_t save_total_limit = 0;            // 0: keep all checkpoints
+  int64_t save_total_limit = 0;  // 0: keep all checkpoints
   std::filesystem::path output_dir;
-  std::string base_model_name;             // written into adapter_config.json
-  std::string config_fingerprint;          // written into each checkpoint
+  std::string base_model_name;     // written into adapter_config.json
+  std::string config_fingerprint;  // written into each checkpoint
   // Evaluation on held-out samples (val_size / eval_dataset): every eval_steps optimizer steps,
   // and/or at each epoch end; 0 / false = never. The mean loss goes to the log as eval_loss.
   int64_t eval_steps = 0;
@@ -59,7 +58,8 @@ struct TrainerSettings {
 // first also packs the CPU experts, copies the resident ones to the GPU and warms the allocators
 // (15 s of a 17 s first step on the 48-layer Qwen3 shape, where later steps take 0.9 s). With
 // one step done, that step is all there is to go by.
-double remainingSeconds(double elapsed_s, double first_step_s, int64_t steps_done, int64_t steps_left);
+double remainingSeconds(double elapsed_s, double first_step_s, int64_t steps_done,
+                        int64_t steps_left);
 
 // What ends or holds a run from outside: `stop` ends it at a step boundary with a checkpoint,
 // `cancel` at the next micro-batch without one, and `pause` (may be null) holds it at a step
@@ -72,8 +72,9 @@ struct RunControl {
 
 class Trainer {
  public:
-  Trainer(model::Model& model, const gpu::LoraSettings& lora, std::vector<chat::EncodedSample> samples,
-          TrainerSettings settings, ThreadPool& pool, std::vector<chat::EncodedSample> eval_samples = {});
+  Trainer(model::Model& model, const gpu::LoraSettings& lora,
+          std::vector<chat::EncodedSample> samples, TrainerSettings settings, ThreadPool& pool,
+          std::vector<chat::EncodedSample> eval_samples = {});
 
   // Mean loss over the held-out samples (no gradients); NaN without any.
   double evaluate();
@@ -110,8 +111,8 @@ class Trainer {
     bool cancelled = false;
   };
   std::vector<int64_t> epochOrder(int64_t epoch) const;
-  Batch makeBatch(const std::vector<chat::EncodedSample>& samples, const std::vector<int64_t>& order,
-                  int64_t first, int64_t batch_size) const;
+  Batch makeBatch(const std::vector<chat::EncodedSample>& samples,
+                  const std::vector<int64_t>& order, int64_t first, int64_t batch_size) const;
   Window nextWindow() const;
   StepMath accumulate(const Window& window, std::stop_token cancel, int64_t run_start_step);
   // Clips, steps the optimizer and moves the data cursor on: the step's event, without timings.

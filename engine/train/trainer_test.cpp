@@ -5,13 +5,13 @@
 #include "engine/train/trainer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <thread>
 #include <string>
-#include <unistd.h>
+#include <thread>
 
 #include "engine/core/error.h"
 #include "engine/core/pause_gate.h"
@@ -67,10 +67,12 @@ TrainerSettings tinySettings(const fs::path& dir) {
 
 TEST(Trainer, OutOfMemorySavesTheLastStepAndSaysWhatToChange) {
   const io::ModelConfig config = model::testing::tinyQwen3MoeConfig(4);
-  const model::LoraPlan plan = model::loraPlanFromTarget(io::LoraTarget::parse("all"), {4, 8.0, false, 0.0});
+  const model::LoraPlan plan =
+      model::loraPlanFromTarget(io::LoraTarget::parse("all"), {4, 8.0, false, 0.0});
   auto model = model::Model::random(config, {}, &plan, /*seed=*/5, ThreadPool::global());
   const std::vector<chat::EncodedSample> samples = tinySamples();
-  const fs::path dir = fs::temp_directory_path() / ("tandem_trainer_oom_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("tandem_trainer_oom_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   const TrainerSettings settings = tinySettings(dir);
   gpu::testing::installFailingCpuAllocator();  // before the run allocates anything
@@ -81,10 +83,13 @@ TEST(Trainer, OutOfMemorySavesTheLastStepAndSaysWhatToChange) {
     trainer.run({}, listener);
     FAIL() << "the run went on after an allocation failed";
   } catch (const Error& e) {
-    EXPECT_NE(e.message().find("out of memory in training step 2: CPU out of memory. Tried to allocate"), std::string::npos)
+    EXPECT_NE(
+        e.message().find("out of memory in training step 2: CPU out of memory. Tried to allocate"),
+        std::string::npos)
         << e.message();
     EXPECT_EQ(e.message().find("more lines"), std::string::npos) << e.message();
-    EXPECT_NE(e.whatToDo().find("step 1 is saved in " + (dir / "checkpoint-1").string()), std::string::npos)
+    EXPECT_NE(e.whatToDo().find("step 1 is saved in " + (dir / "checkpoint-1").string()),
+              std::string::npos)
         << e.whatToDo();
     EXPECT_NE(e.whatToDo().find("gpu_experts"), std::string::npos) << e.whatToDo();
   }
@@ -120,9 +125,11 @@ struct PauseAfterStep : TrainListener {
 
 TEST(Trainer, APausedRunWaitsAtAStepBoundaryUntilResumed) {
   const io::ModelConfig config = model::testing::tinyQwen3MoeConfig(4);
-  const model::LoraPlan plan = model::loraPlanFromTarget(io::LoraTarget::parse("all"), {4, 8.0, false, 0.0});
+  const model::LoraPlan plan =
+      model::loraPlanFromTarget(io::LoraTarget::parse("all"), {4, 8.0, false, 0.0});
   auto model = model::Model::random(config, {}, &plan, /*seed=*/5, ThreadPool::global());
-  const fs::path dir = fs::temp_directory_path() / ("tandem_trainer_pause_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("tandem_trainer_pause_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   Trainer trainer(*model, plan.settings, tinySamples(), tinySettings(dir), ThreadPool::global());
   PauseGate gate;
@@ -145,9 +152,11 @@ TEST(Trainer, APausedRunWaitsAtAStepBoundaryUntilResumed) {
 // A stop while paused ends the run there, with its checkpoint.
 TEST(Trainer, StopWhilePausedEndsWithACheckpoint) {
   const io::ModelConfig config = model::testing::tinyQwen3MoeConfig(4);
-  const model::LoraPlan plan = model::loraPlanFromTarget(io::LoraTarget::parse("all"), {4, 8.0, false, 0.0});
+  const model::LoraPlan plan =
+      model::loraPlanFromTarget(io::LoraTarget::parse("all"), {4, 8.0, false, 0.0});
   auto model = model::Model::random(config, {}, &plan, /*seed=*/5, ThreadPool::global());
-  const fs::path dir = fs::temp_directory_path() / ("tandem_trainer_pause_stop_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("tandem_trainer_pause_stop_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   Trainer trainer(*model, plan.settings, tinySamples(), tinySettings(dir), ThreadPool::global());
   PauseGate gate;

@@ -15,7 +15,8 @@ placement::PlanRequest planRequestFor(const TrainConfig& config, const io::Model
 
 placement::MemoryPlan planTraining(const TrainConfig& config, const io::ModelConfig& model,
                                    const placement::Hardware& hardware) {
-  return model::planModel(planRequestFor(config, model), config, model::usableHardware(config, hardware));
+  return model::planModel(planRequestFor(config, model), config,
+                          model::usableHardware(config, hardware));
 }
 
 }  // namespace tandem::train

@@ -5,20 +5,19 @@
 #include "engine/train/training_plan.h"
 
 #include <gtest/gtest.h>
-
+#include <unistd.h>
 
 #include <filesystem>
-#include <unistd.h>
 
 #include "engine/core/error.h"
 #include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
+#include "engine/io/lora_target.h"
+#include "engine/io/safetensors.h"
 #include "engine/model/decode_session.h"
 #include "engine/model/lora_training.h"
 #include "engine/model/machine_probe.h"
 #include "engine/model/model.h"
-#include "engine/io/safetensors.h"
-#include "engine/io/lora_target.h"
 #include "engine/placement/hardware.h"
 #include "engine/train/trainer.h"
 
@@ -45,12 +44,13 @@ struct Measured {
   uint64_t weight_file_bytes = 0;
 };
 
-Measured trainOneStep(const io::ModelConfig& config, const TrainConfig& tc, bool keep_expert_forward,
-                      const fs::path& dir) {
+Measured trainOneStep(const io::ModelConfig& config, const TrainConfig& tc,
+                      bool keep_expert_forward, const fs::path& dir) {
   model::ModelOptions options;  // fp32 on the CPU device, as the demo
   options.gradient_checkpointing = tc.gradient_checkpointing;
   options.keep_expert_forward = keep_expert_forward;
-  const gpu::LoraSettings lora{static_cast<int>(tc.lora_rank), static_cast<double>(tc.lora_alpha), false, 0.0};
+  const gpu::LoraSettings lora{static_cast<int>(tc.lora_rank), static_cast<double>(tc.lora_alpha),
+                               false, 0.0};
   const model::LoraPlan plan = model::loraPlanFromTarget(io::LoraTarget::parse("all"), lora);
   auto model = model::Model::random(config, options, &plan, /*seed=*/7, ThreadPool::global());
   Measured out;
@@ -100,9 +100,11 @@ uint64_t plannedItem(const placement::MemoryPlan& plan, const std::string& what)
 void expectWithin10Percent(uint64_t predicted, uint64_t measured, const char* what) {
   ASSERT_GT(measured, 0u) << what;
   const double ratio = static_cast<double>(predicted) / static_cast<double>(measured);
-  EXPECT_NEAR(ratio, 1.0, 0.10) << what << ": planned " << predicted << " B, engine " << measured << " B";
+  EXPECT_NEAR(ratio, 1.0, 0.10) << what << ": planned " << predicted << " B, engine " << measured
+                                << " B";
   std::printf("%-28s planned %10llu B  engine %10llu B  ratio %.4f\n", what,
-              static_cast<unsigned long long>(predicted), static_cast<unsigned long long>(measured), ratio);
+              static_cast<unsigned long long>(predicted), static_cast<unsigned long long>(measured),
+              ratio);
 }
 
 class PlanVersusLedger : public ::testing::TestWithParam<bool> {};
@@ -124,27 +126,33 @@ TEST_P(PlanVersusLedger, WithinTenPercent) {
   const placement::MemoryPlan plan = planTraining(tc, config, hw);
   // This machine has the RAM to keep every MoE layer's expert forward, so checkpointing keeps them.
   EXPECT_EQ(plan.keep_expert_forward, tc.gradient_checkpointing);
-  const fs::path dir = fs::temp_directory_path() / ("tandem_plan_test_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("tandem_plan_test_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const Measured m = trainOneStep(config, tc, plan.keep_expert_forward, dir);
   fs::remove_all(dir);
   using placement::PlanCategory;
-  const uint64_t lora_opt = m.cpu.current(MemoryCategory::Lora) + m.cpu.current(MemoryCategory::Optimizer);
+  const uint64_t lora_opt =
+      m.cpu.current(MemoryCategory::Lora) + m.cpu.current(MemoryCategory::Optimizer);
   expectWithin10Percent(planned(plan, PlanCategory::Weights), m.weight_file_bytes, "weights");
   expectWithin10Percent(planned(plan, PlanCategory::LoraOptimizer), lora_opt, "LoRA + optimizer");
-  expectWithin10Percent(planned(plan, PlanCategory::ExpertCache), m.cpu.peak(MemoryCategory::Activations),
-                        "expert forward cache (peak)");
+  expectWithin10Percent(planned(plan, PlanCategory::ExpertCache),
+                        m.cpu.peak(MemoryCategory::Activations), "expert forward cache (peak)");
   expectWithin10Percent(plannedItem(plan, "expert scratch"), m.cpu.peak(MemoryCategory::Scratch),
                         "expert scratch (peak)");
-  const uint64_t planned_total = planned(plan, PlanCategory::Weights) + planned(plan, PlanCategory::LoraOptimizer) +
-                                 planned(plan, PlanCategory::ExpertCache) + plannedItem(plan, "expert scratch");
-  const uint64_t engine_total = m.weight_file_bytes + lora_opt + m.cpu.peak(MemoryCategory::Activations) +
+  const uint64_t planned_total =
+      planned(plan, PlanCategory::Weights) + planned(plan, PlanCategory::LoraOptimizer) +
+      planned(plan, PlanCategory::ExpertCache) + plannedItem(plan, "expert scratch");
+  const uint64_t engine_total = m.weight_file_bytes + lora_opt +
+                                m.cpu.peak(MemoryCategory::Activations) +
                                 m.cpu.peak(MemoryCategory::Scratch);
   expectWithin10Percent(planned_total, engine_total, "total of these");
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpointing, PlanVersusLedger, ::testing::Bool(),
-                         [](const auto& param_info) { return param_info.param ? "checkpointing" : "no_checkpointing"; });
+                         [](const auto& param_info) {
+                           return param_info.param ? "checkpointing" : "no_checkpointing";
+                         });
 
 // Resident experts: the planner's GPU weights item for a fixed count (gpu_experts, as `tandem
 // train` passes it) against what the engine's ResidentExperts charge to the ledger when the
@@ -170,7 +178,9 @@ TEST(PlanVersusLedger, ResidentExpertWeights) {
   options.gpu_experts = placement::toRuntimePlacement(plan.placement).gpu_experts;
   EXPECT_EQ(options.gpu_experts, (std::vector<int64_t>{3, 0, 3}));  // layer 1 is dense
   auto model = model::Model::random(config, options, nullptr, /*seed=*/7, ThreadPool::global());
-  auto weights = [] { return MemoryLedger::global().usage("cpu").current(MemoryCategory::Weights); };
+  auto weights = [] {
+    return MemoryLedger::global().usage("cpu").current(MemoryCategory::Weights);
+  };
   const uint64_t before = weights();
   {
     std::vector<int32_t> ids(16);
@@ -178,7 +188,8 @@ TEST(PlanVersusLedger, ResidentExpertWeights) {
     model::DecodeSession(*model, 16).feed(ids);  // the first call makes the experts resident
   }
   expectWithin10Percent(planned_bytes, weights() - before, "resident expert weights");
-  EXPECT_EQ(planned_bytes, 2u * 3 * 3 * 64 * 48 * 4);  // 2 MoE layers · 3 experts · 3 · H · I · fp32
+  EXPECT_EQ(planned_bytes,
+            2u * 3 * 3 * 64 * 48 * 4);  // 2 MoE layers · 3 experts · 3 · H · I · fp32
 }
 
 // A model's config.json and a machine from presets/, and a TrainConfig for one sequence of
@@ -217,7 +228,8 @@ TEST(PlanRequestFor, OffloadModePlansItsResidentCache) {
   EXPECT_EQ(runtime.experts_mode, "gpu-offload");
   EXPECT_EQ(runtime.gpu_experts[5], experts.gpu_experts);
   tc.gpu_experts = "0";  // the plain offload baseline
-  EXPECT_EQ(planTraining(tc, qwen3, hw).placement.find("model.layers.5.mlp.experts")->gpu_experts, 0);
+  EXPECT_EQ(planTraining(tc, qwen3, hw).placement.find("model.layers.5.mlp.experts")->gpu_experts,
+            0);
 }
 
 // `tandem plan` and `tandem train` plan with the same expert choices: experts_format and
@@ -267,7 +279,8 @@ TEST(PlanRequestFor, CarriesTheExpertsFormatAndWtPolicy) {
   tc.experts_format = "fp8";
   EXPECT_EQ(experts_item(planTraining(tc, fp8, hw)), "routed experts bf16");
   // fp8 is the checkpoint's own format: a bf16 checkpoint is refused before anything is planned.
-  const io::ModelConfig bf16 = io::readModelConfig(fs::path(TANDEM_PRESETS_DIR) / "models" / "qwen3-30b-a3b.json");
+  const io::ModelConfig bf16 =
+      io::readModelConfig(fs::path(TANDEM_PRESETS_DIR) / "models" / "qwen3-30b-a3b.json");
   EXPECT_THROW(planRequestFor(tc, bf16), Error);
 }
 

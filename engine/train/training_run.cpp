@@ -41,9 +41,11 @@ std::string joinTargets(const std::vector<std::string>& targets) {
   return out;
 }
 
-std::vector<chat::EncodedSample> encodeAll(const TrainConfig& config, const std::vector<std::string>& names,
-                                     const io::Tokenizer& tokenizer, const chat::ChatTemplate& chat_template,
-                                     TrainListener& listener) {
+std::vector<chat::EncodedSample> encodeAll(const TrainConfig& config,
+                                           const std::vector<std::string>& names,
+                                           const io::Tokenizer& tokenizer,
+                                           const chat::ChatTemplate& chat_template,
+                                           TrainListener& listener) {
   DatasetReport report;
   const std::vector<chat::Conversation> conversations =
       loadDatasets(config.dataset_dir, names, config.max_samples, report);
@@ -66,7 +68,8 @@ std::vector<chat::EncodedSample> encodeAll(const TrainConfig& config, const std:
            << " cutoff=" << config.cutoff_len << " prompt=" << config.train_on_prompt
            << " history=" << config.mask_history << " max=" << config.max_samples.value_or(-1)
            << " datasets=" << joinTargets(names) << " rows=" << conversations.size();
-  const fs::path cache_file = tokenizedCacheDir() / (tokenizedCacheKey(files, settings.str()) + ".bin");
+  const fs::path cache_file =
+      tokenizedCacheDir() / (tokenizedCacheKey(files, settings.str()) + ".bin");
   if (auto cached = readTokenizedCache(cache_file)) {
     listener.onMessage("tokenised data from the cache " + cache_file.string());
     return std::move(*cached);
@@ -78,7 +81,8 @@ std::vector<chat::EncodedSample> encodeAll(const TrainConfig& config, const std:
   options.mask_history = config.mask_history;
   std::vector<chat::EncodedSample> samples;
   samples.reserve(conversations.size());
-  for (const chat::Conversation& c : conversations) samples.push_back(chat::encodeSupervised(c, chat_template, encoder, options));
+  for (const chat::Conversation& c : conversations)
+    samples.push_back(chat::encodeSupervised(c, chat_template, encoder, options));
   try {
     writeTokenizedCache(cache_file, samples);
   } catch (const Error& e) {
@@ -89,20 +93,22 @@ std::vector<chat::EncodedSample> encodeAll(const TrainConfig& config, const std:
 
 // val_size held out as LLaMA-Factory does (a fraction, rounded up, or a count), from a shuffle by
 // the seed (our own, so the split is not byte-for-byte `datasets`' train_test_split).
-std::vector<chat::EncodedSample> holdOut(std::vector<chat::EncodedSample>& samples, double val_size, uint64_t seed) {
+std::vector<chat::EncodedSample> holdOut(std::vector<chat::EncodedSample>& samples, double val_size,
+                                         uint64_t seed) {
   if (val_size <= 0 || samples.empty()) return {};
   const auto n = static_cast<int64_t>(samples.size());
   const int64_t n_eval = std::min<int64_t>(
       n - 1, val_size < 1 ? static_cast<int64_t>(std::ceil(val_size * static_cast<double>(n)))
                           : static_cast<int64_t>(val_size));
   if (n_eval <= 0) {
-    throw Error("val_size " + std::to_string(val_size) + " leaves no training samples out of " + std::to_string(n),
+    throw Error("val_size " + std::to_string(val_size) + " leaves no training samples out of " +
+                    std::to_string(n),
                 "lower val_size");
   }
   std::mt19937_64 rng(seed);
   for (int64_t i = n; i > 1; --i) std::swap(samples[i - 1], samples[rng() % i]);
   std::vector<chat::EncodedSample> eval(std::make_move_iterator(samples.end() - n_eval),
-                                  std::make_move_iterator(samples.end()));
+                                        std::make_move_iterator(samples.end()));
   samples.resize(n - n_eval);
   return eval;
 }
@@ -147,7 +153,8 @@ fs::path prepareOutputDir(const TrainConfig& config, const std::string& fingerpr
 
 class StoreListener : public TrainListener {
  public:
-  StoreListener(TrainListener& inner, store::RunStore* store, int64_t run) : inner_(inner), store_(store), run_(run) {}
+  StoreListener(TrainListener& inner, store::RunStore* store, int64_t run)
+      : inner_(inner), store_(store), run_(run) {}
   void onStep(const StepEvent& e) override {
     if (store_) {
       try {
@@ -210,7 +217,8 @@ class FirstStepNote : public TrainListener {
 
 // Step 1: the memory plan on this machine, before anything is loaded. A run that cannot fit is
 // refused with the planner's advice instead of dying at step 0 (or hour 3).
-placement::MemoryPlan planOnThisMachine(const TrainConfig& config, const io::ModelConfig& model_config) {
+placement::MemoryPlan planOnThisMachine(const TrainConfig& config,
+                                        const io::ModelConfig& model_config) {
   if (!config.expert_weight_path.empty()) {
     throw Error("kt_weight_path (pre-converted KTransformers expert weights) is not supported",
                 "remove kt_weight_path: Tandem reads the experts from the model's safetensors");
@@ -230,14 +238,16 @@ struct TrainingData {
 TrainingData prepareData(const TrainConfig& config, TrainListener& listener) {
   const io::Tokenizer tokenizer = io::Tokenizer::load(config.model_name_or_path);
   if (config.template_name.empty()) {
-    throw Error("no template given", "set template: (e.g. qwen3, qwen3_nothink, llama3, deepseek3)");
+    throw Error("no template given",
+                "set template: (e.g. qwen3, qwen3_nothink, llama3, deepseek3)");
   }
   const chat::ChatTemplate& chat_template = chat::templateByName(config.template_name);
   TrainingData data;
   data.samples = encodeAll(config, config.dataset, tokenizer, chat_template, listener);
-  data.eval_samples = config.eval_dataset.empty()
-                          ? holdOut(data.samples, config.val_size, static_cast<uint64_t>(config.seed))
-                          : encodeAll(config, config.eval_dataset, tokenizer, chat_template, listener);
+  data.eval_samples =
+      config.eval_dataset.empty()
+          ? holdOut(data.samples, config.val_size, static_cast<uint64_t>(config.seed))
+          : encodeAll(config, config.eval_dataset, tokenizer, chat_template, listener);
   data.pad_id = tokenizer.padId().value_or(0);
   return data;
 }
@@ -252,8 +262,8 @@ struct LoadedModel {
 LoadedModel loadModel(const TrainConfig& config, const io::ModelConfig& model_config,
                       const placement::MemoryPlan& plan, TrainListener& listener) {
   LoadedModel loaded;
-  loaded.lora = {static_cast<int>(config.lora_rank), static_cast<double>(config.lora_alpha), config.use_rslora,
-                 config.lora_dropout};
+  loaded.lora = {static_cast<int>(config.lora_rank), static_cast<double>(config.lora_alpha),
+                 config.use_rslora, config.lora_dropout};
   const io::LoraTarget target = io::LoraTarget::parse(joinTargets(config.lora_target));
   model::LoraPlan lora_plan;
   if (!config.adapter_name_or_path.empty()) {
@@ -267,15 +277,18 @@ LoadedModel loadModel(const TrainConfig& config, const io::ModelConfig& model_co
   lora_plan.seed = static_cast<uint64_t>(config.seed);
   model::LoraTraining::seedDropout(static_cast<uint64_t>(config.seed));
   const model::ModelOptions options = model::resolveModelOptions(config, model_config, plan);
-  loaded.model = model::Model::load(config.model_name_or_path, options, &lora_plan, ThreadPool::global());
+  loaded.model =
+      model::Model::load(config.model_name_or_path, options, &lora_plan, ThreadPool::global());
   listener.onMessage(model::placementSummary(loaded.model->placement()));
   listener.onMessage(model::expertsSummary(*loaded.model));
-  if (!config.adapter_name_or_path.empty()) model::applyAdapter(config.adapter_name_or_path, *loaded.model);
+  if (!config.adapter_name_or_path.empty())
+    model::applyAdapter(config.adapter_name_or_path, *loaded.model);
   target.checkAgainst(loaded.model->loraLeaves());
   return loaded;
 }
 
-TrainerSettings trainerSettings(const TrainConfig& config, int32_t pad_id, const std::string& fingerprint) {
+TrainerSettings trainerSettings(const TrainConfig& config, int32_t pad_id,
+                                const std::string& fingerprint) {
   TrainerSettings settings;
   settings.batch_size = config.per_device_train_batch_size;
   settings.gradient_accumulation_steps = config.gradient_accumulation_steps;
@@ -297,7 +310,8 @@ TrainerSettings trainerSettings(const TrainConfig& config, int32_t pad_id, const
   settings.output_dir = config.output_dir;
   settings.base_model_name = config.model_name_or_path;
   settings.config_fingerprint = fingerprint;
-  if (config.eval_strategy == EvalStrategy::Steps) settings.eval_steps = config.eval_steps.value_or(config.logging_steps);
+  if (config.eval_strategy == EvalStrategy::Steps)
+    settings.eval_steps = config.eval_steps.value_or(config.logging_steps);
   settings.eval_each_epoch = config.eval_strategy == EvalStrategy::Epoch;
   settings.eval_batch_size = config.per_device_eval_batch_size;
   return settings;
@@ -305,12 +319,14 @@ TrainerSettings trainerSettings(const TrainConfig& config, int32_t pad_id, const
 
 // Step 4: the output dir, refused when it holds someone else's run, resumed from its newest
 // checkpoint when it holds this one; then marked as this run's.
-void prepareOutput(const TrainConfig& config, const std::string& fingerprint, model::Model& model, Trainer& trainer,
-                   TrainingRunOutcome& outcome, TrainListener& listener) {
+void prepareOutput(const TrainConfig& config, const std::string& fingerprint, model::Model& model,
+                   Trainer& trainer, TrainingRunOutcome& outcome, TrainListener& listener) {
   const fs::path checkpoint = prepareOutputDir(config, fingerprint);
   fs::create_directories(config.output_dir);
-  io::writeFileAtomically(config.output_dir / kRunFile,
-                          nlohmann::json({{"config_fingerprint", fingerprint}, {"config", toYaml(config)}}).dump(2) + "\n");
+  io::writeFileAtomically(
+      config.output_dir / kRunFile,
+      nlohmann::json({{"config_fingerprint", fingerprint}, {"config", toYaml(config)}}).dump(2) +
+          "\n");
   if (checkpoint.empty()) return;
   model::applyAdapter(checkpoint, model);
   trainer.restore(checkpoint);
@@ -350,25 +366,27 @@ store::RunStatus finalStatus(TrainOutcome outcome) {
 }
 
 // A run on a GGUF model also leaves its adapter as llama.cpp reads it, beside the PEFT one.
-void writeLlamaCppLora(const fs::path& output_dir, const fs::path& gguf_model, TrainListener& listener) {
+void writeLlamaCppLora(const fs::path& output_dir, const fs::path& gguf_model,
+                       TrainListener& listener) {
   const fs::path file = output_dir / "adapter_model.gguf";
   model::exportLlamaCppAdapter(output_dir, gguf_model, file);
-  listener.onMessage("llama.cpp LoRA written to " + file.string() + " (llama-cli -m " + gguf_model.string() +
-                     " --lora " + file.string() + ")");
+  listener.onMessage("llama.cpp LoRA written to " + file.string() + " (llama-cli -m " +
+                     gguf_model.string() + " --lora " + file.string() + ")");
 }
 
 }  // namespace
 
-TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listener, const RunControl& control,
-                               store::RunStore* store) {
+TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listener,
+                               const RunControl& control, store::RunStore* store) {
   const std::string fingerprint = configFingerprint(config);
   // Everything that can be wrong with the inputs is found before any file is written.
   const io::ModelConfig model_config = io::readModelConfig(config.model_name_or_path);
   const placement::MemoryPlan plan = planOnThisMachine(config, model_config);
   TrainingData data = prepareData(config, listener);
   LoadedModel loaded = loadModel(config, model_config, plan, listener);
-  Trainer trainer(*loaded.model, loaded.lora, std::move(data.samples), trainerSettings(config, data.pad_id, fingerprint),
-                  ThreadPool::global(), std::move(data.eval_samples));
+  Trainer trainer(*loaded.model, loaded.lora, std::move(data.samples),
+                  trainerSettings(config, data.pad_id, fingerprint), ThreadPool::global(),
+                  std::move(data.eval_samples));
 
   TrainingRunOutcome outcome;
   outcome.output_dir = config.output_dir;

@@ -22,7 +22,7 @@ namespace tandem::train {
 
 struct TrainingRunOutcome {
   TrainResult result;
-  int64_t run_id = 0;            // in the run store, 0 without a store
+  int64_t run_id = 0;  // in the run store, 0 without a store
   std::filesystem::path output_dir;
   bool resumed = false;
   int64_t resumed_from_step = 0;
@@ -33,7 +33,7 @@ struct TrainingRunOutcome {
 // placement the memory planner judged for this machine (model_resolver.h). `control` stops,
 // cancels or pauses it (trainer.h: RunControl). Errors are tandem::Error; the store records the
 // run's status (and its pauses) either way. `store` may be null.
-TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listener, const RunControl& control,
-                               store::RunStore* store);
+TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listener,
+                               const RunControl& control, store::RunStore* store);
 
 }  // namespace tandem::train

@@ -21,14 +21,19 @@ namespace {
 constexpr int64_t kMaxDequantElems = int64_t{1} << 16;
 
 void checkPromises(const tandem::io::GgufHeader& header, std::span<const std::byte> file) {
-  if (!std::has_single_bit(header.alignment) || header.data_offset % header.alignment != 0) __builtin_trap();
+  if (!std::has_single_bit(header.alignment) || header.data_offset % header.alignment != 0)
+    __builtin_trap();
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const tandem::io::GgufTensorInfo& info : header.tensors) {
-    const std::optional<tandem::io::GgmlTypeTraits> traits = tandem::io::ggmlTypeTraits(static_cast<uint32_t>(info.type));
-    if (!traits || info.ne.empty() || info.ne.size() > 4 || info.offset % header.alignment != 0) __builtin_trap();
+    const std::optional<tandem::io::GgmlTypeTraits> traits =
+        tandem::io::ggmlTypeTraits(static_cast<uint32_t>(info.type));
+    if (!traits || info.ne.empty() || info.ne.size() > 4 || info.offset % header.alignment != 0)
+      __builtin_trap();
     const int64_t numel = info.numel();
     if (numel < 1 || numel % traits->block_elems != 0 ||
-        static_cast<uint64_t>(numel / traits->block_elems) * static_cast<uint64_t>(traits->block_bytes) != info.byte_size) {
+        static_cast<uint64_t>(numel / traits->block_elems) *
+                static_cast<uint64_t>(traits->block_bytes) !=
+            info.byte_size) {
       __builtin_trap();
     }
     const uint64_t begin = header.data_offset + info.offset;
@@ -37,8 +42,9 @@ void checkPromises(const tandem::io::GgufHeader& header, std::span<const std::by
     if (traits->dequantizable && numel <= kMaxDequantElems) {
       std::vector<float> out(static_cast<size_t>(numel));
       // Throws only on a broken promise above, which the fuzzer then reports as a crash.
-      tandem::io::dequantizeGgml(info.type, file.subspan(static_cast<size_t>(begin), static_cast<size_t>(info.byte_size)),
-                                 numel, out.data(), info.name);
+      tandem::io::dequantizeGgml(
+          info.type, file.subspan(static_cast<size_t>(begin), static_cast<size_t>(info.byte_size)),
+          numel, out.data(), info.name);
     }
   }
   std::sort(ranges.begin(), ranges.end());

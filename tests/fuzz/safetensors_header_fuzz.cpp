@@ -29,7 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     uint64_t position = 0;
     for (const tandem::io::TensorInfo& info : parsed.tensors) {
       if (info.begin != position || info.end < info.begin || info.end > data_section_bytes ||
-          static_cast<uint64_t>(info.numel()) * tandem::io::dtypeSize(info.dtype) != info.byteSize()) {
+          static_cast<uint64_t>(info.numel()) * tandem::io::dtypeSize(info.dtype) !=
+              info.byteSize()) {
         __builtin_trap();
       }
       position = info.end;

@@ -7,11 +7,10 @@
 //                                                alignment)
 // Exit status: 0 on success, 1 on a tandem::Error (printed), 2 on bad usage.
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,7 +63,8 @@ void dump(const GgufFile& file, const char* out_path) {
   for (const auto& [key, value] : header.metadata) {
     ordered_json entry;
     entry["type"] = tandem::io::ggufValueTypeName(value.type);
-    if (value.type == GgufValueType::Array) entry["element_type"] = tandem::io::ggufValueTypeName(value.element_type);
+    if (value.type == GgufValueType::Array)
+      entry["element_type"] = tandem::io::ggufValueTypeName(value.element_type);
     entry["value"] = valueJson(value);
     metadata[key] = std::move(entry);
   }
@@ -100,8 +100,11 @@ void dequant(const GgufFile& file, const char* out_path) {
       continue;
     }
     const std::vector<float>& data = values.emplace_back(file.dequantize(t));
-    tensors.push_back({t.name, tandem::io::DType::F32, t.torchShape(),
-                       {reinterpret_cast<const std::byte*>(data.data()), data.size() * sizeof(float)}});
+    tensors.push_back(
+        {t.name,
+         tandem::io::DType::F32,
+         t.torchShape(),
+         {reinterpret_cast<const std::byte*>(data.data()), data.size() * sizeof(float)}});
   }
   tandem::io::writeSafetensors(out_path, tensors);
   std::printf("dequantized %zu of %zu tensors to %s\n", tensors.size(), infos.size(), out_path);
@@ -109,9 +112,11 @@ void dequant(const GgufFile& file, const char* out_path) {
 
 void copy(const GgufFile& file, const char* out_path) {
   std::vector<tandem::io::GgufTensorToWrite> tensors;
-  for (const GgufTensorInfo& t : file.header().tensors) tensors.push_back({t.name, t.type, t.ne, file.tensorBytes(t)});
+  for (const GgufTensorInfo& t : file.header().tensors)
+    tensors.push_back({t.name, t.type, t.ne, file.tensorBytes(t)});
   tandem::io::writeGguf(out_path, file.header().metadata, tensors, file.header().alignment);
-  std::printf("copied %zu tensors and %zu keys to %s\n", tensors.size(), file.header().metadata.size(), out_path);
+  std::printf("copied %zu tensors and %zu keys to %s\n", tensors.size(),
+              file.header().metadata.size(), out_path);
 }
 
 }  // namespace

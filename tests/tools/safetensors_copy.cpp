@@ -12,7 +12,8 @@
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: %s INPUT(.safetensors file or model dir) OUTPUT.safetensors\n", argv[0]);
+    std::fprintf(stderr, "usage: %s INPUT(.safetensors file or model dir) OUTPUT.safetensors\n",
+                 argv[0]);
     return 2;
   }
   try {
@@ -26,7 +27,8 @@ int main(int argc, char** argv) {
     const std::map<std::string, std::string> metadata =
         files.empty() ? std::map<std::string, std::string>{} : files.front()->header().metadata;
     tandem::io::writeSafetensors(argv[2], tensors, metadata);
-    std::printf("copied %zu tensors from %zu file(s) to %s\n", tensors.size(), files.size(), argv[2]);
+    std::printf("copied %zu tensors from %zu file(s) to %s\n", tensors.size(), files.size(),
+                argv[2]);
     return 0;
   } catch (const tandem::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

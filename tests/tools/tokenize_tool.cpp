@@ -8,9 +8,8 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "engine/core/error.h"
 #include "engine/io/tokenizer.h"
@@ -33,7 +32,8 @@ int main(int argc, char** argv) {
     size_t bytes = 0;
     while (std::getline(in, line)) {
       const nlohmann::json item = nlohmann::json::parse(line);
-      const std::string text = item.is_string() ? item.get<std::string>() : item.at("text").get<std::string>();
+      const std::string text =
+          item.is_string() ? item.get<std::string>() : item.at("text").get<std::string>();
       const bool special = item.is_object() && item.value("add_special_tokens", false);
       nlohmann::json result;
       try {

@@ -48,7 +48,8 @@ void MemoryMapTest::ledgerBytesLandOnTheirBars() {
     lora_on_nodes += node.bytes[static_cast<int>(MemorySlice::Lora)];
     if (!node.device.startsWith(QStringLiteral("cpu:numa"))) continue;
     // Free comes from the system; engine + untracked + free never exceed the node.
-    QVERIFY(node.used() + node.bytes[static_cast<int>(MemorySlice::Free)] <= node.capacity_bytes + (1ull << 20));
+    QVERIFY(node.used() + node.bytes[static_cast<int>(MemorySlice::Free)] <=
+            node.capacity_bytes + (1ull << 20));
   }
   QCOMPARE(lora_on_nodes, 1ull << 20);
 }
@@ -73,7 +74,8 @@ void MemoryMapTest::hoverNamesTheSlice() {
     if (first.isEmpty()) first = text;
     last = text;
   }
-  QVERIFY2(first.contains(QStringLiteral("weights")) && first.contains(QStringLiteral("50.0%")), qPrintable(first));
+  QVERIFY2(first.contains(QStringLiteral("weights")) && first.contains(QStringLiteral("50.0%")),
+           qPrintable(first));
   QVERIFY2(last.contains(QStringLiteral("free")), qPrintable(last));
   QVERIFY(map.detailsAt(QPoint(5, map.height() - 2)).isEmpty());  // the legend is not a bar
 }

@@ -69,7 +69,8 @@ class PlacementTest : public QObject {
 void PlacementTest::initTestCase() {
   QVERIFY(tmp_.isValid());
   paths_ = test::demoPaths(tmp_);
-  const train::TrainConfig config = test::demoConfig(paths_, fs::path(tmp_.path().toStdString()) / "out");
+  const train::TrainConfig config =
+      test::demoConfig(paths_, fs::path(tmp_.path().toStdString()) / "out");
   model_ = io::readModelConfig(config.model_name_or_path);
   request_ = train::planRequestFor(config, model_);
 }
@@ -82,14 +83,16 @@ void PlacementTest::roundTripsARuleFile() {
   // An edit: the routed experts on the generic backend.
   const std::vector<int> experts = rowsOf(editor.placement(), placement::ModuleKind::RoutedExperts);
   QCOMPARE(experts.size(), size_t{4});
-  QVERIFY2(editor.assign(experts, QStringLiteral("cpu"), QStringLiteral("generic")), qPrintable(editor.problem()));
+  QVERIFY2(editor.assign(experts, QStringLiteral("cpu"), QStringLiteral("generic")),
+           qPrintable(editor.problem()));
   for (int row : experts) QCOMPARE(editor.placement().modules[row].backend, std::string("generic"));
 
   const fs::path first = fs::path(tmp_.path().toStdString()) / "rules1.yaml";
   QVERIFY(editor.exportRules(first));
   QVERIFY(editor.placement().modules[experts.front()].gpu_experts > 0);
   // The engine's reader:
-  QVERIFY(placement::loadPlacementFile(first, model_) == withoutResidentExperts(editor.placement()));
+  QVERIFY(placement::loadPlacementFile(first, model_) ==
+          withoutResidentExperts(editor.placement()));
 
   PlacementEditor second(request_, hardware);
   QVERIFY(!(second.placement() == editor.placement()));  // the planner's own choice differs
@@ -97,7 +100,8 @@ void PlacementTest::roundTripsARuleFile() {
   QVERIFY(second.placement() == editor.placement());
   const fs::path again = fs::path(tmp_.path().toStdString()) / "rules2.yaml";
   QVERIFY(second.exportRules(again));
-  QVERIFY(placement::loadPlacementFile(again, model_) == withoutResidentExperts(editor.placement()));
+  QVERIFY(placement::loadPlacementFile(again, model_) ==
+          withoutResidentExperts(editor.placement()));
 }
 
 void PlacementTest::refusesWhatDoesNotFit() {
@@ -175,9 +179,11 @@ void PlacementTest::aPlacementFromTheEditorTrains() {
   const fs::path rule = fs::path(tmp_.path().toStdString()) / "edited_kt_rule.yaml";
   QVERIFY2(editor.exportRules(rule), qPrintable(editor.problem()));
 
-  const train::TrainConfig config = test::demoConfig(paths_, out, {"max_steps=2", "placement_rule=" + rule.string()});
+  const train::TrainConfig config =
+      test::demoConfig(paths_, out, {"max_steps=2", "placement_rule=" + rule.string()});
   TrainListener quiet;
-  const train::TrainingRunOutcome outcome = train::runTraining(config, quiet, train::RunControl{}, nullptr);
+  const train::TrainingRunOutcome outcome =
+      train::runTraining(config, quiet, train::RunControl{}, nullptr);
   QCOMPARE(outcome.result.outcome, TrainOutcome::Completed);
   QCOMPARE(outcome.result.steps, int64_t{2});
   QVERIFY(fs::exists(out / "adapter_model.safetensors"));

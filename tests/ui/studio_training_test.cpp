@@ -8,12 +8,12 @@
 #include <QMessageBox>
 #include <QPushButton>
 #include <QSignalSpy>
-#include <QTimer>
 #include <QTest>
+#include <QTimer>
 
 #include "engine/infer/generator.h"
-#include "engine/store/run_store.h"
 #include "engine/model/checkpoint_dir.h"
+#include "engine/store/run_store.h"
 #include "engine/train/trainer.h"
 #include "tests/ui/ui_test_support.h"
 #include "ui/chat_controller.h"
@@ -55,7 +55,8 @@ void TrainingTest::initTestCase() {
   QVERIFY(tmp_.isValid());
   paths_ = test::demoPaths(tmp_);
   machine_ = detectMachine();
-  store_ = std::make_unique<store::RunStore>(store::RunStore::open(fs::path(tmp_.path().toStdString()) / "runs.db"));
+  store_ = std::make_unique<store::RunStore>(
+      store::RunStore::open(fs::path(tmp_.path().toStdString()) / "runs.db"));
   config_ = test::demoConfig(paths_, fs::path(tmp_.path().toStdString()) / "run1",
                              {"max_steps=4", "logging_steps=1", "save_steps=2"});
 }
@@ -84,7 +85,8 @@ void TrainingTest::dashboardReceivesRealSteps() {
     QVERIFY(p.tokens_per_s > 0);
     dashboard_losses_.push_back(p.loss);
   }
-  QCOMPARE(checkpoints.size(), 1);  // save_steps 2 of 4: step 2 (the end writes the final adapter instead)
+  QCOMPARE(checkpoints.size(),
+           1);  // save_steps 2 of 4: step 2 (the end writes the final adapter instead)
   QCOMPARE(dashboard.pointsReceived(), 4);
   QCOMPARE(dashboard.lossChart()->pointCount(0), 4);  // raw
   QCOMPARE(dashboard.lossChart()->pointCount(1), 4);  // smoothed
@@ -119,11 +121,13 @@ void TrainingTest::chatStreamsRealAnswers() {
   question.template_name = QString::fromStdString(config_.template_name);
   question.question = QStringLiteral("Who are you?");
   question.settings.max_new_tokens = 12;
-  question.settings.do_sample = true;  // sampled, with a seed: reproducible, and the same for both sides
+  question.settings.do_sample =
+      true;  // sampled, with a seed: reproducible, and the same for both sides
   question.settings.seed = 7;
 
   // The reference: the engine's Generator called here directly, same options, settings and seed.
-  auto reference = infer::Generator::load(config_.model_name_or_path, chatOptionsFor(question.base_model, question.template_name));
+  auto reference = infer::Generator::load(
+      config_.model_name_or_path, chatOptionsFor(question.base_model, question.template_name));
   reference->addAdapter("tuned", config_.output_dir);
   infer::ChatRequest request;
   request.messages = {{"user", "Who are you?"}};
@@ -156,8 +160,9 @@ void TrainingTest::chatStreamsRealAnswers() {
 }
 
 void TrainingTest::pauseStopAndResume() {
-  const train::TrainConfig config = test::demoConfig(
-      paths_, fs::path(tmp_.path().toStdString()) / "run2", {"max_steps=6", "logging_steps=1", "save_steps=100"});
+  const train::TrainConfig config =
+      test::demoConfig(paths_, fs::path(tmp_.path().toStdString()) / "run2",
+                       {"max_steps=6", "logging_steps=1", "save_steps=100"});
   TrainingController controller(store_.get());
   QSignalSpy steps(&controller, &TrainingController::stepped);
   QSignalSpy finished(&controller, &TrainingController::finished);
@@ -199,14 +204,16 @@ void TrainingTest::pauseStopAndResume() {
 
 void TrainingTest::closingDuringARunStopsWithACheckpoint() {
   StudioSettings settings;
-  settings.run_store_path = QString::fromStdString((fs::path(tmp_.path().toStdString()) / "window-runs.db").string());
+  settings.run_store_path =
+      QString::fromStdString((fs::path(tmp_.path().toStdString()) / "window-runs.db").string());
   settings.output_parent = tmp_.path();
   settings.demo_workdir = QString::fromStdString(paths_.demo_workdir.string());
   MainWindow window(settings, paths_);
   window.show();
   QVERIFY(QTest::qWaitForWindowExposed(&window));
-  const train::TrainConfig config = test::demoConfig(
-      paths_, fs::path(tmp_.path().toStdString()) / "run3", {"max_steps=50", "logging_steps=1", "save_steps=1000"});
+  const train::TrainConfig config =
+      test::demoConfig(paths_, fs::path(tmp_.path().toStdString()) / "run3",
+                       {"max_steps=50", "logging_steps=1", "save_steps=1000"});
   QSignalSpy steps(window.trainingController(), &TrainingController::stepped);
   window.startTraining(config);
   QVERIFY(steps.wait(300000));

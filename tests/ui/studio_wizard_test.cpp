@@ -9,15 +9,15 @@
 #include <QLineEdit>
 #include <QSpinBox>
 #include <QTest>
-#include <QTextBrowser>
 #include <QTextBlock>
+#include <QTextBrowser>
 #include <QTextDocument>
 
-#include "engine/io/tokenizer.h"
 #include "engine/chat/chat_template.h"
-#include "engine/train/dataset.h"
 #include "engine/chat/supervised_encoder.h"
 #include "engine/chat/tokenizer_encoder.h"
+#include "engine/io/tokenizer.h"
+#include "engine/train/dataset.h"
 #include "tests/ui/ui_test_support.h"
 #include "ui/host_machine.h"
 #include "ui/resources.h"
@@ -65,7 +65,8 @@ void WizardTest::initTestCase() {
 }
 
 void WizardTest::producesTheHandWrittenConfig() {
-  const std::filesystem::path output = std::filesystem::path(tmp_.path().toStdString()) / "wizard-out";
+  const std::filesystem::path output =
+      std::filesystem::path(tmp_.path().toStdString()) / "wizard-out";
   train::TrainConfig hand = test::demoConfig(paths_, output);
   hand.experts_format = "bf16";
   hand.experts_wt_policy = "background";
@@ -87,12 +88,15 @@ void WizardTest::producesTheHandWrittenConfig() {
   QVERIFY(wizard.currentPage()->isComplete());
   field<QComboBox>(wizard, "experts_format")->setCurrentText(QStringLiteral("bf16"));
   field<QComboBox>(wizard, "experts_wt_policy")->setCurrentText(QStringLiteral("background"));
-  QCOMPARE(field<QSpinBox>(wizard, "gpu_experts")->text(), field<QSpinBox>(wizard, "gpu_experts")->specialValueText());
+  QCOMPARE(field<QSpinBox>(wizard, "gpu_experts")->text(),
+           field<QSpinBox>(wizard, "gpu_experts")->specialValueText());
   QCOMPARE(field<QSpinBox>(wizard, "gpu_experts")->maximum(), 16);  // the model's experts
   field<QSpinBox>(wizard, "gpu_experts")->setValue(3);
-  QCOMPARE(field<QComboBox>(wizard, "experts_mode")->currentData().toString(), QStringLiteral("cpu"));
-  field<QComboBox>(wizard, "experts_mode")->setCurrentIndex(
-      field<QComboBox>(wizard, "experts_mode")->findData(QStringLiteral("gpu-offload")));
+  QCOMPARE(field<QComboBox>(wizard, "experts_mode")->currentData().toString(),
+           QStringLiteral("cpu"));
+  field<QComboBox>(wizard, "experts_mode")
+      ->setCurrentIndex(
+          field<QComboBox>(wizard, "experts_mode")->findData(QStringLiteral("gpu-offload")));
   wizard.next();
 
   QCOMPARE(wizard.currentId(), int(FineTuneWizard::DatasetPageId));
@@ -132,23 +136,27 @@ void WizardTest::producesTheHandWrittenConfig() {
 
   const train::TrainConfig made = wizard.config();
   if (!(made == hand)) {
-    QCOMPARE(QString::fromStdString(train::toYaml(made)), QString::fromStdString(train::toYaml(hand)));
+    QCOMPARE(QString::fromStdString(train::toYaml(made)),
+             QString::fromStdString(train::toYaml(hand)));
   }
   QVERIFY(made == hand);
   QVERIFY(train::parseTrainConfig(wizard.yaml().toStdString(), "wizard yaml") == hand);
   QCOMPARE(train::configFingerprint(made), train::configFingerprint(hand));
 
-  // Opening that config again shows the same choices (a count of GPU experts, not auto; offload mode).
+  // Opening that config again shows the same choices (a count of GPU experts, not auto; offload
+  // mode).
   FineTuneWizard reopened(host_, paths_);
   reopened.loadConfig(hand);
   QCOMPARE(field<QSpinBox>(reopened, "gpu_experts")->value(), 3);
-  QCOMPARE(field<QComboBox>(reopened, "experts_mode")->currentData().toString(), QStringLiteral("gpu-offload"));
+  QCOMPARE(field<QComboBox>(reopened, "experts_mode")->currentData().toString(),
+           QStringLiteral("gpu-offload"));
   QVERIFY(reopened.config() == hand);
 }
 
 void WizardTest::pagesSayWhatIsWrong() {
   FineTuneWizard wizard(host_, paths_);
-  wizard.loadConfig(test::demoConfig(paths_, std::filesystem::path(tmp_.path().toStdString()) / "bad-out"));
+  wizard.loadConfig(
+      test::demoConfig(paths_, std::filesystem::path(tmp_.path().toStdString()) / "bad-out"));
   wizard.show();
   QVERIFY(QTest::qWaitForWindowExposed(&wizard));
   QVERIFY(settled(wizard));
@@ -163,7 +171,8 @@ void WizardTest::pagesSayWhatIsWrong() {
     said = said || (label->isVisible() && label->text().contains(QStringLiteral("config.json")));
   }
   QVERIFY2(said, "the model page does not say that config.json is missing");
-  typeInto(wizard, "model_name_or_path", QString::fromStdString((paths_.demo_workdir / "model").string()));
+  typeInto(wizard, "model_name_or_path",
+           QString::fromStdString((paths_.demo_workdir / "model").string()));
   QTRY_VERIFY(wizard.currentPage()->isComplete());
   wizard.next();
   wizard.next();
@@ -187,7 +196,8 @@ void WizardTest::pagesSayWhatIsWrong() {
 }
 
 void WizardTest::datasetPageColoursTrainedTokens() {
-  const train::TrainConfig config = test::demoConfig(paths_, std::filesystem::path(tmp_.path().toStdString()) / "out3");
+  const train::TrainConfig config =
+      test::demoConfig(paths_, std::filesystem::path(tmp_.path().toStdString()) / "out3");
   FineTuneWizard wizard(host_, paths_);
   wizard.loadConfig(config);
   wizard.show();
@@ -198,7 +208,8 @@ void WizardTest::datasetPageColoursTrainedTokens() {
   QVERIFY(settled(wizard));
   QVERIFY(page->isComplete());
   QCOMPARE(page->previewRows(), 32);
-  QVERIFY2(page->skippedText().startsWith(QStringLiteral("32 rows usable, 0 skipped")), qPrintable(page->skippedText()));
+  QVERIFY2(page->skippedText().startsWith(QStringLiteral("32 rows usable, 0 skipped")),
+           qPrintable(page->skippedText()));
 
   // The reference: the engine's own encoding of row 0, decoded token by token.
   train::DatasetReport report;
@@ -208,10 +219,12 @@ void WizardTest::datasetPageColoursTrainedTokens() {
   const chat::TokenizerEncoder encoder(tokenizer, chat_template);
   chat::SupervisedOptions options;
   options.cutoff_len = config.cutoff_len;
-  const chat::EncodedSample sample = chat::encodeSupervised(rows[0], chat_template, encoder, options);
+  const chat::EncodedSample sample =
+      chat::encodeSupervised(rows[0], chat_template, encoder, options);
   QString trained, masked;
   for (size_t i = 0; i < sample.input_ids.size(); ++i) {
-    const QString piece = QString::fromStdString(tokenizer.decode(std::span<const int32_t>(&sample.input_ids[i], 1)));
+    const QString piece =
+        QString::fromStdString(tokenizer.decode(std::span<const int32_t>(&sample.input_ids[i], 1)));
     (sample.labels[i] == chat::kIgnoreIndex ? masked : trained) += piece;
   }
   QVERIFY(!trained.isEmpty() && !masked.isEmpty());
@@ -224,8 +237,10 @@ void WizardTest::datasetPageColoursTrainedTokens() {
     for (auto it = block.begin(); !it.atEnd(); ++it) {
       const QTextFragment f = it.fragment();
       const QColor bg = f.charFormat().background().color();
-      if (bg == QColor(QStringLiteral("#c8f0d0")) || bg == QColor(QStringLiteral("#a6e3b5"))) shown_trained += f.text();
-      if (bg == QColor(QStringLiteral("#e4e4e4")) || bg == QColor(QStringLiteral("#cfcfcf"))) shown_masked += f.text();
+      if (bg == QColor(QStringLiteral("#c8f0d0")) || bg == QColor(QStringLiteral("#a6e3b5")))
+        shown_trained += f.text();
+      if (bg == QColor(QStringLiteral("#e4e4e4")) || bg == QColor(QStringLiteral("#cfcfcf")))
+        shown_masked += f.text();
     }
   }
   auto normal = [](QString s) {

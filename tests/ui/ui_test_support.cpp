@@ -15,9 +15,10 @@ StudioPaths demoPaths(const QTemporaryDir& tmp) {
 
 train::TrainConfig demoConfig(const StudioPaths& paths, const std::filesystem::path& output_dir,
                               std::vector<std::string> overrides) {
-  overrides.insert(overrides.begin(), {"model_name_or_path=" + (paths.demo_workdir / "model").string(),
-                                       "dataset_dir=" + (paths.resources / "demo").string(),
-                                       "output_dir=" + output_dir.string()});
+  overrides.insert(
+      overrides.begin(),
+      {"model_name_or_path=" + (paths.demo_workdir / "model").string(),
+       "dataset_dir=" + (paths.resources / "demo").string(), "output_dir=" + output_dir.string()});
   return train::loadTrainConfig(paths.presets / "training" / "demo_lora_sft.yaml", overrides);
 }
 

@@ -27,8 +27,8 @@ std::vector<float> randomFloats(std::mt19937& rng, int64_t n, float bound) {
     // The vector exp is within a few fp32 ulps of std::exp.
     const double tol = 2e-6 * (1.0 + std::abs(want[i]));
     if (!(std::abs(got[i] - want[i]) <= tol)) {
-      return ::testing::AssertionFailure() << what << ": first bad index " << i << " got "
-                                           << got[i] << " want " << want[i];
+      return ::testing::AssertionFailure()
+             << what << ": first bad index " << i << " got " << got[i] << " want " << want[i];
     }
   }
   return ::testing::AssertionSuccess();
@@ -48,8 +48,8 @@ TEST_P(VectorElementwise, SiluMulMatchesRef) {
       std::vector<float> want(n + 1, -7.0f), got(n + 1, -7.0f);  // one past the end: untouched
       ref::siluMul(n, g.data(), u.data(), want.data());
       kernels().siluMul(n, g.data(), u.data(), got.data());
-      EXPECT_TRUE(near(got, want, "siluMul n=" + std::to_string(n) + " |g|<" +
-                                      std::to_string(bound)));
+      EXPECT_TRUE(
+          near(got, want, "siluMul n=" + std::to_string(n) + " |g|<" + std::to_string(bound)));
     }
   }
 }
@@ -61,10 +61,10 @@ TEST_P(VectorElementwise, SiluBackwardMatchesRef) {
       const std::vector<float> dh = randomFloats(rng_, n, 1.0f);
       std::vector<float> g_ref = g, u_ref = u, g_vec = g, u_vec = u;
       std::vector<float> h_ref(n), h_vec(n);
-      const float dot_ref = ref::siluBackward(n, 0.3f, dh.data(), g_ref.data(), u_ref.data(),
-                                              h_ref.data());
-      const float dot_vec = kernels().siluBackward(n, 0.3f, dh.data(), g_vec.data(), u_vec.data(),
-                                                 h_vec.data());
+      const float dot_ref =
+          ref::siluBackward(n, 0.3f, dh.data(), g_ref.data(), u_ref.data(), h_ref.data());
+      const float dot_vec =
+          kernels().siluBackward(n, 0.3f, dh.data(), g_vec.data(), u_vec.data(), h_vec.data());
       const std::string what = " n=" + std::to_string(n) + " |g|<" + std::to_string(bound);
       EXPECT_TRUE(near(h_vec, h_ref, "h" + what));
       EXPECT_TRUE(near(g_vec, g_ref, "dg" + what));

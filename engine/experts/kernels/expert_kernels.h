@@ -44,8 +44,7 @@ using MatmulTnFn = void (*)(int64_t m, int64_t n, int64_t k, float alpha, const 
 using SiluMulFn = void (*)(int64_t n, const float* g, const float* u, float* h);
 // The activation's backward for one row with routing weight w, in place: h = silu(g) ⊙ u
 // (written), g ← w dh ⊙ u ⊙ silu'(g), u ← w dh ⊙ silu(g); returns ⟨dh, h⟩ (before w).
-using SiluBackwardFn = float (*)(int64_t n, float w, const float* dh, float* g, float* u,
-                                 float* h);
+using SiluBackwardFn = float (*)(int64_t n, float w, const float* dh, float* g, float* u, float* h);
 // y [n] += alpha · x [n].   (the per-token sums over a token's k experts)
 using AxpyFn = void (*)(int64_t n, float alpha, const float* x, float* y);
 // out [n] f32 = bf16 bits [n] widened.   (gathering bf16 activation rows)

@@ -42,8 +42,8 @@ std::vector<unsigned char> encode(const std::vector<float>& values, WeightType t
     // fp32 sums of k products of magnitude ≤ 1 in a different order.
     const double tol = 1e-5 * (1.0 + std::sqrt(static_cast<double>(k))) * (1.0 + std::abs(want[i]));
     if (!(std::abs(got[i] - want[i]) <= tol)) {
-      return ::testing::AssertionFailure() << what << ": first bad index " << i << " got "
-                                           << got[i] << " want " << want[i];
+      return ::testing::AssertionFailure()
+             << what << ": first bad index " << i << " got " << got[i] << " want " << want[i];
     }
   }
   return ::testing::AssertionSuccess();
@@ -72,21 +72,21 @@ TEST_P(VectorMatmul, NTAndNNMatchRef) {
           const std::vector<unsigned char> b_nt = encode(randomFloats(rng_, n * (k + 1)), type);
           const std::vector<unsigned char> b_nn = encode(randomFloats(rng_, k * (n + 1)), type);
           for (const bool accumulate : {false, true}) {
-            const std::string what = std::string(weightTypeName(type)) + " m=" +
-                                     std::to_string(m) + " n=" + std::to_string(n) + " k=" +
-                                     std::to_string(k) + (accumulate ? " +=" : " =");
+            const std::string what = std::string(weightTypeName(type)) + " m=" + std::to_string(m) +
+                                     " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                                     (accumulate ? " +=" : " =");
             std::vector<float> want = c0, got = c0;
-            ref::matmulNT(m, n, k, 0.5f, a.data(), lda, b_nt.data() + 2, type, k + 1,
-                          want.data(), ldc, accumulate);
+            ref::matmulNT(m, n, k, 0.5f, a.data(), lda, b_nt.data() + 2, type, k + 1, want.data(),
+                          ldc, accumulate);
             kernels().matmulNT(m, n, k, 0.5f, a.data(), lda, b_nt.data() + 2, type, k + 1,
-                             got.data(), ldc, accumulate);
+                               got.data(), ldc, accumulate);
             EXPECT_TRUE(near(got, want, k, "NT " + what));
             want = c0;
             got = c0;
-            ref::matmulNN(m, n, k, 1.5f, a.data(), lda, b_nn.data() + 2, type, n + 1,
-                          want.data(), ldc, accumulate);
+            ref::matmulNN(m, n, k, 1.5f, a.data(), lda, b_nn.data() + 2, type, n + 1, want.data(),
+                          ldc, accumulate);
             kernels().matmulNN(m, n, k, 1.5f, a.data(), lda, b_nn.data() + 2, type, n + 1,
-                             got.data(), ldc, accumulate);
+                               got.data(), ldc, accumulate);
             EXPECT_TRUE(near(got, want, k, "NN " + what));
           }
         }
@@ -133,9 +133,9 @@ TEST_P(VectorMatmul, TNMatchesRef) {
         std::vector<float> want = c0, got = c0;
         ref::matmulTN(m, n, k, 0.75f, a.data(), k + 1, b.data(), n + 2, want.data(), n + 3);
         kernels().matmulTN(m, n, k, 0.75f, a.data(), k + 1, b.data(), n + 2, got.data(), n + 3);
-        EXPECT_TRUE(near(got, want, m,
-                         "TN m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" +
-                             std::to_string(k)));
+        EXPECT_TRUE(near(
+            got, want, m,
+            "TN m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k)));
       }
     }
   }

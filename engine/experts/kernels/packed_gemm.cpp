@@ -31,14 +31,16 @@ void dequantise(const SourceMatrix& src, float* w) {
         for (int64_t c = 0; c < src.cols; ++c) {
           uint16_t bits;  // memcpy: views may be aligned to only 2 bytes
           std::memcpy(&bits, bytes + 2 * (r * ld + c), sizeof bits);
-          w[r * src.cols + c] = src.type == WeightType::BF16 ? bf16ToFloat(bits) : fp16ToFloat(bits);
+          w[r * src.cols + c] =
+              src.type == WeightType::BF16 ? bf16ToFloat(bits) : fp16ToFloat(bits);
         }
       }
       return;
     case WeightType::FP8_E4M3: {
       if (!src.block_scales) throw Error("fp8 expert weights need their weight_scale_inv blocks");
       float table[256];  // every e4m3 code decoded once
-      for (int code = 0; code < 256; ++code) table[code] = fp8E4M3ToFloat(static_cast<uint8_t>(code));
+      for (int code = 0; code < 256; ++code)
+        table[code] = fp8E4M3ToFloat(static_cast<uint8_t>(code));
       const int64_t scale_cols = (ld + kFp8BlockSize - 1) / kFp8BlockSize;
       for (int64_t r = 0; r < src.rows; ++r) {
         const float* scale_row = src.block_scales + ((src.row0 + r) / kFp8BlockSize) * scale_cols;
@@ -130,8 +132,8 @@ void GemmBackend::gemm(const PackedMatrix& b, int64_t m, const float* a, int64_t
   gemmColumns(b, 0, b.n(), m, a, lda, c, ldc, accumulate, addend);
 }
 
-void GemmBackend::gemmColumns(const PackedMatrix&, int64_t, int64_t, int64_t, const float*,
-                              int64_t, float*, int64_t, bool, const LowRankAddend*) const {
+void GemmBackend::gemmColumns(const PackedMatrix&, int64_t, int64_t, int64_t, const float*, int64_t,
+                              float*, int64_t, bool, const LowRankAddend*) const {
   throw Error(std::string("expert backend ") + name() + " computes whole outputs only",
               "use task_split rows (or auto) with this backend");
 }

@@ -43,8 +43,8 @@ struct SourceMatrix {
   // a window's element (r, c) uses block ((row0 + r) / 128, (col0 + c) / 128).
   const float* block_scales = nullptr;
   int64_t rows = 0, cols = 0;
-  int64_t row_stride = 0;        // elements between rows of data; 0: cols (a whole matrix)
-  int64_t row0 = 0, col0 = 0;    // the window's origin in the stored matrix (for block_scales)
+  int64_t row_stride = 0;      // elements between rows of data; 0: cols (a whole matrix)
+  int64_t row0 = 0, col0 = 0;  // the window's origin in the stored matrix (for block_scales)
 
   int64_t stride() const { return row_stride > 0 ? row_stride : cols; }
 };
@@ -89,7 +89,9 @@ class PackedBuffer {
   PackedBuffer& operator=(const PackedBuffer&) = delete;
 
   template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   size_t bytes() const { return bytes_; }
 
  private:
@@ -153,8 +155,8 @@ class GemmBackend {
   // (c and addend->bt at column 0), only those columns written. Every output element is summed
   // over k in the same order as by gemm, so a split over columns is bitwise the unsplit result.
   // Error on a backend whose columnBlock() is 0.
-  virtual void gemmColumns(const PackedMatrix& b, int64_t n0, int64_t n1, int64_t m,
-                           const float* a, int64_t lda, float* c, int64_t ldc, bool accumulate,
+  virtual void gemmColumns(const PackedMatrix& b, int64_t n0, int64_t n1, int64_t m, const float* a,
+                           int64_t lda, float* c, int64_t ldc, bool accumulate,
                            const LowRankAddend* addend = nullptr) const;
 };
 

@@ -1,8 +1,9 @@
-// The fp32 backends `generic`, `avx2` and `avx512` behind the packed-GEMM interface. They read F32 / BF16
-// / F16 checkpoints zero-copy (widening on the fly), so their "pack" of W and of Wᵀ is the same
-// view: Wᵀ is multiplied with the NN kernel instead of being transposed. FP8 sources and the int8
-// format get an f32 copy of what the weights mean (dequantised, or quantised then dequantised),
-// which is the reference the int8 / fp8 paths of the fast backends are tested against.
+// The fp32 backends `generic`, `avx2` and `avx512` behind the packed-GEMM interface. They read F32
+// / BF16 / F16 checkpoints zero-copy (widening on the fly), so their "pack" of W and of Wᵀ is the
+// same view: Wᵀ is multiplied with the NN kernel instead of being transposed. FP8 sources and the
+// int8 format get an f32 copy of what the weights mean (dequantised, or quantised then
+// dequantised), which is the reference the int8 / fp8 paths of the fast backends are tested
+// against.
 
 #include <vector>
 
@@ -25,10 +26,10 @@ class PlainMatrix final : public PackedMatrix {
         owned(std::move(owned)) {}
   uint64_t bytes() const override { return owned.bytes(); }
 
-  const void* data;   // W [rows, cols] as stored (or the owned f32 copy)
+  const void* data;  // W [rows, cols] as stored (or the owned f32 copy)
   WeightType type;
-  int64_t cols;       // W's row stride in elements (a window's: the stored matrix's)
-  bool transposed;    // B = Wᵀ: multiply with matmulNN
+  int64_t cols;     // W's row stride in elements (a window's: the stored matrix's)
+  bool transposed;  // B = Wᵀ: multiply with matmulNN
   PackedBuffer owned;
 };
 
@@ -76,9 +77,9 @@ class PlainGemm final : public GemmBackend {
     if (b.transposed) {  // c = a · W, W [k, n]
       kernels_.matmulNN(m, n, b.k(), 1.0f, a, lda, w + n0 * elem, b.type, b.cols, c + n0, ldc,
                         accumulate);
-    } else {             // c = a · Wᵀ, W [n, k]
-      kernels_.matmulNT(m, n, b.k(), 1.0f, a, lda, w + n0 * b.cols * elem, b.type, b.cols,
-                        c + n0, ldc, accumulate);
+    } else {  // c = a · Wᵀ, W [n, k]
+      kernels_.matmulNT(m, n, b.k(), 1.0f, a, lda, w + n0 * b.cols * elem, b.type, b.cols, c + n0,
+                        ldc, accumulate);
     }
     // The fp32 backends are the reference: the addend stays a pass of its own (z · bt).
     if (addend) {

@@ -49,7 +49,8 @@ class VectorKernelsTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     table_ = vectorTable(GetParam());
-    if (!table_.usable) GTEST_SKIP() << "no " << GetParam() << " here (or capped by TANDEM_CPU_ISA)";
+    if (!table_.usable)
+      GTEST_SKIP() << "no " << GetParam() << " here (or capped by TANDEM_CPU_ISA)";
   }
   const ExpertKernels& kernels() const { return *table_.kernels; }
 

@@ -36,9 +36,9 @@ constexpr int64_t kTileBytes = 64;
 
 template <bool kInt8>
 struct Layout {
-  static constexpr int64_t kElem = kInt8 ? 1 : 2;          // bytes per element
-  static constexpr int64_t kTileK = kTileBytes / kElem;    // k per tile: 64 int8 or 32 bf16
-  static constexpr int64_t kGroup = 4 / kElem;             // VNNI group: quads or pairs
+  static constexpr int64_t kElem = kInt8 ? 1 : 2;        // bytes per element
+  static constexpr int64_t kTileK = kTileBytes / kElem;  // k per tile: 64 int8 or 32 bf16
+  static constexpr int64_t kGroup = 4 / kElem;           // VNNI group: quads or pairs
 };
 
 template <bool kInt8>
@@ -53,7 +53,9 @@ class AmxMatrix final : public PackedMatrix {
   uint64_t bytes() const override {
     return tiles.bytes() + (n_scale.size() + k_scale.size()) * sizeof(float);
   }
-  const char* tile(int64_t nb, int64_t kt) const { return tiles.as<char>() + (nb * k_tiles + kt) * 1024; }
+  const char* tile(int64_t nb, int64_t kt) const {
+    return tiles.as<char>() + (nb * k_tiles + kt) * 1024;
+  }
 
   int64_t n_blocks, k_tiles;
   PackedBuffer tiles;
@@ -99,7 +101,8 @@ void activationsBf16(const float* a, int64_t lda, int64_t m, int64_t k, int64_t 
       for (; p + 16 <= k; p += 16) {
         const __m512i bits = _mm512_castps_si512(_mm512_loadu_ps(row + p));
         const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), one);
-        const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(round, lsb)), 16);
+        const __m512i rounded =
+            _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(round, lsb)), 16);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + p), _mm512_cvtepi32_epi16(rounded));
       }
       for (; p < k; ++p) dst[p] = floatToBf16(row[p]);
@@ -110,8 +113,8 @@ void activationsBf16(const float* a, int64_t lda, int64_t m, int64_t k, int64_t 
 
 // a' = a ⊙ k_scale (if any) → int8 [m_pad, k_pad] and row_scale [m] with a' ≈ q · row_scale.
 void activationsInt8(const float* a, int64_t lda, int64_t m, int64_t k, int64_t m_pad,
-                     int64_t k_pad, const std::vector<float>& k_scale, float* row_buf,
-                     int8_t* out, float* row_scale) {
+                     int64_t k_pad, const std::vector<float>& k_scale, float* row_buf, int8_t* out,
+                     float* row_scale) {
   for (int64_t i = 0; i < m_pad; ++i) {
     int8_t* dst = out + i * k_pad;
     if (i >= m) {
@@ -137,16 +140,16 @@ void activationsInt8(const float* a, int64_t lda, int64_t m, int64_t k, int64_t 
 // already offset to this block). Vectorised: with k = 768 a scalar epilogue costs as much as
 // the tile products it follows.
 template <bool kInt8>
-void epilogue(const void* acc, int64_t rows, int64_t cols, float* c, int64_t ldc,
-              bool accumulate, const float* row_scale, const float* col_scale,
-              const LowRankAddend* addend, const float* z, const float* bt) {
+void epilogue(const void* acc, int64_t rows, int64_t cols, float* c, int64_t ldc, bool accumulate,
+              const float* row_scale, const float* col_scale, const LowRankAddend* addend,
+              const float* z, const float* bt) {
   for (int half = 0; half < 2; ++half) {
     const int64_t left = cols - 16 * half;
     if (left <= 0) break;
-    const __mmask16 mask = left >= 16 ? static_cast<__mmask16>(0xffff)
-                                      : static_cast<__mmask16>((1u << left) - 1u);
-    const __m512 cs = col_scale ? _mm512_maskz_loadu_ps(mask, col_scale + 16 * half)
-                                : _mm512_set1_ps(1.0f);
+    const __mmask16 mask =
+        left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+    const __m512 cs =
+        col_scale ? _mm512_maskz_loadu_ps(mask, col_scale + 16 * half) : _mm512_set1_ps(1.0f);
     for (int64_t i = 0; i < rows; ++i) {
       __m512 value;
       if constexpr (kInt8) {
@@ -176,8 +179,8 @@ void epilogue(const void* acc, int64_t rows, int64_t cols, float* c, int64_t ldc
 // Only the output columns [n0, n1) (n0 a multiple of 32): the column pairs of B they cover.
 template <bool kInt8>
 TANDEM_AMX void tileLoop(const AmxMatrix<kInt8>& b, const char* a, int64_t m, int64_t a_stride,
-                         float* c, int64_t ldc, bool accumulate, const float* row_scale,
-                         char* acc, const LowRankAddend* addend, int64_t n0, int64_t n1) {
+                         float* c, int64_t ldc, bool accumulate, const float* row_scale, char* acc,
+                         const LowRankAddend* addend, int64_t n0, int64_t n1) {
   constexpr int64_t kChunkTiles = 16;
   constexpr int64_t kBlockBytes = 32 * 32 * 4;
   ensureTileConfig();

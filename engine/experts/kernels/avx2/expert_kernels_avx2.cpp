@@ -116,7 +116,8 @@ __m256 loadWeights(const void* base, int64_t index, int64_t remaining) {
   }
 }
 
-[[gnu::always_inline]] inline void storeRow(float* c, __m256 sum, float alpha, bool accumulate, int64_t remaining) {
+[[gnu::always_inline]] inline void storeRow(float* c, __m256 sum, float alpha, bool accumulate,
+                                            int64_t remaining) {
   __m256 value = _mm256_mul_ps(_mm256_set1_ps(alpha), sum);
   if (accumulate) value = _mm256_add_ps(value, loadFloats(c, remaining));
   storeFloats(c, value, remaining);
@@ -181,8 +182,8 @@ void matmulNtRows(int64_t m, int64_t n, int64_t k, float alpha, const float* a, 
   }
   if (n > wide) {
     matmulNtTiles<kType, kM, DotTile::kNarrowN>(m, n - wide, k, alpha, a, lda,
-                                                 static_cast<const char*>(b) + wide * ldb * kBytes,
-                                                 ldb, c + wide, ldc, accumulate);
+                                                static_cast<const char*>(b) + wide * ldb * kBytes,
+                                                ldb, c + wide, ldc, accumulate);
   }
 }
 
@@ -192,10 +193,11 @@ template <WeightType kType>
 void matmulNtImpl(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                   const void* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   const int64_t tiled = m / DotTile::kM * DotTile::kM;
-  if (tiled > 0) matmulNtRows<kType, DotTile::kM>(tiled, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
+  if (tiled > 0)
+    matmulNtRows<kType, DotTile::kM>(tiled, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
   if (m > tiled) {
-    matmulNtRows<kType, 1>(m - tiled, n, k, alpha, a + tiled * lda, lda, b, ldb, c + tiled * ldc, ldc,
-                           accumulate);
+    matmulNtRows<kType, 1>(m - tiled, n, k, alpha, a + tiled * lda, lda, b, ldb, c + tiled * ldc,
+                           ldc, accumulate);
   }
 }
 
@@ -222,9 +224,10 @@ inline void broadcastStep(const float* const (&a_row)[kM], int64_t a_p, const vo
 // loops unroll whole, so every acc[ii][q] is a register: a loop with a bound known only at run
 // time (ii < rows) indexes acc in memory, and GCC then stores the sums every k step.
 template <int kM>
-[[gnu::always_inline]] inline void storeTile(const __m256 (&acc)[kM][BroadcastTile::kVecs], int64_t rows,
-               const int64_t (&remaining)[BroadcastTile::kVecs], float alpha, bool accumulate,
-               float* c, int64_t ldc) {
+[[gnu::always_inline]] inline void storeTile(const __m256 (&acc)[kM][BroadcastTile::kVecs],
+                                             int64_t rows,
+                                             const int64_t (&remaining)[BroadcastTile::kVecs],
+                                             float alpha, bool accumulate, float* c, int64_t ldc) {
 #pragma GCC unroll 8
   for (int ii = 0; ii < kM; ++ii) {
 #pragma GCC unroll 4
@@ -239,9 +242,9 @@ template <int kM>
 // c [m, n] (= | +=) alpha · Σ_p A(i, p) · b [p, n], with A(i, p) = a[i · a_rs + p · a_cs], so one
 // kernel serves a · b (a_rs = lda, a_cs = 1) and aᵀ · b (a_rs = 1, a_cs = lda).
 template <WeightType kType, int kM>
-void matmulBroadcastRows(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                         int64_t a_rs, int64_t a_cs, const void* b, int64_t ldb, float* c,
-                         int64_t ldc, bool accumulate) {
+void matmulBroadcastRows(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_rs,
+                         int64_t a_cs, const void* b, int64_t ldb, float* c, int64_t ldc,
+                         bool accumulate) {
   constexpr int kVecs = BroadcastTile::kVecs;
   for (int64_t n0 = 0; n0 < n; n0 += BroadcastTile::kCols) {
     int64_t remaining[kVecs];
@@ -335,20 +338,22 @@ void matmulPackedImpl(int64_t m, int64_t n, int64_t k, float alpha, const float*
 // streams b's block again, so two 1-row passes would cost nearly two 3-row ones (a row block
 // of 32 leaves 2).
 template <WeightType kType>
-void matmulBroadcastImpl(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                         int64_t a_rs, int64_t a_cs, const void* b, int64_t ldb, float* c,
-                         int64_t ldc, bool accumulate) {
+void matmulBroadcastImpl(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_rs,
+                         int64_t a_cs, const void* b, int64_t ldb, float* c, int64_t ldc,
+                         bool accumulate) {
   const int64_t tiled = m / BroadcastTile::kM * BroadcastTile::kM;
   if (tiled > 0) {
-    matmulBroadcastRows<kType, BroadcastTile::kM>(tiled, n, k, alpha, a, a_rs, a_cs, b, ldb, c,
-                                                  ldc, accumulate);
+    matmulBroadcastRows<kType, BroadcastTile::kM>(tiled, n, k, alpha, a, a_rs, a_cs, b, ldb, c, ldc,
+                                                  accumulate);
   }
   const float* a_rest = a + tiled * a_rs;
   float* c_rest = c + tiled * ldc;
   if (m - tiled == 2) {
-    matmulBroadcastRows<kType, 2>(2, n, k, alpha, a_rest, a_rs, a_cs, b, ldb, c_rest, ldc, accumulate);
+    matmulBroadcastRows<kType, 2>(2, n, k, alpha, a_rest, a_rs, a_cs, b, ldb, c_rest, ldc,
+                                  accumulate);
   } else if (m - tiled == 1) {
-    matmulBroadcastRows<kType, 1>(1, n, k, alpha, a_rest, a_rs, a_cs, b, ldb, c_rest, ldc, accumulate);
+    matmulBroadcastRows<kType, 1>(1, n, k, alpha, a_rest, a_rs, a_cs, b, ldb, c_rest, ldc,
+                                  accumulate);
   }
 }
 
@@ -446,7 +451,8 @@ void axpy(int64_t n, float alpha, const float* x, float* y) {
 
 void widenBf16(int64_t n, const uint16_t* bits, float* out) {
   const int64_t whole = n / 8 * 8;
-  for (int64_t i = 0; i < whole; i += 8) _mm256_storeu_ps(out + i, widenBf16x8(load16Bit(bits + i, 8)));
+  for (int64_t i = 0; i < whole; i += 8)
+    _mm256_storeu_ps(out + i, widenBf16x8(load16Bit(bits + i, 8)));
   for (int64_t i = whole; i < n; ++i) out[i] = bf16ToFloat(bits[i]);
 }
 
@@ -455,11 +461,14 @@ void widenBf16(int64_t n, const uint16_t* bits, float* out) {
 }  // namespace avx2
 
 const ExpertKernels& avx2Kernels() {
-  static constexpr ExpertKernels kTable{
-      .name = "avx2",
-      .matmulNT = avx2::matmulNT, .matmulNN = avx2::matmulNN, .matmulTN = avx2::matmulTN,
-      .siluMul = avx2::siluMul, .siluBackward = avx2::siluBackward, .axpy = avx2::axpy,
-      .widenBf16 = avx2::widenBf16};
+  static constexpr ExpertKernels kTable{.name = "avx2",
+                                        .matmulNT = avx2::matmulNT,
+                                        .matmulNN = avx2::matmulNN,
+                                        .matmulTN = avx2::matmulTN,
+                                        .siluMul = avx2::siluMul,
+                                        .siluBackward = avx2::siluBackward,
+                                        .axpy = avx2::axpy,
+                                        .widenBf16 = avx2::widenBf16};
   return kTable;
 }
 

@@ -35,7 +35,7 @@ namespace {
 
 // Register block geometry of the two micro-kernels. The loops over a block carry
 // `#pragma GCC unroll`: at -O2 GCC leaves them rolled and the accumulators spill to memory.
-struct DotTile {        // matmulNT: kM rows of a against kN rows of b, dot products along k
+struct DotTile {  // matmulNT: kM rows of a against kN rows of b, dot products along k
   static constexpr int kM = 4;
   static constexpr int kN = 4;
 };
@@ -124,19 +124,20 @@ template <WeightType kType>
 void matmulNtImpl(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                   const void* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   const int64_t tiled = m / DotTile::kM * DotTile::kM;
-  if (tiled > 0) matmulNtRows<kType, DotTile::kM>(tiled, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
+  if (tiled > 0)
+    matmulNtRows<kType, DotTile::kM>(tiled, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
   if (m > tiled) {
-    matmulNtRows<kType, 1>(m - tiled, n, k, alpha, a + tiled * lda, lda, b, ldb, c + tiled * ldc, ldc,
-                           accumulate);
+    matmulNtRows<kType, 1>(m - tiled, n, k, alpha, a + tiled * lda, lda, b, ldb, c + tiled * ldc,
+                           ldc, accumulate);
   }
 }
 
 // c [m, n] (= | +=) alpha · Σ_p A(i, p) · b [p, n], with A(i, p) = a[i · a_rs + p · a_cs], so one
 // kernel serves a · b (a_rs = lda, a_cs = 1) and aᵀ · b (a_rs = 1, a_cs = lda).
 template <WeightType kType>
-void matmulBroadcastImpl(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                         int64_t a_rs, int64_t a_cs, const void* b, int64_t ldb, float* c,
-                         int64_t ldc, bool accumulate) {
+void matmulBroadcastImpl(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_rs,
+                         int64_t a_cs, const void* b, int64_t ldb, float* c, int64_t ldc,
+                         bool accumulate) {
   constexpr int kM = BroadcastTile::kM, kVecs = BroadcastTile::kVecs;
   for (int64_t n0 = 0; n0 < n; n0 += BroadcastTile::kCols) {
     __mmask16 mask[kVecs];
@@ -281,11 +282,14 @@ void widenBf16(int64_t n, const uint16_t* bits, float* out) {
 }  // namespace avx512
 
 const ExpertKernels& avx512Kernels() {
-  static constexpr ExpertKernels kTable{
-      .name = "avx512",
-      .matmulNT = avx512::matmulNT, .matmulNN = avx512::matmulNN, .matmulTN = avx512::matmulTN,
-      .siluMul = avx512::siluMul, .siluBackward = avx512::siluBackward, .axpy = avx512::axpy,
-      .widenBf16 = avx512::widenBf16};
+  static constexpr ExpertKernels kTable{.name = "avx512",
+                                        .matmulNT = avx512::matmulNT,
+                                        .matmulNN = avx512::matmulNN,
+                                        .matmulTN = avx512::matmulTN,
+                                        .siluMul = avx512::siluMul,
+                                        .siluBackward = avx512::siluBackward,
+                                        .axpy = avx512::axpy,
+                                        .widenBf16 = avx512::widenBf16};
   return kTable;
 }
 

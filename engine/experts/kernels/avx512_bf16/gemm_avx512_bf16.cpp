@@ -47,15 +47,14 @@ class Bf16PairMatrix final : public PackedMatrix {
 };
 
 // a [m, k] f32 → pairs [m, k/2] (bf16 2p in the low half, 2p + 1 in the high half).
-void toBf16Pairs(const float* a, int64_t lda, int64_t m, int64_t k, int64_t pairs,
-                 uint32_t* out) {
+void toBf16Pairs(const float* a, int64_t lda, int64_t m, int64_t k, int64_t pairs, uint32_t* out) {
   for (int64_t i = 0; i < m; ++i) {
     const float* row = a + i * lda;
     auto* dst = reinterpret_cast<__m256i*>(out + i * pairs);
     int64_t p = 0;
     for (; p + 32 <= k; p += 32) {
-      const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + p + 16),
-                                                _mm512_loadu_ps(row + p));
+      const __m512bh both =
+          _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + p + 16), _mm512_loadu_ps(row + p));
       _mm512_storeu_si512(reinterpret_cast<char*>(dst) + p * 2, reinterpret_cast<__m512i>(both));
     }
     auto* tail = reinterpret_cast<uint16_t*>(out + i * pairs);
@@ -66,9 +65,9 @@ void toBf16Pairs(const float* a, int64_t lda, int64_t m, int64_t k, int64_t pair
 
 // c [kM, 64 of chunk] (= | +=) a · Bᵀ (+ z · bt, z and bt already offset to this block).
 template <int kM>
-void microKernel(const uint32_t* a, int64_t pairs, const Bf16PairMatrix& b, int64_t chunk,
-                 float* c, int64_t ldc, int64_t n_valid, bool accumulate,
-                 const LowRankAddend* addend, const float* z, const float* bt) {
+void microKernel(const uint32_t* a, int64_t pairs, const Bf16PairMatrix& b, int64_t chunk, float* c,
+                 int64_t ldc, int64_t n_valid, bool accumulate, const LowRankAddend* addend,
+                 const float* z, const float* bt) {
   constexpr int kV = Geometry::kVecs;
   // The unroll pragmas keep acc in registers: GCC's -O2 does not unroll these loops by itself,
   // and a spilled accumulator turns every vdpbf16ps into a load and a store.
@@ -84,7 +83,8 @@ void microKernel(const uint32_t* a, int64_t pairs, const Bf16PairMatrix& b, int6
     for (int q = 0; q < kV; ++q) bv[q] = reinterpret_cast<__m512bh>(_mm512_load_si512(bp + 16 * q));
 #pragma GCC unroll 8
     for (int i = 0; i < kM; ++i) {
-      const __m512bh av = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i * pairs + p])));
+      const __m512bh av =
+          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i * pairs + p])));
 #pragma GCC unroll 4
       for (int q = 0; q < kV; ++q) acc[i][q] = _mm512_dpbf16_ps(acc[i][q], av, bv[q]);
     }
@@ -92,8 +92,8 @@ void microKernel(const uint32_t* a, int64_t pairs, const Bf16PairMatrix& b, int6
   for (int q = 0; q < kV; ++q) {
     const int64_t left = n_valid - 16 * q;
     if (left <= 0) break;
-    const __mmask16 mask = left >= 16 ? static_cast<__mmask16>(0xffff)
-                                      : static_cast<__mmask16>((1u << left) - 1u);
+    const __mmask16 mask =
+        left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
     if (addend) {  // r broadcast FMAs per vector, while acc is still in registers
       for (int64_t r = 0; r < addend->rank; ++r) {
         const __m512 bv = _mm512_maskz_loadu_ps(mask, bt + r * addend->ldb + 16 * q);
@@ -158,7 +158,8 @@ class Avx512Bf16Gemm final : public GemmBackend {
         const float* zi = addend ? addend->z + i0 * addend->ldz : nullptr;
         const float* bt = addend ? addend->bt + col0 : nullptr;
         const int64_t rows = std::min<int64_t>(Geometry::kMaxRows, m - i0);
-        kMicroKernels[rows - 1](ai, b.pairs, b, chunk, ci, ldc, n_valid, accumulate, addend, zi, bt);
+        kMicroKernels[rows - 1](ai, b.pairs, b, chunk, ci, ldc, n_valid, accumulate, addend, zi,
+                                bt);
       }
     }
   }

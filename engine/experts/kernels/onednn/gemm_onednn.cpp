@@ -4,11 +4,11 @@
 // (OpenMP teams of one on those threads: oneDNN's own threads on top would oversubscribe), with a
 // user-managed scratchpad in the thread's arena so concurrent calls never share one.
 
-#include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
 #include <chrono>
 #include <cstring>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
 #include "engine/core/cpu_features.h"
@@ -166,7 +166,8 @@ double onednnSquareGemmTflops(int64_t size, int threads, int repeats) {
   for (int i = 0; i < repeats; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     run();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return 2.0 * static_cast<double>(size) * size * size / best / 1e12;
 }

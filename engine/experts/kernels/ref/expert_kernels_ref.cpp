@@ -105,11 +105,14 @@ void widenBf16(int64_t n, const uint16_t* bits, float* out) {
 }  // namespace ref
 
 const ExpertKernels& genericKernels() {
-  static constexpr ExpertKernels kTable{
-      .name = "generic",
-      .matmulNT = ref::matmulNT, .matmulNN = ref::matmulNN, .matmulTN = ref::matmulTN,
-      .siluMul = ref::siluMul, .siluBackward = ref::siluBackward, .axpy = ref::axpy,
-      .widenBf16 = ref::widenBf16};
+  static constexpr ExpertKernels kTable{.name = "generic",
+                                        .matmulNT = ref::matmulNT,
+                                        .matmulNN = ref::matmulNN,
+                                        .matmulTN = ref::matmulTN,
+                                        .siluMul = ref::siluMul,
+                                        .siluBackward = ref::siluBackward,
+                                        .axpy = ref::axpy,
+                                        .widenBf16 = ref::widenBf16};
   return kTable;
 }
 
