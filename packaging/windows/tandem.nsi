@@ -1,0 +1,464 @@
+; Tandem for Windows: installs Tandem as a WSL 2 distribution named "Tandem".
+;
+; Built on Linux by build_installer.sh, which passes:
+;   -DVERSION=<version>      shown in the UI and in Add/Remove Programs
+;   -DROOTFS=<path>          tandem-rootfs-<version>.tar.gz (Debian 12 + tandem .deb)
+;   -DSTAGE=<dir>            tandem.ico and tandem.cmd made at build time
+;   -DOUTFILE=<path>         Tandem-Setup-<version>.exe
+;
+; Per-user install (HKCU, %LOCALAPPDATA%): `wsl --import` needs no admin rights,
+; and WSL distributions are per user anyway, so asking for elevation would only
+; make the distribution belong to the wrong account when an admin elevates.
+
+Unicode true
+; 64-bit installer: wsl.exe exists only in the 64-bit System32. A 32-bit
+; installer would see SysWOW64 there and have to use Sysnative paths (and shortcuts
+; created from WOW64 can be resolved to the wrong folder). WSL 2 needs 64-bit
+; Windows anyway.
+Target amd64-unicode
+
+!ifndef VERSION | ROOTFS | STAGE | OUTFILE
+  !error "use build_installer.sh (needs -DVERSION -DROOTFS -DSTAGE -DOUTFILE)"
+!endif
+
+!define DISTRO     "Tandem"
+!define UNINST_KEY "Software\Microsoft\Windows\CurrentVersion\Uninstall\Tandem"
+!define LXSS_KEY   "Software\Microsoft\Windows\CurrentVersion\Lxss"
+!define ENV_KEY    "Environment"
+!define WSL        "$SYSDIR\wsl.exe"
+
+Name "Tandem ${VERSION}"
+OutFile "${OUTFILE}"
+RequestExecutionLevel user
+; Fixed location: the distribution's disk goes to $INSTDIR\wsl, and the
+; uninstaller finds everything relative to itself.
+InstallDir "$LOCALAPPDATA\Tandem"
+; Not /SOLID: in a solid archive `SetCompress off` is ignored and the
+; already-gzipped rootfs would be pushed through LZMA again (minutes in CI, no gain).
+SetCompressor lzma
+ManifestDPIAware true
+ShowInstDetails show
+ShowUninstDetails show
+
+!include "MUI2.nsh"
+!include "LogicLib.nsh"
+!include "WinMessages.nsh"
+
+; Declared before the MUI pages: the finish page text uses $UserName.
+Var UserName     ; Linux user name derived from the Windows one
+Var Existing     ; "1" if a "Tandem" distribution is already registered
+Var KeepHome     ; "1" if /home of the existing distribution is carried over
+Var PathNew      ; scratch for the PATH functions
+
+!define MUI_ICON   "${STAGE}\tandem.ico"
+!define MUI_UNICON "${STAGE}\tandem.ico"
+!define MUI_ABORTWARNING
+
+!define MUI_FINISHPAGE_TITLE "Tandem is installed"
+!define MUI_FINISHPAGE_TEXT "Tandem ${VERSION} is installed as the WSL 2 distribution \
+  $\"${DISTRO}$\" (default user: $UserName).$\r$\n$\r$\n\
+  - Start menu / desktop: $\"Tandem Studio$\" opens the studio through WSLg.$\r$\n\
+  - PowerShell or cmd: the $\"tandem$\" command (open a NEW terminal first).$\r$\n$\r$\n\
+  GPUs: CUDA inside WSL uses the NVIDIA driver installed on Windows. Do not \
+  install a Linux NVIDIA driver inside the distribution; update the Windows \
+  driver instead. Without an NVIDIA GPU Tandem runs on the CPU."
+!define MUI_FINISHPAGE_RUN
+!define MUI_FINISHPAGE_RUN_TEXT "Start Tandem Studio"
+!define MUI_FINISHPAGE_RUN_FUNCTION StartStudio
+!define MUI_FINISHPAGE_RUN_NOTCHECKED
+
+!insertmacro MUI_PAGE_WELCOME
+!insertmacro MUI_PAGE_INSTFILES
+!insertmacro MUI_PAGE_FINISH
+!insertmacro MUI_UNPAGE_INSTFILES
+!insertmacro MUI_LANGUAGE "English"
+
+; ---------------------------------------------------------------------------
+; Shared helpers (macro so the installer and uninstaller each get a copy:
+; NSIS requires uninstaller functions to be named un.*)
+; ---------------------------------------------------------------------------
+
+; Sets $Existing: WSL keeps one key per distribution under HKCU\...\Lxss with a
+; DistributionName value. Reading the registry avoids parsing `wsl --list`,
+; whose output is UTF-16 and localized.
+!macro DEFINE_FIND_DISTRO prefix
+Function ${prefix}FindDistro
+  Push $0
+  Push $1
+  Push $2
+  StrCpy $Existing "0"
+  StrCpy $0 0
+  ${Do}
+    EnumRegKey $1 HKCU "${LXSS_KEY}" $0
+    ${If} $1 == ""
+      ${Break}
+    ${EndIf}
+    ReadRegStr $2 HKCU "${LXSS_KEY}\$1" "DistributionName"
+    ${If} $2 == "${DISTRO}"   ; case-insensitive, as WSL treats names
+      StrCpy $Existing "1"
+      ${Break}
+    ${EndIf}
+    IntOp $0 $0 + 1
+  ${Loop}
+  Pop $2
+  Pop $1
+  Pop $0
+FunctionEnd
+!macroend
+!insertmacro DEFINE_FIND_DISTRO ""
+!insertmacro DEFINE_FIND_DISTRO "un."
+
+; Runs a command, logs its output, returns the exit code in $0.
+!macro RUN cmd
+  DetailPrint `> ${cmd}`
+  nsExec::ExecToLog '${cmd}'
+  Pop $0
+!macroend
+
+; ---------------------------------------------------------------------------
+; Installer
+; ---------------------------------------------------------------------------
+
+Function .onInit
+  ; wsl.exe prints UTF-16 unless told otherwise; UTF-8 makes the log readable.
+  System::Call 'kernel32::SetEnvironmentVariable(t "WSL_UTF8", t "1")'
+
+  ; 1. WSL 2 present and working? `wsl --status` fails when the WSL feature or
+  ;    the Virtual Machine Platform is missing; `wsl --version` exists only in
+  ;    the Store version of WSL, which is the one with WSLg on Windows 10 too.
+  StrCpy $0 "missing"
+  ${If} ${FileExists} "${WSL}"
+    nsExec::ExecToStack '"${WSL}" --status'
+    Pop $0
+    Pop $1
+    ${If} $0 == 0
+      nsExec::ExecToStack '"${WSL}" --version'
+      Pop $0
+      Pop $1
+      ${If} $0 != 0
+        StrCpy $0 "old"
+      ${EndIf}
+    ${EndIf}
+  ${EndIf}
+  ${If} $0 == "old"
+    MessageBox MB_OK|MB_ICONSTOP "This Windows has an old, built-in WSL that \
+      cannot run Tandem Studio (no WSLg).$\r$\n$\r$\nUpdate it: open PowerShell \
+      as Administrator, run$\r$\n$\r$\n    wsl --update$\r$\n$\r$\nthen run this \
+      installer again." /SD IDOK
+    Abort
+  ${ElseIf} $0 != 0
+    MessageBox MB_OK|MB_ICONSTOP "Tandem needs WSL 2, which is not installed or \
+      not enabled.$\r$\n$\r$\nTo enable it: open PowerShell as Administrator \
+      (right-click Start > Terminal (Admin)), run$\r$\n$\r$\n    \
+      wsl --install --no-distribution$\r$\n$\r$\nthen REBOOT and run this \
+      installer again. Virtualization must be enabled in the BIOS/UEFI." /SD IDOK
+    Abort
+  ${EndIf}
+
+  ; 2. Never overwrite an existing "Tandem" distribution without asking.
+  StrCpy $KeepHome "0"
+  Call FindDistro
+  ${If} $Existing == "1"
+    MessageBox MB_YESNOCANCEL|MB_ICONEXCLAMATION "A WSL distribution named \
+      $\"${DISTRO}$\" is already installed.$\r$\n$\r$\nUpgrading REPLACES \
+      every file inside it (programs, settings in /etc, anything installed \
+      with apt). Your runs are in your home folder (/home/...) inside it.\
+      $\r$\n$\r$\nYes: upgrade and keep /home (copied out to $INSTDIR and \
+      back; needs free disk space as large as /home)\
+      $\r$\nNo: upgrade and DELETE /home with the old distribution\
+      $\r$\nCancel: change nothing" /SD IDCANCEL IDYES keep IDNO discard
+    Abort
+    keep:
+      StrCpy $KeepHome "1"
+    discard:
+  ${EndIf}
+
+  ; 3. Linux user name from the Windows one: lowercase, only [a-z0-9_-] kept
+  ;    (also makes it safe on wsl.exe's command line). wsl-setup.sh applies
+  ;    the remaining useradd rules and falls back to "tandem".
+  ReadEnvStr $R0 USERNAME
+  StrCpy $UserName ""
+  StrCpy $R2 0
+  ${Do}
+    StrCpy $R3 $R0 1 $R2
+    ${If} $R3 == ""
+      ${Break}
+    ${EndIf}
+    StrCpy $R4 0
+    ${Do}
+      StrCpy $R5 "abcdefghijklmnopqrstuvwxyz0123456789_-" 1 $R4
+      ${If} $R5 == ""
+        ${Break}              ; not allowed: dropped
+      ${EndIf}
+      ; StrCmp (==) ignores case, so "A" matches "a" and the lowercase is kept.
+      ${If} $R3 == $R5
+        StrCpy $UserName "$UserName$R5"
+        ${Break}
+      ${EndIf}
+      IntOp $R4 $R4 + 1
+    ${Loop}
+    IntOp $R2 $R2 + 1
+  ${Loop}
+  StrCpy $UserName $UserName 32
+  ${If} $UserName == ""
+    StrCpy $UserName "tandem"
+  ${EndIf}
+FunctionEnd
+
+Section "Tandem" SecMain
+  SectionIn RO
+  SetOutPath "$INSTDIR"
+  SetOverwrite on
+
+  ; Small files: LZMA (the default set above).
+  File "${STAGE}\tandem.ico"
+  File "${STAGE}\tandem.cmd"
+  File "wsl-setup.sh"
+
+  ; The rootfs is already gzip-compressed: store it as is. It goes to the
+  ; temporary plugins dir and is deleted after the import.
+  InitPluginsDir
+  SetOutPath "$PLUGINSDIR"
+  SetCompress off
+  File "/oname=tandem-rootfs.tar.gz" "${ROOTFS}"
+  SetCompress auto
+  SetOutPath "$INSTDIR"
+
+  ; Upgrade: optionally copy /home out, then drop the old distribution.
+  ${If} $Existing == "1"
+    ${If} $KeepHome == "1"
+      Delete "$INSTDIR\home-backup.tar"
+      !insertmacro RUN '"${WSL}" -d ${DISTRO} -u root --cd "$INSTDIR" -e sh ./wsl-setup.sh backup home-backup.tar'
+      ${If} $0 != 0
+        MessageBox MB_OK|MB_ICONSTOP "Copying /home out of the existing \
+          distribution failed (exit code $0). Nothing was changed." /SD IDOK
+        Delete "$INSTDIR\home-backup.tar"
+        Abort
+      ${EndIf}
+    ${EndIf}
+    !insertmacro RUN '"${WSL}" --unregister ${DISTRO}'
+    ${If} $0 != 0
+      MessageBox MB_OK|MB_ICONSTOP "Could not remove the old $\"${DISTRO}$\" \
+        distribution (wsl --unregister, exit code $0)." /SD IDOK
+      Abort
+    ${EndIf}
+  ${EndIf}
+
+  ; Import. `--version 2` fails loudly where only WSL 1 works (no Virtual
+  ; Machine Platform) instead of silently creating a WSL 1 distribution.
+  CreateDirectory "$INSTDIR\wsl"
+  DetailPrint "Importing the Tandem distribution (this takes a minute)..."
+  !insertmacro RUN '"${WSL}" --import ${DISTRO} "$INSTDIR\wsl" "$PLUGINSDIR\tandem-rootfs.tar.gz" --version 2'
+  Delete "$PLUGINSDIR\tandem-rootfs.tar.gz"
+  ${If} $0 != 0
+    MessageBox MB_OK|MB_ICONSTOP "wsl --import failed (exit code $0); see the \
+      details above. Is WSL 2 enabled (wsl --install --no-distribution in an \
+      administrator PowerShell, then reboot)?" /SD IDOK
+    Abort
+  ${EndIf}
+
+  ; Default user: created now (not in the rootfs) so it matches the Windows user.
+  ${If} $KeepHome == "1"
+    !insertmacro RUN '"${WSL}" -d ${DISTRO} -u root --cd "$INSTDIR" -e sh ./wsl-setup.sh user $UserName home-backup.tar'
+  ${Else}
+    !insertmacro RUN '"${WSL}" -d ${DISTRO} -u root --cd "$INSTDIR" -e sh ./wsl-setup.sh user $UserName'
+  ${EndIf}
+  ${If} $0 != 0
+    ; Not fatal: the distribution works, as root. Keep any /home backup.
+    MessageBox MB_OK|MB_ICONEXCLAMATION "Setting up the default user failed \
+      (exit code $0); Tandem will run as root. If you chose to keep /home, \
+      the copy stays in $INSTDIR\home-backup.tar." /SD IDOK
+  ${ElseIf} $KeepHome == "1"
+    Delete "$INSTDIR\home-backup.tar"
+  ${EndIf}
+  ; wsl.conf is read when the distribution boots: stop it so the next start
+  ; uses the new default user.
+  !insertmacro RUN '"${WSL}" --terminate ${DISTRO}'
+
+  ; Shortcuts. WSLg shows the Linux window; the console wsl.exe opens is
+  ; started minimized.
+  CreateShortcut "$SMPROGRAMS\Tandem Studio.lnk" "${WSL}" "-d ${DISTRO} --cd ~ -- tandem-studio" \
+    "$INSTDIR\tandem.ico" 0 SW_SHOWMINIMIZED "" "Tandem Studio (WSL)"
+  CreateShortcut "$DESKTOP\Tandem Studio.lnk" "${WSL}" "-d ${DISTRO} --cd ~ -- tandem-studio" \
+    "$INSTDIR\tandem.ico" 0 SW_SHOWMINIMIZED "" "Tandem Studio (WSL)"
+
+  ; `tandem` in PowerShell/cmd: tandem.cmd in $INSTDIR, $INSTDIR on the user PATH.
+  Call AddToPath
+
+  ; Add/Remove Programs, per user.
+  WriteUninstaller "$INSTDIR\uninstall.exe"
+  WriteRegStr   HKCU "${UNINST_KEY}" "DisplayName"     "Tandem"
+  WriteRegStr   HKCU "${UNINST_KEY}" "DisplayVersion"  "${VERSION}"
+  WriteRegStr   HKCU "${UNINST_KEY}" "Publisher"       "Tandem"
+  WriteRegStr   HKCU "${UNINST_KEY}" "DisplayIcon"     "$INSTDIR\tandem.ico"
+  WriteRegStr   HKCU "${UNINST_KEY}" "InstallLocation" "$INSTDIR"
+  WriteRegStr   HKCU "${UNINST_KEY}" "UninstallString" '"$INSTDIR\uninstall.exe"'
+  WriteRegStr   HKCU "${UNINST_KEY}" "QuietUninstallString" '"$INSTDIR\uninstall.exe" /S'
+  WriteRegDWORD HKCU "${UNINST_KEY}" "NoModify" 1
+  WriteRegDWORD HKCU "${UNINST_KEY}" "NoRepair" 1
+SectionEnd
+
+Function StartStudio
+  Exec '"${WSL}" -d ${DISTRO} --cd ~ -- tandem-studio'
+FunctionEnd
+
+; ---------------------------------------------------------------------------
+; User PATH (HKCU\Environment). Plain NSIS, no EnVar plugin (Debian's nsis
+; does not ship it).
+;
+; NSIS strings are at most 1024 characters (NSIS_MAX_STRLEN of the stock
+; build): a longer PATH would come back truncated and writing it back would
+; destroy it. So a PATH that long is left alone and the user is told.
+; ---------------------------------------------------------------------------
+
+!define PATH_MAX_SAFE 1000
+
+Function AddToPath
+  ReadRegStr $0 HKCU "${ENV_KEY}" "Path"
+  StrLen $1 $0
+  ${If} $1 > ${PATH_MAX_SAFE}
+    MessageBox MB_OK|MB_ICONINFORMATION "Your PATH is too long for the \
+      installer to edit safely. To use the tandem command, add$\r$\n    \
+      $INSTDIR$\r$\nto your user PATH yourself." /SD IDOK
+    Return
+  ${EndIf}
+  ; Already there (reinstall)? Then leave it.
+  Push $0
+  Push "$INSTDIR"
+  Call PathWithout
+  Pop $PathNew
+  ${If} $PathNew != $0
+    Return
+  ${EndIf}
+  ${If} $0 == ""
+    StrCpy $0 "$INSTDIR"
+  ${Else}
+    StrCpy $0 "$0;$INSTDIR"
+  ${EndIf}
+  ; REG_EXPAND_SZ like Windows' own PATH editor, so %VARS% in it keep working.
+  WriteRegExpandStr HKCU "${ENV_KEY}" "Path" "$0"
+  ; Tell Explorer (and so new terminals) that the environment changed.
+  SendMessage ${HWND_BROADCAST} ${WM_SETTINGCHANGE} 0 "STR:Environment" /TIMEOUT=5000
+FunctionEnd
+
+; PathWithout: stack in: PATH, entry (top). Stack out: PATH with every
+; ";"-separated element equal to entry (case-insensitive, a trailing "\" ignored)
+; removed.
+!macro DEFINE_PATH_WITHOUT prefix
+Function ${prefix}PathWithout
+  Exch $1        ; entry
+  Exch
+  Exch $0        ; path
+  Push $2
+  Push $3
+  Push $4
+  Push $5
+  StrCpy $2 ""   ; result
+  ${Do}
+    ; $3 = next element, $0 = rest
+    StrCpy $4 0
+    ${Do}
+      StrCpy $5 $0 1 $4
+      ${If} $5 == ";"
+      ${OrIf} $5 == ""
+        ${Break}
+      ${EndIf}
+      IntOp $4 $4 + 1
+    ${Loop}
+    StrCpy $3 $0 $4
+    IntOp $4 $4 + 1
+    StrCpy $0 $0 "" $4
+    ; compare without a trailing backslash
+    StrCpy $4 $3 1 -1
+    ${If} $4 == "\"
+      StrCpy $4 $3 -1
+    ${Else}
+      StrCpy $4 $3
+    ${EndIf}
+    ${If} $3 != ""
+    ${AndIf} $4 != $1
+      ${If} $2 == ""
+        StrCpy $2 $3
+      ${Else}
+        StrCpy $2 "$2;$3"
+      ${EndIf}
+    ${EndIf}
+    ${If} $5 == ""
+      ${Break}
+    ${EndIf}
+  ${Loop}
+  StrCpy $0 $2
+  Pop $5
+  Pop $4
+  Pop $3
+  Pop $2
+  Pop $1
+  Exch $0
+FunctionEnd
+!macroend
+!insertmacro DEFINE_PATH_WITHOUT ""
+!insertmacro DEFINE_PATH_WITHOUT "un."
+
+Function un.RemoveFromPath
+  ReadRegStr $0 HKCU "${ENV_KEY}" "Path"
+  StrLen $1 $0
+  ${If} $1 > ${PATH_MAX_SAFE}
+    DetailPrint "PATH too long to edit safely; remove $INSTDIR from it yourself."
+    Return
+  ${EndIf}
+  Push $0
+  Push "$INSTDIR"
+  Call un.PathWithout
+  Pop $PathNew
+  ${If} $PathNew == $0
+    Return       ; not in PATH
+  ${EndIf}
+  ${If} $PathNew == ""
+    DeleteRegValue HKCU "${ENV_KEY}" "Path"
+  ${Else}
+    WriteRegExpandStr HKCU "${ENV_KEY}" "Path" "$PathNew"
+  ${EndIf}
+  SendMessage ${HWND_BROADCAST} ${WM_SETTINGCHANGE} 0 "STR:Environment" /TIMEOUT=5000
+FunctionEnd
+
+; ---------------------------------------------------------------------------
+; Uninstaller
+; ---------------------------------------------------------------------------
+
+Function un.onInit
+  System::Call 'kernel32::SetEnvironmentVariable(t "WSL_UTF8", t "1")'
+  MessageBox MB_YESNO|MB_ICONEXCLAMATION|MB_DEFBUTTON2 "Uninstall Tandem?\
+    $\r$\n$\r$\nThis unregisters the WSL distribution $\"${DISTRO}$\" and \
+    DELETES EVERYTHING INSIDE IT, including your runs in /home.\
+    $\r$\n$\r$\nTo keep them, cancel and copy them out first, e.g. from \
+    \\wsl$$\${DISTRO}\home in Explorer." /SD IDYES IDYES +2
+  Abort
+FunctionEnd
+
+Section "Uninstall"
+  Call un.FindDistro
+  ${If} $Existing == "1"
+    !insertmacro RUN '"${WSL}" --unregister ${DISTRO}'
+    ${If} $0 != 0
+      ; Keep the disk image: it holds the user's data.
+      MessageBox MB_OK|MB_ICONEXCLAMATION "wsl --unregister ${DISTRO} failed \
+        (exit code $0). Its disk stays in $INSTDIR\wsl; run the command \
+        yourself later." /SD IDOK
+    ${EndIf}
+  ${EndIf}
+
+  Delete "$SMPROGRAMS\Tandem Studio.lnk"
+  Delete "$DESKTOP\Tandem Studio.lnk"
+  Call un.RemoveFromPath
+  DeleteRegKey HKCU "${UNINST_KEY}"
+
+  ; Our files only, no RMDir /r: if unregistering failed, $INSTDIR\wsl still
+  ; holds the user's data, and RMDir (without /r) leaves non-empty folders.
+  ; A home-backup.tar left by a failed upgrade is user data too: kept.
+  Delete "$INSTDIR\tandem.ico"
+  Delete "$INSTDIR\tandem.cmd"
+  Delete "$INSTDIR\wsl-setup.sh"
+  Delete "$INSTDIR\uninstall.exe"
+  RMDir "$INSTDIR\wsl"
+  RMDir "$INSTDIR"
+SectionEnd
