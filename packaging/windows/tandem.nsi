@@ -12,9 +12,8 @@
 
 Unicode true
 ; 64-bit installer: wsl.exe exists only in the 64-bit System32. A 32-bit
-; installer would see SysWOW64 there and have to use Sysnative paths (and shortcuts
-; created from WOW64 can be resolved to the wrong folder). WSL 2 needs 64-bit
-; Windows anyway.
+; installer is redirected to SysWOW64 there and would need $WINDIR\Sysnative
+; paths for every call and shortcut. WSL 2 needs 64-bit Windows anyway.
 Target amd64-unicode
 
 !ifndef VERSION | ROOTFS | STAGE | OUTFILE
