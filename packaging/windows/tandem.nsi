@@ -42,6 +42,11 @@ ShowUninstDetails show
 !include "MUI2.nsh"
 !include "LogicLib.nsh"
 !include "WinMessages.nsh"
+!include "FileFunc.nsh"   ; GetParameters, GetOptions
+; LinuxUserName, PathWithout: plain functions, in their own file so that
+; test_nsis_functions.sh can run them on their own.
+!addincludedir "${__FILEDIR__}"
+!include "tandem-lib.nsh"
 
 ; Declared before the MUI pages: the finish page text uses $UserName.
 Var UserName     ; Linux user name derived from the Windows one
@@ -158,6 +163,18 @@ Function .onInit
   StrCpy $KeepHome "0"
   Call FindDistro
   ${If} $Existing == "1"
+  ${AndIf} ${Silent}
+    ; Silent upgrades only on request: /S /UPGRADE=keep or /S /UPGRADE=discard
+    ; (what Yes / No below do). Without it a silent install changes nothing.
+    ${GetParameters} $0
+    ClearErrors
+    ${GetOptions} $0 "/UPGRADE=" $1
+    ${If} $1 == "keep"
+      StrCpy $KeepHome "1"
+    ${ElseIf} $1 != "discard"
+      Abort
+    ${EndIf}
+  ${ElseIf} $Existing == "1"
     MessageBox MB_YESNOCANCEL|MB_ICONEXCLAMATION "A WSL distribution named \
       $\"${DISTRO}$\" is already installed.$\r$\n$\r$\nUpgrading REPLACES \
       every file inside it (programs, settings in /etc, anything installed \
@@ -165,43 +182,18 @@ Function .onInit
       $\r$\n$\r$\nYes: upgrade and keep /home (copied out to $INSTDIR and \
       back; needs free disk space as large as /home)\
       $\r$\nNo: upgrade and DELETE /home with the old distribution\
-      $\r$\nCancel: change nothing" /SD IDCANCEL IDYES keep IDNO discard
+      $\r$\nCancel: change nothing" IDYES keep IDNO discard
     Abort
     keep:
       StrCpy $KeepHome "1"
     discard:
   ${EndIf}
 
-  ; 3. Linux user name from the Windows one: lowercase, only [a-z0-9_-] kept
-  ;    (also makes it safe on wsl.exe's command line). wsl-setup.sh applies
-  ;    the remaining useradd rules and falls back to "tandem".
+  ; 3. Linux user name from the Windows one (tandem-lib.nsh says how).
   ReadEnvStr $R0 USERNAME
-  StrCpy $UserName ""
-  StrCpy $R2 0
-  ${Do}
-    StrCpy $R3 $R0 1 $R2
-    ${If} $R3 == ""
-      ${Break}
-    ${EndIf}
-    StrCpy $R4 0
-    ${Do}
-      StrCpy $R5 "abcdefghijklmnopqrstuvwxyz0123456789_-" 1 $R4
-      ${If} $R5 == ""
-        ${Break}              ; not allowed: dropped
-      ${EndIf}
-      ; StrCmp (==) ignores case, so "A" matches "a" and the lowercase is kept.
-      ${If} $R3 == $R5
-        StrCpy $UserName "$UserName$R5"
-        ${Break}
-      ${EndIf}
-      IntOp $R4 $R4 + 1
-    ${Loop}
-    IntOp $R2 $R2 + 1
-  ${Loop}
-  StrCpy $UserName $UserName 32
-  ${If} $UserName == ""
-    StrCpy $UserName "tandem"
-  ${EndIf}
+  Push $R0
+  Call LinuxUserName
+  Pop $UserName
 FunctionEnd
 
 Section "Tandem" SecMain
@@ -253,6 +245,14 @@ Section "Tandem" SecMain
     MessageBox MB_OK|MB_ICONSTOP "wsl --import failed (exit code $0); see the \
       details above. Is WSL 2 enabled (wsl --install --no-distribution in an \
       administrator PowerShell, then reboot)?" /SD IDOK
+    ; A fresh install leaves nothing behind (no uninstaller is registered yet).
+    ${If} $Existing != "1"
+      Delete "$INSTDIR\tandem.ico"
+      Delete "$INSTDIR\tandem.cmd"
+      Delete "$INSTDIR\wsl-setup.sh"
+      RMDir "$INSTDIR\wsl"
+      RMDir "$INSTDIR"
+    ${EndIf}
     Abort
   ${EndIf}
 
@@ -329,8 +329,10 @@ Function AddToPath
   ${If} $PathNew != $0
     Return
   ${EndIf}
+  StrCpy $1 $0 1 -1
   ${If} $0 == ""
-    StrCpy $0 "$INSTDIR"
+  ${OrIf} $1 == ";"
+    StrCpy $0 "$0$INSTDIR"
   ${Else}
     StrCpy $0 "$0;$INSTDIR"
   ${EndIf}
@@ -340,63 +342,7 @@ Function AddToPath
   SendMessage ${HWND_BROADCAST} ${WM_SETTINGCHANGE} 0 "STR:Environment" /TIMEOUT=5000
 FunctionEnd
 
-; PathWithout: stack in: PATH, entry (top). Stack out: PATH with every
-; ";"-separated element equal to entry (case-insensitive, a trailing "\" ignored)
-; removed.
-!macro DEFINE_PATH_WITHOUT prefix
-Function ${prefix}PathWithout
-  Exch $1        ; entry
-  Exch
-  Exch $0        ; path
-  Push $2
-  Push $3
-  Push $4
-  Push $5
-  StrCpy $2 ""   ; result
-  ${Do}
-    ; $3 = next element, $0 = rest
-    StrCpy $4 0
-    ${Do}
-      StrCpy $5 $0 1 $4
-      ${If} $5 == ";"
-      ${OrIf} $5 == ""
-        ${Break}
-      ${EndIf}
-      IntOp $4 $4 + 1
-    ${Loop}
-    StrCpy $3 $0 $4
-    IntOp $4 $4 + 1
-    StrCpy $0 $0 "" $4
-    ; compare without a trailing backslash
-    StrCpy $4 $3 1 -1
-    ${If} $4 == "\"
-      StrCpy $4 $3 -1
-    ${Else}
-      StrCpy $4 $3
-    ${EndIf}
-    ${If} $3 != ""
-    ${AndIf} $4 != $1
-      ${If} $2 == ""
-        StrCpy $2 $3
-      ${Else}
-        StrCpy $2 "$2;$3"
-      ${EndIf}
-    ${EndIf}
-    ${If} $5 == ""
-      ${Break}
-    ${EndIf}
-  ${Loop}
-  StrCpy $0 $2
-  Pop $5
-  Pop $4
-  Pop $3
-  Pop $2
-  Pop $1
-  Exch $0
-FunctionEnd
-!macroend
-!insertmacro DEFINE_PATH_WITHOUT ""
-!insertmacro DEFINE_PATH_WITHOUT "un."
+; PathWithout / un.PathWithout: in tandem-lib.nsh.
 
 Function un.RemoveFromPath
   ReadRegStr $0 HKCU "${ENV_KEY}" "Path"
