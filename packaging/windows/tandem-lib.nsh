@@ -1,5 +1,5 @@
 ; Helpers for tandem.nsi in plain NSIS (no plugins beyond Debian's nsis).
-; Kept apart so test_nsis_functions.sh can compile and run them on their own.
+; Kept apart so test/nsis_functions.sh can compile and run them on their own.
 ; Needs LogicLib.nsh.
 
 ; LinuxUserName: stack in: a Windows user name. Stack out: a Linux user name:

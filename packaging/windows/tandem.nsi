@@ -44,7 +44,7 @@ ShowUninstDetails show
 !include "WinMessages.nsh"
 !include "FileFunc.nsh"   ; GetParameters, GetOptions
 ; LinuxUserName, PathWithout: plain functions, in their own file so that
-; test_nsis_functions.sh can run them on their own.
+; test/nsis_functions.sh can run them on their own.
 !addincludedir "${__FILEDIR__}"
 !include "tandem-lib.nsh"
 
@@ -247,6 +247,7 @@ Section "Tandem" SecMain
       administrator PowerShell, then reboot)?" /SD IDOK
     ; A fresh install leaves nothing behind (no uninstaller is registered yet).
     ${If} $Existing != "1"
+      SetOutPath "$TEMP"   ; Windows cannot remove the current directory
       Delete "$INSTDIR\tandem.ico"
       Delete "$INSTDIR\tandem.cmd"
       Delete "$INSTDIR\wsl-setup.sh"

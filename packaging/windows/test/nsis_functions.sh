@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compiles test_functions.nsi (tandem-lib.nsh's LinuxUserName and PathWithout
+# Compiles functions.nsi (tandem-lib.nsh's LinuxUserName and PathWithout
 # on fixed inputs) and, where Wine is installed, runs it and checks the output.
 # Without Wine it only checks that the functions compile, and says so.
 #   packages: nsis; to run: wine64 (Debian: /usr/lib/wine/wine64)
@@ -8,12 +8,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-(cd "$here" && makensis -V1 -DOUTFILE="$tmp/functions-test.exe" test_functions.nsi)
+(cd "$here" && makensis -V1 -DOUTFILE="$tmp/functions-test.exe" functions.nsi)
 
 wine=$(command -v wine64 || true)
 [ -n "$wine" ] || { [ -x /usr/lib/wine/wine64 ] && wine=/usr/lib/wine/wine64; } || true
 if [ -z "$wine" ]; then
-    echo "test_nsis_functions.sh: compiled; Wine not installed, functions NOT run"
+    echo "nsis_functions.sh: compiled; Wine not installed, functions NOT run"
     exit 0
 fi
 export WINEPREFIX="$tmp/prefix" WINEDEBUG=-all WINEDLLOVERRIDES="winemenubuilder.exe=d" HOME="$tmp"
@@ -38,7 +38,7 @@ WANT
 )
 if [ "$got" != "$want" ]; then
     diff <(echo "$want") <(echo "$got") >&2 || true
-    echo "test_nsis_functions.sh: FAILED (< expected, > got)" >&2
+    echo "nsis_functions.sh: FAILED (< expected, > got)" >&2
     exit 1
 fi
-echo "test_nsis_functions.sh: all $(wc -l <<<"$want") cases pass (Wine $("$wine" --version 2>/dev/null || echo '?'))"
+echo "nsis_functions.sh: all $(wc -l <<<"$want") cases pass (Wine $("$wine" --version 2>/dev/null || echo '?'))"

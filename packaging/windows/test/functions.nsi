@@ -1,17 +1,17 @@
 ; Runs tandem-lib.nsh's functions on fixed inputs and writes one line per case
 ; to functions-result.txt next to the .exe. Built and run (under Wine) by
-; test_nsis_functions.sh, which compares the lines with the expected ones.
+; nsis_functions.sh, which compares the lines with the expected ones.
 Unicode true
 Target amd64-unicode
 !ifndef OUTFILE
-  !error "use test_nsis_functions.sh"
+  !error "use nsis_functions.sh"
 !endif
 OutFile "${OUTFILE}"
 RequestExecutionLevel user
 SilentInstall silent
 
 !include "LogicLib.nsh"
-!addincludedir "${__FILEDIR__}"
+!addincludedir "${__FILEDIR__}\.."
 !include "tandem-lib.nsh"
 ; (makensis warns that un.PathWithout is unused here; the installer uses it.)
 
