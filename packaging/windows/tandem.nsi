@@ -65,7 +65,7 @@ Var PathNew      ; scratch for the PATH functions
   - PowerShell or cmd: the $\"tandem$\" command (open a NEW terminal first).$\r$\n$\r$\n\
   GPUs: CUDA inside WSL uses the NVIDIA driver installed on Windows. Do not \
   install a Linux NVIDIA driver inside the distribution; update the Windows \
-  driver instead. Without an NVIDIA GPU Tandem runs on the CPU."
+  driver instead. $\"tandem info$\" shows whether the GPU is visible."
 !define MUI_FINISHPAGE_RUN
 !define MUI_FINISHPAGE_RUN_TEXT "Start Tandem Studio"
 !define MUI_FINISHPAGE_RUN_FUNCTION StartStudio
