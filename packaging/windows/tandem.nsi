@@ -59,18 +59,20 @@ Var PathNew      ; scratch for the PATH functions
 !define MUI_ABORTWARNING
 
 !define MUI_FINISHPAGE_TITLE "Tandem is installed"
-!define MUI_FINISHPAGE_TEXT "Tandem ${VERSION} is installed as the WSL 2 distribution \
-  $\"${DISTRO}$\" (default user: $UserName).$\r$\n$\r$\n\
-  - Start menu / desktop: $\"Tandem Studio$\" opens the studio through WSLg.$\r$\n\
-  - PowerShell or cmd: the $\"tandem$\" command (open a NEW terminal first).$\r$\n$\r$\n\
-  GPUs: CUDA inside WSL uses the NVIDIA driver installed on Windows. Do not \
-  install a Linux NVIDIA driver inside the distribution; update the Windows \
-  driver instead. $\"tandem info$\" shows whether the GPU is visible."
-!define MUI_FINISHPAGE_RUN
-!define MUI_FINISHPAGE_RUN_TEXT "Start Tandem Studio"
-!define MUI_FINISHPAGE_RUN_FUNCTION StartStudio
-!define MUI_FINISHPAGE_RUN_NOTCHECKED
+; No "Start Tandem Studio" checkbox: with it the text area is so short that
+; the GPU note was cut off (seen in a Wine screenshot); the note matters more.
+!define MUI_FINISHPAGE_TEXT "Tandem ${VERSION} is the WSL 2 distribution \
+  $\"${DISTRO}$\" (user: $UserName).$\r$\n$\r$\n\
+  Start menu / desktop: $\"Tandem Studio$\" (opens through WSLg).$\r$\n\
+  PowerShell / cmd: $\"tandem$\" (in a newly opened terminal).$\r$\n$\r$\n\
+  GPU: CUDA in WSL uses the NVIDIA driver installed on Windows; do not \
+  install one inside the distribution. $\"tandem info$\" shows the GPUs it sees."
 
+!define MUI_WELCOMEPAGE_TEXT "This installs Tandem ${VERSION} as a WSL 2 \
+  distribution named $\"${DISTRO}$\", for your Windows user only; no \
+  administrator rights are needed.$\r$\n$\r$\nWSL 2 must already be enabled \
+  (Setup checks and tells you how if not). The distribution is stored in \
+  $INSTDIR.$\r$\n$\r$\nClick Install to continue."
 !insertmacro MUI_PAGE_WELCOME
 !insertmacro MUI_PAGE_INSTFILES
 !insertmacro MUI_PAGE_FINISH
@@ -298,10 +300,6 @@ Section "Tandem" SecMain
   WriteRegDWORD HKCU "${UNINST_KEY}" "NoRepair" 1
 SectionEnd
 
-Function StartStudio
-  Exec '"${WSL}" -d ${DISTRO} --cd ~ -- tandem-studio'
-FunctionEnd
-
 ; ---------------------------------------------------------------------------
 ; User PATH (HKCU\Environment). Plain NSIS, no EnVar plugin (Debian's nsis
 ; does not ship it).
@@ -376,8 +374,8 @@ Function un.onInit
   MessageBox MB_YESNO|MB_ICONEXCLAMATION|MB_DEFBUTTON2 "Uninstall Tandem?\
     $\r$\n$\r$\nThis unregisters the WSL distribution $\"${DISTRO}$\" and \
     DELETES EVERYTHING INSIDE IT, including your runs in /home.\
-    $\r$\n$\r$\nTo keep them, cancel and copy them out first, e.g. from \
-    \\wsl$$\${DISTRO}\home in Explorer." /SD IDYES IDYES +2
+    $\r$\n$\r$\nTo keep them, answer No and copy them out first, e.g. \
+    from \\wsl$$\${DISTRO}\home in Explorer." /SD IDYES IDYES +2
   Abort
 FunctionEnd
 
