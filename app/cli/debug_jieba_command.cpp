@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli/commands.h"
-#include "app/cli/resource_dir.h"
 #include "engine/core/error.h"
+#include "engine/core/install_layout.h"
 #include "engine/eval/jieba_segmenter.h"
 
 namespace tandem::cli {

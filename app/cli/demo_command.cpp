@@ -11,6 +11,7 @@
 #include "app/cli/commands.h"
 #include "app/cli/train_progress.h"
 #include "engine/core/error.h"
+#include "engine/core/install_layout.h"
 #include "engine/gpu/torch_runtime.h"
 #include "engine/infer/generator.h"
 #include "engine/io/tokenizer.h"
@@ -21,11 +22,6 @@ namespace tandem::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path sourceDir(const char* env, const char* built_in) {
-  const char* value = std::getenv(env);
-  return value && *value ? fs::path(value) : fs::path(built_in);
-}
 
 std::string answer(infer::Generator& generator, const std::string& adapter,
                    const std::string& question) {
@@ -39,8 +35,8 @@ std::string answer(infer::Generator& generator, const std::string& adapter,
 
 void runDemo(const fs::path& workdir) {
   gpu::setTorchThreads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  const fs::path resources = sourceDir("TANDEM_RESOURCES", TANDEM_RESOURCES_DIR);
-  const fs::path presets = sourceDir("TANDEM_PRESETS", TANDEM_PRESETS_DIR);
+  const fs::path resources = resourcesDir();
+  const fs::path presets = presetsDir();
   fs::create_directories(workdir);
   const model::DemoModel demo = model::ensureDemoModel(workdir, resources);
   const fs::path& model_dir = demo.dir;

@@ -15,8 +15,8 @@
 #include "app/cli/commands.h"
 #include "app/cli/eval_generate.h"
 #include "app/cli/model_options.h"
-#include "app/cli/resource_dir.h"
 #include "engine/core/error.h"
+#include "engine/core/install_layout.h"
 #include "engine/eval/batch_eval.h"
 #include "engine/store/run_store.h"
 

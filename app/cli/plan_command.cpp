@@ -10,6 +10,7 @@
 
 #include "app/cli/commands.h"
 #include "engine/core/error.h"
+#include "engine/core/install_layout.h"
 #include "engine/core/units.h"
 #include "engine/io/atomic_file.h"
 #include "engine/model/machine_probe.h"
@@ -168,7 +169,7 @@ nlohmann::json toJson(const MemoryPlan& plan, const placement::Hardware& hw,
 void runPlan(const PlanOptions& o) {
   const train::TrainConfig config = train::loadTrainConfig(o.config);
   const io::ModelConfig model = io::readModelConfig(config.model_name_or_path);
-  const fs::path presets = fs::path(TANDEM_PRESETS_DIR) / "hardware";
+  const fs::path presets = presetsDir() / "hardware";
   const placement::Hardware hw =
       o.hardware.empty() ? model::probeMachine() : placement::resolveHardware(o.hardware, presets);
   placement::PlanRequest request = train::planRequestFor(config, model);

@@ -3,6 +3,7 @@
 
 #include <QApplication>
 #include <QCommandLineParser>
+#include <QMessageBox>
 #include <QTimer>
 #include <algorithm>
 #include <cstdio>
@@ -10,20 +11,13 @@
 #include <thread>
 
 #include "app/studio/screenshot_tour.h"
+#include "engine/core/error.h"
+#include "engine/core/install_layout.h"
 #include "engine/core/process_tuning.h"
 #include "engine/gpu/torch_runtime.h"
 #include "ui/engine_worker.h"
 #include "ui/main_window.h"
 #include "ui/resources.h"
-
-namespace {
-
-std::filesystem::path bundled(const char* env, const char* built_in) {
-  const char* value = std::getenv(env);
-  return value && *value ? std::filesystem::path(value) : std::filesystem::path(built_in);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   tandem::tuneOpenMpWaitAndMalloc(argv);  // before Qt or libtorch start any thread
@@ -53,8 +47,14 @@ int main(int argc, char** argv) {
   // As `tandem demo`: libtorch gets every core (the expert engine has its own pool).
   tandem::gpu::setTorchThreads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   tandem::ui::StudioPaths paths;
-  paths.resources = bundled("TANDEM_RESOURCES", TANDEM_RESOURCES_DIR);
-  paths.presets = bundled("TANDEM_PRESETS", TANDEM_PRESETS_DIR);
+  try {
+    paths.resources = tandem::resourcesDir();
+    paths.presets = tandem::presetsDir();
+  } catch (const tandem::Error& e) {
+    QMessageBox::critical(nullptr, QStringLiteral("Tandem Studio cannot start"),
+                          QString::fromStdString(e.message() + "\n\n" + e.whatToDo()));
+    return 1;
+  }
   const tandem::ui::StudioSettings settings = tandem::ui::StudioSettings::load();
   paths.demo_workdir = settings.demo_workdir.toStdString();
 
