@@ -80,9 +80,16 @@ if(TANDEM_WITH_CUDA OR NOT TANDEM_TORCH_CUDA_VERSION)
   separate_arguments(_tandem_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
   target_compile_options(tandem::torch INTERFACE ${_tandem_torch_flags})
 else()
+  # The CPU half only: libtorch_cpu and libc10, not the libtorch.so shim, which needs
+  # libtorch_cuda (450 MB) and the CUDA libraries behind it. Imported targets, so CMake manages
+  # the build-tree RPATH and rewrites it at install time (packaging/ bundles these libraries).
   set(_lib "${TANDEM_TORCH_DIR}/lib")
-  target_link_libraries(tandem::torch INTERFACE
-    "${_lib}/libtorch.so" "${_lib}/libtorch_cpu.so" "${_lib}/libc10.so" "-Wl,-rpath,${_lib}")
+  foreach(_name torch_cpu c10)
+    add_library(tandem::lib${_name} SHARED IMPORTED GLOBAL)
+    set_target_properties(tandem::lib${_name} PROPERTIES IMPORTED_LOCATION "${_lib}/lib${_name}.so"
+                                                         IMPORTED_SONAME "lib${_name}.so")
+    target_link_libraries(tandem::torch INTERFACE tandem::lib${_name})
+  endforeach()
   target_include_directories(tandem::torch SYSTEM INTERFACE
     "${TANDEM_TORCH_DIR}/include" "${TANDEM_TORCH_DIR}/include/torch/csrc/api/include")
   target_compile_definitions(tandem::torch INTERFACE
