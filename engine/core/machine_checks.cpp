@@ -83,6 +83,7 @@ int MachineReport::count(CheckStatus status) const {
 MachineCheck checkCpu(const CpuFeatures& cpu) {
   MachineCheck check = makeCheck("cpu", "CPU features");
   const std::string level(isaLevelName(cpu.bestLevel()));
+  check.figures["logical_cpus"] = static_cast<uint64_t>(cpu.logical_cpus);
   const std::string found = cpu.brand + ", " + std::to_string(cpu.logical_cpus) +
                             " logical CPUs; expert kernels: " + level;
   if (cpu.cap != IsaLevel::Amx) {
@@ -113,6 +114,9 @@ MachineCheck checkNuma(bool numa_available, const std::vector<NodeMemory>& nodes
   for (const NodeMemory& node : nodes) {
     finding += "\nnode " + std::to_string(node.id) + ": " + std::to_string(node.cpus) + " CPUs, " +
                formatBytes(node.available_bytes) + " available of " + formatBytes(node.total_bytes);
+    const std::string key = "node" + std::to_string(node.id);
+    check.figures[key + "_total_bytes"] = node.total_bytes;
+    check.figures[key + "_available_bytes"] = node.available_bytes;
     if (node.total_bytes > 0 &&
         static_cast<double>(node.available_bytes) <
             kNodeLowAvailableShare * static_cast<double>(node.total_bytes)) {
@@ -156,6 +160,9 @@ MachineCheck checkHugePages(const HugePageFacts& facts) {
   std::string finding = "transparent huge pages: " +
                         (facts.thp_mode.empty() ? std::string("not available") : facts.thp_mode);
   const uint64_t pool_bytes = facts.pages_total * facts.page_bytes;
+  check.figures = {{"pages_total", facts.pages_total},
+                   {"pages_free", facts.pages_free},
+                   {"page_bytes", facts.page_bytes}};
   if (facts.pages_total > 0) {
     finding += "; hugetlbfs pool: " + std::to_string(facts.pages_total) + " pages (" +
                formatBytes(pool_bytes) + "), " + std::to_string(facts.pages_free) + " free";
@@ -200,6 +207,7 @@ MachineCheck checkGpu(const GpuFacts& facts) {
   const std::string runtime = facts.cuda_runtime_version.empty()
                                   ? std::string("libtorch without CUDA")
                                   : "CUDA runtime " + facts.cuda_runtime_version;
+  check.figures["gpu_count"] = facts.gpus.size();
   if (!facts.gpus.empty()) {
     std::string finding = driver.empty() ? runtime : driver + ", " + runtime;
     for (const std::string& gpu : facts.gpus) finding += "\n" + gpu;
@@ -229,6 +237,7 @@ MachineCheck checkGpu(const GpuFacts& facts) {
 MachineCheck checkDisk(const std::filesystem::path& dir, uint64_t capacity_bytes,
                        uint64_t available_bytes) {
   MachineCheck check = makeCheck("disk", "Free disk in the output directory");
+  check.figures = {{"capacity_bytes", capacity_bytes}, {"available_bytes", available_bytes}};
   const std::string finding = formatBytes(available_bytes) + " free of " +
                               formatBytes(capacity_bytes) + " at " + dir.string();
   const std::string fix =

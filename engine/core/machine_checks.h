@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,9 @@ struct MachineCheck {
   CheckStatus status = CheckStatus::Ok;
   std::string finding;  // what was found, one or a few lines
   std::string fix;      // what to do; empty when ok
+  // The numbers behind the finding, for machines (`tandem doctor --json`): "available_bytes",
+  // "node0_total_bytes", "gpu_count", ...
+  std::map<std::string, uint64_t> figures;
 };
 
 struct MachineReport {

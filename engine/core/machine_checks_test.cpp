@@ -89,6 +89,8 @@ TEST(MachineChecks, DiskFailsWhenNearlyFull) {
   EXPECT_NE(check.finding.find("1.00 GiB free"), std::string::npos) << check.finding;
   EXPECT_NE(check.finding.find("/data/runs"), std::string::npos);
   EXPECT_NE(check.fix.find("--output-dir"), std::string::npos);
+  EXPECT_EQ(check.figures.at("available_bytes"), 1 * kGiB);
+  EXPECT_EQ(check.figures.at("capacity_bytes"), 2000ull * 1000 * 1000 * 1000);
 }
 
 TEST(MachineChecks, DiskThresholds) {
@@ -212,6 +214,7 @@ TEST(MachineChecks, NumaWarnsForANodeNearlyFull) {
   EXPECT_NE(check.finding.find("node 1: 56 CPUs, 10.0 GiB available of 256 GiB"), std::string::npos)
       << check.finding;
   EXPECT_NE(check.fix.find("node(s) 1 "), std::string::npos) << check.fix;
+  EXPECT_EQ(check.figures.at("node1_available_bytes"), 10 * kGiB);
   EXPECT_EQ(checkNuma(true, {{0, 56, 256 * kGiB, 200 * kGiB}}).status, CheckStatus::Ok);
   EXPECT_EQ(checkNuma(false, {}).status, CheckStatus::Fail);
 }
