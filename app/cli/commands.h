@@ -19,5 +19,6 @@ void addDebugJiebaCommand(CLI::App& app);  // after addDebugCommand: adds `debug
 void addPlanCommand(CLI::App& app);
 void addBenchCommand(CLI::App& app);
 void addExportCommand(CLI::App& app);
+void addDoctorCommand(CLI::App& app);
 
 }  // namespace tandem::cli
