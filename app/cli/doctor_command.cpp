@@ -10,6 +10,7 @@
 #include <string>
 
 #include "app/cli/commands.h"
+#include "engine/core/error.h"
 #include "engine/core/machine_checks.h"
 #include "engine/core/paths.h"
 #include "engine/model/machine_doctor.h"
@@ -51,9 +52,15 @@ void addDoctorCommand(CLI::App& app) {
                       "store's data directory)");
   command->add_flag("--json", options->json, "Print one JSON object instead of the table");
   command->callback([options] {
-    // Resolved here (not in the engine) so the report names the directory it measured.
-    const std::filesystem::path output_dir =
-        options->output_dir.empty() ? dataDir() : std::filesystem::path(options->output_dir);
+    // Resolved here so the report names the directory it measured; without a home there is no
+    // default, which the disk check reports (empty path) rather than this command failing.
+    std::filesystem::path output_dir = options->output_dir;
+    if (output_dir.empty()) {
+      try {
+        output_dir = dataDir();
+      } catch (const Error&) {
+      }
+    }
     const MachineReport report = model::checkThisMachine(output_dir);
     if (options->json) {
       std::printf("%s\n", toJson(report, output_dir).dump(2).c_str());
