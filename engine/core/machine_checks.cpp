@@ -204,9 +204,10 @@ MachineCheck checkGpu(const GpuFacts& facts) {
   MachineCheck check = makeCheck("gpu", "GPU driver and CUDA");
   const std::string driver =
       facts.driver_version.empty() ? std::string() : "NVIDIA driver " + facts.driver_version;
-  const std::string runtime = facts.cuda_runtime_version.empty()
-                                  ? std::string("libtorch without CUDA")
-                                  : "CUDA runtime " + facts.cuda_runtime_version;
+  const std::string runtime = !facts.cuda_runtime_version.empty()
+                                  ? "CUDA runtime " + facts.cuda_runtime_version
+                              : facts.torch_has_cuda ? std::string("libtorch with CUDA")
+                                                     : std::string("libtorch without CUDA");
   check.figures["gpu_count"] = facts.gpus.size();
   if (!facts.gpus.empty()) {
     std::string finding = driver.empty() ? runtime : driver + ", " + runtime;
