@@ -159,6 +159,14 @@ TEST(MachineChecks, NoDriverIsAClearWarningNotAFailure) {
   EXPECT_FALSE(check.fix.empty());
 }
 
+TEST(MachineChecks, NoDriverNamesWhatTorchHas) {
+  GpuFacts cuda_torch;
+  cuda_torch.torch_has_cuda = true;
+  EXPECT_NE(checkGpu(cuda_torch).finding.find("libtorch with CUDA"), std::string::npos);
+  EXPECT_NE(checkGpu(GpuFacts{}).finding.find("libtorch without CUDA"), std::string::npos);
+  EXPECT_EQ(checkGpu(GpuFacts{}).figures.at("gpu_count"), 0u);
+}
+
 TEST(MachineChecks, GpuOkListsTheGpus) {
   GpuFacts facts;
   facts.driver_version = "580.65.06";
