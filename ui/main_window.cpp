@@ -2,6 +2,7 @@
 
 #include <QAction>
 #include <QApplication>
+#include <QClipboard>
 #include <QCloseEvent>
 #include <QFileDialog>
 #include <QMenuBar>
@@ -15,6 +16,7 @@
 #include "ui/chat_controller.h"
 #include "ui/chat_panel.h"
 #include "ui/error_text.h"
+#include "ui/machine_check_dialog.h"
 #include "ui/runs_view.h"
 #include "ui/settings_dialog.h"
 #include "ui/training_controller.h"
@@ -132,12 +134,41 @@ void MainWindow::buildMenus() {
     connect(action, &QAction::triggered, this, [this, tab] { showTab(tab); });
   }
   QMenu* help = menuBar()->addMenu(tr("&Help"));
+  connect(help->addAction(tr("&Machine check…")), &QAction::triggered, this,
+          &MainWindow::showMachineCheck);
+  connect(help->addAction(tr("&Copy diagnostics")), &QAction::triggered, this,
+          &MainWindow::copyDiagnostics);
+  help->addSeparator();
   connect(help->addAction(tr("&About Tandem Studio")), &QAction::triggered, this, [this] {
     QMessageBox::about(
         this, tr("Tandem Studio"),
         tr("LoRA fine-tuning of MoE language models on one machine: routed experts on the CPU, "
            "the rest on the GPU.\nThe same engine as the `tandem` command."));
   });
+}
+
+void MainWindow::showMachineCheck() {
+  if (!machine_check_) {
+    machine_check_ = new MachineCheckDialog(settings_.output_parent, this);
+  } else {
+    machine_check_->runChecks();
+  }
+  machine_check_->show();
+  machine_check_->raise();
+}
+
+void MainWindow::copyDiagnostics() {
+  statusBar()->showMessage(tr("checking this machine for the diagnostics…"));
+  diagnostics_.request(
+      [dir = settings_.output_parent] { return checkMachineFor(dir); },
+      [this](EngineResult<MachineReport> report) {
+        if (!report.ok()) {
+          statusBar()->showMessage(tr("machine check failed: %1").arg(report.error));
+          return;
+        }
+        QApplication::clipboard()->setText(diagnosticsText(*report.value));
+        statusBar()->showMessage(tr("diagnostics copied to the clipboard"), 5000);
+      });
 }
 
 void MainWindow::startFromDemo() {

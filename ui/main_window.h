@@ -18,6 +18,7 @@ namespace tandem::ui {
 
 class ChatController;
 class ChatPanel;
+class MachineCheckDialog;
 class RunsView;
 class TrainingController;
 class TrainingDashboard;
@@ -37,6 +38,7 @@ class MainWindow : public QMainWindow {
   ChatPanel* chatPanel() const { return chat_panel_; }
   ChatController* chatController() const { return chat_.get(); }
   RunsView* runsView() const { return runs_; }
+  MachineCheckDialog* machineCheckDialog() const { return machine_check_; }  // null until shown
   QTabWidget* tabs() const { return tabs_; }
   store::RunStore* runStore() const { return store_.get(); }
   const StudioSettings& settings() const { return settings_; }
@@ -46,6 +48,8 @@ class MainWindow : public QMainWindow {
   void startTraining(const tandem::train::TrainConfig& config);
   void openYaml();
   void editSettings();
+  void showMachineCheck();  // Help > Machine check…
+  void copyDiagnostics();   // Help > Copy diagnostics: checks the machine, then copies
 
  protected:
   void closeEvent(QCloseEvent* event) override;
@@ -66,8 +70,10 @@ class MainWindow : public QMainWindow {
   TrainingDashboard* dashboard_;
   ChatPanel* chat_panel_;
   RunsView* runs_;
+  MachineCheckDialog* machine_check_ = nullptr;
   bool close_when_stopped_ = false;
   EngineWorker demo_maker_{this};
+  EngineWorker diagnostics_{this};
 };
 
 }  // namespace tandem::ui

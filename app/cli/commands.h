@@ -19,6 +19,7 @@ void addDebugJiebaCommand(CLI::App& app);  // after addDebugCommand: adds `debug
 void addPlanCommand(CLI::App& app);
 void addBenchCommand(CLI::App& app);
 void addExportCommand(CLI::App& app);
+void addDoctorCommand(CLI::App& app);
 void addCompletionCommand(CLI::App& app);  // last: it describes every other command
 
 }  // namespace tandem::cli

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   tandem::cli::addPlanCommand(app);
   tandem::cli::addBenchCommand(app);
   tandem::cli::addExportCommand(app);
+  tandem::cli::addDoctorCommand(app);
   tandem::cli::addCompletionCommand(app);
   try {
     app.parse(argc, argv);

@@ -17,6 +17,7 @@
 #include "ui/chat_controller.h"
 #include "ui/chat_panel.h"
 #include "ui/error_text.h"
+#include "ui/machine_check_dialog.h"
 #include "ui/main_window.h"
 #include "ui/placement_editor.h"
 #include "ui/runs_view.h"
@@ -140,6 +141,12 @@ void ScreenshotTour::run() {
     settings.show();
     shoot(settings, QStringLiteral("10-settings"));
     settings.close();
+
+    ui::MachineCheckDialog doctor(window_.settings().output_parent, &window_);
+    doctor.show();
+    waitFor([&] { return !doctor.isChecking(); }, 120000, QStringLiteral("the machine check"));
+    if (!doctor.report()) throw TourFailed("the machine check gave no report");
+    shoot(doctor, QStringLiteral("11-machine-check"));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "screenshot tour failed: %s\n", e.what());
     code = 1;

@@ -22,6 +22,12 @@ namespace {
 #ifdef TANDEM_WITH_CUDA
 // Asks the CUDA runtime directly: it also tells *why* there is no GPU (no driver, no device).
 void listGpus(TorchRuntimeInfo& info) {
+  // The runtime answers its version without a driver, so `tandem doctor` can name it even then.
+  int runtime_version = 0;
+  if (cudaRuntimeGetVersion(&runtime_version) == cudaSuccess) {
+    info.cuda_runtime_version =
+        std::to_string(runtime_version / 1000) + "." + std::to_string(runtime_version % 1000 / 10);
+  }
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
@@ -35,11 +41,6 @@ void listGpus(TorchRuntimeInfo& info) {
     }
     cudaGetLastError();  // clear the sticky error so later calls start clean
     return;
-  }
-  int runtime_version = 0;
-  if (cudaRuntimeGetVersion(&runtime_version) == cudaSuccess) {
-    info.cuda_runtime_version =
-        std::to_string(runtime_version / 1000) + "." + std::to_string(runtime_version % 1000 / 10);
   }
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp props{};
