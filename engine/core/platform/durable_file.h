@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <string_view>
 #include <system_error>
 
 namespace tandem::platform {
@@ -27,6 +28,11 @@ std::error_code replaceFile(const std::filesystem::path& from, const std::filesy
 // Makes a completed replaceFile in `dir` survive a power loss. File systems that cannot sync a
 // directory (some FUSE or network mounts) are not an error: the rename already happened.
 std::error_code flushDirectoryToDisk(const std::filesystem::path& dir);
+
+// Appends `text` to `path` (created if missing) in one write, so that after a crash the file ends
+// with the text whole or cut short, never interleaved with another writer's. Linux: O_APPEND +
+// write(2). Windows: FILE_APPEND_DATA + one WriteFile. A short write is errc::io_error.
+std::error_code appendInOneWrite(const std::filesystem::path& path, std::string_view text);
 
 // Whether `error` means the disk (or quota) is full.
 bool isDiskFull(const std::error_code& error);

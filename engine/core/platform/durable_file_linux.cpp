@@ -53,6 +53,16 @@ std::error_code flushDirectoryToDisk(const std::filesystem::path& dir) {
   return {};
 }
 
+std::error_code appendInOneWrite(const std::filesystem::path& path, std::string_view text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return lastError();
+  const ssize_t written = ::write(fd, text.data(), text.size());
+  ::close(fd);
+  if (written != static_cast<ssize_t>(text.size()))
+    return std::make_error_code(std::errc::io_error);
+  return {};
+}
+
 bool isDiskFull(const std::error_code& error) {
   return error == std::errc::no_space_on_device || error.value() == EDQUOT;
 }

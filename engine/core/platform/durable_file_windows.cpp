@@ -56,6 +56,17 @@ std::error_code replaceFile(const std::filesystem::path& from, const std::filesy
 // flush to add.
 std::error_code flushDirectoryToDisk(const std::filesystem::path& /*dir*/) { return {}; }
 
+std::error_code appendInOneWrite(const std::filesystem::path& path, std::string_view text) {
+  HANDLE file = CreateFileW(path.c_str(), FILE_APPEND_DATA, FILE_SHARE_READ | FILE_SHARE_WRITE,
+                            nullptr, OPEN_ALWAYS, FILE_ATTRIBUTE_NORMAL, nullptr);
+  if (file == INVALID_HANDLE_VALUE) return lastError();
+  DWORD written = 0;
+  const BOOL ok = WriteFile(file, text.data(), static_cast<DWORD>(text.size()), &written, nullptr);
+  CloseHandle(file);
+  if (!ok || written != text.size()) return std::make_error_code(std::errc::io_error);
+  return {};
+}
+
 // windowsErrorCode made the disk-full codes errc::no_space_on_device.
 bool isDiskFull(const std::error_code& error) { return error == std::errc::no_space_on_device; }
 

@@ -1,8 +1,8 @@
 #pragma once
 // This process and machine as the run store records them, and whether a recorded process still
 // lives. Linux: getpid, gethostname, /proc/sys/kernel/random/boot_id, kill(pid, 0),
-// readlink(/proc/self/exe). Windows: GetCurrentProcessId, GetComputerNameExW, OpenProcess +
-// GetExitCodeProcess, GetModuleFileNameW; no boot id.
+// readlink(/proc/self/exe). Windows: GetCurrentProcessId, GetUserNameW, GetComputerNameW,
+// OpenProcess + GetExitCodeProcess, GetModuleFileNameW; no boot id.
 
 #include <cstdint>
 #include <filesystem>
@@ -11,6 +11,10 @@
 namespace tandem::platform {
 
 int64_t currentProcessId();
+
+// Tells this user's files from another's in a shared place (a temp dir name): the uid on Linux,
+// the account name on Windows (GetUserNameW).
+std::string currentUserTag();
 
 // The machine's name; empty when the OS does not say.
 std::string hostName();

@@ -12,6 +12,8 @@ namespace tandem::platform {
 
 int64_t currentProcessId() { return ::getpid(); }
 
+std::string currentUserTag() { return std::to_string(::getuid()); }
+
 std::string hostName() {
   char buf[HOST_NAME_MAX + 1] = {};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "";

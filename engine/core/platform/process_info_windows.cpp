@@ -8,6 +8,13 @@ namespace tandem::platform {
 
 int64_t currentProcessId() { return static_cast<int64_t>(GetCurrentProcessId()); }
 
+std::string currentUserTag() {
+  wchar_t buf[257] = {};  // UNLEN + 1
+  DWORD size = 257;
+  if (!GetUserNameW(buf, &size) || size == 0) return "user";
+  return std::filesystem::path(std::wstring(buf, size - 1)).string();
+}
+
 std::string hostName() {
   wchar_t buf[MAX_COMPUTERNAME_LENGTH + 1] = {};
   DWORD size = MAX_COMPUTERNAME_LENGTH + 1;

@@ -13,6 +13,8 @@ struct SystemMemoryBytes {
   // which free_bytes leaves out. Linux: MemAvailable less MemFree. Windows: 0, since its
   // available figure already counts the standby list.
   uint64_t reclaimable_bytes = 0;
+  // Linux: sysinfo's buffer memory (part of what `tandem info` calls available). Windows: 0.
+  uint64_t buffer_bytes = 0;
 };
 
 // All zero when the OS does not answer.

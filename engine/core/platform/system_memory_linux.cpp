@@ -30,6 +30,7 @@ SystemMemoryBytes systemMemoryBytes() {
   if (sysinfo(&info) == 0) {
     m.total_bytes = static_cast<uint64_t>(info.totalram) * info.mem_unit;
     m.free_bytes = static_cast<uint64_t>(info.freeram) * info.mem_unit;
+    m.buffer_bytes = static_cast<uint64_t>(info.bufferram) * info.mem_unit;
   }
   m.reclaimable_bytes = reclaimableBytes();
   return m;
