@@ -5,6 +5,8 @@
 #
 #   scripts/windows_cross.sh [BUILD_DIR]      (default: build-mingw in the repository; reused)
 #
+# Time on 2 cores: 8 min from nothing (no ccache, a fresh wine prefix), ~20 s when nothing changed.
+#
 # Installs nothing: it stops with the Debian packages to install when they are missing.
 # Exit status: 0 when every test passed under wine, non-zero otherwise.
 set -euo pipefail
@@ -14,7 +16,8 @@ jobs=${TANDEM_JOBS:-2}
 
 missing=()
 command -v x86_64-w64-mingw32-g++-posix >/dev/null || missing+=(g++-mingw-w64-x86-64-posix)
-[ -x /usr/lib/wine/wine64 ] || command -v wine64 >/dev/null || missing+=(wine64 wine)
+[ -x /usr/lib/wine/wine64 ] || command -v wine64 >/dev/null || missing+=(wine64)
+command -v wine >/dev/null || missing+=(wine)
 [ -f /usr/src/googletest/CMakeLists.txt ] || missing+=(libgtest-dev)
 [ -f /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
 command -v cmake >/dev/null || missing+=(cmake)
