@@ -8,6 +8,9 @@
 3. A header of engine/gpu/ or engine/model/ that code outside those two folders includes is
    torch-free, also through what it includes in turn.
 4. The engine's folders include one way: each folder only from itself and the folders below it.
+5. POSIX, Linux and Win32 headers only in engine/core/platform/ (docs/architecture.md,
+   "Platforms"); tests (*_test.cpp) that fork or limit memory are exempt. The platform layer
+   itself includes nothing of the engine but core/error.h and its own headers.
 
 Prints every violation with file and line, and exits 1 when there is any.
 """
@@ -37,6 +40,11 @@ TORCH_INCLUDE = re.compile(r'#\s*include\s*<(ATen|c10|torch|caffe2)/')
 QT_INCLUDE = re.compile(r'#\s*include\s*<Q')
 PROJECT_INCLUDE = re.compile(r'#\s*include\s*"((?:engine|ui|app)/[^"]+)"')
 SOURCES = (".h", ".cpp", ".cu")
+OS_INCLUDE = re.compile(
+    r'#\s*include\s*<(unistd|fcntl|pwd|numa|windows|signal|csignal|malloc|sched|pthread|dlfcn|'
+    r'io|shlobj|knownfolders|sys/[a-z_]+)(\.h)?>')
+PLATFORM_DIR = "engine/core/platform/"
+PLATFORM_MAY_INCLUDE = re.compile(r'^engine/core/(platform/[a-z_]+\.h|error\.h)$')
 
 
 def sources(folder):
@@ -81,8 +89,12 @@ def main():
         rel = path.relative_to(ROOT)
         folder = engine_folder(path)
         torch_allowed = folder in TORCH_FOLDERS
+        in_platform = rel.as_posix().startswith(PLATFORM_DIR)
+        os_allowed = in_platform or rel.name.endswith("_test.cpp")
         for number, line in includes(path):
             where = f"{rel}:{number}"
+            if not os_allowed and OS_INCLUDE.search(line):
+                problems.append(f"{where}: an OS header outside engine/core/platform: {line.strip()}")
             if folder and QT_INCLUDE.search(line):
                 problems.append(f"{where}: Qt in the engine: {line.strip()}")
             if not torch_allowed and TORCH_INCLUDE.search(line):
@@ -91,6 +103,8 @@ def main():
             if not match:
                 continue
             target = match.group(1)
+            if in_platform and not PLATFORM_MAY_INCLUDE.match(target):
+                problems.append(f"{where}: the platform layer includes {target} (only its own headers and core/error.h)")
             target_folder = target.split("/")[1] if target.startswith("engine/") else None
             if folder and target.startswith(("ui/", "app/")):
                 problems.append(f"{where}: the engine includes {target} (app -> ui -> engine, never back)")

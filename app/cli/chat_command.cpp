@@ -3,14 +3,12 @@
 // line (so it also works through a pipe); commands: /base, /adapter [NAME], /reset, /exit.
 // Ctrl-C stops the current answer, not the program.
 
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +16,8 @@
 #include "app/cli/commands.h"
 #include "app/cli/model_options.h"
 #include "engine/core/error.h"
+#include "engine/core/platform/interrupt.h"
+#include "engine/core/platform/terminal.h"
 #include "engine/gpu/torch_runtime.h"
 #include "engine/infer/generator.h"
 #include "engine/model/model_report.h"
@@ -41,14 +41,14 @@ struct ChatOptions {
 
 std::atomic<bool> g_interrupted{false};
 
-extern "C" void onChatInterrupt(int) { g_interrupted.store(true); }
+void onChatInterrupt() { g_interrupted.store(true); }
 
 // Ctrl-C while an answer streams: the answer stops at the next token, the chat goes on.
 class InterruptToStop {
  public:
   InterruptToStop() {
     g_interrupted.store(false);
-    previous_ = std::signal(SIGINT, onChatInterrupt);
+    interrupt_.emplace(onChatInterrupt, platform::InterruptKinds::CtrlC);
     watcher_ = std::jthread([this](std::stop_token done) {
       while (!done.stop_requested()) {
         if (g_interrupted.load()) source_.request_stop();
@@ -59,14 +59,14 @@ class InterruptToStop {
   ~InterruptToStop() {
     watcher_.request_stop();
     watcher_.join();
-    std::signal(SIGINT, previous_);
+    interrupt_.reset();
   }
   std::stop_token token() const { return source_.get_token(); }
 
  private:
   std::stop_source source_;
   std::jthread watcher_;
-  void (*previous_)(int) = SIG_DFL;
+  std::optional<platform::ScopedInterruptHandler> interrupt_;
 };
 
 // "NAME=DIR" or "DIR" (named after the dir, or "adapter" for the first one when that is empty).
@@ -97,7 +97,7 @@ void runChat(ChatOptions o) {
   status("model " + generator->modelName() + ", template " + generator->templateName() +
          ", answering with " + active + (names.empty() ? "" : "; /base and /adapter switch") +
          ", /reset, /exit");
-  const bool interactive = ::isatty(STDIN_FILENO);
+  const bool interactive = platform::stdinIsTerminal();
   std::vector<infer::ChatMessage> history;
   if (!o.system.empty()) history.push_back({"system", o.system});
   const size_t kept = history.size();

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <optional>
@@ -17,6 +16,7 @@
 #include "app/cli/model_options.h"
 #include "engine/core/error.h"
 #include "engine/core/install_layout.h"
+#include "engine/core/platform/interrupt.h"
 #include "engine/eval/batch_eval.h"
 #include "engine/store/run_store.h"
 
@@ -27,7 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::atomic<int> g_interrupts{0};
-extern "C" void onEvalInterrupt(int) { g_interrupts.fetch_add(1); }
+void onEvalInterrupt() { g_interrupts.fetch_add(1); }
 
 struct EvalOptions {
   std::string predictions;  // scoring mode when set
@@ -78,8 +78,8 @@ eval::BatchEvalResult runInForeground(int64_t total, const eval::PredictFn& pred
   eval::BatchEvalResult result;
   std::atomic<bool> done{false};
   g_interrupts.store(0);
-  auto previous_int = std::signal(SIGINT, onEvalInterrupt);
-  auto previous_term = std::signal(SIGTERM, onEvalInterrupt);
+  std::optional<platform::ScopedInterruptHandler> interrupt;
+  interrupt.emplace(onEvalInterrupt, platform::InterruptKinds::CtrlCAndTerminate);
   std::jthread job([&] {
     try {
       result = eval::runBatchEval(total, predict, settings, printProgress, stop.get_token());
@@ -98,8 +98,7 @@ eval::BatchEvalResult runInForeground(int64_t total, const eval::PredictFn& pred
     }
   }
   job.join();
-  std::signal(SIGINT, previous_int);
-  std::signal(SIGTERM, previous_term);
+  interrupt.reset();
   std::fprintf(stderr, "\n");
   if (error) std::rethrow_exception(error);
   return result;

@@ -1,8 +1,6 @@
 // `tandem info [--json]`: what this machine offers Tandem — CPU features (and whether AMX is
 // usable, and if not why), NUMA nodes with their memory, RAM, GPUs, libtorch and CUDA versions.
 
-#include <sys/sysinfo.h>
-
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -10,6 +8,7 @@
 #include "app/cli/commands.h"
 #include "engine/core/cpu_features.h"
 #include "engine/core/numa.h"
+#include "engine/core/platform/system_memory.h"
 #include "engine/core/units.h"
 #include "engine/gpu/torch_runtime.h"
 
@@ -29,11 +28,9 @@ MachineInfo probeMachine() {
   MachineInfo m;
   m.cpu = cpuFeatures();
   m.numa = detectNumaTopology();
-  struct sysinfo si = {};
-  if (sysinfo(&si) == 0) {
-    m.ram_total_bytes = static_cast<uint64_t>(si.totalram) * si.mem_unit;
-    m.ram_available_bytes = static_cast<uint64_t>(si.freeram + si.bufferram) * si.mem_unit;
-  }
+  const platform::SystemMemoryBytes memory = platform::systemMemoryBytes();
+  m.ram_total_bytes = memory.total_bytes;
+  m.ram_available_bytes = memory.free_bytes + memory.buffer_bytes;
   m.torch = gpu::probeTorchRuntime();
   return m;
 }

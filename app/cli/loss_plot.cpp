@@ -8,8 +8,6 @@
 #include <QtCharts/QValueAxis>
 #endif
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -19,6 +17,8 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/platform/environment.h"
+#include "engine/core/platform/process_info.h"
 #include "engine/train/loss_smoothing.h"
 
 namespace tandem::cli {
@@ -30,15 +30,16 @@ QApplication& offscreenApp() {
   static int argc = 1;
   static char name[] = "tandem";
   static char* argv[] = {name, nullptr};
-  if (std::getenv("QT_QPA_PLATFORM") == nullptr) setenv("QT_QPA_PLATFORM", "offscreen", 1);
+  if (std::getenv("QT_QPA_PLATFORM") == nullptr)
+    platform::setEnvironmentVariable("QT_QPA_PLATFORM", "offscreen");
   // Qt warns on every start when XDG_RUNTIME_DIR is unset (servers, CI); give it a private one.
   if (std::getenv("XDG_RUNTIME_DIR") == nullptr) {
     const std::filesystem::path dir =
-        std::filesystem::temp_directory_path() / ("tandem-runtime-" + std::to_string(::getuid()));
+        std::filesystem::temp_directory_path() / ("tandem-runtime-" + platform::currentUserTag());
     std::filesystem::create_directories(dir);
     std::filesystem::permissions(dir, std::filesystem::perms::owner_all,
                                  std::filesystem::perm_options::replace);
-    setenv("XDG_RUNTIME_DIR", dir.c_str(), 1);
+    platform::setEnvironmentVariable("XDG_RUNTIME_DIR", dir.string().c_str());
   }
   static QApplication* app = qobject_cast<QApplication*>(QCoreApplication::instance())
                                  ? qobject_cast<QApplication*>(QCoreApplication::instance())

@@ -17,6 +17,7 @@
 
 #include "app/cli/commands.h"
 #include "engine/core/error.h"
+#include "engine/core/platform/local_time.h"
 #include "engine/store/run_store.h"
 
 namespace tandem::cli {
@@ -74,8 +75,7 @@ std::string formatDuration(double seconds) {
 std::string formatTime(std::optional<double> unix_s) {
   if (!unix_s) return "-";
   const auto t = static_cast<time_t>(*unix_s);
-  tm local{};
-  localtime_r(&t, &local);
+  const tm local = platform::localCalendarTime(t);
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &local);
   return buf;

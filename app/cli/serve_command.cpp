@@ -4,14 +4,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "app/cli/commands.h"
 #include "app/cli/model_options.h"
 #include "engine/core/error.h"
+#include "engine/core/platform/interrupt.h"
 #include "engine/gpu/torch_runtime.h"
 #include "engine/model/model_report.h"
 #include "engine/serve/model_chat_backend.h"
@@ -23,7 +24,7 @@ namespace {
 
 std::atomic<bool> g_stop_requested{false};
 
-extern "C" void onStopSignal(int) { g_stop_requested.store(true); }
+void onStopSignal() { g_stop_requested.store(true); }
 
 struct ServeOptions {
   serve::ModelChatBackendOptions backend;
@@ -61,8 +62,8 @@ void runServe(ServeOptions o) {
   std::fflush(stdout);
 
   g_stop_requested.store(false);
-  auto previous_int = std::signal(SIGINT, onStopSignal);
-  auto previous_term = std::signal(SIGTERM, onStopSignal);
+  std::optional<platform::ScopedInterruptHandler> interrupt;
+  interrupt.emplace(onStopSignal, platform::InterruptKinds::CtrlCAndTerminate);
   std::jthread listener([&server] {
     server.serve();
     g_stop_requested.store(true);  // the listener ended on its own (its socket failed): stop too
@@ -72,8 +73,7 @@ void runServe(ServeOptions o) {
   std::fflush(stdout);
   server.stop();
   listener.join();
-  std::signal(SIGINT, previous_int);
-  std::signal(SIGTERM, previous_term);
+  interrupt.reset();
 }
 
 }  // namespace

@@ -2,19 +2,18 @@
 // on its own thread; this one prints progress and turns Ctrl-C into "stop with a checkpoint"
 // (a second Ctrl-C cancels without one).
 
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <thread>
 
 #include "app/cli/commands.h"
 #include "app/cli/loss_plot.h"
 #include "app/cli/train_progress.h"
 #include "engine/core/error.h"
+#include "engine/core/platform/interrupt.h"
 #include "engine/store/run_store.h"
 #include "engine/train/train_config.h"
 #include "engine/train/training_run.h"
@@ -25,7 +24,7 @@ namespace {
 
 std::atomic<int> g_interrupts{0};
 
-extern "C" void onInterrupt(int) { g_interrupts.fetch_add(1); }
+void onInterrupt() { g_interrupts.fetch_add(1); }
 
 }  // namespace
 
@@ -36,8 +35,8 @@ train::TrainingRunOutcome runTrainingInForeground(const train::TrainConfig& conf
   std::exception_ptr error;
   train::TrainingRunOutcome outcome;
   std::atomic<bool> done{false};
-  auto previous_int = std::signal(SIGINT, onInterrupt);
-  auto previous_term = std::signal(SIGTERM, onInterrupt);
+  std::optional<platform::ScopedInterruptHandler> interrupt;
+  interrupt.emplace(onInterrupt, platform::InterruptKinds::CtrlCAndTerminate);
   std::jthread job([&] {
     try {
       outcome = train::runTraining(config, printer, {stop.get_token(), cancel.get_token()}, store);
@@ -63,8 +62,7 @@ train::TrainingRunOutcome runTrainingInForeground(const train::TrainConfig& conf
     }
   }
   job.join();
-  std::signal(SIGINT, previous_int);
-  std::signal(SIGTERM, previous_term);
+  interrupt.reset();
   printer.finish();
   if (error) std::rethrow_exception(error);
   return outcome;

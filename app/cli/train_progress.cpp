@@ -1,14 +1,13 @@
 #include "app/cli/train_progress.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 
+#include "engine/core/platform/terminal.h"
 #include "engine/core/units.h"
 
 namespace tandem::cli {
 
-ProgressPrinter::ProgressPrinter(bool quiet) : quiet_(quiet), tty_(::isatty(STDOUT_FILENO) == 1) {}
+ProgressPrinter::ProgressPrinter(bool quiet) : quiet_(quiet), tty_(platform::stdoutIsTerminal()) {}
 
 void ProgressPrinter::onStep(const StepEvent& e) {
   if (quiet_) return;

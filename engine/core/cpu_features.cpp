@@ -1,26 +1,18 @@
 #include "engine/core/cpu_features.h"
 
 #include <cpuid.h>
-#include <sched.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <thread>
 
 #include "engine/core/error.h"
+#include "engine/core/platform/amx_permission.h"
+#include "engine/core/platform/cpu_affinity.h"
 
 namespace tandem {
 
 namespace {
-
-// Linux ABI constants (asm/prctl.h, asm/fpu/xstate.h); spelled out so old headers still build.
-constexpr int kArchGetXcompPerm = 0x1022;
-constexpr int kArchReqXcompPerm = 0x1023;
-constexpr int kXfeatureXtileData = 18;
 
 constexpr uint64_t kXcr0Avx = (1u << 1) | (1u << 2);                 // SSE + AVX state
 constexpr uint64_t kXcr0Avx512 = (1u << 5) | (1u << 6) | (1u << 7);  // opmask, ZMM_Hi256, Hi16_ZMM
@@ -66,11 +58,9 @@ void readIdentity(CpuFeatures& f) {
     }
     f.brand = cpuidString(brand, 12);
   }
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  f.logical_cpus = sched_getaffinity(0, sizeof set, &set) == 0
-                       ? CPU_COUNT(&set)
-                       : static_cast<int>(std::thread::hardware_concurrency());
+  const size_t allowed = platform::allowedCpuIds().size();
+  f.logical_cpus = allowed > 0 ? static_cast<int>(allowed)
+                               : static_cast<int>(std::thread::hardware_concurrency());
 }
 
 void readFeatureBits(CpuFeatures& f) {
@@ -101,8 +91,8 @@ void readFeatureBits(CpuFeatures& f) {
   }
 }
 
-// Asks the kernel for the AMX tile state. Linux >= 5.16 requires this before the first tile
-// instruction; without it the instruction faults. The grant is per process and permanent.
+// Asks the OS for the AMX tile state (platform/amx_permission.h): Linux >= 5.16 requires this
+// before the first tile instruction; without it the instruction faults.
 void requestAmxPermission(CpuFeatures& f) {
   if (!f.amx_tile) {
     f.amx_status = "not supported by this CPU";
@@ -112,15 +102,9 @@ void requestAmxPermission(CpuFeatures& f) {
     f.amx_status = "the OS does not enable the AMX register state (XCR0)";
     return;
   }
-  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) != 0) {
-    f.amx_status = std::string("the kernel refused the AMX permission (arch_prctl: ") +
-                   std::strerror(errno) + "); Linux 5.16 or newer is needed";
-    return;
-  }
-  unsigned long granted = 0;
-  if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &granted) != 0 ||
-      !(granted & (1ul << kXfeatureXtileData))) {
-    f.amx_status = "the kernel did not grant the AMX tile state";
+  const platform::AmxPermission permission = platform::requestAmxTileState();
+  if (!permission.granted) {
+    f.amx_status = permission.refusal;
     return;
   }
   f.amx_permitted = true;

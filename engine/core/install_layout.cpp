@@ -1,9 +1,9 @@
 #include "engine/core/install_layout.h"
 
 #include <cstdlib>
-#include <system_error>
 
 #include "engine/core/error.h"
+#include "engine/core/platform/process_info.h"
 
 namespace tandem {
 
@@ -38,16 +38,10 @@ fs::path shippedDir(const InstallEnvironment& env, const std::string& override_v
 
 InstallEnvironment InstallEnvironment::current() {
   InstallEnvironment env;
-  env.executable = executablePath();
+  env.executable = platform::executablePath();
   env.resources_override = envOrEmpty("TANDEM_RESOURCES");
   env.presets_override = envOrEmpty("TANDEM_PRESETS");
   return env;
-}
-
-fs::path executablePath() {
-  std::error_code error;
-  const fs::path self = fs::read_symlink("/proc/self/exe", error);
-  return error ? fs::path() : self;
 }
 
 fs::path installDataDir(const fs::path& executable) {

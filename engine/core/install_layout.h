@@ -26,9 +26,6 @@ struct InstallEnvironment {
   static InstallEnvironment current();  // this process
 };
 
-// The absolute path of the running program (/proc/self/exe), empty when it cannot be read.
-std::filesystem::path executablePath();
-
 // <prefix>/share/tandem for the executable <prefix>/bin/<name>.
 std::filesystem::path installDataDir(const std::filesystem::path& executable);
 

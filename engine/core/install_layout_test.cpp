@@ -1,11 +1,11 @@
 #include "engine/core/install_layout.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 
 #include "engine/core/error.h"
+#include "engine/core/platform/process_info.h"
 
 namespace tandem {
 namespace {
@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 class InstallLayoutTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    prefix_ = fs::temp_directory_path() / ("tandem_layout_" + std::to_string(getpid()));
+    prefix_ = fs::temp_directory_path() / ("tandem_layout_" + std::to_string(platform::currentProcessId()));
     fs::create_directories(prefix_ / "bin");
     fs::create_directories(prefix_ / "share" / "tandem" / "resources");
     fs::create_directories(prefix_ / "share" / "tandem" / "presets");
@@ -57,11 +57,10 @@ TEST_F(InstallLayoutTest, MissingFolderNamesTheVariableToSet) {
   EXPECT_THROW(resourcesDir(env), Error);
 }
 
-TEST(InstallLayout, ThisTestFindsItsOwnExecutable) {
-  const fs::path self = executablePath();
-  ASSERT_FALSE(self.empty());
-  EXPECT_TRUE(self.is_absolute());
-  EXPECT_EQ(self.filename(), "core_paths_test");
+TEST(InstallLayout, TheCurrentEnvironmentIsThisProgram) {
+  const InstallEnvironment env = InstallEnvironment::current();
+  ASSERT_TRUE(env.executable.is_absolute()) << env.executable;
+  EXPECT_EQ(env.executable.stem(), "core_paths_test");
 }
 
 }  // namespace

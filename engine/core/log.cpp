@@ -6,6 +6,8 @@
 #include <ctime>
 #include <mutex>
 
+#include "engine/core/platform/local_time.h"
+
 namespace tandem {
 
 namespace {
@@ -16,8 +18,7 @@ LogSink g_sink;  // guarded by g_mutex
 void writeToStderr(LogLevel level, std::string_view text) {
   const auto now = std::chrono::system_clock::now();
   const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-  std::tm local{};
-  localtime_r(&seconds, &local);
+  const std::tm local = platform::localCalendarTime(seconds);
   char stamp[16];
   std::strftime(stamp, sizeof stamp, "%H:%M:%S", &local);
   const std::string_view name = logLevelName(level);

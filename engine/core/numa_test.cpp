@@ -1,8 +1,6 @@
 #include "engine/core/numa.h"
 
 #include <gtest/gtest.h>
-#include <sys/sysinfo.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -10,6 +8,8 @@
 #include <string>
 
 #include "engine/core/cpu_features.h"
+#include "engine/core/platform/environment.h"
+#include "engine/core/platform/system_memory.h"
 
 namespace tandem {
 namespace {
@@ -52,15 +52,15 @@ TEST(Numa, SingleNodeFallbackIsTheWholeMachine) {
   EXPECT_FALSE(single.numa_available);
   ASSERT_EQ(single.nodes.size(), 1u);
   expectConsistent(single);
-  struct sysinfo info = {};
-  ASSERT_EQ(sysinfo(&info), 0);
-  EXPECT_EQ(single.totalBytes(), static_cast<uint64_t>(info.totalram) * info.mem_unit);
+  const uint64_t total_bytes = platform::systemMemoryBytes().total_bytes;
+  ASSERT_GT(total_bytes, 0u);
+  EXPECT_EQ(single.totalBytes(), total_bytes);
 }
 
 TEST(Numa, EnvironmentCanTurnNumaOff) {
-  setenv("TANDEM_NUMA", "off", 1);
+  platform::setEnvironmentVariable("TANDEM_NUMA", "off");
   const NumaTopology topology = detectNumaTopology();
-  unsetenv("TANDEM_NUMA");
+  platform::unsetEnvironmentVariable("TANDEM_NUMA");
   EXPECT_FALSE(topology.numa_available);
   EXPECT_EQ(topology.nodes.size(), 1u);
 }

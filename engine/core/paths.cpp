@@ -1,12 +1,9 @@
 #include "engine/core/paths.h"
 
-#include <pwd.h>
-#include <unistd.h>
-
 #include <cstdlib>
-#include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/platform/user_dirs.h"
 
 namespace tandem {
 
@@ -17,17 +14,6 @@ namespace fs = std::filesystem;
 std::string envOrEmpty(const char* name) {
   const char* value = std::getenv(name);
   return value ? value : "";
-}
-
-std::string passwdHome() {
-  const long hint = sysconf(_SC_GETPW_R_SIZE_MAX);
-  std::vector<char> buf(hint > 0 ? static_cast<size_t>(hint) : 16384);
-  passwd pw{};
-  passwd* found = nullptr;
-  if (getpwuid_r(getuid(), &pw, buf.data(), buf.size(), &found) != 0 || !found || !found->pw_dir) {
-    return "";
-  }
-  return found->pw_dir;
 }
 
 // $HOME, else the password database's home; `what` names the directory for the error.
@@ -54,7 +40,7 @@ HomeEnvironment HomeEnvironment::current() {
   env.xdg_data_home = envOrEmpty("XDG_DATA_HOME");
   env.xdg_cache_home = envOrEmpty("XDG_CACHE_HOME");
   env.home = envOrEmpty("HOME");
-  if (env.home.empty()) env.passwd_home = passwdHome();
+  if (env.home.empty()) env.passwd_home = platform::accountHomeDir().string();
   return env;
 }
 

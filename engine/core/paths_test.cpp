@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/core/error.h"
+#include "engine/core/platform/environment.h"
 
 namespace tandem {
 namespace {
@@ -79,12 +80,13 @@ class PathsFromEnvironment : public ::testing::Test {
     for (int i = 0; i < 4; ++i) {
       const char* value = std::getenv(kNames[i]);
       saved_[i] = value ? std::optional<std::string>(value) : std::nullopt;
-      unsetenv(kNames[i]);
+      platform::unsetEnvironmentVariable(kNames[i]);
     }
   }
   void TearDown() override {
     for (int i = 0; i < 4; ++i) {
-      saved_[i] ? setenv(kNames[i], saved_[i]->c_str(), 1) : unsetenv(kNames[i]);
+      saved_[i] ? platform::setEnvironmentVariable(kNames[i], saved_[i]->c_str())
+                : platform::unsetEnvironmentVariable(kNames[i]);
     }
   }
 
@@ -92,17 +94,17 @@ class PathsFromEnvironment : public ::testing::Test {
 };
 
 TEST_F(PathsFromEnvironment, VariablesOverrideInOrder) {
-  setenv("HOME", "/home/me", 1);
+  platform::setEnvironmentVariable("HOME", "/home/me");
   EXPECT_EQ(dataDir(), fs::path("/home/me/.local/share/tandem"));
   EXPECT_EQ(cacheDir(), fs::path("/home/me/.cache/tandem"));
-  setenv("XDG_DATA_HOME", "/x/data", 1);
-  setenv("XDG_CACHE_HOME", "/x/cache", 1);
+  platform::setEnvironmentVariable("XDG_DATA_HOME", "/x/data");
+  platform::setEnvironmentVariable("XDG_CACHE_HOME", "/x/cache");
   EXPECT_EQ(dataDir(), fs::path("/x/data/tandem"));
   EXPECT_EQ(cacheDir(), fs::path("/x/cache/tandem"));
-  setenv("TANDEM_HOME", "/srv/tandem", 1);
+  platform::setEnvironmentVariable("TANDEM_HOME", "/srv/tandem");
   EXPECT_EQ(dataDir(), fs::path("/srv/tandem"));
   EXPECT_EQ(cacheDir(), fs::path("/srv/tandem/cache"));
-  setenv("TANDEM_HOME", "", 1);  // empty counts as unset
+  platform::setEnvironmentVariable("TANDEM_HOME", "");  // empty counts as unset
   EXPECT_EQ(dataDir(), fs::path("/x/data/tandem"));
 }
 
@@ -111,7 +113,7 @@ TEST_F(PathsFromEnvironment, WithoutHomeThePasswordDatabaseIsAsked) {
   const std::string passwd_home = HomeEnvironment::current().passwd_home;
   if (passwd_home.empty()) GTEST_SKIP() << "this user has no home in the password database";
   EXPECT_EQ(cacheDir(), fs::path(passwd_home) / ".cache" / "tandem");
-  setenv("HOME", "/home/me", 1);
+  platform::setEnvironmentVariable("HOME", "/home/me");
   EXPECT_TRUE(HomeEnvironment::current().passwd_home.empty());  // not looked up when not needed
 }
 

@@ -1,9 +1,9 @@
 #include "engine/core/process_tuning.h"
 
-#include <malloc.h>
-#include <unistd.h>
-
 #include <cstdlib>
+
+#include "engine/core/platform/environment.h"
+#include "engine/core/platform/process_restart.h"
 
 namespace tandem {
 
@@ -36,13 +36,11 @@ constexpr int kTopPadBytes = 16 << 20;
 
 void tuneOpenMpWaitAndMalloc(char** argv) {
   if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT") &&
-      ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0 &&
-      ::setenv("GOMP_SPINCOUNT", kOpenMpSpinCount, 1) == 0) {
-    ::execv("/proc/self/exe", argv);
+      platform::setEnvironmentVariable("OMP_WAIT_POLICY", "PASSIVE") &&
+      platform::setEnvironmentVariable("GOMP_SPINCOUNT", kOpenMpSpinCount)) {
+    platform::restartSelfWithSameArguments(argv);
   }
-  ::mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
-  ::mallopt(M_TRIM_THRESHOLD, kTrimThresholdBytes);
-  ::mallopt(M_TOP_PAD, kTopPadBytes);
+  platform::setMallocThresholds(kMmapThresholdBytes, kTrimThresholdBytes, kTopPadBytes);
 }
 
 }  // namespace tandem

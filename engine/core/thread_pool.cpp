@@ -1,14 +1,12 @@
 #include "engine/core/thread_pool.h"
 
-#include <pthread.h>
-#include <sched.h>
-
 #include <algorithm>
 #include <chrono>
 #include <utility>
 
 #include "engine/core/error.h"
 #include "engine/core/log.h"
+#include "engine/core/platform/cpu_affinity.h"
 
 namespace tandem {
 
@@ -20,10 +18,7 @@ struct WorkerIdentity {
 thread_local WorkerIdentity t_worker;
 
 void pinCurrentThread(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) {
+  if (!platform::pinCurrentThreadToCpu(cpu)) {
     logWarn() << "could not pin a worker thread to cpu " << cpu << "; it will float";
   }
 }

@@ -5,8 +5,10 @@
 // level after each; an exception in a build surfacing in the backward that needs it.
 
 #include <gtest/gtest.h>
+#if defined(__linux__)
 #include <malloc.h>
 #include <sys/resource.h>
+#endif
 
 #include <chrono>
 #include <cstdio>
@@ -153,6 +155,9 @@ TEST(BackgroundWt, AbandonedBackwardLeaksNoPacks) {
   expectSame(got, runStep(reference, 0), "after an abandoned backward");
 }
 
+// Linux only: it needs a data-size limit (RLIMIT_DATA) and glibc's mmap threshold to make the
+// build run out of memory; Windows has neither (a job object's limit would be the analogue).
+#if defined(__linux__)
 long vmDataBytes() {
   std::ifstream status("/proc/self/status");
   std::string line;
@@ -212,6 +217,7 @@ TEST(BackgroundWt, BuildFailureSurfacesInTheBackwardThatNeedsIt) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: no other pools, no limits
   EXPECT_EXIT(std::_Exit(failingBuild()), ::testing::ExitedWithCode(0), "");
 }
+#endif  // __linux__
 
 }  // namespace
 }  // namespace tandem::experts

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/core/platform/aligned_memory.h"
+
 namespace tandem::experts {
 
 namespace {
@@ -34,7 +36,7 @@ void releaseIdle(uint64_t bytes) {
 
 ExpertBufferPool::Block allocate(size_t bytes) {
   const size_t rounded = (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096;
-  void* data = std::aligned_alloc(64, rounded);
+  void* data = platform::allocateAligned(rounded, 64);
   if (!data) throw std::bad_alloc();
   return {data, rounded};
 }
@@ -44,7 +46,7 @@ void freeIdle(Pool& p) {
   for (auto& idle : p.idle) {
     for (const ExpertBufferPool::Block& block : idle) {
       releaseIdle(block.bytes);
-      std::free(block.data);
+      platform::freeAligned(block.data);
     }
     idle.clear();
   }
@@ -121,7 +123,7 @@ ExpertBufferPool::Lease ExpertBufferPool::lease(size_t bytes, MemoryCategory cat
     }
   }
   if (block.bytes < bytes) {  // regrow outside the lock: the old contents are not needed
-    std::free(block.data);
+    platform::freeAligned(block.data);
     block = allocate(bytes);
   }
   return Lease(block, category);

@@ -10,6 +10,7 @@
 
 #include "engine/core/cpu_features.h"
 #include "engine/core/error.h"
+#include "engine/core/platform/environment.h"
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_layer.h"
 #include "engine/experts/expert_nodes.h"
@@ -188,15 +189,15 @@ TEST(ExpertNuma, NodeCountSetting) {
   const char* saved = std::getenv("TANDEM_EXPERT_NODES");
   const std::optional<std::string> before =
       saved ? std::optional<std::string>(saved) : std::nullopt;
-  setenv("TANDEM_EXPERT_NODES", "2", 1);
+  platform::setEnvironmentVariable("TANDEM_EXPERT_NODES", "2");
   EXPECT_EQ(expertNodeCount(0), 2);
   EXPECT_EQ(expertNodeCount(4), 4);  // the option wins over the environment
-  setenv("TANDEM_EXPERT_NODES", "two", 1);
+  platform::setEnvironmentVariable("TANDEM_EXPERT_NODES", "two");
   EXPECT_THROW(expertNodeCount(0), Error);
   if (before) {
-    setenv("TANDEM_EXPERT_NODES", before->c_str(), 1);
+    platform::setEnvironmentVariable("TANDEM_EXPERT_NODES", before->c_str());
   } else {
-    unsetenv("TANDEM_EXPERT_NODES");
+    platform::unsetEnvironmentVariable("TANDEM_EXPERT_NODES");
   }
   // Pools are made once per process: asking again gives the same ones.
   EXPECT_EQ(expertNodes(2)[0].pool, expertNodes(2)[0].pool);

@@ -1,15 +1,14 @@
 #include "engine/io/atomic_file.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
-#include <cstring>
 #include <string>
+#include <system_error>
 
 #include "engine/core/error.h"
+#include "engine/core/platform/durable_file.h"
+#include "engine/core/platform/process_info.h"
 
 namespace tandem::io {
 
@@ -18,33 +17,23 @@ namespace {
 std::atomic<uint64_t> g_temp_counter{0};
 
 [[noreturn]] void throwWriteError(const std::string& action, const std::filesystem::path& path,
-                                  int errno_value) {
-  throw Error(
-      "cannot write " + path.string() + ": " + action + " failed: " + std::strerror(errno_value),
-      errno_value == ENOSPC ? "free some disk space and try again"
-                            : "check that the directory exists and is writable");
+                                  const std::error_code& error) {
+  throw Error("cannot write " + path.string() + ": " + action + " failed: " + error.message(),
+              platform::isDiskFull(error) ? "free some disk space and try again"
+                                          : "check that the directory exists and is writable");
+}
+
+std::error_code errnoOr(int fallback) {
+  return std::error_code(errno != 0 ? errno : fallback, std::generic_category());
 }
 
 // Temp name in the target's directory; pid + counter keeps concurrent writers (threads or
 // processes) from clobbering each other's temp files.
 std::filesystem::path tempPathFor(const std::filesystem::path& path) {
-  const std::string name = "." + path.filename().string() + ".tmp." + std::to_string(::getpid()) +
-                           "." + std::to_string(g_temp_counter.fetch_add(1));
+  const std::string name = "." + path.filename().string() + ".tmp." +
+                           std::to_string(platform::currentProcessId()) + "." +
+                           std::to_string(g_temp_counter.fetch_add(1));
   return path.parent_path() / name;
-}
-
-void fsyncDirectory(const std::filesystem::path& dir, const std::filesystem::path& target) {
-  const std::filesystem::path to_open = dir.empty() ? std::filesystem::path(".") : dir;
-  const int fd = ::open(to_open.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throwWriteError("opening its directory", target, errno);
-  const int rc = ::fsync(fd);
-  const int saved_errno = errno;
-  ::close(fd);
-  // Some file systems (e.g. certain FUSE/network mounts) cannot fsync directories; the rename
-  // already happened, so only report real I/O errors.
-  if (rc != 0 && saved_errno != EINVAL && saved_errno != ENOTSUP) {
-    throwWriteError("syncing its directory", target, saved_errno);
-  }
 }
 
 // Owns the temp file until commit: closes and removes it on every failure path.
@@ -52,20 +41,14 @@ class TempFile {
  public:
   explicit TempFile(const std::filesystem::path& target)
       : target_(target), temp_(tempPathFor(target)) {
-    // O_EXCL: never write through a file (or symlink) someone else put at the temp name.
-    const int fd = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) throwWriteError("creating a temp file", target_, errno);
-    file_ = ::fdopen(fd, "wb");
-    if (file_ == nullptr) {
-      const int saved_errno = errno;
-      ::close(fd);
-      ::unlink(temp_.c_str());
-      throwWriteError("opening a temp file", target_, saved_errno);
-    }
+    std::error_code error;
+    file_ = platform::createNewFileForWriting(temp_, error);
+    if (file_ == nullptr) throwWriteError("creating a temp file", target_, error);
   }
   ~TempFile() {
     if (file_ != nullptr) std::fclose(file_);
-    if (!committed_) ::unlink(temp_.c_str());
+    std::error_code ignored;
+    if (!committed_) std::filesystem::remove(temp_, ignored);
   }
   TempFile(const TempFile&) = delete;
   TempFile& operator=(const TempFile&) = delete;
@@ -73,15 +56,21 @@ class TempFile {
   std::FILE* stream() const { return file_; }
 
   void commit() {
-    if (std::ferror(file_) != 0) throwWriteError("writing", target_, errno != 0 ? errno : EIO);
-    if (std::fflush(file_) != 0) throwWriteError("flushing", target_, errno);
-    if (::fsync(::fileno(file_)) != 0) throwWriteError("fsync", target_, errno);
+    if (std::ferror(file_) != 0) throwWriteError("writing", target_, errnoOr(EIO));
+    if (const std::error_code error = platform::flushFileToDisk(file_)) {
+      throwWriteError("fsync", target_, error);
+    }
     const int rc = std::fclose(file_);
     file_ = nullptr;
-    if (rc != 0) throwWriteError("closing", target_, errno);
-    if (::rename(temp_.c_str(), target_.c_str()) != 0) throwWriteError("renaming", target_, errno);
+    if (rc != 0) throwWriteError("closing", target_, errnoOr(EIO));
+    if (const std::error_code error = platform::replaceFile(temp_, target_)) {
+      throwWriteError("renaming", target_, error);
+    }
     committed_ = true;
-    fsyncDirectory(target_.parent_path(), target_);
+    // The rename already happened; this makes it survive a power loss.
+    if (const std::error_code error = platform::flushDirectoryToDisk(target_.parent_path())) {
+      throwWriteError("syncing its directory", target_, error);
+    }
   }
 
  private:

@@ -3,7 +3,6 @@
 #include "engine/io/atomic_file.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -11,6 +10,7 @@
 #include <string>
 
 #include "engine/core/error.h"
+#include "engine/core/platform/process_info.h"
 #include "engine/io/mapped_file.h"
 
 namespace tandem::io {
@@ -22,7 +22,7 @@ class FileTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("tandem_file_test_" + std::to_string(::getpid()) + "_" +
+           ("tandem_file_test_" + std::to_string(platform::currentProcessId()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);

@@ -6,7 +6,6 @@
 #include "engine/io/gguf_model.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -14,6 +13,7 @@
 #include <numeric>
 
 #include "engine/core/error.h"
+#include "engine/core/platform/process_info.h"
 #include "engine/io/model_config.h"
 #include "engine/io/tokenizer.h"
 
@@ -27,7 +27,7 @@ class GgufModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("tandem_gguf_model_" + std::to_string(::getpid()) + "_" +
+           ("tandem_gguf_model_" + std::to_string(platform::currentProcessId()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);

@@ -5,7 +5,6 @@
 #include "engine/io/gguf.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -19,6 +18,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/float_convert.h"
+#include "engine/core/platform/process_info.h"
 #include "engine/io/atomic_file.h"
 
 namespace tandem::io {
@@ -171,7 +171,7 @@ class GgufFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("tandem_gguf_test_" + std::to_string(::getpid()) + "_" +
+           ("tandem_gguf_test_" + std::to_string(platform::currentProcessId()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
@@ -326,13 +326,15 @@ TEST_F(GgufFileTest, DequantizeReadsTheMappedTensor) {
 
   const std::vector<std::byte> iq2_block(66);
   const GgufTensorToWrite iq2{"blk.3.ffn_gate.weight", GgmlType::IQ2_XXS, {256}, iq2_block};
-  writeGguf(path, {}, std::span(&iq2, 1));
-  const GgufFile iq2_file = GgufFile::open(path);
+  // A file of its own: Windows cannot replace a file while `file` still maps it.
+  const fs::path iq2_path = dir_ / "iq2.gguf";
+  writeGguf(iq2_path, {}, std::span(&iq2, 1));
+  const GgufFile iq2_file = GgufFile::open(iq2_path);
   try {
     iq2_file.dequantize(*iq2_file.findTensor("blk.3.ffn_gate.weight"));
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(e.message().find(path.string()), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find(iq2_path.string()), std::string::npos) << e.message();
     EXPECT_NE(e.message().find("blk.3.ffn_gate.weight"), std::string::npos) << e.message();
   }
 }

@@ -1,34 +1,10 @@
 #include "engine/io/mapped_file.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-#include <string>
 #include <utility>
 
-#include "engine/core/error.h"
+#include "engine/core/platform/file_map.h"
 
 namespace tandem::io {
-
-namespace {
-
-[[noreturn]] void throwSystemError(const std::string& action, const std::filesystem::path& path,
-                                   int errno_value) {
-  throw Error(action + " " + path.string() + ": " + std::strerror(errno_value),
-              "check that the file exists and is readable");
-}
-
-// Closes the descriptor on every path out of open(); the mapping keeps the file alive on its own.
-struct FdCloser {
-  int fd;
-  ~FdCloser() { ::close(fd); }
-};
-
-}  // namespace
 
 MappedFile::~MappedFile() { reset(); }
 
@@ -46,36 +22,16 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 void MappedFile::reset() noexcept {
-  if (data_ != nullptr) {
-    // munmap only fails for arguments we never produce; nothing useful to do in a destructor.
-    ::munmap(const_cast<std::byte*>(data_), static_cast<size_t>(size_bytes_));
-  }
+  platform::unmapFile(platform::FileMapping{data_, size_bytes_});
   data_ = nullptr;
   size_bytes_ = 0;
 }
 
 MappedFile MappedFile::open(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throwSystemError("cannot open", path, errno);
-  FdCloser closer{fd};
-
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throwSystemError("cannot stat", path, errno);
-  if (!S_ISREG(st.st_mode)) {
-    throw Error("cannot map " + path.string() + ": not a regular file",
-                "pass the path of a file, not a directory or device");
-  }
+  const platform::FileMapping mapping = platform::mapFileReadOnly(path);
   MappedFile file;
-  if (st.st_size == 0) return file;  // mmap of length 0 is EINVAL; an empty file has no bytes
-  if (static_cast<uint64_t>(st.st_size) > SIZE_MAX) {
-    throw Error("cannot map " + path.string() + ": file is larger than the address space");
-  }
-  // No MAP_POPULATE: model files are often larger than what we touch, and we do not want to wait
-  // for I/O of pages that are never read.
-  void* mapping = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-  if (mapping == MAP_FAILED) throwSystemError("cannot map", path, errno);
-  file.data_ = static_cast<const std::byte*>(mapping);
-  file.size_bytes_ = static_cast<uint64_t>(st.st_size);
+  file.data_ = mapping.data;
+  file.size_bytes_ = mapping.size_bytes;
   return file;
 }
 

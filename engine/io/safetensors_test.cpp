@@ -3,9 +3,7 @@
 
 #include "engine/io/safetensors.h"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/platform/process_info.h"
 #include "engine/io/atomic_file.h"
 
 namespace tandem::io {
@@ -52,7 +51,7 @@ class SafetensorsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("tandem_st_test_" + std::to_string(::getpid()) + "_" +
+           ("tandem_st_test_" + std::to_string(platform::currentProcessId()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);

@@ -5,12 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <set>
 #include <utility>
 
 #include "engine/core/cpu_features.h"
 #include "engine/core/error.h"
 #include "engine/core/numa.h"
+#include "engine/core/platform/cpu_topology.h"
+#include "engine/core/platform/system_memory.h"
 #include "engine/placement/yaml_file.h"
 
 namespace tandem::placement {
@@ -19,45 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-std::string readSmallFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::string text;
-  std::getline(in, text);
-  return text;
-}
-
-// Sockets and physical cores from sysfs topology: distinct (package, core) pairs.
-void probeCoreTopology(CpuSpec& cpu, const NumaTopology& numa) {
-  std::set<std::pair<std::string, std::string>> cores;
-  std::set<std::string> packages;
-  for (const NumaNode& node : numa.nodes) {
-    for (int id : node.cpus) {
-      const fs::path dir =
-          fs::path("/sys/devices/system/cpu") / ("cpu" + std::to_string(id)) / "topology";
-      const std::string package = readSmallFile(dir / "physical_package_id");
-      cores.emplace(package, readSmallFile(dir / "core_id"));
-      packages.insert(package);
-    }
-  }
-  cpu.sockets = std::max<int>(1, static_cast<int>(packages.size()));
-  cpu.physical_cores = std::max<int>(1, static_cast<int>(cores.size()));
-}
-
-// /proc/meminfo's MemAvailable less MemFree: page cache and other memory the kernel gives back on
-// demand (a model's mmap'd weights sit there), which "free" leaves out. 0 when unreadable.
-uint64_t reclaimableBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kib = 0, free_kib = 0, available_kib = 0;
-  std::string unit;
-  while (in >> key >> kib) {
-    std::getline(in, unit);
-    if (key == "MemFree:") free_kib = kib;
-    if (key == "MemAvailable:") available_kib = kib;
-  }
-  return available_kib > free_kib ? (available_kib - free_kib) * 1024 : 0;
-}
 
 // --- preset parsing -------------------------------------------------------------------------
 
@@ -215,9 +177,14 @@ Hardware probeHardware(std::vector<GpuSpec> gpus) {
   hw.cpu.amx_bf16 = f.canUseAmxBf16();
   hw.cpu.amx_int8 = f.canUseAmxInt8();
   const NumaTopology numa = detectNumaTopology();
-  probeCoreTopology(hw.cpu, numa);
+  std::vector<int> cpu_ids;
+  for (const NumaNode& node : numa.nodes)
+    cpu_ids.insert(cpu_ids.end(), node.cpus.begin(), node.cpus.end());
+  const platform::CpuCoreCounts cores = platform::cpuCoreCounts(cpu_ids);
+  hw.cpu.sockets = cores.sockets;
+  hw.cpu.physical_cores = cores.physical_cores;
   // What a run can have is the available memory: free plus reclaimable, shared out by node size.
-  const uint64_t reclaimable = reclaimableBytes();
+  const uint64_t reclaimable = platform::systemMemoryBytes().reclaimable_bytes;
   const double total = static_cast<double>(numa.totalBytes());
   for (const NumaNode& node : numa.nodes) {
     const auto share = static_cast<uint64_t>(static_cast<double>(reclaimable) *

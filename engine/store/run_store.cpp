@@ -1,14 +1,12 @@
 #include "engine/store/run_store.h"
 
 #include <sqlite3.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cmath>
-#include <csignal>
 #include <fstream>
 #include <iterator>
 #include <mutex>
@@ -19,6 +17,7 @@
 #include "engine/core/error.h"
 #include "engine/core/log.h"
 #include "engine/core/paths.h"
+#include "engine/core/platform/process_info.h"
 #include "engine/store/sqlite.h"
 
 namespace tandem::store {
@@ -101,21 +100,6 @@ using sqlite::Transaction;
 double nowS() {
   using namespace std::chrono;
   return duration<double>(system_clock::now().time_since_epoch()).count();
-}
-
-std::string hostName() {
-  char buf[HOST_NAME_MAX + 1] = {};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "";
-  return buf;
-}
-
-// Changes on every boot; tells a pid recorded before a reboot from a live process that happens
-// to have the same pid now.
-std::string bootId() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(in, id);
-  return id;
 }
 
 // Absolute, symlinks resolved where they exist, no trailing separator: so that "out/", "./out"
@@ -221,8 +205,10 @@ double RunRecord::durationS(double now_s) const {
 struct RunStore::Impl {
   std::filesystem::path path;
   DbHandle db;
-  std::string host = hostName();
-  std::string boot_id = bootId();
+  std::string host = platform::hostName();
+  // Changes on every boot; tells a pid recorded before a reboot from a live process that happens
+  // to have the same pid now (empty where the OS has none).
+  std::string boot_id = platform::bootId();
   mutable std::mutex mutex;  // one connection, used by one thread at a time
 
   void checkIdentity();
@@ -350,7 +336,7 @@ int64_t RunStore::createRun(const NewRun& run) {
       .bindText(4, run.model)
       .bindText(5, run.dataset)
       .bindText(6, normalDir(run.output_dir))
-      .bindInt(7, getpid())
+      .bindInt(7, platform::currentProcessId())
       .bindText(8, impl_->host)
       .bindTextOrNull(9, impl_->boot_id)
       .bindReal(10, now)
@@ -375,7 +361,7 @@ void RunStore::setStatus(int64_t run, RunStatus status, std::optional<std::strin
               "finished_at = NULL, error = NULL, started_at = coalesce(started_at, ?5), "
               "updated_at = ?5 WHERE id = ?6")
         .bindText(1, runStatusName(status))
-        .bindInt(2, getpid())
+        .bindInt(2, platform::currentProcessId())
         .bindText(3, impl_->host)
         .bindTextOrNull(4, impl_->boot_id)
         .bindReal(5, now)
@@ -531,8 +517,7 @@ int RunStore::markInterrupted() {
         why = "the machine restarted while the run was live (pid " + std::to_string(pid) + ")";
       } else if (pid <= 0 || pid > INT_MAX) {
         why = "the run has no owning process";
-      } else if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-        // EPERM means the process exists but belongs to another user: alive.
+      } else if (platform::processIsGone(pid)) {
         why = "process " + std::to_string(pid) + " on " + host + " is gone";
       }
       if (!why.empty()) orphans.push_back({s.integer(0), s.real(4), std::move(why)});

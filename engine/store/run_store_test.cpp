@@ -14,6 +14,8 @@
 #include <thread>
 
 #include "engine/core/error.h"
+#include "engine/core/platform/environment.h"
+#include "engine/core/platform/process_info.h"
 
 namespace tandem::store {
 namespace {
@@ -129,7 +131,7 @@ TEST_F(RunStoreTest, CreateListUpdate) {
   EXPECT_EQ(r->status, RunStatus::Running);
   EXPECT_EQ(r->model, "Qwen/Qwen3-30B-A3B");
   EXPECT_EQ(r->config_yaml, sampleRun("", "").config_yaml);
-  EXPECT_EQ(r->pid, getpid());
+  EXPECT_EQ(r->pid, platform::currentProcessId());
   EXPECT_FALSE(r->host.empty());
   EXPECT_EQ(r->total_steps, 1000);
   EXPECT_FALSE(r->last_step);
@@ -279,7 +281,7 @@ TEST_F(RunStoreTest, MarkInterruptedDeadPidButNotALiveOne) {
   RunStore store = RunStore::open(db_path_);
   const int64_t ours = store.createRun(sampleRun("live", dir_ / "b"));
   const int64_t crashed = store.listRuns().back().id;
-  ASSERT_NE(store.findRun(crashed)->pid, getpid());
+  ASSERT_NE(store.findRun(crashed)->pid, platform::currentProcessId());
 
   EXPECT_EQ(store.markInterrupted(), 1);
   const RunRecord r = *store.findRun(crashed);
@@ -466,17 +468,18 @@ TEST_F(RunStoreTest, DefaultPath) {
   const auto xdg = saved("XDG_DATA_HOME");
   const auto home = saved("HOME");
 
-  setenv("TANDEM_HOME", "/srv/tandem", 1);
+  platform::setEnvironmentVariable("TANDEM_HOME", "/srv/tandem");
   EXPECT_EQ(RunStore::defaultPath(), fs::path("/srv/tandem/runs.db"));
-  unsetenv("TANDEM_HOME");
-  setenv("XDG_DATA_HOME", "/x/data", 1);
+  platform::unsetEnvironmentVariable("TANDEM_HOME");
+  platform::setEnvironmentVariable("XDG_DATA_HOME", "/x/data");
   EXPECT_EQ(RunStore::defaultPath(), fs::path("/x/data/tandem/runs.db"));
-  unsetenv("XDG_DATA_HOME");
-  setenv("HOME", "/home/me", 1);
+  platform::unsetEnvironmentVariable("XDG_DATA_HOME");
+  platform::setEnvironmentVariable("HOME", "/home/me");
   EXPECT_EQ(RunStore::defaultPath(), fs::path("/home/me/.local/share/tandem/runs.db"));
 
   auto restore = [](const char* name, const std::optional<std::string>& v) {
-    v ? setenv(name, v->c_str(), 1) : unsetenv(name);
+    v ? platform::setEnvironmentVariable(name, v->c_str())
+      : platform::unsetEnvironmentVariable(name);
   };
   restore("TANDEM_HOME", tandem_home);
   restore("XDG_DATA_HOME", xdg);

@@ -1,8 +1,5 @@
 #include "engine/train/trainer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -14,6 +11,8 @@
 
 #include "engine/core/error.h"
 #include "engine/core/pause_gate.h"
+#include "engine/core/platform/durable_file.h"
+#include "engine/core/platform/process_info.h"
 #include "engine/core/units.h"
 #include "engine/io/atomic_file.h"
 #include "engine/model/adapter_files.h"
@@ -44,18 +43,15 @@ std::vector<chat::EncodedSample> pack(std::vector<chat::EncodedSample> samples,
   return packed;
 }
 
-// One write() with O_APPEND: a line is added whole or (after a crash) the file ends with a
-// partial line, which the next run's rewrite from the checkpoint's history removes.
+// One write: a line is added whole or (after a crash) the file ends with a partial line, which the
+// next run's rewrite from the checkpoint's history removes.
 void appendLine(const std::filesystem::path& path, const std::string& line) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot append to " + path.string() + ": " + std::strerror(errno));
-  const std::string text = line + "\n";
-  const ssize_t written = ::write(fd, text.data(), text.size());
-  ::close(fd);
-  if (written != static_cast<ssize_t>(text.size())) {
+  const std::error_code error = platform::appendInOneWrite(path, line + "\n");
+  if (error == std::errc::io_error) {  // a short write
     throw Error("cannot append to " + path.string() + " (disk full?)",
                 "free disk space and resume the run");
   }
+  if (error) throw Error("cannot append to " + path.string() + ": " + error.message());
 }
 
 }  // namespace
@@ -350,8 +346,9 @@ void Trainer::writeCheckpointFiles(const std::filesystem::path& dir) const {
 std::filesystem::path Trainer::saveCheckpoint() const {
   namespace fs = std::filesystem;
   const fs::path final_dir = settings_.output_dir / ("checkpoint-" + std::to_string(step_));
-  const fs::path tmp_dir = settings_.output_dir / (".checkpoint-" + std::to_string(step_) +
-                                                   ".tmp-" + std::to_string(::getpid()));
+  const fs::path tmp_dir =
+      settings_.output_dir / (".checkpoint-" + std::to_string(step_) + ".tmp-" +
+                              std::to_string(platform::currentProcessId()));
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
   writeCheckpointFiles(tmp_dir);

@@ -1,7 +1,5 @@
 #include "engine/experts/kernels/packed_gemm.h"
 
-#include <numa.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -13,6 +11,9 @@
 #include "engine/core/cpu_features.h"
 #include "engine/core/error.h"
 #include "engine/core/float_convert.h"
+#include "engine/core/platform/aligned_memory.h"
+#include "engine/core/platform/numa_memory.h"
+#include "engine/core/platform/numa_nodes.h"
 
 namespace tandem::experts::kernels {
 
@@ -77,21 +78,21 @@ void quantiseRowsInt8(const float* w, int64_t rows, int64_t cols, int8_t* q, flo
 
 PackedBuffer::PackedBuffer(size_t bytes, int node) : bytes_(bytes) {
   if (bytes == 0) return;
-  // numa_alloc_onnode is page-aligned; only worth it when there is a node to choose.
-  if (node >= 0 && numa_available() >= 0 && numa_max_node() > 0) {
-    data_ = numa_alloc_onnode(bytes, node % (numa_max_node() + 1));
+  // Node memory is page-aligned; only worth it when there is a node to choose.
+  if (node >= 0 && platform::numaSupported() && platform::numaHighestNodeId() > 0) {
+    data_ = platform::allocateOnNumaNode(bytes, node % (platform::numaHighestNodeId() + 1));
     numa_ = data_ != nullptr;
   }
-  if (!data_) data_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!data_) data_ = platform::allocateAligned(bytes, 64);
   if (!data_) throw std::bad_alloc();
 }
 
 PackedBuffer::~PackedBuffer() {
   if (!data_) return;
   if (numa_) {
-    numa_free(data_, bytes_);
+    platform::freeOnNumaNode(data_, bytes_);
   } else {
-    std::free(data_);
+    platform::freeAligned(data_);
   }
 }
 
@@ -114,14 +115,14 @@ void* threadArena(int slot, size_t bytes) {
   struct Arena {
     void* data = nullptr;
     size_t bytes = 0;
-    ~Arena() { std::free(data); }
+    ~Arena() { platform::freeAligned(data); }
   };
   thread_local Arena arenas[4];
   Arena& arena = arenas[slot];
   if (arena.bytes < bytes) {
-    std::free(arena.data);
+    platform::freeAligned(arena.data);
     arena.bytes = (bytes + 4095) / 4096 * 4096;
-    arena.data = std::aligned_alloc(64, arena.bytes);
+    arena.data = platform::allocateAligned(arena.bytes, 64);
     if (!arena.data) throw std::bad_alloc();
   }
   return arena.data;

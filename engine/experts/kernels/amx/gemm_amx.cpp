@@ -1,8 +1,8 @@
 // Backends amx_bf16 and amx_int8: AMX tiles (TDPBF16PS / TDPBSSD) on weights packed once into
 // VNNI tiles. The file gets AVX-512 flags (epilogues, conversions); every function that touches
 // tiles carries target("amx-tile,amx-bf16,amx-int8") itself, so nothing else in the binary can
-// emit AMX. Selected only when cpuFeatures() says AMX is usable, which includes the arch_prctl
-// permission (requested once per process in engine/core/cpu_features.cpp).
+// emit AMX. Selected only when cpuFeatures() says AMX is usable, which includes the OS's grant of
+// the tile state (requested once per process through engine/core/platform/amx_permission.h).
 //
 // Tiles (palette 1, all 16 rows × 64 bytes): tmm0..3 C (2 × 2 blocks of 16 × 16 fp32 / int32),
 // tmm4, tmm5 A (16 rows × 32 bf16 or 64 int8), tmm6, tmm7 B (16 k-pairs × 16 columns × 2 bf16,
@@ -16,6 +16,22 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+
+#if defined(_WIN32) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+// GCC 12's tile load/store macros pass the stride as `long`, which is 32 bits on Windows (LLP64):
+// the assembler then refuses `(%rax,%r10d,1)`. The same instructions with a 64-bit stride.
+#undef _tile_loadd_internal
+#define _tile_loadd_internal(dst, base, stride)                                 \
+  __asm__ volatile("{tileloadd\t(%0,%1,1), %%tmm" #dst "|tileloadd\t%%tmm" #dst \
+                   ", [%0+%1*1]}" ::"r"((const void*)(base)),                   \
+                   "r"((long long)(stride)))
+#undef _tile_stored_internal
+#define _tile_stored_internal(src, base, stride)                                             \
+  __asm__ volatile("{tilestored\t%%tmm" #src ", (%0,%1,1)|tilestored\t[%0+%1*1], %%tmm" #src \
+                   "}" ::"r"((void*)(base)),                                                 \
+                   "r"((long long)(stride))                                                  \
+                   : "memory")
+#endif
 
 #include <algorithm>
 #include <cmath>

@@ -1,0 +1,11 @@
+#include "engine/core/platform/local_time.h"
+
+namespace tandem::platform {
+
+std::tm localCalendarTime(std::time_t seconds) {
+  std::tm local{};
+  if (localtime_r(&seconds, &local) == nullptr) return std::tm{};
+  return local;
+}
+
+}  // namespace tandem::platform
