@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Sets up everything Tandem needs on Debian 12, idempotently: the distribution packages, the
-# project venv (pinned torch whose libtorch we link + the reference packages the tests use) and a
-# configured build tree. Quick when already done: each step checks a stamp before working.
+# Sets up what Tandem needs on Debian 12, idempotently: the distribution packages and the project
+# venv (the pinned torch wheel whose libtorch we link). Quick when already done: each step checks a
+# stamp before working.
 #
-#   scripts/setup.sh            packages + venv + configure build/ (the default preset)
+#   scripts/setup.sh --demo     what building and running Tandem needs: Debian packages + torch
+#                               (scripts/demo.sh; a few minutes)
+#   scripts/setup.sh            that, plus what the tests need: the reference packages (transformers,
+#                               peft, gguf, ...), llama.cpp built through llama-cpp-python, and the
+#                               packaging tools (scripts/test.sh)
 #   TANDEM_VENV=DIR             where the venv lives (default ~/.cache/tandem/venv, shared by clones)
 #
 # The GGUF references come from the pinned llama-cpp-python sdist (it vendors llama.cpp): the binding is
@@ -14,16 +18,27 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 venv=${TANDEM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tandem/venv}
 requirements="$repo/scripts/python-requirements.txt"
+mode=full
+[ "${1:-}" = --demo ] && mode=demo
 
-debian_packages=(
+# Building and running: compilers, Qt, the engine's libraries; help2man and rsvg-convert make the
+# man pages and icons the build installs.
+build_packages=(
   build-essential cmake ninja-build ccache pkg-config git python3 python3-venv python3-dev
-  clang libclang-rt-14-dev clang-format
   qt6-base-dev qt6-charts-dev qt6-tools-dev libqt6opengl6-dev libxkbcommon-dev
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers
   libyaml-cpp-dev libsqlite3-dev libpcre2-dev nlohmann-json3-dev libnuma-dev libcpp-httplib-dev libcli11-dev
-  libgtest-dev xvfb xauth imagemagick
-  libqt6svg6 zlib1g-dev
+  libgtest-dev libqt6svg6 zlib1g-dev help2man librsvg2-bin
 )
+# Only the tests: the fuzzers' clang, the format check, Xvfb for the studio's tests, and what the
+# package test needs (a clean Debian root, lintian, the Windows cross build and installer).
+test_packages=(
+  clang libclang-rt-14-dev clang-format xvfb xauth imagemagick
+  mmdebstrap lintian dpkg-dev fakeroot nsis p7zip-full
+  g++-mingw-w64-x86-64-posix wine64 wine
+)
+debian_packages=("${build_packages[@]}")
+[ $mode = full ] && debian_packages+=("${test_packages[@]}")
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -81,6 +96,20 @@ install_llama_cpp() {
   rm -rf "$tmp"
 }
 
+# The demo's venv: torch and its dependencies at the pinned versions, nothing else.
+create_demo_venv() {
+  local stamp="$venv/.tandem-requirements" torch_pin
+  if [ -f "$stamp" ] && cmp -s "$stamp" "$requirements"; then return 0; fi  # the full set is there
+  if [ -f "$stamp.torch" ] && cmp -s "$stamp.torch" "$requirements"; then return 0; fi
+  torch_pin=$(grep '^torch==' "$requirements")
+  echo "setup: creating the project venv in $venv ($torch_pin, about 3 GB)"
+  [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  grep -v '^llama-cpp-python==' "$requirements" >"$venv/.constraints"
+  "$venv/bin/python" -m pip install -q -c "$venv/.constraints" "$torch_pin"
+  cp "$requirements" "$stamp.torch"
+}
+
 create_venv() {
   local stamp="$venv/.tandem-requirements"
   if [ -f "$stamp" ] && cmp -s "$stamp" "$requirements"; then return 0; fi
@@ -99,5 +128,5 @@ create_venv() {
 }
 
 install_debian_packages
-create_venv
+if [ $mode = demo ]; then create_demo_venv; else create_venv; fi
 echo "setup: done (venv: $venv)"
