@@ -1,8 +1,7 @@
 #include "engine/core/install_layout.h"
 
-#include <cstdlib>
-
 #include "engine/core/error.h"
+#include "engine/core/platform/environment.h"
 #include "engine/core/platform/process_info.h"
 
 namespace tandem {
@@ -10,11 +9,6 @@ namespace tandem {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string envOrEmpty(const char* name) {
-  const char* value = std::getenv(name);
-  return value ? value : "";
-}
 
 fs::path shippedDir(const InstallEnvironment& env, const std::string& override_value,
                     const char* variable, const char* folder) {
@@ -39,8 +33,8 @@ fs::path shippedDir(const InstallEnvironment& env, const std::string& override_v
 InstallEnvironment InstallEnvironment::current() {
   InstallEnvironment env;
   env.executable = platform::executablePath();
-  env.resources_override = envOrEmpty("TANDEM_RESOURCES");
-  env.presets_override = envOrEmpty("TANDEM_PRESETS");
+  env.resources_override = platform::environmentVariable("TANDEM_RESOURCES");
+  env.presets_override = platform::environmentVariable("TANDEM_PRESETS");
   return env;
 }
 

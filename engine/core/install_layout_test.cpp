@@ -15,7 +15,8 @@ namespace fs = std::filesystem;
 class InstallLayoutTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    prefix_ = fs::temp_directory_path() / ("tandem_layout_" + std::to_string(platform::currentProcessId()));
+    prefix_ = fs::temp_directory_path() /
+              ("tandem_layout_" + std::to_string(platform::currentProcessId()));
     fs::create_directories(prefix_ / "bin");
     fs::create_directories(prefix_ / "share" / "tandem" / "resources");
     fs::create_directories(prefix_ / "share" / "tandem" / "presets");

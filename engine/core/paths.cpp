@@ -1,8 +1,7 @@
 #include "engine/core/paths.h"
 
-#include <cstdlib>
-
 #include "engine/core/error.h"
+#include "engine/core/platform/environment.h"
 #include "engine/core/platform/user_dirs.h"
 
 namespace tandem {
@@ -10,11 +9,6 @@ namespace tandem {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string envOrEmpty(const char* name) {
-  const char* value = std::getenv(name);
-  return value ? value : "";
-}
 
 // $HOME, else the password database's home; `what` names the directory for the error.
 fs::path userHome(const HomeEnvironment& env, const char* what, const char* xdg_variable) {
@@ -36,10 +30,10 @@ bool usableXdg(const std::string& value) { return !value.empty() && value.front(
 
 HomeEnvironment HomeEnvironment::current() {
   HomeEnvironment env;
-  env.tandem_home = envOrEmpty("TANDEM_HOME");
-  env.xdg_data_home = envOrEmpty("XDG_DATA_HOME");
-  env.xdg_cache_home = envOrEmpty("XDG_CACHE_HOME");
-  env.home = envOrEmpty("HOME");
+  env.tandem_home = platform::environmentVariable("TANDEM_HOME");
+  env.xdg_data_home = platform::environmentVariable("XDG_DATA_HOME");
+  env.xdg_cache_home = platform::environmentVariable("XDG_CACHE_HOME");
+  env.home = platform::environmentVariable("HOME");
   if (env.home.empty()) env.passwd_home = platform::accountHomeDir().string();
   return env;
 }
