@@ -117,8 +117,13 @@ fi
 log "purge"
 dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\./|/|' | grep -v '/$' >"$root/tmp/package-files"
 in_root env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q "$package" >/dev/null
-left=$(while read -r f; do [ -e "$root$f" ] || [ -L "$root$f" ] && echo "$f"; done <"$root/tmp/package-files")
-for d in /usr/lib/x86_64-linux-gnu/tandem /usr/share/tandem /usr/share/doc/tandem; do [ -e "$root$d" ] && left+=" $d"; done
+left=
+while read -r f; do
+  if [ -e "$root$f" ] || [ -L "$root$f" ]; then left+=" $f"; fi
+done <"$root/tmp/package-files"
+for d in /usr/lib/x86_64-linux-gnu/tandem /usr/share/tandem /usr/share/doc/tandem; do
+  if [ -e "$root$d" ]; then left+=" $d"; fi
+done
 if [ -n "${left// /}" ]; then
   echo "package.sh: dpkg --purge left files of the package behind:" $left >&2
   exit 1

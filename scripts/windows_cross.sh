@@ -11,7 +11,7 @@
 # Exit status: 0 when every test passed under wine, non-zero otherwise.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-"$repo/build-mingw"}
+build=$(realpath -m "${1:-$repo/build-mingw}")  # wine wants an absolute WINEPREFIX
 jobs=${TANDEM_JOBS:-2}
 
 missing=()

@@ -15,7 +15,7 @@ namespace tandem::cli {
 namespace {
 
 struct CommandTable {
-  std::string subcommands;     // per command path: `[" train"]="..."` lines
+  std::string subcommands;     // per command path: `["tandem train"]="..."` lines
   std::string options;         // per command path: every --long and -s name
   std::string valued_options;  // per command path: the options followed by a value
 };
@@ -44,10 +44,10 @@ void describe(const CLI::App& command, const std::string& path, CommandTable& ta
 
 std::string bashScript(const CLI::App& root) {
   CommandTable table;
-  describe(root, "", table);
+  describe(root, "tandem", table);  // bash refuses an empty array key
   return "# bash completion for tandem; made by `tandem completion bash`\n"
          "_tandem() {\n"
-         "  local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]} path= i\n"
+         "  local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]} path=tandem i\n"
          "  local -A subcommands=(\n" +
          table.subcommands +
          "  )\n"

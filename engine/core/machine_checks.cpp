@@ -1,7 +1,5 @@
 #include "engine/core/machine_checks.h"
 
-#include <locale.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -9,6 +7,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "engine/core/platform/locale_support.h"
 #include "engine/core/units.h"
 
 namespace tandem {
@@ -296,11 +295,7 @@ LocaleFacts readLocaleFacts() {
       break;
     }
   }
-  if (!facts.name.empty()) {
-    const locale_t locale = newlocale(LC_CTYPE_MASK, facts.name.c_str(), locale_t{});
-    facts.installed = locale != locale_t{};
-    if (facts.installed) freelocale(locale);
-  }
+  if (!facts.name.empty()) facts.installed = platform::localeIsInstalled(facts.name);
   return facts;
 }
 

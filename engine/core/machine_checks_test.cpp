@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <string>
 
+#include "engine/core/platform/environment.h"
+
 namespace tandem {
 namespace {
 
@@ -128,12 +130,12 @@ TEST(MachineChecks, LocaleOkForUtf8) {
 }
 
 TEST(MachineChecks, LocaleFollowsPosixPrecedence) {
-  ::setenv("LC_ALL", "C", 1);
-  ::setenv("LANG", "C.UTF-8", 1);
+  platform::setEnvironmentVariable("LC_ALL", "C");
+  platform::setEnvironmentVariable("LANG", "C.UTF-8");
   EXPECT_EQ(readLocaleFacts().variable, "LC_ALL");
   EXPECT_EQ(checkLocale(readLocaleFacts()).status, CheckStatus::Warn);
-  ::unsetenv("LC_ALL");
-  ::unsetenv("LC_CTYPE");
+  platform::unsetEnvironmentVariable("LC_ALL");
+  platform::unsetEnvironmentVariable("LC_CTYPE");
   EXPECT_EQ(readLocaleFacts().variable, "LANG");
   EXPECT_EQ(readLocaleFacts().name, "C.UTF-8");
 }

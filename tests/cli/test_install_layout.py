@@ -52,7 +52,8 @@ def test_a_copied_install_tree_finds_its_files(tmp_path):
     shutil.copytree(os.path.join(built, "presets"), presets)
     shutil.copy(presets / "hardware" / "1x4090-24g_xeon-w7-spr_256g.yaml", presets / "hardware" / "only-here.yaml")
     config = tmp_path / "train.yaml"
-    config.write_text(f"model_name_or_path: {presets / 'models' / 'qwen3-30b-a3b.json'}\nstage: sft\n"
+    model = os.path.join(built, "presets", "models", "qwen3-30b-a3b.json")
+    config.write_text(f"model_name_or_path: {model}\nstage: sft\n"
                       "do_train: true\nfinetuning_type: lora\nlora_target: all\ndataset: identity\n"
                       f"template: qwen3\ncutoff_len: 2048\nbf16: true\noutput_dir: {tmp_path / 'out'}\n")
     env = {k: v for k, v in os.environ.items() if k not in ("TANDEM_PRESETS", "TANDEM_RESOURCES")}
