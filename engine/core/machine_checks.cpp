@@ -7,6 +7,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "engine/core/platform/environment.h"
 #include "engine/core/platform/locale_support.h"
 #include "engine/core/units.h"
 
@@ -288,10 +289,9 @@ std::string readNvidiaDriverVersion() {
 LocaleFacts readLocaleFacts() {
   LocaleFacts facts;
   for (const char* variable : {"LC_ALL", "LC_CTYPE", "LANG"}) {
-    const char* value = std::getenv(variable);
-    if (value && *value) {
+    facts.name = platform::environmentVariable(variable);
+    if (!facts.name.empty()) {
       facts.variable = variable;
-      facts.name = value;
       break;
     }
   }
