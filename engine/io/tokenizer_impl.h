@@ -121,6 +121,12 @@ struct Tokenizer::Impl {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
 
+  size_t id_limit = 0;  // every id in the file is below this: its count of tokens, bounded
+
+  // An id of the file (`where` names the entry): an integer in [0, id_limit), or an Error.
+  int32_t readId(const Json& value, const std::string& where) const;
+  // The same, and a token of the vocab or added_tokens has it.
+  int32_t knownId(const Json& value, const std::string& where) const;
   void loadModel(const Json& model);
   void loadAddedTokens(const Json& tokens);
   void loadPostProcessor(const Json& post);

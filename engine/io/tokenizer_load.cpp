@@ -1,5 +1,6 @@
 // Reading a Hugging Face tokenizer.json (and tokenizer_config.json) into a Tokenizer. Every id
 // and count in the file is checked against the file itself before anything is sized from it.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
@@ -14,13 +15,27 @@ namespace {
 using Json = nlohmann::json;
 using namespace tokenizer_detail;
 
-Json parseJson(std::string_view text, std::string_view label) {
-  try {
-    return Json::parse(text);
-  } catch (const Json::exception& e) {
-    throw Error(std::string(label) + " is not valid JSON: " + e.what(),
-                "re-download the file; it may be truncated or corrupted");
-  }
+// No tokenizer has more ids than this (the largest published vocabularies have ~260k): a bound on
+// what a file can make Tandem allocate, below the file's own count of tokens.
+constexpr size_t kMaxTokenIds = size_t{1} << 24;
+constexpr const char* kDamaged = "the tokenizer.json is damaged; re-download it";
+
+// A value from the file, cut for an error message.
+std::string shownValue(const Json& value) { return excerptForMessage(value.dump()); }
+std::string shown(std::string_view text) { return "\"" + excerptForMessage(text) + "\""; }
+
+// The key's value, or null: value(key, Json()) would copy it.
+const Json& member(const Json& object, const char* key) {
+  static const Json null_value;
+  if (!object.is_object()) return null_value;
+  const auto it = object.find(key);
+  return it == object.end() ? null_value : *it;
+}
+
+const std::string& text(const Json& value, const std::string& where) {
+  if (!value.is_string())
+    throw Error(where + " must be a string, not " + shownValue(value), kDamaged);
+  return value.get_ref<const std::string&>();
 }
 
 [[noreturn]] void unsupported(std::string_view label, std::string_view what) {
@@ -31,35 +46,62 @@ Json parseJson(std::string_view text, std::string_view label) {
 
 }  // namespace
 
+int32_t Tokenizer::Impl::readId(const Json& value, const std::string& where) const {
+  if (!value.is_number_integer())
+    throw Error(label + ": " + where + " has id " + shownValue(value) + ", not an integer",
+                kDamaged);
+  const bool in_range =
+      value.is_number_unsigned()
+          ? value.get<uint64_t>() < id_limit
+          : value.get<int64_t>() >= 0 && static_cast<uint64_t>(value.get<int64_t>()) < id_limit;
+  if (!in_range) {
+    throw Error(label + ": " + where + " has id " + shownValue(value) + ", outside 0.." +
+                    std::to_string(id_limit - 1) + " (the ids of the " + std::to_string(id_limit) +
+                    " tokens the file holds)",
+                kDamaged);
+  }
+  return static_cast<int32_t>(value.get<int64_t>());
+}
+
+int32_t Tokenizer::Impl::knownId(const Json& value, const std::string& where) const {
+  const int32_t id = readId(value, where);
+  if (static_cast<size_t>(id) >= id_to_token.size() || id_to_token[static_cast<size_t>(id)].empty())
+    throw Error(label + ": " + where + " has id " + std::to_string(id) +
+                    ", which no token of the vocab or added_tokens has",
+                kDamaged);
+  return id;
+}
+
 void Tokenizer::Impl::loadModel(const Json& model) {
+  if (!model.is_object()) throw Error(label + ": \"model\" is not an object", kDamaged);
   const std::string type = model.value("type", std::string(model.contains("merges") ? "BPE" : ""));
-  if (type != "BPE") unsupported(label, "model type \"" + type + "\" (only BPE)");
-  if (!model.value("continuing_subword_prefix", Json()).is_null() ||
-      !model.value("end_of_word_suffix", Json()).is_null())
+  if (type != "BPE") unsupported(label, "model type " + shown(type) + " (only BPE)");
+  if (!member(model, "continuing_subword_prefix").is_null() ||
+      !member(model, "end_of_word_suffix").is_null())
     unsupported(label, "BPE continuing_subword_prefix / end_of_word_suffix");
-  if (!model.value("dropout", Json()).is_null() && model["dropout"].get<double>() != 0.0)
+  if (const Json& dropout = member(model, "dropout");
+      !dropout.is_null() && (!dropout.is_number() || dropout.get<double>() != 0.0))
     unsupported(label, "BPE dropout");
   byte_fallback = model.value("byte_fallback", false);
   fuse_unk = model.value("fuse_unk", false);
   ignore_merges = model.value("ignore_merges", false);
 
   const Json& v = model.at("vocab");
+  if (!v.is_object()) throw Error(label + ": model.vocab is not an object of token: id", kDamaged);
   vocab.reserve(v.size());
-  for (auto it = v.begin(); it != v.end(); ++it) vocab.emplace(it.key(), it.value().get<int32_t>());
-  for (const auto& [token, id] : vocab) {
-    if (id < 0)
-      throw Error(label + ": negative id for \"" + token + "\"", "the tokenizer.json is damaged");
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const int32_t id = readId(it.value(), "model.vocab entry " + shown(it.key()));
+    vocab.emplace(it.key(), id);
     if (static_cast<size_t>(id) >= id_to_token.size())
       id_to_token.resize(static_cast<size_t>(id) + 1);
-    id_to_token[static_cast<size_t>(id)] = token;
+    id_to_token[static_cast<size_t>(id)] = it.key();
   }
-  const std::string unk =
-      model.value("unk_token", Json()).is_string() ? model["unk_token"].get<std::string>() : "";
+  const Json& unk_token = member(model, "unk_token");
+  const std::string unk = unk_token.is_string() ? unk_token.get<std::string>() : "";
   if (!unk.empty()) {
     auto it = vocab.find(unk);
     if (it == vocab.end())
-      throw Error(label + ": unk_token \"" + unk + "\" is not in the vocab",
-                  "the tokenizer.json is damaged");
+      throw Error(label + ": unk_token " + shown(unk) + " is not in the vocab", kDamaged);
     unk_id = it->second;
   }
   for (int b = 0; b < 256; ++b) {
@@ -70,6 +112,7 @@ void Tokenizer::Impl::loadModel(const Json& model) {
   }
 
   const Json& m = model.at("merges");
+  if (!m.is_array()) throw Error(label + ": model.merges is not a list", kDamaged);
   merges.reserve(m.size());
   int32_t rank = 0;
   for (const Json& merge : m) {
@@ -77,31 +120,35 @@ void Tokenizer::Impl::loadModel(const Json& model) {
     if (merge.is_string()) {  // "a b" (tokenizers < 0.20)
       const std::string s = merge.get<std::string>();
       const size_t space = s.find(' ', 1);
-      if (space == std::string::npos)
-        throw Error(label + ": bad merge \"" + s + "\"", "the tokenizer.json is damaged");
+      if (space == std::string::npos) throw Error(label + ": bad merge " + shown(s), kDamaged);
       left = s.substr(0, space);
       right = s.substr(space + 1);
-    } else if (merge.is_array() && merge.size() == 2) {  // ["a", "b"]
+    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
+               merge[1].is_string()) {  // ["a", "b"]
       left = merge[0].get<std::string>();
       right = merge[1].get<std::string>();
     } else {
-      throw Error(label + ": bad merge entry " + merge.dump(), "the tokenizer.json is damaged");
+      throw Error(label + ": bad merge entry " + shownValue(merge), kDamaged);
     }
     auto l = vocab.find(left), r = vocab.find(right), lr = vocab.find(left + right);
     if (l == vocab.end() || r == vocab.end() || lr == vocab.end())
       throw Error(
-          label + ": merge \"" + left + " " + right + "\" uses tokens missing from the vocab",
-          "the tokenizer.json is damaged; re-download it");
+          label + ": merge " + shown(left + " " + right) + " uses tokens missing from the vocab",
+          kDamaged);
     merges.try_emplace(pairKey(l->second, r->second), rank++, lr->second);
   }
 }
 
 void Tokenizer::Impl::loadAddedTokens(const Json& tokens) {
   if (tokens.is_null()) return;
-  for (const Json& t : tokens) {
+  if (!tokens.is_array()) throw Error(label + ": added_tokens is not a list", kDamaged);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const Json& t = tokens[i];
+    const std::string where = "added_tokens[" + std::to_string(i) + "]";
+    if (!t.is_object()) throw Error(label + ": " + where + " is not an object", kDamaged);
     AddedToken a;
-    a.id = t.at("id").get<int32_t>();
-    a.content = t.at("content").get<std::string>();
+    a.id = readId(member(t, "id"), where);
+    a.content = text(member(t, "content"), label + ": " + where + ".content");
     a.special = t.value("special", false);
     a.lstrip = t.value("lstrip", false);
     a.rstrip = t.value("rstrip", false);
@@ -132,8 +179,8 @@ void Tokenizer::Impl::loadPostProcessor(const Json& post) {
   auto idOf = [&](const std::string& token) {
     auto it = vocab.find(token);
     if (it == vocab.end())
-      throw Error(label + ": post_processor token \"" + token + "\" is not in the vocab",
-                  "the tokenizer.json is damaged");
+      throw Error(label + ": post_processor token " + shown(token) + " is not in the vocab",
+                  kDamaged);
     return it->second;
   };
   if (type == "ByteLevel") return;  // only adjusts offsets
@@ -152,22 +199,28 @@ void Tokenizer::Impl::loadPostProcessor(const Json& post) {
         t.is_sequence = true;
       } else if (item.contains("SpecialToken")) {
         const std::string name = item["SpecialToken"].at("id").get<std::string>();
-        if (specials.contains(name))
-          t.ids = specials[name].at("ids").get<std::vector<int32_t>>();
-        else
+        if (specials.contains(name)) {
+          const Json& ids = specials[name].at("ids");
+          if (!ids.is_array())
+            throw Error(label + ": post_processor special token " + shown(name) +
+                            " has ids that are not a list",
+                        kDamaged);
+          for (const Json& id : ids)
+            t.ids.push_back(knownId(id, "post_processor special token " + shown(name)));
+        } else {
           t.ids = {idOf(name)};
+        }
       } else {
-        throw Error(label + ": bad TemplateProcessing item " + item.dump(),
-                    "the tokenizer.json is damaged");
+        throw Error(label + ": bad TemplateProcessing item " + shownValue(item), kDamaged);
       }
       single_template.push_back(std::move(t));
     }
   } else if (type == "RobertaProcessing" || type == "BertProcessing") {
-    const int32_t cls = post.at("cls").at(1).get<int32_t>(),
-                  sep = post.at("sep").at(1).get<int32_t>();
+    const int32_t cls = knownId(post.at("cls").at(1), "post_processor cls"),
+                  sep = knownId(post.at("sep").at(1), "post_processor sep");
     single_template = {{false, {cls}}, {true, {}}, {false, {sep}}};
   } else {
-    unsupported(label, "post_processor \"" + type + "\"");
+    unsupported(label, "post_processor " + shown(type));
   }
 }
 
@@ -193,7 +246,7 @@ void Tokenizer::Impl::loadDecoder(const Json& decoder) {
     decoders.push_back({DecodeStep::Replace, decoder["pattern"]["String"].get<std::string>(),
                         decoder.at("content").get<std::string>()});
   } else {
-    unsupported(label, "decoder \"" + type + "\"");
+    unsupported(label, "decoder " + shown(type));
   }
 }
 
@@ -206,8 +259,8 @@ void Tokenizer::Impl::applyConfig(const Json& config) {
                                                   : "";
     auto v = vocab.find(content);
     if (v == vocab.end())
-      throw Error("tokenizer_config.json: " + std::string(key) + " \"" + content +
-                      "\" is not in the vocabulary",
+      throw Error("tokenizer_config.json: " + std::string(key) + " " + shown(content) +
+                      " is not in the vocabulary",
                   "fix tokenizer_config.json or use the tokenizer.json that belongs to it");
     return v->second;
   };
@@ -229,17 +282,25 @@ Tokenizer Tokenizer::fromJson(std::string_view tokenizer_json, std::string_view 
                               std::string_view label) {
   auto impl = std::make_shared<Impl>();
   impl->label = std::string(label);
-  const Json root = parseJson(tokenizer_json, label);
+  const Json root = parseBoundedJson(tokenizer_json, kTokenizerJsonLimits, label);
   if (!root.is_object() || !root.contains("model"))
     throw Error(impl->label + " has no \"model\"", "is this a Hugging Face tokenizer.json?");
+  const Json config = config_json.empty() ? Json()
+                                          : parseBoundedJson(config_json, kTokenizerJsonLimits,
+                                                             "tokenizer_config.json");
   try {
-    impl->normalizer = Normalizer::fromJson(root.value("normalizer", Json()));
-    impl->pre_tokenizer = PreTokenizer::fromJson(root.value("pre_tokenizer", Json()));
+    // Every id in the file is below the number of tokens it holds (vocab and added tokens).
+    const Json& added_tokens = member(root, "added_tokens");
+    impl->id_limit =
+        std::min(kMaxTokenIds, member(root["model"], "vocab").size() +
+                                   (added_tokens.is_array() ? added_tokens.size() : 0));
+    impl->normalizer = Normalizer::fromJson(member(root, "normalizer"));
+    impl->pre_tokenizer = PreTokenizer::fromJson(member(root, "pre_tokenizer"));
     impl->loadModel(root["model"]);
-    impl->loadAddedTokens(root.value("added_tokens", Json()));
-    impl->loadPostProcessor(root.value("post_processor", Json()));
-    impl->loadDecoder(root.value("decoder", Json()));
-    if (!config_json.empty()) impl->applyConfig(parseJson(config_json, "tokenizer_config.json"));
+    impl->loadAddedTokens(added_tokens);
+    impl->loadPostProcessor(member(root, "post_processor"));
+    impl->loadDecoder(member(root, "decoder"));
+    if (!config.is_null()) impl->applyConfig(config);
   } catch (const Json::exception& e) {
     throw Error(impl->label + ": unexpected structure: " + e.what(),
                 "the tokenizer.json looks damaged; re-download it");

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
+#include "engine/io/bounded_json.h"
 #include "engine/io/tokenizer_unicode_data.h"
 
 namespace tandem::io::tokenizer_detail {
@@ -298,7 +299,7 @@ SplitBehavior parseBehavior(const Json& json) {
   if (name == "MergedWithPrevious") return SplitBehavior::MergedWithPrevious;
   if (name == "MergedWithNext") return SplitBehavior::MergedWithNext;
   if (name == "Contiguous") return SplitBehavior::Contiguous;
-  throw Error("tokenizer.json: unknown Split behavior \"" + name + "\"",
+  throw Error("tokenizer.json: unknown Split behavior \"" + excerptForMessage(name) + "\"",
               "use one of Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
 }
 
@@ -482,10 +483,10 @@ Regex::Regex(std::string_view pattern, std::string_view where) : code_(std::make
   if (code_->code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof(message));
-    throw Error(
-        std::string(where) + ": regex does not compile: " + reinterpret_cast<const char*>(message) +
-            " (at offset " + std::to_string(error_offset) + " of \"" + std::string(pattern) + "\")",
-        "fix the pattern in tokenizer.json; Tandem compiles it with PCRE2 (UTF, UCP)");
+    throw Error(std::string(where) + ": regex does not compile: " +
+                    reinterpret_cast<const char*>(message) + " (at offset " +
+                    std::to_string(error_offset) + " of \"" + excerptForMessage(pattern) + "\")",
+                "fix the pattern in tokenizer.json; Tandem compiles it with PCRE2 (UTF, UCP)");
   }
   pcre2_jit_compile(code_->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
 }
@@ -552,7 +553,7 @@ Normalizer Normalizer::fromJson(const Json& json) {
         Step::Kind::Replace, field(json, "content", "Replace normalizer").get<std::string>(),
         Pattern::fromJson(field(json, "pattern", "Replace normalizer"), "Replace normalizer")}));
   } else {
-    throw Error("tokenizer.json: normalizer \"" + type + "\" is not supported",
+    throw Error("tokenizer.json: normalizer \"" + excerptForMessage(type) + "\" is not supported",
                 "Tandem supports the normalizers NFC, NFD, Prepend, Replace and Sequence "
                 "(see docs/tokenizer.md)");
   }
@@ -626,9 +627,10 @@ PreTokenizer PreTokenizer::fromJson(const Json& json) {
     if (step.use_regex)
       step.pattern.regex = std::make_shared<const Regex>(kGpt2Pattern, "ByteLevel pre-tokenizer");
   } else {
-    throw Error("tokenizer.json: pre-tokenizer \"" + type + "\" is not supported",
-                "Tandem supports the pre-tokenizers Split, ByteLevel, Digits and Sequence "
-                "(see docs/tokenizer.md)");
+    throw Error(
+        "tokenizer.json: pre-tokenizer \"" + excerptForMessage(type) + "\" is not supported",
+        "Tandem supports the pre-tokenizers Split, ByteLevel, Digits and Sequence "
+        "(see docs/tokenizer.md)");
   }
   p.steps_.push_back(std::make_shared<const Step>(std::move(step)));
   return p;
