@@ -29,6 +29,8 @@ inline constexpr JsonLimits kTokenizerJsonLimits{32, 1u << 30};
 inline constexpr JsonLimits kDatasetJsonLimits{64, 8u << 30};
 inline constexpr JsonLimits kAdapterConfigJsonLimits{16, 16u << 20};
 inline constexpr JsonLimits kStateJsonLimits{16, 256u << 20};
+// model.safetensors.index.json: a flat weight_map of up to ~100k tensors, and a metadata object.
+inline constexpr JsonLimits kSafetensorsIndexJsonLimits{16, 256u << 20};
 
 // Parses text or throws tandem::Error "<label>: ..." saying what is wrong (not JSON, nested
 // deeper than limits.max_depth, larger than limits.max_bytes) and what to do.

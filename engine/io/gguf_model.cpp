@@ -8,6 +8,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/units.h"
+#include "engine/io/bounded_json.h"
 #include "engine/io/gguf_model_detail.h"
 
 namespace tandem::io {
@@ -245,7 +246,15 @@ std::unique_ptr<GgufModel> GgufModel::open(const fs::path& path) {
 
 void GgufModel::joinMlaKvB() {
   const GgufFile& file = *file_;
-  const int layers = nlohmann::json::parse(config_json_).at("num_hidden_layers").get<int>();
+  // config_json_ renders the file's metadata, which readModelConfig checks only later: the layer
+  // count is read as a checked integer, and no more layers are visited than the file has tensors.
+  const nlohmann::json config =
+      parseBoundedJson(config_json_, kModelConfigJsonLimits, file.path().string());
+  const auto count = config.find("num_hidden_layers");
+  const int64_t declared =
+      count != config.end() && count->is_number_integer() ? count->get<int64_t>() : 0;
+  const int layers = static_cast<int>(
+      std::clamp<int64_t>(declared, 0, static_cast<int64_t>(file.header().tensors.size())));
   for (int layer = 0; layer < layers; ++layer) {
     const std::string blk = "blk." + std::to_string(layer) + ".";
     const GgufTensorInfo* k_b = file.findTensor(blk + "attn_k_b.weight");

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "engine/io/bounded_json.h"
 #include "engine/io/gguf_model.h"
 
 namespace tandem::io {
@@ -18,6 +20,9 @@ constexpr std::array<std::string_view, 8> kModelTypes = {
     "qwen3_moe", "qwen2_moe", "deepseek_v2", "deepseek_v3", "mixtral", "llama", "qwen2", "qwen3"};
 constexpr std::array<std::string_view, 6> kRopeTypes = {"default", "linear",   "dynamic",
                                                         "yarn",    "longrope", "llama3"};
+
+// A value of the file, cut for an error message.
+std::string shown(const Json& value) { return excerptForMessage(value.dump()); }
 
 std::string joined(std::span<const std::string_view> items) {
   std::string out;
@@ -58,11 +63,12 @@ class Fields {
     if (value == nullptr) return std::nullopt;
     if (value->is_number_integer()) return value->get<int64_t>();
     // 4096.0 is an integer too; some exporters write floats.
+    // (Converting a double outside int64's range is undefined: those are not integers here.)
     if (value->is_number_float()) {
-      double d = value->get<double>();
-      if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+      const double d = value->get<double>();
+      if (std::abs(d) < 0x1p62 && d == std::trunc(d)) return static_cast<int64_t>(d);
     }
-    fail(key, "must be an integer, got " + value->dump());
+    fail(key, "must be an integer, got " + shown(*value));
   }
   int64_t requiredInt(const char* key) const {
     std::optional<int64_t> value = optInt(key);
@@ -72,7 +78,7 @@ class Fields {
   int64_t positive(const char* key, std::optional<int64_t> value) const {
     if (!value || *value <= 0) {
       const Json* raw = get(key);
-      fail(key, "must be a positive integer, got " + (raw ? raw->dump() : std::string("nothing")));
+      fail(key, "must be a positive integer, got " + (raw ? shown(*raw) : std::string("nothing")));
     }
     return *value;
   }
@@ -82,14 +88,14 @@ class Fields {
   }
   int64_t nonNegativeOr(const char* key, int64_t fallback) const {
     std::optional<int64_t> value = optInt(key);
-    if (value && *value < 0) fail(key, "must not be negative, got " + get(key)->dump());
+    if (value && *value < 0) fail(key, "must not be negative, got " + shown(*get(key)));
     return value.value_or(fallback);
   }
 
   std::optional<double> optNumber(const char* key) const {
     const Json* value = get(key);
     if (value == nullptr) return std::nullopt;
-    if (!value->is_number()) fail(key, "must be a number, got " + value->dump());
+    if (!value->is_number()) fail(key, "must be a number, got " + shown(*value));
     return value->get<double>();
   }
   double numberOr(const char* key, double fallback) const {
@@ -99,14 +105,14 @@ class Fields {
   bool boolOr(const char* key, bool fallback) const {
     const Json* value = get(key);
     if (value == nullptr) return fallback;
-    if (!value->is_boolean()) fail(key, "must be true or false, got " + value->dump());
+    if (!value->is_boolean()) fail(key, "must be true or false, got " + shown(*value));
     return value->get<bool>();
   }
 
   std::optional<std::string> optString(const char* key) const {
     const Json* value = get(key);
     if (value == nullptr) return std::nullopt;
-    if (!value->is_string()) fail(key, "must be a string, got " + value->dump());
+    if (!value->is_string()) fail(key, "must be a string, got " + shown(*value));
     return value->get<std::string>();
   }
 
@@ -114,9 +120,9 @@ class Fields {
     std::vector<int64_t> out;
     const Json* value = get(key);
     if (value == nullptr) return out;
-    if (!value->is_array()) fail(key, "must be a list of integers, got " + value->dump());
+    if (!value->is_array()) fail(key, "must be a list of integers, got " + shown(*value));
     for (const Json& item : *value) {
-      if (!item.is_number_integer()) fail(key, "must be a list of integers, got " + value->dump());
+      if (!item.is_number_integer()) fail(key, "must be a list of integers, got " + shown(*value));
       out.push_back(item.get<int64_t>());
     }
     return out;
@@ -125,7 +131,7 @@ class Fields {
   const Json* optObject(const char* key) const {
     const Json* value = get(key);
     if (value != nullptr && !value->is_object())
-      fail(key, "must be an object, got " + value->dump());
+      fail(key, "must be an object, got " + shown(*value));
     return value;
   }
 
@@ -149,7 +155,8 @@ Architecture parseArchitecture(const Fields& fields) {
   // Kimi-K2 is DeepSeek-V3's architecture (DeepseekV3ForCausalLM) under its own model_type,
   // set so engines can tell them apart; vLLM and SGLang read it as deepseek_v3 too.
   if (*model_type == "kimi_k2") return Architecture::DeepseekV3;
-  fields.fail("model_type", "is \"" + *model_type + "\", which Tandem does not support",
+  fields.fail("model_type",
+              "is \"" + excerptForMessage(*model_type) + "\", which Tandem does not support",
               "supported model types: " + joined(kModelTypes));
 }
 
@@ -157,7 +164,7 @@ RopeType parseRopeType(const Fields& fields, const char* key, const std::string&
   for (size_t i = 0; i < kRopeTypes.size(); ++i) {
     if (name == kRopeTypes[i]) return static_cast<RopeType>(i);
   }
-  fields.fail(key, "is \"" + name + "\", an unknown rope type",
+  fields.fail(key, "is \"" + excerptForMessage(name) + "\", an unknown rope type",
               "known rope types: " + joined(kRopeTypes));
 }
 
@@ -245,17 +252,20 @@ void readBody(const Fields& f, ModelConfig& c) {
                           : c.architecture == Architecture::DeepseekV2;
   const std::string act = f.optString("hidden_act").value_or("silu");
   if (act != "silu") {
-    f.fail("hidden_act", "is \"" + act + "\"; Tandem's experts and MLPs implement \"silu\" only",
-           "use a model with SiLU-gated MLPs");
+    f.fail(
+        "hidden_act",
+        "is \"" + excerptForMessage(act) + "\"; Tandem's experts and MLPs implement \"silu\" only",
+        "use a model with SiLU-gated MLPs");
   }
   if (mla) {
     c.q_lora_rank = f.has("q_lora_rank")
                         ? std::optional(f.positive("q_lora_rank", f.optInt("q_lora_rank")))
                         : std::nullopt;
-    c.kv_lora_rank = f.requiredPositive("kv_lora_rank");
-    c.qk_rope_head_dim = f.requiredPositive("qk_rope_head_dim");
-    c.qk_nope_head_dim = f.requiredPositive("qk_nope_head_dim");
-    c.v_head_dim = f.requiredPositive("v_head_dim");
+    // asInt bounds each, so their sum below cannot overflow.
+    c.kv_lora_rank = asInt(f, "kv_lora_rank", f.requiredPositive("kv_lora_rank"));
+    c.qk_rope_head_dim = asInt(f, "qk_rope_head_dim", f.requiredPositive("qk_rope_head_dim"));
+    c.qk_nope_head_dim = asInt(f, "qk_nope_head_dim", f.requiredPositive("qk_nope_head_dim"));
+    c.v_head_dim = asInt(f, "v_head_dim", f.requiredPositive("v_head_dim"));
     c.head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
   } else if (f.has("head_dim")) {
     c.head_dim = f.positive("head_dim", f.optInt("head_dim"));
@@ -314,7 +324,8 @@ void readDeepseekMoe(const Fields& f, ModelConfig& c, const char* experts_key) {
   else if (scoring == "sigmoid")
     c.scoring_func = ScoringFunc::Sigmoid;
   else
-    f.fail("scoring_func", "is \"" + scoring + "\"; expected softmax or sigmoid");
+    f.fail("scoring_func",
+           "is \"" + excerptForMessage(scoring) + "\"; expected softmax or sigmoid");
   std::string method = f.optString("topk_method").value_or(v3 ? "noaux_tc" : "greedy");
   if (method == "greedy")
     c.topk_method = TopkMethod::Greedy;
@@ -323,8 +334,8 @@ void readDeepseekMoe(const Fields& f, ModelConfig& c, const char* experts_key) {
   else if (method == "noaux_tc")
     c.topk_method = TopkMethod::NoauxTc;
   else
-    f.fail("topk_method",
-           "is \"" + method + "\"; expected greedy, group_limited_greedy or noaux_tc");
+    f.fail("topk_method", "is \"" + excerptForMessage(method) +
+                              "\"; expected greedy, group_limited_greedy or noaux_tc");
   // transformers' DeepseekV3Config defaults n_group=8, topk_group=4; V2 has no default.
   // 0 stands for "absent" here; present values must be positive.
   int64_t n_group = f.has("n_group") ? f.positive("n_group", f.optInt("n_group")) : (v3 ? 8 : 0);
@@ -428,13 +439,7 @@ int ModelConfig::numMoeLayers() const {
 }
 
 ModelConfig parseModelConfig(std::string_view json_text, const std::string& label) {
-  Json root;
-  try {
-    root = Json::parse(json_text);
-  } catch (const Json::parse_error& e) {
-    throw Error(label + ": not valid JSON (" + e.what() + ")",
-                "the file is truncated or corrupt; download config.json again");
-  }
+  const Json root = parseBoundedJson(json_text, kModelConfigJsonLimits, label);
   if (!root.is_object()) {
     throw Error(label + ": expected a JSON object at the top level", "this is not a config.json");
   }

@@ -430,3 +430,47 @@ TEST(ModelConfig, UnparseableJson) {
 
 }  // namespace
 }  // namespace tandem::io
+
+namespace tandem::io {
+namespace {
+
+Json with(Json base, const char* key, Json value) {
+  base[key] = std::move(value);
+  return base;
+}
+
+std::string configError(const std::string& text) {
+  try {
+    parseModelConfig(text, "config.json");
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "no error";
+}
+
+TEST(ModelConfig, HostileValuesGiveAnErrorNotACrash) {
+  // 100k levels deep: parsed fine, then dump() of the bad value overflowed the stack.
+  const Json base = qwen3MoeClassic();
+  Json no_size = base;
+  no_size.erase("hidden_size");
+  std::string text = no_size.dump();
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  text.insert(1, "\"hidden_size\": " + deep + ", ");
+  EXPECT_NE(configError(text).find("nested more than"), std::string::npos);
+  // A quoted value is cut to an excerpt.
+  const std::string long_text =
+      configError(with(base, "hidden_size", std::string(100000, 'x')).dump());
+  EXPECT_NE(long_text.find("'hidden_size'"), std::string::npos) << long_text;
+  EXPECT_LT(long_text.size(), 1000u);
+  // Converting 1e300 to an integer is undefined behaviour; it is "not an integer".
+  EXPECT_NE(configError(with(base, "hidden_size", 1e300).dump()).find("'hidden_size'"),
+            std::string::npos);
+  // Two huge head dims overflowed their sum.
+  Json ds = deepseekV3Classic();
+  ds["qk_nope_head_dim"] = int64_t{1} << 62;
+  ds["qk_rope_head_dim"] = int64_t{1} << 62;
+  EXPECT_NE(configError(ds.dump()).find("qk_"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem::io

@@ -12,6 +12,7 @@
 
 #include "engine/core/error.h"
 #include "engine/io/atomic_file.h"
+#include "engine/io/bounded_json.h"
 
 namespace tandem::io {
 
@@ -46,14 +47,9 @@ bool isSafeShardName(const std::string& name) {
 // Reads weight_map {tensor: shard file name} from an index file; metadata (total_size) is unused.
 std::map<std::string, std::string> readWeightMap(const fs::path& index_path) {
   const MappedFile index_file = MappedFile::open(index_path);
-  const auto* first = reinterpret_cast<const char*>(index_file.data());
-  json root;
-  try {
-    root = json::parse(first, first + index_file.size());
-  } catch (const json::exception& e) {
-    throw Error(quoted(index_path) + ": not valid JSON: " + e.what(),
-                "re-download the index file or remove it to load a single-file model");
-  }
+  const json root = parseBoundedJson(
+      std::string_view(reinterpret_cast<const char*>(index_file.data()), index_file.size()),
+      kSafetensorsIndexJsonLimits, quoted(index_path));
   if (!root.is_object() || !root.contains("weight_map") || !root["weight_map"].is_object()) {
     throw Error(quoted(index_path) + ": has no \"weight_map\" object",
                 "re-download the index file; it should map tensor names to shard files");
@@ -61,14 +57,14 @@ std::map<std::string, std::string> readWeightMap(const fs::path& index_path) {
   std::map<std::string, std::string> weight_map;
   for (const auto& [tensor, shard] : root["weight_map"].items()) {
     if (!shard.is_string()) {
-      throw Error(quoted(index_path) + ": weight_map entry for tensor \"" + tensor +
-                      "\" is not a file name string",
+      throw Error(quoted(index_path) + ": weight_map entry for tensor \"" +
+                      excerptForMessage(tensor) + "\" is not a file name string",
                   "re-download the index file");
     }
     const std::string& shard_name = shard.get_ref<const std::string&>();
     if (!isSafeShardName(shard_name)) {
-      throw Error(quoted(index_path) + ": tensor \"" + tensor + "\" points to shard \"" +
-                      shard_name +
+      throw Error(quoted(index_path) + ": tensor \"" + excerptForMessage(tensor) +
+                      "\" points to shard \"" + excerptForMessage(shard_name) +
                       "\", which is not a plain file name (no '/', '\\' or '..' allowed)",
                   "shards must sit next to the index file; fix or re-download the index");
     }
