@@ -3,17 +3,16 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <tuple>
 
 #include "engine/core/error.h"
 #include "engine/core/units.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/safetensors.h"
+#include "engine/model/peft_adapter_config.h"
 #include "engine/model/weight_loader.h"
 
 namespace tandem::model {
@@ -22,41 +21,9 @@ namespace {
 
 const std::string kPrefix = "base_model.model.";
 
-nlohmann::json readJson(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) {
-    throw Error("cannot read " + path.string(),
-                "an adapter dir holds adapter_config.json and adapter_model.safetensors");
-  }
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path.string() + " is not valid JSON (" + e.what() + ")", "re-save the adapter");
-  }
-}
-
-double numberOr(const nlohmann::json& j, const char* key, double fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number())
-    throw Error(std::string("adapter_config.json: '") + key + "' must be a number");
-  return j[key].get<double>();
-}
-
 // The scale of a LoRA of `rank` under alpha / rsLoRA.
 double loraScale(double alpha, int rank, bool rslora) {
   return rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / rank;
-}
-
-// The alpha PEFT uses for a module: alpha_pattern entries match by suffix, as in PEFT.
-double alphaFor(const nlohmann::json& config, const std::string& name, double alpha) {
-  if (config.contains("alpha_pattern") && config["alpha_pattern"].is_object()) {
-    for (const auto& [key, value] : config["alpha_pattern"].items()) {
-      if (name == key || (name.size() > key.size() && name.ends_with("." + key))) {
-        return value.get<double>();
-      }
-    }
-  }
-  return alpha;
 }
 
 at::Tensor floatTensor(const io::TensorView& view, const std::string& name) {
@@ -169,7 +136,7 @@ struct WrapperPair {
 // and which layout a wrapper holds, except when 2I == H, where adapter_config's peft_version
 // decides. Newer-layout tensors are converted to the older one, which splitFused reads:
 //   old_A[e*R + j, :] = new_B[:, j*E + e],  old_B[:, j*E + e] = new_A[e*R + j, :].
-void assignWrapper(const WrapperPair& pair, const io::ModelConfig& c, const nlohmann::json& cfg,
+void assignWrapper(const WrapperPair& pair, const io::ModelConfig& c, const PeftAdapterConfig& cfg,
                    const std::string& file, FusedLayer& layer) {
   if (!pair.a.defined() || !pair.b.defined() || pair.a.dim() != 2 || pair.b.dim() != 2) {
     throw Error(file + ": " + (pair.a.defined() ? pair.a_key : pair.b_key) +
@@ -178,7 +145,7 @@ void assignWrapper(const WrapperPair& pair, const io::ModelConfig& c, const nloh
   }
   const int64_t hidden = c.hidden_size, inter = c.moe_intermediate_size, experts = c.num_experts;
   const int64_t cols = pair.a.size(1), rows = pair.b.size(0);
-  const std::string version = cfg.value("peft_version", std::string());
+  const std::string& version = cfg.peft_version;
   const bool newer_peft = !version.empty() && version.rfind("0.18", 0) != 0 &&
                           version.rfind("0.19", 0) != 0 && version.rfind("0.20", 0) != 0;
   bool gate_up = false, newer_layout = false;
@@ -219,24 +186,13 @@ std::string canonicalModule(std::string name) {
 }  // namespace
 
 PeftAdapter readPeftAdapter(const std::filesystem::path& dir, const io::ModelConfig& config) {
-  const nlohmann::json cfg = readJson(dir / "adapter_config.json");
-  if (cfg.value("peft_type", std::string("LORA")) != "LORA") {
-    throw Error(
-        dir.string() + ": peft_type is " + cfg["peft_type"].dump() + ", Tandem reads LoRA adapters",
-        "use a LoRA adapter");
-  }
-  if (cfg.value("use_dora", false)) throw Error(dir.string() + ": DoRA adapters are not supported");
-  if (cfg.contains("bias") && cfg["bias"].is_string() && cfg["bias"] != "none") {
-    throw Error(dir.string() + ": adapters that train biases are not supported (bias = " +
-                cfg["bias"].dump() + ")");
-  }
+  const PeftAdapterConfig cfg = readPeftAdapterConfig(dir);
   PeftAdapter adapter;
   adapter.dir = dir;
-  adapter.settings.rank = static_cast<int>(numberOr(cfg, "r", 8));
-  adapter.settings.alpha = numberOr(cfg, "lora_alpha", 8);
-  adapter.settings.rslora = cfg.value("use_rslora", false);
-  adapter.settings.dropout = numberOr(cfg, "lora_dropout", 0);
-  if (adapter.settings.rank <= 0) throw Error(dir.string() + ": r must be positive");
+  adapter.settings.rank = cfg.rank;
+  adapter.settings.alpha = cfg.alpha;
+  adapter.settings.rslora = cfg.rslora;
+  adapter.settings.dropout = cfg.dropout;
 
   const std::filesystem::path weights_path = dir / "adapter_model.safetensors";
   if (!std::filesystem::exists(weights_path)) {
@@ -287,11 +243,11 @@ PeftAdapter readPeftAdapter(const std::filesystem::path& dir, const io::ModelCon
     }
     checkFusedShapes(layer, config, weights_path.string());
     const double scale_gu = loraScale(
-        alphaFor(cfg, "mlp.experts.gate_up_proj", adapter.settings.alpha),
+        cfg.alphaFor("mlp.experts.gate_up_proj"),
         static_cast<int>(layer.gate_up_a.size(0) / config.num_experts), adapter.settings.rslora);
-    const double scale_down = loraScale(
-        alphaFor(cfg, "mlp.experts.down_proj", adapter.settings.alpha),
-        static_cast<int>(layer.down_a.size(0) / config.num_experts), adapter.settings.rslora);
+    const double scale_down = loraScale(cfg.alphaFor("mlp.experts.down_proj"),
+                                        static_cast<int>(layer.down_a.size(0) / config.num_experts),
+                                        adapter.settings.rslora);
     FusedLayer scaled = layer;
     // The experts run with the adapter's base scale; fold each projection's own into B.
     const double base = adapter.settings.scale();
