@@ -26,7 +26,7 @@ struct JsonLimits {
 inline constexpr JsonLimits kRequestJsonLimits{64, 64u << 20};
 inline constexpr JsonLimits kModelConfigJsonLimits{32, 16u << 20};
 inline constexpr JsonLimits kTokenizerJsonLimits{32, 1u << 30};
-inline constexpr JsonLimits kDatasetJsonLimits{64, 8u << 30};
+inline constexpr JsonLimits kDatasetJsonLimits{64, size_t{8} << 30};
 inline constexpr JsonLimits kAdapterConfigJsonLimits{16, 16u << 20};
 inline constexpr JsonLimits kStateJsonLimits{16, 256u << 20};
 // model.safetensors.index.json: a flat weight_map of up to ~100k tensors, and a metadata object.
