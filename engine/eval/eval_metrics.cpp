@@ -7,6 +7,7 @@
 #include "engine/core/error.h"
 #include "engine/eval/choice_answer.h"
 #include "engine/eval/python_semantics.h"
+#include "engine/io/bounded_json.h"
 
 namespace tandem::eval {
 
@@ -63,12 +64,15 @@ PredictionsFile readPredictions(const std::filesystem::path& path) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    const Json row = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (row.is_discarded() || !row.is_object()) {
+    const std::optional<Json> parsed = io::tryParseBoundedJson(line, io::kDatasetJsonLimits);
+    if (!parsed || !parsed->is_object()) {
       addBadRow(file, line_no,
-                row.is_discarded() ? "not valid JSON (or not UTF-8)" : "not a JSON object");
+                !parsed ? "not valid JSON (or not UTF-8, or nested more than " +
+                              std::to_string(io::kDatasetJsonLimits.max_depth) + " levels deep)"
+                        : "not a JSON object");
       continue;
     }
+    const Json& row = *parsed;
     std::string reason;
     const auto predict = stringField(row, "predict", reason);
     const auto label = predict ? stringField(row, "label", reason) : std::nullopt;

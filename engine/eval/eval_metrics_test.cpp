@@ -50,6 +50,20 @@ TEST(EvalMetrics, BadRowsAreCountedNotFatal) {
   EXPECT_THROW(readPredictions("/nonexistent/predictions.jsonl"), Error);
 }
 
+TEST(EvalMetrics, RowNestedPastTheLimitIsABadRow) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const auto path = writeTemp("tandem_eval_metrics_deep.jsonl",
+                              "{\"predict\": \"a\", \"label\": \"a\", \"x\": " + deep + "}\n" +
+                                  "{\"predict\": \"b\", \"label\": \"b\"}\n");
+  const PredictionsFile file = readPredictions(path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(file.rows.size(), 1u);
+  EXPECT_EQ(file.bad_rows, 1);
+  ASSERT_EQ(file.first_problems.size(), 1u);
+  EXPECT_NE(file.first_problems[0].reason.find("nested"), std::string::npos)
+      << file.first_problems[0].reason;
+}
+
 TEST(EvalMetrics, AccumulatesMeansAndAccuracy) {
   MetricsAccumulator acc;
   EXPECT_EQ(acc.results()["predict_samples"], 0);
