@@ -13,6 +13,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/gpu/torch_runtime.h"
 #include "engine/infer/generate.h"
+#include "engine/io/bounded_json.h"
 #include "engine/model/adapter_files.h"
 #include "engine/model/adapter_set.h"
 #include "engine/model/debug_tensors.h"
@@ -52,17 +53,10 @@ std::unique_ptr<model::Model> loadModel(const std::string& dir, const model::Mod
 
 // A JSON array of arrays of ints; rows may differ in length (right padding).
 std::vector<std::vector<int64_t>> readRows(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  if (!in) throw Error(std::string("cannot read the ") + what + " file " + path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path + " is not valid JSON (" + e.what() + ")",
-                std::string("write the ") + what + " as a JSON array of arrays of integers");
-  }
+  const nlohmann::json j = io::readBoundedJsonFile(path, io::kTokenIdsJsonLimits);
   if (!j.is_array() || j.empty()) {
-    throw Error(path + ": expected a non-empty JSON array of arrays of integers");
+    throw Error(path + ": expected a non-empty JSON array of arrays of integers",
+                std::string("write the ") + what + " as a JSON array of arrays of integers");
   }
   std::vector<std::vector<int64_t>> rows;
   for (size_t r = 0; r < j.size(); ++r) {

@@ -5,11 +5,13 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "app/cli/commands.h"
 #include "engine/core/error.h"
 #include "engine/core/install_layout.h"
 #include "engine/eval/jieba_segmenter.h"
+#include "engine/io/bounded_json.h"
 
 namespace tandem::cli {
 
@@ -23,12 +25,13 @@ void cutLines(const std::string& path) {
   int64_t line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
-    const nlohmann::json text = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!text.is_string()) {
+    const std::optional<nlohmann::json> text =
+        io::tryParseBoundedJson(line, io::kDatasetJsonLimits);
+    if (!text || !text->is_string()) {
       throw Error(path + " line " + std::to_string(line_no) + " is not a JSON string",
                   "write each text as a JSON string on its own line");
     }
-    const std::string words = nlohmann::json(jieba.cut(text.get<std::string>())).dump();
+    const std::string words = nlohmann::json(jieba.cut(text->get<std::string>())).dump();
     std::printf("%s\n", words.c_str());
   }
 }
