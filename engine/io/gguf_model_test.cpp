@@ -265,5 +265,70 @@ TEST_F(GgufModelTest, RefusesWhatItDoesNotRead) {
             std::string::npos);
 }
 
+// A SentencePiece (llama) tokenizer: pieces in id order, no merges in the file.
+Metadata sentencePiece(const std::vector<std::string>& pieces) {
+  std::vector<int64_t> types(pieces.size(), 1);
+  types[0] = 2;  // <unk>
+  types[1] = 3;  // <s>
+  return {{"tokenizer.ggml.model", GgufValue::ofString("llama")},
+          {"tokenizer.ggml.tokens", GgufValue::ofStrings(pieces)},
+          {"tokenizer.ggml.token_type", GgufValue::ofInts(types, GgufValueType::Int32)},
+          {"tokenizer.ggml.bos_token_id", GgufValue::ofUInt32(1)},
+          {"tokenizer.ggml.add_bos_token", GgufValue::ofBool(false)}};
+}
+
+TEST_F(GgufModelTest, RebuildsSentencePieceMergesFromEverySplitIntoTwoPieces) {
+  Metadata m = qwen3moe();
+  std::erase_if(m, [](const auto& kv) { return kv.first.starts_with("tokenizer."); });
+  const std::vector<std::string> pieces = {"<unk>", "<s>", "\u2581",  "a",
+                                           "b",     "ab",  "\u2581a", "\u2581ab"};
+  for (auto& kv : sentencePiece(pieces)) m.push_back(kv);
+  write(m);
+  const nlohmann::json merges =
+      nlohmann::json::parse(GgufModel::open(dir_)->tokenizerJson()).at("model").at("merges");
+  // transformers' generate_merges: by the merged piece's id, then the shorter left part first.
+  using J = nlohmann::json;
+  const J expected = J::array({J::array({"a", "b"}), J::array({"\u2581", "a"}),
+                               J::array({"\u2581", "ab"}), J::array({"\u2581a", "b"})});
+  EXPECT_EQ(merges, expected);
+  EXPECT_EQ(Tokenizer::load(dir_).encode("ab"), (std::vector<int32_t>{7}));
+}
+
+TEST_F(GgufModelTest, LongSentencePieceTokensLoad) {
+  // Every split of a 1 MB piece was hashed afresh: 105 s. Now O(length * log tokens).
+  Metadata m = qwen3moe();
+  std::erase_if(m, [](const auto& kv) { return kv.first.starts_with("tokenizer."); });
+  const std::string long_piece(1 << 20, 'x');
+  for (auto& kv : sentencePiece(
+           {"<unk>", "<s>", "\u2581", "x", "xx", "\u00e9", long_piece, long_piece + "\u00e9"}))
+    m.push_back(kv);
+  write(m);
+  const nlohmann::json merges =
+      nlohmann::json::parse(GgufModel::open(dir_)->tokenizerJson()).at("model").at("merges");
+  using J = nlohmann::json;  // "xx", and the long piece + é
+  const J expected = J::array({J::array({"x", "x"}), J::array({long_piece, "\u00e9"})});
+  EXPECT_EQ(merges, expected);
+}
+
+TEST_F(GgufModelTest, InvalidUtf8InTokenizerMetadataNamesTheEntry) {
+  Metadata m = qwen3moe();
+  for (auto& [key, value] : m) {
+    if (key == "tokenizer.ggml.tokens")
+      value = GgufValue::ofStrings({"a", "\xff\xfe", "ab", "<|im_end|>", "<|bos|>"});
+  }
+  write(m);
+  // Before: nlohmann's type_error 316 from dump(), "internal error, please report this".
+  EXPECT_NE(errorOf([&] {
+              Tokenizer::load(dir_);
+            }).find("tokenizer.ggml.tokens holds token 1, which is not valid UTF-8"),
+            std::string::npos);
+  Metadata bad_template = qwen3moe();
+  bad_template.emplace_back("tokenizer.chat_template", GgufValue::ofString("{{ \xc3 }}"));
+  write(bad_template);
+  EXPECT_NE(
+      errorOf([&] { Tokenizer::load(dir_); }).find("tokenizer.chat_template is not valid UTF-8"),
+      std::string::npos);
+}
+
 }  // namespace
 }  // namespace tandem::io

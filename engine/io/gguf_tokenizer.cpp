@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "engine/core/error.h"
+#include "engine/io/gguf_detail.h"
 #include "engine/io/gguf_model_detail.h"
 
 namespace tandem::io::gguf_detail {
@@ -114,6 +115,22 @@ Json bosTemplate(const std::string& bos, int64_t bos_id) {
            {{bos, {{"id", bos}, {"ids", Json::array({bos_id})}, {"tokens", Json::array({bos})}}}}}};
 }
 
+// tokenizer.json is JSON text, which holds UTF-8 only (nlohmann's dump() throws on anything
+// else): every string array taken from the file is checked, naming the entry.
+const std::vector<std::string>& utf8Strings(const GgufFile& file, const char* key,
+                                            const char* what) {
+  const std::vector<std::string>& strings = file.getStrings(key);
+  for (size_t i = 0; i < strings.size(); ++i) {
+    if (!isValidUtf8(strings[i])) {
+      throw Error(file.path().string() + ": " + key + " holds " + what + " " + std::to_string(i) +
+                      ", which is not valid UTF-8",
+                  "the file's tokenizer metadata is corrupt, or written by a converter that "
+                  "Tandem does not read; use the Hugging Face model directory instead");
+    }
+  }
+  return strings;
+}
+
 // tokenizer.ggml.token_type, one per token (all normal when the key is absent).
 std::vector<int64_t> tokenTypes(const GgufFile& file, size_t n_tokens) {
   if (file.find("tokenizer.ggml.token_type") == nullptr)
@@ -128,30 +145,51 @@ std::vector<int64_t> tokenTypes(const GgufFile& file, size_t n_tokens) {
   return types;
 }
 
-// Code point boundaries of a UTF-8 string (its byte offsets, and the end).
-std::vector<size_t> codePointOffsets(const std::string& s) {
-  std::vector<size_t> offsets;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) offsets.push_back(i);
+// Which prefixes of `piece` are tokens: hits[k] is true when piece[0, k) is one. `sorted` holds the
+// tokens in byte order. Each byte of the piece narrows the range of tokens that begin with the
+// bytes so far, so a piece costs O(length * log tokens), however long it is (a 1 MB token took
+// 105 s when every split was hashed afresh).
+std::vector<bool> prefixHits(const std::vector<std::string_view>& sorted, std::string_view piece) {
+  std::vector<bool> hits(piece.size() + 1, false);
+  auto lo = sorted.begin(), hi = sorted.end();
+  for (size_t k = 0; k < piece.size() && lo != hi; ++k) {
+    // In [lo, hi) every token begins with piece[0, k); string_view orders them by their byte k
+    // (unsigned), the one that is exactly piece[0, k) first.
+    const int byte = static_cast<unsigned char>(piece[k]);
+    auto byte_at = [k](std::string_view t) {
+      return t.size() > k ? static_cast<int>(static_cast<unsigned char>(t[k])) : -1;
+    };
+    lo = std::partition_point(lo, hi, [&](std::string_view t) { return byte_at(t) < byte; });
+    hi = std::partition_point(lo, hi, [&](std::string_view t) { return byte_at(t) <= byte; });
+    if (lo != hi && lo->size() == k + 1) hits[k + 1] = true;
   }
-  offsets.push_back(s.size());
-  return offsets;
+  return hits;
 }
 
 // transformers' generate_merges(vocab) over the pieces in id order
 // (SentencePieceExtractor.extract): every split of a piece into two pieces of the vocab is a merge;
 // merges are ranked by the merged piece's id, then by the lengths of the left and right parts (code
-// points), shorter first.
+// points), shorter first. Left parts are found among the tokens, right parts among the reversed
+// tokens (a suffix of the piece is a prefix of the reversed piece).
 Json sentencePieceMerges(const std::vector<std::string>& tokens) {
-  std::unordered_map<std::string_view, size_t> ids;
-  for (size_t id = 0; id < tokens.size(); ++id) ids.emplace(tokens[id], id);
+  std::vector<std::string> reversed(tokens.rbegin(), tokens.rend());
+  for (std::string& t : reversed) std::reverse(t.begin(), t.end());
+  std::vector<std::string_view> forward_sorted(tokens.begin(), tokens.end());
+  std::vector<std::string_view> reversed_sorted(reversed.begin(), reversed.end());
+  std::sort(forward_sorted.begin(), forward_sorted.end());
+  std::sort(reversed_sorted.begin(), reversed_sorted.end());
   Json merges = Json::array();
+  std::string backwards;
   for (const std::string& piece : tokens) {
-    const std::vector<size_t> cuts = codePointOffsets(piece);
-    for (size_t c = 1; c + 1 < cuts.size(); ++c) {
-      const std::string_view left(piece.data(), cuts[c]);
-      const std::string_view right(piece.data() + cuts[c], piece.size() - cuts[c]);
-      if (ids.contains(left) && ids.contains(right)) merges.push_back(Json::array({left, right}));
+    if (piece.size() < 2) continue;
+    backwards.assign(piece.rbegin(), piece.rend());
+    const std::vector<bool> left_is_token = prefixHits(forward_sorted, piece);
+    const std::vector<bool> right_is_token = prefixHits(reversed_sorted, backwards);
+    for (size_t cut = 1; cut < piece.size(); ++cut) {
+      const bool code_point_boundary = (static_cast<unsigned char>(piece[cut]) & 0xC0) != 0x80;
+      if (code_point_boundary && left_is_token[cut] && right_is_token[piece.size() - cut]) {
+        merges.push_back(Json::array({piece.substr(0, cut), piece.substr(cut)}));
+      }
     }
   }
   return merges;
@@ -183,7 +221,7 @@ ModelPart byteLevelModel(const GgufFile& file, const std::vector<std::string>& t
            {"byte_fallback", false},
            {"ignore_merges", pre.ignore_merges},
            {"vocab", vocabularyOf(tokens)},
-           {"merges", file.getStrings("tokenizer.ggml.merges")}},
+           {"merges", utf8Strings(file, "tokenizer.ggml.merges", "merge")}},
           pre.normalizer,
           pre.pre_tokenizer,
           {{"type", "ByteLevel"},
@@ -199,7 +237,7 @@ ModelPart sentencePieceModel(const GgufFile& file, const std::vector<std::string
       unk == types.end() ? Json(nullptr) : Json(tokens[static_cast<size_t>(unk - types.begin())]);
   // Converters that went through tokenizer.json keep its merges; tokenizer.model has none.
   const Json merges = file.find("tokenizer.ggml.merges") != nullptr
-                          ? Json(file.getStrings("tokenizer.ggml.merges"))
+                          ? Json(utf8Strings(file, "tokenizer.ggml.merges", "merge"))
                           : sentencePieceMerges(tokens);
   Json normalizer = Json::array();
   if (file.optBool("tokenizer.ggml.add_space_prefix").value_or(true)) {
@@ -241,7 +279,7 @@ HfTokenizerFiles hfTokenizer(const GgufFile& file) {
                 "SentencePiece "
                 "(llama: Llama-2, Mistral, Mixtral); use the Hugging Face model directory instead");
   }
-  const std::vector<std::string>& tokens = file.getStrings("tokenizer.ggml.tokens");
+  const std::vector<std::string>& tokens = utf8Strings(file, "tokenizer.ggml.tokens", "token");
   const std::vector<int64_t> types = tokenTypes(file, tokens.size());
   ModelPart part =
       model == "gpt2" ? byteLevelModel(file, tokens) : sentencePieceModel(file, tokens, types);
@@ -281,8 +319,13 @@ HfTokenizerFiles hfTokenizer(const GgufFile& file) {
             ": tokenizer.ggml.add_bos_token is true but there is no tokenizer.ggml.bos_token_id",
         "the file's tokenizer metadata is corrupt");
   }
-  if (auto chat_template = file.optString("tokenizer.chat_template"))
+  if (auto chat_template = file.optString("tokenizer.chat_template")) {
+    if (!isValidUtf8(*chat_template)) {
+      throw Error(label + ": tokenizer.chat_template is not valid UTF-8",
+                  "the file's metadata is corrupt; use the Hugging Face model directory instead");
+    }
     config["chat_template"] = *chat_template;
+  }
   return {std::move(tokenizer), std::move(config)};
 }
 
