@@ -130,18 +130,13 @@ const std::set<std::string>& knownKwargs() {
 
 // --- reading -----------------------------------------------------------------------------------
 
-std::string kwargText(const YAML::Node& value) {
-  if (value.IsScalar()) return value.as<std::string>();
-  return value.IsMap() ? "<map>" : "<list>";
-}
-
 KtRule parseRule(const YAML::Node& node, int number, const std::string& label) {
   const std::string where = label + ": rule " + std::to_string(number);
   if (!node.IsMap()) throw Error(where + " must be a block with match: and replace:");
   KtRule rule;
   rule.number = number;
   for (const auto& item : node) {
-    const std::string key = item.first.as<std::string>();
+    const std::string key = yaml::keyText(item.first, where);
     if (key != "match" && key != "replace" && key != "recursive") {
       throw Error(where + ": unknown key '" + key + "'",
                   "a rule has match, replace and optionally recursive");
@@ -151,11 +146,11 @@ KtRule parseRule(const YAML::Node& node, int number, const std::string& label) {
   if (!match || !match.IsMap())
     throw Error(where + ": match is missing or not a block of name/class");
   for (const auto& item : match) {
-    const std::string key = item.first.as<std::string>();
+    const std::string key = yaml::keyText(item.first, where + ": match");
     if (key == "name")
-      rule.name_regex = item.second.as<std::string>();
+      rule.name_regex = yaml::text(item.second, where + ": match.name");
     else if (key == "class")
-      rule.match_class = item.second.as<std::string>();
+      rule.match_class = yaml::text(item.second, where + ": match.class");
     else
       throw Error(where + ": match: unknown key '" + key + "'",
                   "match takes name (a regex) and class");
@@ -166,15 +161,20 @@ KtRule parseRule(const YAML::Node& node, int number, const std::string& label) {
   if (!replace || !replace.IsMap())
     throw Error(where + ": replace is missing or not a block of class/kwargs");
   for (const auto& item : replace) {
-    const std::string key = item.first.as<std::string>();
+    const std::string key = yaml::keyText(item.first, where + ": replace");
     if (key == "class") {
-      rule.replace_class = item.second.as<std::string>();
+      rule.replace_class = yaml::text(item.second, where + ": replace.class");
     } else if (key == "kwargs") {
       if (item.second.IsNull()) continue;
       if (!item.second.IsMap())
         throw Error(where + ": replace.kwargs must be a block of `key: value` lines");
-      for (const auto& kw : item.second)
-        rule.kwargs[kw.first.as<std::string>()] = kwargText(kw.second);
+      for (const auto& kw : item.second) {
+        const std::string name = yaml::keyText(kw.first, where + ": replace.kwargs");
+        if (kw.second.IsScalar())
+          rule.kwargs[name] = kw.second.Scalar();
+        else
+          rule.structured_kwargs[name] = yaml::kindName(kw.second);
+      }
     } else {
       throw Error(where + ": replace: unknown key '" + key + "'", "replace takes class and kwargs");
     }
@@ -195,6 +195,8 @@ struct Matched {
   std::string where;  // "rule N (…) for <module>"
 
   std::string kwarg(const std::string& key) const {
+    if (auto s = rule->structured_kwargs.find(key); s != rule->structured_kwargs.end())
+      throw Error(where + ": kwarg " + key + " must be a text value, not a " + s->second);
     auto it = rule->kwargs.find(key);
     return it == rule->kwargs.end() ? "" : it->second;
   }
@@ -256,7 +258,10 @@ void placeFromRule(ModulePlacement& m, const Matched& hit, const io::ModelConfig
                     "' is not one Tandem knows for " + std::string(moduleKindName(m.kind)),
                 "use " + known + " (docs/placement.md lists the mapping)");
   }
-  for (const auto& [key, value] : hit.rule->kwargs) {
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : hit.rule->kwargs) keys.push_back(key);
+  for (const auto& [key, kind] : hit.rule->structured_kwargs) keys.push_back(key);
+  for (const std::string& key : keys) {
     if (!knownKwargs().contains(key)) {
       throw Error(hit.where + ": kwarg '" + key + "' is not one Tandem knows",
                   "docs/placement.md lists the kwargs Tandem reads and those it ignores");

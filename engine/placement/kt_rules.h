@@ -35,7 +35,9 @@ struct KtRule {
   std::string name_regex;   // match.name; empty = any name
   std::string match_class;  // match.class; empty = any class
   std::string replace_class;
-  std::map<std::string, std::string> kwargs;  // scalars as text; maps/lists as "<map>"/"<list>"
+  std::map<std::string, std::string> kwargs;  // the text values
+  // kwargs whose value is a "list" or "block" (KT's transfer_map): Tandem reads none of them.
+  std::map<std::string, std::string> structured_kwargs;
   std::optional<bool> recursive;
 };
 

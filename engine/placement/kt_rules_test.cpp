@@ -190,5 +190,32 @@ TEST(KtRules, ErrorsNameTheRuleAndTheModule) {
       "");
 }
 
+// Values of the wrong YAML kind threw yaml-cpp's TypedBadConversion out of the reader
+// ("internal error, please report this"); each is now an Error naming the rule and the key.
+TEST(KtRules, NonScalarValuesAreErrorsNamingTheKey) {
+  const io::ModelConfig qwen = model("qwen3-30b-a3b.json");
+  EXPECT_EQ(errorOf("- match: {name: [1, 2]}\n  replace: {class: default}\n", qwen),
+            "rules.yaml: rule 1: match.name must be a text value, not a list");
+  EXPECT_EQ(errorOf("- match: {class: {a: b}}\n  replace: {class: default}\n", qwen),
+            "rules.yaml: rule 1: match.class must be a text value, not a block");
+  EXPECT_EQ(errorOf("- match: {name: x}\n  replace: {class: [a]}\n", qwen),
+            "rules.yaml: rule 1: replace.class must be a text value, not a list");
+  EXPECT_EQ(errorOf("- match: {name: x}\n  replace: {class: default, kwargs: {[a]: b}}\n", qwen),
+            "rules.yaml: rule 1: replace.kwargs has a key that is not a text value");
+  EXPECT_EQ(errorOf("- {[a]: b}\n", qwen), "rules.yaml: rule 1 has a key that is not a text value");
+  EXPECT_EQ(errorOf("- match: {{a: b}: x}\n  replace: {class: default}\n", qwen),
+            "rules.yaml: rule 1: match has a key that is not a text value");
+  // A kwarg Tandem reads must be a text value too; a list where a device goes is not one.
+  EXPECT_EQ(errorOf("- match: {name: \"^lm_head$\"}\n"
+                    "  replace: {class: default, kwargs: {prefill_device: [cuda:0]}}\n",
+                    qwen),
+            "rules.yaml: rule 1 (name ^lm_head$) for lm_head: kwarg prefill_device must be a text "
+            "value, not a list");
+  // Nested past yaml-cpp's depth guard: a parse error, not a stack overflow.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_NE(errorOf("- match: {name: " + deep + "}\n", qwen).find("not valid YAML"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace tandem::placement

@@ -105,6 +105,8 @@ TEST(Placement, PresetErrorsNameFileAndKey) {
                     qwen),
             "p.yaml: model.layers.0.mlp.experts: 'amx_int4' is not an experts backend");
   EXPECT_EQ(errorOf(head + "layer: []\n", qwen), "p.yaml: unknown key 'layer'");
+  // A key that is not text threw yaml-cpp's TypedBadConversion before.
+  EXPECT_EQ(errorOf(head + "[layers]: []\n", qwen), "p.yaml has a key that is not a text value");
 }
 
 TEST(Placement, ValidationBoundsDevicesByTheMachine) {

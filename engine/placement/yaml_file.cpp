@@ -26,11 +26,30 @@ YAML::Node parse(std::string_view text, const std::string& label) {
   }
 }
 
+const char* kindName(const YAML::Node& node) {
+  if (node.IsSequence()) return "list";
+  if (node.IsMap()) return "block";
+  if (node.IsScalar()) return "text value";
+  return "empty";
+}
+
+std::string text(const YAML::Node& node, const std::string& what) {
+  if (node.IsScalar()) return node.Scalar();
+  if (!node.IsDefined()) throw Error(what + " is missing");
+  if (node.IsNull()) throw Error(what + " must be a text value, not empty");
+  throw Error(what + " must be a text value, not a " + kindName(node));
+}
+
+std::string keyText(const YAML::Node& key, const std::string& where) {
+  if (!key.IsScalar()) throw Error(where + " has a key that is not a text value");
+  return key.Scalar();
+}
+
 void onlyKeys(const YAML::Node& node, const std::string& where,
               std::initializer_list<const char*> keys) {
   if (!node.IsMap()) throw Error(where + " must be a block of `key: value` lines");
   for (const auto& item : node) {
-    const std::string key = item.first.as<std::string>();
+    const std::string key = keyText(item.first, where);
     if (std::none_of(keys.begin(), keys.end(), [&](const char* k) { return key == k; })) {
       std::string known;
       for (const char* k : keys) known += (known.empty() ? "" : ", ") + std::string(k);
