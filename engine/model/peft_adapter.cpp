@@ -11,6 +11,7 @@
 #include "engine/core/error.h"
 #include "engine/core/units.h"
 #include "engine/io/atomic_file.h"
+#include "engine/io/bounded_json.h"
 #include "engine/io/safetensors.h"
 #include "engine/model/peft_adapter_config.h"
 #include "engine/model/weight_loader.h"
@@ -20,6 +21,7 @@ namespace tandem::model {
 namespace {
 
 const std::string kPrefix = "base_model.model.";
+constexpr size_t kMaxTensorNameBytes = 1024;
 
 // The scale of a LoRA of `rank` under alpha / rsLoRA.
 double loraScale(double alpha, int rank, bool rslora) {
@@ -207,9 +209,17 @@ PeftAdapter readPeftAdapter(const std::filesystem::path& dir, const io::ModelCon
       R"((model\.layers\.\d+\.)mlp\.experts\.((?:base_layer\.)*)lora_([AB])\.weight)");
   for (const io::TensorInfo& info : file.header().tensors) {
     const std::string& key = info.name;
+    // std::regex recurses once per character it matches: a name of 100k digits overflowed the
+    // stack in regex_match. PEFT's names are a few hundred bytes at most.
+    if (key.size() > kMaxTensorNameBytes) {
+      throw Error(weights_path.string() + ": tensor name " + io::excerptForMessage(key) +
+                      " is longer than any LoRA weight's name",
+                  "the adapter file is damaged or not a PEFT LoRA adapter");
+    }
     if (!key.starts_with(kPrefix) ||
         !(key.ends_with(".lora_A.weight") || key.ends_with(".lora_B.weight"))) {
-      throw Error(weights_path.string() + ": tensor " + key + " is not a LoRA A/B weight",
+      throw Error(weights_path.string() + ": tensor " + io::excerptForMessage(key) +
+                      " is not a LoRA A/B weight",
                   "Tandem reads plain LoRA adapters (no modules_to_save, no embedding LoRA)");
     }
     const std::string name = key.substr(kPrefix.size());
