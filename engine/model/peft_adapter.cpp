@@ -238,6 +238,12 @@ PeftAdapter readPeftAdapter(const std::filesystem::path& dir, const io::ModelCon
         canonicalModule(name.substr(0, name.size() - std::string(".lora_A.weight").size()));
     (is_a ? adapter.a : adapter.b)[module] = t;
   }
+  if (!wrappers.empty() && config.num_experts <= 0) {
+    // The fused layouts are split per expert (a division by the expert count).
+    throw Error(weights_path.string() + ": " + wrappers.begin()->first +
+                    "mlp.experts has fused expert LoRA, but the model has no routed experts",
+                "the adapter was made for another model");
+  }
   std::map<std::string, FusedLayer> fused;
   for (const auto& [prefix, by_depth] : wrappers) {
     FusedLayer& layer = fused[prefix];
