@@ -44,6 +44,14 @@ const std::string& text(const Json& value, const std::string& where) {
       "Tandem reads BPE tokenizers (byte-level or with byte fallback); see docs/tokenizer.md");
 }
 
+// A count of the file (absent: 0). A float is refused: converting one past size_t is undefined.
+size_t count(const Json& value, const std::string& where) {
+  if (value.is_null()) return 0;
+  if (!value.is_number_unsigned())
+    throw Error(where + " must be a whole number, not " + shownValue(value), kDamaged);
+  return value.get<size_t>();
+}
+
 }  // namespace
 
 int32_t Tokenizer::Impl::readId(const Json& value, const std::string& where) const {
@@ -240,8 +248,8 @@ void Tokenizer::Impl::loadDecoder(const Json& decoder) {
     decoders.push_back({DecodeStep::Strip,
                         {},
                         decoder.at("content").get<std::string>(),
-                        decoder.value("start", size_t{0}),
-                        decoder.value("stop", size_t{0})});
+                        count(member(decoder, "start"), label + ": Strip decoder start"),
+                        count(member(decoder, "stop"), label + ": Strip decoder stop")});
   } else if (type == "Replace" && decoder.at("pattern").contains("String")) {
     decoders.push_back({DecodeStep::Replace, decoder["pattern"]["String"].get<std::string>(),
                         decoder.at("content").get<std::string>()});

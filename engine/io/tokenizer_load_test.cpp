@@ -106,5 +106,13 @@ TEST(TokenizerLoad, MessagesQuoteAtMostAnExcerpt) {
   EXPECT_LT(loadError(type.dump()).size(), 1000u);
 }
 
+TEST(TokenizerLoad, StripCountsAreWholeNumbers) {
+  Json t = smallTokenizer();
+  t["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", 1e300}, {"stop", 0}};
+  EXPECT_NE(loadError(t.dump()).find("Strip decoder start"), std::string::npos);
+  t["decoder"]["start"] = 1;
+  EXPECT_EQ(loadError(t.dump()), "no error");
+}
+
 }  // namespace
 }  // namespace tandem::io
