@@ -13,14 +13,12 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/core/error.h"
 #include "engine/core/platform/environment.h"
 #include "engine/core/platform/process_info.h"
-#include "engine/io/bounded_json.h"
 #include "engine/train/loss_smoothing.h"
 
 namespace tandem::cli {
@@ -55,13 +53,10 @@ bool writeLossPlot(const std::filesystem::path& output_dir) {
   std::ifstream in(output_dir / "trainer_log.jsonl");
   std::vector<double> steps, losses;
   for (std::string line; std::getline(in, line);) {
-    // A line that is not an object with a numeric loss (a truncated or foreign line) is skipped.
-    const std::optional<nlohmann::json> j = io::tryParseBoundedJson(line, io::kStateJsonLimits);
-    if (!j || !j->is_object()) continue;
-    const auto loss = j->find("loss"), step = j->find("current_steps");
-    if (loss == j->end() || !loss->is_number()) continue;
-    steps.push_back(step != j->end() && step->is_number() ? step->get<double>() : 0.0);
-    losses.push_back(loss->get<double>());
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.contains("loss")) continue;
+    steps.push_back(j.value("current_steps", 0.0));
+    losses.push_back(j["loss"].get<double>());
   }
   if (losses.empty()) return false;
   offscreenApp();
