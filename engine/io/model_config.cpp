@@ -3,13 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "engine/core/error.h"
 #include "engine/io/bounded_json.h"
-#include "engine/io/gguf_model.h"
 
 namespace tandem::io {
 namespace {
@@ -453,31 +450,6 @@ ModelConfig parseModelConfig(std::string_view json_text, const std::string& labe
     readMoe(fields, config);
   }
   readQuantization(fields, config);
-  return config;
-}
-
-ModelConfig readModelConfig(const std::filesystem::path& path) {
-  if (isGgufPath(path)) {
-    const std::unique_ptr<GgufModel> gguf = GgufModel::open(path);
-    ModelConfig config = parseModelConfig(gguf->configJson(),
-                                          gguf->path().string() + " (its metadata as config.json)");
-    config.source = gguf->path();
-    return config;
-  }
-  std::error_code ec;
-  std::filesystem::path file =
-      std::filesystem::is_directory(path, ec) ? path / "config.json" : path;
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    throw Error("cannot read " + file.string() + ": " +
-                    (std::filesystem::exists(file, ec) ? "permission denied or not a file"
-                                                       : "no such file"),
-                "pass a Hugging Face model directory that contains config.json");
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  ModelConfig config = parseModelConfig(text.str(), file.string());
-  config.source = file;
   return config;
 }
 
