@@ -82,9 +82,8 @@ TEST(TokenizerLoad, VocabIdsAreRangeChecked) {
 
 TEST(TokenizerLoad, PostProcessorIdsMustBeTokensOfTheFile) {
   Json roberta = smallTokenizer();
-  roberta["post_processor"] = {{"type", "RobertaProcessing"},
-                               {"cls", {"<s>", 3}},
-                               {"sep", {"</s>", 99999}}};
+  roberta["post_processor"] = {
+      {"type", "RobertaProcessing"}, {"cls", {"<s>", 3}}, {"sep", {"</s>", 99999}}};
   EXPECT_NE(loadError(roberta.dump()).find("99999"), std::string::npos);
   Json templ = smallTokenizer();
   templ["post_processor"] = Json::parse(R"({"type": "TemplateProcessing",
