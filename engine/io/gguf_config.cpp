@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "engine/core/error.h"
+#include "engine/io/bounded_json.h"
 #include "engine/io/gguf_model_detail.h"
 
 namespace tandem::io::gguf_detail {
@@ -76,7 +77,7 @@ void readRope(const ArchKeys& k, const std::string& label, Json& config) {
       if (auto slow = k.optReal("rope.scaling.yarn_beta_slow")) rope["beta_slow"] = *slow;
     }
   } else if (type != "none") {
-    throw Error(label + ": " + k.key("rope.scaling.type") + " is '" + type +
+    throw Error(label + ": " + k.key("rope.scaling.type") + " is '" + excerptForMessage(type) +
                     "', which Tandem does not read",
                 "Tandem reads GGUF models with rope scaling none, linear or yarn");
   }
@@ -187,7 +188,8 @@ std::string hfModelType(const GgufFile& file) {
     return "deepseek_v2";
   }
   throw Error(
-      file.path().string() + ": general.architecture is '" + arch + "', which Tandem does not read",
+      file.path().string() + ": general.architecture is '" + excerptForMessage(arch) +
+          "', which Tandem does not read",
       "Tandem reads GGUF models of the architectures llama (and Mixtral), qwen2, qwen3, qwen2moe, "
       "qwen3moe and deepseek2 (DeepSeek-V2/V3, Kimi-K2)");
 }

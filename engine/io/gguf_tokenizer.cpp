@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "engine/core/error.h"
+#include "engine/io/bounded_json.h"
 #include "engine/io/gguf_detail.h"
 #include "engine/io/gguf_model_detail.h"
 
@@ -79,7 +80,8 @@ PreTokenizer preTokenizerFor(const std::string& pre, const std::string& label) {
     return {nullptr, {{"type", "Sequence"}, {"pretokenizers", steps}}};
   }
   if (pre == "default" || pre == "gpt-2" || pre == "gpt2") return {nullptr, byteLevel(false, true)};
-  throw Error(label + ": tokenizer.ggml.pre is '" + pre + "', a pre-tokenizer Tandem does not read",
+  throw Error(label + ": tokenizer.ggml.pre is '" + excerptForMessage(pre) +
+                  "', a pre-tokenizer Tandem does not read",
               "Tandem reads GGUF tokenizers with tokenizer.ggml.pre qwen2 (Qwen2/2.5/3), llama-bpe "
               "(Llama-3), "
               "deepseek-v3 and default (GPT-2); use the Hugging Face model directory instead");
@@ -274,7 +276,8 @@ HfTokenizerFiles hfTokenizer(const GgufFile& file) {
   const std::string label = file.path().string();
   const std::string model = file.getString("tokenizer.ggml.model");
   if (model != "gpt2" && model != "llama") {
-    throw Error(label + ": tokenizer.ggml.model is '" + model + "', which Tandem does not read",
+    throw Error(label + ": tokenizer.ggml.model is '" + excerptForMessage(model) +
+                    "', which Tandem does not read",
                 "Tandem reads GGUF BPE tokenizers: byte-level (gpt2: Qwen, DeepSeek, Llama-3) and "
                 "SentencePiece "
                 "(llama: Llama-2, Mistral, Mixtral); use the Hugging Face model directory instead");
