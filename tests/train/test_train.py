@@ -261,3 +261,69 @@ def test_val_size_holds_out_samples_and_evaluates_every_eval_steps(demo, tmp_pat
     assert [line["current_steps"] for line in evals] == [4, 8, 12]
     assert evals[-1]["eval_loss"] < evals[0]["eval_loss"]
     assert "on 8 samples" in result.stdout  # ceil(0.25 * 32) held out, as LLaMA-Factory
+
+
+def test_overwrite_output_dir_never_clears_what_tandem_did_not_write(demo, tmp_path):
+    base = ["model_name_or_path=" + str(demo["model"]), "dataset_dir=" + str(DEMO_DATA), "max_steps=2",
+            "save_steps=1", "overwrite_output_dir=true"]
+    # An empty marker is no credential: the dir, and every run saved under it, stays.
+    forged = tmp_path / "forged"
+    (forged / "earlier-run").mkdir(parents=True)
+    (forged / "tandem_run.json").write_text("{}")
+    (forged / "earlier-run" / "adapter_model.safetensors").write_bytes(b"precious")
+    before = snapshot(forged)
+    result = run(["train", DEMO_PRESET, *base, "output_dir=" + str(forged)], demo["home"])
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "not written by Tandem" in result.stderr, result.stderr[-2000:]
+    assert snapshot(forged) == before
+    # Tandem's own run with a user's file beside it: refused, naming the file, nothing removed.
+    ours = tmp_path / "ours"
+    assert run(["train", DEMO_PRESET, *base, "output_dir=" + str(ours)], demo["home"]).returncode == 0
+    (ours / "notes.txt").write_text("mine")
+    before = snapshot(ours)
+    result = run(["train", DEMO_PRESET, *base, "output_dir=" + str(ours), "learning_rate=1e-3"], demo["home"])
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "notes.txt" in result.stderr and "did not write" in result.stderr, result.stderr[-2000:]
+    assert snapshot(ours) == before
+
+
+def test_demo_never_removes_a_model_dir_it_did_not_make(tmp_path):
+    work = tmp_path / "work"
+    (work / "model").mkdir(parents=True)
+    (work / "model" / "my_weights.bin").write_bytes(b"precious")
+    result = run(["demo", "--workdir", work], tmp_path / "home")
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "my_weights.bin" in result.stderr and "--workdir" in result.stderr, result.stderr[-2000:]
+    assert (work / "model" / "my_weights.bin").read_bytes() == b"precious"
+
+
+def test_a_second_run_into_a_busy_output_dir_is_refused_and_a_killed_runs_leftovers_go(demo, tmp_path):
+    output = tmp_path / "out"
+    args = ["train", DEMO_PRESET, "model_name_or_path=" + str(demo["model"]), "dataset_dir=" + str(DEMO_DATA),
+            "output_dir=" + str(output), "max_steps=400", "save_steps=1000", "logging_steps=1",
+            "num_train_epochs=1000", "overwrite_output_dir=false"]
+    env = dict(os.environ, TANDEM_HOME=str(demo["home"]))
+    first = subprocess.Popen([TANDEM, *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.time() + 300
+        while not (output / "trainer_log.jsonl").exists() and time.time() < deadline:
+            time.sleep(0.02)
+        second = run(args, demo["home"])
+        assert first.poll() is None, "the first run ended before the second tried"
+        assert second.returncode == 1, second.stderr[-2000:]
+        assert f"in use by another Tandem run (pid {first.pid}" in second.stderr, second.stderr[-2000:]
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    assert not list(output.glob("checkpoint-*")), "killed before its first checkpoint"
+    killed_log = log_lines(output)
+    # A save the kill cut short (as a killed save leaves it): swept by the next run.
+    (output / ".checkpoint-7.tmp-999999").mkdir()
+    (output / ".checkpoint-7.tmp-999999" / "adapter_model.safetensors").write_bytes(b"half")
+    # The lock died with the killed run; the rerun starts afresh with a log of its own.
+    result = run(args, demo["home"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    steps = [line["current_steps"] for line in log_lines(output) if "loss" in line]
+    assert steps == list(range(1, 401)), steps[:20]
+    assert log_lines(output.parent / "out") and not (output / ".checkpoint-7.tmp-999999").exists()
+    assert [json.loads(line) for line in (output / "trainer_log.previous.jsonl").read_text().splitlines()] == killed_log
