@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include "engine/core/error.h"
@@ -200,7 +201,10 @@ StepEvent Trainer::optimizerStep(const Window& window, const StepMath& math) {
   const auto start = Clock::now();
   StepEvent e;
   e.learning_rate = schedule_.at(step_);
+  if (!std::isfinite(math.loss)) failNotFinite("the loss", math.loss);
   e.grad_norm = training_.clipGradNorm(settings_.max_grad_norm);
+  // Checked before the update: one inf or NaN gradient would make every weight NaN.
+  if (!std::isfinite(e.grad_norm)) failNotFinite("the gradient norm", e.grad_norm);
   training_.step(e.learning_rate);
   training_.zeroGrad();
   e.optimizer_s = std::chrono::duration<double>(Clock::now() - start).count();
@@ -294,6 +298,7 @@ TrainResult Trainer::run(const RunControl& control, TrainListener& listener) {
     e.memory = MemoryLedger::global().snapshot();
     result.final_loss = e.loss;
     logStep(e);
+    warnIfSpike(e, listener);
     listener.onStep(e);
     afterStep(e, listener);
   }
@@ -320,6 +325,49 @@ void Trainer::failOutOfMemory(const std::string& what, int64_t run_start_step) {
           "per_device_train_batch_size, "
           "or with gradient_checkpointing: true; `tandem plan` with the YAML shows what each "
           "takes");
+}
+
+void Trainer::failNotFinite(const std::string& what, double value) {
+  training_.zeroGrad();
+  const std::string failed_step = std::to_string(step_ + 1);
+  const std::filesystem::path last = model::lastCheckpoint(settings_.output_dir);
+  const std::string message = "training diverged in step " + failed_step + ": " + what + " is " +
+                              std::to_string(value) +
+                              "; the step was not applied (no weight was updated)";
+  try {
+    logLine({{"current_steps", step_ + 1}, {"total_steps", total_steps_}, {"error", message}});
+  } catch (const Error&) {
+    // The log is a record; failing to write it must not hide the divergence itself.
+  }
+  char settings[160];
+  std::snprintf(settings, sizeof settings, "learning_rate (now %g)", settings_.learning_rate);
+  const std::string clip =
+      settings_.max_grad_norm > 0
+          ? "a lower max_grad_norm (now " + std::to_string(settings_.max_grad_norm) + ")"
+          : "max_grad_norm: 1.0 (clipping is off)";
+  throw Error(message, (last.empty() ? std::string("no checkpoint was saved before it")
+                                     : "the last checkpoint, " + last.string() + ", is intact") +
+                           ". Try a lower " + settings +
+                           ", training in fp32 (bf16: false) instead of bf16, "
+                           "or " +
+                           clip +
+                           "; start over with overwrite_output_dir: true, or rerun to "
+                           "resume from that checkpoint with the same settings");
+}
+
+void Trainer::warnIfSpike(const StepEvent& e, TrainListener& listener) {
+  const std::optional<double> median = grad_norms_.observe(e.grad_norm);
+  if (!median) return;
+  char text[200];
+  std::snprintf(text, sizeof text,
+                "warning: step %lld's gradient norm %.4g is %.0fx the median of recent steps "
+                "(%.4g); if the loss jumps, lower learning_rate or max_grad_norm",
+                static_cast<long long>(step_), e.grad_norm, e.grad_norm / *median, *median);
+  logLine({{"current_steps", step_},
+           {"total_steps", total_steps_},
+           {"warning", text},
+           {"grad_norm", e.grad_norm}});
+  listener.onMessage(text);
 }
 
 void Trainer::writeCheckpointFiles(const std::filesystem::path& dir) const {
@@ -351,7 +399,13 @@ std::filesystem::path Trainer::saveCheckpoint() const {
                               std::to_string(platform::currentProcessId()));
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
-  writeCheckpointFiles(tmp_dir);
+  try {
+    writeCheckpointFiles(tmp_dir);
+  } catch (...) {
+    std::error_code ignored;  // the save's own error is the one to report
+    fs::remove_all(tmp_dir, ignored);
+    throw;
+  }
   fs::remove_all(final_dir);
   fs::rename(tmp_dir, final_dir);  // a directory appears complete or not at all
   pruneCheckpoints();
