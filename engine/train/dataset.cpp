@@ -5,10 +5,12 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <variant>
 
 #include "engine/core/error.h"
+#include "engine/io/bounded_json.h"
 
 namespace tandem::train {
 namespace {
@@ -71,11 +73,27 @@ class LineIndex {
   std::vector<size_t> newlines_;
 };
 
+// io::kDatasetJsonLimits' depth; its byte limit, written `8u << 30`, wraps to 0 in 32-bit
+// unsigned arithmetic and refuses every file, so the size is spelled here in size_t until
+// engine/io/bounded_json.h is fixed.
+constexpr io::JsonLimits kDatasetLimits{io::kDatasetJsonLimits.max_depth, size_t{8} << 30};
+
 struct Record {
   Json value;
   int64_t line = 0;
   int64_t index = 0;
+  std::string refused;  // why the row was not even parsed (nested too deep): a bad row
 };
+
+// A row valid as JSON but nested past kDatasetJsonLimits (a hostile "tools" 100k deep) is one
+// bad row, reported with its line; its value is never built, so nothing recurses through it.
+Record boundedRow(std::string_view text, int64_t line, int64_t index) {
+  if (std::optional<Json> value = io::tryParseBoundedJson(text, kDatasetLimits))
+    return {std::move(*value), line, index, {}};
+  return {Json(), line, index,
+          "nested deeper than " + std::to_string(kDatasetLimits.max_depth) +
+              " levels (or larger than the row limit)"};
+}
 
 [[noreturn]] void throwJsonError(const std::string& label, std::string_view text, size_t base,
                                  int64_t base_line, const Json::parse_error& e) {
@@ -88,10 +106,23 @@ struct Record {
               "fix the file; every record must be a JSON object");
 }
 
+// Checks that `json` (a part of `text` from `base`, or a line) is JSON without keeping a value;
+// when not, throws the parse error with its line.
+void requireJson(std::string_view json, const std::string& label, std::string_view text,
+                 size_t base, int64_t base_line) {
+  if (Json::accept(json)) return;
+  try {
+    const Json refused = Json::parse(json);
+  } catch (const Json::parse_error& e) {
+    throwJsonError(label, text, base, base_line, e);
+  }
+}
+
 // Offsets where the elements of the top-level array that opens at `open` begin. The text was
 // already validated by nlohmann, so a plain scan over strings and brackets is enough.
-std::vector<size_t> arrayElementOffsets(std::string_view text, size_t open) {
+std::vector<size_t> arrayElementOffsets(std::string_view text, size_t open, size_t& close) {
   std::vector<size_t> offsets;
+  close = text.size();
   int depth = 0;
   bool in_string = false, escape = false, expecting = true;
   for (size_t i = open; i < text.size(); ++i) {
@@ -111,7 +142,10 @@ std::vector<size_t> arrayElementOffsets(std::string_view text, size_t open) {
       continue;
     }
     if (c == ']' || c == '}') {
-      if (--depth == 0) break;
+      if (--depth == 0) {
+        close = i;
+        break;
+      }
       continue;
     }
     if (depth == 1 && expecting) {
@@ -132,20 +166,29 @@ size_t skipBomAndSpace(std::string_view text) {
   return i;
 }
 
+// The text of one array element: from its start to the next one's (or the closing bracket),
+// without the separating comma and spaces.
+std::string_view elementText(std::string_view text, size_t begin, size_t end) {
+  std::string_view element = text.substr(begin, end - begin);
+  while (!element.empty() &&
+         (std::isspace(static_cast<unsigned char>(element.back())) || element.back() == ','))
+    element.remove_suffix(1);
+  return element;
+}
+
 std::vector<Record> readJsonArray(std::string_view text, size_t open, const std::string& label) {
-  Json array;
-  try {
-    array = Json::parse(text.substr(open));
-  } catch (const Json::parse_error& e) {
-    throwJsonError(label, text, open, 0, e);
-  }
-  std::vector<size_t> offsets = arrayElementOffsets(text, open);
+  // Validated whole without building a value (nlohmann's parser is iterative); then each row is
+  // parsed on its own, bounded, so a hostile row is that row's error and not the file's.
+  requireJson(text.substr(open), label, text, open, 0);
+  size_t close = 0;
+  const std::vector<size_t> offsets = arrayElementOffsets(text, open, close);
   LineIndex lines(text);
   std::vector<Record> records;
-  records.reserve(array.size());
-  for (size_t i = 0; i < array.size(); ++i) {
-    int64_t line = offsets.size() == array.size() ? lines.lineOf(offsets[i]) : 0;
-    records.push_back({std::move(array[i]), line, static_cast<int64_t>(i)});
+  records.reserve(offsets.size());
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    const size_t end = i + 1 < offsets.size() ? offsets[i + 1] : close;
+    records.push_back(boundedRow(elementText(text, offsets[i], end), lines.lineOf(offsets[i]),
+                                 static_cast<int64_t>(i)));
   }
   return records;
 }
@@ -159,11 +202,8 @@ std::vector<Record> readJsonLines(std::string_view text, const std::string& labe
     if (end == std::string_view::npos) end = text.size();
     std::string_view row = text.substr(pos, end - pos);
     if (row.find_first_not_of(" \t\r") != std::string_view::npos) {
-      try {
-        records.push_back({Json::parse(row), line, static_cast<int64_t>(records.size())});
-      } catch (const Json::parse_error& e) {
-        throwJsonError(label, text, 0, line, e);
-      }
+      requireJson(row, label, text, 0, line);
+      records.push_back(boundedRow(row, line, static_cast<int64_t>(records.size())));
     }
     pos = end + 1;
     ++line;
@@ -401,14 +441,11 @@ std::optional<Json> readDatasetInfo(const fs::path& dataset_dir) {
   const fs::path path = dataset_dir / "dataset_info.json";
   if (!fs::exists(path)) return std::nullopt;
   std::string text = readFile(path);
-  try {
-    Json info = Json::parse(text);
-    if (!info.is_object())
-      throw Error(path.string() + ": expected a JSON object", "see LLaMA-Factory's data/README.md");
-    return info;
-  } catch (const Json::parse_error& e) {
-    throwJsonError(path.string(), text, 0, 0, e);
-  }
+  requireJson(text, path.string(), text, 0, 0);
+  Json info = io::parseBoundedJson(text, kDatasetLimits, path.string());
+  if (!info.is_object())
+    throw Error(path.string() + ": expected a JSON object", "see LLaMA-Factory's data/README.md");
+  return info;
 }
 
 std::optional<fs::path> findPlainFile(const fs::path& dataset_dir, const std::string& name) {
@@ -462,8 +499,9 @@ void convertInto(const DatasetAttr& attr, const fs::path& file, std::vector<Reco
     if (budget == 0) break;
     --budget;
     ++rep.rows_read;
-    Converted c = attr.formatting == Formatting::Alpaca ? convertAlpaca(record.value, attr)
-                                                        : convertSharegpt(record.value, attr);
+    Converted c = !record.refused.empty()                 ? Converted(record.refused)
+                  : attr.formatting == Formatting::Alpaca ? convertAlpaca(record.value, attr)
+                                                          : convertSharegpt(record.value, attr);
     if (auto* reason = std::get_if<std::string>(&c)) {
       ++rep.rows_skipped;
       if (rep.first_problems.size() < DatasetReport::kMaxReportedProblems)

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <optional>
 #include <random>
 
@@ -16,6 +15,7 @@
 #include "engine/core/platform/process_info.h"
 #include "engine/core/units.h"
 #include "engine/io/atomic_file.h"
+#include "engine/io/bounded_json.h"
 #include "engine/model/adapter_files.h"
 #include "engine/model/checkpoint_dir.h"
 
@@ -55,6 +55,32 @@ void appendLine(const std::filesystem::path& path, const std::string& line) {
   if (error) throw Error("cannot append to " + path.string() + ": " + error.message());
 }
 
+Error badState(const std::filesystem::path& file, const std::string& problem) {
+  return Error(file.string() + " " + problem,
+               "delete " + file.parent_path().string() +
+                   " (the run resumes from the checkpoint before it), or start over with "
+                   "overwrite_output_dir: true");
+}
+
+// A count a checkpoint's trainer_state.json must hold: present, an integer, not negative.
+int64_t stateCount(const nlohmann::json& state, const char* field,
+                   const std::filesystem::path& file) {
+  const auto it = state.find(field);
+  if (it == state.end()) throw badState(file, std::string("has no \"") + field + "\"");
+  if (!it->is_number_integer() || it->get<int64_t>() < 0)
+    throw badState(file, std::string("has \"") + field +
+                             "\": " + io::excerptForMessage(it->dump()) + ", not a count");
+  return it->get<int64_t>();
+}
+
+// The log history as JSON values, from the lines this trainer wrote (so always valid JSON).
+nlohmann::json historyJson(const std::vector<std::string>& lines) {
+  nlohmann::json history = nlohmann::json::array();
+  for (const std::string& l : lines)
+    history.push_back(io::parseBoundedJson(l, io::kStateJsonLimits, "trainer_log.jsonl line"));
+  return history;
+}
+
 }  // namespace
 
 Trainer::Trainer(model::Model& model, const gpu::LoraSettings& lora,
@@ -73,6 +99,14 @@ Trainer::Trainer(model::Model& model, const gpu::LoraSettings& lora,
       std::max<int64_t>(1, settings_.gradient_accumulation_steps);
   micro_batches_per_epoch_ =
       (static_cast<int64_t>(samples_.size()) + settings_.batch_size - 1) / settings_.batch_size;
+  // The config refuses such values (train_config.cpp); settings from elsewhere are checked here,
+  // before a double too large for int64 is converted (undefined behaviour).
+  const double epoch_steps = settings_.num_train_epochs * static_cast<double>(stepsPerEpoch());
+  if (settings_.max_steps <= 0 && !(epoch_steps > 0 && epoch_steps <= 1e12)) {
+    throw Error("num_train_epochs " + std::to_string(settings_.num_train_epochs) +
+                    " gives no step count Tandem can run",
+                "set num_train_epochs in (0, 1000000], or max_steps");
+  }
   total_steps_ =
       settings_.max_steps > 0
           ? settings_.max_steps
@@ -374,8 +408,7 @@ void Trainer::writeCheckpointFiles(const std::filesystem::path& dir) const {
   model::writeAdapter(model_, lora_, dir, model::ExpertAdapterForm::Fused,
                       settings_.base_model_name);
   training_.saveState(dir / "optimizer.safetensors");
-  nlohmann::json history = nlohmann::json::array();
-  for (const std::string& l : log_history_) history.push_back(nlohmann::json::parse(l));
+  const nlohmann::json history = historyJson(log_history_);
   const nlohmann::json trainer_state = {
       {"global_step", step_},
       {"max_steps", total_steps_},
@@ -429,8 +462,7 @@ void Trainer::pruneCheckpoints() const {
 void Trainer::saveFinal(TrainListener& listener) const {
   model::writeAdapter(model_, lora_, settings_.output_dir, model::ExpertAdapterForm::Fused,
                       settings_.base_model_name);
-  nlohmann::json history = nlohmann::json::array();
-  for (const std::string& l : log_history_) history.push_back(nlohmann::json::parse(l));
+  const nlohmann::json history = historyJson(log_history_);
   io::writeFileAtomically(
       settings_.output_dir / "trainer_state.json",
       nlohmann::json(
@@ -441,25 +473,26 @@ void Trainer::saveFinal(TrainListener& listener) const {
 }
 
 void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
-  std::ifstream in(checkpoint_dir / "trainer_state.json");
-  const nlohmann::json state = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (state.is_discarded() || !state.contains("global_step")) {
-    throw Error(checkpoint_dir.string() + "/trainer_state.json is unreadable",
-                "delete that checkpoint dir");
-  }
+  const std::filesystem::path file = checkpoint_dir / "trainer_state.json";
+  const nlohmann::json state = io::readBoundedJsonFile(file, io::kStateJsonLimits);
+  if (!state.is_object()) throw badState(file, "is not a JSON object");
   if (state.value("config_fingerprint", std::string()) != settings_.config_fingerprint) {
     throw Error(checkpoint_dir.string() + " was written by a different configuration",
                 "set overwrite_output_dir: true, or use another output_dir");
   }
-  step_ = state["global_step"].get<int64_t>();
-  micro_done_ = state["micro_batches_done"].get<int64_t>();
-  for (const auto& line : state["log_history"]) log_history_.push_back(line.dump());
+  step_ = stateCount(state, "global_step", file);
+  micro_done_ = stateCount(state, "micro_batches_done", file);
+  const int64_t optimizer_steps = stateCount(state, "optimizer_steps", file);
+  const auto history = state.find("log_history");
+  if (history == state.end() || !history->is_array())
+    throw badState(file, "has no \"log_history\" list");
+  log_history_.clear();
+  for (const auto& line : *history) log_history_.push_back(line.dump());
   // Lines the interrupted run logged after this checkpoint are dropped: they will be redone.
   std::string all;
   for (const std::string& l : log_history_) all += l + "\n";
   io::writeFileAtomically(settings_.output_dir / "trainer_log.jsonl", all);
-  training_.loadState(checkpoint_dir / "optimizer.safetensors",
-                      state["optimizer_steps"].get<int64_t>());
+  training_.loadState(checkpoint_dir / "optimizer.safetensors", optimizer_steps);
 }
 
 }  // namespace tandem::train

@@ -293,6 +293,64 @@ TEST(Trainer, AFailedSaveRemovesItsTempDir) {
   fs::remove_all(dir);
 }
 
+// A checkpoint's trainer_state.json with a field missing, of the wrong type, or nested past
+// the limit is an Error naming the field and the file, not undefined behaviour.
+TEST(Trainer, ABrokenTrainerStateIsAnErrorNamingTheFieldAndFile) {
+  const io::ModelConfig config = model::testing::tinyQwen3MoeConfig(4);
+  const model::LoraPlan plan =
+      model::loraPlanFromTarget(io::LoraTarget::parse("all"), {4, 8.0, false, 0.0});
+  auto model = model::Model::random(config, {}, &plan, /*seed=*/5, ThreadPool::global());
+  const fs::path dir =
+      fs::temp_directory_path() / ("tandem_trainer_state_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  TrainerSettings settings = tinySettings(dir);
+  settings.save_steps = 2;
+  TrainListener quiet;
+  Trainer(*model, plan.settings, tinySamples(), settings, ThreadPool::global()).run({}, quiet);
+  const fs::path state_file = dir / "checkpoint-2" / "trainer_state.json";
+  const nlohmann::json good = nlohmann::json::parse(fileBytes(state_file));
+  const auto restoreError = [&](const std::string& text) {
+    std::ofstream(state_file, std::ios::trunc) << text;
+    Trainer trainer(*model, plan.settings, tinySamples(), settings, ThreadPool::global());
+    try {
+      trainer.restore(dir / "checkpoint-2");
+    } catch (const Error& e) {
+      return e.message() + " | " + e.whatToDo();
+    }
+    return std::string("(no error)");
+  };
+  nlohmann::json missing = good;
+  missing.erase("micro_batches_done");
+  std::string error = restoreError(missing.dump());
+  EXPECT_NE(error.find(state_file.string() + " has no \"micro_batches_done\""), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("delete " + (dir / "checkpoint-2").string()), std::string::npos) << error;
+  nlohmann::json wrong = good;
+  wrong["optimizer_steps"] = "many";
+  error = restoreError(wrong.dump());
+  EXPECT_NE(error.find("\"optimizer_steps\": \"many\", not a count"), std::string::npos) << error;
+  nlohmann::json no_history = good;
+  no_history.erase("log_history");
+  EXPECT_NE(restoreError(no_history.dump()).find("log_history"), std::string::npos);
+  EXPECT_NE(restoreError("[1, 2]").find("is not a JSON object"), std::string::npos);
+  error = restoreError(std::string(100000, '[') + std::string(100000, ']'));
+  EXPECT_NE(error.find("trainer_state.json"), std::string::npos) << error;
+  EXPECT_EQ(restoreError(good.dump()), "(no error)");
+  fs::remove_all(dir);
+}
+
+TEST(Trainer, AnEpochCountPastAnyStepCountIsRefused) {
+  const io::ModelConfig config = model::testing::tinyQwen3MoeConfig(4);
+  const model::LoraPlan plan =
+      model::loraPlanFromTarget(io::LoraTarget::parse("all"), {4, 8.0, false, 0.0});
+  auto model = model::Model::random(config, {}, &plan, /*seed=*/5, ThreadPool::global());
+  TrainerSettings settings = tinySettings(fs::temp_directory_path() / "tandem_trainer_epochs");
+  settings.max_steps = -1;
+  settings.num_train_epochs = 1e300;
+  EXPECT_THROW(Trainer(*model, plan.settings, tinySamples(), settings, ThreadPool::global()),
+               Error);
+}
+
 TEST(GradNormWatch, WarnsAboutASpikeAboveTenTimesTheRunningMedian) {
   GradNormWatch watch;
   for (int i = 0; i < 7; ++i) EXPECT_FALSE(watch.observe(100.0));  // too few steps to judge
