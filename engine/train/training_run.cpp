@@ -50,6 +50,8 @@ std::vector<chat::EncodedSample> encodeAll(const TrainConfig& config,
       loadDatasets(config.dataset_dir, names, config.max_samples, report);
   listener.onMessage(report.summary());
   // Tokenising is the slow part; a run over the same data and settings reads it back instead.
+  // The key hashes the conversations as converted, not the files they came from: that covers
+  // dataset_info.json (columns, tags, formatting) and directory datasets (tokenized_cache.h).
   std::vector<fs::path> files;
   std::ostringstream settings;
   if (io::isGgufPath(config.model_name_or_path)) {
@@ -61,14 +63,14 @@ std::vector<chat::EncodedSample> encodeAll(const TrainConfig& config,
     settings << "gguf_tokenizer=" << tokenizer_hash.hex() << " ";
   } else {
     files.push_back(fs::path(config.model_name_or_path) / "tokenizer.json");
+    files.push_back(fs::path(config.model_name_or_path) / "tokenizer_config.json");
   }
-  for (const DatasetFileReport& d : report.datasets) files.push_back(d.file);
   settings << "template=" << config.template_name << " thinking=" << config.enable_thinking
            << " cutoff=" << config.cutoff_len << " prompt=" << config.train_on_prompt
            << " history=" << config.mask_history << " max=" << config.max_samples.value_or(-1)
            << " datasets=" << joinTargets(names) << " rows=" << conversations.size();
   const fs::path cache_file =
-      tokenizedCacheDir() / (tokenizedCacheKey(files, settings.str()) + ".bin");
+      tokenizedCacheDir() / (tokenizedCacheKey(conversations, files, settings.str()) + ".bin");
   if (auto cached = readTokenizedCache(cache_file)) {
     listener.onMessage("tokenised data from the cache " + cache_file.string());
     return std::move(*cached);

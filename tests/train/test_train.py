@@ -327,3 +327,30 @@ def test_a_second_run_into_a_busy_output_dir_is_refused_and_a_killed_runs_leftov
     assert steps == list(range(1, 401)), steps[:20]
     assert log_lines(output.parent / "out") and not (output / ".checkpoint-7.tmp-999999").exists()
     assert [json.loads(line) for line in (output / "trainer_log.previous.jsonl").read_text().splitlines()] == killed_log
+
+
+def test_a_changed_response_column_misses_the_tokenised_cache(demo, tmp_path):
+    # The same files, another response column in dataset_info.json: the next run must tokenise
+    # the new labels, not read the old ones back from the cache.
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = json.loads((DEMO_DATA / "identity.json").read_text())
+    for row in rows:
+        row["short"] = "I am a short answer."
+    (data / "identity.json").write_text(json.dumps(rows))
+    info = {"identity": {"file_name": "identity.json"}}
+    (data / "dataset_info.json").write_text(json.dumps(info))
+
+    def train(name):
+        result = run(["train", DEMO_PRESET, "model_name_or_path=" + str(demo["model"]), "dataset_dir=" + str(data),
+                      "output_dir=" + str(tmp_path / name), "max_steps=1", "logging_steps=1"], demo["home"])
+        assert result.returncode == 0, result.stderr[-2000:]
+        return "from the cache" in result.stdout, losses(tmp_path / name)[0]
+
+    first_cached, first_loss = train("first")
+    assert train("again")[0], "the same data and settings should be read from the cache"
+    info["identity"]["columns"] = {"prompt": "instruction", "query": "input", "response": "short"}
+    (data / "dataset_info.json").write_text(json.dumps(info))
+    cached, loss = train("short")
+    assert not cached, "a changed response column was read from the cache"
+    assert loss != pytest.approx(first_loss, abs=1e-4), (loss, first_loss)
