@@ -373,20 +373,16 @@ void Trainer::failNotFinite(const std::string& what, double value) {
   } catch (const Error&) {
     // The log is a record; failing to write it must not hide the divergence itself.
   }
-  char settings[160];
-  std::snprintf(settings, sizeof settings, "learning_rate (now %g)", settings_.learning_rate);
-  const std::string clip =
-      settings_.max_grad_norm > 0
-          ? "a lower max_grad_norm (now " + std::to_string(settings_.max_grad_norm) + ")"
-          : "max_grad_norm: 1.0 (clipping is off)";
+  char advice[320];
+  std::snprintf(advice, sizeof advice,
+                ". Try a lower learning_rate (now %g), training in fp32 (bf16: false) instead of "
+                "bf16, or %s (changed settings start the run over: overwrite_output_dir: true, "
+                "or another output_dir)",
+                settings_.learning_rate,
+                settings_.max_grad_norm > 0 ? "a lower max_grad_norm" : "max_grad_norm: 1.0");
   throw Error(message, (last.empty() ? std::string("no checkpoint was saved before it")
                                      : "the last checkpoint, " + last.string() + ", is intact") +
-                           ". Try a lower " + settings +
-                           ", training in fp32 (bf16: false) instead of bf16, "
-                           "or " +
-                           clip +
-                           "; start over with overwrite_output_dir: true, or rerun to "
-                           "resume from that checkpoint with the same settings");
+                           advice);
 }
 
 void Trainer::warnIfSpike(const StepEvent& e, TrainListener& listener) {

@@ -354,3 +354,35 @@ def test_a_changed_response_column_misses_the_tokenised_cache(demo, tmp_path):
     cached, loss = train("short")
     assert not cached, "a changed response column was read from the cache"
     assert loss != pytest.approx(first_loss, abs=1e-4), (loss, first_loss)
+
+
+def test_a_diverging_run_stops_before_the_update_and_keeps_its_last_checkpoint(demo, tmp_path):
+    output = tmp_path / "out"
+    args = ["train", DEMO_PRESET, "model_name_or_path=" + str(demo["model"]), "dataset_dir=" + str(DEMO_DATA),
+            "output_dir=" + str(output), "max_steps=6", "save_steps=2", "logging_steps=1",
+            "overwrite_output_dir=false"]
+    assert run(args, demo["home"]).returncode == 0
+    assert sorted(p.name for p in output.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    # An inf in the newest checkpoint's weights (what an overflow leaves): the resumed step 5 diverges.
+    poisoned = output / "checkpoint-4" / "adapter_model.safetensors"
+    tensors = load_file(str(poisoned))
+    for t in tensors.values():
+        t.view(-1)[0] = float("inf")
+    from safetensors.torch import save_file
+    save_file(tensors, str(poisoned), metadata={"format": "pt"})
+    checkpoints = {d: snapshot(output / d) for d in ("checkpoint-2", "checkpoint-4")}
+    result = run(args, demo["home"])
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "training diverged in step 5" in result.stderr and "no weight was updated" in result.stderr
+    for advice in ("learning_rate", "bf16: false", "max_grad_norm", "checkpoint-4, is intact"):
+        assert advice in result.stderr, (advice, result.stderr[-2000:])
+    assert "internal error" not in result.stderr
+    # Nothing was saved over the checkpoints, and the log says why the run ended.
+    assert {d: snapshot(output / d) for d in checkpoints} == checkpoints
+    assert not (output / "checkpoint-6").exists()
+    assert "training diverged" in log_lines(output)[-1]["error"]
+    # The good checkpoint before it still resumes and finishes.
+    shutil.rmtree(output / "checkpoint-4")
+    result = run(args, demo["home"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "resuming from" in result.stdout and "checkpoint-2" in result.stdout
