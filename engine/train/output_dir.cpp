@@ -131,13 +131,13 @@ std::vector<std::string> foreignEntries(const fs::path& dir, const RunMarker& ma
   return foreign;
 }
 
-void clearOwnRun(const fs::path& dir) {
+void requireOnlyOwnRun(const fs::path& dir) {
   const std::optional<RunMarker> marker = readRunMarker(dir);
   if (!marker || !marker->ours) {
-    throw Error("output_dir " + dir.string() +
-                    " is not empty and has no Tandem run marker (tandem_run.json naming "
-                    "Tandem's training output), so Tandem will not clear it",
-                "choose another output_dir, or empty this one yourself");
+    throw Error("output_dir " + dir.string() + " is not empty and was not written by Tandem (" +
+                    listed(foreignEntries(dir, RunMarker{})) +
+                    "; no tandem_run.json naming a Tandem training output)",
+                "choose another output_dir; Tandem only overwrites its own runs");
   }
   const std::vector<std::string> foreign = foreignEntries(dir, *marker);
   if (!foreign.empty()) {
@@ -145,6 +145,10 @@ void clearOwnRun(const fs::path& dir) {
                     listed(foreign) + "; overwrite_output_dir clears only Tandem's own run",
                 "move those out of " + dir.string() + ", or choose another output_dir");
   }
+}
+
+void clearOwnRun(const fs::path& dir) {
+  requireOnlyOwnRun(dir);
   // The marker goes last: a run killed while clearing still owns (and can clear) the dir.
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();

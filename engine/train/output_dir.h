@@ -41,9 +41,12 @@ bool isListedArtefact(const std::string& name, const std::vector<std::string>& a
 // Entries of `dir` its marker does not list: what Tandem did not write.
 std::vector<std::string> foreignEntries(const std::filesystem::path& dir, const RunMarker& marker);
 
-// Removes the run's artefacts from `dir` (not the lock file, which the caller holds). Throws an
-// Error listing them when `dir` holds anything the marker does not list, or has no marker of
-// Tandem's, before removing anything.
+// Throws an Error listing what Tandem did not write when `dir` has no marker of Tandem's or holds
+// anything its marker does not list; writes nothing.
+void requireOnlyOwnRun(const std::filesystem::path& dir);
+
+// Removes the run's artefacts from `dir` (not the lock file, which the caller holds), after
+// requireOnlyOwnRun: nothing is removed from a dir that fails it.
 void clearOwnRun(const std::filesystem::path& dir);
 
 // Takes `dir` (created if missing) for this process until the returned lock is destroyed or the

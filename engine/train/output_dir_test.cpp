@@ -50,7 +50,10 @@ TEST(OutputDir, AnEmptyMarkerIsNoCredential) {
   const std::optional<RunMarker> marker = readRunMarker(dir);
   ASSERT_TRUE(marker);
   EXPECT_FALSE(marker->ours);
-  EXPECT_NE(errorText([&] { clearOwnRun(dir); }).find("no Tandem run marker"), std::string::npos);
+  const std::string error = errorText([&] { clearOwnRun(dir); });
+  EXPECT_NE(error.find("was not written by Tandem (checkpoint-5, my_thesis.tex, tandem_run.json;"),
+            std::string::npos)
+      << error;
   EXPECT_TRUE(fs::exists(dir / "my_thesis.tex"));
   EXPECT_TRUE(fs::exists(dir / "checkpoint-5"));
   fs::remove_all(dir);

@@ -132,11 +132,7 @@ OutputDirPlan planOutputDir(const TrainConfig& config, const std::string& finger
   if (empty) return {};
   const std::optional<RunMarker> marker = readRunMarker(dir);
   if (config.overwrite_output_dir) {
-    if (!marker || !marker->ours) {
-      throw Error("output_dir " + dir.string() + " is not empty and was not written by Tandem",
-                  "choose another output_dir; Tandem only overwrites its own runs");
-    }
-    if (!foreignEntries(dir, *marker).empty()) clearOwnRun(dir);  // throws, listing them
+    requireOnlyOwnRun(dir);  // throws, listing what Tandem did not write
     return {true, {}};
   }
   if (!marker || marker->config_fingerprint.empty()) {

@@ -287,7 +287,7 @@ def test_overwrite_output_dir_never_clears_what_tandem_did_not_write(demo, tmp_p
     assert snapshot(ours) == before
 
 
-def test_demo_never_removes_a_model_dir_it_did_not_make(tmp_path):
+def test_demo_never_removes_a_model_dir_or_output_it_did_not_make(demo, tmp_path):
     work = tmp_path / "work"
     (work / "model").mkdir(parents=True)
     (work / "model" / "my_weights.bin").write_bytes(b"precious")
@@ -295,6 +295,15 @@ def test_demo_never_removes_a_model_dir_it_did_not_make(tmp_path):
     assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
     assert "my_weights.bin" in result.stderr and "--workdir" in result.stderr, result.stderr[-2000:]
     assert (work / "model" / "my_weights.bin").read_bytes() == b"precious"
+    # The demo's model in place, someone else's files in its output dir: refused, kept.
+    other = tmp_path / "other"
+    shutil.copytree(demo["model"], other / "model")
+    (other / "output").mkdir()
+    (other / "output" / "notes.txt").write_text("mine")
+    result = run(["demo", "--workdir", other], tmp_path / "home")
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "not written by Tandem" in result.stderr, result.stderr[-2000:]
+    assert (other / "output" / "notes.txt").read_text() == "mine"
 
 
 def test_a_second_run_into_a_busy_output_dir_is_refused_and_a_killed_runs_leftovers_go(demo, tmp_path):
