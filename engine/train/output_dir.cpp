@@ -162,7 +162,11 @@ platform::FileLock lockOutputDir(const fs::path& dir) {
   const fs::path file = dir / kRunLockFile;
   std::error_code error;
   std::optional<platform::FileLock> lock = platform::FileLock::tryAcquire(file, error);
-  if (error) throw Error("cannot lock " + file.string() + ": " + error.message());
+  if (error) {
+    throw Error("cannot lock " + file.string() + ": " + error.message(),
+                "check that output_dir is writable and on a file system with file locks (a "
+                "local disk)");
+  }
   if (!lock) {
     // The holder wrote its pid when it took the lock; an empty note is a holder just starting.
     const std::optional<nlohmann::json> note =

@@ -471,7 +471,11 @@ std::string gpuExperts(const Entry& e) {
       !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     failValue(e, "auto or a count >= 0 (routed experts per MoE layer on its GPU)");
   }
-  return std::to_string(nonNegativeInt(e));
+  const int64_t count = nonNegativeInt(e);
+  if (count > (int64_t{1} << 20)) {
+    failValue(e, "auto or a count in [0, 1048576] (routed experts per MoE layer on its GPU)");
+  }
+  return std::to_string(count);
 }
 
 std::string expertsWtPolicy(const Entry& e) {

@@ -457,6 +457,7 @@ TEST(TrainConfigTest, NumbersOutOfRangeAreRefusedNamingKeyValueAndRange) {
       {"seed: 1e12\n", "seed must be an integer in [0, 4294967295]"},
       {"loss_chunk_tokens: 1e9\n", "loss_chunk_tokens must be a positive integer up to 16777216"},
       {"num_train_epochs: .nan\n", "num_train_epochs must be a positive number"},
+      {"gpu_experts: 9000000000\n", "gpu_experts must be auto or a count in [0, 1048576]"},
       {"learning_rate: .inf\n", "learning_rate must be a positive number"},
   };
   for (const BadConfig& c : cases) {
