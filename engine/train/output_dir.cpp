@@ -1,6 +1,7 @@
 #include "engine/train/output_dir.h"
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -55,6 +56,18 @@ bool matchesPattern(std::string_view name, std::string_view pattern) {
   return name.empty();
 }
 
+// The marker of Tandem releases before the tool/kind/artefacts fields: the 16-hex-digit config
+// fingerprint and the YAML it was taken from. Its dir is cleared by the same rule (only the
+// artefacts Tandem writes, only when nothing else is there), so an old run can be overwritten.
+bool isLegacyMarker(const nlohmann::json& j) {
+  if (j.contains("tool") || !j.contains("config") || !j["config"].is_string()) return false;
+  const auto f = j.find("config_fingerprint");
+  if (f == j.end() || !f->is_string()) return false;
+  const std::string& hex = f->get_ref<const std::string&>();
+  return hex.size() == 16 &&
+         std::all_of(hex.begin(), hex.end(), [](char c) { return std::isxdigit(c) != 0; });
+}
+
 // The pid in a .checkpoint-N.tmp-PID name; nullopt for any other name.
 std::optional<int64_t> checkpointTempPid(const std::string& name) {
   if (!matchesPattern(name, ".checkpoint-<N>.tmp-<pid>")) return std::nullopt;
@@ -98,6 +111,11 @@ std::optional<RunMarker> readRunMarker(const fs::path& dir) {
   marker.ours = j.value("tool", std::string()) == kTool &&
                 j.value("kind", std::string()) == kKind && artefacts != j.end() &&
                 artefacts->is_array();
+  if (!marker.ours && isLegacyMarker(j)) {
+    marker.ours = true;
+    marker.artefacts = runArtefacts();
+    return marker;
+  }
   if (!marker.ours) return marker;
   for (const nlohmann::json& a : *artefacts)
     if (a.is_string()) marker.artefacts.push_back(a.get<std::string>());

@@ -94,6 +94,22 @@ TEST(OutputDir, ClearingRemovesOnlyTheRunsOwnArtefacts) {
   fs::remove_all(dir);
 }
 
+// The marker older releases wrote (fingerprint and YAML) still marks their runs, cleared by the
+// same rule; a look-alike without a real fingerprint does not.
+TEST(OutputDir, AnEarlierReleasesMarkerStillCounts) {
+  const fs::path dir = freshDir("legacy");
+  touch(dir / kRunMarkerFile, R"({"config_fingerprint": "0123456789abcdef", "config": "a: 1"})");
+  touch(dir / "checkpoint-1" / "trainer_state.json");
+  const RunMarker marker = *readRunMarker(dir);
+  EXPECT_TRUE(marker.ours);
+  EXPECT_EQ(marker.config_fingerprint, "0123456789abcdef");
+  clearOwnRun(dir);
+  EXPECT_TRUE(fs::is_empty(dir));
+  touch(dir / kRunMarkerFile, R"({"config_fingerprint": "x", "config": "a: 1"})");
+  EXPECT_FALSE(readRunMarker(dir)->ours);
+  fs::remove_all(dir);
+}
+
 TEST(OutputDir, ArtefactPatternsMatchDigitsOnly) {
   const std::vector<std::string> a = {"checkpoint-<N>", ".checkpoint-<N>.tmp-<pid>"};
   EXPECT_TRUE(isListedArtefact("checkpoint-12", a));
