@@ -106,16 +106,40 @@ Record boundedRow(std::string_view text, int64_t line, int64_t index) {
               "fix the file; every record must be a JSON object");
 }
 
-// Checks that `json` (a part of `text` from `base`, or a line) is JSON without keeping a value;
-// when not, throws the parse error with its line.
+// A SAX pass over JSON that builds no value and keeps the first syntax error: where a file stops
+// being JSON is found without ever holding what it nests.
+struct SyntaxCheck : nlohmann::json_sax<Json> {
+  std::optional<Json::parse_error> error;
+  std::string other;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    if (const auto* p = dynamic_cast<const Json::parse_error*>(&e)) error.emplace(*p);
+    other = e.what();  // a number out of range
+    return false;
+  }
+};
+
+// Throws the syntax error of `json` (a part of `text` from `base`, or its line `base_line`)
+// with its line, if it is not JSON.
 void requireJson(std::string_view json, const std::string& label, std::string_view text,
                  size_t base, int64_t base_line) {
-  if (Json::accept(json)) return;
-  try {
-    const Json refused = Json::parse(json);
-  } catch (const Json::parse_error& e) {
-    throwJsonError(label, text, base, base_line, e);
-  }
+  SyntaxCheck check;
+  if (Json::sax_parse(json, &check)) return;
+  if (check.error) throwJsonError(label, text, base, base_line, *check.error);
+  throw Error(label + (base_line > 0 ? ":" + std::to_string(base_line) : std::string()) +
+                  ": invalid JSON (" + check.other + ")",
+              "fix the file; every record must be a JSON object");
 }
 
 // Offsets where the elements of the top-level array that opens at `open` begin. The text was

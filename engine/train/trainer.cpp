@@ -476,12 +476,19 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
     throw Error(checkpoint_dir.string() + " was written by a different configuration",
                 "set overwrite_output_dir: true, or use another output_dir");
   }
-  step_ = stateCount(state, "global_step", file);
-  micro_done_ = stateCount(state, "micro_batches_done", file);
+  // Everything is read and checked before the trainer takes any of it.
+  const int64_t step = stateCount(state, "global_step", file);
+  const int64_t micro_done = stateCount(state, "micro_batches_done", file);
   const int64_t optimizer_steps = stateCount(state, "optimizer_steps", file);
+  if (step > total_steps_) {
+    throw badState(file, "has \"global_step\": " + std::to_string(step) + ", past this run's " +
+                             std::to_string(total_steps_) + " steps");
+  }
   const auto history = state.find("log_history");
   if (history == state.end() || !history->is_array())
     throw badState(file, "has no \"log_history\" list");
+  step_ = step;
+  micro_done_ = micro_done;
   log_history_.clear();
   for (const auto& line : *history) log_history_.push_back(line.dump());
   // Lines the interrupted run logged after this checkpoint are dropped: they will be redone.

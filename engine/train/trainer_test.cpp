@@ -329,6 +329,11 @@ TEST(Trainer, ABrokenTrainerStateIsAnErrorNamingTheFieldAndFile) {
   wrong["optimizer_steps"] = "many";
   error = restoreError(wrong.dump());
   EXPECT_NE(error.find("\"optimizer_steps\": \"many\", not a count"), std::string::npos) << error;
+  nlohmann::json past_the_end = good;
+  past_the_end["global_step"] = 1000000;
+  error = restoreError(past_the_end.dump());
+  EXPECT_NE(error.find("\"global_step\": 1000000, past this run's 4 steps"), std::string::npos)
+      << error;
   nlohmann::json no_history = good;
   no_history.erase("log_history");
   EXPECT_NE(restoreError(no_history.dump()).find("log_history"), std::string::npos);
