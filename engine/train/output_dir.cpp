@@ -175,30 +175,47 @@ void clearOwnRun(const fs::path& dir) {
   fs::remove(dir / kRunMarkerFile);
 }
 
+namespace {
+
+// Turns a run away from a dir another holds, naming the holder from the note it wrote when it
+// took the lock (an empty note is a holder just starting).
+[[noreturn]] void throwBusy(const fs::path& dir, const fs::path& file) {
+  const std::optional<nlohmann::json> note =
+      io::tryParseBoundedJson(readNote(file), io::kStateJsonLimits);
+  std::string holder = "another Tandem run";
+  if (note && note->is_object() && note->contains("pid") && (*note)["pid"].is_number_integer()) {
+    const std::string host = note->value("host", std::string());
+    holder += " (pid " + std::to_string((*note)["pid"].get<int64_t>()) +
+              (host.empty() ? "" : " on " + host) + ")";
+  }
+  throw Error("output_dir " + dir.string() + " is in use by " + holder,
+              "wait for that run to finish or stop it, or choose another output_dir");
+}
+
+void throwCannotLock(const fs::path& file, const std::error_code& error) {
+  throw Error("cannot lock " + file.string() + ": " + error.message(),
+              "check that output_dir is writable and on a file system with file locks (a local "
+              "disk)");
+}
+
+}  // namespace
+
+void refuseIfOutputDirBusy(const fs::path& dir) {
+  const fs::path file = dir / kRunLockFile;
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return;  // never ran here: nothing to create yet
+  std::error_code error;
+  const std::optional<platform::FileLock> probe = platform::FileLock::tryAcquire(file, error);
+  if (!probe && !error) throwBusy(dir, file);
+}
+
 platform::FileLock lockOutputDir(const fs::path& dir) {
   fs::create_directories(dir);
   const fs::path file = dir / kRunLockFile;
   std::error_code error;
   std::optional<platform::FileLock> lock = platform::FileLock::tryAcquire(file, error);
-  if (error) {
-    throw Error("cannot lock " + file.string() + ": " + error.message(),
-                "check that output_dir is writable and on a file system with file locks (a "
-                "local disk)");
-  }
-  if (!lock) {
-    // The holder wrote its pid when it took the lock; an empty note is a holder just starting.
-    const std::optional<nlohmann::json> note =
-        io::tryParseBoundedJson(readNote(file), io::kStateJsonLimits);
-    std::string holder = "another Tandem run";
-    if (note && note->is_object() && note->contains("pid") && (*note)["pid"].is_number_integer())
-      holder += " (pid " + std::to_string((*note)["pid"].get<int64_t>()) +
-                (note->value("host", std::string()).empty()
-                     ? ""
-                     : " on " + note->value("host", std::string())) +
-                ")";
-    throw Error("output_dir " + dir.string() + " is in use by " + holder,
-                "wait for that run to finish or stop it, or choose another output_dir");
-  }
+  if (error) throwCannotLock(file, error);
+  if (!lock) throwBusy(dir, file);
   const nlohmann::json note = {{"pid", platform::currentProcessId()},
                                {"host", platform::hostName()}};
   if (const std::error_code e = lock->writeNote(note.dump() + "\n"))

@@ -49,6 +49,11 @@ void requireOnlyOwnRun(const std::filesystem::path& dir);
 // requireOnlyOwnRun: nothing is removed from a dir that fails it.
 void clearOwnRun(const std::filesystem::path& dir);
 
+// The early check, before a run loads anything: an Error naming the holder's pid when another
+// live run holds `dir`. Writes nothing (a dir without a lock file is left as it is); the lock
+// itself is taken later by lockOutputDir.
+void refuseIfOutputDirBusy(const std::filesystem::path& dir);
+
 // Takes `dir` (created if missing) for this process until the returned lock is destroyed or the
 // process ends. A dir another live run holds is an Error naming that run's pid.
 platform::FileLock lockOutputDir(const std::filesystem::path& dir);

@@ -127,8 +127,10 @@ TEST(OutputDir, ASecondRunIsTurnedAwayWithTheHoldersPid) {
     EXPECT_NE(error.find("is in use by another Tandem run (pid " + std::to_string(::getpid())),
               std::string::npos)
         << error;
+    EXPECT_EQ(errorText([&] { refuseIfOutputDirBusy(dir); }), error);
   }
-  EXPECT_NO_THROW(lockOutputDir(dir));  // released with the object
+  EXPECT_NO_THROW(refuseIfOutputDirBusy(dir));  // the probe holds nothing after it
+  EXPECT_NO_THROW(lockOutputDir(dir));          // released with the object
   fs::remove_all(dir);
 }
 
@@ -155,6 +157,13 @@ TEST(OutputDir, AKilledHoldersLockDiesWithIt) {
   ::close(ready[0]);
   ::close(ready[1]);
   fs::remove_all(dir);
+}
+
+TEST(OutputDir, TheEarlyCheckWritesNothing) {
+  const fs::path dir = freshDir("probe") / "not_yet";
+  EXPECT_NO_THROW(refuseIfOutputDirBusy(dir));
+  EXPECT_FALSE(fs::exists(dir));
+  fs::remove_all(dir.parent_path());
 }
 
 TEST(OutputDir, DeadSavesTempDirsAreSwept) {

@@ -382,6 +382,8 @@ void writeLlamaCppLora(const fs::path& output_dir, const fs::path& gguf_model,
 TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listener,
                                const RunControl& control, store::RunStore* store) {
   const std::string fingerprint = configFingerprint(config);
+  // A second run into a busy output_dir is turned away before it loads anything.
+  refuseIfOutputDirBusy(config.output_dir);
   // Everything that can be wrong with the inputs is found before any file is written.
   const io::ModelConfig model_config = io::readModelConfig(config.model_name_or_path);
   const placement::MemoryPlan plan = planOnThisMachine(config, model_config);

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 REPO = Path(__file__).resolve().parents[2]
 TANDEM = os.environ["TANDEM_BIN"]
@@ -321,6 +321,7 @@ def test_a_second_run_into_a_busy_output_dir_is_refused_and_a_killed_runs_leftov
         assert first.poll() is None, "the first run ended before the second tried"
         assert second.returncode == 1, second.stderr[-2000:]
         assert f"in use by another Tandem run (pid {first.pid}" in second.stderr, second.stderr[-2000:]
+        assert " kept, " not in second.stdout, "refused only after reading the data"
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
@@ -377,7 +378,6 @@ def test_a_diverging_run_stops_before_the_update_and_keeps_its_last_checkpoint(d
     tensors = load_file(str(poisoned))
     for t in tensors.values():
         t.view(-1)[0] = float("inf")
-    from safetensors.torch import save_file
     save_file(tensors, str(poisoned), metadata={"format": "pt"})
     checkpoints = {d: snapshot(output / d) for d in ("checkpoint-2", "checkpoint-4")}
     result = run(args, demo["home"])
