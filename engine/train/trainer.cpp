@@ -430,13 +430,13 @@ std::filesystem::path Trainer::saveCheckpoint() const {
   fs::create_directories(tmp_dir);
   try {
     writeCheckpointFiles(tmp_dir);
+    fs::remove_all(final_dir);
+    fs::rename(tmp_dir, final_dir);  // a directory appears complete or not at all
   } catch (...) {
     std::error_code ignored;  // the save's own error is the one to report
     fs::remove_all(tmp_dir, ignored);
     throw;
   }
-  fs::remove_all(final_dir);
-  fs::rename(tmp_dir, final_dir);  // a directory appears complete or not at all
   pruneCheckpoints();
   return final_dir;
 }
