@@ -13,12 +13,14 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/core/error.h"
 #include "engine/core/platform/environment.h"
 #include "engine/core/platform/process_info.h"
+#include "engine/io/bounded_json.h"
 #include "engine/train/loss_smoothing.h"
 
 namespace tandem::cli {
@@ -53,10 +55,12 @@ bool writeLossPlot(const std::filesystem::path& output_dir) {
   std::ifstream in(output_dir / "trainer_log.jsonl");
   std::vector<double> steps, losses;
   for (std::string line; std::getline(in, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.contains("loss")) continue;
-    steps.push_back(j.value("current_steps", 0.0));
-    losses.push_back(j["loss"].get<double>());
+    // A line cut short by a kill, a warning or eval line, a null (non-finite) loss: not plotted.
+    const std::optional<nlohmann::json> j = io::tryParseBoundedJson(line, io::kStateJsonLimits);
+    if (!j || !j->is_object() || !j->contains("loss") || !(*j)["loss"].is_number()) continue;
+    const auto step = j->find("current_steps");
+    steps.push_back(step != j->end() && step->is_number() ? step->get<double>() : 0.0);
+    losses.push_back((*j)["loss"].get<double>());
   }
   if (losses.empty()) return false;
   offscreenApp();

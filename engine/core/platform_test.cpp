@@ -11,6 +11,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "engine/core/platform/cpu_topology.h"
 #include "engine/core/platform/durable_file.h"
 #include "engine/core/platform/environment.h"
+#include "engine/core/platform/file_lock.h"
 #include "engine/core/platform/local_time.h"
 #include "engine/core/platform/numa_memory.h"
 #include "engine/core/platform/numa_nodes.h"
@@ -83,6 +85,29 @@ TEST_F(PlatformFiles, AppendAddsWholeLines) {
   EXPECT_FALSE(appendInOneWrite(log, "one\n"));
   EXPECT_FALSE(appendInOneWrite(log, "two\n"));
   EXPECT_EQ(read(log), "one\ntwo\n");
+}
+
+// One holder at a time (another handle in this same process is turned away too), its note
+// readable while it holds the lock, and the lock free again once the holder is gone.
+TEST_F(PlatformFiles, FileLockHasOneHolderWhoseNoteStaysReadable) {
+  const fs::path file = dir_ / "run.lock";
+  std::error_code error;
+  {
+    std::optional<FileLock> held = FileLock::tryAcquire(file, error);
+    ASSERT_TRUE(held) << error.message();
+    EXPECT_FALSE(held->writeNote("{\"pid\": 7}\n"));
+    EXPECT_FALSE(FileLock::tryAcquire(file, error));
+    EXPECT_FALSE(error) << error.message();  // held, which is not a failure
+    EXPECT_EQ(read(file), "{\"pid\": 7}\n");
+    EXPECT_FALSE(held->writeNote("2"));  // a shorter note replaces the whole text
+    EXPECT_EQ(read(file), "2");
+    FileLock moved = std::move(*held);
+    held.reset();  // the moved-from object releases nothing
+    EXPECT_FALSE(FileLock::tryAcquire(file, error));
+  }
+  EXPECT_TRUE(FileLock::tryAcquire(file, error)) << error.message();
+  EXPECT_FALSE(FileLock::tryAcquire(dir_ / "missing" / "run.lock", error));
+  EXPECT_EQ(error, std::errc::no_such_file_or_directory) << error.message();
 }
 
 TEST(PlatformProcess, KnowsItselfAndItsMachine) {

@@ -1,10 +1,15 @@
 #include "engine/model/demo_model.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
+#include "engine/core/error.h"
 #include "engine/core/paths.h"
 #include "engine/core/thread_pool.h"
 #include "engine/io/atomic_file.h"
+#include "engine/io/bounded_json.h"
 #include "engine/io/model_config.h"
 #include "engine/io/tokenizer.h"
 #include "engine/model/causal_lm.h"
@@ -41,6 +46,58 @@ nlohmann::json demoModelConfig(int64_t vocab_size, int32_t eos_id) {
           {"dtype", "float32"}};
 }
 
+// Says the model dir (or its half-made temp dir) is the demo's, listing what the demo writes
+// there: only a dir that has it, and nothing besides, is ever removed.
+const char* const kDemoMarker = "tandem_demo_model.json";
+const std::vector<std::string> kDemoFiles = {kDemoMarker, "config.json", "model.safetensors",
+                                             "tokenizer.json", "tokenizer_config.json"};
+
+void writeDemoMarker(const fs::path& dir) {
+  io::writeFileAtomically(
+      dir / kDemoMarker,
+      nlohmann::json({{"tool", "tandem"}, {"kind", "demo-model"}, {"artefacts", kDemoFiles}})
+              .dump(2) +
+          "\n");
+}
+
+bool hasDemoMarker(const fs::path& dir) {
+  try {
+    const nlohmann::json j = io::readBoundedJsonFile(dir / kDemoMarker, io::kStateJsonLimits);
+    return j.is_object() && j.value("tool", std::string()) == "tandem" &&
+           j.value("kind", std::string()) == "demo-model";
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Removes `dir` when it is absent, empty, or the demo's own (marked, holding only the demo's
+// files); anything else is the user's: refused, naming what is there.
+void removeDemoDir(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return;
+  std::vector<std::string> foreign;
+  const bool ours = fs::is_directory(dir, ec) && !fs::is_symlink(dir, ec) && hasDemoMarker(dir);
+  if (fs::is_directory(dir, ec) && !fs::is_symlink(dir, ec)) {
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (!ours || std::find(kDemoFiles.begin(), kDemoFiles.end(), name) == kDemoFiles.end())
+        foreign.push_back(name);
+    }
+  } else {
+    foreign.push_back(dir.filename().string());
+  }
+  if (!foreign.empty()) {
+    std::sort(foreign.begin(), foreign.end());
+    std::string names;
+    for (size_t i = 0; i < foreign.size() && i < 8; ++i) names += (i ? ", " : "") + foreign[i];
+    if (foreign.size() > 8) names += " and " + std::to_string(foreign.size() - 8) + " more";
+    throw Error(dir.string() + " is not a complete demo model and holds what the demo did not " +
+                    "make (" + names + "), so the demo will not replace it",
+                "give the demo another --workdir, or move " + dir.string() + " away");
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 
 // A cache: the model is made again from the bundled tokenizer when it is missing.
@@ -51,8 +108,10 @@ DemoModel ensureDemoModel(const fs::path& workdir, const fs::path& resources_dir
   if (fs::exists(model_dir / "model.safetensors") && fs::exists(model_dir / "config.json"))
     return {model_dir, false};
   const fs::path tmp = workdir / "model.tmp";
-  fs::remove_all(tmp);
+  removeDemoDir(model_dir);  // before anything is made: a user's dir there stops the demo
+  removeDemoDir(tmp);
   fs::create_directories(tmp);
+  writeDemoMarker(tmp);  // first: a kill midway leaves a dir the next run knows it may remove
   for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
     fs::copy_file(resources_dir / "demo" / file, tmp / file, fs::copy_options::overwrite_existing);
   }
@@ -64,7 +123,6 @@ DemoModel ensureDemoModel(const fs::path& workdir, const fs::path& resources_dir
   auto model = model::CausalLm::random(model_config, model::ModelOptions{}, nullptr, /*seed=*/2024,
                                        ThreadPool::global());
   model->writeRandomWeights(tmp / "model.safetensors");
-  fs::remove_all(model_dir);
   fs::rename(tmp, model_dir);
   return {model_dir, true};
 }

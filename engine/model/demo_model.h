@@ -17,7 +17,9 @@ struct DemoModel {
 std::filesystem::path defaultDemoWorkdir();
 
 // Builds `workdir`/model from `resources_dir`/demo/tokenizer*.json unless a complete one is
-// there; a half-made one (killed midway) is rebuilt. Throws tandem::Error.
+// there; a half-made one (killed midway) is rebuilt. A dir at `workdir`/model that the demo did
+// not make (no demo marker, or other files in it) is never removed: an Error names what is in it.
+// Throws tandem::Error.
 DemoModel ensureDemoModel(const std::filesystem::path& workdir,
                           const std::filesystem::path& resources_dir);
 

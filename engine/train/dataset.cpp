@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <optional>
 #include <variant>
 
 #include "engine/core/error.h"
+#include "engine/io/bounded_json.h"
+#include "engine/train/dataset_records.h"
 
 namespace tandem::train {
 namespace {
@@ -47,169 +48,7 @@ void useOpenAiSpellings(DatasetAttr& attr) {
   attr.system_tag = "system";
 }
 
-std::string readFile(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in)
-    throw Error("cannot read dataset file " + file.string(), "check the path and permissions");
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-// 1-based line of a byte offset, from the sorted offsets of '\n'.
-class LineIndex {
- public:
-  explicit LineIndex(std::string_view text) {
-    for (size_t i = 0; i < text.size(); ++i)
-      if (text[i] == '\n') newlines_.push_back(i);
-  }
-  int64_t lineOf(size_t offset) const {
-    return 1 + (std::lower_bound(newlines_.begin(), newlines_.end(), offset) - newlines_.begin());
-  }
-
- private:
-  std::vector<size_t> newlines_;
-};
-
-struct Record {
-  Json value;
-  int64_t line = 0;
-  int64_t index = 0;
-};
-
-[[noreturn]] void throwJsonError(const std::string& label, std::string_view text, size_t base,
-                                 int64_t base_line, const Json::parse_error& e) {
-  // e.byte counts the bytes read, so the offending byte is at e.byte - 1.
-  size_t offset = base + (e.byte > 0 ? e.byte - 1 : 0);
-  int64_t line = base_line;
-  if (base_line == 0) line = LineIndex(text).lineOf(std::min(offset, text.size()));
-  std::string what = e.what();
-  throw Error(label + ":" + std::to_string(line) + ": invalid JSON (" + what + ")",
-              "fix the file; every record must be a JSON object");
-}
-
-// Offsets where the elements of the top-level array that opens at `open` begin. The text was
-// already validated by nlohmann, so a plain scan over strings and brackets is enough.
-std::vector<size_t> arrayElementOffsets(std::string_view text, size_t open) {
-  std::vector<size_t> offsets;
-  int depth = 0;
-  bool in_string = false, escape = false, expecting = true;
-  for (size_t i = open; i < text.size(); ++i) {
-    char c = text[i];
-    if (in_string) {
-      if (escape)
-        escape = false;
-      else if (c == '\\')
-        escape = true;
-      else if (c == '"')
-        in_string = false;
-      continue;
-    }
-    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') continue;
-    if (c == ',') {
-      if (depth == 1) expecting = true;
-      continue;
-    }
-    if (c == ']' || c == '}') {
-      if (--depth == 0) break;
-      continue;
-    }
-    if (depth == 1 && expecting) {
-      offsets.push_back(i);
-      expecting = false;
-    }
-    if (c == '"')
-      in_string = true;
-    else if (c == '[' || c == '{')
-      ++depth;
-  }
-  return offsets;
-}
-
-size_t skipBomAndSpace(std::string_view text) {
-  size_t i = text.starts_with("\xEF\xBB\xBF") ? 3 : 0;
-  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
-  return i;
-}
-
-std::vector<Record> readJsonArray(std::string_view text, size_t open, const std::string& label) {
-  Json array;
-  try {
-    array = Json::parse(text.substr(open));
-  } catch (const Json::parse_error& e) {
-    throwJsonError(label, text, open, 0, e);
-  }
-  std::vector<size_t> offsets = arrayElementOffsets(text, open);
-  LineIndex lines(text);
-  std::vector<Record> records;
-  records.reserve(array.size());
-  for (size_t i = 0; i < array.size(); ++i) {
-    int64_t line = offsets.size() == array.size() ? lines.lineOf(offsets[i]) : 0;
-    records.push_back({std::move(array[i]), line, static_cast<int64_t>(i)});
-  }
-  return records;
-}
-
-std::vector<Record> readJsonLines(std::string_view text, const std::string& label) {
-  std::vector<Record> records;
-  size_t pos = text.starts_with("\xEF\xBB\xBF") ? 3 : 0;
-  int64_t line = 1;
-  while (pos <= text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view row = text.substr(pos, end - pos);
-    if (row.find_first_not_of(" \t\r") != std::string_view::npos) {
-      try {
-        records.push_back({Json::parse(row), line, static_cast<int64_t>(records.size())});
-      } catch (const Json::parse_error& e) {
-        throwJsonError(label, text, 0, line, e);
-      }
-    }
-    pos = end + 1;
-    ++line;
-  }
-  return records;
-}
-
-std::vector<Record> readCsv(std::string_view text, const std::string& label) {
-  std::vector<CsvRecord> rows = parseCsv(text, label);
-  if (rows.empty()) return {};
-  const std::vector<std::string>& header = rows.front().fields;
-  std::vector<Record> records;
-  for (size_t r = 1; r < rows.size(); ++r) {
-    const CsvRecord& row = rows[r];
-    Record record{Json::object(), row.line, static_cast<int64_t>(r - 1)};
-    if (row.fields.size() > header.size()) {
-      // Not an object: the converter reports it as a bad row with this text.
-      record.value = "has " + std::to_string(row.fields.size()) + " fields but the header has " +
-                     std::to_string(header.size());
-    } else {
-      for (size_t c = 0; c < row.fields.size(); ++c) record.value[header[c]] = row.fields[c];
-    }
-    records.push_back(std::move(record));
-  }
-  return records;
-}
-
-bool isSupportedFile(const fs::path& file) {
-  std::string ext = file.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
-  return ext == ".json" || ext == ".jsonl" || ext == ".csv";
-}
-
-std::vector<Record> readRecords(const fs::path& file) {
-  const std::string label = file.string();
-  std::string ext = file.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
-  std::string text = readFile(file);
-  if (ext == ".csv") return readCsv(text, label);
-  if (ext != ".json" && ext != ".jsonl")
-    throw Error(label + ": unsupported file type '" + ext + "'", "use .json, .jsonl or .csv");
-  // Like Hugging Face's json loader, accept an array or JSON lines under either extension.
-  size_t first = skipBomAndSpace(text);
-  if (first < text.size() && text[first] == '[') return readJsonArray(text, first, label);
-  return readJsonLines(text, label);
-}
+using Record = DatasetRecord;
 
 // ---- conversion ------------------------------------------------------------------------------
 
@@ -400,20 +239,17 @@ DatasetAttr parseEntry(const std::string& name, const Json& entry, const fs::pat
 std::optional<Json> readDatasetInfo(const fs::path& dataset_dir) {
   const fs::path path = dataset_dir / "dataset_info.json";
   if (!fs::exists(path)) return std::nullopt;
-  std::string text = readFile(path);
-  try {
-    Json info = Json::parse(text);
-    if (!info.is_object())
-      throw Error(path.string() + ": expected a JSON object", "see LLaMA-Factory's data/README.md");
-    return info;
-  } catch (const Json::parse_error& e) {
-    throwJsonError(path.string(), text, 0, 0, e);
-  }
+  std::string text = readDatasetText(path);
+  requireJson(text, path.string(), text, 0, 0);
+  Json info = io::parseBoundedJson(text, kDatasetFileLimits, path.string());
+  if (!info.is_object())
+    throw Error(path.string() + ": expected a JSON object", "see LLaMA-Factory's data/README.md");
+  return info;
 }
 
 std::optional<fs::path> findPlainFile(const fs::path& dataset_dir, const std::string& name) {
   for (const fs::path& candidate : {dataset_dir / name, fs::path(name)})
-    if (isSupportedFile(candidate) && fs::is_regular_file(candidate)) return candidate;
+    if (isSupportedDatasetFile(candidate) && fs::is_regular_file(candidate)) return candidate;
   return std::nullopt;
 }
 
@@ -450,7 +286,7 @@ std::vector<fs::path> filesOf(const fs::path& path) {
   if (!fs::is_directory(path)) return {path};
   std::vector<fs::path> files;  // a folder: every supported file in it, like LLaMA-Factory
   for (const auto& e : fs::directory_iterator(path))
-    if (e.is_regular_file() && isSupportedFile(e.path())) files.push_back(e.path());
+    if (e.is_regular_file() && isSupportedDatasetFile(e.path())) files.push_back(e.path());
   std::sort(files.begin(), files.end());
   if (files.empty()) throw Error("no .json/.jsonl/.csv files in " + path.string(), "");
   return files;
@@ -462,8 +298,9 @@ void convertInto(const DatasetAttr& attr, const fs::path& file, std::vector<Reco
     if (budget == 0) break;
     --budget;
     ++rep.rows_read;
-    Converted c = attr.formatting == Formatting::Alpaca ? convertAlpaca(record.value, attr)
-                                                        : convertSharegpt(record.value, attr);
+    Converted c = !record.refused.empty()                 ? Converted(record.refused)
+                  : attr.formatting == Formatting::Alpaca ? convertAlpaca(record.value, attr)
+                                                          : convertSharegpt(record.value, attr);
     if (auto* reason = std::get_if<std::string>(&c)) {
       ++rep.rows_skipped;
       if (rep.first_problems.size() < DatasetReport::kMaxReportedProblems)
@@ -550,7 +387,7 @@ std::vector<chat::Conversation> loadDatasets(const std::filesystem::path& datase
     rep.file = files.size() == 1 ? files[0].string() : attr.file.string();
     int64_t budget = max_samples.value_or(-1);  // -1: unlimited
     for (const fs::path& file : files) {
-      std::vector<Record> records = readRecords(file);
+      std::vector<Record> records = readDatasetRecords(file);
       if (attr.name.empty()) attr = attrForPlainFile(name, file, records);
       convertInto(attr, file, std::move(records), budget, rep, out);
     }
@@ -562,62 +399,6 @@ std::vector<chat::Conversation> loadDatasets(const std::filesystem::path& datase
     report.datasets.push_back(std::move(rep));
   }
   return out;
-}
-
-std::vector<CsvRecord> parseCsv(std::string_view text, std::string_view label) {
-  std::vector<CsvRecord> records;
-  size_t i = text.starts_with("\xEF\xBB\xBF") ? 3 : 0;
-  int64_t line = 1;
-  const size_t n = text.size();
-  while (i < n) {
-    CsvRecord record;
-    record.line = line;
-    bool end_of_record = false;
-    while (!end_of_record) {
-      std::string field;
-      if (i < n && text[i] == '"') {
-        const int64_t open_line = line;
-        ++i;
-        for (;;) {
-          if (i >= n)
-            throw Error(std::string(label) + ":" + std::to_string(open_line) +
-                            ": quoted CSV field is never closed",
-                        "close the quote; a quote inside a quoted field is written \"\"");
-          char c = text[i++];
-          if (c == '"') {
-            if (i < n && text[i] == '"') {
-              field += '"';
-              ++i;
-              continue;
-            }
-            break;
-          }
-          if (c == '\n') ++line;
-          field += c;
-        }
-        if (i < n && text[i] != ',' && text[i] != '\n' && !(text[i] == '\r')) {
-          throw Error(std::string(label) + ":" + std::to_string(line) +
-                          ": text after the closing quote of a CSV field",
-                      "quote the whole field, and write a quote inside it as \"\"");
-        }
-      } else {
-        while (i < n && text[i] != ',' && text[i] != '\n' && text[i] != '\r') field += text[i++];
-      }
-      record.fields.push_back(std::move(field));
-      if (i < n && text[i] == ',') {
-        ++i;
-        continue;
-      }
-      // End of record: CRLF, LF, a lone CR, or the end of the text.
-      if (i < n && text[i] == '\r') ++i;
-      if (i < n && text[i] == '\n') ++i;
-      ++line;
-      end_of_record = true;
-    }
-    const bool blank = record.fields.size() == 1 && record.fields[0].empty();
-    if (!blank) records.push_back(std::move(record));
-  }
-  return records;
 }
 
 }  // namespace tandem::train

@@ -86,6 +86,34 @@ TEST_F(DatasetTest, Alpaca) {
   EXPECT_EQ(report_.totalKept(), 3);
 }
 
+// A row nested 100k deep (a hostile "tools" value) is that row's error, with its line; the
+// rest of the file trains. Without the bound it overflowed the stack when copied or dumped.
+TEST_F(DatasetTest, ARowNestedPastTheLimitIsABadRowNotACrash) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  write("alpaca.json",
+        "[\n{\"instruction\": \"a\", \"output\": \"b\"},\n"
+        "{\"instruction\": \"x\", \"output\": \"y\", \"tools\": " +
+            deep + "},\n{\"instruction\": \"c\", \"output\": \"d\"}\n]");
+  auto convs = load({"alpaca_demo"});
+  ASSERT_EQ(convs.size(), 2u);
+  EXPECT_EQ(convs[1].messages[0].content, "c");
+  EXPECT_EQ(convs[1].source.line, 4);
+  ASSERT_EQ(report_.totalSkipped(), 1);
+  const RowProblem& problem = report_.datasets[0].first_problems.at(0);
+  EXPECT_EQ(problem.line, 3);
+  EXPECT_TRUE(contains(problem.reason, "nested deeper than 64")) << problem.reason;
+  // The same row in JSON lines.
+  write("bad_chats.jsonl",
+        "{\"conversations\": [{\"from\": \"human\", \"value\": \"Q\"}, {\"from\": \"gpt\", "
+        "\"value\": \"A\"}], \"tools\": " +
+            deep +
+            "}\n{\"conversations\": [{\"from\": \"human\", \"value\": \"Q\"}, "
+            "{\"from\": \"gpt\", \"value\": \"A\"}]}\n");
+  EXPECT_EQ(load({"bad_chats"}).size(), 1u);
+  EXPECT_EQ(report_.totalSkipped(), 1);
+  EXPECT_EQ(report_.datasets[0].first_problems.at(0).line, 1);
+}
+
 TEST_F(DatasetTest, AlpacaCustomColumnsAndHistory) {
   write("custom.jsonl",
         R"({"q": "Q3", "ctx": "C", "a": "A3", "sys": "S", "hist": [["Q1", "A1"], ["Q2", "A2"]]})"

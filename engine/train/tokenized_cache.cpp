@@ -13,18 +13,39 @@ namespace tandem::train {
 namespace {
 
 constexpr char kMagic[8] = {'T', 'N', 'D', 'M', 'T', 'O', 'K', '1'};
+// Bumped whenever what the key covers changes: v1 hashed the dataset files' bytes and missed
+// dataset_info.json (a changed response column trained on the old labels without a word).
+constexpr std::string_view kKeyVersion = "tokenized-cache-key v2";
+
+void addConversation(Fnv1a64& hash, const chat::Conversation& c) {
+  hash.addField(c.system);
+  hash.addField(c.tools);
+  const uint64_t n = c.messages.size();
+  hash.add(&n, sizeof n);
+  for (const chat::Message& m : c.messages) {
+    const auto role = static_cast<uint64_t>(m.role);
+    hash.add(&role, sizeof role);
+    hash.addField(m.content);
+  }
+}
 
 }  // namespace
 
-std::string tokenizedCacheKey(const std::vector<std::filesystem::path>& files,
+std::string tokenizedCacheKey(const std::vector<chat::Conversation>& conversations,
+                              const std::vector<std::filesystem::path>& tokenizer_files,
                               const std::string& settings) {
   Fnv1a64 hash;
   hash.addField(std::string_view(kMagic, sizeof kMagic));
+  hash.addField(kKeyVersion);
   hash.addField(settings);
-  for (const auto& file : files) {
-    std::ifstream in(file, std::ios::binary);
+  for (const auto& file : tokenizer_files) {
+    std::ifstream in(file, std::ios::binary);  // a missing file hashes as empty
+    hash.addField(file.filename().string());
     hash.addField(std::string(std::istreambuf_iterator<char>(in), {}));
   }
+  const uint64_t n = conversations.size();
+  hash.add(&n, sizeof n);
+  for (const chat::Conversation& c : conversations) addConversation(hash, c);
   return hash.hex();
 }
 

@@ -29,16 +29,39 @@ TEST(TokenizedCache, RoundTripsAndRejectsDamage) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(TokenizedCache, KeyDependsOnContentAndSettings) {
+chat::Conversation conversation(const std::string& answer) {
+  chat::Conversation c;
+  c.messages = {{chat::Role::User, "Who are you?"}, {chat::Role::Assistant, answer}};
+  return c;
+}
+
+// The key follows what the tokens are made of: a changed response (as a changed response column
+// in dataset_info.json gives), system, role or tokenizer_config.json is a miss.
+TEST(TokenizedCache, KeyDependsOnTheConversationsTokenizerFilesAndSettings) {
   const auto dir =
       std::filesystem::temp_directory_path() / ("tandem_tok_key_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  std::ofstream(dir / "a.json") << "[1]";
-  const std::string k1 = tokenizedCacheKey({dir / "a.json"}, "cutoff=128");
-  EXPECT_EQ(k1, tokenizedCacheKey({dir / "a.json"}, "cutoff=128"));
-  EXPECT_NE(k1, tokenizedCacheKey({dir / "a.json"}, "cutoff=256"));
-  std::ofstream(dir / "a.json") << "[2]";
-  EXPECT_NE(k1, tokenizedCacheKey({dir / "a.json"}, "cutoff=128"));
+  std::ofstream(dir / "tokenizer.json") << "{}";
+  std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": "a"})";
+  const std::vector<std::filesystem::path> files = {dir / "tokenizer.json",
+                                                    dir / "tokenizer_config.json"};
+  const std::vector<chat::Conversation> data = {conversation("I am Tandem.")};
+  const std::string k1 = tokenizedCacheKey(data, files, "cutoff=128");
+  EXPECT_EQ(k1, tokenizedCacheKey(data, files, "cutoff=128"));
+  EXPECT_NE(k1, tokenizedCacheKey(data, files, "cutoff=256"));
+  EXPECT_NE(k1, tokenizedCacheKey({conversation("I am someone else.")}, files, "cutoff=128"));
+  std::vector<chat::Conversation> with_system = data;
+  with_system[0].system = "Be brief.";
+  EXPECT_NE(k1, tokenizedCacheKey(with_system, files, "cutoff=128"));
+  std::vector<chat::Conversation> roles = data;
+  roles[0].messages[0].role = chat::Role::Observation;
+  EXPECT_NE(k1, tokenizedCacheKey(roles, files, "cutoff=128"));
+  // Where a sample came from is not what it is.
+  std::vector<chat::Conversation> moved = data;
+  moved[0].source.line = 99;
+  EXPECT_EQ(k1, tokenizedCacheKey(moved, files, "cutoff=128"));
+  std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": "b"})";
+  EXPECT_NE(k1, tokenizedCacheKey(data, files, "cutoff=128"));
   std::filesystem::remove_all(dir);
 }
 

@@ -172,6 +172,17 @@ void set(T& field, std::optional<T> value) {
   if (value) field = std::move(*value);
 }
 
+// Upper bounds: past them a value is a typo or an overflow waiting to happen (1e300 epochs is
+// no step count a 64-bit counter holds), never a run anyone means.
+constexpr int64_t kMaxCount = 1'000'000'000'000;  // steps, samples: a trillion
+constexpr int64_t kMaxBatch = 65'536;             // sequences per micro-batch
+constexpr int64_t kMaxTokens = 16'777'216;        // cutoff_len, chunk sizes: 16 Mi tokens
+constexpr int64_t kMaxRank = 65'536;              // lora_rank, lora_alpha
+constexpr double kMaxEpochs = 1e6;
+constexpr double kMaxLearningRate = 10;  // AdamW: 1e-6 to 1e-2 in practice
+constexpr double kMaxGradNorm = 1e6;
+constexpr double kMaxWeightDecay = 1e3;
+
 void readModel(const Doc& doc, TrainConfig& c) {
   c.model_name_or_path = doc.required("model_name_or_path", text, "/path/to/model");
   if (auto adapter = doc.get("adapter_name_or_path", list)) {
@@ -204,8 +215,8 @@ void readMethod(const Doc& doc, TrainConfig& c) {
              "adapters (the base weights stay frozen)",
          "set finetuning_type: lora");
   }
-  set(c.lora_rank, doc.get("lora_rank", positiveInt));
-  c.lora_alpha = doc.get("lora_alpha", positiveInt).value_or(2 * c.lora_rank);
+  set(c.lora_rank, doc.get("lora_rank", PositiveIntUpTo{kMaxRank}));
+  c.lora_alpha = doc.get("lora_alpha", PositiveIntUpTo{kMaxRank}).value_or(2 * c.lora_rank);
   set(c.lora_dropout, doc.get("lora_dropout", unitFraction));
   if (auto target = doc.get("lora_target", list)) {
     if (target->size() > 1 && std::count(target->begin(), target->end(), "all") > 0) {
@@ -221,9 +232,9 @@ void readData(const Doc& doc, TrainConfig& c) {
   c.dataset = doc.required("dataset", list, "identity,alpaca_en_demo");
   set(c.eval_dataset, doc.get("eval_dataset", list));
   set(c.dataset_dir, doc.get("dataset_dir", text));
-  set(c.cutoff_len, doc.get("cutoff_len", positiveInt));
-  if (auto n = doc.get("max_samples", positiveInt)) c.max_samples = *n;
-  if (auto val = doc.get("val_size", nonNegativeNumber)) {
+  set(c.cutoff_len, doc.get("cutoff_len", PositiveIntUpTo{kMaxTokens}));
+  if (auto n = doc.get("max_samples", PositiveIntUpTo{kMaxCount})) c.max_samples = *n;
+  if (auto val = doc.get("val_size", NonNegativeNumberUpTo{static_cast<double>(kMaxCount)})) {
     if (*val >= 1 && *val != std::floor(*val)) {
       failValue(*doc.find("val_size"), "a fraction in [0, 1) or a whole number of samples");
     }
@@ -245,24 +256,28 @@ LrSchedulerType scheduler(const Entry& e) {
 int64_t maxSteps(const Entry& e) {
   int64_t value = integer(e, "-1 or a positive integer");
   if (value == 0 || value < -1) failValue(e, "-1 (use num_train_epochs) or a positive integer");
+  if (value > kMaxCount)
+    failValue(e, "-1 or a positive integer up to " + boundText(static_cast<double>(kMaxCount)));
   return value;
 }
 
 void readTrain(const Doc& doc, TrainConfig& c) {
-  set(c.per_device_train_batch_size, doc.get("per_device_train_batch_size", positiveInt));
-  set(c.gradient_accumulation_steps, doc.get("gradient_accumulation_steps", positiveInt));
-  set(c.learning_rate, doc.get("learning_rate", positiveNumber));
-  set(c.num_train_epochs, doc.get("num_train_epochs", positiveNumber));
+  set(c.per_device_train_batch_size,
+      doc.get("per_device_train_batch_size", PositiveIntUpTo{kMaxBatch}));
+  set(c.gradient_accumulation_steps,
+      doc.get("gradient_accumulation_steps", PositiveIntUpTo{kMaxBatch}));
+  set(c.learning_rate, doc.get("learning_rate", PositiveNumberUpTo{kMaxLearningRate}));
+  set(c.num_train_epochs, doc.get("num_train_epochs", PositiveNumberUpTo{kMaxEpochs}));
   set(c.max_steps, doc.get("max_steps", maxSteps));
   set(c.lr_scheduler_type, doc.get("lr_scheduler_type", scheduler));
   set(c.warmup_ratio, doc.get("warmup_ratio", unitFraction));
-  set(c.warmup_steps, doc.get("warmup_steps", nonNegativeInt));
-  set(c.max_grad_norm, doc.get("max_grad_norm", nonNegativeNumber));
-  set(c.weight_decay, doc.get("weight_decay", nonNegativeNumber));
+  set(c.warmup_steps, doc.get("warmup_steps", NonNegativeIntUpTo{kMaxCount}));
+  set(c.max_grad_norm, doc.get("max_grad_norm", NonNegativeNumberUpTo{kMaxGradNorm}));
+  set(c.weight_decay, doc.get("weight_decay", NonNegativeNumberUpTo{kMaxWeightDecay}));
   set(c.adam_beta1, doc.get("adam_beta1", unitFraction));
   set(c.adam_beta2, doc.get("adam_beta2", unitFraction));
-  set(c.adam_epsilon, doc.get("adam_epsilon", positiveNumber));
-  set(c.seed, doc.get("seed", nonNegativeInt));
+  set(c.adam_epsilon, doc.get("adam_epsilon", PositiveNumberUpTo{1.0}));
+  set(c.seed, doc.get("seed", NonNegativeIntUpTo{4294967295}));
   set(c.bf16, doc.get("bf16", boolean));
   // transformers' AdamW spellings; all are the same AdamW here.
   doc.get("optim", [](const Entry& e) {
@@ -289,13 +304,15 @@ std::pair<ResumeFrom, std::filesystem::path> resumeFrom(const Entry& e) {
 
 void readOutput(const Doc& doc, TrainConfig& c) {
   set(c.eval_strategy, doc.get("eval_strategy", evalStrategy));
-  if (auto steps = doc.get("eval_steps", positiveInt)) c.eval_steps = *steps;
-  set(c.per_device_eval_batch_size, doc.get("per_device_eval_batch_size", positiveInt));
+  if (auto steps = doc.get("eval_steps", PositiveIntUpTo{kMaxCount})) c.eval_steps = *steps;
+  set(c.per_device_eval_batch_size,
+      doc.get("per_device_eval_batch_size", PositiveIntUpTo{kMaxBatch}));
   c.output_dir = doc.required("output_dir", text, "saves/my-run");
   set(c.overwrite_output_dir, doc.get("overwrite_output_dir", boolean));
-  set(c.logging_steps, doc.get("logging_steps", positiveInt));
-  set(c.save_steps, doc.get("save_steps", positiveInt));
-  if (auto limit = doc.get("save_total_limit", positiveInt)) c.save_total_limit = *limit;
+  set(c.logging_steps, doc.get("logging_steps", PositiveIntUpTo{kMaxCount}));
+  set(c.save_steps, doc.get("save_steps", PositiveIntUpTo{kMaxCount}));
+  if (auto limit = doc.get("save_total_limit", PositiveIntUpTo{kMaxCount}))
+    c.save_total_limit = *limit;
   set(c.save_only_model, doc.get("save_only_model", boolean));
   set(c.plot_loss, doc.get("plot_loss", boolean));
   if (auto resume = doc.get("resume_from_checkpoint", resumeFrom)) {
@@ -321,12 +338,12 @@ void readTandem(const Doc& doc, TrainConfig& c) {
   set(c.experts_backend, doc.get("experts_backend", expertsBackend));
   set(c.expert_threads, doc.get("expert_threads", threads));
   if (auto rule = doc.get("placement_rule", text)) c.placement_rule = *rule;
-  set(c.expert_chunk_tokens, doc.get("expert_chunk_tokens", positiveInt));
+  set(c.expert_chunk_tokens, doc.get("expert_chunk_tokens", PositiveIntUpTo{kMaxTokens}));
   if (auto path = doc.get("expert_weight_path", text)) c.expert_weight_path = *path;
   set(c.device, doc.get("device", device));
   if (auto devices = doc.get("layer_devices", text)) c.layer_devices = *devices;
   set(c.experts_mode, doc.get("experts_mode", expertsMode));
-  set(c.loss_chunk_tokens, doc.get("loss_chunk_tokens", positiveInt));
+  set(c.loss_chunk_tokens, doc.get("loss_chunk_tokens", PositiveIntUpTo{kMaxTokens}));
   set(c.experts_format, doc.get("experts_format", expertsFormat));
   set(c.experts_wt_policy, doc.get("experts_wt_policy", expertsWtPolicy));
   set(c.gpu_experts, doc.get("gpu_experts", gpuExperts));

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -377,6 +378,37 @@ double unitFraction(const Entry& e) {
   return value;
 }
 
+std::string boundText(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, value == std::floor(value) && value < 1e15 ? "%.0f" : "%g",
+                value);
+  return text;
+}
+
+int64_t PositiveIntUpTo::operator()(const Entry& e) const {
+  const int64_t v = positiveInt(e);
+  if (v > hi) failValue(e, "a positive integer up to " + boundText(static_cast<double>(hi)));
+  return v;
+}
+
+int64_t NonNegativeIntUpTo::operator()(const Entry& e) const {
+  const int64_t v = nonNegativeInt(e);
+  if (v > hi) failValue(e, "an integer in [0, " + boundText(static_cast<double>(hi)) + "]");
+  return v;
+}
+
+double PositiveNumberUpTo::operator()(const Entry& e) const {
+  const double v = positiveNumber(e);
+  if (v > hi) failValue(e, "a positive number up to " + boundText(hi));
+  return v;
+}
+
+double NonNegativeNumberUpTo::operator()(const Entry& e) const {
+  const double v = nonNegativeNumber(e);
+  if (v > hi) failValue(e, "a number in [0, " + boundText(hi) + "]");
+  return v;
+}
+
 std::vector<std::string> list(const Entry& e) {
   std::vector<std::string> items;
   auto add = [&](const std::string& part) {
@@ -471,7 +503,11 @@ std::string gpuExperts(const Entry& e) {
       !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     failValue(e, "auto or a count >= 0 (routed experts per MoE layer on its GPU)");
   }
-  return std::to_string(nonNegativeInt(e));
+  const int64_t count = nonNegativeInt(e);
+  if (count > (int64_t{1} << 20)) {
+    failValue(e, "auto or a count in [0, 1048576] (routed experts per MoE layer on its GPU)");
+  }
+  return std::to_string(count);
 }
 
 std::string expertsWtPolicy(const Entry& e) {

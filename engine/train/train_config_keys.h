@@ -77,6 +77,26 @@ double positiveNumber(const Entry& e);
 double nonNegativeNumber(const Entry& e);
 // [0, 1): probabilities, ratios, Adam betas.
 double unitFraction(const Entry& e);
+// Readers with an upper bound, for doc.get: `PositiveIntUpTo{65536}` refuses 0 as positiveInt
+// does and 70000 as "must be a positive integer up to 65536, got '70000'".
+struct PositiveIntUpTo {
+  int64_t hi;
+  int64_t operator()(const Entry& e) const;
+};
+struct NonNegativeIntUpTo {  // [0, hi]
+  int64_t hi;
+  int64_t operator()(const Entry& e) const;
+};
+struct PositiveNumberUpTo {  // (0, hi]
+  double hi;
+  double operator()(const Entry& e) const;
+};
+struct NonNegativeNumberUpTo {  // [0, hi]
+  double hi;
+  double operator()(const Entry& e) const;
+};
+// A bound as an error message shows it: 1000000, 0.5, 1e+20.
+std::string boundText(double value);
 // LLaMA-Factory writes lists as "a, b, c"; a YAML sequence is accepted too.
 std::vector<std::string> list(const Entry& e);
 std::string oneOf(const Entry& e, std::initializer_list<std::string_view> allowed);

@@ -434,6 +434,42 @@ TEST(TrainConfigTest, BadConfigsFailWithUsefulErrors) {
   }
 }
 
+// Every numeric key has a range; the message names the key, the value and the range.
+TEST(TrainConfigTest, NumbersOutOfRangeAreRefusedNamingKeyValueAndRange) {
+  const std::vector<BadConfig> cases = {
+      {"num_train_epochs: 1e300\n",
+       "num_train_epochs must be a positive number up to 1000000, got '1e300'"},
+      {"learning_rate: 1e6\n", "learning_rate must be a positive number up to 10, got '1e6'"},
+      {"per_device_train_batch_size: 1e9\n",
+       "per_device_train_batch_size must be a positive integer up to 65536, got '1e9'"},
+      {"gradient_accumulation_steps: 9999999\n",
+       "gradient_accumulation_steps must be a positive integer up to 65536"},
+      {"max_steps: 1e13\n", "max_steps must be -1 or a positive integer up to 1000000000000"},
+      {"cutoff_len: 100000000\n", "cutoff_len must be a positive integer up to 16777216"},
+      {"warmup_steps: 1e14\n", "warmup_steps must be an integer in [0, 1000000000000]"},
+      {"lora_rank: 100000\n", "lora_rank must be a positive integer up to 65536"},
+      {"lora_alpha: 1e7\n", "lora_alpha must be a positive integer up to 65536"},
+      {"lora_dropout: 1.5\n", "lora_dropout must be a number in [0, 1)"},
+      {"max_grad_norm: 1e300\n", "max_grad_norm must be a number in [0, 1000000]"},
+      {"weight_decay: 1e9\n", "weight_decay must be a number in [0, 1000]"},
+      {"adam_epsilon: 5\n", "adam_epsilon must be a positive number up to 1"},
+      {"save_steps: 1e15\n", "save_steps must be a positive integer up to 1000000000000"},
+      {"seed: 1e12\n", "seed must be an integer in [0, 4294967295]"},
+      {"loss_chunk_tokens: 1e9\n", "loss_chunk_tokens must be a positive integer up to 16777216"},
+      {"num_train_epochs: .nan\n", "num_train_epochs must be a positive number"},
+      {"gpu_experts: 9000000000\n", "gpu_experts must be auto or a count in [0, 1048576]"},
+      {"learning_rate: .inf\n", "learning_rate must be a positive number"},
+  };
+  for (const BadConfig& c : cases) {
+    try {
+      parse(std::string(kMinimal) + c.lines);
+      ADD_FAILURE() << "accepted: " << c.lines;
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find(c.error), std::string::npos) << c.lines << " -> " << e.message();
+    }
+  }
+}
+
 TEST(TrainConfigTest, ToYamlRoundTrips) {
   TrainConfig custom = parse(kMinimal);
   custom.adapter_name_or_path = "saves/previous";

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <optional>
 #include <random>
 
 #include "engine/core/error.h"
@@ -15,6 +15,7 @@
 #include "engine/core/platform/process_info.h"
 #include "engine/core/units.h"
 #include "engine/io/atomic_file.h"
+#include "engine/io/bounded_json.h"
 #include "engine/model/adapter_files.h"
 #include "engine/model/checkpoint_dir.h"
 
@@ -54,6 +55,32 @@ void appendLine(const std::filesystem::path& path, const std::string& line) {
   if (error) throw Error("cannot append to " + path.string() + ": " + error.message());
 }
 
+Error badState(const std::filesystem::path& file, const std::string& problem) {
+  return Error(file.string() + " " + problem,
+               "delete " + file.parent_path().string() +
+                   " (the run resumes from the checkpoint before it), or start over with "
+                   "overwrite_output_dir: true");
+}
+
+// A count a checkpoint's trainer_state.json must hold: present, an integer, not negative.
+int64_t stateCount(const nlohmann::json& state, const char* field,
+                   const std::filesystem::path& file) {
+  const auto it = state.find(field);
+  if (it == state.end()) throw badState(file, std::string("has no \"") + field + "\"");
+  if (!it->is_number_integer() || it->get<int64_t>() < 0)
+    throw badState(file, std::string("has \"") + field +
+                             "\": " + io::excerptForMessage(it->dump()) + ", not a count");
+  return it->get<int64_t>();
+}
+
+// The log history as JSON values, from the lines this trainer wrote (so always valid JSON).
+nlohmann::json historyJson(const std::vector<std::string>& lines) {
+  nlohmann::json history = nlohmann::json::array();
+  for (const std::string& l : lines)
+    history.push_back(io::parseBoundedJson(l, io::kStateJsonLimits, "trainer_log.jsonl line"));
+  return history;
+}
+
 }  // namespace
 
 Trainer::Trainer(model::Model& model, const gpu::LoraSettings& lora,
@@ -72,6 +99,14 @@ Trainer::Trainer(model::Model& model, const gpu::LoraSettings& lora,
       std::max<int64_t>(1, settings_.gradient_accumulation_steps);
   micro_batches_per_epoch_ =
       (static_cast<int64_t>(samples_.size()) + settings_.batch_size - 1) / settings_.batch_size;
+  // The config refuses such values (train_config.cpp); settings from elsewhere are checked here,
+  // before a double too large for int64 is converted (undefined behaviour).
+  const double epoch_steps = settings_.num_train_epochs * static_cast<double>(stepsPerEpoch());
+  if (settings_.max_steps <= 0 && !(epoch_steps > 0 && epoch_steps <= 1e12)) {
+    throw Error("num_train_epochs " + std::to_string(settings_.num_train_epochs) +
+                    " gives no step count Tandem can run",
+                "set num_train_epochs in (0, 1000000], or max_steps");
+  }
   total_steps_ =
       settings_.max_steps > 0
           ? settings_.max_steps
@@ -200,7 +235,10 @@ StepEvent Trainer::optimizerStep(const Window& window, const StepMath& math) {
   const auto start = Clock::now();
   StepEvent e;
   e.learning_rate = schedule_.at(step_);
+  if (!std::isfinite(math.loss)) failNotFinite("the loss", math.loss);
   e.grad_norm = training_.clipGradNorm(settings_.max_grad_norm);
+  // Checked before the update: one inf or NaN gradient would make every weight NaN.
+  if (!std::isfinite(e.grad_norm)) failNotFinite("the gradient norm", e.grad_norm);
   training_.step(e.learning_rate);
   training_.zeroGrad();
   e.optimizer_s = std::chrono::duration<double>(Clock::now() - start).count();
@@ -294,6 +332,7 @@ TrainResult Trainer::run(const RunControl& control, TrainListener& listener) {
     e.memory = MemoryLedger::global().snapshot();
     result.final_loss = e.loss;
     logStep(e);
+    warnIfSpike(e, listener);
     listener.onStep(e);
     afterStep(e, listener);
   }
@@ -322,12 +361,50 @@ void Trainer::failOutOfMemory(const std::string& what, int64_t run_start_step) {
           "takes");
 }
 
+void Trainer::failNotFinite(const std::string& what, double value) {
+  training_.zeroGrad();
+  const std::string failed_step = std::to_string(step_ + 1);
+  const std::filesystem::path last = model::lastCheckpoint(settings_.output_dir);
+  const std::string message = "training diverged in step " + failed_step + ": " + what + " is " +
+                              std::to_string(value) +
+                              "; the step was not applied (no weight was updated)";
+  try {
+    logLine({{"current_steps", step_ + 1}, {"total_steps", total_steps_}, {"error", message}});
+  } catch (const Error&) {
+    // The log is a record; failing to write it must not hide the divergence itself.
+  }
+  char advice[320];
+  std::snprintf(advice, sizeof advice,
+                ". Try a lower learning_rate (now %g), training in fp32 (bf16: false) instead of "
+                "bf16, or %s (changed settings start the run over: overwrite_output_dir: true, "
+                "or another output_dir)",
+                settings_.learning_rate,
+                settings_.max_grad_norm > 0 ? "a lower max_grad_norm" : "max_grad_norm: 1.0");
+  throw Error(message, (last.empty() ? std::string("no checkpoint was saved before it")
+                                     : "the last checkpoint, " + last.string() + ", is intact") +
+                           advice);
+}
+
+void Trainer::warnIfSpike(const StepEvent& e, TrainListener& listener) {
+  const std::optional<double> median = grad_norms_.observe(e.grad_norm);
+  if (!median) return;
+  char text[200];
+  std::snprintf(text, sizeof text,
+                "warning: step %lld's gradient norm %.4g is %.0fx the median of recent steps "
+                "(%.4g); if the loss jumps, lower learning_rate or max_grad_norm",
+                static_cast<long long>(step_), e.grad_norm, e.grad_norm / *median, *median);
+  logLine({{"current_steps", step_},
+           {"total_steps", total_steps_},
+           {"warning", text},
+           {"grad_norm", e.grad_norm}});
+  listener.onMessage(text);
+}
+
 void Trainer::writeCheckpointFiles(const std::filesystem::path& dir) const {
   model::writeAdapter(model_, lora_, dir, model::ExpertAdapterForm::Fused,
                       settings_.base_model_name);
   training_.saveState(dir / "optimizer.safetensors");
-  nlohmann::json history = nlohmann::json::array();
-  for (const std::string& l : log_history_) history.push_back(nlohmann::json::parse(l));
+  const nlohmann::json history = historyJson(log_history_);
   const nlohmann::json trainer_state = {
       {"global_step", step_},
       {"max_steps", total_steps_},
@@ -351,9 +428,15 @@ std::filesystem::path Trainer::saveCheckpoint() const {
                               std::to_string(platform::currentProcessId()));
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
-  writeCheckpointFiles(tmp_dir);
-  fs::remove_all(final_dir);
-  fs::rename(tmp_dir, final_dir);  // a directory appears complete or not at all
+  try {
+    writeCheckpointFiles(tmp_dir);
+    fs::remove_all(final_dir);
+    fs::rename(tmp_dir, final_dir);  // a directory appears complete or not at all
+  } catch (...) {
+    std::error_code ignored;  // the save's own error is the one to report
+    fs::remove_all(tmp_dir, ignored);
+    throw;
+  }
   pruneCheckpoints();
   return final_dir;
 }
@@ -375,8 +458,7 @@ void Trainer::pruneCheckpoints() const {
 void Trainer::saveFinal(TrainListener& listener) const {
   model::writeAdapter(model_, lora_, settings_.output_dir, model::ExpertAdapterForm::Fused,
                       settings_.base_model_name);
-  nlohmann::json history = nlohmann::json::array();
-  for (const std::string& l : log_history_) history.push_back(nlohmann::json::parse(l));
+  const nlohmann::json history = historyJson(log_history_);
   io::writeFileAtomically(
       settings_.output_dir / "trainer_state.json",
       nlohmann::json(
@@ -387,25 +469,33 @@ void Trainer::saveFinal(TrainListener& listener) const {
 }
 
 void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
-  std::ifstream in(checkpoint_dir / "trainer_state.json");
-  const nlohmann::json state = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (state.is_discarded() || !state.contains("global_step")) {
-    throw Error(checkpoint_dir.string() + "/trainer_state.json is unreadable",
-                "delete that checkpoint dir");
-  }
+  const std::filesystem::path file = checkpoint_dir / "trainer_state.json";
+  const nlohmann::json state = io::readBoundedJsonFile(file, io::kStateJsonLimits);
+  if (!state.is_object()) throw badState(file, "is not a JSON object");
   if (state.value("config_fingerprint", std::string()) != settings_.config_fingerprint) {
     throw Error(checkpoint_dir.string() + " was written by a different configuration",
                 "set overwrite_output_dir: true, or use another output_dir");
   }
-  step_ = state["global_step"].get<int64_t>();
-  micro_done_ = state["micro_batches_done"].get<int64_t>();
-  for (const auto& line : state["log_history"]) log_history_.push_back(line.dump());
+  // Everything is read and checked before the trainer takes any of it.
+  const int64_t step = stateCount(state, "global_step", file);
+  const int64_t micro_done = stateCount(state, "micro_batches_done", file);
+  const int64_t optimizer_steps = stateCount(state, "optimizer_steps", file);
+  if (step > total_steps_) {
+    throw badState(file, "has \"global_step\": " + std::to_string(step) + ", past this run's " +
+                             std::to_string(total_steps_) + " steps");
+  }
+  const auto history = state.find("log_history");
+  if (history == state.end() || !history->is_array())
+    throw badState(file, "has no \"log_history\" list");
+  step_ = step;
+  micro_done_ = micro_done;
+  log_history_.clear();
+  for (const auto& line : *history) log_history_.push_back(line.dump());
   // Lines the interrupted run logged after this checkpoint are dropped: they will be redone.
   std::string all;
   for (const std::string& l : log_history_) all += l + "\n";
   io::writeFileAtomically(settings_.output_dir / "trainer_log.jsonl", all);
-  training_.loadState(checkpoint_dir / "optimizer.safetensors",
-                      state["optimizer_steps"].get<int64_t>());
+  training_.loadState(checkpoint_dir / "optimizer.safetensors", optimizer_steps);
 }
 
 }  // namespace tandem::train

@@ -14,6 +14,7 @@
 #include "engine/core/train_events.h"
 #include "engine/gpu/lora_settings.h"
 #include "engine/model/lora_training.h"
+#include "engine/train/grad_norm_watch.h"
 #include "engine/train/lr_schedule.h"
 
 namespace tandem {
@@ -127,6 +128,12 @@ class Trainer {
   // started from (whole: the optimizer had not run) unless the run has no step of its own yet,
   // and throws an Error that says where it was saved and what to change.
   [[noreturn]] void failOutOfMemory(const std::string& what, int64_t run_start_step);
+  // The loss or the gradients of step step_ + 1 are not finite: drops the gradients (the
+  // optimizer has not run, the weights and the last checkpoint are as they were), logs it, and
+  // throws an Error that says what to try.
+  [[noreturn]] void failNotFinite(const std::string& what, double value);
+  // A gradient norm far above the recent median: a warning in the log and to the listener.
+  void warnIfSpike(const StepEvent& e, TrainListener& listener);
 
   model::Model& model_;
   gpu::LoraSettings lora_;
@@ -141,6 +148,7 @@ class Trainer {
   int64_t step_ = 0;
   int64_t micro_done_ = 0;
   std::vector<std::string> log_history_;  // JSON lines, also in trainer_state.json
+  GradNormWatch grad_norms_;
 };
 
 }  // namespace tandem::train

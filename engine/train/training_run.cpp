@@ -1,8 +1,7 @@
 #include "engine/train/training_run.h"
 
 #include <cmath>
-#include <fstream>
-#include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -25,6 +24,7 @@
 #include "engine/model/model_resolver.h"
 #include "engine/store/run_store.h"
 #include "engine/train/dataset.h"
+#include "engine/train/output_dir.h"
 #include "engine/train/tokenized_cache.h"
 #include "engine/train/training_plan.h"
 
@@ -33,7 +33,6 @@ namespace tandem::train {
 namespace {
 
 namespace fs = std::filesystem;
-const char* const kRunFile = "tandem_run.json";  // marks an output dir as ours, with its config
 
 std::string joinTargets(const std::vector<std::string>& targets) {
   std::string out;
@@ -51,6 +50,8 @@ std::vector<chat::EncodedSample> encodeAll(const TrainConfig& config,
       loadDatasets(config.dataset_dir, names, config.max_samples, report);
   listener.onMessage(report.summary());
   // Tokenising is the slow part; a run over the same data and settings reads it back instead.
+  // The key hashes the conversations as converted, not the files they came from: that covers
+  // dataset_info.json (columns, tags, formatting) and directory datasets (tokenized_cache.h).
   std::vector<fs::path> files;
   std::ostringstream settings;
   if (io::isGgufPath(config.model_name_or_path)) {
@@ -62,14 +63,14 @@ std::vector<chat::EncodedSample> encodeAll(const TrainConfig& config,
     settings << "gguf_tokenizer=" << tokenizer_hash.hex() << " ";
   } else {
     files.push_back(fs::path(config.model_name_or_path) / "tokenizer.json");
+    files.push_back(fs::path(config.model_name_or_path) / "tokenizer_config.json");
   }
-  for (const DatasetFileReport& d : report.datasets) files.push_back(d.file);
   settings << "template=" << config.template_name << " thinking=" << config.enable_thinking
            << " cutoff=" << config.cutoff_len << " prompt=" << config.train_on_prompt
            << " history=" << config.mask_history << " max=" << config.max_samples.value_or(-1)
            << " datasets=" << joinTargets(names) << " rows=" << conversations.size();
   const fs::path cache_file =
-      tokenizedCacheDir() / (tokenizedCacheKey(files, settings.str()) + ".bin");
+      tokenizedCacheDir() / (tokenizedCacheKey(conversations, files, settings.str()) + ".bin");
   if (auto cached = readTokenizedCache(cache_file)) {
     listener.onMessage("tokenised data from the cache " + cache_file.string());
     return std::move(*cached);
@@ -113,42 +114,37 @@ std::vector<chat::EncodedSample> holdOut(std::vector<chat::EncodedSample>& sampl
   return eval;
 }
 
-// Decides what to do with an existing output dir before anything is written into it.
-// Returns the checkpoint to resume from (empty: start fresh).
-fs::path prepareOutputDir(const TrainConfig& config, const std::string& fingerprint) {
+// What to do with the output dir: start in it afresh, clear this tool's previous run from it
+// first, or resume from a checkpoint. Writes nothing, so it runs both before the dir is locked
+// (a refused run leaves no trace) and again under the lock (the dir may have changed meanwhile).
+struct OutputDirPlan {
+  bool clear = false;
+  fs::path resume_from;  // empty: start fresh
+};
+
+OutputDirPlan planOutputDir(const TrainConfig& config, const std::string& fingerprint) {
   const fs::path& dir = config.output_dir;
   std::error_code ec;
-  const bool exists_nonempty = fs::exists(dir) && !fs::is_empty(dir, ec);
-  if (!exists_nonempty) return {};
-  const fs::path run_file = dir / kRunFile;
-  std::string theirs;
-  if (fs::exists(run_file)) {
-    std::ifstream in(run_file);
-    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (!j.is_discarded()) theirs = j.value("config_fingerprint", "");
-  }
+  if (!fs::exists(dir, ec)) return {};
+  bool empty = true;  // the lock file alone is a run that died before it wrote its marker
+  for (const auto& entry : fs::directory_iterator(dir))
+    empty = empty && entry.path().filename() == kRunLockFile;
+  if (empty) return {};
+  const std::optional<RunMarker> marker = readRunMarker(dir);
   if (config.overwrite_output_dir) {
-    if (!fs::exists(run_file)) {
-      throw Error("output_dir " + dir.string() + " is not empty and was not written by Tandem",
-                  "choose another output_dir; Tandem only overwrites its own runs");
-    }
-    // The marker goes last: a run killed while clearing still owns (and can clear) the dir.
-    for (const auto& entry : fs::directory_iterator(dir)) {
-      if (entry.path().filename() != kRunFile) fs::remove_all(entry.path());
-    }
-    fs::remove(run_file);
-    return {};
+    requireOnlyOwnRun(dir);  // throws, listing what Tandem did not write
+    return {true, {}};
   }
-  if (theirs.empty()) {
+  if (!marker || marker->config_fingerprint.empty()) {
     throw Error("Output directory " + dir.string() + " already exists and is not empty",
                 "set overwrite_output_dir: true, or choose another output_dir");
   }
-  if (theirs != fingerprint) {
+  if (marker->config_fingerprint != fingerprint) {
     throw Error("output_dir " + dir.string() + " holds a run with a different configuration",
                 "set overwrite_output_dir: true to start over there, or choose another output_dir");
   }
-  if (config.resume == ResumeFrom::Path) return config.resume_path;
-  return model::lastCheckpoint(dir);
+  if (config.resume == ResumeFrom::Path) return {false, config.resume_path};
+  return {false, model::lastCheckpoint(dir)};
 }
 
 class StoreListener : public TrainListener {
@@ -317,22 +313,29 @@ TrainerSettings trainerSettings(const TrainConfig& config, int32_t pad_id,
   return settings;
 }
 
-// Step 4: the output dir, refused when it holds someone else's run, resumed from its newest
-// checkpoint when it holds this one; then marked as this run's.
-void prepareOutput(const TrainConfig& config, const std::string& fingerprint, model::Model& model,
-                   Trainer& trainer, TrainingRunOutcome& outcome, TrainListener& listener) {
-  const fs::path checkpoint = prepareOutputDir(config, fingerprint);
-  fs::create_directories(config.output_dir);
-  io::writeFileAtomically(
-      config.output_dir / kRunFile,
-      nlohmann::json({{"config_fingerprint", fingerprint}, {"config", toYaml(config)}}).dump(2) +
-          "\n");
-  if (checkpoint.empty()) return;
-  model::applyAdapter(checkpoint, model);
-  trainer.restore(checkpoint);
+// Step 4: the output dir, refused when it holds someone else's run or another live run holds
+// it, resumed from its newest checkpoint when it holds this one; then locked for this run (the
+// returned lock), swept of dead saves' temp dirs, and marked as this run's.
+platform::FileLock prepareOutput(const TrainConfig& config, const std::string& fingerprint,
+                                 model::Model& model, Trainer& trainer, TrainingRunOutcome& outcome,
+                                 TrainListener& listener) {
+  planOutputDir(config, fingerprint);  // refusals before the lock file is made
+  platform::FileLock lock = lockOutputDir(config.output_dir);
+  const OutputDirPlan plan = planOutputDir(config, fingerprint);
+  if (plan.clear) clearOwnRun(config.output_dir);
+  if (const int swept = sweepCheckpointTemps(config.output_dir); swept > 0)
+    listener.onMessage("removed " + std::to_string(swept) + " unfinished checkpoint save(s)");
+  writeRunMarker(config.output_dir, fingerprint, toYaml(config));
+  if (plan.resume_from.empty()) {
+    setAsidePreviousLog(config.output_dir);
+    return lock;
+  }
+  model::applyAdapter(plan.resume_from, model);
+  trainer.restore(plan.resume_from);
   outcome.resumed = true;
-  outcome.resumed_from_step = model::checkpointStep(checkpoint).value_or(0);
-  listener.onMessage("resuming from " + checkpoint.string());
+  outcome.resumed_from_step = model::checkpointStep(plan.resume_from).value_or(0);
+  listener.onMessage("resuming from " + plan.resume_from.string());
+  return lock;
 }
 
 // The run's row in the store (the same row again when it resumes), marked running.
@@ -379,6 +382,8 @@ void writeLlamaCppLora(const fs::path& output_dir, const fs::path& gguf_model,
 TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listener,
                                const RunControl& control, store::RunStore* store) {
   const std::string fingerprint = configFingerprint(config);
+  // A second run into a busy output_dir is turned away before it loads anything.
+  refuseIfOutputDirBusy(config.output_dir);
   // Everything that can be wrong with the inputs is found before any file is written.
   const io::ModelConfig model_config = io::readModelConfig(config.model_name_or_path);
   const placement::MemoryPlan plan = planOnThisMachine(config, model_config);
@@ -391,7 +396,8 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   TrainingRunOutcome outcome;
   outcome.output_dir = config.output_dir;
   outcome.applied_placement = loaded.model->placement();
-  prepareOutput(config, fingerprint, *loaded.model, trainer, outcome, listener);
+  const platform::FileLock output_lock =
+      prepareOutput(config, fingerprint, *loaded.model, trainer, outcome, listener);
   if (store) outcome.run_id = recordRun(*store, config, fingerprint, trainer, outcome.resumed);
   StoreListener recorder(listener, store, outcome.run_id);
   FirstStepNote note(recorder, *loaded.model);

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 REPO = Path(__file__).resolve().parents[2]
 TANDEM = os.environ["TANDEM_BIN"]
@@ -261,3 +261,137 @@ def test_val_size_holds_out_samples_and_evaluates_every_eval_steps(demo, tmp_pat
     assert [line["current_steps"] for line in evals] == [4, 8, 12]
     assert evals[-1]["eval_loss"] < evals[0]["eval_loss"]
     assert "on 8 samples" in result.stdout  # ceil(0.25 * 32) held out, as LLaMA-Factory
+
+
+def test_overwrite_output_dir_never_clears_what_tandem_did_not_write(demo, tmp_path):
+    base = ["model_name_or_path=" + str(demo["model"]), "dataset_dir=" + str(DEMO_DATA), "max_steps=2",
+            "save_steps=1", "overwrite_output_dir=true"]
+    # An empty marker is no credential: the dir, and every run saved under it, stays.
+    forged = tmp_path / "forged"
+    (forged / "earlier-run").mkdir(parents=True)
+    (forged / "tandem_run.json").write_text("{}")
+    (forged / "earlier-run" / "adapter_model.safetensors").write_bytes(b"precious")
+    before = snapshot(forged)
+    result = run(["train", DEMO_PRESET, *base, "output_dir=" + str(forged)], demo["home"])
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "not written by Tandem" in result.stderr, result.stderr[-2000:]
+    assert snapshot(forged) == before
+    # Tandem's own run with a user's file beside it: refused, naming the file, nothing removed.
+    ours = tmp_path / "ours"
+    assert run(["train", DEMO_PRESET, *base, "output_dir=" + str(ours)], demo["home"]).returncode == 0
+    (ours / "notes.txt").write_text("mine")
+    before = snapshot(ours)
+    result = run(["train", DEMO_PRESET, *base, "output_dir=" + str(ours), "learning_rate=1e-3"], demo["home"])
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "notes.txt" in result.stderr and "did not write" in result.stderr, result.stderr[-2000:]
+    assert snapshot(ours) == before
+
+
+def test_demo_never_removes_a_model_dir_or_output_it_did_not_make(demo, tmp_path):
+    work = tmp_path / "work"
+    (work / "model").mkdir(parents=True)
+    (work / "model" / "my_weights.bin").write_bytes(b"precious")
+    result = run(["demo", "--workdir", work], tmp_path / "home")
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "my_weights.bin" in result.stderr and "--workdir" in result.stderr, result.stderr[-2000:]
+    assert (work / "model" / "my_weights.bin").read_bytes() == b"precious"
+    # The demo's model in place, someone else's files in its output dir: refused, kept.
+    other = tmp_path / "other"
+    shutil.copytree(demo["model"], other / "model")
+    (other / "output").mkdir()
+    (other / "output" / "notes.txt").write_text("mine")
+    result = run(["demo", "--workdir", other], tmp_path / "home")
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "not written by Tandem" in result.stderr, result.stderr[-2000:]
+    assert (other / "output" / "notes.txt").read_text() == "mine"
+
+
+def test_a_second_run_into_a_busy_output_dir_is_refused_and_a_killed_runs_leftovers_go(demo, tmp_path):
+    output = tmp_path / "out"
+    args = ["train", DEMO_PRESET, "model_name_or_path=" + str(demo["model"]), "dataset_dir=" + str(DEMO_DATA),
+            "output_dir=" + str(output), "max_steps=400", "save_steps=1000", "logging_steps=1",
+            "num_train_epochs=1000", "overwrite_output_dir=false"]
+    env = dict(os.environ, TANDEM_HOME=str(demo["home"]))
+    first = subprocess.Popen([TANDEM, *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.time() + 300
+        while not (output / "trainer_log.jsonl").exists() and time.time() < deadline:
+            time.sleep(0.02)
+        second = run(args, demo["home"])
+        assert first.poll() is None, "the first run ended before the second tried"
+        assert second.returncode == 1, second.stderr[-2000:]
+        assert f"in use by another Tandem run (pid {first.pid}" in second.stderr, second.stderr[-2000:]
+        assert " kept, " not in second.stdout, "refused only after reading the data"
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    assert not list(output.glob("checkpoint-*")), "killed before its first checkpoint"
+    killed_log = log_lines(output)
+    # A save the kill cut short (as a killed save leaves it): swept by the next run.
+    (output / ".checkpoint-7.tmp-999999").mkdir()
+    (output / ".checkpoint-7.tmp-999999" / "adapter_model.safetensors").write_bytes(b"half")
+    # The lock died with the killed run; the rerun starts afresh with a log of its own.
+    result = run(args, demo["home"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    steps = [line["current_steps"] for line in log_lines(output) if "loss" in line]
+    assert steps == list(range(1, 401)), steps[:20]
+    assert log_lines(output.parent / "out") and not (output / ".checkpoint-7.tmp-999999").exists()
+    assert [json.loads(line) for line in (output / "trainer_log.previous.jsonl").read_text().splitlines()] == killed_log
+
+
+def test_a_changed_response_column_misses_the_tokenised_cache(demo, tmp_path):
+    # The same files, another response column in dataset_info.json: the next run must tokenise
+    # the new labels, not read the old ones back from the cache.
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = json.loads((DEMO_DATA / "identity.json").read_text())
+    for row in rows:
+        row["short"] = "I am a short answer."
+    (data / "identity.json").write_text(json.dumps(rows))
+    info = {"identity": {"file_name": "identity.json"}}
+    (data / "dataset_info.json").write_text(json.dumps(info))
+
+    def train(name):
+        result = run(["train", DEMO_PRESET, "model_name_or_path=" + str(demo["model"]), "dataset_dir=" + str(data),
+                      "output_dir=" + str(tmp_path / name), "max_steps=1", "logging_steps=1"], demo["home"])
+        assert result.returncode == 0, result.stderr[-2000:]
+        return "from the cache" in result.stdout, losses(tmp_path / name)[0]
+
+    first_cached, first_loss = train("first")
+    assert train("again")[0], "the same data and settings should be read from the cache"
+    info["identity"]["columns"] = {"prompt": "instruction", "query": "input", "response": "short"}
+    (data / "dataset_info.json").write_text(json.dumps(info))
+    cached, loss = train("short")
+    assert not cached, "a changed response column was read from the cache"
+    assert loss != pytest.approx(first_loss, abs=1e-4), (loss, first_loss)
+
+
+def test_a_diverging_run_stops_before_the_update_and_keeps_its_last_checkpoint(demo, tmp_path):
+    output = tmp_path / "out"
+    args = ["train", DEMO_PRESET, "model_name_or_path=" + str(demo["model"]), "dataset_dir=" + str(DEMO_DATA),
+            "output_dir=" + str(output), "max_steps=6", "save_steps=2", "logging_steps=1",
+            "overwrite_output_dir=false"]
+    assert run(args, demo["home"]).returncode == 0
+    assert sorted(p.name for p in output.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    # An inf in the newest checkpoint's weights (what an overflow leaves): the resumed step 5 diverges.
+    poisoned = output / "checkpoint-4" / "adapter_model.safetensors"
+    tensors = load_file(str(poisoned))
+    for t in tensors.values():
+        t.view(-1)[0] = float("inf")
+    save_file(tensors, str(poisoned), metadata={"format": "pt"})
+    checkpoints = {d: snapshot(output / d) for d in ("checkpoint-2", "checkpoint-4")}
+    result = run(args, demo["home"])
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "training diverged in step 5" in result.stderr and "no weight was updated" in result.stderr
+    for advice in ("learning_rate", "bf16: false", "max_grad_norm", "checkpoint-4, is intact"):
+        assert advice in result.stderr, (advice, result.stderr[-2000:])
+    assert "internal error" not in result.stderr
+    # Nothing was saved over the checkpoints, and the log says why the run ended.
+    assert {d: snapshot(output / d) for d in checkpoints} == checkpoints
+    assert not (output / "checkpoint-6").exists()
+    assert "training diverged" in log_lines(output)[-1]["error"]
+    # The good checkpoint before it still resumes and finishes.
+    shutil.rmtree(output / "checkpoint-4")
+    result = run(args, demo["home"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "resuming from" in result.stdout and "checkpoint-2" in result.stdout
