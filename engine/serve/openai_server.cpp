@@ -44,6 +44,9 @@ int64_t unixNow() {
       .count();
 }
 
+// Set by the post-routing handler when the response being written closes its connection.
+thread_local bool t_close_connection = false;
+
 // A connection's socket while no request on it is in progress, and how it got there.
 struct IdleConnection {
   int fd = -1;
@@ -59,7 +62,13 @@ struct IdleConnection {
 // request (line, headers and body), where the plain read timeout restarts with every byte.
 class HttpServer : public httplib::Server {
  public:
-  explicit HttpServer(const ServerOptions& options) : options_(options) {}
+  explicit HttpServer(const ServerOptions& options) : options_(options) {
+    // httplib answers every error (a malformed line, too many headers, any 4xx/5xx) with
+    // "Connection: close" but leaves closing to its own loop, which this one replaces.
+    set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
+      if (res.get_header_value("Connection") == "close") t_close_connection = true;
+    });
+  }
   ~HttpServer() override { closeWakePipe(); }
 
   bool bindTo(const std::string& host, int port) { return bind_to_port(host, port); }
@@ -73,7 +82,7 @@ class HttpServer : public httplib::Server {
   std::string answerRaw(std::string_view bytes, int port);
 
  private:
-  void acceptOne(std::vector<IdleConnection>& idle);
+  void acceptReady(std::vector<IdleConnection>& idle);
   void serveOne(IdleConnection connection);
   void closeWakePipe();
 
@@ -94,6 +103,9 @@ void closeSocket(int fd) {
 
 void HttpServer::serveConnections() {
   if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw Error("serve: cannot create a pipe");
+  const int listening = svr_sock_;
+  if (listening != INVALID_SOCKET)
+    ::fcntl(listening, F_SETFL, ::fcntl(listening, F_GETFL) | O_NONBLOCK);
   // max_busy_connections threads at most; as many accepted requests may wait for one, beyond that
   // a connection is closed at once (the client sees a reset and may retry).
   workers_ = std::make_unique<httplib::ThreadPool>(
@@ -129,7 +141,7 @@ void HttpServer::serveConnections() {
       }
     }
     idle = std::move(still_idle);
-    if (fds[0].revents & POLLIN) acceptOne(idle);
+    if (fds[0].revents & POLLIN) acceptReady(idle);
   }
   for (const IdleConnection& c : idle) closeSocket(c.fd);
   workers_->shutdown();  // waits for the requests in progress
@@ -138,18 +150,22 @@ void HttpServer::serveConnections() {
   returned_.clear();
 }
 
-void HttpServer::acceptOne(std::vector<IdleConnection>& idle) {
-  const int fd = ::accept4(svr_sock_, nullptr, nullptr, SOCK_CLOEXEC);
-  if (fd < 0) return;  // the client left already, or EMFILE: the next poll retries
-  if (idle.size() >= options_.max_idle_connections) {
-    closeSocket(fd);
-    return;
+// Takes every connection waiting in the backlog (the listening socket is non-blocking), so a
+// burst of connections does not fill the backlog and delay the next client's connect.
+void HttpServer::acceptReady(std::vector<IdleConnection>& idle) {
+  for (;;) {
+    const int fd = ::accept4(svr_sock_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;  // none left, the client left already, or EMFILE: the next poll retries
+    if (idle.size() >= options_.max_idle_connections) {
+      closeSocket(fd);
+      continue;
+    }
+    httplib::detail::set_socket_opt_time(fd, SOL_SOCKET, SO_RCVTIMEO,
+                                         options_.request_read_timeout_s, 0);
+    httplib::detail::set_socket_opt_time(fd, SOL_SOCKET, SO_SNDTIMEO,
+                                         CPPHTTPLIB_SERVER_WRITE_TIMEOUT_SECOND, 0);
+    idle.push_back({fd, std::chrono::steady_clock::now(), 0});
   }
-  httplib::detail::set_socket_opt_time(fd, SOL_SOCKET, SO_RCVTIMEO, options_.request_read_timeout_s,
-                                       0);
-  httplib::detail::set_socket_opt_time(fd, SOL_SOCKET, SO_SNDTIMEO,
-                                       CPPHTTPLIB_SERVER_WRITE_TIMEOUT_SECOND, 0);
-  idle.push_back({fd, std::chrono::steady_clock::now(), 0});
 }
 
 void HttpServer::serveOne(IdleConnection connection) {
@@ -160,6 +176,7 @@ void HttpServer::serveOne(IdleConnection connection) {
   const bool last = connection.served + 1 >= options_.keep_alive_max_requests || stopping_.load();
   bool closed = false;
   bool ok = false;
+  t_close_connection = false;
   {
     httplib::detail::SocketStream stream(
         connection.fd, options_.request_read_timeout_s, 0, CPPHTTPLIB_SERVER_WRITE_TIMEOUT_SECOND,
@@ -168,7 +185,7 @@ void HttpServer::serveOne(IdleConnection connection) {
     ok = process_request(stream, remote_addr, remote_port, local_addr, local_port, last, closed,
                          nullptr);
   }
-  if (!ok || closed || last || stopping_.load()) {
+  if (!ok || closed || last || t_close_connection || stopping_.load()) {
     closeSocket(connection.fd);
     return;
   }
@@ -242,8 +259,9 @@ std::string HttpServer::answerRaw(std::string_view bytes, int port) {
   for (size_t i = 0; i < options_.keep_alive_max_requests && stream.is_readable(); ++i) {
     bool closed = false;
     const bool last = i + 1 == options_.keep_alive_max_requests;
+    t_close_connection = false;
     if (!process_request(stream, "127.0.0.1", 40000, "127.0.0.1", port, last, closed, nullptr) ||
-        closed)
+        closed || t_close_connection)
       break;
   }
   return std::move(stream.out());
