@@ -12,11 +12,11 @@ jobs="${TANDEM_FUZZ_JOBS:-2}"
 
 cmake -S "$root" -B "$build" -G Ninja -DTANDEM_FUZZ=ON \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo
-ninja -C "$build" -j "$jobs" safetensors_header_fuzz gguf_header_fuzz openai_request_fuzz
+ninja -C "$build" -j "$jobs" safetensors_header_fuzz gguf_header_fuzz openai_request_fuzz http_request_fuzz
 
 mkdir -p "$build/artifacts"
 status=0
-for target in safetensors_header gguf_header openai_request; do
+for target in safetensors_header gguf_header openai_request http_request; do
   seeds="$root/tests/fuzz/corpus/$target"
   # New inputs go to a scratch corpus in the build dir; the checked-in seeds stay untouched.
   work_corpus="$build/corpus/$target"
