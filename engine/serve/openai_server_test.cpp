@@ -324,6 +324,15 @@ TEST_F(ServerTest, AnswersRawRequestsWithoutASocket) {
   EXPECT_EQ(out.rfind("HTTP/1.1 200", 0), 0u) << out;
   EXPECT_NE(out.find("w0 w1 w2 "), std::string::npos);
   EXPECT_EQ(server_->answerRaw(std::string(100000, 'G')), "");  // no line end: closed, no answer
+  std::string headers;
+  for (int i = 0; i < 65; ++i) headers += "X-" + std::to_string(i) + ": x\r\n";
+  out = server_->answerRaw("GET /health HTTP/1.1\r\n" + host + headers + "\r\n");
+  EXPECT_EQ(out.rfind("HTTP/1.1 400", 0), 0u) << out;  // more than 64 headers
+  out = server_->answerRaw("GET /health HTTP/1.1\r\n" + host + "X: " + std::string(9000, 'x') +
+                           "\r\n\r\n");
+  EXPECT_EQ(out.rfind("HTTP/1.1 400", 0), 0u) << out;  // a header line over 8192 bytes
+  out = server_->answerRaw("GET /" + std::string(9000, 'a') + " HTTP/1.1\r\n" + host + "\r\n");
+  EXPECT_EQ(out.rfind("HTTP/1.1 414", 0), 0u) << out;  // a path over 8192 bytes
 }
 
 }  // namespace

@@ -121,6 +121,20 @@ def test_host_origin_and_content_type_rules(server):
     assert raw_status(port, b"GET /health HTTP/1.1\r\nHost: evil.example\r\n\r\n") == 421
 
 
+def test_a_plain_client_that_leaves_cancels_its_generation(server):
+    # Greedy on this model runs to max_tokens without an eos: seconds of generation for nobody.
+    body = chat_body(max_tokens=2048).encode()
+    with socket.create_connection(("127.0.0.1", server["port"])) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % (server["port"], len(body)) + body)
+        time.sleep(0.5)  # let it start generating, then leave without reading
+    deadline = time.time() + 30
+    while "cancelled" not in server["log"].read_text() and time.time() < deadline:
+        time.sleep(0.1)
+    assert re.search(r"chat \S+ model=base: \d+ prompt \+ \d+ completion tokens, cancelled", server["log"].read_text())
+    assert_answers_within_a_second(server["port"])
+
+
 def storm(port, stop, counts):
     """Runs the hostile clients until `stop` is set; counts what each did."""
     def slow_headers():  # 40 sockets trickling a header a byte per second, reopened when the server cuts them
@@ -159,7 +173,12 @@ def storm(port, stop, counts):
                 socket.create_connection(("127.0.0.1", port)).close()
                 counts["short"] += 1
             stop.wait(0.2)
-        for s in idle:
+        for s in idle:  # by now (> 5 s idle) the server has closed each: reading gives EOF at once
+            s.settimeout(5)
+            try:
+                counts["idle_closed"] += s.recv(1) == b""
+            except OSError:
+                counts["idle_closed"] += 1
             s.close()
 
     def nested():
@@ -183,7 +202,8 @@ def test_a_storm_does_not_stall_or_bloat_the_server(server):
     for _ in range(3):  # warm: the model's first answers allocate what later ones reuse
         assert_answers_within_a_second(port)
     baseline = rss_mib(pid)
-    stop, counts = threading.Event(), {"slow_cut": 0, "flood_cut": 0, "short": 0, "nested": 0, "nested_not_400": 0}
+    stop, counts = threading.Event(), {"slow_cut": 0, "flood_cut": 0, "short": 0, "nested": 0, "nested_not_400": 0,
+                                        "idle_closed": 0}
     workers = storm(port, stop, counts)
     try:
         started = time.time()
@@ -198,6 +218,7 @@ def test_a_storm_does_not_stall_or_bloat_the_server(server):
     assert counts["slow_cut"] >= 40, counts  # every slow client was cut off at the read deadline
     assert counts["flood_cut"] == 2, counts  # the long line and the header flood were refused, not read
     assert counts["nested"] > 0 and counts["nested_not_400"] == 0 and counts["short"] > 0, counts
+    assert counts["idle_closed"] == 300, counts  # idle connections are closed after 5 s
     assert_answers_within_a_second(port)
     deadline = time.time() + 15
     while rss_mib(pid) > baseline + RSS_TOLERANCE_MIB and time.time() < deadline:
