@@ -328,6 +328,7 @@ TEST_F(ServerTest, AnswersRawRequestsWithoutASocket) {
   for (int i = 0; i < 65; ++i) headers += "X-" + std::to_string(i) + ": x\r\n";
   out = server_->answerRaw("GET /health HTTP/1.1\r\n" + host + headers + "\r\n");
   EXPECT_EQ(out.rfind("HTTP/1.1 400", 0), 0u) << out;  // more than 64 headers
+  EXPECT_NE(out.find("The request could not be processed (HTTP 400)."), std::string::npos);
   out = server_->answerRaw("GET /health HTTP/1.1\r\n" + host + "X: " + std::string(9000, 'x') +
                            "\r\n\r\n");
   EXPECT_EQ(out.rfind("HTTP/1.1 400", 0), 0u) << out;  // a header line over 8192 bytes
