@@ -1,9 +1,6 @@
 #include "engine/serve/openai_server.h"
 
-#include <fcntl.h>
 #include <httplib.h>
-#include <poll.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -49,17 +46,18 @@ thread_local bool t_close_connection = false;
 
 // A connection's socket while no request on it is in progress, and how it got there.
 struct IdleConnection {
-  int fd = -1;
+  socket_t fd = INVALID_SOCKET;
   std::chrono::steady_clock::time_point since;
   size_t served = 0;  // requests answered on it so far
 };
 
 // httplib's Server with Tandem's own connection loop in place of listen_after_bind(): one
 // listener thread polls the listening socket and every idle connection, and a worker thread takes
-// a connection only once bytes of a request have arrived, for that one request. A storm of idle
-// or slow sockets therefore holds no thread while idle, and a slow one holds a thread for at most
+// a connection only once bytes of a request have arrived. A storm of idle or slow sockets
+// therefore holds no thread while idle, and a slow one holds a thread for at most
 // request_read_timeout_s: httplib's SocketStream enforces that as a deadline on all reads of the
 // request (line, headers and body), where the plain read timeout restarts with every byte.
+// Sockets go through httplib's portable wrappers (detail::), as its own loop does.
 class HttpServer : public httplib::Server {
  public:
   explicit HttpServer(const ServerOptions& options) : options_(options) {
@@ -69,7 +67,6 @@ class HttpServer : public httplib::Server {
       if (res.get_header_value("Connection") == "close") t_close_connection = true;
     });
   }
-  ~HttpServer() override { closeWakePipe(); }
 
   bool bindTo(const std::string& host, int port) { return bind_to_port(host, port); }
   int bindToAny(const std::string& host) { return bind_to_any_port(host); }
@@ -82,67 +79,42 @@ class HttpServer : public httplib::Server {
   std::string answerRaw(std::string_view bytes, int port);
 
  private:
+  // How often the listener looks at connections handed back by workers and at stopListening().
+  static constexpr int kPollIntervalMs = 50;
+  // How long a worker waits for the next request on its connection before handing it back: a
+  // client that sends requests back to back keeps its thread, and one that pauses costs the
+  // listener at most kPollIntervalMs of delay.
+  static constexpr time_t kNextRequestGraceUs = 100'000;
+
+  void pollOnce(std::vector<IdleConnection>& idle);
   void acceptReady(std::vector<IdleConnection>& idle);
-  void serveOne(IdleConnection connection);
-  void closeWakePipe();
+  void serveConnection(IdleConnection connection);
+  bool serveRequest(socket_t fd, bool last);
 
   const ServerOptions& options_;
   std::unique_ptr<httplib::ThreadPool> workers_;
   std::mutex returned_mutex_;
   std::vector<IdleConnection> returned_;  // back from workers, to be polled again
-  int wake_[2] = {-1, -1};                // a worker writes a byte when it returns a connection
   std::atomic<bool> stopping_{false};
 };
 
-void closeSocket(int fd) {
-  ::shutdown(fd, SHUT_RDWR);
-  ::close(fd);
+void closeSocket(socket_t fd) {
+  httplib::detail::shutdown_socket(fd);
+  httplib::detail::close_socket(fd);
 }
 
 }  // namespace
 
 void HttpServer::serveConnections() {
-  if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw Error("serve: cannot create a pipe");
-  const int listening = svr_sock_;
-  if (listening != INVALID_SOCKET)
-    ::fcntl(listening, F_SETFL, ::fcntl(listening, F_GETFL) | O_NONBLOCK);
+  const socket_t listening = svr_sock_;
+  if (listening != INVALID_SOCKET) httplib::detail::set_nonblocking(listening, true);
   // max_busy_connections threads at most; as many accepted requests may wait for one, beyond that
   // a connection is closed at once (the client sees a reset and may retry).
   workers_ = std::make_unique<httplib::ThreadPool>(
       std::min<size_t>(8, options_.max_busy_connections), options_.max_busy_connections,
       options_.max_busy_connections);
   std::vector<IdleConnection> idle;
-  std::vector<pollfd> fds;
-  while (!stopping_.load() && svr_sock_ != INVALID_SOCKET) {
-    {
-      std::lock_guard lock(returned_mutex_);
-      for (IdleConnection& c : returned_) idle.push_back(c);
-      returned_.clear();
-    }
-    fds.assign({{static_cast<int>(svr_sock_), POLLIN, 0}, {wake_[0], POLLIN, 0}});
-    for (const IdleConnection& c : idle) fds.push_back({c.fd, POLLIN, 0});
-    if (::poll(fds.data(), fds.size(), 200) < 0 && errno != EINTR) break;
-    if (fds[1].revents & POLLIN) {
-      char drain[64];
-      while (::read(wake_[0], drain, sizeof(drain)) > 0) {
-      }
-    }
-    const auto now = std::chrono::steady_clock::now();
-    std::vector<IdleConnection> still_idle;
-    for (size_t i = 0; i < idle.size(); ++i) {
-      const IdleConnection& c = idle[i];
-      if (fds[i + 2].revents != 0) {  // bytes of a request, or the client closed: a worker reads
-        IdleConnection ready = c;
-        if (!workers_->enqueue([this, ready] { serveOne(ready); })) closeSocket(c.fd);
-      } else if (now - c.since > std::chrono::seconds(options_.keep_alive_timeout_s)) {
-        closeSocket(c.fd);
-      } else {
-        still_idle.push_back(c);
-      }
-    }
-    idle = std::move(still_idle);
-    if (fds[0].revents & POLLIN) acceptReady(idle);
-  }
+  while (!stopping_.load() && svr_sock_ != INVALID_SOCKET) pollOnce(idle);
   for (const IdleConnection& c : idle) closeSocket(c.fd);
   workers_->shutdown();  // waits for the requests in progress
   std::lock_guard lock(returned_mutex_);
@@ -150,12 +122,43 @@ void HttpServer::serveConnections() {
   returned_.clear();
 }
 
+void HttpServer::pollOnce(std::vector<IdleConnection>& idle) {
+  {
+    std::lock_guard lock(returned_mutex_);
+    idle.insert(idle.end(), returned_.begin(), returned_.end());
+    returned_.clear();
+  }
+  std::vector<pollfd> fds{{svr_sock_, POLLIN, 0}};
+  for (const IdleConnection& c : idle) fds.push_back({c.fd, POLLIN, 0});
+  if (httplib::detail::poll_wrapper(fds.data(), static_cast<nfds_t>(fds.size()), kPollIntervalMs) <
+      0)
+    return;  // interrupted; a closed listening socket ends the loop in the caller
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<IdleConnection> still_idle;
+  for (size_t i = 0; i < idle.size(); ++i) {
+    const IdleConnection& c = idle[i];
+    if (fds[i + 1].revents != 0) {  // bytes of a request, or the client closed: a worker reads
+      if (!workers_->enqueue([this, c] { serveConnection(c); })) closeSocket(c.fd);
+    } else if (now - c.since > std::chrono::seconds(options_.keep_alive_timeout_s)) {
+      closeSocket(c.fd);
+    } else {
+      still_idle.push_back(c);
+    }
+  }
+  idle = std::move(still_idle);
+  if (fds[0].revents & POLLIN) acceptReady(idle);
+}
+
 // Takes every connection waiting in the backlog (the listening socket is non-blocking), so a
 // burst of connections does not fill the backlog and delay the next client's connect.
 void HttpServer::acceptReady(std::vector<IdleConnection>& idle) {
   for (;;) {
-    const int fd = ::accept4(svr_sock_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) return;  // none left, the client left already, or EMFILE: the next poll retries
+#ifdef SOCK_CLOEXEC
+    const socket_t fd = ::accept4(svr_sock_, nullptr, nullptr, SOCK_CLOEXEC);
+#else
+    const socket_t fd = ::accept(svr_sock_, nullptr, nullptr);
+#endif
+    if (fd == INVALID_SOCKET) return;  // none left, the client left, or out of descriptors
     if (idle.size() >= options_.max_idle_connections) {
       closeSocket(fd);
       continue;
@@ -168,50 +171,43 @@ void HttpServer::acceptReady(std::vector<IdleConnection>& idle) {
   }
 }
 
-void HttpServer::serveOne(IdleConnection connection) {
+// Answers the requests that arrive back to back, then hands the connection back to the listener
+// (or closes it: an error, "Connection: close", the last request allowed, or shutdown).
+void HttpServer::serveConnection(IdleConnection connection) {
+  for (;;) {
+    const bool last = connection.served + 1 >= options_.keep_alive_max_requests || stopping_.load();
+    if (!serveRequest(connection.fd, last) || last || stopping_.load()) {
+      closeSocket(connection.fd);
+      return;
+    }
+    ++connection.served;
+    if (httplib::detail::select_read(connection.fd, 0, kNextRequestGraceUs) <= 0) break;
+  }
+  std::lock_guard lock(returned_mutex_);
+  returned_.push_back({connection.fd, std::chrono::steady_clock::now(), connection.served});
+}
+
+// One request; false when the connection is to be closed.
+bool HttpServer::serveRequest(socket_t fd, bool last) {
   std::string remote_addr, local_addr;
   int remote_port = 0, local_port = 0;
-  httplib::detail::get_remote_ip_and_port(connection.fd, remote_addr, remote_port);
-  httplib::detail::get_local_ip_and_port(connection.fd, local_addr, local_port);
-  const bool last = connection.served + 1 >= options_.keep_alive_max_requests || stopping_.load();
+  httplib::detail::get_remote_ip_and_port(fd, remote_addr, remote_port);
+  httplib::detail::get_local_ip_and_port(fd, local_addr, local_port);
   bool closed = false;
-  bool ok = false;
   t_close_connection = false;
-  {
-    httplib::detail::SocketStream stream(
-        connection.fd, options_.request_read_timeout_s, 0, CPPHTTPLIB_SERVER_WRITE_TIMEOUT_SECOND,
-        0, static_cast<time_t>(options_.request_read_timeout_s) * 1000,
-        std::chrono::steady_clock::now());
-    ok = process_request(stream, remote_addr, remote_port, local_addr, local_port, last, closed,
-                         nullptr);
-  }
-  if (!ok || closed || last || t_close_connection || stopping_.load()) {
-    closeSocket(connection.fd);
-    return;
-  }
-  {
-    std::lock_guard lock(returned_mutex_);
-    returned_.push_back({connection.fd, std::chrono::steady_clock::now(), connection.served + 1});
-  }
-  const char byte = 1;
-  [[maybe_unused]] const ssize_t n = ::write(wake_[1], &byte, 1);  // full pipe: already woken
+  httplib::detail::SocketStream stream(fd, options_.request_read_timeout_s, 0,
+                                       CPPHTTPLIB_SERVER_WRITE_TIMEOUT_SECOND, 0,
+                                       static_cast<time_t>(options_.request_read_timeout_s) * 1000,
+                                       std::chrono::steady_clock::now());
+  const bool ok = process_request(stream, remote_addr, remote_port, local_addr, local_port, last,
+                                  closed, nullptr);
+  return ok && !closed && !t_close_connection;
 }
 
 void HttpServer::stopListening() {
   stopping_.store(true);
-  const int fd = svr_sock_.exchange(INVALID_SOCKET);
+  const socket_t fd = svr_sock_.exchange(INVALID_SOCKET);
   if (fd != INVALID_SOCKET) closeSocket(fd);
-  if (wake_[1] >= 0) {
-    const char byte = 1;
-    [[maybe_unused]] const ssize_t n = ::write(wake_[1], &byte, 1);
-  }
-}
-
-void HttpServer::closeWakePipe() {
-  for (int& fd : wake_) {
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-  }
 }
 
 namespace {
