@@ -239,7 +239,6 @@ class MemoryStream : public httplib::Stream {
   }
   socket_t socket() const override { return INVALID_SOCKET; }
   time_t duration() const override { return 0; }
-  std::string_view remaining() const { return in_; }
   std::string& out() { return out_; }
 
  private:
@@ -262,8 +261,6 @@ std::string HttpServer::answerRaw(std::string_view bytes, int port) {
   }
   return std::move(stream.out());
 }
-
-namespace {}  // namespace
 
 struct OpenAiServer::Impl {
   ChatBackend& backend;
