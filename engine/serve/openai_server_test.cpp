@@ -40,6 +40,8 @@ class ScriptedBackend : public ChatBackend {
                       std::stop_token stop) override {
     ++generations;
     started = true;
+    if (chat.request.messages.back().content == "fail later")
+      throw std::runtime_error("cannot read /home/someone/secret/experts.bin");
     ChatResult result;
     for (int64_t i = 0; i < chat.max_new_tokens; ++i) {
       std::this_thread::sleep_for(delay);
@@ -287,6 +289,13 @@ TEST_F(ServerTest, InternalErrorsTellTheClientNothing) {
   EXPECT_EQ(res->body.find("secret"), std::string::npos) << res->body;
   EXPECT_EQ(errorOf(res)["type"], "server_error");
   EXPECT_EQ(chat(kHello)->status, 200);
+  const auto stream = chat(
+      R"({"model": "base", "messages": [{"role": "user", "content": "fail later"}], "stream": true})");
+  ASSERT_TRUE(stream);
+  EXPECT_NE(stream->body.find("Generation failed; the server's log has the details."),
+            std::string::npos)
+      << stream->body;
+  EXPECT_EQ(stream->body.find("secret"), std::string::npos) << stream->body;
 }
 
 // Nothing is written to a plain (non-streaming) client before its answer is whole, so leaving is

@@ -260,3 +260,18 @@ def test_a_keyless_server_on_a_public_address_warns(fixture_dirs, tmp_path):  # 
     proc.kill()
     proc.wait()
     assert "warning" not in (tmp_path / "d.log").read_text()
+
+
+def test_key_options_that_cannot_both_hold_are_refused_before_loading(fixture_dirs, tmp_path):  # noqa: F811
+    key_file = tmp_path / "key"
+    key_file.write_text("k\n")
+    serve = [TANDEM, "serve", "--model", str(fixture_dirs["model"]), "--port", "0"]
+    both = subprocess.run(serve + ["--api-key-file", str(key_file), "--api-key", "k"], capture_output=True,
+                          text=True, timeout=60)
+    assert both.returncode != 0 and "both --api-key and --api-key-file" in both.stderr
+    key_file.write_text("k" * 5000)
+    big = subprocess.run(serve + ["--api-key-file", str(key_file)], capture_output=True, text=True, timeout=60)
+    assert big.returncode != 0 and "larger than 4 KiB" in big.stderr
+    key_file.write_text("  \n")
+    empty = subprocess.run(serve + ["--api-key-file", str(key_file)], capture_output=True, text=True, timeout=60)
+    assert empty.returncode != 0 and "holds no key" in empty.stderr
