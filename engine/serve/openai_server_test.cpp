@@ -5,8 +5,12 @@
 
 #include "engine/serve/openai_server.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -343,6 +347,54 @@ TEST_F(ServerTest, AnswersRawRequestsWithoutASocket) {
   EXPECT_EQ(out.rfind("HTTP/1.1 400", 0), 0u) << out;  // a header line over 8192 bytes
   out = server_->answerRaw("GET /" + std::string(9000, 'a') + " HTTP/1.1\r\n" + host + "\r\n");
   EXPECT_EQ(out.rfind("HTTP/1.1 414", 0), 0u) << out;  // a path over 8192 bytes
+}
+
+// A plain TCP connection to the server that sends nothing.
+int connectIdle(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  timeval timeout{10, 0};  // generous: the server closes at once
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  return fd;
+}
+
+TEST_F(ServerTest, ConnectionsPastTheIdleCapAreClosedAtOnce) {
+  ServerOptions options;
+  options.max_idle_connections = 2;
+  start(options);
+  const int first = connectIdle(port_);
+  const int second = connectIdle(port_);
+  const int third = connectIdle(port_);
+  char byte = 0;
+  EXPECT_EQ(::recv(third, &byte, 1, 0), 0);  // closed by the server, not timed out (-1)
+  for (const int fd : {first, second, third}) ::close(fd);
+  httplib::Client c = client();
+  std::optional<httplib::Result> res;
+  for (int i = 0; i < 100 && !(res && *res);
+       ++i) {  // the listener may not have seen the closes yet
+    res = c.Get("/health");
+    if (!*res) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(*res);
+  EXPECT_EQ((*res)->status, 200);
+}
+
+TEST_F(ServerTest, AConnectionServesAtMostKeepAliveMaxRequests) {
+  ServerOptions options;
+  options.keep_alive_max_requests = 2;
+  start(options);
+  httplib::Client c = client();
+  c.set_keep_alive(true);
+  const auto first = c.Get("/health");
+  const auto second = c.Get("/health");
+  ASSERT_TRUE(first && second);
+  EXPECT_NE(first->get_header_value("Connection"), "close");
+  EXPECT_EQ(second->get_header_value("Connection"), "close");
+  EXPECT_EQ(c.Get("/health")->status, 200);  // a new connection
 }
 
 }  // namespace
