@@ -29,9 +29,9 @@ inline constexpr JsonLimits kTokenizerJsonLimits{32, 1u << 30};
 inline constexpr JsonLimits kDatasetJsonLimits{64, size_t{8} << 30};
 inline constexpr JsonLimits kAdapterConfigJsonLimits{16, 16u << 20};
 inline constexpr JsonLimits kStateJsonLimits{16, 256u << 20};
-// model.safetensors.index.json: a flat weight_map of up to ~100k tensors, and a metadata object.
 // Arrays of token-id rows (the input files of `tandem debug`).
 inline constexpr JsonLimits kTokenIdsJsonLimits{8, 256u << 20};
+// model.safetensors.index.json: a flat weight_map of up to ~100k tensors, and a metadata object.
 inline constexpr JsonLimits kSafetensorsIndexJsonLimits{16, 256u << 20};
 
 // Parses text or throws tandem::Error "<label>: ..." saying what is wrong (not JSON, nested

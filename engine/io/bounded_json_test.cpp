@@ -47,6 +47,18 @@ TEST(BoundedJson, RefusesAMillionLevelsWithoutRecursing) {
   EXPECT_EQ(ok.dump().size(), 129u);
 }
 
+// Each kind's byte limit is spelled as a shift; one written in 32-bit arithmetic wrapped to 0 and
+// refused every dataset file.
+TEST(BoundedJson, EveryKindAcceptsAtLeastAMebibyte) {
+  for (const JsonLimits& limits : {kRequestJsonLimits, kModelConfigJsonLimits, kTokenizerJsonLimits,
+                                   kDatasetJsonLimits, kAdapterConfigJsonLimits, kStateJsonLimits,
+                                   kTokenIdsJsonLimits, kSafetensorsIndexJsonLimits}) {
+    EXPECT_GE(limits.max_bytes, size_t{1} << 20);
+    EXPECT_GE(limits.max_depth, 8);
+  }
+  EXPECT_EQ(kDatasetJsonLimits.max_bytes, size_t{8} << 30);
+}
+
 TEST(BoundedJson, RefusesTextLargerThanTheLimitBeforeParsing) {
   const std::string message = errorOf(std::string(2000, ' ') + "1", {4, 1000});
   EXPECT_NE(message.find("larger than the 1000 B"), std::string::npos) << message;

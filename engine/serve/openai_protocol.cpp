@@ -4,11 +4,18 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "engine/core/error.h"
+#include "engine/io/bounded_json.h"
+
 namespace tandem::serve::openai {
 
 namespace {
 
 using nlohmann::json;
+
+// What a message may quote of the client's own text (a key, a role, a type): enough to
+// recognise it, never the megabyte it may be.
+std::string excerpt(std::string_view text) { return io::excerptForMessage(text, 64); }
 
 [[noreturn]] void invalid(const std::string& param, const std::string& message,
                           const std::string& code = {}) {
@@ -73,9 +80,10 @@ Role parseRole(const json& value, const std::string& param) {
   if (role == "tool") return Role::Tool;
   if (role == "function")
     invalid(param, "Function messages are not supported; use role 'tool'.", "unsupported");
-  invalid(param,
-          "Unknown role '" + role + "'; expected system, developer, user, assistant or tool.",
-          "invalid_value");
+  invalid(
+      param,
+      "Unknown role '" + excerpt(role) + "'; expected system, developer, user, assistant or tool.",
+      "invalid_value");
 }
 
 // content: a string, or a list of parts of which only {"type": "text", "text": ...} is supported.
@@ -92,7 +100,8 @@ std::string parseContent(const json& value, const std::string& param) {
       invalid(part_param + ".type", "A content part needs a string 'type'.");
     if (*type != "text") {
       invalid(part_param + ".type",
-              "Content parts of type " + type->dump() + " are not supported (text only).",
+              "Content parts of type '" + excerpt(type->get<std::string>()) +
+                  "' are not supported (text only).",
               "unsupported");
     }
     const auto part_text = part.find("text");
@@ -259,7 +268,10 @@ void refuseUnknown(const json& body) {
   for (const auto& [key, value] : body.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
-    if (!known) invalid(key, "Unrecognized request argument supplied: " + key, "unknown_parameter");
+    if (!known) {
+      invalid(excerpt(key), "Unrecognized request argument supplied: " + excerpt(key),
+              "unknown_parameter");
+    }
   }
 }
 
@@ -288,11 +300,15 @@ int64_t parseMaxTokens(const json& body, int64_t max_tokens_limit) {
 }  // namespace
 
 ChatRequest parseChatRequest(std::string_view body_text, int64_t max_tokens_limit) {
+  // Bounded: a body nested past kRequestJsonLimits.max_depth is refused here, before any of it
+  // is copied, compared or dumped (each of those recurses once per level).
   json body;
   try {
-    body = json::parse(body_text);
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers such as 1e999
-    invalid("", std::string("The request body is not valid JSON: ") + e.what(), "invalid_json");
+    body = io::parseBoundedJson(body_text, io::kRequestJsonLimits, "request body");
+  } catch (const Error& e) {  // not JSON, too deep, too large; out-of-range numbers such as 1e999
+    // The parser's message quotes the token it stopped at, which may be most of the body.
+    invalid("", "The request body was refused: " + io::excerptForMessage(e.message(), 200),
+            "invalid_json");
   }
   if (!body.is_object())
     invalid("", "The request body must be a JSON object, got " + typeName(body) + ".",

@@ -69,6 +69,48 @@ TEST(OpenAiProtocol, MalformedBodiesAreInvalidRequests) {
   }
 }
 
+// 200 KB of nesting where the parser used to copy, compare or dump the value recursively: each
+// overflowed the stack (SIGSEGV) before the bounded parse. Now a 400 naming the depth limit.
+TEST(OpenAiProtocol, DeeplyNestedBodiesAreRefusedNotRecursedInto) {
+  const size_t depth = 100000;
+  const std::string nested = std::string(depth, '[') + std::string(depth, ']');
+  for (const std::string& extra :
+       {", \"response_format\": " + nested, ", \"max_tokens\": " + nested,
+        ", \"max_completion_tokens\": " + nested,
+        ", \"max_tokens\": 1, \"max_completion_tokens\": " + nested,
+        ", \"max_tokens\": " + nested + ", \"max_completion_tokens\": " + nested,
+        ", \"response_format\": {\"type\": " + nested + "}", ", \"logprobs\": " + nested,
+        ", \"stop\": " + nested, ", \"metadata\": " + nested}) {
+    const ApiError e = errorOf(withMessages(extra));
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.code, "invalid_json");
+    EXPECT_NE(e.message.find("nested more than"), std::string::npos) << e.message;
+    EXPECT_LT(e.message.size(), 400u);
+  }
+  // Just inside the limit is parsed, and refused for what it is, not for its depth.
+  const std::string deep_ok = std::string(60, '[') + std::string(60, ']');
+  EXPECT_EQ(errorOf(withMessages(", \"response_format\": " + deep_ok)).code, "unsupported");
+}
+
+// Messages quote what the client sent only as an excerpt: a megabyte key or role comes back as
+// a few dozen characters.
+TEST(OpenAiProtocol, ErrorMessagesQuoteAtMostAnExcerpt) {
+  const std::string huge(1 << 20, 'k');
+  ApiError e = errorOf(withMessages(", \"" + huge + "\": 1"));
+  EXPECT_EQ(e.code, "unknown_parameter");
+  EXPECT_LT(e.message.size() + e.param.size(), 400u);
+  e = errorOf(R"({"model": "base", "messages": [{"role": ")" + huge + R"(", "content": "hi"}]})");
+  EXPECT_EQ(e.code, "invalid_value");
+  EXPECT_LT(e.message.size(), 400u);
+  e = errorOf(R"({"model": "base", "messages": [{"role": "user", "content": [{"type": ")" + huge +
+              R"("}]}]})");
+  EXPECT_EQ(e.code, "unsupported");
+  EXPECT_LT(e.message.size(), 400u);
+  e = errorOf("{\"model\": \"" + huge);  // unterminated: the parser's message quotes the token
+  EXPECT_EQ(e.code, "invalid_json");
+  EXPECT_LT(e.message.size(), 400u);
+}
+
 TEST(OpenAiProtocol, MissingAndWronglyTypedFieldsNameTheParam) {
   struct Case {
     std::string body, param, code;

@@ -1,5 +1,5 @@
 #pragma once
-// An OpenAI-compatible HTTP server (cpp-httplib) in front of one model and its adapters:
+// An OpenAI-compatible HTTP server (cpp-httplib, vendored) in front of one model and its adapters:
 //   GET  /health                  {"status": "ok"} (no key needed)
 //   GET  /v1/models               the base model as "base", each adapter by its name
 //   GET  /v1/models/{id}
@@ -61,6 +61,14 @@ struct ServerOptions {
   size_t max_body_bytes = 1 << 20;  // larger bodies: 413
   int64_t max_tokens_limit = 4096;  // larger max_tokens: 400
   size_t max_waiting = 16;          // requests queued behind the running one; more: 503
+  // The connection limits (docs/serve.md, "Security"). A connection takes a thread only while a
+  // request on it is read or answered; an idle one waits in the listener's poll, for at most
+  // keep_alive_timeout_s, and at most max_idle_connections of them.
+  int request_read_timeout_s = 10;  // the request line, headers and body must all arrive in this
+  int keep_alive_timeout_s = 5;     // an idle connection is closed after this
+  size_t keep_alive_max_requests = 100;  // then the connection is closed
+  size_t max_busy_connections = 64;      // requests read or answered at once (threads)
+  size_t max_idle_connections = 512;     // open connections without a request in progress
 };
 
 class OpenAiServer {
@@ -75,6 +83,10 @@ class OpenAiServer {
   int bind();
   // Serves on the bound socket until stop(); blocks the calling thread.
   void serve();
+  // Answers the HTTP request(s) in `bytes` as if they came on one connection to the bound address,
+  // without a socket, and returns what would have been written back: the request path of the
+  // fuzzer (tests/fuzz/http_request_fuzz.cpp).
+  std::string answerRaw(std::string_view bytes);
   // From any thread: stops accepting, cancels the running generation and the waiting requests,
   // and lets serve() return once open connections are done.
   void stop();

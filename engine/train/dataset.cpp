@@ -241,7 +241,7 @@ std::optional<Json> readDatasetInfo(const fs::path& dataset_dir) {
   if (!fs::exists(path)) return std::nullopt;
   std::string text = readDatasetText(path);
   requireJson(text, path.string(), text, 0, 0);
-  Json info = io::parseBoundedJson(text, kDatasetFileLimits, path.string());
+  Json info = io::parseBoundedJson(text, io::kDatasetJsonLimits, path.string());
   if (!info.is_object())
     throw Error(path.string() + ": expected a JSON object", "see LLaMA-Factory's data/README.md");
   return info;

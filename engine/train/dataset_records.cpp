@@ -34,10 +34,10 @@ class LineIndex {
 // A row valid as JSON but nested past kDatasetJsonLimits (a hostile "tools" 100k deep) is one
 // bad row, reported with its line; its value is never built, so nothing recurses through it.
 DatasetRecord boundedRow(std::string_view text, int64_t line, int64_t index) {
-  if (std::optional<Json> value = io::tryParseBoundedJson(text, kDatasetFileLimits))
+  if (std::optional<Json> value = io::tryParseBoundedJson(text, io::kDatasetJsonLimits))
     return {std::move(*value), line, index, {}};
   return {Json(), line, index,
-          "nested deeper than " + std::to_string(kDatasetFileLimits.max_depth) +
+          "nested deeper than " + std::to_string(io::kDatasetJsonLimits.max_depth) +
               " levels (or larger than the row limit)"};
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // The rows of one dataset file as JSON values with their line numbers, before any conversion:
 // .json (an array, or JSON lines as Hugging Face's loader also accepts), .jsonl and .csv. Each
-// JSON row is parsed on its own within kDatasetFileLimits, so a hostile row (nested 100k deep)
+// JSON row is parsed on its own within io::kDatasetJsonLimits, so a hostile row (nested 100k deep)
 // is that row's error and never a value anything recurses through.
 
 #include <cstdint>
@@ -14,12 +14,6 @@
 #include "engine/io/bounded_json.h"
 
 namespace tandem::train {
-
-// io::kDatasetJsonLimits' depth; its byte limit, written `8u << 30`, wraps to 0 in 32-bit
-// unsigned arithmetic and refuses every file, so the size is spelled here in size_t until
-// engine/io/bounded_json.h is fixed.
-inline constexpr io::JsonLimits kDatasetFileLimits{io::kDatasetJsonLimits.max_depth,
-                                                   size_t{8} << 30};
 
 struct DatasetRecord {
   nlohmann::json value;

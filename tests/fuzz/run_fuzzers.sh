@@ -19,6 +19,7 @@ targets=(
   safetensors_header
   gguf_header
   openai_request
+  http_request
   tokenizer_json
   model_config
   adapter_config
