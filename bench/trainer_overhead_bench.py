@@ -73,7 +73,9 @@ def run(cmd, env, log):
 
 
 def read_log(out_dir):
-    rows = [json.loads(l) for l in (out_dir / "trainer_log.jsonl").read_text().splitlines() if l.strip()]
+    lines = (out_dir / "trainer_log.jsonl").read_text().splitlines()
+    # Step lines only: a run also logs "warning" lines (gradient-norm spikes) between them.
+    rows = [r for r in (json.loads(l) for l in lines if l.strip()) if "loss" in r]
     steps = [r["current_steps"] for r in rows]
     if steps != list(range(1, len(rows) + 1)):
         sys.exit(f"{out_dir}/trainer_log.jsonl: expected a line per step (logging_steps=1), got steps {steps[:5]}...")
