@@ -24,15 +24,22 @@ class FileLock {
   // Replaces the file's contents with `note` (who holds it), for the ones turned away to read.
   std::error_code writeNote(std::string_view note);
 
-  FileLock(FileLock&& other) noexcept;
-  FileLock& operator=(FileLock&& other) noexcept;
+  FileLock(FileLock&& other) noexcept : handle_(other.handle_) { other.handle_ = -1; }
+  FileLock& operator=(FileLock&& other) noexcept {
+    if (this != &other) {
+      release();
+      handle_ = other.handle_;
+      other.handle_ = -1;
+    }
+    return *this;
+  }
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
-  ~FileLock();
+  ~FileLock() { release(); }
 
  private:
   explicit FileLock(intptr_t handle) : handle_(handle) {}
-  void release();
+  void release();  // the OS half: closes the handle, which drops the lock
 
   intptr_t handle_ = -1;  // a descriptor on Linux, a HANDLE on Windows; -1 when moved from
 };

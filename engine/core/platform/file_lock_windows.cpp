@@ -56,17 +56,4 @@ void FileLock::release() {
   handle_ = -1;
 }
 
-FileLock::FileLock(FileLock&& other) noexcept : handle_(other.handle_) { other.handle_ = -1; }
-
-FileLock& FileLock::operator=(FileLock&& other) noexcept {
-  if (this != &other) {
-    release();
-    handle_ = other.handle_;
-    other.handle_ = -1;
-  }
-  return *this;
-}
-
-FileLock::~FileLock() { release(); }
-
 }  // namespace tandem::platform
