@@ -321,6 +321,25 @@ TEST_F(ServerTest, APlainClientThatLeavesCancelsItsGeneration) {
   EXPECT_EQ(chat(kHello)->status, 200);
 }
 
+// A plain client that gives up while its request still waits behind another generation leaves
+// the queue: the model never generates for it.
+TEST_F(ServerTest, APlainClientThatLeavesWhileQueuedNeverGenerates) {
+  backend_.delay = std::chrono::milliseconds(20);
+  start();
+  std::jthread running([this] {
+    chat(R"({"model": "base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 60})");
+  });
+  while (!backend_.started) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  httplib::Client c = client();
+  c.set_read_timeout(std::chrono::milliseconds(300));  // gives up while the first one runs
+  EXPECT_FALSE(c.Post("/v1/chat/completions", kHello, "application/json"));
+  c.stop();
+  running = {};  // the first generation (~1.2 s) is answered
+  EXPECT_EQ(chat(kHello)->status, 200);
+  EXPECT_EQ(backend_.generations.load(), 2);  // the first and the last; none for the one that left
+  EXPECT_EQ(backend_.cancelled.load(), 0);
+}
+
 // The fuzzer's entry: raw bytes through httplib's parser and the same routes, no socket.
 TEST_F(ServerTest, AnswersRawRequestsWithoutASocket) {
   start();
