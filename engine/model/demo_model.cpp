@@ -1,6 +1,5 @@
 #include "engine/model/demo_model.h"
 
-#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -11,6 +10,7 @@
 #include "engine/io/atomic_file.h"
 #include "engine/io/bounded_json.h"
 #include "engine/io/model_config.h"
+#include "engine/io/owned_dir.h"
 #include "engine/io/tokenizer.h"
 #include "engine/model/causal_lm.h"
 
@@ -75,24 +75,14 @@ bool hasDemoMarker(const fs::path& dir) {
 void removeDemoDir(const fs::path& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) return;
-  std::vector<std::string> foreign;
-  const bool ours = fs::is_directory(dir, ec) && !fs::is_symlink(dir, ec) && hasDemoMarker(dir);
-  if (fs::is_directory(dir, ec) && !fs::is_symlink(dir, ec)) {
-    for (const auto& entry : fs::directory_iterator(dir)) {
-      const std::string name = entry.path().filename().string();
-      if (!ours || std::find(kDemoFiles.begin(), kDemoFiles.end(), name) == kDemoFiles.end())
-        foreign.push_back(name);
-    }
-  } else {
-    foreign.push_back(dir.filename().string());
-  }
+  const bool is_dir = fs::is_directory(dir, ec) && !fs::is_symlink(dir, ec);
+  const std::vector<std::string> foreign =
+      is_dir
+          ? io::unlistedEntries(dir, hasDemoMarker(dir) ? kDemoFiles : std::vector<std::string>{})
+          : std::vector<std::string>{dir.filename().string()};
   if (!foreign.empty()) {
-    std::sort(foreign.begin(), foreign.end());
-    std::string names;
-    for (size_t i = 0; i < foreign.size() && i < 8; ++i) names += (i ? ", " : "") + foreign[i];
-    if (foreign.size() > 8) names += " and " + std::to_string(foreign.size() - 8) + " more";
     throw Error(dir.string() + " is not a complete demo model and holds what the demo did not " +
-                    "make (" + names + "), so the demo will not replace it",
+                    "make (" + io::nameList(foreign) + "), so the demo will not replace it",
                 "give the demo another --workdir, or move " + dir.string() + " away");
   }
   fs::remove_all(dir);

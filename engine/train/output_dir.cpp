@@ -9,6 +9,7 @@
 #include "engine/core/platform/process_info.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/bounded_json.h"
+#include "engine/io/owned_dir.h"
 
 namespace tandem::train {
 
@@ -36,26 +37,6 @@ const std::vector<std::string>& runArtefacts() {
   return names;
 }
 
-// `name` against a pattern whose <...> parts each stand for one or more digits.
-bool matchesPattern(std::string_view name, std::string_view pattern) {
-  while (!pattern.empty()) {
-    if (pattern.front() == '<') {
-      const size_t close = pattern.find('>');
-      if (close == std::string_view::npos) return false;
-      pattern.remove_prefix(close + 1);
-      size_t digits = 0;
-      while (digits < name.size() && name[digits] >= '0' && name[digits] <= '9') ++digits;
-      if (digits == 0 || digits > 18) return false;
-      name.remove_prefix(digits);
-      continue;
-    }
-    if (name.empty() || name.front() != pattern.front()) return false;
-    name.remove_prefix(1);
-    pattern.remove_prefix(1);
-  }
-  return name.empty();
-}
-
 // The marker of Tandem releases before the tool/kind/artefacts fields: the 16-hex-digit config
 // fingerprint and the YAML it was taken from. Its dir is cleared by the same rule (only the
 // artefacts Tandem writes, only when nothing else is there), so an old run can be overwritten.
@@ -70,7 +51,7 @@ bool isLegacyMarker(const nlohmann::json& j) {
 
 // The pid in a .checkpoint-N.tmp-PID name; nullopt for any other name.
 std::optional<int64_t> checkpointTempPid(const std::string& name) {
-  if (!matchesPattern(name, ".checkpoint-<N>.tmp-<pid>")) return std::nullopt;
+  if (!io::isListedArtefact(name, {".checkpoint-<N>.tmp-<pid>"})) return std::nullopt;
   return std::stoll(name.substr(name.rfind('-') + 1));
 }
 
@@ -81,14 +62,6 @@ std::string readNote(const fs::path& file) {
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(in.gcount()));
   return text;
-}
-
-std::string listed(const std::vector<std::string>& names) {
-  std::string out;
-  const size_t shown = std::min<size_t>(names.size(), 8);
-  for (size_t i = 0; i < shown; ++i) out += (i ? ", " : "") + names[i];
-  if (names.size() > shown) out += " and " + std::to_string(names.size() - shown) + " more";
-  return out;
 }
 
 }  // namespace
@@ -132,35 +105,22 @@ void writeRunMarker(const fs::path& dir, const std::string& fingerprint,
   io::writeFileAtomically(dir / kRunMarkerFile, marker.dump(2) + "\n");
 }
 
-bool isListedArtefact(const std::string& name, const std::vector<std::string>& artefacts) {
-  return std::any_of(artefacts.begin(), artefacts.end(),
-                     [&](const std::string& a) { return matchesPattern(name, a); });
-}
-
 std::vector<std::string> foreignEntries(const fs::path& dir, const RunMarker& marker) {
-  std::vector<std::string> foreign;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    // A listed name that is a symlink could point anywhere: not something Tandem made.
-    if (!marker.ours || !isListedArtefact(name, marker.artefacts) || entry.is_symlink())
-      foreign.push_back(name);
-  }
-  std::sort(foreign.begin(), foreign.end());
-  return foreign;
+  return io::unlistedEntries(dir, marker.ours ? marker.artefacts : std::vector<std::string>{});
 }
 
 void requireOnlyOwnRun(const fs::path& dir) {
   const std::optional<RunMarker> marker = readRunMarker(dir);
   if (!marker || !marker->ours) {
     throw Error("output_dir " + dir.string() + " is not empty and was not written by Tandem (" +
-                    listed(foreignEntries(dir, RunMarker{})) +
+                    io::nameList(foreignEntries(dir, RunMarker{})) +
                     "; no tandem_run.json naming a Tandem training output)",
                 "choose another output_dir; Tandem only overwrites its own runs");
   }
   const std::vector<std::string> foreign = foreignEntries(dir, *marker);
   if (!foreign.empty()) {
     throw Error("output_dir " + dir.string() + " holds files Tandem did not write: " +
-                    listed(foreign) + "; overwrite_output_dir clears only Tandem's own run",
+                    io::nameList(foreign) + "; overwrite_output_dir clears only Tandem's own run",
                 "move those out of " + dir.string() + ", or choose another output_dir");
   }
 }

@@ -35,10 +35,7 @@ std::optional<RunMarker> readRunMarker(const std::filesystem::path& dir);
 void writeRunMarker(const std::filesystem::path& dir, const std::string& fingerprint,
                     const std::string& config_yaml);
 
-// Whether `name` is one of the marker's artefacts (exact, or a pattern's digits).
-bool isListedArtefact(const std::string& name, const std::vector<std::string>& artefacts);
-
-// Entries of `dir` its marker does not list: what Tandem did not write.
+// Entries of `dir` its marker does not list (io::unlistedEntries): what Tandem did not write.
 std::vector<std::string> foreignEntries(const std::filesystem::path& dir, const RunMarker& marker);
 
 // Throws an Error listing what Tandem did not write when `dir` has no marker of Tandem's or holds

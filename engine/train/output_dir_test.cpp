@@ -14,11 +14,13 @@
 #include <string>
 
 #include "engine/core/error.h"
+#include "engine/io/owned_dir.h"
 
 namespace tandem::train {
 namespace {
 
 namespace fs = std::filesystem;
+using io::isListedArtefact;
 
 fs::path freshDir(const std::string& name) {
   const fs::path dir =
