@@ -98,9 +98,9 @@ std::string int4FormatName(int64_t group_size, bool symmetric) {
     throw Error("int4 group size " + std::to_string(group_size) + " is not supported",
                 "use 32, 64 or 128");
   }
-  std::string name = symmetric ? "int4" : "int4_asym";
-  if (group_size != 32) name += "_g" + std::to_string(group_size);
-  return name;
+  std::string name = "int4";
+  if (group_size != 32) name += ":g" + std::to_string(group_size);
+  return symmetric ? name : name + ":asym";
 }
 
 }  // namespace tandem::placement

@@ -7,7 +7,7 @@
 //
 // Names, as experts_format, kt rule files and `tandem plan` spell them:
 //   bf16 fp16 fp32 int8 fp8
-//   int4 int4_g64 int4_g128 int4_asym int4_asym_g64 int4_asym_g128   (Tandem int4: groups of
+//   int4 int4:g64 int4:g128 int4:asym int4:g64:asym int4:g128:asym   (Tandem int4: groups of
 //     32 / 64 / 128 weights along the input dimension, one 16-bit scale each, and a 16-bit
 //     minimum each when asymmetric; Kimi-K2's compressed-tensors checkpoints are `int4`)
 //   q8_0 q4_0 q4_k q5_k q6_k iq4_xs mxfp4                            (GGUF blocks, as stored)

@@ -33,15 +33,15 @@ TEST(ExpertFormat, MatrixBytesCountValuesAndScales) {
   EXPECT_EQ(expertFormat("fp8").matrixBytes(2048, 7168), 2048u * 7168 + 16 * 56 * 4);
   // int4: 16 bytes of nibbles + a 16-bit scale per 32 weights (+ a 16-bit minimum asymmetric).
   EXPECT_EQ(expertFormat("int4").matrixBytes(768, 2048), 768u * 64 * 18);
-  EXPECT_EQ(expertFormat("int4_asym_g128").matrixBytes(768, 2048), 768u * 16 * 68);
+  EXPECT_EQ(expertFormat("int4:g128:asym").matrixBytes(768, 2048), 768u * 16 * 68);
   EXPECT_EQ(expertFormat("q4_k").matrixBytes(768, 2048), 768u * 8 * 144);
   EXPECT_FALSE(expertFormat("bf16").computed_as_stored);
-  EXPECT_TRUE(expertFormat("int4_g64").computed_as_stored);
+  EXPECT_TRUE(expertFormat("int4:g64").computed_as_stored);
 }
 
 TEST(ExpertFormat, Int4NamesAndUnknownNames) {
   EXPECT_EQ(int4FormatName(32, true), "int4");
-  EXPECT_EQ(int4FormatName(128, false), "int4_asym_g128");
+  EXPECT_EQ(int4FormatName(128, false), "int4:g128:asym");
   for (const std::string& name : expertFormatNames()) EXPECT_TRUE(isExpertFormat(name)) << name;
   EXPECT_THROW(int4FormatName(48, true), Error);
   try {
