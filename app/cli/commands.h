@@ -20,6 +20,7 @@ void addPlanCommand(CLI::App& app);
 void addBenchCommand(CLI::App& app);
 void addExportCommand(CLI::App& app);
 void addDoctorCommand(CLI::App& app);
+void addDownloadCommand(CLI::App& app);    // only in builds with TANDEM_WITH_DOWNLOAD
 void addCompletionCommand(CLI::App& app);  // last: it describes every other command
 
 }  // namespace tandem::cli
