@@ -16,6 +16,9 @@
 #include "engine/placement/memory_model.h"
 #include "engine/placement/placement.h"
 #include "ui/error_text.h"
+#ifdef TANDEM_UI_WITH_DOWNLOAD
+#include "ui/download_dialog.h"
+#endif
 #include "ui/machine_info.h"
 #include "ui/path_field.h"
 #include "ui/wizard_pages.h"
@@ -135,6 +138,17 @@ ModelPage::ModelPage(FineTuneWizard& wizard) : wizard_(wizard) {
     if (!file.isEmpty()) path_->setText(file);
   });
   row->layout()->addWidget(gguf);
+#ifdef TANDEM_UI_WITH_DOWNLOAD
+  auto* download = new QPushButton(tr("Do&wnload…"));
+  download->setObjectName(QStringLiteral("download_model"));
+  download->setToolTip(tr("A model from the Hugging Face Hub, into its cache (docs/download.md)"));
+  connect(download, &QPushButton::clicked, this, [this] {
+    DownloadDialog dialog(this);
+    if (dialog.exec() == QDialog::Accepted)
+      path_->setText(QString::fromStdString(dialog.model().string()));
+  });
+  row->layout()->addWidget(download);
+#endif
   row->layout()->addWidget(demo);
   summary_ = new QLabel;
   summary_->setObjectName(QStringLiteral("model_summary"));
