@@ -9,11 +9,11 @@
 namespace tandem::model {
 
 LoraPlan adapterLoraPlan(const std::filesystem::path& dir, const io::ModelConfig& config) {
-  return loraPlanFor(readPeftAdapter(dir, config));
+  return loraPlanFor(readAdapterAt(dir, config));
 }
 
 void applyAdapter(const std::filesystem::path& dir, Model& model) {
-  applyPeftAdapter(readPeftAdapter(dir, model.config()), model.lm());
+  applyPeftAdapter(readAdapterAt(dir, model.config()), model.lm());
 }
 
 void writeAdapter(Model& model, const gpu::LoraSettings& settings, const std::filesystem::path& dir,

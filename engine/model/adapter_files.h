@@ -20,8 +20,9 @@ enum class ExpertAdapterForm {
   FusedPeft021,  // PEFT >= 0.21, which reads 3-D expert LoRA in the other orientation
 };
 
-// The LoRA plan that makes Model::load create exactly the modules of the adapter in `dir`, with
-// its settings (rank, alpha, rslora, dropout). Reads and validates the adapter against `config`.
+// The LoRA plan that makes Model::load create exactly the modules of the adapter in `dir` (a PEFT
+// adapter dir, or a llama.cpp LoRA GGUF file for a GGUF model), with its settings (rank, alpha,
+// rslora, dropout). Reads and validates the adapter against `config`.
 LoraPlan adapterLoraPlan(const std::filesystem::path& dir, const io::ModelConfig& config);
 
 // Copies the adapter's weights in `dir` into a model loaded with adapterLoraPlan(dir).

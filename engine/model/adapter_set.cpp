@@ -8,8 +8,10 @@
 
 #include "engine/core/error.h"
 #include "engine/experts/expert_layer.h"
+#include "engine/io/gguf_model.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/checkpoint_dir.h"
+#include "engine/model/gguf_lora.h"
 #include "engine/model/model.h"
 #include "engine/model/peft_adapter.h"
 
@@ -48,8 +50,11 @@ void AdapterSet::add(const std::string& name, const fs::path& dir, AdapterMode m
     throw Error("a merged adapter must be the only adapter",
                 "load the adapters unmerged to switch between them");
   }
-  const fs::path source = model::resolveAdapterDir(dir);
-  const model::PeftAdapter peft = model::readPeftAdapter(source, model_.config());
+  // A llama.cpp LoRA GGUF file as it is; a folder: the adapter in it or its last checkpoint.
+  std::error_code ec;
+  const fs::path source =
+      io::isGgufPath(dir) && fs::is_regular_file(dir, ec) ? dir : model::resolveAdapterDir(dir);
+  const model::PeftAdapter peft = model::readAdapterAt(source, model_.config());
   auto adapter = std::make_unique<Adapter>();
   adapter->name = name;
   adapter->settings = peft.settings;

@@ -22,4 +22,15 @@ namespace tandem::model {
 void writeGgufLora(const PeftAdapter& adapter, const io::GgufModel& base,
                    const std::filesystem::path& path);
 
+// Reads a llama.cpp LoRA (what writeGgufLora, llama.cpp's convert_lora_to_gguf.py or another
+// tool wrote) for the GGUF model `base`, as the PeftAdapter it applies: HF module names, the rope
+// row permutation undone, stacked experts split per expert, each pair's alpha / its-own-rank
+// scale kept (folded into B where a pair's rank is not the adapter's). Errors name the file and
+// the tensor: not a LoRA adapter, a tensor the base does not hold, shapes that do not match.
+PeftAdapter readGgufLora(const std::filesystem::path& path, const io::GgufModel& base);
+
+// The adapter at `path` for the model of `config`: a llama.cpp LoRA GGUF file (for a GGUF base:
+// config.source) or a PEFT adapter dir.
+PeftAdapter readAdapterAt(const std::filesystem::path& path, const io::ModelConfig& config);
+
 }  // namespace tandem::model

@@ -128,6 +128,9 @@ def test_exported_lora_loads_in_llama_cpp_and_equals_peft(cases, tmp_path, arch)
     with_lora = L.llama_logits(case["gguf"], tokens, lora_path=lora)
     assert_close(with_lora, L.hf_logits(case["model"], tokens, adapter_dir=adapter), what="llama.cpp + LoRA vs peft")
     assert L.compare(with_lora, L.llama_logits(case["gguf"], tokens))["rel_l2"] > 1e-2  # the adapter does something
+    # And back: Tandem reads the LoRA GGUF and gives llama.cpp's logits with it.
+    got = tandem_logits(case["gguf"], tokens, tmp_path / "gguf_lora.safetensors", adapter=lora)
+    assert_close(got, with_lora, what="Tandem + the LoRA GGUF vs llama.cpp + it")
     meta = L.gguf_metadata(lora)
     assert meta["general.type"] == "adapter" and meta["adapter.type"] == "lora"
     if not arch.startswith("deepseek"):
@@ -139,6 +142,26 @@ def test_exported_lora_loads_in_llama_cpp_and_equals_peft(cases, tmp_path, arch)
             assert ours[name].shape == value.shape, name
             np.testing.assert_allclose(ours[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
         assert meta["adapter.lora.alpha"] == pytest.approx(L.gguf_metadata(tmp_path / "theirs.gguf")["adapter.lora.alpha"])
+        # A LoRA GGUF that llama.cpp's own converter wrote reads the same.
+        got = tandem_logits(case["gguf"], tokens, tmp_path / "theirs.safetensors", adapter=tmp_path / "theirs.gguf")
+        assert_close(got, with_lora, what="Tandem + llama.cpp's converted LoRA vs llama.cpp + ours")
+
+
+def test_a_lora_gguf_applies_only_to_its_gguf_model(cases, tmp_path):
+    case = cases("qwen3_moe_sparse")
+    lora = tmp_path / "lora.gguf"
+    run([TANDEM, "export", "--adapter", case["adapter"], "--model", case["gguf"], "--out", lora])
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps([case["tokens"][0]]))
+    result = subprocess.run([TANDEM, "debug", "forward", "--model", str(case["model"]), "--tokens", str(tokens),
+                             "--out", str(tmp_path / "out.safetensors"), "--adapter", str(lora)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and "llama.cpp LoRA" in result.stderr, result.stderr
+    llama = cases("llama")
+    result = subprocess.run([TANDEM, "debug", "forward", "--model", str(llama["gguf"]), "--tokens", str(tokens),
+                             "--out", str(tmp_path / "out.safetensors"), "--adapter", str(lora)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and "is a LoRA for qwen3moe" in result.stderr, result.stderr
 
 
 def test_export_refuses_what_llama_cpp_cannot_apply(cases, tmp_path):
