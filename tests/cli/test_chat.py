@@ -144,3 +144,15 @@ def test_bad_input_is_a_clear_error(demo, tmp_path):
     result = chat(demo, ["/adapter", "/what", QUESTION])
     assert "no adapter loaded" in result.stderr and "commands:" in result.stderr
     assert result.stdout == demo["base"] + "\n"
+
+
+def test_export_to_llama_cpp_refuses_to_drop_lora_experts_silently(demo, tmp_path):
+    """A llama.cpp LoRA GGUF cannot hold LoRA experts: `tandem export` refuses, and with --drop-lora-experts
+    says the file is a different model (the refusal comes before the GGUF base is even opened)."""
+    le = add_lora_experts(demo["adapter"], tmp_path / "le")
+    result = run(["export", "--adapter", le, "--model", tmp_path / "missing.gguf"], demo["home"])
+    assert result.returncode == 1 and "LoRA experts" in result.stderr and "--drop-lora-experts" in result.stderr
+    assert not (le / "adapter_model.gguf").exists()
+    result = run(["export", "--adapter", le, "--model", tmp_path / "missing.gguf", "--drop-lora-experts"],
+                 demo["home"])
+    assert "WITHOUT its LoRA experts" in result.stderr and "different model" in result.stderr

@@ -148,3 +148,30 @@ def test_chat_plans_a_kv_cache_instead_of_training_state(tmp_path):
     assert gpu(chat)["kv_cache"] == 48 * 2 * 4 * 128 * 2 * 32768
     assert gpu(train)["kv_cache"] == 0
     assert host_item(chat, "expert LoRA optimizer") == 0 and host_item(train, "expert LoRA optimizer") > 0
+
+
+def test_lora_experts_auto_is_sized_from_the_spare_gpu_memory(tmp_path):
+    """issue 32: `lora_experts: auto` gets what the GPU has left after the working set (capped), a fixed number
+    is taken as given, and without a GPU auto is the documented 1 path."""
+    h200 = REPO / "presets" / "hardware" / "1xh200_xeon-16c_128g.yaml"
+    auto = plan(config(tmp_path, "deepseek-v2-lite.json", lora_experts="auto", le_dim=64), "--hardware", h200)
+    le = auto["lora_experts"]
+    assert le["requested"] == "auto" and le["le_dim"] == 64
+    assert le["paths"] == 8, le  # a 139 GB GPU has room for the auto maximum on V2-Lite
+    hidden, tokens = 2048, 2048
+    assert le["bytes_per_layer"] == 8 * (16 * 3 * hidden * 64 + 4 * tokens * (hidden + 4 * 64))
+    # With auto, no resident experts take the spare memory first.
+    assert all(m.get("gpu_experts", 0) == 0 for m in auto["placement"] if m["kind"] == "routed_experts")
+    fixed = plan(config(tmp_path, "deepseek-v2-lite.json", lora_experts=3), "--hardware", h200)
+    assert fixed["lora_experts"]["paths"] == 3
+    off = plan(config(tmp_path, "deepseek-v2-lite.json"), "--hardware", h200)
+    assert off["lora_experts"]["paths"] == 0
+    cpu_only = tmp_path / "cpu_only.yaml"  # the H200 machine without its GPU
+    cpu_only.write_text("\n".join(line for line in h200.read_text().splitlines()
+                                  if not line.startswith(("gpus:", "  - model", "    "))) + "\ngpus: []\n")
+    cpu = plan(config(tmp_path, "deepseek-v2-lite.json", lora_experts="auto"), "--hardware", cpu_only)
+    assert cpu["lora_experts"]["paths"] == 1 and "CPU default" in cpu["lora_experts"]["reason"]
+    text = subprocess.run([TANDEM, "plan", str(config(tmp_path, "deepseek-v2-lite.json", lora_experts="auto")),
+                           "--hardware", str(h200)], capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0 and "LoRA experts  lora_experts: auto: 8 path(s)" in text.stdout, text.stdout
+
