@@ -112,7 +112,10 @@ def routing_share(model_dir, rows, top):
         if gate is None or not hasattr(layer.mlp, "experts"):
             continue
         def hook(mod, inp, out, i=i):
-            ids = out[2] if isinstance(out, tuple) and len(out) > 2 else out[1]
+            if isinstance(out, tuple):  # qwen3_moe's router: (logits, weights, ids)
+                ids = out[2] if len(out) > 2 else out[1]
+            else:  # a bare linear gate (deepseek_v2): its softmax top-k
+                ids = out.float().softmax(-1).topk(top, dim=-1).indices
             counts.setdefault(i, torch.zeros(4096, dtype=torch.long)).index_add_(
                 0, ids.flatten().long(), torch.ones(ids.numel(), dtype=torch.long))
         hooks.append(gate.register_forward_hook(hook))
