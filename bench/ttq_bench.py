@@ -14,7 +14,7 @@ validation loss on a domain whose routing is skewed, for four ways of spending t
 
 Each configuration runs in its own process (`tandem train`), on the same model, data, seed and schedule, evaluating
 on the held-out set every --eval-steps steps. The target is the lowest validation loss the baseline (a) reaches in
---steps steps unless --target is given; TTQ is the wall time (the sum of step times up to that step, evaluations
+--steps steps and each of --targets; TTQ is the wall time (the sum of step times up to that step, evaluations
 excluded, as every configuration evaluates alike) and the step at which a run first reaches it.
 
 The model: a random Qwen3-MoE (--shape cpu: the demo's 4 layers x 16 experts top-4, hidden 256, trains in minutes
@@ -181,7 +181,8 @@ def svg_curves(runs, target, path):
     """The validation-loss curves as a small SVG (matplotlib is not in the venv)."""
     W, H, L, B = 640, 400, 60, 40
     xs = [s for r in runs for s, _ in r["evals"]]
-    ys = [l for r in runs for _, l in r["evals"]] + [target]
+    # Zoomed on the approach to the target: from the third evaluation down (the first ones, far above, are clipped).
+    ys = [l for r in runs for _, l in r["evals"][2:]] + [target]
     x0, x1, y0, y1 = 0, max(xs), min(ys) * 0.98, max(ys) * 1.02
     X = lambda s: L + (W - L - 20) * (s - x0) / (x1 - x0)  # noqa: E731
     Y = lambda v: 20 + (H - B - 20) * (y1 - v) / (y1 - y0)  # noqa: E731
@@ -201,10 +202,11 @@ def svg_curves(runs, target, path):
     out.append(f'<line x1="{L}" y1="{Y(target):.1f}" x2="{W - 20}" y2="{Y(target):.1f}" stroke="gray" '
                f'stroke-dasharray="4 3"/><text x="{W - 22}" y="{Y(target) - 4:.1f}" text-anchor="end" '
                f'fill="gray">target {target:.3f}</text>')
+    out.append(f'<clipPath id="plot"><rect x="{L}" y="20" width="{W - L - 20}" height="{H - B - 20}"/></clipPath>')
     for i, r in enumerate(runs):
         pts = " ".join(f"{X(s):.1f},{Y(l):.1f}" for s, l in r["evals"])
-        out.append(f'<polyline fill="none" stroke="{colors[i % 4]}" stroke-width="2" points="{pts}"/>')
-        out.append(f'<text x="{W - 160}" y="{40 + 16 * i}" fill="{colors[i % 4]}">{r["label"]}</text>')
+        out.append(f'<polyline clip-path="url(#plot)" fill="none" stroke="{colors[i % 4]}" stroke-width="2" points="{pts}"/>')
+        out.append(f'<text x="{W - 230}" y="{40 + 16 * i}" fill="{colors[i % 4]}">{r["label"]}</text>')
     out.append("</svg>")
     path.write_text("\n".join(out) + "\n")
 
@@ -221,12 +223,18 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--le-paths", type=int, default=2)
     ap.add_argument("--le-dim", type=int, default=64)
-    ap.add_argument("--target", type=float, default=None)
+    ap.add_argument("--targets", default="1.2,1.0,0.9",
+                    help="validation-loss targets (comma-separated) besides (a)'s best")
+    ap.add_argument("--report-only", action="store_true", help="re-render DIR/result.json's table and plot")
     ap.add_argument("--configs", default="base,le,rank,resident")
     ap.add_argument("--out", default="bench_ttq")
     args = ap.parse_args()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    if args.report_only:
+        result = json.loads((out / "result.json").read_text())
+        report(result["runs"], [float(t) for t in args.targets.split(",") if t], result, out)
+        return
     model_dir = out / "model"
     config = make_model(model_dir, args.shape, args.layers)
     rows = {"digits": digits_domain(2000, 0), "words": words_domain(2000, 0)}
@@ -276,30 +284,39 @@ def main():
             with safe_open(str(run_dir / "adapter_model.safetensors"), "pt") as f:
                 base_adapter_params = sum(f.get_tensor(k).numel() for k in f.keys())
         runs.append(r)
-    baseline = next(r for r in runs if r["name"] == "base")
-    target = args.target if args.target is not None else min(l for _, l in baseline["evals"])
-    rows_md = ["| configuration | extra memory | steps to target | train time to target (s) | "
-               "vs (a) | best val loss | s/step |", "|---|---|---|---|---|---|---|"]
-    base_step, base_time = reach(baseline, target)
-    for r in runs:
-        step, t = reach(r, target)
-        r["target_step"], r["target_s"] = step, t
-        best = min(l for _, l in r["evals"])
-        per_step = r["train_s"][max(r["train_s"])] / max(r["train_s"])
-        ratio = f"{t / base_time:.2f}x" if t is not None and base_time else "-"
-        extra_mem = {"base": "-", "le": f"{budget_bytes / 2**20:.1f} MiB (LE)",
-                     "rank": "same parameters as LE", "resident": "same bytes as LE"}[r["name"]]
-        rows_md.append(f"| {r['label']} | {extra_mem} | {step if step is not None else 'not reached'} | "
-                       f"{f'{t:.1f}' if t is not None else '-'} | {ratio} | {best:.4f} | {per_step:.3f} |")
-    table = "\n".join(rows_md)
-    svg_curves(runs, target, out / "ttq_curves.svg")
     result = {"shape": args.shape, "domain": domain, "routing_top_k_share": shares, "experts": n_experts,
-              "top_k": top_k, "uniform_share": top_k / n_experts, "target": target, "le_params": le_params,
-              "budget_bytes": budget_bytes, "runs": runs, "table": table}
+              "top_k": top_k, "uniform_share": top_k / n_experts, "le_params": le_params,
+              "budget_bytes": budget_bytes, "runs": runs}
+    report(runs, [float(t) for t in args.targets.split(",") if t], result, out)
+
+
+def report(runs, targets, result, out):
+    """The markdown table (steps and train seconds to each target, ratio to (a)) and the SVG curves."""
+    for r in runs:  # JSON turns the step keys into strings
+        r["train_s"] = {int(k): v for k, v in r["train_s"].items()}
+    baseline = next(r for r in runs if r["name"] == "base")
+    targets = [min(l for _, l in baseline["evals"])] + targets
+    head = "| configuration | s/step | best val loss |" + "".join(
+        f" to {t:.4g}{' ((a) best)' if i == 0 else ''}: steps, s (vs (a)) |" for i, t in enumerate(targets))
+    rows = [head, "|---|---|---|" + "---|" * len(targets)]
+    for r in runs:
+        per_step = r["train_s"][max(r["train_s"])] / max(r["train_s"])
+        cells = []
+        for t in targets:
+            step, sec = reach(r, t)
+            _, base_sec = reach(baseline, t)
+            cells.append("not reached" if step is None else
+                         f"{step}, {sec:.1f} ({sec / base_sec:.2f}x)" if base_sec else f"{step}, {sec:.1f}")
+        rows.append(f"| {r['label']} | {per_step:.3f} | {min(l for _, l in r['evals']):.4f} | " +
+                    " | ".join(cells) + " |")
+    table = "\n".join(rows)
+    svg_curves(runs, targets[0], out / "ttq_curves.svg")
+    result.update({"targets": targets, "table": table})
     (out / "result.json").write_text(json.dumps(result, indent=2))
-    print(f"domain {domain}: the top-{top_k} experts of each layer take {shares[domain]:.0%} of the routing "
-          f"(uniform: {top_k / n_experts:.0%}; other domain: {shares})")
-    print(f"target validation loss {target:.4f}")
+    if "domain" in result:
+        share = result["routing_top_k_share"][result["domain"]]
+        print(f"domain {result['domain']}: the top-{result['top_k']} experts of each layer take {share:.0%} of the "
+              f"routing (uniform: {result['uniform_share']:.0%}; all domains: {result['routing_top_k_share']})")
     print(table)
 
 
