@@ -142,6 +142,9 @@ def write_config(path, model_dir, data_dir, out_dir, args, **extra):
              "disable_gradient_checkpointing": "true" if args.shape == "cpu" else "false"}
     if args.shape == "cpu":
         lines["device"] = "cpu"
+    # No resident experts unless (d) asks: gpu_experts' default (auto) would fill a big GPU with them in
+    # every configuration.
+    lines["gpu_experts"] = 0
     lines.update(extra)
     path.write_text("".join(f"{k}: {v}\n" for k, v in lines.items()))
 
