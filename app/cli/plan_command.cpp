@@ -181,11 +181,10 @@ void runPlan(const PlanOptions& o) {
   }
   const fs::path placement_file =
       o.placement.empty() ? config.placement_rule : fs::path(o.placement);
-  const MemoryPlan plan =
-      placement_file.empty()
-          ? placement::planMemory(request, hw)
-          : placement::evaluatePlacement(request, hw,
-                                         placement::loadPlacementFile(placement_file, model));
+  MemoryPlan plan = placement_file.empty()
+                        ? placement::planMemory(request, hw)
+                        : placement::evaluatePlacement(
+                              request, hw, placement::loadPlacementFile(placement_file, model));
   if (!o.rules_out.empty())
     io::writeFileAtomically(o.rules_out, placement::writeKtRules(plan.placement, model));
   if (!o.hardware_out.empty())
@@ -194,6 +193,7 @@ void runPlan(const PlanOptions& o) {
   const placement::LoraExpertsChoice lora_experts =
       o.chat_context > 0 ? placement::LoraExpertsChoice{}
                          : train::loraExpertsFor(config, model, plan);
+  placement::addLoraExpertsToPlan(plan, request, lora_experts);
   if (o.json) {
     nlohmann::json j = toJson(plan, hw, model);
     j["lora_experts"] = {{"requested", config.lora_experts},

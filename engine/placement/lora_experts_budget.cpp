@@ -7,6 +7,8 @@ namespace tandem::placement {
 
 namespace {
 
+const std::string kLoraExpertsItem = "LoRA experts (";
+
 std::string mib(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
 }  // namespace
@@ -55,7 +57,13 @@ LoraExpertsChoice chooseLoraExperts(const MemoryPlan& plan, const PlanRequest& r
     if (d == nullptr) continue;
     const auto usable =
         static_cast<uint64_t>(kGpuExpertsFill * static_cast<double>(d->capacity_bytes));
-    const uint64_t spare = usable > d->total() ? usable - d->total() : 0;
+    // A plan that already carries LE (addLoraExpertsToPlan) is sized as without it: the same
+    // choice every time it is asked.
+    uint64_t planned = d->total();
+    for (const PlanItem& item : d->items) {
+      if (item.what.starts_with(kLoraExpertsItem)) planned -= item.bytes;
+    }
+    const uint64_t spare = usable > planned ? usable - planned : 0;
     const int64_t fit = static_cast<int64_t>(spare / (per_path * static_cast<uint64_t>(layers)));
     if (fit < paths) tightest_spare = spare;
     paths = std::min(paths, fit);
@@ -71,6 +79,39 @@ LoraExpertsChoice chooseLoraExperts(const MemoryPlan& plan, const PlanRequest& r
                                    (paths == kLoraExpertsAutoMax ? " (the auto maximum)"
                                                                  : " (what the GPUs have left)");
   return choice;
+}
+
+void addLoraExpertsToPlan(MemoryPlan& plan, const PlanRequest& request,
+                          const LoraExpertsChoice& choice) {
+  if (choice.paths <= 0) return;
+  std::map<size_t, int64_t> layers_per_device;  // index into plan.devices -> MoE layers
+  const std::vector<Device> layer_devices = plan.placement.layerDevices();
+  for (size_t i = 0; i < layer_devices.size(); ++i) {
+    if (!request.model.isMoeLayer(static_cast<int>(i))) continue;
+    for (size_t d = 0; d < plan.devices.size(); ++d) {
+      const Device device = plan.devices[d].device;
+      if (layer_devices[i].isGpu() ? device == layer_devices[i] : !device.isGpu()) {
+        ++layers_per_device[d];
+        break;
+      }
+    }
+  }
+  for (const auto& [index, layers] : layers_per_device) {
+    DevicePlan& d = plan.devices[index];
+    const bool fitted = d.fits();
+    const uint64_t bytes = choice.bytes_per_layer * static_cast<uint64_t>(layers);
+    d.items.push_back({kLoraExpertsItem + std::to_string(choice.paths) + " x le_dim " +
+                           std::to_string(choice.le_dim) + ", " + std::to_string(layers) +
+                           " MoE layers)",
+                       PlanCategory::LoraOptimizer, bytes});
+    d.bytes[static_cast<size_t>(PlanCategory::LoraOptimizer)] += bytes;
+    if (fitted && !d.fits()) {
+      plan.fits = false;
+      plan.problems.push_back(d.device.str() + ": need " + mib(d.total()) + ", have " +
+                              mib(d.capacity_bytes) + " with the LoRA experts (" + mib(bytes) +
+                              "); lower lora_experts or le_dim");
+    }
+  }
 }
 
 }  // namespace tandem::placement

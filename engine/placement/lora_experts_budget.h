@@ -35,4 +35,10 @@ inline constexpr int64_t kAutoLoraExperts = -1;
 LoraExpertsChoice chooseLoraExperts(const MemoryPlan& plan, const PlanRequest& request,
                                     int64_t requested, int64_t le_dim);
 
+// Charges the chosen LE to the plan: an item "LoRA experts" (category lora_optimizer) on the device
+// of each MoE layer (its GPU, else the first host node), and `fits`/`problems` updated when that
+// overflows.
+void addLoraExpertsToPlan(MemoryPlan& plan, const PlanRequest& request,
+                          const LoraExpertsChoice& choice);
+
 }  // namespace tandem::placement

@@ -27,8 +27,11 @@ placement::LoraExpertsChoice loraExpertsFor(const TrainConfig& config, const io:
 
 placement::MemoryPlan planTraining(const TrainConfig& config, const io::ModelConfig& model,
                                    const placement::Hardware& hardware) {
-  return model::planModel(planRequestFor(config, model), config,
-                          model::usableHardware(config, hardware));
+  placement::MemoryPlan plan = model::planModel(planRequestFor(config, model), config,
+                                                model::usableHardware(config, hardware));
+  placement::addLoraExpertsToPlan(plan, planRequestFor(config, model),
+                                  loraExpertsFor(config, model, plan));
+  return plan;
 }
 
 }  // namespace tandem::train

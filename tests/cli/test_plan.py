@@ -160,6 +160,10 @@ def test_lora_experts_auto_is_sized_from_the_spare_gpu_memory(tmp_path):
     assert le["paths"] == 8, le  # a 139 GB GPU has room for the auto maximum on V2-Lite
     hidden, tokens = 2048, 2048
     assert le["bytes_per_layer"] == 8 * (16 * 3 * hidden * 64 + 4 * tokens * (hidden + 4 * 64))
+    # The plan carries them on the GPU: V2-Lite's 26 MoE layers (layer 0 is dense), as lora_optimizer bytes.
+    gpu = next(d for d in auto["devices"] if d["device"] == "cuda:0")
+    items = [i for i in gpu["items"] if i["what"].startswith("LoRA experts")]
+    assert len(items) == 1 and items[0]["bytes"] == 26 * le["bytes_per_layer"], gpu["items"]
     # With auto, no resident experts take the spare memory first.
     assert all(m.get("gpu_experts", 0) == 0 for m in auto["placement"] if m["kind"] == "routed_experts")
     fixed = plan(config(tmp_path, "deepseek-v2-lite.json", lora_experts=3), "--hardware", h200)
