@@ -195,6 +195,21 @@ def test_sigkill_mid_run_then_rerun_gives_the_same_adapter(demo, tmp_path, lora_
         assert (killed / "checkpoint-8" / "lora_experts.safetensors").exists()
 
 
+def test_lora_experts_leave_the_first_loss_exactly_as_without_and_then_train(demo, tmp_path):
+    # Their down projection starts at zero: the first step's loss (before any update) is bit for bit the
+    # run's without them, and from the second step on they change it.
+    common = ["model_name_or_path=" + str(demo["model"]), "dataset_dir=" + str(DEMO_DATA), "max_steps=3",
+              "save_steps=100", "logging_steps=1"]
+    runs = {}
+    for le in ("0", "2"):
+        out = tmp_path / f"le{le}"
+        result = run(["train", DEMO_PRESET, *common, "output_dir=" + str(out), "lora_experts=" + le], demo["home"])
+        assert result.returncode == 0, result.stderr[-2000:]
+        runs[le] = losses(out)
+    assert runs["0"][0] == runs["2"][0]
+    assert runs["0"][1:] != runs["2"][1:]
+
+
 def test_a_rerun_with_only_memory_settings_changed_resumes_instead_of_refusing(demo, tmp_path):
     # What a user changes after a run stopped out of memory: where and in what pieces the same math
     # runs. The output dir is still this run's, so it resumes from its last checkpoint.
