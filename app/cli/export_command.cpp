@@ -7,6 +7,7 @@
 #include <string>
 
 #include "app/cli/commands.h"
+#include "engine/core/error.h"
 #include "engine/model/adapter_files.h"
 
 namespace tandem::cli {
@@ -14,9 +15,24 @@ namespace {
 
 struct ExportOptions {
   std::string adapter, model, out;
+  bool drop_lora_experts = false;
 };
 
 void runExport(const ExportOptions& o) {
+  // A LoRA GGUF has no place for LoRA experts (docs/peft_formats.md §5): never silently a
+  // different model.
+  if (model::adapterHasLoraExperts(o.adapter)) {
+    if (!o.drop_lora_experts) {
+      throw Error(o.adapter + " has LoRA experts (lora_experts.safetensors), which a llama.cpp " +
+                      "LoRA GGUF cannot hold: llama.cpp would run a different model",
+                  "use the adapter with Tandem (chat, serve), or pass --drop-lora-experts to "
+                  "export the LoRA part alone");
+    }
+    std::fprintf(stderr,
+                 "warning: exporting %s WITHOUT its LoRA experts: llama.cpp with this file is a "
+                 "different model from the one trained (its answers will differ from Tandem's)\n",
+                 o.adapter.c_str());
+  }
   const std::filesystem::path out = o.out.empty()
                                         ? std::filesystem::path(o.adapter) / "adapter_model.gguf"
                                         : std::filesystem::path(o.out);
@@ -38,6 +54,9 @@ void addExportCommand(CLI::App& app) {
       ->required();
   command->add_option("--out", o->out,
                       "the .gguf file to write (default: ADAPTER/adapter_model.gguf)");
+  command->add_flag("--drop-lora-experts", o->drop_lora_experts,
+                    "Export an adapter trained with lora_experts without them (the GGUF is then "
+                    "a different model; a warning says so)");
   command->callback([o] { runExport(*o); });
 }
 

@@ -200,19 +200,31 @@ void runPlan(const PlanOptions& o) {
   }
   const fs::path placement_file =
       o.placement.empty() ? config.placement_rule : fs::path(o.placement);
-  const MemoryPlan plan =
-      placement_file.empty()
-          ? placement::planMemory(request, hw)
-          : placement::evaluatePlacement(request, hw,
-                                         placement::loadPlacementFile(placement_file, model));
+  MemoryPlan plan = placement_file.empty()
+                        ? placement::planMemory(request, hw)
+                        : placement::evaluatePlacement(
+                              request, hw, placement::loadPlacementFile(placement_file, model));
   if (!o.rules_out.empty())
     io::writeFileAtomically(o.rules_out, placement::writeKtRules(plan.placement, model));
   if (!o.hardware_out.empty())
     io::writeFileAtomically(o.hardware_out, placement::hardwareToYaml(hw));
+  // LoRA experts (issue 32): what lora_experts (auto: the memory left over) gives this plan.
+  const placement::LoraExpertsChoice lora_experts =
+      o.chat_context > 0 ? placement::LoraExpertsChoice{}
+                         : train::loraExpertsFor(config, model, plan);
+  placement::addLoraExpertsToPlan(plan, request, lora_experts);
   if (o.json) {
-    std::printf("%s\n", toJson(plan, hw, model).dump(2).c_str());
+    nlohmann::json j = toJson(plan, hw, model);
+    j["lora_experts"] = {{"requested", config.lora_experts},
+                         {"paths", lora_experts.paths},
+                         {"le_dim", lora_experts.le_dim},
+                         {"bytes_per_layer", lora_experts.bytes_per_layer},
+                         {"reason", lora_experts.reason}};
+    std::printf("%s\n", j.dump(2).c_str());
   } else {
     printHuman(plan, config, model, hw, o.chat_context);
+    if (!lora_experts.reason.empty())
+      std::printf("\nLoRA experts  %s\n", lora_experts.reason.c_str());
     if (!o.rules_out.empty())
       std::printf("\nwrote the placement as a KTransformers rule file: %s\n", o.rules_out.c_str());
   }

@@ -3,6 +3,7 @@
 #include "engine/io/gguf_model.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/gguf_lora.h"
+#include "engine/model/lora_experts_files.h"
 #include "engine/model/model.h"
 #include "engine/model/peft_adapter.h"
 
@@ -19,6 +20,11 @@ void applyAdapter(const std::filesystem::path& dir, Model& model) {
 void writeAdapter(Model& model, const gpu::LoraSettings& settings, const std::filesystem::path& dir,
                   ExpertAdapterForm form, const std::string& base_model_name) {
   writePeftAdapter(model.lm(), settings, dir, form, base_model_name);
+}
+
+bool adapterHasLoraExperts(const std::filesystem::path& dir) {
+  return std::filesystem::exists(dir / kLoraExpertsConfigFile) ||
+         std::filesystem::exists(dir / kLoraExpertsWeightsFile);
 }
 
 void exportLlamaCppAdapter(const std::filesystem::path& adapter_dir,

@@ -32,6 +32,10 @@ void applyAdapter(const std::filesystem::path& dir, Model& model);
 void writeAdapter(Model& model, const gpu::LoraSettings& settings, const std::filesystem::path& dir,
                   ExpertAdapterForm form, const std::string& base_model_name);
 
+// Whether the adapter dir holds LoRA experts (docs/peft_formats.md §5), which PEFT and llama.cpp
+// cannot load: whoever hands the adapter to them warns (or refuses) first.
+bool adapterHasLoraExperts(const std::filesystem::path& dir);
+
 // The PEFT adapter in `adapter_dir` as a llama.cpp LoRA GGUF for the base model file
 // `gguf_model`, written atomically to `out`. Errors name the module and say what to do.
 void exportLlamaCppAdapter(const std::filesystem::path& adapter_dir,

@@ -27,6 +27,9 @@ struct AdapterSet::Adapter {
   // mlp name -> the routed experts' LoRA; held here while the adapter is not active, inside the
   // expert engine while it is.
   std::map<std::string, experts::ExpertLora> experts;
+  // mlp name -> its LoRA experts (lora_experts.h) on the layer's device; set on the block while
+  // the adapter is active.
+  std::map<std::string, LoraExperts> lora_experts;
 };
 
 AdapterSet::AdapterSet(Model& model) : model_(model) {}
@@ -116,6 +119,13 @@ void AdapterSet::add(const std::string& name, const fs::path& dir, AdapterMode m
     }
     adapter->experts.emplace(mlp, std::move(lora));
   });
+  if (peft.lora_experts.defined()) {
+    model_.lm().visitMoeBlocks([&](const std::string& mlp, model::MoeBlock& block) {
+      adapter->lora_experts.emplace(mlp,
+                                    LoraExperts::fromPaths(peft.lora_experts.layers.at(mlp),
+                                                           block.router.gate.weight().device()));
+    });
+  }
   for (const auto& [module, a] : peft.a) {
     if (!used.count(module)) {
       throw Error(source.string() + ": the adapter has LoRA weights for " + module +
@@ -187,6 +197,8 @@ void AdapterSet::swapIn(Adapter& adapter) {
   model_.lm().visitMoeBlocks([&](const std::string& mlp, model::MoeBlock& block) {
     auto it = adapter.experts.find(mlp);
     if (it != adapter.experts.end()) std::swap(block.experts->lora(), it->second);
+    auto le = adapter.lora_experts.find(mlp);
+    if (le != adapter.lora_experts.end()) block.lora_experts = le->second;
   });
 }
 
@@ -197,6 +209,7 @@ void AdapterSet::swapOut(Adapter& adapter) {
   model_.lm().visitMoeBlocks([&](const std::string& mlp, model::MoeBlock& block) {
     auto it = adapter.experts.find(mlp);
     if (it != adapter.experts.end()) std::swap(block.experts->lora(), it->second);
+    if (adapter.lora_experts.count(mlp)) block.lora_experts = LoraExperts();
   });
 }
 

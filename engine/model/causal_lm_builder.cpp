@@ -256,6 +256,11 @@ void CausalLmBuilder::chargeMemory() {
     if (l.hasLora())
       lora_bytes[l.loraA().device().str()] += l.loraA().nbytes() + l.loraB().nbytes();
   });
+  m_.visitMoeBlocks([&](const std::string& mlp, MoeBlock& block) {
+    block.lora_experts.visitWeights(mlp, [&](const std::string&, at::Tensor& w) {
+      lora_bytes[w.device().str()] += w.nbytes();
+    });
+  });
   for (const auto& [device, bytes] : lora_bytes) {
     m_.charges_.emplace_back(ledger, device, MemoryCategory::Lora, bytes);
   }
@@ -331,6 +336,13 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
   } else if (isDeepseek(c_.architecture) && c_.n_shared_experts > 0) {
     block->shared =
         buildMlp(p + "mlp.shared_experts.", c_.moe_intermediate_size * c_.n_shared_experts);
+  }
+  if (lora_ && lora_->lora_experts > 0) {
+    // A seed of its own per layer (not the next of lora_seed_), so turning LE on leaves every
+    // LoRA adapter's init as it was: runs with and without LE start from the same adapters.
+    const uint64_t seed = lora_->seed * 1000003ull + 0x4c45'0000ull + static_cast<uint64_t>(i);
+    block->lora_experts = LoraExperts::fresh(lora_->lora_experts, lora_->le_dim, c_.hidden_size,
+                                             m_.layerDevice(static_cast<size_t>(i)), seed);
   }
   return block;
 }

@@ -43,6 +43,13 @@ void writeDebugTensors(Model& model, const TokenBatch& batch, bool gradients,
     tensors["loss"] = loss.detach().to(at::kCPU);
     tensors["logits"] = lm.logits(hidden.detach()).to(at::kCPU);
     for (auto& [name, grad] : loraTensors(lm, /*gradients=*/true)) tensors[name] = grad;
+    // LoRA experts' gradients under their saved names (lora_experts_files.h).
+    lm.visitMoeBlocks([&](const std::string& mlp, MoeBlock& block) {
+      block.lora_experts.visitWeights(mlp, [&](const std::string& name, at::Tensor& w) {
+        tensors["base_model.model." + name] =
+            w.grad().defined() ? w.grad().to(at::kCPU) : at::zeros_like(w, at::kCPU);
+      });
+    });
   } else {
     at::NoGradGuard no_grad;
     const at::Tensor hidden = lm.forwardHidden(ids, /*training=*/false);

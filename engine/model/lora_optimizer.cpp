@@ -51,6 +51,12 @@ LoraOptimizer::LoraOptimizer(model::CausalLm& model, const AdamWSettings& settin
           {name + suffix, tensor, at::zeros_like(tensor), at::zeros_like(tensor)});
     }
   });
+  // LoRA experts step, clip and checkpoint with the torch-side adapters of their device.
+  model.visitMoeBlocks([&](const std::string& mlp, model::MoeBlock& block) {
+    block.lora_experts.visitWeights(mlp, [&](const std::string& name, at::Tensor& w) {
+      torch_params_.push_back({name, w, at::zeros_like(w), at::zeros_like(w)});
+    });
+  });
   model.visitMoeBlocks([&](const std::string& mlp, model::MoeBlock& block) {
     experts::ExpertLora& lora = block.experts->lora();
     for (int p = 0; p < experts::kExpertProjCount; ++p) {

@@ -35,7 +35,11 @@ std::vector<Weight> loraWeights(model::CausalLm& model) {
     out.push_back({l.loraA(), {}});
     out.push_back({l.loraB(), {}});
   });
-  model.visitMoeBlocks([&](const std::string&, model::MoeBlock& block) {
+  model.visitMoeBlocks([&](const std::string& mlp, model::MoeBlock& block) {
+    // LoRA experts (issue 32): torch leaves like the dense adapters.
+    block.lora_experts.visitWeights(mlp, [&](const std::string&, at::Tensor& w) {
+      out.push_back({w, {}});
+    });
     experts::ExpertLora& lora = block.experts->lora();
     for (auto proj :
          {experts::ExpertProj::Gate, experts::ExpertProj::Up, experts::ExpertProj::Down}) {
@@ -54,10 +58,15 @@ std::vector<Weight> loraWeights(model::CausalLm& model) {
 // libtorch's torch::optim::AdamW and torch::nn::utils::clip_grad_norm_ (the C++ twins of
 // torch.optim.AdamW and torch.nn.utils.clip_grad_norm_, which HF's Trainer runs) on copies of the
 // same weights with the same gradients. Every weight and the reported norm must agree.
-TEST(LoraOptimizer, ClipsAndStepsAsTorchsAdamW) {
+// With LoRA experts on, their weights are part of the same clip and AdamW.
+class LoraOptimizerTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(LoraOptimizerTest, ClipsAndStepsAsTorchsAdamW) {
   const io::ModelConfig config = testing::tinyQwen3MoeConfig(/*num_experts=*/4);
-  const model::LoraPlan plan = model::loraPlanFromTarget(io::LoraTarget::parse("all"),
-                                                         gpu::LoraSettings{4, 8.0, false, 0.0});
+  model::LoraPlan plan = model::loraPlanFromTarget(io::LoraTarget::parse("all"),
+                                                   gpu::LoraSettings{4, 8.0, false, 0.0});
+  plan.lora_experts = GetParam();
+  plan.le_dim = 8;
   auto model = model::CausalLm::random(config, model::ModelOptions{}, &plan, /*seed=*/3,
                                        ThreadPool::global());
   const std::vector<Weight> weights = loraWeights(*model);
@@ -102,6 +111,8 @@ TEST(LoraOptimizer, ClipsAndStepsAsTorchsAdamW) {
         << "weight " << i;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(LoraExperts, LoraOptimizerTest, ::testing::Values(0, 2));
 
 }  // namespace
 }  // namespace tandem::model

@@ -18,6 +18,9 @@ struct LoraPlan {
   gpu::LoraSettings settings;
   int expert_rank = 0;  // routed experts' rank when it differs (general fused PEFT adapters)
   uint64_t seed = 0;    // fresh adapters' init: the same seed gives the same A matrices
+  // LoRA experts (lora_experts.h): paths per MoE layer (0: none) and their intermediate size.
+  int64_t lora_experts = 0;
+  int64_t le_dim = 0;
   std::function<bool(const std::string& module_name)> targets;
 };
 

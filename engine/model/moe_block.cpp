@@ -58,6 +58,9 @@ at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
                       training && keep_expert_forward ? &kept : nullptr);
   }
   if (shared_out.defined()) y = y + shared_out;
+  // In fp32, then back to the model dtype, as a LoRA branch is added (lora_linear.h); inside the
+  // layer, so a checkpointed layer's recomputation runs it again.
+  if (lora_experts.defined()) y = (y + lora_experts.forward(tokens)).to(y.scalar_type());
   return y.view(x.sizes());
 }
 

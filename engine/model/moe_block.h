@@ -7,6 +7,7 @@
 //   qwen3_moe / mixtral:  y = routed(x)
 //   qwen2_moe:            y = routed(x) + sigmoid(shared_expert_gate(x)) * shared_expert(x)
 //   deepseek_v2 / v3:     y = routed(x) + shared_experts(x)
+// and, with LoRA experts (lora_experts.h), y + LE(x) on top of any of them.
 
 #include <ATen/core/Tensor.h>
 
@@ -19,6 +20,7 @@
 #include "engine/gpu/mlp.h"
 #include "engine/gpu/router.h"
 #include "engine/model/expert_offload.h"
+#include "engine/model/lora_experts.h"
 #include "engine/model/moe_function.h"
 #include "engine/model/resident_experts.h"
 
@@ -39,6 +41,7 @@ struct MoeBlock {
   mutable std::unique_ptr<ResidentExperts> resident;
   gpu::GatedMlp shared;              // undefined when the model has none
   gpu::LoraLinear shared_gate;       // qwen2_moe: [1, hidden]
+  LoraExperts lora_experts;          // issue 32: added to the output; undefined when off
   at::Tensor lora_anchor;            // see routedExperts()
   bool keep_expert_forward = false;  // ModelOptions::keep_expert_forward
   mutable KeptExpertForward kept;    // filled by the checkpointed pass

@@ -286,6 +286,7 @@ PeftAdapter readPeftAdapter(const std::filesystem::path& dir, const io::ModelCon
         adapter.expert_rank = static_cast<int>(a.size(0));
     }
   }
+  adapter.lora_experts = readLoraExperts(dir, config);
   return adapter;
 }
 
@@ -293,6 +294,8 @@ LoraPlan loraPlanFor(const PeftAdapter& adapter) {
   LoraPlan plan;
   plan.settings = adapter.settings;
   plan.expert_rank = adapter.expert_rank;
+  plan.lora_experts = adapter.lora_experts.count;
+  plan.le_dim = adapter.lora_experts.le_dim;
   std::set<std::string> modules;
   static const std::regex expert(R"((model\.layers\.\d+\.mlp\.experts\.)\d+\.(\w+))");
   for (const auto& [module, a] : adapter.a) {
@@ -359,6 +362,7 @@ void applyPeftAdapter(const PeftAdapter& adapter, CausalLm& model) {
                   "use the adapter with the model it was trained on");
     }
   }
+  applyLoraExperts(adapter.lora_experts, model, adapter.dir);
 }
 
 std::map<std::string, at::Tensor> loraTensors(CausalLm& model, bool gradients) {
@@ -507,6 +511,7 @@ void writePeftAdapter(CausalLm& model, const gpu::LoraSettings& settings,
       {"peft_version", form == ExpertAdapterForm::FusedPeft021 ? "0.21.0" : "0.18.1"},
   };
   writeTensorFile(dir / "adapter_model.safetensors", tensors);
+  writeLoraExperts(model, dir);
   io::writeFileAtomically(dir / "adapter_config.json", config.dump(2) + "\n");
 }
 

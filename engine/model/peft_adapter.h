@@ -17,6 +17,7 @@
 
 #include "engine/model/adapter_files.h"
 #include "engine/model/causal_lm.h"
+#include "engine/model/lora_experts_files.h"
 
 namespace tandem::model {
 
@@ -28,6 +29,8 @@ struct PeftAdapter {
   // Routed experts, per expert and projection: "model.layers.N.mlp.experts.E.gate_proj".
   // Their rank may exceed settings.rank (general fused adapters); the scale is folded into B.
   int expert_rank = 0;
+  // LoRA experts saved beside the adapter (lora_experts_files.h); empty when it has none.
+  SavedLoraExperts lora_experts;
 };
 
 // Reads and validates an adapter dir against the model's config (names, shapes).
@@ -40,8 +43,9 @@ LoraPlan loraPlanFor(const PeftAdapter& adapter);
 void applyPeftAdapter(const PeftAdapter& adapter, CausalLm& model);
 
 // Writes the model's LoRA weights as a PEFT adapter dir (adapter_config.json +
-// adapter_model.safetensors, each written atomically). The fused form stores every expert's
-// gate/up pair block-structured (rank 2r, alpha chosen so the scale is unchanged).
+// adapter_model.safetensors, each written atomically), and its LoRA experts beside them. The fused
+// form stores every expert's gate/up pair block-structured (rank 2r, alpha chosen so the scale is
+// unchanged).
 void writePeftAdapter(CausalLm& model, const gpu::LoraSettings& settings,
                       const std::filesystem::path& dir, ExpertAdapterForm form,
                       const std::string& base_model_name);

@@ -30,6 +30,8 @@ const std::vector<std::string>& runArtefacts() {
                                                  "trainer_state.json",
                                                  "adapter_config.json",
                                                  "adapter_model.safetensors",
+                                                 "lora_experts.safetensors",
+                                                 "lora_experts_config.json",
                                                  "adapter_model.gguf",
                                                  "training_loss.png",
                                                  "checkpoint-<N>",

@@ -226,6 +226,8 @@ void readMethod(const Doc& doc, TrainConfig& c) {
     c.lora_target = *target;
   }
   set(c.use_rslora, doc.get("use_rslora", boolean));
+  set(c.lora_experts, doc.get("lora_experts", loraExperts));
+  set(c.le_dim, doc.get("le_dim", PositiveIntUpTo{kMaxRank}));
 }
 
 void readData(const Doc& doc, TrainConfig& c) {
@@ -522,6 +524,10 @@ std::string toYaml(const TrainConfig& c) {
   w.num("lora_dropout", c.lora_dropout);
   w.str("lora_target", joined(c.lora_target));
   w.flag("use_rslora", c.use_rslora);
+  if (c.lora_experts != "0") {  // absent when off: the fingerprints of runs without LE stay
+    w.str("lora_experts", c.lora_experts);
+    w.integer("le_dim", c.le_dim);
+  }
 
   w.section("dataset");
   w.str("dataset", joined(c.dataset));

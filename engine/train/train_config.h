@@ -57,6 +57,10 @@ struct TrainConfig : model::ModelRequest {
   double lora_dropout = 0.0;
   std::vector<std::string> lora_target = {"all"};  // "all" or module names (q_proj, ...)
   bool use_rslora = false;                         // scale alpha/sqrt(r) instead of alpha/r
+  // LoRA experts (issue 32, docs/training_config.md): "0" off, "auto" (the planner sizes them
+  // from the GPU memory left over) or N shared SwiGLU paths per MoE layer, of intermediate le_dim.
+  std::string lora_experts = "0";
+  int64_t le_dim = 64;
 
   // ### dataset
   std::vector<std::string> dataset;       // required; names from dataset_dir/dataset_info.json

@@ -61,6 +61,8 @@ void addSettingKeys(std::vector<KeySpec>& keys) {
                            "lora_dropout",
                            "lora_target",
                            "use_rslora",
+                           "lora_experts",
+                           "le_dim",
                            "dataset",
                            "eval_dataset",
                            "dataset_dir",
@@ -508,6 +510,18 @@ std::string gpuExperts(const Entry& e) {
     failValue(e, "auto or a count in [0, 1048576] (routed experts per MoE layer on its GPU)");
   }
   return std::to_string(count);
+}
+
+std::string loraExperts(const Entry& e) {
+  const std::string value = lowered(text(e));
+  if (value == "auto") return value;
+  constexpr const char* kExpected = "auto or a count in [0, 64] (LoRA-expert paths per MoE layer)";
+  if (value.empty() ||
+      !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+      value.size() > 2 || nonNegativeInt(e) > 64) {
+    failValue(e, kExpected);
+  }
+  return std::to_string(nonNegativeInt(e));
 }
 
 std::string expertsWtPolicy(const Entry& e) {

@@ -107,5 +107,6 @@ std::string expertsFormat(const Entry& e);
 std::string expertsWtPolicy(const Entry& e);  // auto, persistent, on_demand
 std::string gpuExperts(const Entry& e);       // auto or a count >= 0
 std::string device(const Entry& e);           // auto, cpu, cuda or cuda:N
+std::string loraExperts(const Entry& e);      // auto or a count in [0, 64], as text
 
 }  // namespace tandem::train::detail

@@ -549,6 +549,35 @@ TEST(TrainConfigTest, FingerprintFollowsTheTrainingResult) {
   }
 }
 
+// LoRA experts (issue 32): auto or a count, le_dim; off by default and then absent from the
+// canonical YAML, so runs without LE keep their fingerprints.
+TEST(TrainConfigTest, LoraExpertsKeys) {
+  EXPECT_EQ(parse(kMinimal).lora_experts, "0");
+  EXPECT_EQ(parse(kMinimal).le_dim, 64);
+  EXPECT_EQ(parse(kMinimal, {"lora_experts=AUTO"}).lora_experts, "auto");
+  const TrainConfig c = parse(kMinimal + std::string("lora_experts: 3\nle_dim: 32\n"));
+  EXPECT_EQ(c.lora_experts, "3");
+  EXPECT_EQ(c.le_dim, 32);
+  EXPECT_EQ(parseTrainConfig(toYaml(c), "round trip").lora_experts, "3");
+  EXPECT_EQ(toYaml(parse(kMinimal)).find("lora_experts"), std::string::npos);
+  EXPECT_EQ(configFingerprint(parse(kMinimal, {"lora_experts=0"})),
+            configFingerprint(parse(kMinimal)));
+  EXPECT_NE(configFingerprint(parse(kMinimal, {"lora_experts=2"})),
+            configFingerprint(parse(kMinimal)));
+  EXPECT_NE(configFingerprint(parse(kMinimal, {"lora_experts=2", "le_dim=8"})),
+            configFingerprint(parse(kMinimal, {"lora_experts=2"})));
+  for (const char* bad : {"lora_experts=65", "lora_experts=-1", "lora_experts=many", "le_dim=0"}) {
+    try {
+      parse(kMinimal, {bad});
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(bad).substr(0, std::string(bad).find('='))),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(TrainConfigTest, LoadsFromAFileAndNamesItInErrors) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / "tandem_train_config_test";

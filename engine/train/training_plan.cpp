@@ -10,13 +10,28 @@ placement::PlanRequest planRequestFor(const TrainConfig& config, const io::Model
   r.lora_target = config.lora_target;
   r.cutoff_len = config.cutoff_len;
   r.batch_size = config.per_device_train_batch_size;
+  // KT-FT's finding (issue 32): LoRA experts use the spare GPU memory better than resident hot
+  // experts, so auto for both gives it all to LE; gpu_experts: N still reserves N.
+  if (config.lora_experts == "auto" && config.gpu_experts == "auto") r.gpu_experts = 0;
   return r;
+}
+
+placement::LoraExpertsChoice loraExpertsFor(const TrainConfig& config, const io::ModelConfig& model,
+                                            const placement::MemoryPlan& plan) {
+  const int64_t requested =
+      config.lora_experts == "auto" ? placement::kAutoLoraExperts : std::stoll(config.lora_experts);
+  if (model.num_experts <= 0) return {};  // a dense model has no MoE block to add LE to
+  return placement::chooseLoraExperts(plan, planRequestFor(config, model), requested,
+                                      config.le_dim);
 }
 
 placement::MemoryPlan planTraining(const TrainConfig& config, const io::ModelConfig& model,
                                    const placement::Hardware& hardware) {
-  return model::planModel(planRequestFor(config, model), config,
-                          model::usableHardware(config, hardware));
+  placement::MemoryPlan plan = model::planModel(planRequestFor(config, model), config,
+                                                model::usableHardware(config, hardware));
+  placement::addLoraExpertsToPlan(plan, planRequestFor(config, model),
+                                  loraExpertsFor(config, model, plan));
+  return plan;
 }
 
 }  // namespace tandem::train

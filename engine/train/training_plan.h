@@ -6,6 +6,7 @@
 
 #include "engine/io/model_config.h"
 #include "engine/placement/hardware.h"
+#include "engine/placement/lora_experts_budget.h"
 #include "engine/placement/memory_planner.h"
 #include "engine/train/train_config.h"
 
@@ -16,6 +17,12 @@ placement::PlanRequest planRequestFor(const TrainConfig& config, const io::Model
 // The planner's placement on the part of `hardware` the config lets the run use (device: cpu
 // hides the GPUs), or kt_optimize_rule's placement (a KT rule file or a presets/placement file,
 // relative to the working directory as LLaMA-Factory resolves it) evaluated.
+// The config's lora_experts (and le_dim) for `plan`: N as given, auto as the planner sizes it
+// (placement/lora_experts_budget.h). With lora_experts: auto, gpu_experts: auto plans no resident
+// experts (planRequestFor), so the GPU memory left over goes to LE.
+placement::LoraExpertsChoice loraExpertsFor(const TrainConfig& config, const io::ModelConfig& model,
+                                            const placement::MemoryPlan& plan);
+
 placement::MemoryPlan planTraining(const TrainConfig& config, const io::ModelConfig& model,
                                    const placement::Hardware& hardware);
 

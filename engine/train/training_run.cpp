@@ -271,6 +271,12 @@ LoadedModel loadModel(const TrainConfig& config, const io::ModelConfig& model_co
     lora_plan = model::loraPlanFromTarget(target, loaded.lora);
   }
   lora_plan.seed = static_cast<uint64_t>(config.seed);
+  if (lora_plan.lora_experts == 0) {  // an adapter continued with its own LE keeps them
+    const placement::LoraExpertsChoice le = loraExpertsFor(config, model_config, plan);
+    lora_plan.lora_experts = le.paths;
+    lora_plan.le_dim = le.le_dim;
+    if (!le.reason.empty()) listener.onMessage(le.reason);
+  }
   model::LoraTraining::seedDropout(static_cast<uint64_t>(config.seed));
   const model::ModelOptions options = model::resolveModelOptions(config, model_config, plan);
   loaded.model =
@@ -375,6 +381,11 @@ void writeLlamaCppLora(const fs::path& output_dir, const fs::path& gguf_model,
   model::exportLlamaCppAdapter(output_dir, gguf_model, file);
   listener.onMessage("llama.cpp LoRA written to " + file.string() + " (llama-cli -m " +
                      gguf_model.string() + " --lora " + file.string() + ")");
+  if (model::adapterHasLoraExperts(output_dir)) {
+    listener.onMessage("warning: " + file.string() + " holds the LoRA adapter without its LoRA " +
+                       "experts (llama.cpp has no place for them): llama.cpp with it is a " +
+                       "different model from the one trained; Tandem's chat and serve load both");
+  }
 }
 
 }  // namespace

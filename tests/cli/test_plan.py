@@ -198,3 +198,34 @@ def test_plan_shows_which_expert_formats_fit_and_picks_one(tmp_path):
                         "2x4090-24g_xeon-spr-2s_512g"], capture_output=True, text=True, timeout=120)
     assert "routed experts held as" in r.stdout and "<- this plan" in r.stdout, r.stdout
     assert "experts_format auto: with bf16 experts" in r.stdout, r.stdout
+
+
+def test_lora_experts_auto_is_sized_from_the_spare_gpu_memory(tmp_path):
+    """issue 32: `lora_experts: auto` gets what the GPU has left after the working set (capped), a fixed number
+    is taken as given, and without a GPU auto is the documented 1 path."""
+    h200 = REPO / "presets" / "hardware" / "1xh200_xeon-16c_128g.yaml"
+    auto = plan(config(tmp_path, "deepseek-v2-lite.json", lora_experts="auto", le_dim=64), "--hardware", h200)
+    le = auto["lora_experts"]
+    assert le["requested"] == "auto" and le["le_dim"] == 64
+    assert le["paths"] == 8, le  # a 139 GB GPU has room for the auto maximum on V2-Lite
+    hidden, tokens = 2048, 2048
+    assert le["bytes_per_layer"] == 8 * (16 * 3 * hidden * 64 + 4 * tokens * (hidden + 4 * 64))
+    # The plan carries them on the GPU: V2-Lite's 26 MoE layers (layer 0 is dense), as lora_optimizer bytes.
+    gpu = next(d for d in auto["devices"] if d["device"] == "cuda:0")
+    items = [i for i in gpu["items"] if i["what"].startswith("LoRA experts")]
+    assert len(items) == 1 and items[0]["bytes"] == 26 * le["bytes_per_layer"], gpu["items"]
+    # With auto, no resident experts take the spare memory first.
+    assert all(m.get("gpu_experts", 0) == 0 for m in auto["placement"] if m["kind"] == "routed_experts")
+    fixed = plan(config(tmp_path, "deepseek-v2-lite.json", lora_experts=3), "--hardware", h200)
+    assert fixed["lora_experts"]["paths"] == 3
+    off = plan(config(tmp_path, "deepseek-v2-lite.json"), "--hardware", h200)
+    assert off["lora_experts"]["paths"] == 0
+    cpu_only = tmp_path / "cpu_only.yaml"  # the H200 machine without its GPU
+    cpu_only.write_text("\n".join(line for line in h200.read_text().splitlines()
+                                  if not line.startswith(("gpus:", "  - model", "    "))) + "\ngpus: []\n")
+    cpu = plan(config(tmp_path, "deepseek-v2-lite.json", lora_experts="auto"), "--hardware", cpu_only)
+    assert cpu["lora_experts"]["paths"] == 1 and "CPU default" in cpu["lora_experts"]["reason"]
+    text = subprocess.run([TANDEM, "plan", str(config(tmp_path, "deepseek-v2-lite.json", lora_experts="auto")),
+                           "--hardware", str(h200)], capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0 and "LoRA experts  lora_experts: auto: 8 path(s)" in text.stdout, text.stdout
+

@@ -18,6 +18,7 @@ from pathlib import Path
 import openai
 import pytest
 import torch
+from safetensors.torch import save_file
 
 REPO = Path(__file__).resolve().parents[2]
 TANDEM = os.environ["TANDEM_BIN"]
@@ -92,12 +93,14 @@ def reference(fixture_dirs):
 
 
 class Server:
-    def __init__(self, fixture_dirs, tmp_path_factory):
+    def __init__(self, fixture_dirs, tmp_path_factory, adapters=None):
         log_dir = tmp_path_factory.mktemp("serve-log")
         self.log_path = log_dir / "server.log"
         self.log = open(self.log_path, "w")
+        adapters = adapters or {"tuned": fixture_dirs["adapter"]}
+        adapter_args = [a for name, d in adapters.items() for a in ("--adapter", f"{name}={d}")]
         self.proc = subprocess.Popen(
-            [TANDEM, "serve", "--model", str(fixture_dirs["model"]), "--adapter", f"tuned={fixture_dirs['adapter']}",
+            [TANDEM, "serve", "--model", str(fixture_dirs["model"]), *adapter_args,
              "--template", "qwen3_nothink", "--dtype", "fp32", "--port", "0", "--api-key", API_KEY, "--max-body-bytes", str(MAX_BODY),
              "--max-tokens-limit", str(MAX_TOKENS_LIMIT), "--queue", "8", "--threads", "2"],
             stdout=subprocess.PIPE, stderr=self.log, text=True)
@@ -292,3 +295,38 @@ def test_a_client_leaving_a_stream_cancels_its_generation(server, reference):
 def test_sigterm_stops_the_server_cleanly(server):
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(timeout=60) == 0
+
+
+def test_an_adapter_with_lora_experts_is_served_with_them(fixture_dirs, reference, tmp_path_factory):
+    """LoRA experts (issue 32) saved beside the adapter are served: the answer differs from the same adapter
+    without them, equals `tandem chat`'s with them, and switching back to the plain adapter and the base drops
+    them."""
+    le = tmp_path_factory.mktemp("le") / "adapter"
+    shutil.copytree(fixture_dirs["adapter"], le)
+    g = torch.Generator().manual_seed(0)
+    hidden, le_dim, paths = 64, 16, 2
+    tensors = {f"base_model.model.model.layers.{layer}.mlp.lora_experts.{k}.{proj}.weight":
+               torch.randn(shape, generator=g) * 0.3
+               for layer in range(2) for k in range(paths)
+               for proj, shape in (("gate_proj", (le_dim, hidden)), ("up_proj", (le_dim, hidden)),
+                                   ("down_proj", (hidden, le_dim)))}
+    save_file(tensors, str(le / "lora_experts.safetensors"))
+    (le / "lora_experts_config.json").write_text(json.dumps({"lora_experts": paths, "le_dim": le_dim,
+                                                             "hidden_size": hidden}))
+    s = Server(fixture_dirs, tmp_path_factory, adapters={"tuned": fixture_dirs["adapter"], "le": le})
+    try:
+        answer = lambda m: s.chat(model=m, max_tokens=24, temperature=0).choices[0].message.content  # noqa: E731
+        with_le = answer("le")
+        assert with_le != reference["tuned"]["text"]
+        assert answer("tuned") == reference["tuned"]["text"]
+        assert answer("base") == reference["base"]["text"]
+        assert answer("le") == with_le
+        chat = subprocess.run([TANDEM, "chat", "--model", str(fixture_dirs["model"]), "--adapter", f"le={le}",
+                               "--template", "qwen3_nothink", "--dtype", "fp32", "--greedy", "--max-new-tokens", "24",
+                               "--threads", "2"], input=f"{QUESTION}\n", capture_output=True, text=True, timeout=300)
+        assert chat.returncode == 0, chat.stderr
+        assert chat.stdout == with_le + "\n"
+    finally:
+        s.proc.kill()
+        s.proc.wait()
+

@@ -154,9 +154,13 @@ def adapter_tensors(output):
     return load_file(str(Path(output) / "adapter_model.safetensors"))
 
 
-def test_sigkill_mid_run_then_rerun_gives_the_same_adapter(demo, tmp_path):
+# lora_experts: LoRA experts (issue 32) are saved in the checkpoint, restored with their AdamW state and
+# must come out bit for bit as in the uninterrupted run.
+@pytest.mark.parametrize("lora_experts", ["0", "2"])
+def test_sigkill_mid_run_then_rerun_gives_the_same_adapter(demo, tmp_path, lora_experts):
     common = ["model_name_or_path=" + str(demo["model"]), "dataset_dir=" + str(DEMO_DATA), "max_steps=24",
-              "save_steps=8", "logging_steps=1", "num_train_epochs=100", "overwrite_output_dir=false"]
+              "save_steps=8", "logging_steps=1", "num_train_epochs=100", "overwrite_output_dir=false",
+              "lora_experts=" + lora_experts, "le_dim=16"]
     straight = tmp_path / "straight"
     result = run(["train", DEMO_PRESET, *common, "output_dir=" + str(straight)], demo["home"])
     assert result.returncode == 0, result.stderr[-2000:]
@@ -181,6 +185,29 @@ def test_sigkill_mid_run_then_rerun_gives_the_same_adapter(demo, tmp_path):
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
     assert worst <= 1e-6, worst
     assert losses(straight) == pytest.approx(losses(killed), abs=1e-6)
+    if lora_experts != "0":
+        le_a = load_file(str(straight / "lora_experts.safetensors"))
+        le_b = load_file(str(killed / "lora_experts.safetensors"))
+        assert len(le_a) == 4 * 2 * 3 and le_a.keys() == le_b.keys()  # 4 MoE layers x 2 paths x 3
+        assert worst == 0, worst  # bit for bit, the LoRA weights beside them too
+        assert all(torch.equal(le_a[k], le_b[k]) for k in le_a)
+        assert all(le_a[k].any() for k in le_a if k.endswith("down_proj.weight")), "LE did not train"
+        assert (killed / "checkpoint-8" / "lora_experts.safetensors").exists()
+
+
+def test_lora_experts_leave_the_first_loss_exactly_as_without_and_then_train(demo, tmp_path):
+    # Their down projection starts at zero: the first step's loss (before any update) is bit for bit the
+    # run's without them, and from the second step on they change it.
+    common = ["model_name_or_path=" + str(demo["model"]), "dataset_dir=" + str(DEMO_DATA), "max_steps=3",
+              "save_steps=100", "logging_steps=1"]
+    runs = {}
+    for le in ("0", "2"):
+        out = tmp_path / f"le{le}"
+        result = run(["train", DEMO_PRESET, *common, "output_dir=" + str(out), "lora_experts=" + le], demo["home"])
+        assert result.returncode == 0, result.stderr[-2000:]
+        runs[le] = losses(out)
+    assert runs["0"][0] == runs["2"][0]
+    assert runs["0"][1:] != runs["2"][1:]
 
 
 def test_a_rerun_with_only_memory_settings_changed_resumes_instead_of_refusing(demo, tmp_path):
