@@ -19,6 +19,7 @@
 
 #include "engine/chat/chat_template.h"
 #include "ui/chat_controller.h"
+#include "ui/live_utilisation.h"
 #include "ui/path_field.h"
 
 namespace tandem::ui {
@@ -143,6 +144,7 @@ ChatPanel::ChatPanel(ChatController& controller, QWidget* parent)
   layout->addLayout(answers, 1);
   layout->addLayout(ask);
   layout->addWidget(status_);
+  layout->addWidget(new LiveUtilisation);
 
   connect(send_, &QPushButton::clicked, this, &ChatPanel::send);
   connect(question_, &QLineEdit::returnPressed, this, &ChatPanel::send);

@@ -14,6 +14,7 @@
 
 #include "engine/core/units.h"
 #include "engine/train/loss_smoothing.h"
+#include "ui/live_utilisation.h"
 #include "ui/machine_info.h"
 #include "ui/memory_map.h"
 #include "ui/metric_chart.h"
@@ -103,6 +104,7 @@ TrainingDashboard::TrainingDashboard(TrainingController& controller, const Machi
   auto* memory_box = new QGroupBox(tr("Memory (live)"));
   auto* memory_layout = new QVBoxLayout(memory_box);
   memory_layout->addWidget(memory_map_);
+  memory_layout->addWidget(new LiveUtilisation);
   auto* log_box = new QGroupBox(tr("Log"));
   auto* log_layout = new QVBoxLayout(log_box);
   log_layout->addWidget(log_);

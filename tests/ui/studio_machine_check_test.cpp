@@ -12,7 +12,10 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "engine/core/numa.h"
+#include "engine/core/platform/gpu_telemetry.h"
 #include "tests/ui/ui_test_support.h"
+#include "ui/live_utilisation.h"
 #include "ui/machine_check_dialog.h"
 #include "ui/main_window.h"
 
@@ -53,6 +56,7 @@ class MachineCheckTest : public QObject {
  private slots:
   void dialogCopiesTheReport();
   void helpMenuOpensTheCheckAndCopies();
+  void liveUtilisationShowsEveryNodeAndGpu();
 };
 
 void MachineCheckTest::dialogCopiesTheReport() {
@@ -105,6 +109,21 @@ void MachineCheckTest::helpMenuOpensTheCheckAndCopies() {
   copy->trigger();
   QTRY_VERIFY_WITH_TIMEOUT(!QApplication::clipboard()->text().isEmpty(), 120000);
   expectDiagnostics(QApplication::clipboard()->text(), tmp.path());
+}
+
+// The dashboard's and chat tab's utilisation lines: one per GPU NVML reports (none without the
+// driver) and the CPU's busy share per NUMA node, refreshed while shown.
+void MachineCheckTest::liveUtilisationShowsEveryNodeAndGpu() {
+  LiveUtilisation live;
+  live.show();
+  QVERIFY(QTest::qWaitForWindowExposed(&live));
+  const QString first = live.text();
+  const size_t nodes = detectNumaTopology().nodes.size();
+  QVERIFY2(first.contains(QStringLiteral("CPU busy: node ")), qPrintable(first));
+  QCOMPARE(size_t(first.count(QStringLiteral(" %"))) - size_t(live.gpuLines()), nodes);
+  QCOMPARE(size_t(live.gpuLines()), platform::readGpuTelemetry().size());
+  QCOMPARE(first.contains(QStringLiteral("GPU ")), live.gpuLines() > 0);
+  QCOMPARE(first.count(QLatin1Char('\n')), live.gpuLines());  // one line each, then the CPU's
 }
 
 }  // namespace tandem::ui
