@@ -29,8 +29,10 @@ int main(int argc, char** argv) {
   tandem::cli::addBenchCommand(app);
   tandem::cli::addExportCommand(app);
   tandem::cli::addDoctorCommand(app);
+  tandem::cli::addLaunchCommand(app);
   tandem::cli::addCompletionCommand(app);
   try {
+    if (const auto launched = tandem::cli::launchIfForced(argc, argv)) return *launched;
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

@@ -305,7 +305,8 @@ void Trainer::afterStep(const StepEvent& e, TrainListener& listener) {
     listener.onMessage(text);
   }
   if (settings_.save_steps > 0 && step_ % settings_.save_steps == 0 && step_ < total_steps_) {
-    listener.onCheckpoint(step_, saveCheckpoint());
+    const std::filesystem::path dir = saveCheckpoint();
+    if (writesFiles()) listener.onCheckpoint(step_, dir);
   }
 }
 
