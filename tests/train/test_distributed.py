@@ -199,3 +199,26 @@ def test_ranks_with_different_data_are_refused(demo, tmp_path):
     text = (tmp_path / "rank0.log").read_text()
     assert codes[0] != 0 and codes[1] != 0
     assert "do not have the same number of training samples" in text, text[-2000:]
+
+
+def test_plan_knows_the_world_size(demo, runs, tmp_path):
+    config = tmp_path / "job.yaml"
+    config.write_text(f"model_name_or_path: {demo['model']}\nstage: sft\nfinetuning_type: lora\nlora_target: all\n"
+                      f"lora_rank: 8\ndataset: identity\ndataset_dir: {DEMO_DATA}\ntemplate: qwen3_nothink\n"
+                      f"output_dir: {tmp_path / 'out'}\nper_device_train_batch_size: 2\n"
+                      "gradient_accumulation_steps: 4\n")
+    result = subprocess.run([TANDEM, "plan", config, "--nnodes", "2", "--nproc-per-node", "2", "--json"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    job = json.loads(result.stdout)["job"]
+    assert job["world_size"] == 4 and job["global_batch"] == 2 * 4 * 4
+    # The gradients all-reduced per step, fp32: the attention LoRA of the adapter the runs trained, and
+    # the experts' r x (in + out) per projection (the file holds those in PEFT's fused form).
+    adapter = load_file(str(runs["two"] / "adapter_model.safetensors"))
+    attention = sum(t.numel() for k, t in adapter.items() if "self_attn" in k)
+    cfg = json.loads((Path(demo["model"]) / "config.json").read_text())
+    experts = cfg["num_hidden_layers"] * cfg["num_experts"] * 3 * 8 * (cfg["hidden_size"] + cfg["moe_intermediate_size"])
+    assert job["lora_gradient_bytes"] == 4 * (attention + experts)
+    assert job["allreduce_bytes_per_rank"] == 2 * 3 * job["lora_gradient_bytes"] // 4
+    text = subprocess.run([TANDEM, "plan", config, "--nnodes", "2"], capture_output=True, text=True, timeout=120)
+    assert "global batch 2 x 4 x 2 = 16 sequences per optimizer step" in text.stdout, text.stdout[-2000:]
