@@ -33,6 +33,8 @@
 
 namespace tandem::model {
 
+#ifdef TANDEM_HAVE_C10D_GLOO
+
 namespace {
 
 // A peer as it introduced itself at the rendezvous: for naming it when it fails.
@@ -60,12 +62,6 @@ std::string firstLine(const std::string& text) {
   }
   return line;
 }
-
-}  // namespace
-
-#ifdef TANDEM_HAVE_C10D_GLOO
-
-namespace {
 
 // A listening socket on exactly `address`:`port` for the TCPStore server to take over: c10d's
 // own server would listen on every interface.

@@ -269,6 +269,7 @@ StepEvent Trainer::optimizerStep(const Window& window, const StepMath& math) {
   e.epoch = static_cast<double>(micro_done_) / static_cast<double>(micro_batches_per_epoch_);
   e.loss = math.loss;
   e.model_s = math.model_s;
+  e.world_size = worldSize();
   return e;
 }
 
