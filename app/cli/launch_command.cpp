@@ -18,6 +18,7 @@
 
 #include "app/cli/commands.h"
 #include "engine/core/error.h"
+#include "engine/gpu/torch_runtime.h"
 #include "engine/train/distributed_env.h"
 
 #ifndef _WIN32
@@ -43,9 +44,17 @@ void onSignal(int signal_number) {
   g_signals_seen.fetch_add(1);
 }
 
-// The environment of one rank: ours, less the variables the launcher sets, plus those.
-std::vector<std::string> rankEnvironment(const train::LaunchPlan& plan, int local_rank) {
-  const auto overrides = plan.rankEnvironment(local_rank);
+// The environment of one rank: ours, less the variables the launcher sets, plus those. With a
+// GPU for each local rank (and no CUDA_VISIBLE_DEVICES of the user's), rank k sees GPU k alone,
+// as torchrun scripts' torch.cuda.set_device(LOCAL_RANK) does; with fewer GPUs than ranks, the
+// ranks share them (the process group's log says so).
+std::vector<std::string> rankEnvironment(const train::LaunchPlan& plan, int local_rank, int gpus) {
+  auto overrides = plan.rankEnvironment(local_rank);
+  if (plan.nproc_per_node > 1 && gpus >= plan.nproc_per_node &&
+      !std::getenv("CUDA_VISIBLE_DEVICES")) {
+    overrides.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(local_rank));
+    overrides.emplace_back("TANDEM_GPU_PER_RANK", "1");  // for the process group's log line
+  }
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     const std::string entry = *e;
@@ -58,14 +67,14 @@ std::vector<std::string> rankEnvironment(const train::LaunchPlan& plan, int loca
   return env;
 }
 
-pid_t spawnRank(const train::LaunchPlan& plan, int local_rank,
+pid_t spawnRank(const train::LaunchPlan& plan, int local_rank, int gpus,
                 const std::vector<std::string>& command, pid_t group) {
   std::vector<std::string> args{"tandem"};
   args.insert(args.end(), command.begin(), command.end());
   std::vector<char*> argv, envp;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  std::vector<std::string> env = rankEnvironment(plan, local_rank);
+  std::vector<std::string> env = rankEnvironment(plan, local_rank, gpus);
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
   // The ranks get a process group of their own: a terminal's Ctrl-C reaches this launcher
@@ -114,10 +123,13 @@ int launchRanks(const train::LaunchPlan& plan, const std::vector<std::string>& c
   }, old_term{};
   sigaction(SIGINT, &action, &old_int);
   sigaction(SIGTERM, &action, &old_term);
+  const int gpus =
+      plan.nproc_per_node > 1 ? static_cast<int>(gpu::probeTorchRuntime().gpus.size()) : 0;
   std::vector<pid_t> children;
   std::vector<int> local_rank_of;
   for (int local = 0; local < plan.nproc_per_node; ++local) {
-    children.push_back(spawnRank(plan, local, command, children.empty() ? 0 : children.front()));
+    children.push_back(
+        spawnRank(plan, local, gpus, command, children.empty() ? 0 : children.front()));
     local_rank_of.push_back(local);
   }
   std::optional<int> failure;  // the first failing rank's exit code

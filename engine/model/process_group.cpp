@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -126,7 +127,8 @@ std::string gpuNote(const ProcessGroupOptions& options) {
   const int gpus =
       at::detail::getCUDAHooks().hasCUDA() ? at::detail::getCUDAHooks().deviceCount() : 0;
   if (gpus <= 0) return "";
-  if (options.local_world_size > gpus) {
+  const char* own_gpu = std::getenv("TANDEM_GPU_PER_RANK");  // tandem launch gave each rank one
+  if (options.local_world_size > gpus && !(own_gpu && *own_gpu == '1')) {
     return "; " + std::to_string(options.local_world_size) + " ranks on this node share " +
            std::to_string(gpus) + " GPU(s) and NCCL wants one GPU per rank, so Gloo carries the " +
            "GPU gradients through host memory";
