@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "engine/core/hash.h"
+#include "engine/core/units.h"
 #include "engine/train/distributed_env.h"
 
 namespace tandem::train {
@@ -26,6 +27,25 @@ std::unique_ptr<model::ProcessGroup> joinJobFromEnvironment(const TrainConfig& c
   std::unique_ptr<model::ProcessGroup> group = model::ProcessGroup::join(options);
   listener.onMessage(group->describe());
   return group;
+}
+
+void warnIfRanksOverfillTheNode(const placement::MemoryPlan& plan, TrainListener& listener) {
+  const std::optional<RankEnv> env = rankEnvFromEnvironment(std::getenv);
+  if (!env || env->local_world_size <= 1) return;
+  const char* own_gpu = std::getenv("TANDEM_GPU_PER_RANK");
+  const bool gpu_per_rank = own_gpu && *own_gpu == '1';
+  const auto ranks = static_cast<uint64_t>(env->local_world_size);
+  for (const placement::DevicePlan& d : plan.devices) {
+    if (d.device.isGpu() && gpu_per_rank) continue;
+    if (d.total() * ranks <= d.capacity_bytes) continue;
+    listener.onMessage("warning: " + std::to_string(ranks) + " ranks on this node each plan " +
+                       formatBytes(d.total()) + " of " + d.device.str() + ", " +
+                       formatBytes(d.total() * ranks) + " together, and it has " +
+                       formatBytes(d.capacity_bytes) +
+                       ": if it runs out of memory, start fewer ranks on this node "
+                       "(--nproc-per-node / NPROC_PER_NODE)");
+    return;
+  }
 }
 
 void requireSameData(model::ProcessGroup& group, const std::vector<chat::EncodedSample>& samples) {

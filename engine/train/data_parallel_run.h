@@ -10,6 +10,7 @@
 #include "engine/chat/supervised_encoder.h"
 #include "engine/core/train_events.h"
 #include "engine/model/process_group.h"
+#include "engine/placement/memory_planner.h"
 #include "engine/train/train_config.h"
 
 namespace tandem::train {
@@ -18,6 +19,12 @@ namespace tandem::train {
 // config.ddp_timeout; null when the environment names no job. Says so to `listener`.
 std::unique_ptr<model::ProcessGroup> joinJobFromEnvironment(const TrainConfig& config,
                                                             TrainListener& listener);
+
+// The plan is one rank's; LOCAL_WORLD_SIZE ranks on this node each hold it. A warning before
+// anything loads when together they need more host memory than the node has (or more of a GPU
+// they share: all but `tandem launch` with a GPU per rank). A warning, not a refusal: the plan
+// charges each process a fixed runtime overhead (2 GiB) that small models stay well below.
+void warnIfRanksOverfillTheNode(const placement::MemoryPlan& plan, TrainListener& listener);
 
 // An Error on every rank unless all of them hold the same samples, in the same order (each
 // rank takes its rows of the global batch by position, so different data would be silently

@@ -407,6 +407,7 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   // Everything that can be wrong with the inputs is found before any file is written.
   const io::ModelConfig model_config = io::readModelConfig(config.model_name_or_path);
   const placement::MemoryPlan plan = planOnThisMachine(config, model_config);
+  if (group) warnIfRanksOverfillTheNode(plan, listener);
   TrainingData data = prepareData(config, listener);
   if (group) requireSameData(*group, data.samples);
   LoadedModel loaded = loadModel(config, model_config, plan, listener);

@@ -81,7 +81,8 @@ def runs(demo, tmp_path_factory):
     one, two = root / "one", root / "two"
     result = train(demo, settings(demo, one, 4))
     assert result.returncode == 0, result.stderr[-2000:]
-    launched = launch(demo, settings(demo, two, 2))
+    # plot_loss on: rank 0 alone plots (two ranks writing the same png raced before).
+    launched = launch(demo, settings(demo, two, 2, plot_loss="true"))
     assert launched.returncode == 0, launched.stdout[-3000:] + launched.stderr[-3000:]
     return {"one": one, "two": two, "launch_output": launched.stdout + launched.stderr}
 
