@@ -34,6 +34,7 @@ ARROWS = {
     "infer": {"core", "io", "experts", "gpu", "placement", "model", "chat"},
     "serve": {"core", "io", "experts", "gpu", "placement", "model", "chat", "infer"},
     "eval": {"core", "io"},
+    "hub": {"core", "io"},
 }
 TORCH_FOLDERS = {"gpu", "model"}
 TORCH_INCLUDE = re.compile(r'#\s*include\s*<(ATen|c10|torch|caffe2)/')

@@ -76,9 +76,6 @@ void ChatController::run(ChatQuestion question, std::stop_token stop) {
       adapter = "adapter-" + std::to_string(known - m.adapter_dirs.begin());
     }
     infer::ChatRequest request;
-    if (!question.system.isEmpty())
-      request.messages.push_back({"system", question.system.toStdString()});
-    request.messages.push_back({"user", question.question.toStdString()});
     request.settings = question.settings;
     // One seed for both answers: with sampling on, the adapter is the only difference.
     if (request.settings.do_sample && !request.settings.seed)
@@ -87,6 +84,14 @@ void ChatController::run(ChatQuestion question, std::stop_token stop) {
     for (int side = 0; side < 2 && !stop.stop_requested(); ++side) {
       if (sides[side].empty()) continue;
       request.adapter = sides[side];
+      request.messages.clear();
+      if (!question.system.isEmpty())
+        request.messages.push_back({"system", question.system.toStdString()});
+      for (const ChatTurn& turn : question.history[side]) {
+        request.messages.push_back({"user", turn.user.toStdString()});
+        request.messages.push_back({"assistant", turn.assistant.toStdString()});
+      }
+      request.messages.push_back({"user", question.question.toStdString()});
       post([this, side] {
         emit status(side == 0 ? tr("the base model is answering…")
                               : tr("the adapter is answering…"));

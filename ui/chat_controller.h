@@ -1,10 +1,11 @@
 #pragma once
-// ChatController: answers one question with the base model and with base + adapter, one after
-// the other on an engine thread, streaming each answer as it grows (queued signals). It drives
-// the engine's Generator (engine/infer/generator.h: KV cache, LLaMA-Factory sampling, stop
-// words), which stays loaded while the model folder and template stay the same; adapters are
-// added to it as they are asked for. Both answers use the same settings and the same seed, so
-// the difference between them is the adapter's. Stop ends the current answer at the next token.
+// ChatController: answers the next message of a conversation with the base model and with
+// base + adapter (each side with its own earlier answers), one after the other on an engine thread,
+// streaming each answer as it grows (queued signals). It drives the engine's Generator
+// (engine/infer/generator.h: KV cache, LLaMA-Factory sampling, stop words), which stays loaded
+// while the model folder and template stay the same; adapters are added to it as they are asked
+// for. Both answers use the same settings and the same seed, so the difference between them is the
+// adapter's. Stop ends the current answer at the next token.
 
 #include <QObject>
 #include <QString>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <stop_token>
 #include <thread>
+#include <vector>
 
 #include "engine/infer/generator.h"
 
@@ -19,12 +21,21 @@ namespace tandem::ui {
 
 enum class ChatSide { Base = 0, Adapter = 1 };
 
+// One earlier exchange of a conversation, as one side saw it.
+struct ChatTurn {
+  QString user;
+  QString assistant;
+};
+
 struct ChatQuestion {
   QString base_model;     // HF folder
   QString adapter_dir;    // PEFT adapter or training output folder; empty: base only
   QString template_name;  // empty: the Generator picks one from the model type
   QString system;
   QString question;
+  // The conversation so far, per side (ChatSide): each side continues its own answers, so the
+  // adapter's second answer follows the adapter's first one.
+  std::vector<ChatTurn> history[2];
   infer::GenerationSettings settings;  // LLaMA-Factory's generating defaults
 };
 

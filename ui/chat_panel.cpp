@@ -3,15 +3,18 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QFileDialog>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QLayout>
 #include <QLineEdit>
 #include <QPushButton>
 #include <QShortcut>
 #include <QSpinBox>
 #include <QTextBrowser>
+#include <QTextCursor>
 #include <QVBoxLayout>
 
 #include "engine/chat/chat_template.h"
@@ -23,7 +26,7 @@ namespace tandem::ui {
 ChatPanel::ChatPanel(ChatController& controller, QWidget* parent)
     : QWidget(parent), controller_(controller) {
   base_ = new QLineEdit;
-  base_->setPlaceholderText(tr("Hugging Face model folder"));
+  base_->setPlaceholderText(tr("Hugging Face model folder or GGUF file"));
   adapter_ = new QLineEdit;
   adapter_->setPlaceholderText(tr("LoRA adapter folder (a run's output); empty: base model only"));
   template_ = new QComboBox;
@@ -73,7 +76,16 @@ ChatPanel::ChatPanel(ChatController& controller, QWidget* parent)
     connect(sample_, &QCheckBox::toggled, w, &QWidget::setEnabled);
   }
   auto* form = new QFormLayout;
-  form->addRow(tr("&Base model:"), pathField(base_, PathKind::Folder, tr("Base model")));
+  QWidget* base_row = pathField(base_, PathKind::Folder, tr("Base model"));
+  auto* gguf = new QPushButton(tr("&GGUF file…"));
+  gguf->setToolTip(tr("A llama.cpp model file as the base (docs/gguf.md)"));
+  connect(gguf, &QPushButton::clicked, this, [this] {
+    const QString file =
+        QFileDialog::getOpenFileName(this, tr("GGUF model"), base_->text(), tr("GGUF (*.gguf)"));
+    if (!file.isEmpty()) base_->setText(file);
+  });
+  base_row->layout()->addWidget(gguf);
+  form->addRow(tr("&Base model:"), base_row);
   form->addRow(tr("&Adapter:"), pathField(adapter_, PathKind::Folder, tr("Adapter")));
   auto* options = new QHBoxLayout;
   options->addWidget(template_);
@@ -118,10 +130,13 @@ ChatPanel::ChatPanel(ChatController& controller, QWidget* parent)
   stop_->setEnabled(false);
   stop_->setShortcut(QKeySequence(Qt::Key_Escape));
   status_ = new QLabel;
+  new_chat_ = new QPushButton(tr("&New chat"));
+  new_chat_->setToolTip(tr("Forget the conversation: the next message starts a new one"));
   auto* ask = new QHBoxLayout;
   ask->addWidget(question_, 1);
   ask->addWidget(send_);
   ask->addWidget(stop_);
+  ask->addWidget(new_chat_);
 
   auto* layout = new QVBoxLayout(this);
   layout->addLayout(form);
@@ -132,17 +147,23 @@ ChatPanel::ChatPanel(ChatController& controller, QWidget* parent)
   connect(send_, &QPushButton::clicked, this, &ChatPanel::send);
   connect(question_, &QLineEdit::returnPressed, this, &ChatPanel::send);
   connect(stop_, &QPushButton::clicked, &controller_, &ChatController::stop);
+  connect(new_chat_, &QPushButton::clicked, this, &ChatPanel::newChat);
   connect(&controller_, &ChatController::busyChanged, this, [this](bool busy) {
     send_->setEnabled(!busy);
     stop_->setEnabled(busy);
+    new_chat_->setEnabled(!busy);
+    if (!busy) finishTurn();
   });
   connect(&controller_, &ChatController::status, status_, &QLabel::setText);
   connect(&controller_, &ChatController::failed, this, [this](const QString& error) {
+    failed_ = true;
     status_->setText(QStringLiteral("<span style='color:#b00020'><b>%1</b></span>")
                          .arg(error.toHtmlEscaped().replace("\n", "<br>")));
   });
-  connect(&controller_, &ChatController::streamed, this,
-          [this](int side, const QString& text) { answers_[side]->setPlainText(text); });
+  connect(&controller_, &ChatController::streamed, this, [this](int side, const QString& text) {
+    current_[side] = text;
+    render(side);
+  });
   connect(
       &controller_, &ChatController::answered, this,
       [this](int side, const QString& reason, int tokens, double rate) {
@@ -166,7 +187,53 @@ void ChatPanel::setSampling(bool sample, uint64_t seed) {
   sample_->setChecked(sample);
   seed_->setValue(static_cast<int>(seed));
 }
-QString ChatPanel::answer(int side) const { return answers_[side]->toPlainText(); }
+QString ChatPanel::answer(int side) const { return current_[side]; }
+
+void ChatPanel::newChat() {
+  if (controller_.isBusy()) return;
+  for (int side = 0; side < 2; ++side) {
+    history_[side].clear();
+    current_[side].clear();
+    answers_[side]->clear();
+    stats_[side]->clear();
+  }
+  pending_.clear();
+  status_->clear();
+}
+
+// The conversation of one side: every exchange, then the question being answered.
+void ChatPanel::render(int side) {
+  auto paragraph = [](const QString& text) {
+    return QStringLiteral("<p>%1</p>").arg(text.toHtmlEscaped().replace("\n", "<br>"));
+  };
+  QString html;
+  for (const ChatTurn& turn : history_[side]) {
+    html += QStringLiteral("<p><b>%1</b> %2</p>")
+                .arg(tr("You:"), turn.user.toHtmlEscaped().replace("\n", "<br>")) +
+            paragraph(turn.assistant);
+  }
+  if (!pending_.isEmpty()) {
+    html += QStringLiteral("<p><b>%1</b> %2</p>")
+                .arg(tr("You:"), pending_.toHtmlEscaped().replace("\n", "<br>")) +
+            paragraph(current_[side]);
+  }
+  answers_[side]->setHtml(html);
+  answers_[side]->moveCursor(QTextCursor::End);
+}
+
+// Keeps the exchange that just ended (a stopped answer as far as it got, like the other chat
+// apps); a failed one is dropped.
+void ChatPanel::finishTurn() {
+  if (pending_.isEmpty()) return;
+  if (!failed_) {
+    for (int side = 0; side < 2; ++side) {
+      if (side == 1 && adapter_->text().trimmed().isEmpty()) continue;
+      history_[side].push_back({pending_, current_[side]});
+    }
+  }
+  pending_.clear();
+  for (int side = 0; side < 2; ++side) render(side);
+}
 
 void ChatPanel::send() {
   if (controller_.isBusy() || question_->text().trimmed().isEmpty()) return;
@@ -174,16 +241,25 @@ void ChatPanel::send() {
     status_->setText(tr("Choose a base model folder first."));
     return;
   }
-  for (int side = 0; side < 2; ++side) {
-    answers_[side]->clear();
-    stats_[side]->clear();
-  }
   ChatQuestion q;
   q.base_model = base_->text().trimmed();
   q.adapter_dir = adapter_->text().trimmed();
   q.template_name = template_->currentData().toString();
   q.system = system_->text();
   q.question = question_->text().trimmed();
+  // Another model, adapter or template starts a new conversation.
+  const QString models = q.base_model + QChar(0) + q.adapter_dir + QChar(0) + q.template_name;
+  if (models != conversation_models_) newChat();
+  conversation_models_ = models;
+  for (int side = 0; side < 2; ++side) {
+    q.history[side] = history_[side];
+    current_[side].clear();
+    stats_[side]->clear();
+  }
+  pending_ = q.question;
+  failed_ = false;
+  for (int side = 0; side < 2; ++side) render(side);
+  question_->clear();
   q.settings.max_new_tokens = max_tokens_->value();
   q.settings.do_sample = sample_->isChecked();
   q.settings.temperature = temperature_->value();

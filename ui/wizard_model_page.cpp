@@ -12,7 +12,13 @@
 
 #include "engine/core/error.h"
 #include "engine/core/units.h"
+#include "engine/placement/expert_format.h"
+#include "engine/placement/memory_model.h"
+#include "engine/placement/placement.h"
 #include "ui/error_text.h"
+#ifdef TANDEM_UI_WITH_DOWNLOAD
+#include "ui/download_dialog.h"
+#endif
 #include "ui/machine_info.h"
 #include "ui/path_field.h"
 #include "ui/wizard_pages.h"
@@ -40,6 +46,32 @@ void showProblem(QLabel* label, const QString& problem) {
 }
 
 namespace {
+
+// The routed experts' bytes in host memory in the format the checkpoint stores them (held as
+// stored) and in the formats experts_format can quantise them to at load (docs/placement.md).
+QString expertFormatsText(const io::ModelConfig& c) {
+  // fp8 checkpoints are dequantised into bf16 packs (no CPU here multiplies fp8).
+  const std::string checkpoint = placement::defaultWeightFormat("auto", c);
+  const std::string stored = checkpoint == "fp8" ? "bf16" : checkpoint;
+  auto bytes = [&](const std::string& format) {
+    uint64_t total = 0;
+    for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
+      if (c.isMoeLayer(layer)) total += placement::memory::routedExpertBytes(c, format, layer);
+    }
+    return total;
+  };
+  QString text = QObject::tr("%1 as %2%3")
+                     .arg(bytesText(bytes(stored)), QString::fromStdString(stored),
+                          checkpoint == stored ? QObject::tr(" (as stored)")
+                                               : QObject::tr(" (from the checkpoint's fp8)"));
+  const double stored_bits = placement::expertFormat(stored).bitsPerWeight();
+  for (const char* format : {"bf16", "int8", "int4"}) {
+    if (format == stored || placement::expertFormat(format).bitsPerWeight() >= stored_bits)
+      continue;
+    text += QObject::tr(", %1 as %2").arg(bytesText(bytes(format)), QString::fromLatin1(format));
+  }
+  return text;
+}
 
 QString summaryHtml(const io::ModelSummary& s) {
   const io::ModelConfig& c = s.config;
@@ -76,6 +108,7 @@ QString summaryHtml(const io::ModelSummary& s) {
                                         .arg(c.hidden_size)
                                         .arg(c.vocab_size)) +
          row(QObject::tr("Weights dtype"), dtypes) +
+         (c.isMoe() ? row(QObject::tr("Experts in RAM"), expertFormatsText(c)) : QString()) +
          row(QObject::tr("Size on disk"), QObject::tr("%1 in %2 file(s), %3 tensors")
                                               .arg(bytesText(s.bytes_on_disk))
                                               .arg(s.num_files)
@@ -105,8 +138,20 @@ ModelPage::ModelPage(FineTuneWizard& wizard) : wizard_(wizard) {
     if (!file.isEmpty()) path_->setText(file);
   });
   row->layout()->addWidget(gguf);
+#ifdef TANDEM_UI_WITH_DOWNLOAD
+  auto* download = new QPushButton(tr("Do&wnload…"));
+  download->setObjectName(QStringLiteral("download_model"));
+  download->setToolTip(tr("A model from the Hugging Face Hub, into its cache (docs/download.md)"));
+  connect(download, &QPushButton::clicked, this, [this] {
+    DownloadDialog dialog(this);
+    if (dialog.exec() == QDialog::Accepted)
+      path_->setText(QString::fromStdString(dialog.model().string()));
+  });
+  row->layout()->addWidget(download);
+#endif
   row->layout()->addWidget(demo);
   summary_ = new QLabel;
+  summary_->setObjectName(QStringLiteral("model_summary"));
   summary_->setTextFormat(Qt::RichText);
   summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   badge_ = new QLabel;

@@ -22,6 +22,7 @@ void addBenchCommand(CLI::App& app);
 void addExportCommand(CLI::App& app);
 void addDoctorCommand(CLI::App& app);
 void addLaunchCommand(CLI::App& app);
+void addDownloadCommand(CLI::App& app);    // only in builds with TANDEM_WITH_DOWNLOAD
 void addCompletionCommand(CLI::App& app);  // last: it describes every other command
 
 // `tandem train ...` with LLaMA-Factory's FORCE_TORCHRUN=1 (and no RANK): starts this node's

@@ -29,6 +29,9 @@ int main(int argc, char** argv) {
   tandem::cli::addBenchCommand(app);
   tandem::cli::addExportCommand(app);
   tandem::cli::addDoctorCommand(app);
+#ifdef TANDEM_CLI_WITH_DOWNLOAD
+  tandem::cli::addDownloadCommand(app);
+#endif
   tandem::cli::addLaunchCommand(app);
   tandem::cli::addCompletionCommand(app);
   try {

@@ -116,6 +116,14 @@ void printHuman(const MemoryPlan& plan, const train::TrainConfig& config,
                              : "layers " + std::to_string(s.first) + "-" + std::to_string(s.last);
     std::printf("  %-15s %-14s %s\n", s.what.c_str(), layers.c_str(), s.where.c_str());
   }
+  if (!plan.expert_formats.empty()) {
+    std::printf("\nrouted experts held as   bits/weight   host GiB\n");
+    for (const placement::ExpertFormatOption& f : plan.expert_formats) {
+      std::printf("  %-22s %11.2f  %9s  %s%s\n", f.format.c_str(), f.bits_per_weight,
+                  gib(f.host_bytes).c_str(), f.host_fits ? "fits" : "does not fit",
+                  f.chosen ? "  <- this plan" : "");
+    }
+  }
   std::printf("\n%s\n", plan.fits ? "fits" : "does NOT fit");
   for (const std::string& p : plan.problems) std::printf("  %s\n", p.c_str());
   for (const std::string& a : plan.advice) std::printf("  advice: %s\n", a.c_str());
@@ -158,7 +166,17 @@ nlohmann::json toJson(const MemoryPlan& plan, const placement::Hardware& hw,
     }
     modules.push_back(j);
   }
+  nlohmann::json formats = nlohmann::json::array();
+  for (const placement::ExpertFormatOption& f : plan.expert_formats) {
+    formats.push_back({{"format", f.format},
+                       {"bits_per_weight", f.bits_per_weight},
+                       {"host_bytes", f.host_bytes},
+                       {"host_fits", f.host_fits},
+                       {"chosen", f.chosen}});
+  }
   return {{"hardware", {{"name", hw.name}, {"source", hw.source}}},
+          {"expert_formats", formats},
+          {"expert_format_choice", plan.expert_format_choice},
           {"fits", plan.fits},
           {"devices", devices},
           {"placement", modules},
@@ -176,6 +194,7 @@ void runPlan(const PlanOptions& o) {
       o.hardware.empty() ? model::probeMachine() : placement::resolveHardware(o.hardware, presets);
   placement::PlanRequest request = train::planRequestFor(config, model);
   request.whole_layers = !o.split_layers;
+  request.compare_expert_formats = model.isMoe();
   if (o.chat_context > 0) {
     request.training = false;
     request.kv_cache_tokens = o.chat_context;

@@ -207,6 +207,25 @@ void readQuantization(const Fields& top, ModelConfig& config) {
   quant.fmt = q.optString("fmt").value_or("");
   quant.activation_scheme = q.optString("activation_scheme").value_or("");
   quant.weight_block_size = q.intList("weight_block_size");
+  quant.format = q.optString("format").value_or("");
+  if (const Json* groups = q.optObject("config_groups"); groups != nullptr && !groups->empty()) {
+    const auto first = groups->begin();
+    if (!first->is_object()) q.fail("config_groups", "must hold objects");
+    Fields group(*first, top.label(), "quantization_config.config_groups." + first.key() + ".");
+    if (const Json* weights = group.optObject("weights"); weights != nullptr) {
+      Fields w(*weights, top.label(),
+               "quantization_config.config_groups." + first.key() + ".weights.");
+      quant.weight_bits = w.optInt("num_bits").value_or(0);
+      quant.weight_group_size = w.optInt("group_size").value_or(0);
+      quant.weight_symmetric = w.boolOr("symmetric", true);
+    }
+  }
+  // Kimi-K2's native int4 experts are held as stored (group 32 with a 16-bit scale is Tandem's
+  // `int4`); other compressed-tensors schemes are refused when the weights are loaded.
+  if (quant.quant_method == "compressed-tensors" && quant.format == "pack-quantized" &&
+      quant.weight_bits == 4 && quant.weight_group_size == 32 && quant.weight_symmetric) {
+    config.stored_expert_format = "int4";
+  }
   config.quantization = std::move(quant);
 }
 

@@ -61,6 +61,13 @@ struct QuantizationConfig {
   std::string fmt;                         // empty when absent
   std::string activation_scheme;           // empty when absent
   std::vector<int64_t> weight_block_size;  // empty when absent
+  // compressed-tensors (Kimi-K2-Thinking's {"quant_method": "compressed-tensors", "format":
+  // "pack-quantized", "config_groups": {"group_0": {"weights": {"num_bits": 4, "group_size": 32,
+  // "symmetric": true, "type": "int"}}}}): the first config group's weights; 0 when absent.
+  std::string format;
+  int64_t weight_bits = 0;
+  int64_t weight_group_size = 0;
+  bool weight_symmetric = true;
 };
 
 struct ModelConfig {
@@ -120,6 +127,13 @@ struct ModelConfig {
   int64_t v_head_dim = 0;
 
   std::optional<QuantizationConfig> quantization;
+  // Routed experts that the checkpoint stores in a format the expert engine computes on as stored
+  // (engine/placement/expert_format.h: GGUF blocks "q4_k", ..., compressed-tensors "int4"): its
+  // name (for a GGUF file mixing types, the one holding most bytes) and, for GGUF files, the bytes
+  // of each layer's routed experts in the file (index: layer; 0 for a dense layer). Empty for
+  // plain and fp8 checkpoints.
+  std::string stored_expert_format;
+  std::vector<uint64_t> stored_expert_layer_bytes;
 
   bool isMoe() const { return num_experts > 0; }
   bool isMla() const;

@@ -73,7 +73,10 @@ void placeAsPlanned(ModelOptions& o, const ModelRequest& request,
   if (request.placement_rule.empty()) {
     o.experts = parseExpertsMode(request.experts_mode);
     o.experts_backend = expertsBackend(request.experts_backend);
-    o.experts_format = request.experts_format;
+    // experts_format auto whose default did not fit: the smaller format the planner chose.
+    o.experts_format = request.experts_format == "auto" && !plan.expert_format_choice.empty()
+                           ? plan.expert_format_choice
+                           : request.experts_format;
     return;
   }
   const placement::RuntimePlacement runtime = placement::toRuntimePlacement(plan.placement);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/core/error.h"
+#include "engine/placement/expert_format.h"
 
 namespace tandem::placement::memory {
 
@@ -10,8 +11,6 @@ namespace {
 
 using io::Architecture;
 using io::ModelConfig;
-
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Routed expert width: Mixtral's experts are intermediate_size wide, the others
 // moe_intermediate_size.
@@ -62,13 +61,6 @@ std::vector<Linear> mlpLinears(int64_t H, int64_t I) {
 
 }  // namespace
 
-int64_t weightFormatBytes(const std::string& format) {
-  if (format == "int8" || format == "fp8") return 1;
-  if (format == "fp32") return 4;
-  if (format == "bf16" || format == "fp16") return 2;
-  throw Error("'" + format + "' is not a weight format", "use bf16, int8, fp8, fp16 or fp32");
-}
-
 int64_t moduleParameters(const ModelConfig& m, ModuleKind kind) {
   const int64_t H = m.hidden_size;
   switch (kind) {
@@ -97,17 +89,16 @@ int64_t moduleParameters(const ModelConfig& m, ModuleKind kind) {
   return 0;
 }
 
-uint64_t routedExpertBytes(const ModelConfig& m, const std::string& format) {
-  const int64_t E = m.num_experts, H = m.hidden_size, I = expertWidth(m);
-  auto bytes = static_cast<uint64_t>(E * 3 * H * I * weightFormatBytes(format));
-  if (format == "int8")
-    bytes += static_cast<uint64_t>(E * (2 * I + H) * 4);  // f32 scale per output row
-  if (format == "fp8") {
-    // DeepSeek's [ceil(out/128), ceil(in/128)] f32 block scales per matrix.
-    bytes += static_cast<uint64_t>(
-        E * (2 * ceilDiv(I, 128) * ceilDiv(H, 128) + ceilDiv(H, 128) * ceilDiv(I, 128)) * 4);
+uint64_t routedExpertBytes(const ModelConfig& m, const std::string& format, int layer) {
+  if (format == m.stored_expert_format && layer >= 0 &&
+      static_cast<size_t>(layer) < m.stored_expert_layer_bytes.size() &&
+      m.stored_expert_layer_bytes[static_cast<size_t>(layer)] > 0) {
+    return m.stored_expert_layer_bytes[static_cast<size_t>(layer)];
   }
-  return bytes;
+  const int64_t E = m.num_experts, H = m.hidden_size, I = expertWidth(m);
+  const ExpertFormat f = expertFormat(format);
+  // gate and up [I, H], down [H, I], each with its blocks along its input dimension.
+  return static_cast<uint64_t>(E) * (2 * f.matrixBytes(I, H) + f.matrixBytes(H, I));
 }
 
 uint64_t residentExpertBytes(const ModelConfig& m, const std::string& weight_format, bool bf16) {

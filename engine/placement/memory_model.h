@@ -12,14 +12,13 @@
 
 namespace tandem::placement::memory {
 
-int64_t weightFormatBytes(const std::string& format);  // bf16 2, int8 1, fp8 1, fp16 2, fp32 4
-
 // Frozen weights of a dense (libtorch-side) module in `dense_bytes` per element.
 int64_t moduleParameters(const io::ModelConfig& m, ModuleKind kind);
 
-// Routed experts of one MoE layer: E · 3 · H · I elements in `format`, plus the per-channel
-// (int8) or 128×128-block (fp8) scales the format carries.
-uint64_t routedExpertBytes(const io::ModelConfig& m, const std::string& format);
+// Routed experts of one MoE layer: E · 3 · H · I weights in `format` (expert_format.h) with the
+// scales the format carries (int8 per row, fp8 per 128×128 block, the blocks' own). For the
+// format a GGUF file stores them in, layer `layer`'s bytes in the file (Q4_K_M mixes types).
+uint64_t routedExpertBytes(const io::ModelConfig& m, const std::string& format, int layer = -1);
 // One routed expert as a GPU holds it (model::StoredExpertWeights): the CPU engine's int8 with its
 // row scales for weight format int8, else the model dtype (bf16, or fp32).
 uint64_t residentExpertBytes(const io::ModelConfig& m, const std::string& weight_format, bool bf16);

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "engine/core/error.h"
 #include "engine/core/units.h"
+#include "engine/placement/expert_format.h"
 #include "engine/placement/expert_time_estimate.h"
 #include "engine/placement/memory_model.h"
 #include "engine/placement/placement_evaluator.h"
@@ -226,7 +228,7 @@ void adviseHost(MemoryPlan& plan, const PlanRequest& req, const Hardware& hw) {
   for (const ModulePlacement& m : plan.placement.modules) {
     if (m.kind == ModuleKind::RoutedExperts) format = m.weight_format;
   }
-  if (!format.empty() && memory::weightFormatBytes(format) > 1) {
+  if (!format.empty() && expertFormat(format).bitsPerWeight() > 8) {
     PlanRequest changed = req;
     changed.experts_backend = "amx_int8";
     changed.expert_weight_format = "int8";
@@ -234,6 +236,12 @@ void adviseHost(MemoryPlan& plan, const PlanRequest& req, const Hardware& hw) {
                   ? "use amx_int8 experts (kt_backend: AMXInt8)"
                   : "int8 experts (amx_int8; this CPU has no AMX, so that needs another machine)",
               changed);
+  }
+  if (!format.empty() && expertFormat(format).bitsPerWeight() > 5) {
+    PlanRequest changed = req;
+    changed.experts_backend = "auto";
+    changed.expert_weight_format = "int4";
+    tryChange("int4 experts (experts_format: int4, quantised at load)", changed);
   }
   if (req.training && !req.gradient_checkpointing) {
     PlanRequest changed = req;
@@ -334,7 +342,7 @@ MemoryPlan evaluateWithTransposed(const PlanRequest& request, const Hardware& ha
   }
   const bool packs =
       std::any_of(placement.modules.begin(), placement.modules.end(), [](const ModulePlacement& m) {
-        return m.kind == ModuleKind::RoutedExperts && packsWeights(m.backend);
+        return m.kind == ModuleKind::RoutedExperts && packsTransposed(m);
       });
   bool pool = form == "pool";
   MemoryPlan plan = Evaluator(request, hardware, pool, keep).evaluate(placement);
@@ -438,6 +446,60 @@ MemoryPlan placeAndEvaluate(const PlanRequest& request, const Hardware& hardware
   return plan;
 }
 
+std::string expertsFormatOf(const MemoryPlan& plan) {
+  for (const ModulePlacement& m : plan.placement.modules) {
+    if (m.kind == ModuleKind::RoutedExperts) return m.weight_format;
+  }
+  return {};
+}
+
+// The smaller formats the routed experts can be held in than `held`, widest first: int8
+// (quantised per row at load) and Tandem int4 (per group of 32, at load; as stored for Kimi-K2's
+// int4 and GGUF blocks, which are never widened).
+std::vector<std::string> smallerFormats(const std::string& held) {
+  std::vector<std::string> out;
+  const double bits = expertFormat(held).bitsPerWeight();
+  for (const char* f : {"int8", "int4"}) {
+    if (expertFormat(f).bitsPerWeight() < bits) out.emplace_back(f);
+  }
+  return out;
+}
+
+// experts_format auto: when the default format's experts do not fit the host, the widest smaller
+// one that does (int8 before int4: fewer quantisation error), said in a note; with
+// compare_expert_formats, every candidate's bytes for `tandem plan` and the studio.
+void chooseExpertFormat(MemoryPlan& plan, const PlanRequest& request, const Hardware& hardware) {
+  const std::string held = expertsFormatOf(plan);
+  if (held.empty()) return;
+  const bool may_choose = request.expert_weight_format.empty() && request.experts_backend == "auto";
+  if (!request.compare_expert_formats && (!may_choose || hostFits(plan))) return;
+  std::vector<ExpertFormatOption> options = {
+      {held, expertFormat(held).bitsPerWeight(), plan.hostBytes(), hostFits(plan), true}};
+  std::optional<MemoryPlan> choice;
+  for (const std::string& format : smallerFormats(held)) {
+    PlanRequest changed = request;
+    changed.expert_weight_format = format;
+    MemoryPlan alt = placeAndEvaluate(changed, hardware);
+    options.push_back(
+        {format, expertFormat(format).bitsPerWeight(), alt.hostBytes(), hostFits(alt), false});
+    if (may_choose && !hostFits(plan) && !choice && hostFits(alt)) {
+      choice = std::move(alt);
+      options.front().chosen = false;
+      options.back().chosen = true;
+    }
+  }
+  if (choice) {
+    const std::string format = expertsFormatOf(*choice);
+    const std::string note = "experts_format auto: with " + held + " experts the plan needs " +
+                             formatBytes(options.front().host_bytes) + " host RAM, with " + format +
+                             " ones " + formatBytes(choice->hostBytes()) + ": holding them as " +
+                             format;
+    choice->expert_format_choice = format;
+    plan = std::move(*choice);
+    plan.notes.push_back(note);
+  }
+  if (request.compare_expert_formats) plan.expert_formats = std::move(options);
+}
 }  // namespace
 
 MemoryPlan planMemory(const PlanRequest& request, const Hardware& hardware) {
@@ -445,6 +507,7 @@ MemoryPlan planMemory(const PlanRequest& request, const Hardware& hardware) {
     throw Error("cutoff_len and per_device_train_batch_size must be above 0");
   }
   MemoryPlan plan = placeAndEvaluate(request, hardware);
+  chooseExpertFormat(plan, request, hardware);
   if (!plan.fits) {
     adviseHost(plan, request, hardware);
     adviseGpus(plan, request);

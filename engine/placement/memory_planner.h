@@ -62,6 +62,18 @@ struct PlanRequest {
   // kt_num_gpu_experts): kAutoGpuExperts fills what the GPUs have left after the dense modules,
   // evenly per layer; N puts N on every MoE layer that is on a GPU; 0 none.
   int64_t gpu_experts = kAutoGpuExperts;
+  // Also plan the routed experts in each smaller format (MemoryPlan::expert_formats): what
+  // `tandem plan` and the studio show. Costs a plan per format.
+  bool compare_expert_formats = false;
+};
+
+// The routed experts in one format (expert_format.h) and what the plan needs with them.
+struct ExpertFormatOption {
+  std::string format;
+  double bits_per_weight = 0;
+  uint64_t host_bytes = 0;  // all host nodes
+  bool host_fits = false;
+  bool chosen = false;  // the format this plan uses
 };
 
 // One line of the memory map: a group of modules or buffers and its bytes.
@@ -93,6 +105,10 @@ struct MemoryPlan {
   std::vector<std::string> problems;  // one per device that overflows: "need X, have Y"
   std::vector<std::string> advice;    // what to change, each with its effect
   std::vector<std::string> notes;     // decisions the planner made (backend, Wᵀ form, ...)
+  // experts_format auto whose default did not fit the host: the smaller format chosen ("int8",
+  // "int4"); empty when the default stood or a format was asked for.
+  std::string expert_format_choice;
+  std::vector<ExpertFormatOption> expert_formats;  // compare_expert_formats: default first
 
   const DevicePlan* device(Device device) const;
   uint64_t hostBytes() const;  // all host nodes together

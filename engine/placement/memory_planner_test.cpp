@@ -81,13 +81,100 @@ TEST(MemoryPlanner, DeepSeekV3NeedsInt8ExpertsAndOneTerabyte) {
   int8.expert_weight_format = "";
   EXPECT_FALSE(planMemory(int8, preset("2x4090-24g_xeon-spr-2s_512g")).fits);
   EXPECT_TRUE(planMemory(int8, preset("4x4090-24g_xeon-emr-2s_1t")).fits);
-  // The checkpoint's fp8 experts are packed as bf16 by amx_bf16 ("auto" on AMX; exact), which
-  // does not fit 1 TB: the advice is int8.
+  // The checkpoint's fp8 experts packed as bf16 by amx_bf16 (what "auto" packs on AMX; exact)
+  // do not fit 1 TB: with experts_format auto the planner holds them as int8 instead.
   const MemoryPlan fp8 =
       planMemory(request("deepseek-v3.json"), preset("4x4090-24g_xeon-emr-2s_1t"));
-  EXPECT_FALSE(fp8.fits);
-  EXPECT_NE(adviceText(fp8).find("use amx_int8 experts"), std::string::npos) << adviceText(fp8);
+  EXPECT_TRUE(fp8.fits) << adviceText(fp8);
+  EXPECT_EQ(fp8.expert_format_choice, "int8");
+  EXPECT_NE(notesText(fp8).find("experts_format auto: with bf16 experts"), std::string::npos)
+      << notesText(fp8);
   EXPECT_FALSE(planMemory(bf16, preset("4x4090-24g_xeon-emr-2s_1t")).fits);
+}
+
+uint64_t hostItem(const MemoryPlan& plan, const std::string& prefix) {
+  uint64_t bytes = 0;
+  for (const DevicePlan& d : plan.devices) {
+    if (d.device.isGpu()) continue;
+    for (const PlanItem& i : d.items) bytes += i.what.rfind(prefix, 0) == 0 ? i.bytes : 0;
+  }
+  return bytes;
+}
+
+// DeepSeek-V3 on 2× RTX 4090 + 512 GB: bf16 and int8 experts do not fit, int4 ones (4.5 bits a
+// weight) do, and auto picks them. Kimi-K2 (384 experts a layer) fits in none of them there: its
+// int4 experts alone are 0.56 TB.
+TEST(MemoryPlanner, AutoHoldsDeepSeekV3AsInt4On512GB) {
+  for (const char* model : {"deepseek-v3.json"}) {
+    PlanRequest r = request(model);
+    r.compare_expert_formats = true;
+    const MemoryPlan plan = planMemory(r, preset("2x4090-24g_xeon-spr-2s_512g"));
+    EXPECT_TRUE(plan.fits) << model << "\n" << adviceText(plan);
+    EXPECT_EQ(plan.expert_format_choice, "int4") << model;
+    ASSERT_EQ(plan.expert_formats.size(), 3u) << model;
+    EXPECT_EQ(plan.expert_formats[0].format, "bf16");
+    EXPECT_FALSE(plan.expert_formats[0].host_fits);
+    EXPECT_EQ(plan.expert_formats[1].format, "int8");
+    EXPECT_FALSE(plan.expert_formats[1].host_fits);
+    EXPECT_EQ(plan.expert_formats[2].format, "int4");
+    EXPECT_TRUE(plan.expert_formats[2].host_fits && plan.expert_formats[2].chosen);
+    // The experts themselves: 58 (Kimi-K2: 60) MoE layers of E · 3 · 7168 · 2048 weights at 18
+    // bytes a group of 32, no Wᵀ (the backward reads the same blocks).
+    const uint64_t layers = std::string(model) == "kimi-k2.json" ? 60 : 58;
+    const uint64_t experts = std::string(model) == "kimi-k2.json" ? 384 : 256;
+    EXPECT_LE(hostItem(plan, "routed experts int4"), layers * experts * 3 * 7168 * 2048 / 32 * 18);
+    EXPECT_GT(hostItem(plan, "routed experts int4"),
+              layers * experts * 3 * 7168 * 2048 / 32 * 18 * 95 / 100);
+    EXPECT_EQ(sum(plan, PlanCategory::PackedTransposed), 0u) << model;
+  }
+  PlanRequest kimi = request("kimi-k2.json");
+  kimi.compare_expert_formats = true;
+  const MemoryPlan none = planMemory(kimi, preset("2x4090-24g_xeon-spr-2s_512g"));
+  EXPECT_FALSE(none.fits);
+  ASSERT_EQ(none.expert_formats.size(), 3u);
+  for (const ExpertFormatOption& f : none.expert_formats) EXPECT_FALSE(f.host_fits) << f.format;
+  EXPECT_NE(adviceText(none).find("int4 experts"), std::string::npos) << adviceText(none);
+  EXPECT_TRUE(planMemory(kimi, preset("2xa6000_epyc-genoa-2s_768g")).fits);
+}
+
+// DeepSeek-V3 in int4 with LoRA r=8 on every linear: `tandem plan` says under 420 GiB of host RAM
+// (412 GiB = 443 GB, of which 52 GB are the routed experts' LoRA: A, B, their gradients and AdamW
+// moments, 16 bytes a parameter on 14,848 experts); without LoRA on the routed experts under 420
+// GB.
+TEST(MemoryPlanner, DeepSeekV3Int4NeedsUnder420GiBOfHostRam) {
+  PlanRequest r = request("deepseek-v3.json");
+  r.expert_weight_format = "int4";
+  const MemoryPlan all = planMemory(r, preset("2x4090-24g_xeon-spr-2s_512g"));
+  EXPECT_TRUE(all.fits) << adviceText(all);
+  EXPECT_LE(all.hostBytes(), 420 * kGiB);
+  r.lora_target = {"q_a_proj",
+                   "q_b_proj",
+                   "kv_a_proj_with_mqa",
+                   "kv_b_proj",
+                   "o_proj",
+                   "shared_experts.gate_proj",
+                   "shared_experts.up_proj",
+                   "shared_experts.down_proj"};
+  const MemoryPlan dense = planMemory(r, preset("2x4090-24g_xeon-spr-2s_512g"));
+  EXPECT_LE(dense.hostBytes(), uint64_t{420'000'000'000});
+  EXPECT_GT(sum(all, PlanCategory::LoraOptimizer) - sum(dense, PlanCategory::LoraOptimizer),
+            uint64_t{50'000'000'000});
+}
+
+// A checkpoint that stores int4 experts (Kimi-K2-Thinking's compressed-tensors) is held as stored:
+// no choice to make, no transposed copy.
+TEST(MemoryPlanner, StoredInt4ExpertsAreHeldAsStored) {
+  PlanRequest r = request("kimi-k2-thinking.json");
+  EXPECT_EQ(r.model.stored_expert_format, "int4");
+  const MemoryPlan plan = planMemory(r, preset("2x4090-24g_xeon-spr-2s_512g"));
+  EXPECT_TRUE(plan.expert_format_choice.empty());
+  EXPECT_GT(hostItem(plan, "routed experts int4"), 0u);
+  EXPECT_EQ(sum(plan, PlanCategory::PackedTransposed), 0u);
+  // Asked for bf16, the same experts need 1.9 TB: the advice offers int4 back.
+  r.expert_weight_format = "bf16";
+  const MemoryPlan bf16 = planMemory(r, preset("2x4090-24g_xeon-spr-2s_512g"));
+  EXPECT_FALSE(bf16.fits);
+  EXPECT_NE(adviceText(bf16).find("int4 experts"), std::string::npos) << adviceText(bf16);
 }
 
 TEST(MemoryPlanner, Qwen3_30BFitsOne4090And256GB) {
@@ -382,12 +469,18 @@ TEST(MemoryPlanner, EveryModelOnEveryPresetGivesASensiblePlan) {
     }
   }
   // Small models fit everywhere. Kimi-K2 (1 T parameters, fp8): its experts packed as bf16 (2.0 TB)
-  // fit at most the 2 TB machines; as int8 (AMX only) they fit every 2 TB machine.
+  // fit at most the 2 TB machines; below that experts_format auto holds them as int8 (1.0 TB) or
+  // int4 (0.56 TB), and nothing fits below 640 GiB; as int8 (AMX only) they fit every 2 TB machine.
   for (const fs::path& file : listHardwarePresets(kPresets / "hardware")) {
     const Hardware hw = loadHardwarePreset(file);
     EXPECT_TRUE(planMemory(request("deepseek-v2-lite.json"), hw).fits) << file;
-    EXPECT_TRUE(!planMemory(request("kimi-k2.json"), hw).fits || hw.ramBytes() >= 2048 * kGiB)
-        << file;
+    const MemoryPlan kimi = planMemory(request("kimi-k2.json"), hw);
+    if (hw.ramBytes() < 640 * kGiB) {
+      EXPECT_FALSE(kimi.fits) << file;
+    }
+    if (kimi.fits && hw.ramBytes() < 2048 * kGiB) {
+      EXPECT_FALSE(kimi.expert_format_choice.empty()) << file;
+    }
     if (!hw.cpu.amx_int8) continue;
     PlanRequest int8 = request("kimi-k2.json");
     int8.experts_backend = "amx_int8";

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "engine/core/error.h"
+#include "engine/placement/expert_format.h"
 #include "engine/placement/hardware.h"
 #include "engine/placement/yaml_file.h"
 
@@ -20,8 +21,8 @@ bool listed(const std::string_view (&list)[N], const std::string& value) {
   return std::find(std::begin(list), std::end(list), value) != std::end(list);
 }
 
-template <size_t N>
-std::string joined(const std::string_view (&list)[N]) {
+template <typename Names>
+std::string joined(const Names& list) {
   std::string out;
   for (std::string_view s : list) out += (out.empty() ? "" : ", ") + std::string(s);
   return out;
@@ -136,9 +137,9 @@ void validatePlacement(const Placement& placement, const Hardware* machine) {
       throw Error(m.name + ": '" + m.backend + "' is not an experts backend",
                   "use one of " + joined(kExpertBackends));
     }
-    if (!listed(kWeightFormats, m.weight_format)) {
+    if (!isExpertFormat(m.weight_format)) {
       throw Error(m.name + ": '" + m.weight_format + "' is not a weight format",
-                  "use one of " + joined(kWeightFormats));
+                  "use one of " + joined(expertFormatNames()));
     }
     if (m.device.isGpu()) {
       throw Error(m.name + ": routed-expert weights live in host memory, not on " + m.device.str(),
@@ -157,6 +158,8 @@ void validatePlacement(const Placement& placement, const Hardware* machine) {
 }
 
 std::string defaultWeightFormat(const std::string& backend, const io::ModelConfig& model) {
+  // Experts stored in 4 bits or GGUF blocks are computed on as they are, whatever the backend.
+  if (!model.stored_expert_format.empty()) return model.stored_expert_format;
   // The AMX backends pack (and so convert) the weights into their own tile format.
   if (backend == "amx_int8") return "int8";
   if (backend == "amx_bf16") return "bf16";

@@ -61,7 +61,6 @@ struct ModulePlacement {
 inline constexpr std::string_view kExpertBackends[] = {"auto",        "amx_bf16", "amx_int8",
                                                        "avx512_bf16", "avx512",   "avx2",
                                                        "onednn",      "generic",  "gpu-offload"};
-inline constexpr std::string_view kWeightFormats[] = {"bf16", "int8", "fp8", "fp16", "fp32"};
 
 struct Placement {
   std::vector<ModulePlacement> modules;  // model order: embed, layers 0..L-1, norm, lm_head

@@ -5,6 +5,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/units.h"
+#include "engine/placement/expert_format.h"
 #include "engine/placement/memory_model.h"
 
 namespace tandem::placement {
@@ -29,6 +30,10 @@ bool packsWeights(const std::string& backend) {
          backend == "avx512_bf16";
 }
 
+bool packsTransposed(const ModulePlacement& m) {
+  return packsWeights(m.backend) && !expertFormat(m.weight_format).computed_as_stored;
+}
+
 namespace {
 // The fp32 backends read the experts as stored: the widest vectors the CPU has.
 std::string fp32Backend(const Hardware& hw) {
@@ -40,6 +45,10 @@ std::string resolveBackend(const std::string& backend, const Hardware& hw,
                            const io::ModelConfig& model, const std::string& format) {
   if (backend != "auto") return backend;
   if (format == "int8") return hw.cpu.amx_int8 ? "amx_int8" : fp32Backend(hw);
+  // Blocks are widened to bf16 tiles where the CPU multiplies bf16, else to f32 (docs/experts.md).
+  if (!format.empty() && expertFormat(format).computed_as_stored) {
+    return hw.cpu.amx_bf16 ? "amx_bf16" : hw.cpu.avx512_bf16 ? "avx512_bf16" : fp32Backend(hw);
+  }
   const std::string stored = defaultWeightFormat("generic", model);
   if (stored == "fp32" || stored == "fp16") return fp32Backend(hw);
   if (hw.cpu.amx_bf16) return "amx_bf16";
@@ -127,22 +136,26 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, Device lay
   // file pages the kernel may drop, so they are not charged. generic, avx2 and avx512 read
   // bf16/f16/f32 experts in place, but copy fp8 sources or int8 experts to f32, both ways.
   // gpu-offload: its pinned host copy, fp8 dequantised to bf16; the CPU layer packs nothing.
-  const bool packs = packsWeights(m.backend), offload = m.backend == "gpu-offload";
+  // 4-bit and GGUF block formats are computed on as they are held (their bytes in the file for a
+  // GGUF, mapped), forward and backward: no Wᵀ; offload mode streams them as bf16 for now.
+  const bool as_stored = expertFormat(m.weight_format).computed_as_stored;
+  const bool packs = packsTransposed(m), offload = m.backend == "gpu-offload";
   const bool int8 = m.weight_format == "int8",
              fp8_source = defaultWeightFormat("generic", m_) == "fp8";
-  const bool f32_copy = !packs && !offload && (int8 || fp8_source);
-  const std::string held = packs                   ? (int8 ? "int8" : "bf16")
-                           : f32_copy              ? "fp32"
-                           : offload && fp8_source ? "bf16"
-                                                   : m.weight_format;
-  uint64_t weights = memory::routedExpertBytes(m_, held);
+  const bool f32_copy = !packs && !offload && !as_stored && (int8 || fp8_source);
+  const std::string held = packs                                  ? (int8 ? "int8" : "bf16")
+                           : f32_copy                             ? "fp32"
+                           : offload && (fp8_source || as_stored) ? "bf16"
+                                                                  : m.weight_format;
+  uint64_t weights = memory::routedExpertBytes(m_, held, m.layer);
   // The experts the GPU does not keep: the CPU engine's, or offload mode's streamed ones.
   const auto experts = static_cast<uint64_t>(std::max<int64_t>(m_.num_experts, 1));
   const uint64_t not_resident =
       experts - static_cast<uint64_t>(std::clamp<int64_t>(m.gpu_experts, 0, m_.num_experts));
-  // The engine never packs or copies the resident experts (ExpertLayerOptions::defer_packs);
-  // experts read in place stay mapped.
-  if ((packs || f32_copy) && m.gpu_experts > 0) weights = weights / experts * not_resident;
+  // The engine never packs, copies or quantises the resident experts (ExpertLayerOptions::
+  // defer_packs); experts read in place (also a file's own blocks) stay mapped.
+  const bool made_at_load = packs || f32_copy || (as_stored && held != m_.stored_expert_format);
+  if (made_at_load && m.gpu_experts > 0) weights = weights / experts * not_resident;
   charge(books, m.device, PlanCategory::Weights, "routed experts " + held, weights);
   if (packs || f32_copy) chargeTransposed(books, m, weights);
   const auto lora = static_cast<uint64_t>(

@@ -23,6 +23,9 @@ inline constexpr uint64_t kGiB = uint64_t{1} << 30;
 // the forward pack and the backward's Wᵀ pack are copies beside the stored weights. generic,
 // avx2 and avx512 read bf16/f16/f32 weights where they lie (zero-copy views, both directions).
 bool packsWeights(const std::string& backend);
+// Whether routed-expert module `m` holds a transposed pack for its backward: a packing backend on
+// a format it converts (4-bit and GGUF blocks are read as they are, both ways).
+bool packsTransposed(const ModulePlacement& m);
 // The backend "auto" stands for: the best kernels the expert engine has on this CPU, in the
 // order engine/experts picks them (availableGemmBackends), except that f32/f16 checkpoints stay on
 // the fp32 kernels (ExpertLayer::create: auto never lowers the checkpoint's precision).

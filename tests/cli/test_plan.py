@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 
 import pytest
 
@@ -64,8 +65,11 @@ def test_every_model_on_four_presets(tmp_path, model):
         # Routed experts as the engine holds them on these AVX-512/AMX presets: packed as bf16, fp8
         # checkpoints dequantised at pack time (2 bytes a weight either way, no scales), less the
         # experts resident on the GPUs (all of Qwen3-30B-A3B's fit an H200).
+        # Where they do not fit so, experts_format auto holds them as int8 (1 byte a weight) or int4
+        # (18 bytes per 32 weights).
         experts = host_item(result, "routed experts")
-        expected = expert_bytes(model, 2, result["placement"])
+        per_weight = {"": 2, "int8": 1, "int4": 18 / 32}[result["expert_format_choice"]]
+        expected = expert_bytes(model, per_weight, result["placement"])
         assert expected <= experts <= expected * 1.01, where
         modules = {m["name"]: m for m in result["placement"]}
         assert modules["model.layers.0.self_attn"]["device"].startswith("cuda:"), where
@@ -77,6 +81,8 @@ def test_every_model_on_four_presets(tmp_path, model):
         ram = sum(d["capacity_bytes"] for d in result["devices"] if d["device"].startswith("cpu"))
         if experts > ram:
             assert not result["fits"] and "host RAM" in result["advice"][0], where
+        if result["expert_format_choice"]:
+            assert result["fits"], where
 
 
 def test_deepseek_v3_needs_int8_and_a_terabyte(tmp_path):
@@ -148,3 +154,47 @@ def test_chat_plans_a_kv_cache_instead_of_training_state(tmp_path):
     assert gpu(chat)["kv_cache"] == 48 * 2 * 4 * 128 * 2 * 32768
     assert gpu(train)["kv_cache"] == 0
     assert host_item(chat, "expert LoRA optimizer") == 0 and host_item(train, "expert LoRA optimizer") > 0
+
+
+def test_a_q4_k_m_gguf_is_planned_at_its_bytes_in_the_file(tmp_path):
+    """A GGUF's routed experts are held as their blocks: the plan charges exactly the bytes of the
+    file's *_exps tensors (the gguf package reads them), per layer, and no transposed copy."""
+    sys.path.insert(0, str(REPO / "tests" / "gguf_support"))
+    import llama_reference as L
+    from gguf import GGUFReader
+
+    # Rows of 256 so that llama.cpp's Q4_K_M gives every expert tensor a K-quant (q4_K, q6_K).
+    case = L.build_gguf_case("qwen3_moe_sparse", tmp_path / "case",
+                             overrides={"hidden_size": 256, "moe_intermediate_size": 256})
+    f32 = L.convert_hf_to_gguf(case["model"], tmp_path / "model-f32.gguf", "f32")
+    q4 = L.quantize_gguf(f32, tmp_path / "model-q4_k_m.gguf", "Q4_K_M")
+    experts = [t for t in GGUFReader(str(q4)).tensors if "_exps" in t.name]
+    types = {t.tensor_type.name.lower() for t in experts}
+    assert types <= {"q4_k", "q6_k"} and "q4_k" in types, types
+    cfg = config(tmp_path, "qwen3-30b-a3b.json", model_name_or_path=q4)
+    result = plan(cfg, "--hardware", "1xh200_xeon-16c_128g")
+    assert host_item(result, "routed experts ") == sum(int(t.n_bytes) for t in experts)
+    routed = [m for m in result["placement"] if m["kind"] == "routed_experts"]
+    by_bytes = {}
+    for t in experts:
+        by_bytes[t.tensor_type.name.lower()] = by_bytes.get(t.tensor_type.name.lower(), 0) + int(t.n_bytes)
+    assert {m["weight_format"] for m in routed} == {max(by_bytes, key=by_bytes.get)}
+    assert sum(d["bytes"]["packed_wt"] for d in result["devices"]) == 0
+    # The formats table starts with the format as stored and never offers a wider one.
+    assert [f["format"] for f in result["expert_formats"]][0] == routed[0]["weight_format"]
+
+
+def test_plan_shows_which_expert_formats_fit_and_picks_one(tmp_path):
+    result = plan(config(tmp_path, "deepseek-v3.json"), "--hardware", "2x4090-24g_xeon-spr-2s_512g")
+    formats = {f["format"]: f for f in result["expert_formats"]}
+    assert list(formats) == ["bf16", "int8", "int4"]
+    assert not formats["bf16"]["host_fits"] and not formats["int8"]["host_fits"]
+    assert formats["int4"]["host_fits"] and formats["int4"]["chosen"]
+    assert result["fits"] and result["expert_format_choice"] == "int4"
+    # Hand formula: 58 MoE layers x 256 experts x 3 x 7168 x 2048 weights, 18 bytes per 32, less the
+    # experts resident on the GPUs (never quantised on the host).
+    assert host_item(result, "routed experts int4") == expert_bytes("deepseek-v3.json", 18 / 32, result["placement"])
+    r = subprocess.run([TANDEM, "plan", str(config(tmp_path, "deepseek-v3.json")), "--hardware",
+                        "2x4090-24g_xeon-spr-2s_512g"], capture_output=True, text=True, timeout=120)
+    assert "routed experts held as" in r.stdout and "<- this plan" in r.stdout, r.stdout
+    assert "experts_format auto: with bf16 experts" in r.stdout, r.stdout

@@ -2,7 +2,8 @@
 // feeds the dashboard; the run store (written by the engine, not by the UI) must hold the very
 // losses the dashboard drew, and the runs view must list the run; pause holds the trainer, stop
 // writes a checkpoint, and the runs view's resume finishes the run; the chat tab streams answers
-// that equal the engine's Generator called directly with the same settings and seed.
+// that equal the engine's Generator called directly with the same settings and seed, and a second
+// message continues each side's own conversation.
 
 #include <QApplication>
 #include <QMessageBox>
@@ -17,6 +18,7 @@
 #include "engine/train/trainer.h"
 #include "tests/ui/ui_test_support.h"
 #include "ui/chat_controller.h"
+#include "ui/chat_panel.h"
 #include "ui/machine_info.h"
 #include "ui/main_window.h"
 #include "ui/memory_map.h"
@@ -38,6 +40,7 @@ class TrainingTest : public QObject {
   void dashboardReceivesRealSteps();
   void runsViewListsTheRun();
   void chatStreamsRealAnswers();
+  void chatPanelKeepsTheConversation();
   void pauseStopAndResume();
   void closingDuringARunStopsWithACheckpoint();
 
@@ -165,6 +168,48 @@ void TrainingTest::chatStreamsRealAnswers() {
   QVERIFY(updates[0] > 1 && updates[1] > 1);
   QCOMPARE(last[0], expected[0]);
   QCOMPARE(last[1], expected[1]);
+}
+
+void TrainingTest::chatPanelKeepsTheConversation() {
+  ChatController chat;
+  ChatPanel panel(chat);
+  const QString base = QString::fromStdString(config_.model_name_or_path);
+  const QString adapter = QString::fromStdString(config_.output_dir.string());
+  const QString template_name = QString::fromStdString(config_.template_name);
+  panel.setModels(base, adapter, template_name);
+  panel.setMaxNewTokens(8);
+  panel.setSampling(false);
+  auto reference =
+      infer::Generator::load(config_.model_name_or_path, chatOptionsFor(base, template_name));
+  reference->addAdapter("tuned", config_.output_dir);
+  infer::ChatRequest request;
+  request.settings.do_sample = false;
+  request.settings.max_new_tokens = 8;
+  auto answer = [&](int side, std::vector<infer::ChatMessage> messages) {
+    request.adapter = side == 0 ? "base" : "tuned";
+    request.messages = std::move(messages);
+    return QString::fromStdString(reference->chat(request).text);
+  };
+  const std::string questions[2] = {"Who are you?", "Say that again."};
+  std::vector<infer::ChatMessage> conversation[2];
+  for (const std::string& question : questions) {
+    panel.setQuestion(QString::fromStdString(question));
+    panel.send();
+    QTRY_VERIFY_WITH_TIMEOUT(!chat.isBusy(), 300000);
+    for (int side = 0; side < 2; ++side) {
+      conversation[side].push_back({"user", question});
+      const QString expected = answer(side, conversation[side]);
+      QCOMPARE(panel.answer(side), expected);
+      conversation[side].push_back({"assistant", expected.toStdString()});
+    }
+  }
+  QCOMPARE(panel.turns(), 2);
+  // The earlier exchange changes a second answer: the check above can tell a panel that forgot it.
+  const std::vector<infer::ChatMessage> alone = {{"user", questions[1]}};
+  const QString alone_answers[2] = {answer(0, alone), answer(1, alone)};
+  QVERIFY(alone_answers[0] != panel.answer(0) || alone_answers[1] != panel.answer(1));
+  panel.newChat();
+  QCOMPARE(panel.turns(), 0);
 }
 
 void TrainingTest::pauseStopAndResume() {

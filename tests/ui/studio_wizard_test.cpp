@@ -20,6 +20,7 @@
 #include "engine/train/dataset.h"
 #include "tests/ui/ui_test_support.h"
 #include "ui/host_machine.h"
+#include "ui/machine_info.h"
 #include "ui/resources.h"
 #include "ui/wizard_pages.h"
 
@@ -82,6 +83,27 @@ void WizardTest::producesTheHandWrittenConfig() {
   QTRY_VERIFY(wizard.currentPage()->isComplete());
   QVERIFY(wizard.modelSummary().has_value());
   QCOMPARE(wizard.modelSummary()->config.num_experts, 16);
+  {
+    // The routed experts' RAM as stored (the demo model is fp32) and as bf16, as int8 / int4 would
+    // hold them (hand formula: int8 one byte a weight + an f32 scale per output row; int4 18 bytes
+    // per 32 weights).
+    const io::ModelConfig& c = wizard.modelSummary()->config;
+    const uint64_t per_layer_weights =
+        uint64_t(c.num_experts) * 3 * c.hidden_size * c.moe_intermediate_size;
+    const uint64_t layers = uint64_t(c.numMoeLayers());
+    const uint64_t int8_scales =
+        uint64_t(c.num_experts) * (2 * c.moe_intermediate_size + c.hidden_size) * 4;
+    const QString text = wizard.findChild<QLabel*>(QStringLiteral("model_summary"))->text();
+    QVERIFY2(text.contains(QStringLiteral("Experts in RAM")), qPrintable(text));
+    QVERIFY2(text.contains(bytesText(layers * per_layer_weights * 4) + " as fp32 (as stored)"),
+             qPrintable(text));
+    QVERIFY2(text.contains(bytesText(layers * per_layer_weights * 2) + " as bf16"),
+             qPrintable(text));
+    QVERIFY2(text.contains(bytesText(layers * (per_layer_weights + int8_scales)) + " as int8"),
+             qPrintable(text));
+    QVERIFY2(text.contains(bytesText(layers * per_layer_weights / 32 * 18) + " as int4"),
+             qPrintable(text));
+  }
   wizard.next();
 
   QCOMPARE(wizard.currentId(), int(FineTuneWizard::HardwarePageId));
