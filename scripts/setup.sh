@@ -28,6 +28,7 @@ build_packages=(
   qt6-base-dev qt6-charts-dev qt6-tools-dev libqt6opengl6-dev libxkbcommon-dev
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers
   libyaml-cpp-dev libsqlite3-dev libpcre2-dev nlohmann-json3-dev libnuma-dev libcli11-dev
+  libgloo-dev
   libgtest-dev libqt6svg6 zlib1g-dev help2man librsvg2-bin libcurl4-openssl-dev libssl-dev
 )
 # Only the tests: the fuzzers' clang, the format check, Xvfb for the studio's tests, and what the

@@ -136,6 +136,8 @@ TrainingDashboard::TrainingDashboard(TrainingController& controller, const Machi
           &TrainingDashboard::onPausedChanged);
 }
 
+QString TrainingDashboard::statusText() const { return status_->text(); }
+
 void TrainingDashboard::setLogScale(bool log) { log_scale_->setChecked(log); }
 
 void TrainingDashboard::showMachine() {
@@ -193,7 +195,10 @@ void TrainingDashboard::onStepped(const StepEvent& p) {
                        .arg(p.epoch, 0, 'f', 2)
                        .arg(p.loss, 0, 'f', 4)
                        .arg(p.learning_rate, 0, 'e', 2)
-                       .arg(p.tokens_per_s, 0, 'f', 0));
+                       .arg(p.tokens_per_s, 0, 'f', 0) +
+                   (p.world_size > 1
+                        ? tr("   %1 ranks (rank 0's view; tokens/s of all ranks)").arg(p.world_size)
+                        : QString()));
   timing_->setText(tr("elapsed %1   ETA %2").arg(duration(p.elapsed_s), duration(p.eta_s)));
   memory_map_->setBars(liveMemoryBars(machine_, p.memory));
 }

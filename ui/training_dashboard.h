@@ -33,6 +33,7 @@ class TrainingDashboard : public QWidget {
   MetricChart* lossChart() const { return loss_chart_; }
   MemoryMapWidget* memoryMap() const { return memory_map_; }
   QString logText() const;
+  QString statusText() const;  // the line over the charts: loss, lr, tokens/s, ranks
   void setLogScale(bool log);
   // The machine's probe arrived: the idle memory map shows its GPUs too.
   void showMachine();

@@ -3,6 +3,7 @@
 // its run through the callback it installs. Errors are tandem::Error, printed by main.
 
 #include <CLI/CLI.hpp>
+#include <optional>
 
 namespace tandem::cli {
 
@@ -20,7 +21,12 @@ void addPlanCommand(CLI::App& app);
 void addBenchCommand(CLI::App& app);
 void addExportCommand(CLI::App& app);
 void addDoctorCommand(CLI::App& app);
+void addLaunchCommand(CLI::App& app);
 void addDownloadCommand(CLI::App& app);    // only in builds with TANDEM_WITH_DOWNLOAD
 void addCompletionCommand(CLI::App& app);  // last: it describes every other command
+
+// `tandem train ...` with LLaMA-Factory's FORCE_TORCHRUN=1 (and no RANK): starts this node's
+// ranks as `tandem launch` would and returns the exit code; nullopt otherwise.
+std::optional<int> launchIfForced(int argc, char** argv);
 
 }  // namespace tandem::cli

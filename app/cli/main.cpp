@@ -32,8 +32,10 @@ int main(int argc, char** argv) {
 #ifdef TANDEM_CLI_WITH_DOWNLOAD
   tandem::cli::addDownloadCommand(app);
 #endif
+  tandem::cli::addLaunchCommand(app);
   tandem::cli::addCompletionCommand(app);
   try {
+    if (const auto launched = tandem::cli::launchIfForced(argc, argv)) return *launched;
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

@@ -16,6 +16,7 @@
 #include "engine/model/machine_probe.h"
 #include "engine/placement/hardware.h"
 #include "engine/placement/kt_rules.h"
+#include "engine/train/job_plan.h"
 #include "engine/train/training_plan.h"
 
 namespace tandem::cli {
@@ -37,6 +38,7 @@ struct PlanOptions {
   std::string placement;  // "" = the config's kt_optimize_rule, or the planner's own
   bool json = false;
   bool split_layers = false;
+  train::JobShape job;  // a data-parallel job: global batch and all-reduce per step
   int64_t chat_context =
       0;  // > 0: plan chatting with this many tokens of context instead of training
 };
@@ -213,18 +215,37 @@ void runPlan(const PlanOptions& o) {
       o.chat_context > 0 ? placement::LoraExpertsChoice{}
                          : train::loraExpertsFor(config, model, plan);
   placement::addLoraExpertsToPlan(plan, request, lora_experts);
+  const bool distributed = o.job.worldSize() > 1 && o.chat_context == 0;
+  const train::JobSummary job = train::summarizeJob(config, plan, o.job);
   if (o.json) {
-    nlohmann::json j = toJson(plan, hw, model);
-    j["lora_experts"] = {{"requested", config.lora_experts},
-                         {"paths", lora_experts.paths},
-                         {"le_dim", lora_experts.le_dim},
-                         {"bytes_per_layer", lora_experts.bytes_per_layer},
-                         {"reason", lora_experts.reason}};
-    std::printf("%s\n", j.dump(2).c_str());
+    nlohmann::json out = toJson(plan, hw, model);
+    out["lora_experts"] = {{"requested", config.lora_experts},
+                           {"paths", lora_experts.paths},
+                           {"le_dim", lora_experts.le_dim},
+                           {"bytes_per_layer", lora_experts.bytes_per_layer},
+                           {"reason", lora_experts.reason}};
+    if (distributed) {
+      out["job"] = {{"world_size", job.world_size},
+                    {"nnodes", o.job.nnodes},
+                    {"nproc_per_node", o.job.nproc_per_node},
+                    {"global_batch", job.global_batch},
+                    {"lora_gradient_bytes", job.gradient_bytes},
+                    {"allreduce_bytes_per_rank", job.traffic_bytes_per_rank}};
+    }
+    std::printf("%s
+", out.dump(2).c_str());
   } else {
     printHuman(plan, config, model, hw, o.chat_context);
     if (!lora_experts.reason.empty())
-      std::printf("\nLoRA experts  %s\n", lora_experts.reason.c_str());
+      std::printf("
+LoRA experts  %s
+", lora_experts.reason.c_str());
+    if (distributed) {
+      std::printf("
+");
+      for (const std::string& line : job.lines) std::printf("%s
+", line.c_str());
+    }
     if (!o.rules_out.empty())
       std::printf("\nwrote the placement as a KTransformers rule file: %s\n", o.rules_out.c_str());
   }
@@ -260,6 +281,13 @@ void addPlanCommand(CLI::App& app) {
       ->add_option("--chat-context", options->chat_context,
                    "Plan chatting with the model (and its adapter) at this many tokens of context "
                    "instead of training")
+      ->check(CLI::PositiveNumber);
+  command
+      ->add_option("--nnodes", options->job.nnodes, "Plan a data-parallel job over this many nodes")
+      ->check(CLI::PositiveNumber);
+  command
+      ->add_option("--nproc-per-node", options->job.nproc_per_node,
+                   "Plan a data-parallel job with this many ranks per node")
       ->check(CLI::PositiveNumber);
   command->callback([options] { runPlan(*options); });
 }

@@ -5,8 +5,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <optional>
+#include <string>
 #include <thread>
 
 #include "app/cli/commands.h"
@@ -70,6 +72,8 @@ train::TrainingRunOutcome runTrainingInForeground(const train::TrainConfig& conf
 
 void plotIfAsked(const train::TrainConfig& config) {
   if (!config.plot_loss) return;
+  // A rank of a data-parallel job other than 0 wrote no log to plot (rank 0 plots it).
+  if (const char* rank = std::getenv("RANK"); rank && *rank && std::string(rank) != "0") return;
   if (writeLossPlot(config.output_dir)) {
     std::printf("loss curve: %s\n", (config.output_dir / "training_loss.png").string().c_str());
   } else {

@@ -26,6 +26,7 @@ struct StepEvent {
   double step_s = 0;       // wall time of this step
   double model_s = 0;      // of which forward + backward (the model math)
   double optimizer_s = 0;  // of which grad clip + AdamW
+  int world_size = 1;      // ranks of a data-parallel job (tokens_per_s counts them all)
   std::vector<DeviceMemoryUsage> memory;
 };
 

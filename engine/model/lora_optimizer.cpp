@@ -162,6 +162,17 @@ void LoraOptimizer::step(double lr) {
   }
 }
 
+std::vector<at::Tensor> LoraOptimizer::gradientTensors() {
+  std::vector<at::Tensor> grads;
+  for (auto& [device, g] : groupsWithGrads())
+    grads.insert(grads.end(), g.grads.begin(), g.grads.end());
+  for (CpuParam& p : cpu_params_) {
+    grads.push_back(
+        at::from_blob(p.grad.data(), {static_cast<int64_t>(p.grad.size())}, at::kFloat));
+  }
+  return grads;
+}
+
 void LoraOptimizer::zeroGrad() {
   for (const auto& [device, g] : groupsWithGrads()) at::_foreach_zero_(g.grads);
   for (CpuParam& p : cpu_params_) std::fill(p.grad.begin(), p.grad.end(), 0.0f);

@@ -38,6 +38,10 @@ class LoraOptimizer {
   double clipGradNorm(double max_norm);
   void step(double lr);
   void zeroGrad();
+  // Every LoRA gradient as a tensor over its storage (torch-side grads, zero-filled where
+  // undefined; the expert engine's contiguous fp32 buffers wrapped, not copied): for the
+  // all-reduce of a data-parallel step.
+  std::vector<at::Tensor> gradientTensors();
   int64_t stepCount() const { return step_; }
   int64_t numParameters() const;
 

@@ -13,6 +13,7 @@
 #include "engine/model/causal_lm.h"
 #include "engine/model/lora_optimizer.h"
 #include "engine/model/model.h"
+#include "engine/model/process_group_tensors.h"
 #include "engine/model/weight_loader.h"
 
 namespace tandem::model {
@@ -69,6 +70,11 @@ double LoraTraining::evaluateLoss(const TokenBatch& batch) {
   } catch (const c10::OutOfMemoryError& e) {
     rethrowOutOfMemory(e);
   }
+}
+
+void LoraTraining::allReduceGradients(ProcessGroup& group, const std::string& what) {
+  at::NoGradGuard no_grad;
+  allReduceSumTensors(group, optimizer_->gradientTensors(), what);
 }
 
 double LoraTraining::clipGradNorm(double max_norm) { return optimizer_->clipGradNorm(max_norm); }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace tandem {
@@ -18,6 +19,7 @@ namespace tandem::model {
 
 class Model;
 class LoraOptimizer;
+class ProcessGroup;
 
 struct AdamWSettings {
   double beta1 = 0.9;
@@ -53,6 +55,8 @@ class LoraTraining {
   double evaluateLoss(const TokenBatch& batch);
 
   // The global L2 norm of all LoRA gradients; scales them down to max_norm when above (and > 0).
+  // Data parallel: sums every LoRA gradient over the ranks of `group` (before clipping).
+  void allReduceGradients(ProcessGroup& group, const std::string& what);
   double clipGradNorm(double max_norm);
   void step(double lr);
   void zeroGrad();

@@ -181,6 +181,8 @@ constexpr int64_t kMaxRank = 65'536;              // lora_rank, lora_alpha
 constexpr double kMaxEpochs = 1e6;
 constexpr double kMaxLearningRate = 10;  // AdamW: 1e-6 to 1e-2 in practice
 constexpr double kMaxGradNorm = 1e6;
+// ddp_timeout, seconds: LLaMA-Factory's default of 180000000 fits.
+constexpr int64_t kMaxDdpTimeout = 1'000'000'000;
 constexpr double kMaxWeightDecay = 1e3;
 
 void readModel(const Doc& doc, TrainConfig& c) {
@@ -317,6 +319,7 @@ void readOutput(const Doc& doc, TrainConfig& c) {
     c.save_total_limit = *limit;
   set(c.save_only_model, doc.get("save_only_model", boolean));
   set(c.plot_loss, doc.get("plot_loss", boolean));
+  set(c.ddp_timeout, doc.get("ddp_timeout", PositiveIntUpTo{kMaxDdpTimeout}));
   if (auto resume = doc.get("resume_from_checkpoint", resumeFrom)) {
     std::tie(c.resume, c.resume_path) = *resume;
   }
@@ -548,6 +551,7 @@ std::string toYaml(const TrainConfig& c) {
   w.integer("save_total_limit", c.save_total_limit);
   w.flag("save_only_model", c.save_only_model);
   w.flag("plot_loss", c.plot_loss);
+  w.integer("ddp_timeout", c.ddp_timeout);
   if (c.resume == ResumeFrom::Latest) w.flag("resume_from_checkpoint", true);
   if (c.resume == ResumeFrom::Path) w.str("resume_from_checkpoint", c.resume_path.string());
 
@@ -603,6 +607,7 @@ std::string configFingerprint(const TrainConfig& config) {
   c.save_total_limit = defaults.save_total_limit;
   c.save_only_model = defaults.save_only_model;
   c.plot_loss = defaults.plot_loss;
+  c.ddp_timeout = defaults.ddp_timeout;
   c.resume = defaults.resume;
   c.resume_path = defaults.resume_path;
   c.eval_strategy = defaults.eval_strategy;

@@ -12,7 +12,7 @@
 //
 // Nothing is silently dropped: an unknown key is an Error naming the nearest known key; a key
 // LLaMA-Factory has but Tandem does not implement is an Error saying so; only a short list of
-// harmless keys (report_to: none, ddp_timeout, trust_remote_code, ...) is accepted and ignored.
+// harmless keys (report_to: none, trust_remote_code, ...) is accepted and ignored.
 // Every Error names the file (and line) or the command-line override, and the key.
 
 #include <cstdint>
@@ -104,6 +104,10 @@ struct TrainConfig : model::ModelRequest {
   bool plot_loss = false;
   ResumeFrom resume = ResumeFrom::None;
   std::filesystem::path resume_path;  // set when resume == Path
+  // Seconds a rank of a distributed job waits for the others (rendezvous, each all-reduce)
+  // before it stops with an error naming the rank that did not answer. LLaMA-Factory's default
+  // is 180000000 (years); torch's is 1800.
+  int64_t ddp_timeout = 1800;
 
   // ### tandem: the expert engine (KTransformers keys map here; the rest is in ModelRequest)
   int expert_threads = 0;                    // 0 = one per physical core
@@ -130,7 +134,8 @@ std::string toYaml(const TrainConfig& config);
 
 // 16 hex digits identifying the settings that change the trained adapter: everything except
 // output_dir, overwrite_output_dir, logging_steps, save_steps, save_total_limit, save_only_model,
-// resume_from_checkpoint, plot_loss, the eval schedule, expert_threads and experts_wt_policy.
+// resume_from_checkpoint, plot_loss, ddp_timeout, the eval schedule, expert_threads and
+// experts_wt_policy.
 std::string configFingerprint(const TrainConfig& config);
 
 }  // namespace tandem::train

@@ -112,14 +112,15 @@ void addSettingKeys(std::vector<KeySpec>& keys) {
                            "experts_format",
                            "experts_wt_policy",
                            "gpu_experts",
-                           "task_split"}) {
+                           "task_split",
+                           "ddp_timeout"}) {
     setting(name);
   }
   for (const char* name :
-       {"trust_remote_code", "ddp_timeout", "flash_attn", "preprocessing_num_workers",
-        "overwrite_cache", "dataloader_num_workers", "dataloader_pin_memory",
-        "dataloader_persistent_workers", "do_eval", "use_fast_tokenizer", "low_cpu_mem_usage",
-        "run_name", "logging_dir", "print_param_status", "cache_dir"}) {
+       {"trust_remote_code", "flash_attn", "preprocessing_num_workers", "overwrite_cache",
+        "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
+        "do_eval", "use_fast_tokenizer", "low_cpu_mem_usage", "run_name", "logging_dir",
+        "print_param_status", "cache_dir"}) {
     keys.push_back({name, Kind::Ignored});
   }
   keys.push_back({"report_to", Kind::Ignored, {}, {}, {}, false, checkReportTo});

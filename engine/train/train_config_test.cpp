@@ -315,13 +315,22 @@ TEST(TrainConfigTest, GpuExpertsTakeKtNumGpuExperts) {
 TEST(TrainConfigTest, HarmlessKeysAreAcceptedAndIgnored) {
   const std::string yaml =
       kMinimal + std::string(
-                     "trust_remote_code: true\nddp_timeout: 180000000\nflash_attn: fa2\n"
+                     "trust_remote_code: true\nflash_attn: fa2\n"
                      "preprocessing_num_workers: 16\noverwrite_cache: true\n"
                      "report_to: none\ndataloader_num_workers: 4\nuse_unsloth: false\n"
                      "fp16: false\ndeepspeed: null\nquantization_bit:\n"
                      "kt_cpu_activation: retain\n");
   TrainConfig expected = parse(kMinimal);
   EXPECT_EQ(parse(yaml), expected);
+}
+
+// ddp_timeout bounds every wait of a distributed job (seconds); LLaMA-Factory's default parses.
+TEST(TrainConfigTest, DdpTimeoutIsReadAndLeavesTheFingerprintAlone) {
+  EXPECT_EQ(parse(kMinimal).ddp_timeout, 1800);
+  const TrainConfig lf = parse(kMinimal + std::string("ddp_timeout: 180000000\n"));
+  EXPECT_EQ(lf.ddp_timeout, 180000000);
+  EXPECT_EQ(configFingerprint(lf), configFingerprint(parse(kMinimal)));
+  EXPECT_THROW(parse(kMinimal + std::string("ddp_timeout: 0\n")), Error);
 }
 
 struct BadConfig {

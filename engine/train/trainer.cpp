@@ -55,6 +55,13 @@ void appendLine(const std::filesystem::path& path, const std::string& line) {
   if (error) throw Error("cannot append to " + path.string() + ": " + error.message());
 }
 
+// transformers shifts labels inside: label t+1 is what position t is trained on.
+int64_t keptTokens(const chat::EncodedSample& s) {
+  int64_t kept = 0;
+  for (size_t t = 1; t < s.labels.size(); ++t) kept += s.labels[t] != kIgnore;
+  return kept;
+}
+
 Error badState(const std::filesystem::path& file, const std::string& problem) {
   return Error(file.string() + " " + problem,
                "delete " + file.parent_path().string() +
@@ -97,8 +104,15 @@ Trainer::Trainer(model::Model& model, const gpu::LoraSettings& lora,
   settings_.batch_size = std::max<int64_t>(1, settings_.batch_size);
   settings_.gradient_accumulation_steps =
       std::max<int64_t>(1, settings_.gradient_accumulation_steps);
+  planSteps();
+  model::LoraTraining::seedDropout(settings_.seed);
+}
+
+void Trainer::planSteps() {
+  // A micro-batch is global: batch_size rows on each rank.
+  const int64_t global_micro = settings_.batch_size * worldSize();
   micro_batches_per_epoch_ =
-      (static_cast<int64_t>(samples_.size()) + settings_.batch_size - 1) / settings_.batch_size;
+      (static_cast<int64_t>(samples_.size()) + global_micro - 1) / global_micro;
   // The config refuses such values (train_config.cpp); settings from elsewhere are checked here,
   // before a double too large for int64 is converted (undefined behaviour).
   const double epoch_steps = settings_.num_train_epochs * static_cast<double>(stepsPerEpoch());
@@ -117,7 +131,6 @@ Trainer::Trainer(model::Model& model, const gpu::LoraSettings& lora,
   schedule_.total_steps = total_steps_;
   schedule_.warmup_steps =
       warmupSteps(settings_.warmup_steps, settings_.warmup_ratio, total_steps_);
-  model::LoraTraining::seedDropout(settings_.seed);
 }
 
 int64_t Trainer::stepsPerEpoch() const {
@@ -138,7 +151,8 @@ std::vector<int64_t> Trainer::epochOrder(int64_t epoch) const {
 Trainer::Batch Trainer::makeBatch(const std::vector<chat::EncodedSample>& samples,
                                   const std::vector<int64_t>& order, int64_t first,
                                   int64_t batch_size) const {
-  const int64_t n = std::min<int64_t>(batch_size, static_cast<int64_t>(order.size()) - first);
+  // A rank's share of an epoch's last global micro-batch can be short or empty.
+  const int64_t n = std::clamp<int64_t>(static_cast<int64_t>(order.size()) - first, 0, batch_size);
   size_t width = 0;
   for (int64_t i = 0; i < n; ++i)
     width = std::max(width, samples[order[first + i]].input_ids.size());
@@ -154,15 +168,14 @@ Trainer::Batch Trainer::makeBatch(const std::vector<chat::EncodedSample>& sample
     std::copy(s.labels.begin(), s.labels.end(),
               b.tokens.labels.begin() + i * static_cast<int64_t>(width));
     b.real_tokens += static_cast<int64_t>(s.input_ids.size());
-    // transformers shifts labels inside: label t+1 is what position t is trained on.
-    for (size_t t = 1; t < s.labels.size(); ++t) b.kept_tokens += s.labels[t] != kIgnore;
+    b.kept_tokens += keptTokens(s);
   }
   return b;
 }
 
 void Trainer::logLine(nlohmann::json line) {
   log_history_.push_back(line.dump());
-  appendLine(settings_.output_dir / "trainer_log.jsonl", log_history_.back());
+  if (writesFiles()) appendLine(settings_.output_dir / "trainer_log.jsonl", log_history_.back());
 }
 
 double Trainer::evaluate() {
@@ -196,11 +209,18 @@ Trainer::Window Trainer::nextWindow() const {
   const int64_t n_micro =
       std::min(settings_.gradient_accumulation_steps, micro_batches_per_epoch_ - in_epoch);
   const std::vector<int64_t> order = epochOrder(epoch);
+  // Data parallel: global micro-batch m holds samples [m * B * W, (m + 1) * B * W) of the epoch's
+  // order, the same rows a one-process run with batch B * W takes; rank r trains on its r-th
+  // B of them. The window's kept-token count (the loss's denominator) is over every rank's rows:
+  // each rank counts them itself, since every rank holds the whole dataset.
+  const int64_t global_micro = settings_.batch_size * worldSize();
+  const int64_t rank_offset = settings_.batch_size * rank();
   Window window;
   for (int64_t m = 0; m < n_micro; ++m) {
-    window.batches.push_back(
-        makeBatch(samples_, order, (in_epoch + m) * settings_.batch_size, settings_.batch_size));
-    window.kept_tokens += window.batches.back().kept_tokens;
+    const int64_t first = (in_epoch + m) * global_micro;
+    window.batches.push_back(makeBatch(samples_, order, first + rank_offset, settings_.batch_size));
+    const int64_t end = std::min<int64_t>(first + global_micro, static_cast<int64_t>(order.size()));
+    for (int64_t i = first; i < end; ++i) window.kept_tokens += keptTokens(samples_[order[i]]);
     window.real_tokens += window.batches.back().real_tokens;
   }
   return window;
@@ -249,6 +269,7 @@ StepEvent Trainer::optimizerStep(const Window& window, const StepMath& math) {
   e.epoch = static_cast<double>(micro_done_) / static_cast<double>(micro_batches_per_epoch_);
   e.loss = math.loss;
   e.model_s = math.model_s;
+  e.world_size = worldSize();
   return e;
 }
 
@@ -285,7 +306,8 @@ void Trainer::afterStep(const StepEvent& e, TrainListener& listener) {
     listener.onMessage(text);
   }
   if (settings_.save_steps > 0 && step_ % settings_.save_steps == 0 && step_ < total_steps_) {
-    listener.onCheckpoint(step_, saveCheckpoint());
+    const std::filesystem::path dir = saveCheckpoint();
+    if (writesFiles()) listener.onCheckpoint(step_, dir);
   }
 }
 
@@ -302,14 +324,17 @@ TrainResult Trainer::run(const RunControl& control, TrainListener& listener) {
   const int64_t start_step = step_;
   double first_step_s = 0;  // elapsed at the end of this run's first step
   TrainResult result;
-  std::filesystem::create_directories(settings_.output_dir);  // the log's first line may come first
+  // The log's first line may come first.
+  if (writesFiles()) std::filesystem::create_directories(settings_.output_dir);
   while (step_ < total_steps_) {
     waitIfPaused(control, listener);
-    if (control.cancel.stop_requested()) {
+    bool stop = control.stop.stop_requested(), cancel = control.cancel.stop_requested();
+    if (settings_.group) agreeOnControl(stop, cancel);
+    if (cancel) {
       result.outcome = TrainOutcome::Cancelled;
       break;
     }
-    if (control.stop.stop_requested()) {
+    if (stop) {
       saveCheckpoint();
       listener.onMessage("stopped at step " + std::to_string(step_) + " with a checkpoint");
       result.outcome = TrainOutcome::Stopped;
@@ -317,7 +342,11 @@ TrainResult Trainer::run(const RunControl& control, TrainListener& listener) {
     }
     const auto step_start = Clock::now();
     const Window window = nextWindow();
-    const StepMath math = accumulate(window, control.cancel, start_step);
+    // Data parallel: cancel waits for the step boundary, where the ranks agree on it.
+    StepMath math =
+        accumulate(window, settings_.group ? std::stop_token() : control.cancel, start_step);
+    int64_t real_tokens = window.real_tokens;
+    if (settings_.group) reduceOverRanks(math, real_tokens);
     if (math.cancelled) {
       training_.zeroGrad();
       result.outcome = TrainOutcome::Cancelled;
@@ -325,7 +354,7 @@ TrainResult Trainer::run(const RunControl& control, TrainListener& listener) {
     }
     StepEvent e = optimizerStep(window, math);
     e.step_s = std::chrono::duration<double>(Clock::now() - step_start).count();
-    e.tokens_per_s = e.step_s > 0 ? static_cast<double>(window.real_tokens) / e.step_s : 0;
+    e.tokens_per_s = e.step_s > 0 ? static_cast<double>(real_tokens) / e.step_s : 0;
     e.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
     if (step_ == start_step + 1) first_step_s = e.elapsed_s;
     e.eta_s = remainingSeconds(e.elapsed_s, first_step_s, step_ - start_step, total_steps_ - step_);
@@ -413,6 +442,8 @@ void Trainer::writeCheckpointFiles(const std::filesystem::path& dir) const {
       {"optimizer_steps", training_.stepCount()},
       {"num_train_epochs", settings_.num_train_epochs},
       {"train_batch_size", settings_.batch_size},
+      {"gradient_accumulation_steps", settings_.gradient_accumulation_steps},
+      {"world_size", worldSize()},
       {"seed", settings_.seed},
       {"config_fingerprint", settings_.config_fingerprint},
       {"log_history", history}};
@@ -423,6 +454,7 @@ void Trainer::writeCheckpointFiles(const std::filesystem::path& dir) const {
 std::filesystem::path Trainer::saveCheckpoint() const {
   namespace fs = std::filesystem;
   const fs::path final_dir = settings_.output_dir / ("checkpoint-" + std::to_string(step_));
+  if (!writesFiles()) return final_dir;  // rank 0 writes it
   const fs::path tmp_dir =
       settings_.output_dir / (".checkpoint-" + std::to_string(step_) + ".tmp-" +
                               std::to_string(platform::currentProcessId()));
@@ -456,6 +488,7 @@ void Trainer::pruneCheckpoints() const {
 }
 
 void Trainer::saveFinal(TrainListener& listener) const {
+  if (!writesFiles()) return;
   model::writeAdapter(model_, lora_, settings_.output_dir, model::ExpertAdapterForm::Fused,
                       settings_.base_model_name);
   const nlohmann::json history = historyJson(log_history_);
@@ -468,7 +501,7 @@ void Trainer::saveFinal(TrainListener& listener) const {
   listener.onMessage("adapter written to " + settings_.output_dir.string());
 }
 
-void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
+std::string Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   const std::filesystem::path file = checkpoint_dir / "trainer_state.json";
   const nlohmann::json state = io::readBoundedJsonFile(file, io::kStateJsonLimits);
   if (!state.is_object()) throw badState(file, "is not a JSON object");
@@ -478,7 +511,8 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   }
   // Everything is read and checked before the trainer takes any of it.
   const int64_t step = stateCount(state, "global_step", file);
-  const int64_t micro_done = stateCount(state, "micro_batches_done", file);
+  int64_t micro_done = stateCount(state, "micro_batches_done", file);
+  const std::string note = adoptGlobalBatch(state, file, micro_done);
   const int64_t optimizer_steps = stateCount(state, "optimizer_steps", file);
   if (step > total_steps_) {
     throw badState(file, "has \"global_step\": " + std::to_string(step) + ", past this run's " +
@@ -494,8 +528,9 @@ void Trainer::restore(const std::filesystem::path& checkpoint_dir) {
   // Lines the interrupted run logged after this checkpoint are dropped: they will be redone.
   std::string all;
   for (const std::string& l : log_history_) all += l + "\n";
-  io::writeFileAtomically(settings_.output_dir / "trainer_log.jsonl", all);
+  if (writesFiles()) io::writeFileAtomically(settings_.output_dir / "trainer_log.jsonl", all);
   training_.loadState(checkpoint_dir / "optimizer.safetensors", optimizer_steps);
+  return note;
 }
 
 }  // namespace tandem::train

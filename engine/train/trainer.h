@@ -23,7 +23,8 @@ class ThreadPool;
 }  // namespace tandem
 namespace tandem::model {
 class Model;
-}
+class ProcessGroup;
+}  // namespace tandem::model
 
 namespace tandem::train {
 
@@ -53,6 +54,10 @@ struct TrainerSettings {
   int64_t eval_steps = 0;
   bool eval_each_epoch = false;
   int64_t eval_batch_size = 8;
+  // Data parallel (null: this process alone). Each rank trains on its batch_size rows of every
+  // global micro-batch of batch_size x world size samples; gradients, loss and token counts are
+  // summed over the ranks before the clip; rank 0 alone writes files. Not owned.
+  model::ProcessGroup* group = nullptr;
 };
 
 // Seconds `steps_left` more steps take at the pace of this run's steps after its first: the
@@ -84,7 +89,14 @@ class Trainer {
   int64_t stepsPerEpoch() const;
 
   // Continues from output_dir/checkpoint-N (adapter weights must already be in the model).
-  void restore(const std::filesystem::path& checkpoint_dir);
+  // A checkpoint of a job with another world size keeps its global batch: gradient
+  // accumulation adjusts, and the returned note says so (empty otherwise).
+  std::string restore(const std::filesystem::path& checkpoint_dir);
+
+  int worldSize() const;
+  int rank() const;
+  // Whether this process writes the log, checkpoints and the adapter (rank 0 of a job).
+  bool writesFiles() const;
 
   // Runs to the end, or until `control` ends it (see RunControl).
   TrainResult run(const RunControl& control, TrainListener& listener);
@@ -111,11 +123,20 @@ class Trainer {
     double model_s = 0;
     bool cancelled = false;
   };
+  // micro_batches_per_epoch_, total_steps_ and the schedule, from the settings and world size.
+  void planSteps();
   std::vector<int64_t> epochOrder(int64_t epoch) const;
   Batch makeBatch(const std::vector<chat::EncodedSample>& samples,
                   const std::vector<int64_t>& order, int64_t first, int64_t batch_size) const;
   Window nextWindow() const;
   StepMath accumulate(const Window& window, std::stop_token cancel, int64_t run_start_step);
+  // Data parallel (trainer_data_parallel.cpp): the step's loss, real token count and gradients
+  // summed over the ranks; stop / cancel agreed at a step boundary (any rank's request counts);
+  // a checkpoint's global batch kept on another world size.
+  void reduceOverRanks(StepMath& math, int64_t& real_tokens);
+  void agreeOnControl(bool& stop, bool& cancel);
+  std::string adoptGlobalBatch(const nlohmann::json& state, const std::filesystem::path& file,
+                               int64_t& micro_done);
   // Clips, steps the optimizer and moves the data cursor on: the step's event, without timings.
   StepEvent optimizerStep(const Window& window, const StepMath& math);
   void logStep(const StepEvent& e);

@@ -23,6 +23,7 @@
 #include "engine/model/model_report.h"
 #include "engine/model/model_resolver.h"
 #include "engine/store/run_store.h"
+#include "engine/train/data_parallel_run.h"
 #include "engine/train/dataset.h"
 #include "engine/train/output_dir.h"
 #include "engine/train/tokenized_cache.h"
@@ -290,8 +291,9 @@ LoadedModel loadModel(const TrainConfig& config, const io::ModelConfig& model_co
 }
 
 TrainerSettings trainerSettings(const TrainConfig& config, int32_t pad_id,
-                                const std::string& fingerprint) {
+                                const std::string& fingerprint, model::ProcessGroup* group) {
   TrainerSettings settings;
+  settings.group = group;
   settings.batch_size = config.per_device_train_batch_size;
   settings.gradient_accumulation_steps = config.gradient_accumulation_steps;
   settings.num_train_epochs = config.num_train_epochs;
@@ -319,6 +321,16 @@ TrainerSettings trainerSettings(const TrainConfig& config, int32_t pad_id,
   return settings;
 }
 
+void resumeFrom(const fs::path& checkpoint, model::Model& model, Trainer& trainer,
+                TrainingRunOutcome& outcome, TrainListener& listener) {
+  model::applyAdapter(checkpoint, model);
+  const std::string note = trainer.restore(checkpoint);
+  outcome.resumed = true;
+  outcome.resumed_from_step = model::checkpointStep(checkpoint).value_or(0);
+  listener.onMessage("resuming from " + checkpoint.string());
+  if (!note.empty()) listener.onMessage(note);
+}
+
 // Step 4: the output dir, refused when it holds someone else's run or another live run holds
 // it, resumed from its newest checkpoint when it holds this one; then locked for this run (the
 // returned lock), swept of dead saves' temp dirs, and marked as this run's.
@@ -336,12 +348,16 @@ platform::FileLock prepareOutput(const TrainConfig& config, const std::string& f
     setAsidePreviousLog(config.output_dir);
     return lock;
   }
-  model::applyAdapter(plan.resume_from, model);
-  trainer.restore(plan.resume_from);
-  outcome.resumed = true;
-  outcome.resumed_from_step = model::checkpointStep(plan.resume_from).value_or(0);
-  listener.onMessage("resuming from " + plan.resume_from.string());
+  resumeFrom(plan.resume_from, model, trainer, outcome, listener);
   return lock;
+}
+
+// Ranks other than 0 of a job write nothing: once rank 0 has prepared the output dir, they
+// resume from what it resumes from (requireSameResume checks they found the same).
+void followOutput(const TrainConfig& config, const std::string& fingerprint, model::Model& model,
+                  Trainer& trainer, TrainingRunOutcome& outcome, TrainListener& listener) {
+  const OutputDirPlan plan = planOutputDir(config, fingerprint);
+  if (!plan.resume_from.empty()) resumeFrom(plan.resume_from, model, trainer, outcome, listener);
 }
 
 // The run's row in the store (the same row again when it resumes), marked running.
@@ -393,22 +409,35 @@ void writeLlamaCppLora(const fs::path& output_dir, const fs::path& gguf_model,
 TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listener,
                                const RunControl& control, store::RunStore* store) {
   const std::string fingerprint = configFingerprint(config);
+  // One rank of a data-parallel job: rank 0 alone owns the output dir and the run store.
+  const std::unique_ptr<model::ProcessGroup> group = joinJobFromEnvironment(config, listener);
+  const bool rank0 = !group || group->rank() == 0;
+  if (!rank0) store = nullptr;
   // A second run into a busy output_dir is turned away before it loads anything.
-  refuseIfOutputDirBusy(config.output_dir);
+  if (rank0) refuseIfOutputDirBusy(config.output_dir);
   // Everything that can be wrong with the inputs is found before any file is written.
   const io::ModelConfig model_config = io::readModelConfig(config.model_name_or_path);
   const placement::MemoryPlan plan = planOnThisMachine(config, model_config);
+  if (group) warnIfRanksOverfillTheNode(plan, listener);
   TrainingData data = prepareData(config, listener);
+  if (group) requireSameData(*group, data.samples);
   LoadedModel loaded = loadModel(config, model_config, plan, listener);
   Trainer trainer(*loaded.model, loaded.lora, std::move(data.samples),
-                  trainerSettings(config, data.pad_id, fingerprint), ThreadPool::global(),
-                  std::move(data.eval_samples));
+                  trainerSettings(config, data.pad_id, fingerprint, group.get()),
+                  ThreadPool::global(), std::move(data.eval_samples));
 
   TrainingRunOutcome outcome;
   outcome.output_dir = config.output_dir;
   outcome.applied_placement = loaded.model->placement();
-  const platform::FileLock output_lock =
-      prepareOutput(config, fingerprint, *loaded.model, trainer, outcome, listener);
+  std::optional<platform::FileLock> output_lock;
+  if (rank0)
+    output_lock.emplace(
+        prepareOutput(config, fingerprint, *loaded.model, trainer, outcome, listener));
+  if (group) {
+    group->barrier("the wait for rank 0 to prepare output_dir");
+    if (!rank0) followOutput(config, fingerprint, *loaded.model, trainer, outcome, listener);
+    requireSameResume(*group, outcome.resumed ? outcome.resumed_from_step : -1, config.output_dir);
+  }
   if (store) outcome.run_id = recordRun(*store, config, fingerprint, trainer, outcome.resumed);
   StoreListener recorder(listener, store, outcome.run_id);
   FirstStepNote note(recorder, *loaded.model);
@@ -416,7 +445,7 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
     outcome.result = trainer.run(control, note);
     if (outcome.result.outcome == TrainOutcome::Completed) {
       trainer.saveFinal(recorder);
-      if (io::isGgufPath(config.model_name_or_path)) {
+      if (rank0 && io::isGgufPath(config.model_name_or_path)) {
         writeLlamaCppLora(config.output_dir, config.model_name_or_path, recorder);
       }
     }

@@ -96,6 +96,14 @@ void TrainingTest::dashboardReceivesRealSteps() {
   QVERIFY(!dashboard.memoryMap()->bars().empty());
   QVERIFY(dashboard.logText().contains(QStringLiteral("checkpoint at step 2")));
   QCOMPARE(finish.final_loss, dashboard_losses_.back());
+  QCOMPARE(steps.back().front().value<StepEvent>().world_size, 1);
+  QVERIFY(!dashboard.statusText().contains(QStringLiteral("ranks")));
+  // Rank 0 of a data-parallel job reports its steps with the job's world size.
+  StepEvent job_step = steps.back().front().value<StepEvent>();
+  job_step.world_size = 2;
+  emit controller.stepped(job_step);
+  QVERIFY2(dashboard.statusText().contains(QStringLiteral("2 ranks (rank 0's view")),
+           qPrintable(dashboard.statusText()));
 }
 
 void TrainingTest::runsViewListsTheRun() {
