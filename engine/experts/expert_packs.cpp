@@ -17,6 +17,7 @@
 
 #include "engine/core/numa.h"
 #include "engine/core/thread_pool.h"
+#include "engine/experts/expert_blocks.h"
 
 namespace tandem::experts {
 
@@ -87,7 +88,6 @@ kernels::SourceMatrix ExpertPacks::source(ExpertProj proj, int64_t expert,
       if (fp8) src.block_scales = weights_.down_scale[expert];
       break;
   }
-  const int64_t element_bytes = weightTypeBytes(weights_.type);
   if (proj == ExpertProj::Down) {
     src.row_stride = spec_.intermediate;
     src.col0 = slice.i0;
@@ -95,8 +95,11 @@ kernels::SourceMatrix ExpertPacks::source(ExpertProj proj, int64_t expert,
     src.row_stride = spec_.hidden;
     src.row0 = slice.i0;
   }
-  src.data = static_cast<const unsigned char*>(data) +
-             (src.row0 * src.row_stride + src.col0) * element_bytes;
+  src.int4 = weights_.int4;
+  // Block tables: a slice's col0 is a whole number of blocks (ExpertLayer::create checks).
+  const BlockLayout layout = blockLayout(weights_.type, weights_.int4);
+  src.data = static_cast<const unsigned char*>(data) + src.row0 * src.rowBytes() +
+             src.col0 / layout.elems * layout.bytes;
   return src;
 }
 

@@ -63,7 +63,8 @@ class ExpertPacks {
   bool released(int64_t expert) const {
     return !released_.empty() && released_[static_cast<size_t>(expert)];
   }
-  uint64_t bytes() const;  // what every pack holds now
+  uint64_t bytes() const;                                  // what every pack holds now
+  WeightType weightType() const { return weights_.type; }  // of the views the packs read
 
   // The forward packs (and persistent Wᵀ) of every expert not released, once; charges them.
   void ensurePacked();

@@ -45,12 +45,16 @@ struct SourceMatrix {
   int64_t rows = 0, cols = 0;
   int64_t row_stride = 0;      // elements between rows of data; 0: cols (a whole matrix)
   int64_t row0 = 0, col0 = 0;  // the window's origin in the stored matrix (for block_scales)
+  // Block types (expert_blocks.h): data points at the block holding element (row0, col0), col0
+  // and cols are whole blocks, and rows are rowBytes() apart. INT4 only: its group and symmetry.
+  Int4Spec int4;
 
   int64_t stride() const { return row_stride > 0 ? row_stride : cols; }
+  int64_t rowBytes() const;  // bytes between rows of data (any type)
 };
 
 // w [rows, cols] f32 (contiguous) = the source widened (bf16, f16) or dequantised (fp8 · its
-// block's scale).
+// block's scale; block types as the reference kernel decodes them, bit-identical to ggml's).
 void dequantise(const SourceMatrix& src, float* w);
 
 // Per-row symmetric int8: q [rows, cols] and scale [rows] with w ≈ q · scale (scale 1 for a
