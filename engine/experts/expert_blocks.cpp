@@ -9,7 +9,6 @@
 #include "engine/core/error.h"
 #include "engine/core/float_convert.h"
 #include "engine/experts/kernels/packed_gemm.h"
-#include "engine/io/gguf.h"
 
 namespace tandem::experts {
 
@@ -70,24 +69,23 @@ void checkBlockTable(WeightType type, const Int4Spec& int4, int64_t rows, int64_
   }
 }
 
-WeightType expertWeightTypeOfGgml(uint32_t ggml_type, std::string_view what) {
-  using io::GgmlType;
-  switch (static_cast<GgmlType>(ggml_type)) {
-    case GgmlType::F32: return WeightType::F32;
-    case GgmlType::F16: return WeightType::F16;
-    case GgmlType::BF16: return WeightType::BF16;
-    case GgmlType::Q8_0: return WeightType::Q8_0;
-    case GgmlType::Q4_0: return WeightType::Q4_0;
-    case GgmlType::Q4_K: return WeightType::Q4_K;
-    case GgmlType::Q5_K: return WeightType::Q5_K;
-    case GgmlType::Q6_K: return WeightType::Q6_K;
-    case GgmlType::IQ4_XS: return WeightType::IQ4_XS;
-    case GgmlType::MXFP4: return WeightType::MXFP4;
+WeightType expertWeightTypeOfGgml(uint32_t ggml_type, std::string_view ggml_name,
+                                  std::string_view what) {
+  // ggml_type values (ggml.h; engine/io/gguf.h GgmlType), a stable file format.
+  switch (ggml_type) {
+    case 0: return WeightType::F32;
+    case 1: return WeightType::F16;
+    case 30: return WeightType::BF16;
+    case 8: return WeightType::Q8_0;
+    case 2: return WeightType::Q4_0;
+    case 12: return WeightType::Q4_K;
+    case 13: return WeightType::Q5_K;
+    case 14: return WeightType::Q6_K;
+    case 23: return WeightType::IQ4_XS;
+    case 39: return WeightType::MXFP4;
     default: break;
   }
-  const auto traits = io::ggmlTypeTraits(ggml_type);
-  const std::string name = traits ? std::string(traits->name) : std::to_string(ggml_type);
-  throw Error(std::string(what) + ": expert weights in ggml type " + name +
+  throw Error(std::string(what) + ": expert weights in ggml type " + std::string(ggml_name) +
                   " cannot be computed on their blocks",
               "re-quantise the model with llama-quantize to Q4_K_M, Q5_K_M, Q6_K, Q8_0, Q4_0, "
               "IQ4_XS or MXFP4 (or load it with experts_format bf16 / int8, which dequantises "

@@ -1,6 +1,6 @@
 #pragma once
 // Expert weights held as tables of blocks along the input dimension: a GGUF file's block types
-// (ggml's structs, engine/io/gguf_blocks.h, read where the file is mapped) and Tandem's int4
+// (ggml's structs, engine/core/ggml_blocks.h, read where the file is mapped) and Tandem's int4
 // (Int4Spec, made here at load). A matrix W [out, in] is `out` rows, each in / block_elems
 // consecutive blocks; the kernels (kernels/block_kernels.h) dequantise tiles of it on the fly.
 //
@@ -40,9 +40,10 @@ void checkBlockTable(WeightType type, const Int4Spec& int4, int64_t rows, int64_
 void checkInt4Spec(const Int4Spec& int4);
 
 // The expert engine's type for a ggml type number (engine/io/gguf.h GgmlType): F32, F16, BF16 and
-// the block types above. Anything else is an Error naming the type and `what` (the tensor), with
-// the types to re-quantise to.
-WeightType expertWeightTypeOfGgml(uint32_t ggml_type, std::string_view what);
+// the block types above. Anything else is an Error naming the type (ggml_name, the caller's
+// ggmlTypeName) and `what` (the tensor), with the types to re-quantise to.
+WeightType expertWeightTypeOfGgml(uint32_t ggml_type, std::string_view ggml_name,
+                                  std::string_view what);
 
 // The name the planner sizes a layer's experts by: "bf16", "int8", "int4", or the block type's
 // lower-case GGUF name ("q4_k", ...) for WeightFormat::Blocks.

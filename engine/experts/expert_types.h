@@ -30,7 +30,7 @@ enum class ActivationType { F32, BF16 };
 // Frozen base weights as stored in the checkpoint (raw bits for BF16 / F16 / FP8).
 // FP8_E4M3 comes with 128 × 128 block scales (DeepSeek-V3's weight_scale_inv), see below.
 // The rest are tables of blocks along the input dimension (expert_blocks.h): ggml's block types
-// as a GGUF file stores them (Q8_0 … MXFP4, the structs of engine/io/gguf_blocks.h), and Tandem's
+// as a GGUF file stores them (Q8_0 … MXFP4, the structs of engine/core/ggml_blocks.h), and Tandem's
 // INT4 (groups of Int4Spec::group, quantised at load: WeightFormat::Int4).
 enum class WeightType {
   F32,

@@ -14,14 +14,14 @@
 
 #include "engine/core/error.h"
 #include "engine/core/float_convert.h"
+#include "engine/core/ggml_blocks.h"
 #include "engine/io/gguf.h"
-#include "engine/io/gguf_blocks.h"
 
 namespace tandem::io {
 
 namespace {
 
-using namespace ggml_blocks;  // NOLINT: the block structs and decoders of gguf_blocks.h
+using namespace ggml_blocks;  // NOLINT: the block structs and decoders of engine/core/ggml_blocks.h
 
 template <typename Block, typename Decode>
 void forEachBlock(std::span<const std::byte> bytes, int block_elems, float* out, Decode decode) {

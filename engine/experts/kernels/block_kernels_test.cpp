@@ -16,10 +16,10 @@
 
 #include "engine/core/error.h"
 #include "engine/core/float_convert.h"
+#include "engine/experts/block_test_util.h"
 #include "engine/experts/expert_blocks.h"
 #include "engine/experts/kernels/block_gemm.h"
 #include "engine/experts/kernels/vector_kernels_test_util.h"
-#include "engine/io/gguf.h"
 
 namespace tandem::experts::kernels {
 namespace {
@@ -44,34 +44,8 @@ std::vector<BlockCase> allBlockCases() {
   return cases;
 }
 
-// Offsets of the f16 scale fields in one block (random bytes there could be inf / NaN).
-std::vector<int> halfFields(const BlockCase& c) {
-  switch (c.type) {
-    case WeightType::Q4_K:
-    case WeightType::Q5_K: return {0, 2};
-    case WeightType::Q6_K: return {208};
-    case WeightType::INT4: return c.int4.symmetric ? std::vector<int>{0} : std::vector<int>{0, 2};
-    case WeightType::MXFP4: return {};
-    default: return {0};
-  }
-}
-
-// n_blocks random blocks: random quants, scales in [1e-3, 0.1] (MXFP4: exponents near 2^0).
 std::vector<unsigned char> randomBlocks(const BlockCase& c, int64_t n_blocks, std::mt19937& rng) {
-  const BlockLayout layout = blockLayout(c.type, c.int4);
-  std::vector<unsigned char> bytes(static_cast<size_t>(n_blocks * layout.bytes));
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> scale(1e-3f, 0.1f);
-  for (auto& b : bytes) b = static_cast<unsigned char>(byte(rng));
-  for (int64_t i = 0; i < n_blocks; ++i) {
-    unsigned char* block = bytes.data() + i * layout.bytes;
-    for (int offset : halfFields(c)) {
-      const uint16_t bits = floatToFp16(scale(rng));
-      std::memcpy(block + offset, &bits, 2);
-    }
-    if (c.type == WeightType::MXFP4) block[0] = static_cast<unsigned char>(120 + byte(rng) % 10);
-  }
-  return bytes;
+  return experts::testing::randomBlocks(c.type, c.int4, n_blocks, 1.0f, rng);
 }
 
 std::vector<float> refDequant(const BlockCase& c, const std::vector<unsigned char>& bytes) {
@@ -170,15 +144,14 @@ TEST(BlockKernels, TableSizeAndTypeAreCheckedBeforeAnyRead) {
   EXPECT_THROW(blockTableBytes(WeightType::Q4_K, int4, 3, 96, "w"), Error);  // not whole blocks
   EXPECT_THROW(blockTableBytes(WeightType::INT4, {48, true}, 3, 96, "w"), Error);
   try {
-    expertWeightTypeOfGgml(static_cast<uint32_t>(io::GgmlType::Q2_K), "blk.0.ffn_up_exps");
+    expertWeightTypeOfGgml(10, "q2_K", "blk.0.ffn_up_exps");  // ggml's Q2_K
     FAIL() << "q2_K was accepted";
   } catch (const Error& e) {
     const std::string text = std::string(e.what()) + " " + e.whatToDo();
     EXPECT_NE(text.find("q2_K"), std::string::npos) << text;
     EXPECT_NE(text.find("Q4_K_M"), std::string::npos) << text;
   }
-  EXPECT_EQ(expertWeightTypeOfGgml(static_cast<uint32_t>(io::GgmlType::Q4_K), "t"),
-            WeightType::Q4_K);
+  EXPECT_EQ(expertWeightTypeOfGgml(12, "q4_K", "t"), WeightType::Q4_K);
   EXPECT_EQ(expertFormatName(WeightFormat::Blocks, WeightType::Q6_K), "q6_k");
   EXPECT_EQ(expertFormatName(WeightFormat::Int4, WeightType::INT4), "int4");
 }

@@ -8,15 +8,15 @@
 #include <cstring>
 
 #include "engine/core/float_convert.h"
+#include "engine/core/ggml_blocks.h"
 #include "engine/experts/expert_blocks.h"
 #include "engine/experts/kernels/expert_kernels.h"
-#include "engine/io/gguf_blocks.h"
 
 namespace tandem::experts::kernels {
 
 namespace {
 
-namespace gb = io::ggml_blocks;
+namespace gb = ggml_blocks;
 
 __m128i load8(const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
 __m256 lowNibbles(__m128i bytes) {

@@ -12,15 +12,15 @@
 #include <cstring>
 
 #include "engine/core/float_convert.h"
+#include "engine/core/ggml_blocks.h"
 #include "engine/experts/expert_blocks.h"
 #include "engine/experts/kernels/expert_kernels.h"
-#include "engine/io/gguf_blocks.h"
 
 namespace tandem::experts::kernels {
 
 namespace {
 
-namespace gb = io::ggml_blocks;
+namespace gb = ggml_blocks;
 
 // 16 bytes → 16 lanes of their low / high nibbles as f32.
 __m512 lowNibbles(__m128i bytes) {

@@ -1,20 +1,20 @@
 // ref::dequantBlocks, the specification of every block dequantiser: ggml's block structs and
-// per-block decoders (engine/io/gguf_blocks.h, the code dequantizeGgml runs) for the GGUF types,
+// per-block decoders (engine/core/ggml_blocks.h, the code dequantizeGgml runs) for the GGUF types,
 // and Tandem int4 (expert_blocks.h). Compiled with -ffp-contract=off, so the GGUF types are
 // bit-identical to ggml's dequantize_row_* and to gguf-py's gguf.quants.dequantize.
 
 #include <cstring>
 
 #include "engine/core/float_convert.h"
+#include "engine/core/ggml_blocks.h"
 #include "engine/experts/expert_blocks.h"
 #include "engine/experts/kernels/expert_kernels.h"
-#include "engine/io/gguf_blocks.h"
 
 namespace tandem::experts::kernels::ref {
 
 namespace {
 
-namespace gb = io::ggml_blocks;
+namespace gb = ggml_blocks;
 
 template <typename Block, typename Decode>
 void eachBlock(const void* blocks, int64_t n_blocks, int64_t block_elems, float* out,

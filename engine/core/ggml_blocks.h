@@ -1,10 +1,10 @@
 #pragma once
 // ggml's block formats (ggml-common.h) as plain structs, and the reference dequantisation of one
 // block of each (ggml-quants.c's dequantize_row_* arithmetic: the same products in the same order,
-// each rounded to float). Shared by dequantizeGgml (gguf_quant.cpp) and the expert engine's
-// kernels on blocks (engine/experts/kernels), which must read the very same bits. A translation
-// unit that needs results bit-identical to ggml / gguf-py compiles with -ffp-contract=off, so
-// that `d * q - m` is never fused into one rounding.
+// each rounded to float). Shared by dequantizeGgml (engine/io/gguf_quant.cpp) and the expert
+// engine's kernels on blocks (engine/experts/kernels), which must read the very same bits. A
+// translation unit that needs results bit-identical to ggml / gguf-py compiles with
+// -ffp-contract=off, so that `d * q - m` is never fused into one rounding.
 //
 // Blocks in a mapped file are only as aligned as the file: memcpy a block into its struct (the
 // structs hold uint16_t fields) before decoding it.
@@ -16,7 +16,7 @@
 
 #include "engine/core/float_convert.h"
 
-namespace tandem::io::ggml_blocks {
+namespace tandem::ggml_blocks {
 
 static_assert(std::endian::native == std::endian::little,
               "ggml blocks are little-endian and are read with memcpy");
@@ -347,4 +347,4 @@ inline void dequantizeIq4Xs(const BlockIq4Xs& b, float* y) {
   }
 }
 
-}  // namespace tandem::io::ggml_blocks
+}  // namespace tandem::ggml_blocks
