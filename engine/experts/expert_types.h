@@ -3,6 +3,7 @@
 // the MoE autograd node (engine/gpu) hands raw pointers to ExpertLayer.
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -87,8 +88,12 @@ std::string_view activationTypeName(ActivationType type);
 std::string_view weightTypeName(WeightType type);
 std::string_view weightFormatName(WeightFormat format);
 std::string_view wtPolicyName(WtPolicy policy);
-// "bf16" | "int8" | "int4" | "blocks"; throws Error
-WeightFormat parseWeightFormat(std::string_view name);
+// "bf16" | "int8" | "int4" | "blocks"; throws Error. int4 may carry its group and symmetry as
+// "int4:g64", "int4:asym", "int4:g128:asym" (what experts_format, experts_int4_group and
+// experts_int4_symmetric compose; default group 32, symmetric), written to *int4 when given.
+WeightFormat parseWeightFormat(std::string_view name, Int4Spec* int4 = nullptr);
+// The composed name of int4 with `spec` ("int4", "int4:g64:asym").
+std::string int4FormatName(const Int4Spec& spec);
 WtPolicy parseWtPolicy(std::string_view name);  // "persistent" | "on_demand" | "background"; throws
 std::string_view taskSplitName(TaskSplit split);
 TaskSplit parseTaskSplit(std::string_view name);  // "auto" | "rows" | "columns"; throws Error

@@ -54,7 +54,7 @@ experts::ExpertLayerOptions expertLayerOptions(const ModelOptions& o, experts::W
     options.format =
         o.experts_backend == "amx_int8" ? experts::WeightFormat::Int8 : experts::WeightFormat::Bf16;
   } else {
-    options.format = experts::parseWeightFormat(o.experts_format);
+    options.format = experts::parseWeightFormat(o.experts_format, &options.int4);
   }
   return options;
 }
