@@ -159,11 +159,11 @@ Int4ExpertTables::Int4ExpertTables(const ExpertLayerSpec& spec, const ExpertWeig
   views_.int4 = int4;
   std::vector<float> w(static_cast<size_t>(I * H));
   unsigned char* next = storage_.get();
-  const auto quantise = [&](const void* data, const float* scales, int64_t rows, int64_t cols,
-                            uint64_t out_bytes) {
+  const auto quantise = [&](ExpertProj proj, const void* data, const float* scales, int64_t rows,
+                            int64_t cols, uint64_t out_bytes) {
     kernels::SourceMatrix src;
     src.data = data;
-    src.type = views.type;
+    src.type = views.typeOf(proj);
     src.block_scales = scales;
     src.rows = rows;
     src.cols = cols;
@@ -179,9 +179,12 @@ Int4ExpertTables::Int4ExpertTables(const ExpertLayerSpec& spec, const ExpertWeig
   };
   // The views were validated (ExpertLayer::create) before anything is read here.
   for (int64_t e = 0; e < E; ++e) {
-    views_.gate.push_back(quantise(views.gate[e], at(views.gate_scale, e), I, H, gate_bytes));
-    views_.up.push_back(quantise(views.up[e], at(views.up_scale, e), I, H, gate_bytes));
-    views_.down.push_back(quantise(views.down[e], at(views.down_scale, e), H, I, down_bytes));
+    views_.gate.push_back(
+        quantise(ExpertProj::Gate, views.gate[e], at(views.gate_scale, e), I, H, gate_bytes));
+    views_.up.push_back(
+        quantise(ExpertProj::Up, views.up[e], at(views.up_scale, e), I, H, gate_bytes));
+    views_.down.push_back(
+        quantise(ExpertProj::Down, views.down[e], at(views.down_scale, e), H, I, down_bytes));
     views_.gate_bytes.push_back(gate_bytes);
     views_.up_bytes.push_back(gate_bytes);
     views_.down_bytes.push_back(down_bytes);

@@ -30,24 +30,35 @@ void validateWeights(const ExpertLayerSpec& spec, const ExpertWeightViews& weigh
   check(weights.gate, "gate_proj");
   check(weights.up, "up_proj");
   check(weights.down, "down_proj");
+  if (!weights.proj_types.empty() &&
+      static_cast<int>(weights.proj_types.size()) != kExpertProjCount) {
+    throw Error("expert weights: proj_types names " + std::to_string(weights.proj_types.size()) +
+                " types for 3 projections");
+  }
   if (isBlockType(weights.type)) {
-    const auto check_tables = [&](const std::vector<uint64_t>& bytes, int64_t rows, int64_t cols,
-                                  std::string_view name) {
+    const auto check_tables = [&](ExpertProj proj, const std::vector<uint64_t>& bytes, int64_t rows,
+                                  int64_t cols) {
+      const std::string name(expertProjName(proj));
+      const WeightType type = weights.typeOf(proj);
+      if (!isBlockType(type)) {
+        throw Error("expert weights: " + name + " is " + std::string(weightTypeName(type)) +
+                        " beside " + std::string(weightTypeName(weights.type)) + " blocks",
+                    "keep all three projections as blocks, or load with experts_format bf16");
+      }
       if (static_cast<int64_t>(bytes.size()) != spec.num_experts) {
-        throw Error("expert weights: " + std::string(name) + " in " +
-                        std::string(weightTypeName(weights.type)) +
+        throw Error("expert weights: " + name + " in " + std::string(weightTypeName(type)) +
                         " needs the byte size of every expert's block table",
-                    "set ExpertWeightViews::" + std::string(name.substr(0, name.find('_'))) +
+                    "set ExpertWeightViews::" + name.substr(0, name.find('_')) +
                         "_bytes (the GGUF tensor's bytes per expert)");
       }
       for (size_t e = 0; e < bytes.size(); ++e) {
-        checkBlockTable(weights.type, weights.int4, rows, cols, bytes[e],
-                        "expert " + std::to_string(e) + " " + std::string(name));
+        checkBlockTable(type, weights.int4, rows, cols, bytes[e],
+                        "expert " + std::to_string(e) + " " + name);
       }
     };
-    check_tables(weights.gate_bytes, spec.intermediate, spec.hidden, "gate_proj");
-    check_tables(weights.up_bytes, spec.intermediate, spec.hidden, "up_proj");
-    check_tables(weights.down_bytes, spec.hidden, spec.intermediate, "down_proj");
+    check_tables(ExpertProj::Gate, weights.gate_bytes, spec.intermediate, spec.hidden);
+    check_tables(ExpertProj::Up, weights.up_bytes, spec.intermediate, spec.hidden);
+    check_tables(ExpertProj::Down, weights.down_bytes, spec.hidden, spec.intermediate);
     return;
   }
   if (weights.type != WeightType::FP8_E4M3) return;
@@ -142,13 +153,14 @@ ExpertLayer::ExpertLayer(const ExpertLayerSpec& spec, ExpertWeightViews weights,
       packs_(spec, std::move(weights), gemm, options.format, options.wt_policy, options.lora_only,
              slices_, pool) {
   // A node's slice of down_proj's inputs must start on a block (its blocks run along I).
-  const BlockLayout layout = blockLayout(packs_.weightType(), options.int4);
+  const WeightType down_type = packs_.weightType(ExpertProj::Down);
+  const BlockLayout layout = blockLayout(down_type, options.int4);
   for (const NodeSlice& slice : slices_) {
     if (slice.i0 % layout.elems != 0) {
       throw Error("expert layer: NUMA slice [" + std::to_string(slice.i0) + ", " +
                       std::to_string(slice.i1) + ") of the intermediate dimension does not " +
-                      "start on a " + std::string(weightTypeName(packs_.weightType())) +
-                      " block of " + std::to_string(layout.elems),
+                      "start on a " + std::string(weightTypeName(down_type)) + " block of " +
+                      std::to_string(layout.elems),
                   "run on fewer NUMA nodes (TANDEM_EXPERT_NODES=1) or with experts_format bf16");
     }
   }

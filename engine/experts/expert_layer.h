@@ -112,9 +112,10 @@ class ExpertLayer {
   const ExpertLayerSpec& spec() const { return spec_; }
   const std::string& backendName() const { return backend_name_; }
   WeightFormat weightFormat() const { return options_.format; }
-  // What the planner sizes these experts by: "bf16", "int8", "int4", or the block type ("q4_k").
+  // What the planner sizes these experts by: "bf16", "int8", "int4", or the block type ("q4_k";
+  // gate_proj's, where a GGUF file mixes types: packedBytes() and the file say the rest).
   std::string_view weightFormatName() const {
-    return expertFormatName(options_.format, packs_.weightType());
+    return expertFormatName(options_.format, packs_.weightType(ExpertProj::Gate));
   }
   WtPolicy wtPolicy() const { return options_.wt_policy; }
   // Bytes the packs hold now: forward packs, plus the Wᵀ packs when persistent (0 for the

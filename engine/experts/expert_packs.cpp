@@ -69,7 +69,7 @@ ExpertPacks::~ExpertPacks() = default;
 kernels::SourceMatrix ExpertPacks::source(ExpertProj proj, int64_t expert,
                                           const NodeSlice& slice) const {
   kernels::SourceMatrix src;
-  src.type = weights_.type;
+  src.type = weights_.typeOf(proj);
   src.rows = slice.outFeatures(proj, spec_.hidden);
   src.cols = slice.inFeatures(proj, spec_.hidden);
   const bool fp8 = weights_.type == WeightType::FP8_E4M3;
@@ -97,7 +97,7 @@ kernels::SourceMatrix ExpertPacks::source(ExpertProj proj, int64_t expert,
   }
   src.int4 = weights_.int4;
   // Block tables: a slice's col0 is a whole number of blocks (ExpertLayer::create checks).
-  const BlockLayout layout = blockLayout(weights_.type, weights_.int4);
+  const BlockLayout layout = blockLayout(src.type, weights_.int4);
   src.data = static_cast<const unsigned char*>(data) + src.row0 * src.rowBytes() +
              src.col0 / layout.elems * layout.bytes;
   return src;

@@ -63,8 +63,9 @@ class ExpertPacks {
   bool released(int64_t expert) const {
     return !released_.empty() && released_[static_cast<size_t>(expert)];
   }
-  uint64_t bytes() const;                                  // what every pack holds now
-  WeightType weightType() const { return weights_.type; }  // of the views the packs read
+  uint64_t bytes() const;  // what every pack holds now
+  // Of the views the packs read (a GGUF file may store each projection in another block type).
+  WeightType weightType(ExpertProj proj) const { return weights_.typeOf(proj); }
 
   // The forward packs (and persistent Wᵀ) of every expert not released, once; charges them.
   void ensurePacked();

@@ -120,6 +120,13 @@ struct ExpertWeightViews {
   std::vector<const float*> gate_scale, up_scale, down_scale;
   std::vector<uint64_t> gate_bytes, up_bytes, down_bytes;
   Int4Spec int4;  // WeightType::INT4 only
+  // Block types only: a projection stored in another block type than `type` (a GGUF file mixes
+  // them: Q4_K_M keeps some down_proj tensors in Q6_K). Empty: all three are `type`.
+  std::vector<WeightType> proj_types;  // [kExpertProjCount] when set
+
+  WeightType typeOf(ExpertProj proj) const {
+    return proj_types.empty() ? type : proj_types[static_cast<size_t>(proj)];
+  }
 };
 inline constexpr int64_t kFp8BlockSize = 128;
 

@@ -45,13 +45,13 @@ def shape_of(p):  # torch order [E, out, in]
     return (E, H, I) if p == "down" else (E, I, H)
 
 
-def make_case(qtype, seed=0):
+def make_case(qtype, seed=0, down_qtype=None):
     rng = np.random.default_rng(seed)
-    case = {"qtype": qtype}
+    case = {"qtype": qtype, "types": {"gate": qtype, "up": qtype, "down": down_qtype or qtype}}
     for p in PROJ:
         e, out, inp = shape_of(p)
         w = (rng.standard_normal((e, out, inp)) / np.sqrt(inp)).astype(np.float32)
-        case[p] = ggml_quantize.quantize(w, qtype)
+        case[p] = ggml_quantize.quantize(w, case["types"][p])
         case[p + ".lora_a"] = (rng.standard_normal((E, R, inp)) / np.sqrt(inp)).astype(np.float32)
         case[p + ".lora_b"] = (rng.standard_normal((E, out, R)) / np.sqrt(R)).astype(np.float32)
     case["x"] = rng.standard_normal((T, H)).astype(np.float32)
@@ -65,9 +65,9 @@ def write_case(case, path):
     writer = GGUFWriter(str(path), "tandem-test")
     writer.add_float32("test.lora_scale", SCALE)
     for p in PROJ:
-        writer.add_tensor(p, case[p], raw_dtype=case["qtype"])  # byte shape [E, out, row bytes]
+        writer.add_tensor(p, case[p], raw_dtype=case["types"][p])  # byte shape [E, out, row bytes]
     for name, value in case.items():
-        if name not in PROJ and name != "qtype":
+        if name not in PROJ and name not in ("qtype", "types"):
             writer.add_tensor(name, value)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -128,7 +128,7 @@ def rel_l2(got, want):
 
 
 def gguf_weights(case):
-    return {p: dequantize(case[p], case["qtype"]).reshape(shape_of(p)).astype(np.float32) for p in PROJ}
+    return {p: dequantize(case[p], case["types"][p]).reshape(shape_of(p)).astype(np.float32) for p in PROJ}
 
 
 def assert_parity(got, ref, tol):
@@ -146,6 +146,14 @@ def test_blocks_decode_bit_for_bit_and_the_layer_matches_fp32(qtype, tmp_path):
     for p in PROJ:
         assert np.array_equal(got[p + ".dequant"].reshape(shape_of(p)), weights[p]), \
             f"{p}: the engine's decoder differs from gguf.quants.dequantize"
+    assert_parity(got, reference(case, weights), 1e-3)
+
+
+def test_projections_in_different_block_types_as_q4_k_m_stores_them(tmp_path):
+    case = make_case(Q.Q4_K, seed=5, down_qtype=Q.Q6_K)
+    weights = gguf_weights(case)
+    got = run_tool(case, tmp_path)
+    assert np.array_equal(got["down.dequant"].reshape(shape_of("down")), weights["down"])
     assert_parity(got, reference(case, weights), 1e-3)
 
 
@@ -195,7 +203,7 @@ def test_a_short_table_is_refused(tmp_path):
     for p in PROJ:
         writer.add_tensor(p, case[p], raw_dtype=Q.Q4_K)
     for name, value in case.items():
-        if name not in PROJ and name != "qtype":
+        if name not in PROJ and name not in ("qtype", "types"):
             writer.add_tensor(name, value)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -4,7 +4,8 @@
 //
 //   expert_layer_tool IN.gguf OUT.gguf [FORMAT [BACKEND [ACT]]]
 //
-// IN.gguf holds gate, up [E, I, H] and down [E, H, I] (any block type the experts take), x, dy
+// IN.gguf holds gate, up [E, I, H] and down [E, H, I] (block types the experts take, each its
+// own), x, dy
 // [T, H] f32, ids [T, k] i32, weights [T, k] f32, and per projection P (gate, up, down) P.lora_a
 // [E, r, in], P.lora_b [E, out, r] f32, with metadata test.lora_scale (f32). FORMAT: blocks
 // (default) or int4[:gN][:asym]; BACKEND: auto (default) or a backend name; ACT: f32 (default) or
@@ -68,9 +69,9 @@ int run(int argc, char** argv) {
   std::vector<Output> outputs;
   for (int p = 0; p < 3; ++p) {
     const io::GgufTensorInfo& info = tensor(file, kProjNames[p]);
-    if (static_cast<uint32_t>(info.type) != static_cast<uint32_t>(gate.type)) {
-      throw Error(std::string(kProjNames[p]) + " must have gate's type");
-    }
+    // Each projection in its own block type, as GGUF files mix them (Q4_K_M's Q6_K down_proj).
+    views.proj_types.push_back(expertWeightTypeOfGgml(static_cast<uint32_t>(info.type),
+                                                      io::ggmlTypeName(info.type), kProjNames[p]));
     const std::span<const std::byte> bytes = file.tensorBytes(info);
     const uint64_t per_expert = bytes.size() / static_cast<uint64_t>(spec.num_experts);
     auto& ptrs = p == 0 ? views.gate : p == 1 ? views.up : views.down;
@@ -86,10 +87,10 @@ int run(int argc, char** argv) {
     for (int64_t e = 0; e < spec.num_experts; ++e) {
       kernels::SourceMatrix src;
       src.data = ptrs[e];
-      src.type = views.type;
+      src.type = views.proj_types.back();
       src.rows = rows;
       src.cols = cols;
-      checkBlockTable(views.type, views.int4, rows, cols, per_expert, kProjNames[p]);
+      checkBlockTable(src.type, views.int4, rows, cols, per_expert, kProjNames[p]);
       kernels::dequantise(src, deq.data.data() + e * rows * cols);
     }
     outputs.push_back(std::move(deq));
