@@ -369,7 +369,8 @@ bool CausalLmBuilder::keepsGgufBlocks(int i) const {
   const std::string& f = o.experts_format;
   const bool block_format = f == "auto" || f == "blocks" || f.rfind("int4", 0) == 0;
   const std::string& b = o.experts_backend;
-  const bool block_backend = b == "auto" || b == "generic" || b == "avx2" || b == "avx512";
+  const bool block_backend =
+      b == "auto" || b == "generic" || b == "avx2" || b == "avx512" || b == "amx_blocks";
   return o.experts == ExpertsMode::Cpu && o.gpuExperts(static_cast<size_t>(i)) == 0 &&
          block_format && block_backend;
 }

@@ -2,7 +2,7 @@
 // their blocks (zero-copy views into the mapped file), for the parity test against the PyPI `gguf`
 // package's dequantisation (tests/parity/test_expert_blocks.py).
 //
-//   expert_layer_tool IN.gguf OUT.gguf [FORMAT [BACKEND [ACT]]]
+//   expert_layer_tool IN.gguf OUT.gguf [FORMAT [BACKEND [ACT [nodequant]]]]
 //
 // IN.gguf holds gate, up [E, I, H] and down [E, H, I] (block types the experts take, each its
 // own), x, dy
@@ -10,8 +10,9 @@
 // [E, r, in], P.lora_b [E, out, r] f32, with metadata test.lora_scale (f32). FORMAT: blocks
 // (default) or int4[:gN][:asym]; BACKEND: auto (default) or a backend name; ACT: f32 (default) or
 // bf16. OUT.gguf gets y, dx [T, H], dw [T, k], P.grad_a, P.grad_b and P.dequant (the reference
-// decoder's fp32 of the weights as stored, for an exact comparison). Exit 0, 1 on a tandem::Error
-// (printed), 2 on bad usage.
+// decoder's fp32 of the weights as stored, for an exact comparison; not with `nodequant`, which
+// bench/expert_blocks_rss.py uses to measure what the layer itself holds). Exit 0, 1 on a
+// tandem::Error (printed), 2 on bad usage.
 
 #include <cstdio>
 #include <cstring>
@@ -55,6 +56,7 @@ int run(int argc, char** argv) {
   const std::string format_name = argc > 3 ? argv[3] : "blocks";
   const std::string backend = argc > 4 ? argv[4] : "auto";
   const bool bf16 = argc > 5 && std::string(argv[5]) == "bf16";
+  const bool dequant = !(argc > 6 && std::string(argv[6]) == "nodequant");
 
   const io::GgufTensorInfo& gate = tensor(file, "gate");
   if (gate.ne.size() != 3) throw Error("gate must be [E, I, H]");
@@ -79,6 +81,12 @@ int run(int argc, char** argv) {
     for (int64_t e = 0; e < spec.num_experts; ++e) {
       ptrs.push_back(bytes.data() + e * per_expert);
       sizes.push_back(per_expert);
+    }
+    if (!dequant) {
+      for (int64_t e = 0; e < spec.num_experts; ++e)
+        checkBlockTable(views.proj_types.back(), views.int4, info.ne[1], info.ne[0], per_expert,
+                        kProjNames[p]);
+      continue;
     }
     // The reference decoder's values of the stored weights.
     const int64_t rows = info.ne[1], cols = info.ne[0];

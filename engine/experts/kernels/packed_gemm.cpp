@@ -159,6 +159,7 @@ void GemmBackend::gemmColumns(const PackedMatrix&, int64_t, int64_t, int64_t, co
 const GemmBackend* avx512Bf16Gemm() { return nullptr; }
 const GemmBackend* amxBf16Gemm() { return nullptr; }
 const GemmBackend* amxInt8Gemm() { return nullptr; }
+const GemmBackend* amxBlocksGemm() { return nullptr; }
 #endif
 #ifndef TANDEM_EXPERTS_HAVE_ONEDNN  // built without oneDNN (libdnnl-dev)
 const GemmBackend* onednnGemm() { return nullptr; }
@@ -170,6 +171,7 @@ std::vector<const GemmBackend*> candidates(const CpuFeatures& f) {
   std::vector<const GemmBackend*> out;
   if (f.canUseAmxBf16() && amxBf16Gemm()) out.push_back(amxBf16Gemm());
   if (f.canUseAmxInt8() && amxInt8Gemm()) out.push_back(amxInt8Gemm());
+  if (f.canUseAmxBf16() && amxBlocksGemm()) out.push_back(amxBlocksGemm());
   if (f.canUseAvx512Bf16() && avx512Bf16Gemm()) out.push_back(avx512Bf16Gemm());
   if (f.canUseAvx512() && avx512Gemm()) out.push_back(avx512Gemm());
   if (f.canUseAvx2() && avx2Gemm()) out.push_back(avx2Gemm());
