@@ -7,7 +7,7 @@ Formats: bf16 on the best bf16 backend this CPU has (amx_bf16 / avx512_bf16 / ..
 fp32 backend that also runs the blocks (avx512 / avx2: same kernels, so the ratio isolates the format), then
 int4 (quantised at creation) and the GGUF block types (random tables; speed does not depend on the values).
 
-  python bench/expert_blocks_bench.py --bench build/bench/tandem_bench_experts_cli [--tokens 128,2048]
+  python bench/expert_blocks_bench.py --bench build/bin/tandem_bench_experts [--tokens 128,2048]
       [--dtypes int4,q4_k,q4_0,q8_0,q6_k] [--threads N] [--repeats 3] [--json OUT]
 """
 
@@ -22,6 +22,7 @@ from pathlib import Path
 def run(bench, dtype, backend, tokens, threads, repeats):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [bench, "experts", "--shapes", "qwen3_30b", "--tokens", tokens, "--routing", "uniform",
+               "--task-split", "auto",
                "--dtypes", dtype, "--repeats", str(repeats), "--json", out.name]
         if backend:
             cmd += ["--backends", backend]
@@ -35,7 +36,7 @@ def run(bench, dtype, backend, tokens, threads, repeats):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bench", default="build/bench/tandem_bench_experts_cli")
+    ap.add_argument("--bench", default="build/bin/tandem_bench_experts")
     ap.add_argument("--tokens", default="128,2048")
     ap.add_argument("--dtypes", default="int4,q4_k,q4_0,q8_0,q6_k")
     ap.add_argument("--threads", type=int, default=0)
@@ -44,8 +45,9 @@ def main():
     args = ap.parse_args()
     cases = []
     baseline = {}
-    for dtype, backend in [("bf16", None), ("bf16", "avx512"), ("bf16", "avx2")] + \
-                          [(d, None) for d in args.dtypes.split(",")]:
+    # The libtorch loop is not run (--backends always given): it is the e2e baseline, not this one's.
+    for dtype, backend in [("bf16", "amx_bf16,avx512_bf16"), ("bf16", "avx512")] + \
+                          [(d, "amx_blocks,avx512,avx2") for d in args.dtypes.split(",")]:
         try:
             got = run(args.bench, dtype, backend, args.tokens, args.threads, args.repeats)
         except RuntimeError as e:
@@ -55,8 +57,9 @@ def main():
             if c["backend"] == "libtorch_loop":
                 continue
             cases.append(c)
-            if dtype == "bf16" and backend is None:
-                baseline[c["tokens"]] = c
+            best = baseline.get(c["tokens"])
+            if dtype == "bf16" and "bf16" in c["backend"] and (not best or c["tokens_per_s"] > best["tokens_per_s"]):
+                baseline[c["tokens"]] = c  # the faster of amx_bf16 / avx512_bf16
             print(f'{c["dtype"]:>8} {c["backend"]:>12} {c["tokens"]:>5} tokens: {c["tokens_per_s"]:10.1f} tok/s',
                   file=sys.stderr)
     rows = []

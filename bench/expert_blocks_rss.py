@@ -6,8 +6,9 @@ Q4_K_M stores them (gate/up Q4_K, down Q6_K) is written to a GGUF file; tests/to
 forward + backward of the expert layer on it (format blocks, LoRA r=1 on gate/up/down: its fp32 weights, grads
 and their copy in the file are ~1 % of the experts; `nodequant`: nothing but the layer's own work) at 128
 tokens (top-8 of 128 experts: every expert is routed to with probability 1 - (120/128)^128 > 99.9 %, while the
-activations stay a few MB) in its own process, and the process's peak RSS is read from wait4. A run of the same
-tool on a tiny layer is the baseline (the program, its libraries, the thread pool). Printed: the expert bytes
+activations stay a few MB) in its own process. A run of the same
+tool on a tiny layer is the baseline (the program, its libraries, the thread pool). Peak RSS is the tool's
+own VmHWM (printed by it; wait4's ru_maxrss would carry this Python process's). Printed: the expert bytes
 in the file, peak RSS, baseline, and (peak - baseline) / expert bytes. The mapped expert pages the routing
 touches count in RSS; nothing else per weight may (no dequantised copy, no transposed copy).
 
@@ -55,11 +56,15 @@ def write_layer(path, E, H, I, T, K, R, seed=0):
 
 
 def peak_rss_bytes(cmd):
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{cmd} failed: {proc.stderr.read().decode()[-2000:]}")
-    return usage.ru_maxrss * 1024  # KiB on Linux
+    """The tool's own VmHWM, which it prints ("peak_rss N kB"): wait4's ru_maxrss would keep the high-water
+    mark of this Python process, which the child was forked from."""
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{cmd} failed: {result.stderr[-2000:]}")
+    for line in result.stderr.splitlines():
+        if line.startswith("peak_rss"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("the tool printed no peak_rss line")
 
 
 def main():

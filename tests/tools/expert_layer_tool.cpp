@@ -180,6 +180,16 @@ int run(int argc, char** argv) {
     to_write.push_back({o.name, io::GgmlType::F32, o.ne,
                         std::as_bytes(std::span<const float>(o.data.data(), o.data.size()))});
   }
+  // This process's peak resident memory (VmHWM: its own mm since exec, unlike getrusage's
+  // ru_maxrss, which keeps the high-water mark of the process it was forked from), for
+  // bench/expert_blocks_rss.py.
+  if (std::FILE* status = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, status)) {
+      if (std::strncmp(line, "VmHWM:", 6) == 0) std::fprintf(stderr, "peak_rss %s", line + 6);
+    }
+    std::fclose(status);
+  }
   io::writeGguf(
       argv[2],
       {{"test.weight_format", io::GgufValue::ofString(std::string(layer->weightFormatName()))}},
