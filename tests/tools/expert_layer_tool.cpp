@@ -192,7 +192,8 @@ int run(int argc, char** argv) {
   }
   io::writeGguf(
       argv[2],
-      {{"test.weight_format", io::GgufValue::ofString(std::string(layer->weightFormatName()))}},
+      {{"test.weight_format", io::GgufValue::ofString(std::string(layer->weightFormatName()))},
+       {"test.backend", io::GgufValue::ofString(layer->backendName())}},
       to_write);
   return 0;
 }
