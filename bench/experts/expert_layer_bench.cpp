@@ -6,12 +6,16 @@
 #include <cmath>
 #include <ctime>
 #include <numeric>
+#include <optional>
+#include <random>
 #include <string>
 
 #include "engine/core/cpu_features.h"
 #include "engine/core/error.h"
 #include "engine/core/float_convert.h"
 #include "engine/core/thread_pool.h"
+#include "engine/experts/block_test_util.h"
+#include "engine/experts/expert_blocks.h"
 #include "engine/experts/expert_layer.h"
 #include "engine/experts/expert_nodes.h"
 #include "engine/experts/expert_routing.h"
@@ -277,6 +281,34 @@ ExpertWeightViews weightViews(const BenchProblem& p, bool fp8) {
   return views;
 }
 
+// Every expert's tables of `type`, random (testing::randomBlocks) and about the bf16 weights' size.
+ExpertWeightViews blockViews(const BenchProblem& p, WeightType type,
+                             std::vector<unsigned char> (&tables)[kExpertProjCount]) {
+  const int64_t E = p.shape.num_experts, H = p.shape.hidden, I = p.shape.intermediate;
+  ExpertWeightViews views;
+  views.type = type;
+  std::mt19937 rng(5);
+  for (int proj = 0; proj < kExpertProjCount; ++proj) {
+    const int64_t rows = proj == 2 ? H : I, cols = proj == 2 ? I : H;
+    const uint64_t per_expert = blockTableBytes(type, {}, rows, cols, "bench");
+    const int64_t blocks = static_cast<int64_t>(per_expert) / blockLayout(type).bytes;
+    tables[proj].resize(per_expert * static_cast<uint64_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      const std::vector<unsigned char> one =
+          experts::testing::randomBlocks(type, {}, blocks, 0.05f, rng);
+      std::copy(one.begin(), one.end(),
+                tables[proj].begin() + e * static_cast<int64_t>(per_expert));
+    }
+    auto& data = proj == 0 ? views.gate : proj == 1 ? views.up : views.down;
+    auto& sizes = proj == 0 ? views.gate_bytes : proj == 1 ? views.up_bytes : views.down_bytes;
+    for (int64_t e = 0; e < E; ++e) {
+      data.push_back(tables[proj].data() + e * static_cast<int64_t>(per_expert));
+      sizes.push_back(per_expert);
+    }
+  }
+  return views;
+}
+
 // Medians of `repeats` forward + backward calls (wall and process CPU time) after one warm-up.
 BenchTiming timeForwardBackward(ExpertLayer& layer, const BenchProblem& p, int repeats) {
   std::vector<uint16_t> y(p.x.size()), dx(p.x.size());
@@ -303,6 +335,15 @@ BenchTiming timeForwardBackward(ExpertLayer& layer, const BenchProblem& p, int r
 
 }  // namespace
 
+std::optional<WeightType> benchBlockType(const std::string& dtype) {
+  for (const WeightType type :
+       {WeightType::Q8_0, WeightType::Q4_0, WeightType::Q4_K, WeightType::Q5_K, WeightType::Q6_K,
+        WeightType::IQ4_XS, WeightType::MXFP4}) {
+    if (dtype == weightTypeName(type)) return type;
+  }
+  return std::nullopt;
+}
+
 BenchLayerResult timeExpertLayer(const BenchProblem& p, const BenchLayerConfig& config, int repeats,
                                  ThreadPool& pool) {
   const int64_t E = p.shape.num_experts, H = p.shape.hidden, I = p.shape.intermediate;
@@ -316,6 +357,20 @@ BenchLayerResult timeExpertLayer(const BenchProblem& p, const BenchLayerConfig& 
   ExpertLoraSpec lora{p.lora_rank, p.lora_scale, true, true, true};
 
   ExpertWeightViews views = weightViews(p, fp8);
+  // int4 (quantised at creation from the bf16 weights: pack_ms includes it) and GGUF block types
+  // (random tables of that type: the speed does not depend on the values, only on the layout).
+  std::vector<unsigned char> block_tables[kExpertProjCount];
+  double bytes_per_weight = options.format == WeightFormat::Int8 ? 1.0 : 2.0;
+  if (config.dtype.rfind("int4", 0) == 0) {
+    options.format = parseWeightFormat(config.dtype, &options.int4);
+    const BlockLayout layout = blockLayout(WeightType::INT4, options.int4);
+    bytes_per_weight = static_cast<double>(layout.bytes) / static_cast<double>(layout.elems);
+  } else if (const std::optional<WeightType> type = benchBlockType(config.dtype)) {
+    options.format = WeightFormat::Blocks;
+    views = blockViews(p, *type, block_tables);
+    const BlockLayout layout = blockLayout(*type);
+    bytes_per_weight = static_cast<double>(layout.bytes) / static_cast<double>(layout.elems);
+  }
   BenchLayerResult result;
   const auto t_pack = Clock::now();
   auto layer = ExpertLayer::create(ExpertLayerSpec{E, H, I}, std::move(views), lora, options, pool);
@@ -327,7 +382,7 @@ BenchLayerResult timeExpertLayer(const BenchProblem& p, const BenchLayerConfig& 
   result.backend = layer->backendName();
   result.wt_policy = std::string(wtPolicyName(layer->wtPolicy()));
   result.numa_nodes = expertNodeCount(config.numa_nodes);
-  result.weight_bytes = options.format == WeightFormat::Int8 ? 1.0 : 2.0;
+  result.weight_bytes = bytes_per_weight;
   result.timing = timeForwardBackward(*layer, p, repeats);
   return result;
 }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,10 +73,15 @@ double benchBytes(const BenchProblem& problem, double weight_bytes);
 
 struct BenchLayerConfig {
   std::string backend;  // as ExpertLayerOptions::backend
-  std::string dtype;    // bf16 | int8 | fp8 (fp8: the block-scaled checkpoint, packed to bf16)
-  int numa_nodes = 0;   // as ExpertLayerOptions::numa_nodes (> 1: the layer runs on node pools)
+  // bf16 | int8 | fp8 (fp8: the block-scaled checkpoint, packed to bf16) | int4[:gN][:asym]
+  // (quantised at creation) | a GGUF block type (q4_k, q8_0, ...: random tables, format blocks)
+  std::string dtype;
+  int numa_nodes = 0;  // as ExpertLayerOptions::numa_nodes (> 1: the layer runs on node pools)
   experts::TaskSplit task_split = experts::TaskSplit::Auto;
 };
+// The GGUF block type a bench dtype names ("q4_k" ...), nullopt for the others.
+std::optional<experts::WeightType> benchBlockType(const std::string& dtype);
+
 struct BenchLayerResult {
   BenchTiming timing;       // median over `repeats` after one warm-up
   double pack_ms = 0;       // layer creation: every pack, once

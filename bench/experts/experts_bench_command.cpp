@@ -67,6 +67,18 @@ std::vector<BenchLayerConfig> layerConfigs(const ExpertsBenchArgs& args) {
   if (wanted(args.dtypes, "fp8")) {
     if (wanted(args.backends, best_bf16)) configs.push_back({best_bf16, "fp8"});
   }
+  // int4 and GGUF blocks only when asked (--dtypes), on the fp32 backends that decode them.
+  const std::string best_blocks =
+      experts::kernels::selectGemmBackend("auto", WeightFormat::Blocks, cpu).name();
+  for (const std::string& dtype : args.dtypes) {
+    if (dtype.rfind("int4", 0) != 0 && !benchBlockType(dtype)) continue;
+    for (const std::string name : {"amx_blocks", "avx512", "avx2", "generic"}) {
+      const bool asked = args.backends.empty() ? name == best_blocks : wanted(args.backends, name);
+      const auto names = experts::kernels::availableGemmBackends(cpu, WeightFormat::Blocks);
+      if (asked && std::find(names.begin(), names.end(), name) != names.end())
+        configs.push_back({name, dtype});
+    }
+  }
   return configs;
 }
 
@@ -165,17 +177,23 @@ void settleArgs(ExpertsBenchArgs& args) {
     if (t <= 0) throw Error("bench: --tokens must be positive, got " + std::to_string(t));
   }
   for (const auto& name : args.backends) {
-    const std::vector<std::string> known = {"amx_bf16", "amx_int8", "avx512_bf16", "onednn",
-                                            "avx512",   "avx2",     "generic",     "libtorch_loop"};
+    const std::vector<std::string> known = {"amx_bf16",    "amx_int8", "amx_blocks",
+                                            "avx512_bf16", "onednn",   "avx512",
+                                            "avx2",        "generic",  "libtorch_loop"};
     if (std::find(known.begin(), known.end(), name) == known.end()) {
       throw Error(
           "bench: unknown backend '" + name + "'",
-          "use amx_bf16, amx_int8, avx512_bf16, onednn, avx512, avx2, generic or libtorch_loop");
+          "use amx_bf16, amx_int8, amx_blocks, avx512_bf16, onednn, avx512, avx2, generic or "
+          "libtorch_loop");
     }
   }
   for (const auto& name : args.dtypes) {
-    if (name != "bf16" && name != "int8" && name != "fp8") {
-      throw Error("bench: unknown dtype '" + name + "'", "use bf16, int8 or fp8");
+    const bool int4 = name.rfind("int4", 0) == 0;
+    if (int4) experts::parseWeightFormat(name);  // an Error names what int4 options exist
+    if (name != "bf16" && name != "int8" && name != "fp8" && !int4 && !benchBlockType(name)) {
+      throw Error("bench: unknown dtype '" + name + "'",
+                  "use bf16, int8, fp8, int4[:g64][:asym] or a GGUF block type (q4_k, q8_0, "
+                  "q4_0, q5_k, q6_k, iq4_xs, mxfp4)");
     }
   }
   if (args.nodes < 0)
@@ -353,7 +371,9 @@ void addExpertsBenchCommand(CLI::App& parent) {
                   "amx_bf16, amx_int8, avx512_bf16, onednn, avx512, avx2, generic, libtorch_loop "
                   "(default: the fast ones available)")
       ->delimiter(',');
-  cmd->add_option("--dtypes", args->dtypes, "bf16, int8, fp8 (default: all)")->delimiter(',');
+  cmd->add_option("--dtypes", args->dtypes,
+                  "bf16, int8, fp8 (default: all); int4[:gN][:asym], q4_k, q8_0, ... when named")
+      ->delimiter(',');
   cmd->add_option("--threads", args->threads, "Threads (default: every hardware thread)");
   cmd->add_option(
       "--nodes", args->nodes,

@@ -222,7 +222,8 @@ TEST(ExpertFormats, WtPolicyDecidesWhatStaysPacked) {
   EXPECT_EQ(persistent->packedBytes(), 2 * on_demand->packedBytes()) << "Wᵀ freed after backward";
   EXPECT_EQ(wtPolicyName(parseWtPolicy("on_demand")), "on_demand");
   EXPECT_THROW(parseWtPolicy("sometimes"), Error);
-  EXPECT_THROW(parseWeightFormat("int4"), Error);
+  EXPECT_THROW(parseWeightFormat("int3"), Error);
+  EXPECT_EQ(parseWeightFormat("int4"), WeightFormat::Int4);
 }
 
 TEST(ExpertFormats, Fp8WithoutScalesIsAnError) {

@@ -7,6 +7,7 @@
 #include "engine/core/cpu_features.h"
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
+#include "engine/experts/expert_blocks.h"
 #include "engine/experts/expert_layer_detail.h"
 #include "engine/experts/expert_nodes.h"
 
@@ -29,6 +30,37 @@ void validateWeights(const ExpertLayerSpec& spec, const ExpertWeightViews& weigh
   check(weights.gate, "gate_proj");
   check(weights.up, "up_proj");
   check(weights.down, "down_proj");
+  if (!weights.proj_types.empty() &&
+      static_cast<int>(weights.proj_types.size()) != kExpertProjCount) {
+    throw Error("expert weights: proj_types names " + std::to_string(weights.proj_types.size()) +
+                " types for 3 projections");
+  }
+  if (isBlockType(weights.type)) {
+    const auto check_tables = [&](ExpertProj proj, const std::vector<uint64_t>& bytes, int64_t rows,
+                                  int64_t cols) {
+      const std::string name(expertProjName(proj));
+      const WeightType type = weights.typeOf(proj);
+      if (!isBlockType(type)) {
+        throw Error("expert weights: " + name + " is " + std::string(weightTypeName(type)) +
+                        " beside " + std::string(weightTypeName(weights.type)) + " blocks",
+                    "keep all three projections as blocks, or load with experts_format bf16");
+      }
+      if (static_cast<int64_t>(bytes.size()) != spec.num_experts) {
+        throw Error("expert weights: " + name + " in " + std::string(weightTypeName(type)) +
+                        " needs the byte size of every expert's block table",
+                    "set ExpertWeightViews::" + name.substr(0, name.find('_')) +
+                        "_bytes (the GGUF tensor's bytes per expert)");
+      }
+      for (size_t e = 0; e < bytes.size(); ++e) {
+        checkBlockTable(type, weights.int4, rows, cols, bytes[e],
+                        "expert " + std::to_string(e) + " " + name);
+      }
+    };
+    check_tables(ExpertProj::Gate, weights.gate_bytes, spec.intermediate, spec.hidden);
+    check_tables(ExpertProj::Up, weights.up_bytes, spec.intermediate, spec.hidden);
+    check_tables(ExpertProj::Down, weights.down_bytes, spec.hidden, spec.intermediate);
+    return;
+  }
   if (weights.type != WeightType::FP8_E4M3) return;
   const auto check_scales = [&](const std::vector<const float*>& scales, std::string_view name) {
     const bool complete = static_cast<int64_t>(scales.size()) == spec.num_experts &&
@@ -75,6 +107,18 @@ std::unique_ptr<ExpertLayer> ExpertLayer::create(const ExpertLayerSpec& spec,
   }
   validateWeights(spec, weights);
   if (lora.rank < 0) throw Error("expert LoRA rank must not be negative");
+  // int4: quantised here, once, from whatever the views hold; the layer owns the tables.
+  std::unique_ptr<Int4ExpertTables> int4_tables;
+  if (options.format == WeightFormat::Int4 && weights.type != WeightType::INT4 &&
+      !options.lora_only) {
+    int4_tables = std::make_unique<Int4ExpertTables>(spec, weights, options.int4);
+    weights = int4_tables->views();
+  }
+  if (options.format == WeightFormat::Blocks && !isBlockType(weights.type)) {
+    throw Error("experts_format blocks keeps quantised experts as they are stored, but these are " +
+                    std::string(weightTypeName(weights.type)),
+                "use experts_format int4 to quantise them at load, or bf16 / int8");
+  }
   // "auto" never lowers the checkpoint's precision: f32 / f16 weights in the bf16 format stay on
   // the fp32 backends, which read them as they are (a bf16 pack would round them).
   std::string backend = options.backend;
@@ -85,15 +129,17 @@ std::unique_ptr<ExpertLayer> ExpertLayer::create(const ExpertLayerSpec& spec,
   const kernels::GemmBackend& gemm =
       kernels::selectGemmBackend(backend, options.format, cpuFeatures());
   const kernels::ExpertKernels& table = kernels::loraKernels(gemm.name(), cpuFeatures());
-  return std::unique_ptr<ExpertLayer>(
-      new ExpertLayer(spec, std::move(weights), lora, options, gemm, table, pool));
+  auto layer = std::unique_ptr<ExpertLayer>(new ExpertLayer(
+      spec, std::move(weights), lora, options, gemm, table, pool, std::move(int4_tables)));
+  return layer;
 }
 
 ExpertLayer::ExpertLayer(const ExpertLayerSpec& spec, ExpertWeightViews weights,
                          const ExpertLoraSpec& lora, const ExpertLayerOptions& options,
                          const kernels::GemmBackend& gemm, const kernels::ExpertKernels& kernels,
-                         ThreadPool& pool)
-    : spec_(spec),
+                         ThreadPool& pool, std::unique_ptr<Int4ExpertTables> int4_tables)
+    : int4_tables_(std::move(int4_tables)),
+      spec_(spec),
       lora_(spec, lora),
       options_(options),
       gemm_(gemm),
@@ -106,6 +152,18 @@ ExpertLayer::ExpertLayer(const ExpertLayerSpec& spec, ExpertWeightViews weights,
                              options.lora_only, pool)),
       packs_(spec, std::move(weights), gemm, options.format, options.wt_policy, options.lora_only,
              slices_, pool) {
+  // A node's slice of down_proj's inputs must start on a block (its blocks run along I).
+  const WeightType down_type = packs_.weightType(ExpertProj::Down);
+  const BlockLayout layout = blockLayout(down_type, options.int4);
+  for (const NodeSlice& slice : slices_) {
+    if (slice.i0 % layout.elems != 0) {
+      throw Error("expert layer: NUMA slice [" + std::to_string(slice.i0) + ", " +
+                      std::to_string(slice.i1) + ") of the intermediate dimension does not " +
+                      "start on a " + std::string(weightTypeName(down_type)) + " block of " +
+                      std::to_string(layout.elems),
+                  "run on fewer NUMA nodes (TANDEM_EXPERT_NODES=1) or with experts_format bf16");
+    }
+  }
   if (!options_.defer_packs) packs_.ensurePacked();
 }
 

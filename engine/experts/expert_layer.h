@@ -31,6 +31,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/experts/expert_blocks.h"
 #include "engine/experts/expert_buffer_pool.h"
 #include "engine/experts/expert_forward_cache.h"
 #include "engine/experts/expert_lora.h"
@@ -73,6 +74,9 @@ struct ExpertLayerOptions {
   // pool (expert_routing.h: rowTasksUnbalanced). Both give bitwise the same results. A backend
   // that cannot compute column ranges (onednn) always runs rows.
   TaskSplit task_split = TaskSplit::Auto;
+  // format Int4: the group and symmetry the experts are quantised to at creation. Last, so the
+  // positional initialisers of the fields above stay valid.
+  Int4Spec int4;
 };
 
 class ExpertLayer {
@@ -108,6 +112,11 @@ class ExpertLayer {
   const ExpertLayerSpec& spec() const { return spec_; }
   const std::string& backendName() const { return backend_name_; }
   WeightFormat weightFormat() const { return options_.format; }
+  // What the planner sizes these experts by: "bf16", "int8", "int4", or the block type ("q4_k";
+  // gate_proj's, where a GGUF file mixes types: packedBytes() and the file say the rest).
+  std::string_view weightFormatName() const {
+    return expertFormatName(options_.format, packs_.weightType(ExpertProj::Gate));
+  }
   WtPolicy wtPolicy() const { return options_.wt_policy; }
   // Bytes the packs hold now: forward packs, plus the Wᵀ packs when persistent (0 for the
   // zero-copy views of generic / avx2 / avx512 on F32/BF16/F16 weights).
@@ -140,7 +149,8 @@ class ExpertLayer {
 
   ExpertLayer(const ExpertLayerSpec& spec, ExpertWeightViews weights, const ExpertLoraSpec& lora,
               const ExpertLayerOptions& options, const kernels::GemmBackend& gemm,
-              const kernels::ExpertKernels& kernels, ThreadPool& pool);
+              const kernels::ExpertKernels& kernels, ThreadPool& pool,
+              std::unique_ptr<Int4ExpertTables> int4_tables);
 
   // fn(s) for every slice s, concurrently, each on its node's pool (expert_nodes.h).
   void onEveryNode(const std::function<void(size_t)>& fn) const {
@@ -234,6 +244,9 @@ class ExpertLayer {
   // the addend of an input gradient, while t itself stays unscaled for the A gradient.
   const float* scaledLoraT(const float* t, int64_t m) const;
 
+  // format Int4 on other weights: the tables quantised at creation, which the packs view; first,
+  // so it outlives them.
+  std::unique_ptr<Int4ExpertTables> int4_tables_;
   ExpertLayerSpec spec_;
   ExpertLora lora_;
   ExpertLayerOptions options_;

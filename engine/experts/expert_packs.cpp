@@ -17,6 +17,7 @@
 
 #include "engine/core/numa.h"
 #include "engine/core/thread_pool.h"
+#include "engine/experts/expert_blocks.h"
 
 namespace tandem::experts {
 
@@ -68,7 +69,7 @@ ExpertPacks::~ExpertPacks() = default;
 kernels::SourceMatrix ExpertPacks::source(ExpertProj proj, int64_t expert,
                                           const NodeSlice& slice) const {
   kernels::SourceMatrix src;
-  src.type = weights_.type;
+  src.type = weights_.typeOf(proj);
   src.rows = slice.outFeatures(proj, spec_.hidden);
   src.cols = slice.inFeatures(proj, spec_.hidden);
   const bool fp8 = weights_.type == WeightType::FP8_E4M3;
@@ -87,7 +88,6 @@ kernels::SourceMatrix ExpertPacks::source(ExpertProj proj, int64_t expert,
       if (fp8) src.block_scales = weights_.down_scale[expert];
       break;
   }
-  const int64_t element_bytes = weightTypeBytes(weights_.type);
   if (proj == ExpertProj::Down) {
     src.row_stride = spec_.intermediate;
     src.col0 = slice.i0;
@@ -95,8 +95,11 @@ kernels::SourceMatrix ExpertPacks::source(ExpertProj proj, int64_t expert,
     src.row_stride = spec_.hidden;
     src.row0 = slice.i0;
   }
-  src.data = static_cast<const unsigned char*>(data) +
-             (src.row0 * src.row_stride + src.col0) * element_bytes;
+  src.int4 = weights_.int4;
+  // Block tables: a slice's col0 is a whole number of blocks (ExpertLayer::create checks).
+  const BlockLayout layout = blockLayout(src.type, weights_.int4);
+  src.data = static_cast<const unsigned char*>(data) + src.row0 * src.rowBytes() +
+             src.col0 / layout.elems * layout.bytes;
   return src;
 }
 

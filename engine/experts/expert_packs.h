@@ -64,6 +64,8 @@ class ExpertPacks {
     return !released_.empty() && released_[static_cast<size_t>(expert)];
   }
   uint64_t bytes() const;  // what every pack holds now
+  // Of the views the packs read (a GGUF file may store each projection in another block type).
+  WeightType weightType(ExpertProj proj) const { return weights_.typeOf(proj); }
 
   // The forward packs (and persistent Wᵀ) of every expert not released, once; charges them.
   void ensurePacked();

@@ -5,9 +5,13 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <sstream>
 
 #include "engine/core/float_convert.h"
+#include "engine/experts/block_test_util.h"
+#include "engine/experts/expert_blocks.h"
+#include "engine/experts/kernels/expert_kernels.h"
 
 namespace tandem::experts::testing {
 
@@ -31,6 +35,32 @@ bool targets(const ExpertLoraSpec& lora, int p) {
   return lora.rank > 0 && (p == 0 ? lora.gate : p == 1 ? lora.up : lora.down);
 }
 
+// Block types: random tables (block_test_util.h), each expert one byte past a 4-byte boundary
+// with a gap after it; values are what the reference decoder makes of them.
+void makeBlockWeights(Rng& rng, const ProblemSpec& spec, int64_t n_out, int64_t n_in,
+                      std::vector<double>& values, std::vector<unsigned char>& bytes,
+                      std::vector<const void*>& views) {
+  const int64_t E = spec.layer.num_experts, per_expert = n_out * n_in;
+  const uint64_t table = blockTableBytes(spec.weight_type, spec.int4, n_out, n_in, "test");
+  const int64_t stride = static_cast<int64_t>(table) + 64 + 5;
+  bytes.assign(E * stride + 16, 0);
+  values.resize(E * per_expert);
+  std::mt19937 mt(static_cast<uint32_t>(rng.uniform(0, 1) * 4294967295.0));
+  const auto bound = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n_in)));
+  const int64_t n_blocks =
+      static_cast<int64_t>(table) / blockLayout(spec.weight_type, spec.int4).bytes;
+  std::vector<float> w(per_expert);
+  for (int64_t e = 0; e < E; ++e) {
+    unsigned char* base = bytes.data() + 1 + e * stride;
+    const std::vector<unsigned char> blocks =
+        randomBlocks(spec.weight_type, spec.int4, n_blocks, bound, mt);
+    std::memcpy(base, blocks.data(), blocks.size());
+    kernels::ref::dequantBlocks(spec.weight_type, spec.int4, base, n_blocks, w.data());
+    for (int64_t i = 0; i < per_expert; ++i) values[e * per_expert + i] = w[i];
+    views.push_back(base);
+  }
+}
+
 // Random [E, out, in] weights rounded to `type`; bytes hold each expert 2 bytes past a 4-byte
 // boundary with a gap between experts, as unaligned, non-contiguous views must work.
 // FP8_E4M3: codes with 128 × 128 block scales (amax / 448 per block, as DeepSeek-V3 ships them)
@@ -40,6 +70,10 @@ void makeWeights(Rng& rng, const ProblemSpec& spec, int p, std::vector<double>& 
                  std::vector<std::vector<float>>& scales, std::vector<const float*>& scale_views) {
   const int64_t E = spec.layer.num_experts;
   const int64_t n_in = inOf(spec.layer, p), n_out = outOf(spec.layer, p);
+  if (isBlockType(spec.weight_type)) {
+    makeBlockWeights(rng, spec, n_out, n_in, values, bytes, views);
+    return;
+  }
   const int64_t elem = weightTypeBytes(spec.weight_type), per_expert = n_out * n_in;
   const int64_t stride = per_expert * elem + 64 + 6;
   values.resize(E * per_expert);
@@ -214,11 +248,22 @@ Problem makeProblem(const ProblemSpec& spec) {
   pr.spec = spec;
   Rng rng{spec.seed * 0x2545f4914f6cdd1dull + 7};
   pr.views.type = spec.weight_type;
+  pr.views.int4 = spec.int4;
   makeWeights(rng, spec, 0, pr.gate, pr.gate_bytes, pr.views.gate, pr.scales[0],
               pr.views.gate_scale);
   makeWeights(rng, spec, 1, pr.up, pr.up_bytes, pr.views.up, pr.scales[1], pr.views.up_scale);
   makeWeights(rng, spec, 2, pr.down, pr.down_bytes, pr.views.down, pr.scales[2],
               pr.views.down_scale);
+  if (isBlockType(spec.weight_type)) {
+    const ExpertLayerSpec& shape = spec.layer;
+    const auto table = [&](int64_t out, int64_t in) {
+      return std::vector<uint64_t>(static_cast<size_t>(shape.num_experts),
+                                   blockTableBytes(spec.weight_type, spec.int4, out, in, "test"));
+    };
+    pr.views.gate_bytes = table(shape.intermediate, shape.hidden);
+    pr.views.up_bytes = table(shape.intermediate, shape.hidden);
+    pr.views.down_bytes = table(shape.hidden, shape.intermediate);
+  }
   const ExpertLayerSpec& l = spec.layer;
   for (int p = 0; p < kExpertProjCount; ++p) {
     if (!targets(spec.lora, p)) continue;

@@ -24,6 +24,7 @@ struct ProblemSpec {
   int top_k = 2;
   Routing routing = Routing::Random;
   uint64_t seed = 1;
+  Int4Spec int4;  // weight_type INT4: the tables' group and symmetry
 
   std::string describe() const;
 };

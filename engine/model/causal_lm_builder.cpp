@@ -9,10 +9,12 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
+#include "engine/experts/expert_blocks.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/torch_device.h"
 
@@ -49,12 +51,14 @@ experts::ExpertLayerOptions expertLayerOptions(const ModelOptions& o, experts::W
           "use experts_format auto, bf16 or int8 (int8 quantises them at load)");
     }
     options.format = experts::WeightFormat::Bf16;  // fp8 is dequantised into bf16 packs
+  } else if (o.experts_format == "auto" && experts::isBlockType(stored)) {
+    options.format = experts::WeightFormat::Blocks;  // a GGUF file's blocks, computed on as stored
   } else if (o.experts_format == "auto") {
     // amx_int8 multiplies int8 only: naming it (kt_backend: AMXInt8) asks for int8 weights.
     options.format =
         o.experts_backend == "amx_int8" ? experts::WeightFormat::Int8 : experts::WeightFormat::Bf16;
   } else {
-    options.format = experts::parseWeightFormat(o.experts_format);
+    options.format = experts::parseWeightFormat(o.experts_format, &options.int4);
   }
   return options;
 }
@@ -220,6 +224,9 @@ class CausalLmBuilder {
   std::unique_ptr<MoeBlock> buildMoe(int i);
   void chargeMemory();
   experts::ExpertWeightViews expertWeights(int i, MoeBlock& block);
+  bool keepsGgufBlocks(int i) const;
+  std::optional<experts::ExpertWeightViews> ggufExpertBlocks(const std::string& p, int64_t n,
+                                                             int64_t h, int64_t inter);
   const void* expertPointer(const io::TensorView& tensor, int64_t element_offset, MoeBlock& block,
                             const std::string& name, const Shape& shape);
   // Offload mode: one per device, its layers registered in forward order.
@@ -310,6 +317,8 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
     block->offload = std::make_unique<ExpertOffload>(
         spec, views, w_.dtype(), options.format,
         streamerFor(m_.layerDevice(static_cast<size_t>(i))), block->resident_count);
+  } else if (experts::isBlockType(views.type)) {
+    // counted by ggufExpertBlocks: the tables' bytes in the mapped file
   } else if (views.type == experts::WeightType::FP8_E4M3) {
     // The mapped fp8 bytes and the f32 block scales copied beside them.
     const int64_t blocks_h = ceilBlocks(spec.hidden), blocks_i = ceilBlocks(spec.intermediate);
@@ -363,6 +372,50 @@ const void* CausalLmBuilder::expertPointer(const io::TensorView& tensor, int64_t
   return converted.data_ptr();
 }
 
+// A GGUF file's quantised experts are computed on their blocks where the file is mapped (issue
+// 27: host memory = their bytes in the file) when the experts run on the CPU, none of this layer's
+// is resident on a GPU (those are torch tensors), the format keeps or requantises blocks (auto,
+// blocks, int4) and the backend is one that multiplies blocks (the fp32 backends).
+bool CausalLmBuilder::keepsGgufBlocks(int i) const {
+  const ModelOptions& o = m_.options_;
+  const std::string& f = o.experts_format;
+  const bool block_format = f == "auto" || f == "blocks" || f.rfind("int4", 0) == 0;
+  const std::string& b = o.experts_backend;
+  const bool block_backend =
+      b == "auto" || b == "generic" || b == "avx2" || b == "avx512" || b == "amx_blocks";
+  return o.experts == ExpertsMode::Cpu && o.gpuExperts(static_cast<size_t>(i)) == 0 &&
+         block_format && block_backend;
+}
+
+// Every expert's gate/up/down of layer prefix p as GGUF block views, or nullopt when any of them
+// is not (a type without block kernels, not a GGUF model): then the dequantising path runs.
+std::optional<experts::ExpertWeightViews> CausalLmBuilder::ggufExpertBlocks(const std::string& p,
+                                                                            int64_t n, int64_t h,
+                                                                            int64_t inter) {
+  experts::ExpertWeightViews views;
+  views.proj_types.resize(experts::kExpertProjCount);
+  uint64_t total = 0;
+  for (int proj = 0; proj < experts::kExpertProjCount; ++proj) {
+    const auto projection = static_cast<experts::ExpertProj>(proj);
+    const Shape shape = proj == 2 ? Shape{h, inter} : Shape{inter, h};
+    auto& data = proj == 0 ? views.gate : proj == 1 ? views.up : views.down;
+    auto& bytes = proj == 0 ? views.gate_bytes : proj == 1 ? views.up_bytes : views.down_bytes;
+    for (int64_t e = 0; e < n; ++e) {
+      const std::string name = p + "mlp.experts." + std::to_string(e) + "." +
+                               std::string(experts::expertProjName(projection)) + ".weight";
+      const std::optional<WeightLoader::ExpertBlocks> blocks = w_.expertBlocks(name, shape);
+      if (!blocks || (e > 0 && blocks->type != views.proj_types[proj])) return std::nullopt;
+      views.proj_types[proj] = blocks->type;
+      data.push_back(blocks->data);
+      bytes.push_back(blocks->bytes);
+      total += blocks->bytes;
+    }
+  }
+  views.type = views.proj_types[0];
+  expert_weight_bytes_ += static_cast<int64_t>(total);
+  return views;
+}
+
 experts::ExpertWeightViews CausalLmBuilder::expertWeights(int i, MoeBlock& block) {
   const std::string p = layerPrefix(i);
   const int64_t n = c_.num_experts, h = c_.hidden_size;
@@ -402,6 +455,10 @@ experts::ExpertWeightViews CausalLmBuilder::expertWeights(int i, MoeBlock& block
         names.push_back(p + "mlp.experts." + std::to_string(e) + "." + leaf + ".weight");
       w_.inventAll(names, shape);
     }
+  }
+  if (!legacy_mixtral && keepsGgufBlocks(i)) {
+    if (std::optional<experts::ExpertWeightViews> blocks = ggufExpertBlocks(p, n, h, inter))
+      return *blocks;
   }
   auto base = [&](int64_t e) {
     return legacy_mixtral ? p + "block_sparse_moe.experts." + std::to_string(e) + "."

@@ -8,6 +8,7 @@
 #include "engine/core/error.h"
 #include "engine/core/hash.h"
 #include "engine/core/units.h"
+#include "engine/experts/expert_blocks.h"
 #include "engine/io/gguf_model.h"
 #include "engine/io/safetensors.h"
 
@@ -212,6 +213,29 @@ at::Tensor WeightLoader::dequantizeGguf(const std::string& name,
   }
   std::vector<float> values = gguf_->read(*source);
   return at::from_blob(values.data(), shape, at::TensorOptions().dtype(at::kFloat)).clone();
+}
+
+std::optional<WeightLoader::ExpertBlocks> WeightLoader::expertBlocks(
+    const std::string& name, const std::vector<int64_t>& shape) const {
+  if (!gguf_) return std::nullopt;
+  const io::GgufTensorSource* source = gguf_->find(name);
+  if (source == nullptr || source->expert < 0 || source->unpermute_heads > 0 ||
+      source->mla_value != nullptr || source->shape != shape) {
+    return std::nullopt;
+  }
+  const io::GgufTensorInfo& tensor = *source->tensor;
+  experts::WeightType type;
+  try {
+    type = experts::expertWeightTypeOfGgml(static_cast<uint32_t>(tensor.type),
+                                           io::ggmlTypeName(tensor.type), tensor.name);
+  } catch (const Error&) {
+    return std::nullopt;  // a type without block kernels: dequantised at load, as before
+  }
+  if (!experts::isBlockType(type) || tensor.ne.size() != 3) return std::nullopt;
+  const std::span<const std::byte> bytes = gguf_->file().tensorBytes(tensor);
+  const uint64_t per_expert = bytes.size() / static_cast<uint64_t>(tensor.ne[2]);
+  return ExpertBlocks{type, bytes.data() + static_cast<uint64_t>(source->expert) * per_expert,
+                      per_expert};
 }
 
 io::TensorView WeightLoader::view(const std::string& name,

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/experts/expert_types.h"
 #include "engine/io/model_config.h"
 #include "engine/io/safetensors.h"
 
@@ -70,6 +71,17 @@ class WeightLoader {
   // it): its weight_scale_inv [ceil(rows/128), ceil(cols/128)] as an f32 CPU copy. Errors say what
   // is wrong: no quantization_config, missing scales, wrong shape or type.
   at::Tensor blockScales(const std::string& name, const std::vector<int64_t>& shape) const;
+  // A GGUF model's routed expert `name` (one expert's slice of a stacked ffn_*_exps tensor) as its
+  // blocks where the file is mapped, when its type is one the expert engine computes on (Q8_0,
+  // Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4); nullopt otherwise (not GGUF, not an expert slice,
+  // another type): then view() dequantises it. Wrong shape: Error, as view().
+  struct ExpertBlocks {
+    experts::WeightType type;
+    const void* data;
+    uint64_t bytes;  // this expert's table
+  };
+  std::optional<ExpertBlocks> expertBlocks(const std::string& name,
+                                           const std::vector<int64_t>& shape) const;
   // Synthetic loaders: invents these tensors (all of one shape) on all cores at once, the values
   // view() would invent one by one; a no-op for model dirs. Random MoE models of real size spend
   // most of their build time here.

@@ -13,6 +13,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/hash.h"
+#include "engine/experts/expert_types.h"
 #include "engine/train/train_config_keys.h"
 
 namespace tandem::train {
@@ -339,6 +340,26 @@ std::string expertsMode(const Entry& e) {
 
 std::string taskSplit(const Entry& e) { return oneOf(e, {"auto", "rows", "columns"}); }
 
+// experts_int4_group / experts_int4_symmetric fold into experts_format ("int4:g64:asym"), the one
+// string ModelRequest carries to the expert engine (experts::parseWeightFormat).
+void readInt4Options(const Doc& doc, TrainConfig& c) {
+  const std::optional<std::string> group = doc.get("experts_int4_group", int4Group);
+  const std::optional<bool> symmetric = doc.get("experts_int4_symmetric", boolean);
+  if (!group && !symmetric) return;
+  experts::Int4Spec spec;
+  if (c.experts_format.rfind("int4", 0) != 0 ||
+      experts::parseWeightFormat(c.experts_format, &spec) != experts::WeightFormat::Int4) {
+    throw Error(
+        "experts_int4_group and experts_int4_symmetric describe int4 experts, but "
+        "experts_format is " +
+            c.experts_format,
+        "set experts_format: int4 (or remove the int4 keys)");
+  }
+  if (group) spec.group = std::stoi(*group);
+  if (symmetric) spec.symmetric = *symmetric;
+  c.experts_format = experts::int4FormatName(spec);
+}
+
 void readTandem(const Doc& doc, TrainConfig& c) {
   set(c.experts_backend, doc.get("experts_backend", expertsBackend));
   set(c.expert_threads, doc.get("expert_threads", threads));
@@ -350,6 +371,7 @@ void readTandem(const Doc& doc, TrainConfig& c) {
   set(c.experts_mode, doc.get("experts_mode", expertsMode));
   set(c.loss_chunk_tokens, doc.get("loss_chunk_tokens", PositiveIntUpTo{kMaxTokens}));
   set(c.experts_format, doc.get("experts_format", expertsFormat));
+  readInt4Options(doc, c);
   set(c.experts_wt_policy, doc.get("experts_wt_policy", expertsWtPolicy));
   set(c.gpu_experts, doc.get("gpu_experts", gpuExperts));
   set(c.task_split, doc.get("task_split", taskSplit));
@@ -362,6 +384,17 @@ void checkExpertsFormat(const Doc& doc, const TrainConfig& c) {
   const std::string& b = c.experts_backend;
   const bool int8_only = b == "amx_int8";
   const bool bf16_only = b == "amx_bf16" || b == "avx512_bf16" || b == "onednn";
+  // int4 and GGUF blocks are multiplied on their blocks by the fp32 backends (auto, avx512, avx2,
+  // generic), which decode tiles of them.
+  const bool on_blocks = c.experts_format.rfind("int4", 0) == 0 || c.experts_format == "blocks";
+  if (on_blocks && (int8_only || bf16_only)) {
+    const Entry* format = nullptr;
+    for (const Entry& e : doc.entries()) {
+      if (e.spec->kind == Kind::Setting && e.spec->target == "experts_format") format = &e;
+    }
+    fail(*format, "('" + c.experts_format + "') cannot be computed by experts_backend " + b,
+         "int4 and blocks run on experts_backend auto, avx512, avx2 or generic");
+  }
   if ((int8_only && c.experts_format != "int8") || (bf16_only && c.experts_format == "int8")) {
     const Entry* format = nullptr;
     for (const Entry& e : doc.entries()) {

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "engine/experts/expert_types.h"
 
 namespace tandem::train::detail {
 
@@ -110,6 +111,8 @@ void addSettingKeys(std::vector<KeySpec>& keys) {
                            "experts_mode",
                            "loss_chunk_tokens",
                            "experts_format",
+                           "experts_int4_group",
+                           "experts_int4_symmetric",
                            "experts_wt_policy",
                            "gpu_experts",
                            "task_split",
@@ -479,7 +482,7 @@ std::string expertsBackend(const Entry& e) {
     fail(e, "'" + text(e) + "' is a KTransformers backend Tandem does not have",
          "use one of " + std::string(kBackends) +
              " (Tandem reads bf16/fp16/fp32 experts and DeepSeek-V3-style fp8 ones; the format is "
-             "experts_format: auto|bf16|int8|fp8)");
+             "experts_format: auto|bf16|int8|int4|fp8|blocks)");
   }
   fail(e, "must be one of " + std::string(kBackends) +
               " (or a KTransformers name: AMXBF16, "
@@ -489,15 +492,25 @@ std::string expertsBackend(const Entry& e) {
 
 std::string expertsFormat(const Entry& e) {
   const std::string value = lowered(text(e));
-  for (const char* name : {"auto", "bf16", "int8", "fp8"}) {
+  for (const char* name : {"auto", "bf16", "int8", "fp8", "int4", "blocks"}) {
     if (value == name) return value;
   }
-  if (value == "mxfp4" || value == "int4" || value == "legacyint") {
-    fail(e, "'" + text(e) + "' is a KTransformers expert format Tandem does not have",
-         "use auto, bf16, int8 or fp8 (docs/experts.md)");
+  // int4 with its options composed in (a saved config: experts_int4_group / _symmetric folded in)
+  experts::Int4Spec spec;
+  if (value.rfind("int4:", 0) == 0) {
+    try {
+      if (experts::parseWeightFormat(value, &spec) == experts::WeightFormat::Int4) return value;
+    } catch (const Error&) {
+    }
   }
-  fail(e, "must be one of auto, bf16, int8, fp8; got '" + text(e) + "'");
+  if (value == "mxfp4" || value == "legacyint") {
+    fail(e, "'" + text(e) + "' is a KTransformers expert format Tandem does not have",
+         "use auto, bf16, int8, int4, fp8 or blocks (docs/experts.md)");
+  }
+  fail(e, "must be one of auto, bf16, int8, int4, fp8, blocks; got '" + text(e) + "'");
 }
+
+std::string int4Group(const Entry& e) { return oneOf(e, {"32", "64", "128"}); }
 
 std::string gpuExperts(const Entry& e) {
   const std::string value = lowered(text(e));

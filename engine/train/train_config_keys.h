@@ -104,6 +104,7 @@ std::string oneOf(const Entry& e, std::initializer_list<std::string_view> allowe
 std::string expertsBackend(const Entry& e);
 // auto, bf16, int8, fp8 (KTransformers' kt_expert_weight_format spells them the same), any case.
 std::string expertsFormat(const Entry& e);
+std::string int4Group(const Entry& e);        // experts_int4_group: 32 | 64 | 128
 std::string expertsWtPolicy(const Entry& e);  // auto, persistent, on_demand
 std::string gpuExperts(const Entry& e);       // auto or a count >= 0
 std::string device(const Entry& e);           // auto, cpu, cuda or cuda:N

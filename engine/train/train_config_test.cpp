@@ -268,6 +268,25 @@ TEST(TrainConfigTest, ExpertFormatAndWtPolicyKeys) {
   EXPECT_EQ(parse(kMinimal + std::string("experts_backend: avx512\nexperts_format: int8\n"))
                 .experts_format,
             "int8");
+  // int4 (issue 27): its group and symmetry fold into the one format string the engine parses.
+  EXPECT_EQ(parse(kMinimal + std::string("experts_format: int4\n")).experts_format, "int4");
+  EXPECT_EQ(parse(kMinimal + std::string("experts_format: blocks\n")).experts_format, "blocks");
+  EXPECT_EQ(parse(kMinimal + std::string("experts_format: int4\nexperts_int4_group: 64\n"
+                                         "experts_int4_symmetric: false\n"))
+                .experts_format,
+            "int4:g64:asym");
+  EXPECT_EQ(parse(kMinimal + std::string("kt_expert_weight_format: int4\n")).experts_format,
+            "int4");
+  EXPECT_EQ(
+      parse(kMinimal + std::string("kt_config:\n  kt_expert_weight_format: INT4\n")).experts_format,
+      "int4");
+  EXPECT_EQ(parse(kMinimal + std::string("experts_format: int4:g128\n")).experts_format,
+            "int4:g128");
+  EXPECT_THROW(parse(kMinimal + std::string("experts_int4_group: 64\n")), Error);
+  EXPECT_THROW(parse(kMinimal + std::string("experts_format: int4\nexperts_int4_group: 48\n")),
+               Error);
+  EXPECT_THROW(parse(kMinimal + std::string("experts_format: int4\nkt_backend: AMXInt8\n")), Error);
+  EXPECT_THROW(parse(kMinimal + std::string("experts_format: int4:g48\n")), Error);
   EXPECT_EQ(parse(kMinimal + std::string("experts_wt_policy: on_demand\n")).experts_wt_policy,
             "on_demand");
   EXPECT_EQ(parse(kMinimal + std::string("experts_wt_policy: background\n")).experts_wt_policy,
@@ -382,7 +401,8 @@ TEST(TrainConfigTest, BadConfigsFailWithUsefulErrors) {
       {"kt_config:\n  kt_expert_weight_format: mxfp4\n",
        "kt_config.kt_expert_weight_format 'mxfp4' is a KTransformers expert format Tandem does not "
        "have"},
-      {"experts_format: fp16\n", "experts_format must be one of auto, bf16, int8, fp8; got 'fp16'"},
+      {"experts_format: fp16\n",
+       "experts_format must be one of auto, bf16, int8, int4, fp8, blocks; got 'fp16'"},
       {"experts_fromat: int8\n",
        "unknown key 'experts_fromat' \u2014 did you mean 'experts_format'?"},
       {"experts_wt_policy: pool\n",

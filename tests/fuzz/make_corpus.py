@@ -178,7 +178,28 @@ def dataset_rows():
     write("dataset_rows", "invalid_csv_quote", b"\x02instruction,output\n\"open,x\n")
 
 
+def block_table():
+    """type index, int4 options, rows, cols (u16), claimed bytes (u32), table: block_table_fuzz.cpp."""
+    import random
+    import struct
+    rng = random.Random(3)
+    # (type index, elems, bytes): Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4, INT4 sym 32 / asym 64
+    for index, name, elems, block_bytes, options in [(0, "q8_0", 32, 34, 0), (1, "q4_0", 32, 18, 0),
+                                                      (2, "q4_k", 256, 144, 0), (3, "q5_k", 256, 176, 0),
+                                                      (4, "q6_k", 256, 210, 0), (5, "iq4_xs", 256, 136, 0),
+                                                      (6, "mxfp4", 32, 17, 0), (7, "int4_g32", 32, 18, 1),
+                                                      (7, "int4_g64_asym", 64, 36, 2 | 8)]:
+        rows, cols = 3, 2 * elems
+        size = rows * (cols // elems) * block_bytes
+        table = bytes(rng.randrange(256) for _ in range(size))
+        header = bytes([index, options]) + struct.pack("<HHI", rows, cols, size)
+        write("block_table", f"valid_{name}", header + table)
+        write("block_table", f"invalid_short_{name}", header[:6] + struct.pack("<I", size - 1) + table)
+        write("block_table", f"invalid_cols_{name}", header[:4] + struct.pack("<HI", cols + 1, size) + table)
+
+
 if __name__ == "__main__":
+    block_table()
     tokenizer_json()
     model_config()
     adapter_config()

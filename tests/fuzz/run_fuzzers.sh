@@ -18,6 +18,7 @@ jobs="${TANDEM_FUZZ_JOBS:-2}"
 targets=(
   safetensors_header
   gguf_header
+  block_table
   openai_request
   http_request
   tokenizer_json

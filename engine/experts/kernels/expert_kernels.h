@@ -49,6 +49,10 @@ using SiluBackwardFn = float (*)(int64_t n, float w, const float* dh, float* g, 
 using AxpyFn = void (*)(int64_t n, float alpha, const float* x, float* y);
 // out [n] f32 = bf16 bits [n] widened.   (gathering bf16 activation rows)
 using WidenBf16Fn = void (*)(int64_t n, const uint16_t* bits, float* out);
+// out [n_blocks · block elems] f32 = n_blocks consecutive blocks of block type `type`
+// (expert_blocks.h; int4: of `int4`'s layout) dequantised.   (tiles of block weights, block_gemm)
+using DequantBlocksFn = void (*)(WeightType type, const Int4Spec& int4, const void* blocks,
+                                 int64_t n_blocks, float* out);
 
 struct ExpertKernels {
   const char* name = "";
@@ -59,6 +63,7 @@ struct ExpertKernels {
   SiluBackwardFn siluBackward = nullptr;
   AxpyFn axpy = nullptr;
   WidenBf16Fn widenBf16 = nullptr;
+  DequantBlocksFn dequantBlocks = nullptr;
 };
 
 // The specification: the "generic" table's entries, public so that the kernel tests hold every
@@ -76,7 +81,22 @@ void siluMul(int64_t n, const float* g, const float* u, float* h);
 float siluBackward(int64_t n, float w, const float* dh, float* g, float* u, float* h);
 void axpy(int64_t n, float alpha, const float* x, float* y);
 void widenBf16(int64_t n, const uint16_t* bits, float* out);
+// Bit-identical to ggml's dequantize_row_* (and gguf-py's) for the GGUF types
+// (ref/block_kernels_ref.cpp, compiled without FMA contraction).
+void dequantBlocks(WeightType type, const Int4Spec& int4, const void* blocks, int64_t n_blocks,
+                   float* out);
 }  // namespace ref
+
+// The ISA block dequantisers (their own files, flags of their ISA): the table entries of
+// avx512Kernels() / avx2Kernels(). Types without a vector version go through ref::dequantBlocks.
+#ifdef TANDEM_EXPERTS_HAVE_AVX512
+void dequantBlocksAvx512(WeightType type, const Int4Spec& int4, const void* blocks,
+                         int64_t n_blocks, float* out);
+#endif
+#ifdef TANDEM_EXPERTS_HAVE_AVX2
+void dequantBlocksAvx2(WeightType type, const Int4Spec& int4, const void* blocks, int64_t n_blocks,
+                       float* out);
+#endif
 
 // The tables, each defined in its ISA file. Calling an ISA's table on a CPU without that ISA is
 // an illegal instruction: dispatch through loraKernels() / the GEMM backends, which check.

@@ -14,12 +14,27 @@
 #include "engine/core/platform/aligned_memory.h"
 #include "engine/core/platform/numa_memory.h"
 #include "engine/core/platform/numa_nodes.h"
+#include "engine/experts/expert_blocks.h"
+#include "engine/experts/kernels/expert_kernels.h"
 
 namespace tandem::experts::kernels {
+
+int64_t SourceMatrix::rowBytes() const {
+  const BlockLayout layout = blockLayout(type, int4);
+  return stride() / layout.elems * layout.bytes;
+}
 
 void dequantise(const SourceMatrix& src, float* w) {
   const int64_t ld = src.stride();
   const auto* bytes = static_cast<const unsigned char*>(src.data);
+  if (isBlockType(src.type)) {
+    const int64_t blocks_per_row = src.cols / blockLayout(src.type, src.int4).elems;
+    for (int64_t r = 0; r < src.rows; ++r) {
+      ref::dequantBlocks(src.type, src.int4, bytes + r * src.rowBytes(), blocks_per_row,
+                         w + r * src.cols);
+    }
+    return;
+  }
   switch (src.type) {
     case WeightType::F32:
       for (int64_t r = 0; r < src.rows; ++r) {
@@ -52,6 +67,7 @@ void dequantise(const SourceMatrix& src, float* w) {
       }
       return;
     }
+    default: return;  // the block types, above
   }
 }
 
@@ -143,6 +159,7 @@ void GemmBackend::gemmColumns(const PackedMatrix&, int64_t, int64_t, int64_t, co
 const GemmBackend* avx512Bf16Gemm() { return nullptr; }
 const GemmBackend* amxBf16Gemm() { return nullptr; }
 const GemmBackend* amxInt8Gemm() { return nullptr; }
+const GemmBackend* amxBlocksGemm() { return nullptr; }
 #endif
 #ifndef TANDEM_EXPERTS_HAVE_ONEDNN  // built without oneDNN (libdnnl-dev)
 const GemmBackend* onednnGemm() { return nullptr; }
@@ -154,6 +171,7 @@ std::vector<const GemmBackend*> candidates(const CpuFeatures& f) {
   std::vector<const GemmBackend*> out;
   if (f.canUseAmxBf16() && amxBf16Gemm()) out.push_back(amxBf16Gemm());
   if (f.canUseAmxInt8() && amxInt8Gemm()) out.push_back(amxInt8Gemm());
+  if (f.canUseAmxBf16() && amxBlocksGemm()) out.push_back(amxBlocksGemm());
   if (f.canUseAvx512Bf16() && avx512Bf16Gemm()) out.push_back(avx512Bf16Gemm());
   if (f.canUseAvx512() && avx512Gemm()) out.push_back(avx512Gemm());
   if (f.canUseAvx2() && avx2Gemm()) out.push_back(avx2Gemm());

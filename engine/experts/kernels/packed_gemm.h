@@ -9,6 +9,8 @@
 //   avx512_bf16   bf16 pairs [n/64][k/2][64][2] (vdpbf16ps)  bf16 pairs    + AVX512_BF16
 //   amx_bf16      bf16 VNNI tiles, 16 k-pairs × 16 cols      bf16 [m, k]   AMX-BF16 (+ permission)
 //   amx_int8      int8 VNNI tiles, 16 k-quads × 16 cols      int8 per row  AMX-INT8
+//   amx_blocks    block table (int4 / GGUF), bf16 tiles      bf16 [m, k]   AMX-BF16
+//                 decoded per call (no pack)
 //   onednn        oneDNN's own blocked layout (reorder)      bf16          oneDNN found at build
 //
 // Every gemm computes c [m, n] (= | +=) a [m, k] f32 · Bᵀ for B [n, k]: the forward projection uses
@@ -45,12 +47,16 @@ struct SourceMatrix {
   int64_t rows = 0, cols = 0;
   int64_t row_stride = 0;      // elements between rows of data; 0: cols (a whole matrix)
   int64_t row0 = 0, col0 = 0;  // the window's origin in the stored matrix (for block_scales)
+  // Block types (expert_blocks.h): data points at the block holding element (row0, col0), col0
+  // and cols are whole blocks, and rows are rowBytes() apart. INT4 only: its group and symmetry.
+  Int4Spec int4;
 
   int64_t stride() const { return row_stride > 0 ? row_stride : cols; }
+  int64_t rowBytes() const;  // bytes between rows of data (any type)
 };
 
 // w [rows, cols] f32 (contiguous) = the source widened (bf16, f16) or dequantised (fp8 · its
-// block's scale).
+// block's scale; block types as the reference kernel decodes them, bit-identical to ggml's).
 void dequantise(const SourceMatrix& src, float* w);
 
 // Per-row symmetric int8: q [rows, cols] and scale [rows] with w ≈ q · scale (scale 1 for a
@@ -180,6 +186,7 @@ const GemmBackend* avx2Gemm();
 const GemmBackend* avx512Bf16Gemm();
 const GemmBackend* amxBf16Gemm();
 const GemmBackend* amxInt8Gemm();
+const GemmBackend* amxBlocksGemm();  // AMX-BF16 tiles decoded from block weights (int4 / blocks)
 const GemmBackend* onednnGemm();
 
 // Best-of-`repeats` TFLOP/s of oneDNN's bf16 matmul on [size]² × [size]², on `threads` OpenMP

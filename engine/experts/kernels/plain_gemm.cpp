@@ -3,10 +3,15 @@
 // same view: Wᵀ is multiplied with the NN kernel instead of being transposed. FP8 sources and the
 // int8 format get an f32 copy of what the weights mean (dequantised, or quantised then
 // dequantised), which is the reference the int8 / fp8 paths of the fast backends are tested
-// against.
+// against. Block weights in the int4 / blocks formats are multiplied on their blocks
+// (block_gemm.h), W and Wᵀ being the same zero-copy view of the table.
 
+#include <string>
 #include <vector>
 
+#include "engine/core/error.h"
+#include "engine/experts/expert_blocks.h"
+#include "engine/experts/kernels/block_gemm.h"
 #include "engine/experts/kernels/expert_kernels.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
@@ -31,6 +36,7 @@ class PlainMatrix final : public PackedMatrix {
   int64_t cols;     // W's row stride in elements (a window's: the stored matrix's)
   bool transposed;  // B = Wᵀ: multiply with matmulNN
   PackedBuffer owned;
+  BlockWeights blocks;  // block types: the table (zero-copy), read by block_gemm.cpp
 };
 
 class PlainGemm final : public GemmBackend {
@@ -43,6 +49,24 @@ class PlainGemm final : public GemmBackend {
   std::unique_ptr<PackedMatrix> pack(const SourceMatrix& src, bool transpose, WeightFormat format,
                                      int node) const override {
     const int64_t n = transpose ? src.cols : src.rows, k = transpose ? src.rows : src.cols;
+    const bool on_blocks = format == WeightFormat::Blocks || format == WeightFormat::Int4;
+    if (isBlockType(src.type) && on_blocks) {  // W and Wᵀ: the same view of the table
+      auto view = std::make_unique<PlainMatrix>(n, k, src.data, src.type, src.stride(), transpose,
+                                                PackedBuffer());
+      view->blocks = {static_cast<const unsigned char*>(src.data),
+                      src.type,
+                      src.int4,
+                      src.rows,
+                      src.cols,
+                      src.rowBytes()};
+      return view;
+    }
+    if (on_blocks) {
+      throw Error(std::string("expert weights in ") + std::string(weightTypeName(src.type)) +
+                      " are not blocks",
+                  "experts_format blocks keeps a GGUF file's quantised experts; use int4 to "
+                  "quantise these at load");
+    }
     const bool zero_copy = src.type != WeightType::FP8_E4M3 && format == WeightFormat::Bf16;
     if (zero_copy) {
       return std::make_unique<PlainMatrix>(n, k, src.data, src.type, src.stride(), transpose,
@@ -72,6 +96,25 @@ class PlainGemm final : public GemmBackend {
                    int64_t lda, float* c, int64_t ldc, bool accumulate,
                    const LowRankAddend* addend) const override {
     const auto& b = static_cast<const PlainMatrix&>(packed);
+    if (b.blocks.data) {
+      if (b.transposed) {
+        blockGemmNN(kernels_, b.blocks, n0, n1, m, a, lda, c, ldc, accumulate);
+      } else {
+        blockGemmNT(kernels_, b.blocks, n0, n1, m, a, lda, c, ldc, accumulate);
+      }
+    } else {
+      plainColumns(b, n0, n1, m, a, lda, c, ldc, accumulate);
+    }
+    // The fp32 backends are the reference: the addend stays a pass of its own (z · bt).
+    if (addend) {
+      kernels_.matmulNN(m, n1 - n0, addend->rank, 1.0f, addend->z, addend->ldz, addend->bt + n0,
+                        WeightType::F32, addend->ldb, c + n0, ldc, true);
+    }
+  }
+
+ private:
+  void plainColumns(const PlainMatrix& b, int64_t n0, int64_t n1, int64_t m, const float* a,
+                    int64_t lda, float* c, int64_t ldc, bool accumulate) const {
     const auto* w = static_cast<const char*>(b.data);
     const int64_t elem = weightTypeBytes(b.type), n = n1 - n0;
     if (b.transposed) {  // c = a · W, W [k, n]
@@ -81,14 +124,8 @@ class PlainGemm final : public GemmBackend {
       kernels_.matmulNT(m, n, b.k(), 1.0f, a, lda, w + n0 * b.cols * elem, b.type, b.cols, c + n0,
                         ldc, accumulate);
     }
-    // The fp32 backends are the reference: the addend stays a pass of its own (z · bt).
-    if (addend) {
-      kernels_.matmulNN(m, n, addend->rank, 1.0f, addend->z, addend->ldz, addend->bt + n0,
-                        WeightType::F32, addend->ldb, c + n0, ldc, true);
-    }
   }
 
- private:
   const ExpertKernels& kernels_;
 };
 

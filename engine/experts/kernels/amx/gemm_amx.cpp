@@ -36,9 +36,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "engine/core/error.h"
 #include "engine/core/float_convert.h"
+#include "engine/experts/expert_blocks.h"
+#include "engine/experts/kernels/expert_kernels.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
 #define TANDEM_AMX __attribute__((target("amx-tile,amx-bf16,amx-int8")))
@@ -340,7 +344,110 @@ class AmxGemm final : public GemmBackend {
   }
 };
 
+// amx_blocks: block weights (WeightFormat::Blocks / Int4, expert_blocks.h) on AMX-BF16 tiles. The
+// pack is a zero-copy view of the one block table (W and Wᵀ alike); each call decodes the part of
+// B its output columns need into f32 with the AVX-512 block decoder, rounds it into bf16 VNNI tiles
+// in a per-thread buffer, and runs the amx_bf16 tile loop on them. So the backward keeps no
+// transposed copy, and the decode (n · k per call) is amortised over the call's m rows.
+class AmxBlockMatrix final : public PackedMatrix {
+ public:
+  AmxBlockMatrix(int64_t n, int64_t k, const SourceMatrix& src, bool transposed)
+      : PackedMatrix(n, k), src(src), transposed(transposed) {}
+  uint64_t bytes() const override { return 0; }
+  SourceMatrix src;  // W [rows, cols] as blocks
+  bool transposed;   // B = Wᵀ
+};
+
+class AmxBlocksGemm final : public GemmBackend {
+ public:
+  const char* name() const override { return "amx_blocks"; }
+  bool supports(WeightFormat format) const override {
+    return format == WeightFormat::Blocks || format == WeightFormat::Int4;
+  }
+  int64_t rowBlock() const override { return 128; }
+  int64_t columnBlock() const override { return 32; }
+
+  std::unique_ptr<PackedMatrix> pack(const SourceMatrix& src, bool transpose, WeightFormat,
+                                     int) const override {
+    if (!isBlockType(src.type)) {
+      throw Error(
+          "amx_blocks multiplies block weights only, not " + std::string(weightTypeName(src.type)),
+          "use experts_format int4 or blocks, or another backend");
+    }
+    return std::make_unique<AmxBlockMatrix>(transpose ? src.cols : src.rows,
+                                            transpose ? src.rows : src.cols, src, transpose);
+  }
+
+  void gemmColumns(const PackedMatrix& packed, int64_t n0, int64_t n1, int64_t m, const float* a,
+                   int64_t lda, float* c, int64_t ldc, bool accumulate,
+                   const LowRankAddend* addend) const override {
+    if (m <= 0 || n1 <= n0) return;
+    const auto& b = static_cast<const AmxBlockMatrix&>(packed);
+    const int64_t n = n1 - n0, k = b.k();
+    // B[n0:n1, :] in f32 [n, k] (slot 1), then as bf16 tiles of a pack of n columns.
+    auto* rows = static_cast<float*>(threadArena(1, static_cast<size_t>(n * k) * 4));
+    decodeColumns(b, n0, n1, rows);
+    AmxMatrix<false> tiles(n, k, -1);
+    for (int64_t nb = 0; nb < tiles.n_blocks; ++nb) {
+      for (int64_t kt = 0; kt < tiles.k_tiles; ++kt) {
+        char* tile = const_cast<char*>(tiles.tile(nb, kt));
+        for (int64_t r = 0; r < kTileRows; ++r) {
+          for (int64_t j = 0; j < 16; ++j) {
+            for (int64_t e = 0; e < 2; ++e) {
+              const int64_t col = nb * 16 + j, kk = kt * 32 + r * 2 + e;
+              const float v = col < n && kk < k ? rows[col * k + kk] : 0.0f;
+              const uint16_t bits = floatToBf16(v);
+              std::memcpy(tile + r * kTileBytes + (j * 2 + e) * 2, &bits, 2);
+            }
+          }
+        }
+      }
+    }
+    const int64_t m_pad = (m + 15) / 16 * 16, k_pad = tiles.k_tiles * 32;
+    char* a_packed = static_cast<char*>(threadArena(0, static_cast<size_t>(m_pad * k_pad * 2)));
+    activationsBf16(a, lda, m, k, m_pad, k_pad, reinterpret_cast<uint16_t*>(a_packed));
+    LowRankAddend shifted;
+    if (addend) {
+      shifted = *addend;
+      shifted.bt = addend->bt + n0;
+    }
+    auto* acc =
+        static_cast<char*>(threadArena(2, static_cast<size_t>((m + 31) / 32) * 32 * 32 * 4));
+    tileLoop<false>(tiles, a_packed, m, k_pad * 2, c + n0, ldc, accumulate, nullptr, acc,
+                    addend ? &shifted : nullptr, 0, n);
+  }
+
+ private:
+  // out [n1 − n0, k] = B[n0:n1, :] in f32. B = W: rows n0..n1 of W, decoded whole. B = Wᵀ: the
+  // blocks of every row of W over columns [n0, n1), transposed into place.
+  static void decodeColumns(const AmxBlockMatrix& b, int64_t n0, int64_t n1, float* out) {
+    const SourceMatrix& w = b.src;
+    const BlockLayout layout = blockLayout(w.type, w.int4);
+    const auto* base = static_cast<const unsigned char*>(w.data);
+    if (!b.transposed) {
+      for (int64_t j = n0; j < n1; ++j) {
+        dequantBlocksAvx512(w.type, w.int4, base + j * w.rowBytes(), w.cols / layout.elems,
+                            out + (j - n0) * w.cols);
+      }
+      return;
+    }
+    const int64_t first = n0 / layout.elems, end = (n1 + layout.elems - 1) / layout.elems;
+    const int64_t width = (end - first) * layout.elems, skip = n0 - first * layout.elems;
+    std::vector<float> row(static_cast<size_t>(width));
+    for (int64_t p = 0; p < w.rows; ++p) {
+      dequantBlocksAvx512(w.type, w.int4, base + p * w.rowBytes() + first * layout.bytes,
+                          end - first, row.data());
+      for (int64_t j = 0; j < n1 - n0; ++j) out[j * w.rows + p] = row[skip + j];
+    }
+  }
+};
+
 }  // namespace
+
+const GemmBackend* amxBlocksGemm() {
+  static const AmxBlocksGemm backend;
+  return &backend;
+}
 
 const GemmBackend* amxBf16Gemm() {
   static const AmxGemm<false> backend;

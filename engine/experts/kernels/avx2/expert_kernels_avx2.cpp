@@ -468,7 +468,8 @@ const ExpertKernels& avx2Kernels() {
                                         .siluMul = avx2::siluMul,
                                         .siluBackward = avx2::siluBackward,
                                         .axpy = avx2::axpy,
-                                        .widenBf16 = avx2::widenBf16};
+                                        .widenBf16 = avx2::widenBf16,
+                                        .dequantBlocks = dequantBlocksAvx2};
   return kTable;
 }
 

@@ -289,7 +289,8 @@ const ExpertKernels& avx512Kernels() {
                                         .siluMul = avx512::siluMul,
                                         .siluBackward = avx512::siluBackward,
                                         .axpy = avx512::axpy,
-                                        .widenBf16 = avx512::widenBf16};
+                                        .widenBf16 = avx512::widenBf16,
+                                        .dequantBlocks = dequantBlocksAvx512};
   return kTable;
 }
 

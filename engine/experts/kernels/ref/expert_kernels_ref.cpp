@@ -112,7 +112,8 @@ const ExpertKernels& genericKernels() {
                                         .siluMul = ref::siluMul,
                                         .siluBackward = ref::siluBackward,
                                         .axpy = ref::axpy,
-                                        .widenBf16 = ref::widenBf16};
+                                        .widenBf16 = ref::widenBf16,
+                                        .dequantBlocks = ref::dequantBlocks};
   return kTable;
 }
 

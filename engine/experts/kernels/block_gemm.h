@@ -1,0 +1,36 @@
+#pragma once
+// The GEMMs on block weights (expert_blocks.h) behind the fp32 backends (plain_gemm.cpp): a tile
+// of W's blocks is dequantised into a small per-thread f32 buffer (threadArena slot 0) by the
+// table's dequantBlocks, then multiplied by the table's fp32 matmul. The forward (x Wᵀ) decodes
+// whole rows of W; the input gradient (dY W) decodes rows [p, p + kBlockTileRows) of W restricted
+// to the blocks covering the requested columns. Both read the one table: no transposed copy of
+// W exists at any precision.
+
+#include <cstdint>
+
+#include "engine/experts/expert_types.h"
+#include "engine/experts/kernels/expert_kernels.h"
+
+namespace tandem::experts::kernels {
+
+// W [rows, cols] as blocks along cols; rows are row_bytes apart.
+struct BlockWeights {
+  const unsigned char* data = nullptr;
+  WeightType type = WeightType::Q4_K;
+  Int4Spec int4;
+  int64_t rows = 0, cols = 0;
+  int64_t row_bytes = 0;
+};
+
+// Rows of W per tile of the input gradient: fixed, so every output element sums its k terms in
+// the same tiles whatever column range a call covers (column splits stay bitwise the same).
+inline constexpr int64_t kBlockTileRows = 16;
+
+// c [m, n1 − n0] at c + n0 (= | +=) a [m, cols] · W[n0:n1, :]ᵀ.   (forward: B = W)
+void blockGemmNT(const ExpertKernels& kernels, const BlockWeights& w, int64_t n0, int64_t n1,
+                 int64_t m, const float* a, int64_t lda, float* c, int64_t ldc, bool accumulate);
+// c [m, n1 − n0] at c + n0 (= | +=) a [m, rows] · W[:, n0:n1].   (input gradient: B = Wᵀ)
+void blockGemmNN(const ExpertKernels& kernels, const BlockWeights& w, int64_t n0, int64_t n1,
+                 int64_t m, const float* a, int64_t lda, float* c, int64_t ldc, bool accumulate);
+
+}  // namespace tandem::experts::kernels
