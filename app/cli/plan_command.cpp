@@ -232,19 +232,14 @@ void runPlan(const PlanOptions& o) {
                     {"lora_gradient_bytes", job.gradient_bytes},
                     {"allreduce_bytes_per_rank", job.traffic_bytes_per_rank}};
     }
-    std::printf("%s
-", out.dump(2).c_str());
+    std::printf("%s\n", out.dump(2).c_str());
   } else {
     printHuman(plan, config, model, hw, o.chat_context);
     if (!lora_experts.reason.empty())
-      std::printf("
-LoRA experts  %s
-", lora_experts.reason.c_str());
+      std::printf("\nLoRA experts  %s\n", lora_experts.reason.c_str());
     if (distributed) {
-      std::printf("
-");
-      for (const std::string& line : job.lines) std::printf("%s
-", line.c_str());
+      std::printf("\n");
+      for (const std::string& line : job.lines) std::printf("%s\n", line.c_str());
     }
     if (!o.rules_out.empty())
       std::printf("\nwrote the placement as a KTransformers rule file: %s\n", o.rules_out.c_str());

@@ -155,7 +155,9 @@ placement::PlanRequest planRequestFor(const ModelRequest& request, const io::Mod
                     shortDtype(config.dtype) + " (its config.json has no fp8 quantization_config)",
                 "use experts_format: auto, bf16 or int8 (int8 quantises the experts at load)");
   }
-  if (request.experts_format != "auto") r.expert_weight_format = request.experts_format;
+  // "blocks" keeps a GGUF's own block types: the planner's default for such a checkpoint.
+  if (request.experts_format != "auto" && request.experts_format != "blocks")
+    r.expert_weight_format = request.experts_format;
   if (request.experts_mode == "gpu-offload") {
     // Offload mode streams (and keeps resident) the experts in the format the CPU backend would
     // pack them in; the planner then charges the pinned host copy, the offload buffers and the
