@@ -229,3 +229,19 @@ def test_lora_experts_auto_is_sized_from_the_spare_gpu_memory(tmp_path):
                            "--hardware", str(h200)], capture_output=True, text=True, timeout=120)
     assert text.returncode == 0 and "LoRA experts  lora_experts: auto: 8 path(s)" in text.stdout, text.stdout
 
+
+
+@pytest.mark.parametrize("keys, format, group_bytes", [
+    ({"experts_format": "int4"}, "int4", (32, 18)),
+    ({"experts_format": "int4", "experts_int4_group": 64, "experts_int4_symmetric": "false"}, "int4:g64:asym", (64, 36)),
+    ({"kt_expert_weight_format": "INT4"}, "int4", (32, 18)),
+])
+def test_int4_asked_for_is_planned_with_its_group_bytes(tmp_path, keys, format, group_bytes):
+    """experts_format as the engine folds it (int4:g64:asym) is a format the planner charges: the
+    routed experts at group_bytes[1] bytes per group_bytes[0] weights, no transposed copy."""
+    result = plan(config(tmp_path, "qwen3-30b-a3b.json", **keys), "--hardware", "1x4090-24g_xeon-w7-spr_256g")
+    routed = [m for m in result["placement"] if m["kind"] == "routed_experts"]
+    assert {m["weight_format"] for m in routed} == {format}
+    weights_per_byte = group_bytes[1] / group_bytes[0]
+    assert host_item(result, "routed experts " + format) == expert_bytes("qwen3-30b-a3b.json", weights_per_byte, result["placement"])
+    assert sum(d["bytes"]["packed_wt"] for d in result["devices"]) == 0

@@ -25,34 +25,13 @@ from safetensors.torch import load_file
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "gguf_support"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import llama_reference as L  # noqa: E402
+from test_gguf_model import TRAIN_YAML as GGUF_TRAIN_YAML  # noqa: E402
 
 TANDEM = os.environ.get("TANDEM_BIN")
 SIZES = {"hidden_size": 256, "moe_intermediate_size": 256, "intermediate_size": 256}
 
-TRAIN_YAML = """\
-model_name_or_path: {model}
-stage: sft
-do_train: true
-finetuning_type: lora
-lora_target: all
-lora_rank: 4
-lora_alpha: 8
-dataset: identity
-dataset_dir: {data}
-template: qwen3_nothink
-cutoff_len: 64
-max_samples: 8
-output_dir: {out}
-overwrite_output_dir: true
-per_device_train_batch_size: 2
-gradient_accumulation_steps: 1
-learning_rate: 1.0e-2
-num_train_epochs: 1
-max_steps: 6
-logging_steps: 1
-save_steps: 100
-seed: 1
-"""
+# test_gguf_model's training config, for six steps instead of three.
+TRAIN_YAML = GGUF_TRAIN_YAML.replace("max_steps: 3\n", "max_steps: 6\n")
 
 
 @pytest.fixture(scope="module")
