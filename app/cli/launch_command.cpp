@@ -18,31 +18,18 @@
 
 #include "app/cli/commands.h"
 #include "engine/core/error.h"
+#include "engine/core/platform/child_processes.h"
+#include "engine/core/platform/interrupt.h"
 #include "engine/gpu/torch_runtime.h"
 #include "engine/train/distributed_env.h"
-
-#ifndef _WIN32
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-extern char** environ;
-#endif
 
 namespace tandem::cli {
 
 namespace {
 
-#ifndef _WIN32
+std::atomic<int> g_interrupts{0};
 
-std::atomic<int> g_pending_signal{0};
-std::atomic<int> g_signals_seen{0};
-
-void onSignal(int signal_number) {
-  g_pending_signal.store(signal_number);
-  g_signals_seen.fetch_add(1);
-}
+void onInterrupt() { g_interrupts.fetch_add(1); }
 
 // The environment of one rank: ours, less the variables the launcher sets, plus those. With a
 // GPU for each local rank (and no CUDA_VISIBLE_DEVICES of the user's), rank k sees GPU k alone,
@@ -56,8 +43,7 @@ std::vector<std::string> rankEnvironment(const train::LaunchPlan& plan, int loca
     overrides.emplace_back("TANDEM_GPU_PER_RANK", "1");  // for the process group's log line
   }
   std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    const std::string entry = *e;
+  for (const std::string& entry : platform::processEnvironment()) {
     const std::string name = entry.substr(0, entry.find('='));
     bool replaced = name == "FORCE_TORCHRUN";  // the children are ranks, not launchers
     for (const auto& [key, value] : overrides) replaced = replaced || key == name;
@@ -67,38 +53,15 @@ std::vector<std::string> rankEnvironment(const train::LaunchPlan& plan, int loca
   return env;
 }
 
-pid_t spawnRank(const train::LaunchPlan& plan, int local_rank, int gpus,
-                const std::vector<std::string>& command, pid_t group) {
+// The ranks get a process group of their own: a terminal's Ctrl-C reaches this launcher alone,
+// which passes it on once (a second one would mean "cancel" to `tandem train`).
+int64_t spawnRank(const train::LaunchPlan& plan, int local_rank, int gpus,
+                  const std::vector<std::string>& command, int64_t group) {
   std::vector<std::string> args{"tandem"};
   args.insert(args.end(), command.begin(), command.end());
-  std::vector<char*> argv, envp;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env = rankEnvironment(plan, local_rank, gpus);
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  // The ranks get a process group of their own: a terminal's Ctrl-C reaches this launcher
-  // alone, which passes it on once (a second one would mean "cancel" to `tandem train`).
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, group);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, "/proc/self/exe", nullptr, &attr, argv.data(), envp.data());
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) {
-    throw Error("cannot start local rank " + std::to_string(local_rank) + ": " + std::strerror(rc));
-  }
-  return pid;
+  return platform::spawnSelf(args, rankEnvironment(plan, local_rank, gpus), group,
+                             "local rank " + std::to_string(local_rank));
 }
-
-int exitCodeOf(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
-}
-
-#endif
 
 }  // namespace
 
@@ -108,29 +71,18 @@ int launchRanks(const train::LaunchPlan& plan, const std::vector<std::string>& c
     throw Error("tandem launch starts `train`: nothing else runs as ranks of a job",
                 "tandem launch ... -- train CONFIG.yaml [key=value ...]");
   }
-#ifdef _WIN32
-  throw Error("tandem launch is not available on Windows",
-              "start each rank with RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT set");
-#else
   const int first_rank = plan.node_rank * plan.nproc_per_node;
   std::fprintf(stderr, "launching ranks %d..%d of %d on this node (rendezvous %s:%d)\n", first_rank,
                first_rank + plan.nproc_per_node - 1, plan.nnodes * plan.nproc_per_node,
                plan.master_addr.c_str(), plan.master_port);
-  struct sigaction action {};
-  action.sa_handler = onSignal;
-  sigemptyset(&action.sa_mask);
-  struct sigaction old_int {
-  }, old_term{};
-  sigaction(SIGINT, &action, &old_int);
-  sigaction(SIGTERM, &action, &old_term);
+  platform::ScopedInterruptHandler interrupt(onInterrupt,
+                                             platform::InterruptKinds::CtrlCAndTerminate);
   const int gpus =
       plan.nproc_per_node > 1 ? static_cast<int>(gpu::probeTorchRuntime().gpus.size()) : 0;
-  std::vector<pid_t> children;
-  std::vector<int> local_rank_of;
+  std::vector<int64_t> children;
   for (int local = 0; local < plan.nproc_per_node; ++local) {
     children.push_back(
         spawnRank(plan, local, gpus, command, children.empty() ? 0 : children.front()));
-    local_rank_of.push_back(local);
   }
   std::optional<int> failure;  // the first failing rank's exit code
   size_t running = children.size();
@@ -138,25 +90,22 @@ int launchRanks(const train::LaunchPlan& plan, const std::vector<std::string>& c
   auto failed_at = std::chrono::steady_clock::time_point();
   bool terminated = false;
   while (running > 0) {
-    const int seen = g_signals_seen.load();
-    if (seen > forwarded) {  // each signal once to every rank still running
+    const int seen = g_interrupts.load();
+    if (seen > forwarded) {  // each Ctrl-C / SIGTERM once to every rank still running
       forwarded = seen;
-      for (pid_t child : children)
-        if (child > 0) kill(child, g_pending_signal.load());
+      for (int64_t child : children)
+        if (child > 0) platform::interruptProcess(child);
     }
-    int status = 0;
-    const pid_t done = waitpid(-1, &status, WNOHANG);
-    if (done > 0) {
-      for (size_t i = 0; i < children.size(); ++i) {
-        if (children[i] != done) continue;
-        children[i] = -1;
+    if (const std::optional<platform::ChildExit> done = platform::reapEndedChild()) {
+      for (size_t local = 0; local < children.size(); ++local) {
+        if (children[local] != done->pid) continue;
+        children[local] = -1;
         --running;
-        const int code = exitCodeOf(status);
-        if (code != 0 && !failure) {
-          failure = code;
+        if (done->exit_code != 0 && !failure) {
+          failure = done->exit_code;
           failed_at = std::chrono::steady_clock::now();
-          std::fprintf(stderr, "rank %d (local rank %d) exited with status %d\n",
-                       first_rank + local_rank_of[i], local_rank_of[i], code);
+          std::fprintf(stderr, "rank %d (local rank %zu) exited with status %d\n",
+                       first_rank + static_cast<int>(local), local, done->exit_code);
         }
       }
       continue;
@@ -166,15 +115,12 @@ int launchRanks(const train::LaunchPlan& plan, const std::vector<std::string>& c
     if (failure && !terminated &&
         std::chrono::steady_clock::now() - failed_at > std::chrono::seconds(30)) {
       terminated = true;
-      for (pid_t child : children)
-        if (child > 0) kill(child, SIGKILL);
+      for (int64_t child : children)
+        if (child > 0) platform::killProcess(child);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
   return failure.value_or(0);
-#endif
 }
 
 std::optional<int> launchIfForced(int argc, char** argv) {

@@ -10,11 +10,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/detail/CUDAHooksInterface.h>
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -25,6 +20,8 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/platform/process_info.h"
+#include "engine/core/platform/tcp_listen.h"
 #include "engine/model/process_group_tensors.h"
 
 #ifdef TANDEM_HAVE_C10D_GLOO
@@ -45,12 +42,6 @@ struct PeerInfo {
   long pid = 0;
 };
 
-std::string hostName() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
 bool isLoopback(const std::string& address) {
   return address == "localhost" || address == "::1" || address.rfind("127.", 0) == 0;
 }
@@ -64,62 +55,11 @@ std::string firstLine(const std::string& text) {
   return line;
 }
 
-// A listening socket on exactly `address`:`port` for the TCPStore server to take over: c10d's
-// own server would listen on every interface.
-int listenOn(const std::string& address, int port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string port_text = std::to_string(port);
-  if (const int rc = getaddrinfo(address.c_str(), port_text.c_str(), &hints, &found); rc != 0) {
-    throw Error("cannot resolve MASTER_ADDR " + address + ": " + gai_strerror(rc),
-                "set MASTER_ADDR to rank 0's address (an IP or a host name this machine resolves)");
-  }
-  std::string failure;
-  for (addrinfo* a = found; a; a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 1024) == 0) {
-      freeaddrinfo(found);
-      return fd;
-    }
-    failure = std::strerror(errno);
-    close(fd);
-  }
-  freeaddrinfo(found);
-  throw Error("rank 0 cannot listen on " + address + ":" + port_text +
-                  " for the job's rendezvous: " + failure,
-              "MASTER_ADDR must be an address of rank 0's machine and MASTER_PORT a free port "
-              "there (`tandem launch` on node 0 with --master ADDR:PORT)");
-}
-
 // The address of this machine that reaches `master` (the route's source address): the Gloo
 // device binds there, a specific interface instead of whatever the host name resolves to.
 std::string localAddressTowards(const std::string& master, int port) {
   if (isLoopback(master)) return master == "localhost" ? "127.0.0.1" : master;
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(master.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return {};
-  std::string local;
-  const int fd = socket(found->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  sockaddr_storage self{};
-  socklen_t len = sizeof self;
-  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) == 0) {
-    char text[INET6_ADDRSTRLEN] = {};
-    const void* raw =
-        self.ss_family == AF_INET6
-            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&self)->sin6_addr)
-            : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&self)->sin_addr);
-    if (inet_ntop(self.ss_family, raw, text, sizeof text)) local = text;
-  }
-  if (fd >= 0) close(fd);
-  freeaddrinfo(found);
-  return local;
+  return platform::localAddressTowards(master, port);
 }
 
 // Why Gloo carries GPU gradients (through host copies) instead of NCCL.
@@ -151,13 +91,12 @@ struct ProcessGroup::Impl {
   // this host those whose process is gone; with two ranks, the other one.
   std::string suspects(const std::string& message) const {
     std::vector<int> named, gone;
-    const std::string here = hostName();
+    const std::string here = platform::hostName();
     for (const auto& [rank, peer] : peers) {
       if (rank == options.rank) continue;
       if (!peer.address.empty() && message.find("[" + peer.address + "]") != std::string::npos)
         named.push_back(rank);
-      if (peer.host == here && peer.pid > 0 && kill(static_cast<pid_t>(peer.pid), 0) != 0 &&
-          errno == ESRCH)
+      if (peer.host == here && peer.pid > 0 && platform::processIsGone(peer.pid))
         gone.push_back(rank);
     }
     std::vector<int> ranks = !gone.empty() ? gone : named;
@@ -208,13 +147,14 @@ std::unique_ptr<ProcessGroup> ProcessGroup::join(const ProcessGroupOptions& opti
   store_options.numWorkers = static_cast<size_t>(options.world_size);
   store_options.timeout = options.timeout;
   if (store_options.isServer)
-    store_options.masterListenFd = listenOn(options.master_addr, options.master_port);
+    store_options.masterListenFd = platform::listenTcp(options.master_addr, options.master_port);
   const std::string address = localAddressTowards(options.master_addr, options.master_port);
   try {
     impl->store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
     // Each rank says who it is, then reads everyone's: failures later name ranks from this table.
     impl->store->set("tandem/rank/" + std::to_string(options.rank),
-                     bytesOf(hostName() + "\n" + address + "\n" + std::to_string(getpid())));
+                     bytesOf(platform::hostName() + "\n" + address + "\n" +
+                             std::to_string(platform::currentProcessId())));
     for (int r = 0; r < options.world_size; ++r) {
       const std::vector<uint8_t> raw = impl->store->get("tandem/rank/" + std::to_string(r));
       std::istringstream in(std::string(raw.begin(), raw.end()));
