@@ -17,14 +17,6 @@ struct GgufLoraPair {
   at::Tensor b;
 };
 
-// The converter's rope permutation of output rows (what GgufModel::read undoes): HF row
-// (head h, half s, j) is stored at row (h, j, s).
-at::Tensor permuteRopeRows(const at::Tensor& b, int heads) {
-  const int64_t rows = b.size(0);
-  const int64_t half = rows / heads / 2;
-  return b.reshape({heads, 2, half, b.size(1)}).transpose(1, 2).reshape({rows, b.size(1)});
-}
-
 // The inverse: HF rows from the GGUF's stored order.
 at::Tensor unpermuteRopeRows(const at::Tensor& b, int heads) {
   const int64_t rows = b.size(0);
@@ -43,6 +35,12 @@ std::vector<int64_t> ggmlOrder(const at::Tensor& t) {
 }
 
 }  // namespace
+
+at::Tensor permuteRopeRows(const at::Tensor& b, int heads) {
+  const int64_t rows = b.size(0);
+  const int64_t half = rows / heads / 2;
+  return b.reshape({heads, 2, half, b.size(1)}).transpose(1, 2).reshape({rows, b.size(1)});
+}
 
 void writeGgufLora(const PeftAdapter& adapter, const io::GgufModel& base,
                    const std::filesystem::path& path) {

@@ -16,6 +16,10 @@
 
 namespace tandem::model {
 
+// The converter's rope permutation of output rows (what GgufModel::read undoes): HF row
+// (head h, half s, j) of `b` [rows, cols] is stored at row (h, j, s).
+at::Tensor permuteRopeRows(const at::Tensor& b, int heads);
+
 // Writes `adapter` (read with readPeftAdapter against the base's config) as a llama.cpp LoRA for
 // `base`, atomically. Every LoRA pair must adapt a tensor `base` holds; a routed-expert LoRA needs
 // every expert of its layer. Errors name the module and say what to do.
