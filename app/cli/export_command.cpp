@@ -1,6 +1,9 @@
-// `tandem export --adapter DIR --model BASE.gguf [--out FILE]`: a PEFT LoRA adapter (Tandem's or
-// PEFT's) as a LoRA GGUF that llama.cpp loads on that base (`llama-cli -m BASE.gguf --lora FILE`).
-// A training run on a GGUF model writes this file by itself (OUTPUT_DIR/adapter_model.gguf).
+// `tandem export`: an adapter made deployable (docs/export.md).
+//   without --merge: a PEFT LoRA adapter (Tandem's or PEFT's) as a LoRA GGUF that llama.cpp loads
+//     on its GGUF base (`llama-cli -m BASE.gguf --lora FILE`), and an Ollama Modelfile with an
+//     ADAPTER line beside it. A training run on a GGUF model writes this file by itself.
+//   --merge --format hf|gguf [--quant f16|q8_0|q4_k_m]: the base with the LoRA merged in, as a
+//     Hugging Face folder or a GGUF file (+ Modelfile) in a new folder --out.
 
 #include <cstdio>
 #include <memory>
@@ -8,54 +11,117 @@
 
 #include "app/cli/commands.h"
 #include "engine/core/error.h"
+#include "engine/infer/deploy_export.h"
 #include "engine/model/adapter_files.h"
 
 namespace tandem::cli {
 namespace {
 
 struct ExportOptions {
-  std::string adapter, model, out;
+  std::string adapter, model, out, format = "gguf", quant = "f16", template_name;
+  bool merge = false;
   bool drop_lora_experts = false;
 };
 
-void runExport(const ExportOptions& o) {
-  // A LoRA GGUF has no place for LoRA experts (docs/peft_formats.md §5): never silently a
-  // different model.
-  if (model::adapterHasLoraExperts(o.adapter)) {
-    if (!o.drop_lora_experts) {
-      throw Error(o.adapter + " has LoRA experts (lora_experts.safetensors), which a llama.cpp " +
-                      "LoRA GGUF cannot hold: llama.cpp would run a different model",
-                  "use the adapter with Tandem (chat, serve), or pass --drop-lora-experts to "
-                  "export the LoRA part alone");
-    }
-    std::fprintf(stderr,
-                 "warning: exporting %s WITHOUT its LoRA experts: llama.cpp with this file is a "
-                 "different model from the one trained (its answers will differ from Tandem's)\n",
-                 o.adapter.c_str());
+// A LoRA GGUF or a merged model has no place for LoRA experts (docs/peft_formats.md §5): never
+// silently a different model.
+void checkLoraExperts(const ExportOptions& o) {
+  if (!model::adapterHasLoraExperts(o.adapter)) return;
+  if (!o.drop_lora_experts) {
+    throw Error(
+        o.adapter + " has LoRA experts (lora_experts.safetensors), which " +
+            (o.merge ? std::string("a merged model") : std::string("a llama.cpp LoRA GGUF")) +
+            " cannot hold: llama.cpp would run a different model",
+        "use the adapter with Tandem (chat, serve), or pass --drop-lora-experts to "
+        "export the LoRA part alone");
   }
+  std::fprintf(stderr,
+               "warning: exporting %s WITHOUT its LoRA experts: llama.cpp with this file is a "
+               "different model from the one trained (its answers will differ from Tandem's)\n",
+               o.adapter.c_str());
+}
+
+void runLoraExport(const ExportOptions& o) {
   const std::filesystem::path out = o.out.empty()
                                         ? std::filesystem::path(o.adapter) / "adapter_model.gguf"
                                         : std::filesystem::path(o.out);
   model::exportLlamaCppAdapter(o.adapter, o.model, out);
-  std::printf("wrote %s (llama-cli -m %s --lora %s)\n", out.c_str(), o.model.c_str(), out.c_str());
+  const std::filesystem::path modelfile = out.parent_path() / "Modelfile";
+  infer::writeOllamaModelfile(modelfile, std::filesystem::absolute(o.model).string(),
+                              "./" + out.filename().string(), o.model, o.template_name);
+  std::printf("wrote %s (llama-cli -m %s --lora %s)\nwrote %s (ollama create NAME -f %s)\n",
+              out.c_str(), o.model.c_str(), out.c_str(), modelfile.c_str(), modelfile.c_str());
+}
+
+// At most four lines a second, and always the last one.
+void printProgress(const model::ExportProgress& p) {
+  static double last_s = -1;
+  if (p.tensors_done != p.tensors_total && last_s >= 0 && p.elapsed_s - last_s < 0.25) return;
+  last_s = p.elapsed_s;
+  const double mb = static_cast<double>(p.bytes_written) / 1e6;
+  const double mb_s = p.elapsed_s > 0 ? mb / p.elapsed_s : 0.0;
+  std::fprintf(stderr, "\r[%lld/%lld tensors] %.0f MB  %.1f MB/s  %-48.48s",
+               static_cast<long long>(p.tensors_done), static_cast<long long>(p.tensors_total), mb,
+               mb_s, p.tensor.c_str());
+  if (p.tensors_done == p.tensors_total) std::fprintf(stderr, "\n");
+}
+
+void runMergedExport(const ExportOptions& o) {
+  model::MergedExportRequest request;
+  request.adapter = o.adapter;
+  request.base = o.model;
+  request.format = model::parseExportFormat(o.format);
+  request.quant = model::parseGgufQuant(o.quant);
+  request.drop_lora_experts = o.drop_lora_experts;
+  request.out_dir = o.out.empty() ? infer::defaultExportDir(request) : std::filesystem::path(o.out);
+  const infer::DeployExportResult result =
+      infer::exportMerged(request, o.template_name, printProgress, {});
+  std::printf("merged %lld LoRA modules into %lld tensors: %s\n",
+              static_cast<long long>(result.merge.merged_modules),
+              static_cast<long long>(result.merge.tensors), result.out_dir.c_str());
+  if (!result.modelfile.empty()) {
+    std::printf("ollama: cd %s && ollama create NAME -f Modelfile  (template %s)\n",
+                result.out_dir.c_str(), result.template_name.c_str());
+  }
+}
+
+void runExport(const ExportOptions& o) {
+  checkLoraExperts(o);
+  if (o.merge)
+    runMergedExport(o);
+  else
+    runLoraExport(o);
 }
 
 }  // namespace
 
 void addExportCommand(CLI::App& app) {
-  auto* command =
-      app.add_subcommand("export", "Write a LoRA adapter as a GGUF file for llama.cpp (--lora)");
+  auto* command = app.add_subcommand(
+      "export",
+      "Write an adapter for deployment: a llama.cpp LoRA GGUF, or with --merge the base with the "
+      "LoRA merged in (Hugging Face folder or GGUF), each with an Ollama Modelfile");
   auto o = std::make_shared<ExportOptions>();
   command
       ->add_option("--adapter", o->adapter,
                    "PEFT LoRA adapter dir (adapter_config.json + adapter_model.safetensors)")
       ->required();
-  command->add_option("--model", o->model, "the GGUF base model the adapter is for (.gguf file)")
+  command
+      ->add_option("--model", o->model,
+                   "the base model: a GGUF file (LoRA export, --format gguf) or an HF folder "
+                   "(--format hf)")
       ->required();
   command->add_option("--out", o->out,
-                      "the .gguf file to write (default: ADAPTER/adapter_model.gguf)");
+                      "LoRA export: the .gguf file (default ADAPTER/adapter_model.gguf); "
+                      "--merge: a new folder (default ADAPTER/merged-hf or merged-gguf-QUANT)");
+  command->add_flag("--merge", o->merge, "write the base with the LoRA merged into its weights");
+  command->add_option("--format", o->format, "with --merge: hf or gguf (default gguf)")
+      ->check(CLI::IsMember({"hf", "gguf"}));
+  command->add_option("--quant", o->quant, "with --format gguf: f16, q8_0 or q4_k_m (default f16)")
+      ->check(CLI::IsMember({"f16", "q8_0", "q4_k_m"}));
+  command->add_option("--template", o->template_name,
+                      "chat template for the Modelfile (default: the model family's)");
   command->add_flag("--drop-lora-experts", o->drop_lora_experts,
-                    "Export an adapter trained with lora_experts without them (the GGUF is then "
+                    "Export an adapter trained with lora_experts without them (the export is then "
                     "a different model; a warning says so)");
   command->callback([o] { runExport(*o); });
 }

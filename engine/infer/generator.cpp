@@ -51,21 +51,6 @@ placement::MemoryPlan planGeneration(const GeneratorOptions& options,
   return plan;
 }
 
-// LLaMA-Factory's usual template for each model family (its README's model table).
-std::string guessTemplate(const io::ModelConfig& config, const io::Tokenizer& tokenizer) {
-  switch (config.architecture) {
-    case io::Architecture::Qwen3:
-    case io::Architecture::Qwen3Moe: return "qwen3";
-    case io::Architecture::Qwen2:
-    case io::Architecture::Qwen2Moe: return "qwen";
-    case io::Architecture::DeepseekV3: return "deepseek3";
-    case io::Architecture::DeepseekV2: return "deepseek";
-    case io::Architecture::Mixtral: return "mistral";
-    case io::Architecture::Llama: return tokenizer.tokenToId("<|eot_id|>") ? "llama3" : "default";
-  }
-  return "default";
-}
-
 chat::Conversation toConversation(const std::vector<ChatMessage>& messages) {
   chat::Conversation conv;
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -99,6 +84,21 @@ chat::Conversation toConversation(const std::vector<ChatMessage>& messages) {
 }
 
 }  // namespace
+
+// LLaMA-Factory's usual template for each model family (its README's model table).
+std::string guessTemplateName(const io::ModelConfig& config, const io::Tokenizer& tokenizer) {
+  switch (config.architecture) {
+    case io::Architecture::Qwen3:
+    case io::Architecture::Qwen3Moe: return "qwen3";
+    case io::Architecture::Qwen2:
+    case io::Architecture::Qwen2Moe: return "qwen";
+    case io::Architecture::DeepseekV3: return "deepseek3";
+    case io::Architecture::DeepseekV2: return "deepseek";
+    case io::Architecture::Mixtral: return "mistral";
+    case io::Architecture::Llama: return tokenizer.tokenToId("<|eot_id|>") ? "llama3" : "default";
+  }
+  return "default";
+}
 
 struct Generator::Impl {
   Impl(io::Tokenizer tok, chat::ChatTemplate tmpl)
@@ -138,7 +138,7 @@ std::unique_ptr<Generator> Generator::load(const fs::path& model_dir,
       model::resolveModelOptions(options, config, planGeneration(options, config));
   io::Tokenizer tokenizer = io::Tokenizer::load(model_dir);
   const std::string template_name =
-      options.template_name.empty() ? guessTemplate(config, tokenizer) : options.template_name;
+      options.template_name.empty() ? guessTemplateName(config, tokenizer) : options.template_name;
   chat::ChatTemplate chat_template = chat::templateByName(template_name);
   if (!options.default_system.empty()) chat_template.setDefaultSystem(options.default_system);
   chat_template.setEnableThinking(options.enable_thinking);

@@ -35,13 +35,17 @@ class ThreadPool;
 }
 namespace tandem::io {
 class Tokenizer;
-}
+struct ModelConfig;
+}  // namespace tandem::io
 
 namespace tandem::infer {
 
 // How the base model is placed (the ModelRequest every product fills: the memory planner's
 // placement on this machine unless device / layer_devices / gpu_experts say otherwise, as for
 // training) and which template turns messages into a prompt.
+// LLaMA-Factory's usual template for the model family (GeneratorOptions::template_name's default).
+std::string guessTemplateName(const io::ModelConfig& config, const io::Tokenizer& tokenizer);
+
 struct GeneratorOptions : model::ModelRequest {
   GeneratorOptions() {
     bf16 = true;
