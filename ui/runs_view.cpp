@@ -18,6 +18,7 @@
 #include "engine/core/units.h"
 #include "engine/model/checkpoint_dir.h"
 #include "ui/error_text.h"
+#include "ui/export_dialog.h"
 #include "ui/metric_chart.h"
 #include "ui/wizard_pages.h"
 
@@ -77,7 +78,10 @@ RunsView::RunsView(store::RunStore* store, QWidget* parent) : QWidget(parent), s
       tr("Continue a stopped, failed or interrupted run from its newest checkpoint"));
   chat_ = new QPushButton(QIcon(QStringLiteral(":/icons/chat.svg")), tr("C&hat with adapter"));
   auto* buttons = new QHBoxLayout;
-  for (QPushButton* b : {refresh, compare, open_, resume_, chat_}) buttons->addWidget(b);
+  export_ = new QPushButton(tr("E&xport…"));
+  export_->setObjectName(QStringLiteral("export_run"));
+  export_->setToolTip(tr("Write the adapter for deployment: merged GGUF or HF model, Ollama"));
+  for (QPushButton* b : {refresh, compare, open_, resume_, chat_, export_}) buttons->addWidget(b);
   buttons->addStretch(1);
 
   auto* split = new QSplitter(Qt::Vertical);
@@ -117,6 +121,20 @@ RunsView::RunsView(store::RunStore* store, QWidget* parent) : QWidget(parent), s
       emit chatRequested(QString::fromStdString(config.model_name_or_path),
                          QString::fromStdString(config.output_dir.string()),
                          QString::fromStdString(config.template_name));
+    } catch (const Error& e) {
+      showProblem(problem_, errorText(e));
+    }
+  });
+  connect(export_, &QPushButton::clicked, this, [this] {
+    const auto runs = selected();
+    if (runs.size() != 1) return;
+    try {
+      const train::TrainConfig config = resumeConfig(*runs.front());
+      auto* dialog = new ExportDialog(QString::fromStdString(config.model_name_or_path),
+                                      QString::fromStdString(config.output_dir.string()),
+                                      QString::fromStdString(config.template_name), this);
+      dialog->setAttribute(Qt::WA_DeleteOnClose);
+      dialog->open();
     } catch (const Error& e) {
       showProblem(problem_, errorText(e));
     }
@@ -202,6 +220,7 @@ void RunsView::updateButtons() {
   open_->setEnabled(!runs.empty());
   resume_->setEnabled(runs.size() == 1 && resumable(*runs.front()));
   chat_->setEnabled(runs.size() == 1 && runs.front()->status == store::RunStatus::Completed);
+  export_->setEnabled(chat_->isEnabled());
 }
 
 void RunsView::compareSelected() {

@@ -54,6 +54,7 @@ class RunsView : public QWidget {
   QPushButton* open_;
   QPushButton* resume_;
   QPushButton* chat_;
+  QPushButton* export_;  // opens an ExportDialog for the selected completed run
 };
 
 }  // namespace tandem::ui
