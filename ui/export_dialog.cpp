@@ -13,6 +13,7 @@
 #include "engine/core/error.h"
 #include "engine/core/units.h"
 #include "engine/infer/deploy_export.h"
+#include "engine/io/gguf_model.h"
 #include "engine/model/adapter_files.h"
 #include "ui/error_text.h"
 #include "ui/path_field.h"
@@ -90,6 +91,9 @@ ExportDialog::ExportDialog(const QString& base_model, const QString& adapter_dir
   layout->addWidget(status_);
   layout->addWidget(buttons);
 
+  // A GGUF export needs a GGUF base (an HF one is converted with llama.cpp first): start with
+  // what works for this run's base.
+  if (!io::isGgufPath(path(base_model_))) setFormat(QStringLiteral("hf"));
   connect(format_, &QComboBox::currentIndexChanged, this, &ExportDialog::updateChoices);
   connect(quant_, &QComboBox::currentIndexChanged, this, &ExportDialog::updateChoices);
   connect(out_, &QLineEdit::textEdited, this, [this] { out_edited_ = true; });

@@ -17,6 +17,7 @@
 #include "ui/chat_controller.h"
 #include "ui/chat_panel.h"
 #include "ui/error_text.h"
+#include "ui/export_dialog.h"
 #include "ui/machine_check_dialog.h"
 #include "ui/main_window.h"
 #include "ui/placement_editor.h"
@@ -147,11 +148,28 @@ void ScreenshotTour::run() {
     waitFor([&] { return !doctor.isChecking(); }, 120000, QStringLiteral("the machine check"));
     if (!doctor.report()) throw TourFailed("the machine check gave no report");
     shoot(doctor, QStringLiteral("11-machine-check"));
+
+    shootExportDialog();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "screenshot tour failed: %s\n", e.what());
     code = 1;
   }
   QApplication::exit(code);
+}
+
+// The runs page's Export… dialog after a real merged export of the tour's run.
+void ScreenshotTour::shootExportDialog() {
+  window_.showTab(ui::MainWindow::RunsTab);
+  const train::TrainConfig run = ui::RunsView::resumeConfig(window_.runsView()->runs().front());
+  ui::ExportDialog exporter(QString::fromStdString(run.model_name_or_path),
+                            QString::fromStdString(run.output_dir.string()),
+                            QString::fromStdString(run.template_name), &window_);
+  exporter.setOutput(work_.filePath(QStringLiteral("export-merged-hf")));
+  exporter.show();
+  exporter.startExport();
+  waitFor([&] { return !exporter.running(); }, 300000, QStringLiteral("the export"));
+  if (exporter.written().empty()) throw TourFailed("the export wrote nothing");
+  shoot(exporter, QStringLiteral("14-export"));
 }
 
 }  // namespace tandem::studio

@@ -33,6 +33,7 @@ class ScreenshotTour : public QObject {
   void shoot(QWidget& widget, const QString& name);
   void waitFor(const std::function<bool()>& done, int timeout_ms, const QString& what);
   void settle(int ms);
+  void shootExportDialog();
 
   ui::MainWindow& window_;
   QString dir_;

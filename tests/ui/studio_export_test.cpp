@@ -93,11 +93,13 @@ void ExportTest::exportButtonWritesAMergedModel() {
   auto* dialog = view.findChild<ExportDialog*>();
   QVERIFY(dialog != nullptr);
   QTRY_VERIFY(dialog->isVisible());
-  // The default target is beside the adapter, named after the format.
-  QCOMPARE(dialog->output(), QString::fromStdString((adapter_dir / "merged-gguf-f16").string()));
-
-  dialog->setFormat(QStringLiteral("hf"));
+  // An HF base starts on the HF export; the default target is beside the adapter, named after
+  // the format.
   QCOMPARE(dialog->output(), QString::fromStdString((adapter_dir / "merged-hf").string()));
+  dialog->setFormat(QStringLiteral("gguf"));
+  dialog->setQuant(QStringLiteral("q8_0"));
+  QCOMPARE(dialog->output(), QString::fromStdString((adapter_dir / "merged-gguf-q8_0").string()));
+  dialog->setFormat(QStringLiteral("hf"));
   const fs::path out = root / "merged";
   dialog->setOutput(QString::fromStdString(out.string()));
   QSignalSpy finished(dialog, &ExportDialog::exportFinished);
