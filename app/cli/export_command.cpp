@@ -6,13 +6,17 @@
 //     Hugging Face folder or a GGUF file (+ Modelfile) in a new folder --out.
 
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "app/cli/commands.h"
 #include "engine/core/error.h"
 #include "engine/infer/deploy_export.h"
 #include "engine/model/adapter_files.h"
+#include "engine/train/output_dir.h"
+#include "engine/train/train_config.h"
 
 namespace tandem::cli {
 namespace {
@@ -39,6 +43,20 @@ void checkLoraExperts(const ExportOptions& o) {
                "warning: exporting %s WITHOUT its LoRA experts: llama.cpp with this file is a "
                "different model from the one trained (its answers will differ from Tandem's)\n",
                o.adapter.c_str());
+}
+
+// The chat template the run that wrote `adapter` trained with (its tandem_run.json holds the
+// config), so that the Modelfile prompts as training did; empty when that is not known.
+std::string runTemplate(const std::string& adapter) {
+  try {
+    std::ifstream file(std::filesystem::path(adapter) / train::kRunMarkerFile);
+    if (!file) return {};
+    const nlohmann::json marker = nlohmann::json::parse(file);
+    return train::parseTrainConfig(marker.at("config").get<std::string>(), "the run's config")
+        .template_name;
+  } catch (const std::exception&) {
+    return {};  // not a Tandem run, or a config this version does not read: the family's default
+  }
 }
 
 void runLoraExport(const ExportOptions& o) {
@@ -85,8 +103,9 @@ void runMergedExport(const ExportOptions& o) {
   }
 }
 
-void runExport(const ExportOptions& o) {
+void runExport(ExportOptions o) {
   checkLoraExperts(o);
+  if (o.template_name.empty()) o.template_name = runTemplate(o.adapter);
   if (o.merge)
     runMergedExport(o);
   else
@@ -118,8 +137,9 @@ void addExportCommand(CLI::App& app) {
       ->check(CLI::IsMember({"hf", "gguf"}));
   command->add_option("--quant", o->quant, "with --format gguf: f16, q8_0 or q4_k_m (default f16)")
       ->check(CLI::IsMember({"f16", "q8_0", "q4_k_m"}));
-  command->add_option("--template", o->template_name,
-                      "chat template for the Modelfile (default: the model family's)");
+  command->add_option(
+      "--template", o->template_name,
+      "chat template for the Modelfile (default: the run's, else the model family's)");
   command->add_flag("--drop-lora-experts", o->drop_lora_experts,
                     "Export an adapter trained with lora_experts without them (the export is then "
                     "a different model; a warning says so)");
