@@ -126,6 +126,21 @@ void ExportTest::exportButtonWritesAMergedModel() {
   QVERIFY(!finished.back().at(0).toBool());
   QVERIFY(finished.back().at(1).toString().contains(QStringLiteral("already exists")));
   QVERIFY(fs::exists(out / "model.safetensors"));
+
+  // Stop right after Export: the export ends as cancelled between tensors, and neither the target
+  // nor its temporary folder is left.
+  const fs::path stopped = root / "stopped";
+  dialog->setOutput(QString::fromStdString(stopped.string()));
+  QTest::mouseClick(dialog->findChild<QPushButton*>(QStringLiteral("export")), Qt::LeftButton);
+  QTest::mouseClick(dialog->findChild<QPushButton*>(QStringLiteral("stop")), Qt::LeftButton);
+  QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 3, 60000);
+  QVERIFY(!finished.back().at(0).toBool());
+  QVERIFY2(finished.back().at(1).toString().contains(QStringLiteral("cancelled")),
+           qPrintable(finished.back().at(1).toString()));
+  QVERIFY(!fs::exists(stopped));
+  for (const fs::directory_entry& entry : fs::directory_iterator(root))
+    QVERIFY2(entry.path().filename().string().find(".partial-") == std::string::npos,
+             qPrintable(QString::fromStdString(entry.path().string())));
 }
 
 }  // namespace tandem::ui
