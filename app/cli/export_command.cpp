@@ -64,11 +64,16 @@ void runLoraExport(const ExportOptions& o) {
                                         ? std::filesystem::path(o.adapter) / "adapter_model.gguf"
                                         : std::filesystem::path(o.out);
   model::exportLlamaCppAdapter(o.adapter, o.model, out);
+  std::printf("wrote %s (llama-cli -m %s --lora %s)\n", out.c_str(), o.model.c_str(), out.c_str());
+  // The LoRA file is what was asked for: a Modelfile that cannot be made is a warning.
   const std::filesystem::path modelfile = out.parent_path() / "Modelfile";
-  infer::writeOllamaModelfile(modelfile, std::filesystem::absolute(o.model).string(),
-                              "./" + out.filename().string(), o.model, o.template_name);
-  std::printf("wrote %s (llama-cli -m %s --lora %s)\nwrote %s (ollama create NAME -f %s)\n",
-              out.c_str(), o.model.c_str(), out.c_str(), modelfile.c_str(), modelfile.c_str());
+  try {
+    infer::writeOllamaModelfile(modelfile, std::filesystem::absolute(o.model).string(),
+                                "./" + out.filename().string(), o.model, o.template_name);
+    std::printf("wrote %s (ollama create NAME -f %s)\n", modelfile.c_str(), modelfile.c_str());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "warning: no Ollama Modelfile: %s\n", e.what());
+  }
 }
 
 // At most four lines a second, and always the last one.
