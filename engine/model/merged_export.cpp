@@ -107,14 +107,31 @@ void storeAs(const at::Tensor& merged, io::DType dtype, const std::string& name,
 }
 
 // The tensors of an HF base, with the adapter's modules merged.
+// `fp8`: the loader of an fp8 checkpoint (DeepSeek's block-scaled e4m3), whose fp8 weights are
+// written dequantised as `fp8_out` and whose `*_scale_inv` siblings are dropped; nullptr otherwise.
 std::vector<OutputTensor> tensorsOfHfBase(const io::SafetensorsModel& base,
-                                          const AdapterDeltas& deltas, int64_t& merged) {
+                                          const AdapterDeltas& deltas, const WeightLoader* fp8,
+                                          io::DType fp8_out, int64_t& merged) {
   std::vector<OutputTensor> out;
+  const std::string scale_suffix = "_scale_inv";
   for (const std::string& name : base.names()) {
     const io::TensorView view = base.view(name);
     OutputTensor t{name, view.info->dtype, view.info->shape, view.bytes.size(), {}};
     const std::string module = merged_export::moduleOfWeight(name);
-    if (!module.empty() && deltas.adapts(module)) {
+    const bool adapted = !module.empty() && deltas.adapts(module);
+    if (fp8 != nullptr && name.ends_with(scale_suffix) &&
+        fp8->isFp8(name.substr(0, name.size() - scale_suffix.size())))
+      continue;
+    if (fp8 != nullptr && fp8->isFp8(name)) {
+      merged += adapted ? 1 : 0;
+      t.dtype = fp8_out;
+      t.bytes = static_cast<uint64_t>(view.info->numel()) * io::dtypeSize(fp8_out);
+      t.fill = [&deltas, fp8, view, module, name, adapted, fp8_out](std::byte* dst) {
+        at::Tensor w = fp8->loadFloat(name, view.info->shape);  // dequantised in f32
+        if (adapted) w = w + deltas.delta(module);
+        storeAs(w, fp8_out, name, dst);
+      };
+    } else if (adapted) {
       ++merged;
       t.fill = [&deltas, view, module, name](std::byte* dst) {
         const at::ScalarType type = scalarTypeOf(view.info->dtype, name);
@@ -216,6 +233,14 @@ void copyModelFiles(const fs::path& base_dir, const fs::path& out_dir) {
   }
 }
 
+// The merged folder's weights are dequantised: its config must not tell loaders otherwise.
+void dropQuantizationConfig(const fs::path& config_json) {
+  std::ifstream in(config_json);
+  nlohmann::json config = nlohmann::json::parse(in);
+  config.erase("quantization_config");
+  std::ofstream(config_json) << config.dump(2) << "\n";
+}
+
 void writeText(const fs::path& path, const std::string& text) {
   std::ofstream file(path, std::ios::binary);
   file << text;
@@ -228,6 +253,7 @@ MergedExportResult writeMergedHf(const MergedExportRequest& request, const Adapt
   std::vector<OutputTensor> tensors;
   std::unique_ptr<io::GgufModel> gguf;
   std::optional<io::SafetensorsModel> safetensors;
+  std::unique_ptr<WeightLoader> fp8;  // outlives `tensors`, whose fills read through it
   if (io::isGgufPath(request.base)) {
     gguf = io::GgufModel::open(io::ggufFileOf(request.base));
     const io::ModelConfig config = io::readModelConfig(request.base);
@@ -238,13 +264,20 @@ MergedExportResult writeMergedHf(const MergedExportRequest& request, const Adapt
   } else {
     const io::ModelConfig config = io::readModelConfig(request.base);
     if (config.quantization) {
-      throw Error(request.base.string() + " is a quantized checkpoint (quantization_config " +
-                      config.quantization->quant_method + "): merging into it is not supported",
-                  "export against the unquantized (bf16) release of the model");
+      if (config.quantization->quant_method != "fp8") {
+        throw Error(request.base.string() + " is a quantized checkpoint (quantization_config " +
+                        config.quantization->quant_method + "): merging into it is not supported",
+                    "export against the unquantized (bf16) release of the model");
+      }
+      // Checks fmt and block size as loading does.
+      fp8 = std::make_unique<WeightLoader>(request.base, at::kBFloat16, at::Device(at::kCPU),
+                                           config.quantization);
     }
     safetensors = io::SafetensorsModel::open(request.base);
-    tensors = tensorsOfHfBase(*safetensors, deltas, merged);
+    const io::DType fp8_out = config.dtype.empty() ? io::DType::BF16 : dtypeForConfig(config.dtype);
+    tensors = tensorsOfHfBase(*safetensors, deltas, fp8.get(), fp8_out, merged);
     copyModelFiles(request.base, request.out_dir);
+    if (fp8) dropQuantizationConfig(request.out_dir / "config.json");
   }
   merged_export::requireAllMerged(deltas, merged, request.base);
   MergedExportResult result = writeShards(tensors, request.out_dir, progress, std::move(stop));

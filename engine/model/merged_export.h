@@ -57,8 +57,9 @@ struct MergedExportResult {
 // Writes the merged model's weights (and for HF, config.json and the tokenizer files) into
 // request.out_dir. Throws tandem::Error naming what is wrong: an adapter for another model, a
 // DoRA adapter, LoRA experts without drop_lora_experts, an HF base for GGUF output, a quantized
-// HF base. Checks `stop` between tensors (Error "cancelled"). The caller owns atomicity (it
-// writes into a temporary dir and renames it).
+// HF base other than fp8 (DeepSeek's block-scaled e4m3, written dequantised to the config's dtype).
+// Checks `stop` between tensors (Error "cancelled"). The caller owns atomicity (it writes into a
+// temporary dir and renames it).
 MergedExportResult exportMergedWeights(const MergedExportRequest& request,
                                        const ExportProgressFn& progress, std::stop_token stop);
 

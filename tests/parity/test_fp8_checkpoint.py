@@ -351,3 +351,31 @@ def test_broken_fp8_checkpoints_are_explained(tandem, case, tmp_path, what, edit
     assert result.returncode != 0, what
     assert message in result.stderr, f"{what}: {result.stderr}"
     assert "Traceback" not in result.stderr and "terminate" not in result.stderr
+
+
+def test_merged_export_dequantises_the_fp8_weights(tandem, case, tmp_path):
+    """`tandem export --merge --format hf` on the fp8 checkpoint writes a plain bf16 folder (no fp8 tensor, no
+    scale_inv, no quantization_config) whose logits in transformers are those of transformers + peft on the
+    dequantised fp32 checkpoint, within bf16 rounding."""
+    out = tmp_path / "merged"
+    result = subprocess.run([tandem, "export", "--merge", "--format", "hf", "--adapter", str(case / "adapter"),
+                             "--model", str(case / "model"), "--out", str(out)], capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "quantization_config" not in json.loads((out / "config.json").read_text())
+    merged = load_file(str(out / "model.safetensors"))
+    assert not any(name.endswith("_scale_inv") for name in merged)
+    assert {t.dtype for t in merged.values()} <= {torch.bfloat16, torch.float32}
+    fp8 = load_file(str(case / "model" / "model.safetensors"))
+    assert set(merged) == {name for name in fp8 if not name.endswith("_scale_inv")}
+
+    tokens = json.loads((case / "tokens.json").read_text())
+    ids, mask, _ = R.pad_batch(tokens)
+    with torch.no_grad():
+        got = R._load_model(out, "fp32")(input_ids=ids, attention_mask=mask, use_cache=False).logits.float()
+    ref = R.load_outputs(case / "reference.safetensors")["logits"]
+    base = R.load_outputs(case / "reference_base.safetensors")["logits"]
+    valid = R.mask_from_lengths([len(t) for t in tokens])
+    got, ref, base = (R.valid_positions(x, valid) for x in (got, ref, base))
+    assert R.rel_l2(got, ref) <= 1e-2
+    assert R.rel_l2(got, base) > 5 * R.rel_l2(got, ref)  # the adapter is in it
