@@ -4,6 +4,7 @@
 
 #include <QHeaderView>
 #include <QLabel>
+#include <QPixmap>
 #include <QSplitter>
 #include <QTableWidget>
 #include <QVBoxLayout>
@@ -91,8 +92,7 @@ RunCompare::RunCompare(store::RunStore* store, QWidget* parent) : QWidget(parent
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   table_->setSelectionBehavior(QAbstractItemView::SelectRows);
   table_->setTextElideMode(Qt::ElideMiddle);
-  table_->horizontalHeader()->setSectionResizeMode(QHeaderView::Interactive);
-  table_->horizontalHeader()->setStretchLastSection(true);
+  table_->setMinimumWidth(420);  // a key and two values side by side at a glance
   note_ = new QLabel;
   note_->setWordWrap(true);
   auto* side = new QWidget;
@@ -105,6 +105,7 @@ RunCompare::RunCompare(store::RunStore* store, QWidget* parent) : QWidget(parent
   split->addWidget(side);
   split->setStretchFactor(0, 3);
   split->setStretchFactor(1, 2);
+  split->setSizes({600, 400});
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   layout->addWidget(split);
@@ -143,7 +144,9 @@ void RunCompare::showDifferences(const std::vector<const store::RunRecord*>& run
   table_->setHorizontalHeaderLabels(headers);
   for (int column = 0; column < static_cast<int>(runs.size()); ++column) {
     // A swatch of the run's curve colour in its column header.
-    table_->horizontalHeaderItem(column + 1)->setData(Qt::DecorationRole, seriesColor(column));
+    QPixmap swatch(12, 12);  // one colour: scaling it for a 2x screen loses nothing
+    swatch.fill(seriesColor(column));
+    table_->horizontalHeaderItem(column + 1)->setIcon(QIcon(swatch));
   }
   if (runs.size() < 2) {
     note_->setText(tr("Select two or more runs (Ctrl-click) to see the settings they differ in."));
@@ -151,9 +154,13 @@ void RunCompare::showDifferences(const std::vector<const store::RunRecord*>& run
     return;
   }
   const std::vector<ConfigDifference> differences = configDifferences(yamls);
-  note_->setText(differences.empty() ? tr("The selected runs have the same settings.")
-                                     : tr("%n setting(s) differ; the rest are the same.", nullptr,
-                                          static_cast<int>(differences.size())));
+  if (differences.empty()) {
+    note_->setText(tr("The selected runs have the same settings."));
+  } else if (differences.size() == 1) {
+    note_->setText(tr("1 setting differs; the rest are the same."));
+  } else {
+    note_->setText(tr("%1 settings differ; the rest are the same.").arg(differences.size()));
+  }
   table_->setVisible(!differences.empty());
   table_->setRowCount(static_cast<int>(differences.size()));
   for (int row = 0; row < static_cast<int>(differences.size()); ++row) {
@@ -166,7 +173,12 @@ void RunCompare::showDifferences(const std::vector<const store::RunRecord*>& run
       table_->setItem(row, column + 1, item);
     }
   }
-  table_->resizeColumnsToContents();
+  // The key column fits its names; the runs share the rest (long paths elide in the middle and
+  // show whole in the tooltip).
+  QHeaderView* header = table_->horizontalHeader();
+  header->setSectionResizeMode(0, QHeaderView::ResizeToContents);
+  for (int column = 1; column < table_->columnCount(); ++column)
+    header->setSectionResizeMode(column, QHeaderView::Stretch);
 }
 
 QStringList RunCompare::differingKeys() const {

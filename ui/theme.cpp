@@ -118,14 +118,16 @@ ThemeChoice currentTheme() { return current_theme; }
 void applyChartPalette(QChart* chart, const QPalette& palette) {
   const QColor text = palette.color(QPalette::WindowText);
   QColor grid = text;
-  grid.setAlpha(45);
+  grid.setAlpha(60);
+  QColor axis_line = text;
+  axis_line.setAlpha(140);
   chart->setBackgroundBrush(palette.brush(QPalette::Base));
   chart->setTitleBrush(text);
   chart->legend()->setLabelColor(text);
   for (QAbstractAxis* axis : chart->axes()) {
     axis->setLabelsColor(text);
     axis->setTitleBrush(text);
-    axis->setLinePenColor(palette.color(QPalette::Mid));
+    axis->setLinePenColor(axis_line);
     axis->setGridLineColor(grid);
     axis->setMinorGridLineColor(grid);
   }

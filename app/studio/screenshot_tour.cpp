@@ -17,11 +17,13 @@
 #include "ui/chat_controller.h"
 #include "ui/chat_panel.h"
 #include "ui/error_text.h"
+#include "ui/last_run.h"
 #include "ui/machine_check_dialog.h"
 #include "ui/main_window.h"
 #include "ui/placement_editor.h"
 #include "ui/runs_view.h"
 #include "ui/settings_dialog.h"
+#include "ui/theme.h"
 #include "ui/training_controller.h"
 #include "ui/training_dashboard.h"
 #include "ui/wizard_pages.h"
@@ -147,11 +149,43 @@ void ScreenshotTour::run() {
     waitFor([&] { return !doctor.isChecking(); }, 120000, QStringLiteral("the machine check"));
     if (!doctor.report()) throw TourFailed("the machine check gave no report");
     shoot(doctor, QStringLiteral("11-machine-check"));
+
+    shootPreferences();
   } catch (const std::exception& e) {
+    ui::applyTheme(window_.settings().theme);
     std::fprintf(stderr, "screenshot tour failed: %s\n", e.what());
     code = 1;
   }
   QApplication::exit(code);
+}
+
+// A second run from the last run's settings (as the wizard pre-fills them) with twice the
+// learning rate and another LoRA rank; the runs page compares the two; the preferences; the
+// comparison again in the dark palette.
+void ScreenshotTour::shootPreferences() {
+  if (!window_.runStore()) throw TourFailed("no run store is open");
+  std::optional<train::TrainConfig> again = ui::lastRunConfig(*window_.runStore());
+  if (!again) throw TourFailed("the last run's settings are not in the history");
+  again->learning_rate *= 2;
+  again->lora_rank = std::max<int64_t>(1, again->lora_rank / 2);
+  window_.startTraining(*again);
+  waitFor([&] { return !window_.trainingController()->isRunning(); }, 600000,
+          QStringLiteral("the second run"));
+  window_.showTab(ui::MainWindow::RunsTab);
+  ui::RunsView* runs = window_.runsView();
+  runs->refresh();
+  if (runs->runCount() < 2) throw TourFailed("the second run is not in the history");
+  runs->selectRuns({runs->runs()[0].id, runs->runs()[1].id});
+  shoot(QStringLiteral("15-run-compare"));
+
+  ui::SettingsDialog preferences(window_.settings(), &window_);
+  preferences.show();
+  shoot(preferences, QStringLiteral("16-preferences"));
+  preferences.close();
+
+  ui::applyTheme(ui::ThemeChoice::Dark);
+  shoot(QStringLiteral("16b-dark-palette"));
+  ui::applyTheme(window_.settings().theme);
 }
 
 }  // namespace tandem::studio
