@@ -9,6 +9,11 @@
 
 #include <QAction>
 #include <QApplication>
+#ifdef TANDEM_UI_WITH_DBUS
+#include <QDBusConnection>
+#include <QProcess>
+#include <QStandardPaths>
+#endif
 #include <QCheckBox>
 #include <QComboBox>
 #include <QFile>
@@ -55,6 +60,29 @@ class RecordingNotifier : public Notifier {
   std::vector<RunNotice>* notices_;
 };
 
+#ifdef TANDEM_UI_WITH_DBUS
+// A stand-in for the desktop's notification daemon: records each Notify call.
+class FakeNotificationService : public QObject {
+  Q_OBJECT
+  Q_CLASSINFO("D-Bus Interface", "org.freedesktop.Notifications")
+
+ public:
+  struct Call {
+    QString app, summary, body;
+    QVariantMap hints;
+  };
+  std::vector<Call> calls;
+
+ public slots:
+  uint Notify(const QString& app_name, uint /*replaces_id*/, const QString& /*app_icon*/,
+              const QString& summary, const QString& body, const QStringList& /*actions*/,
+              const QVariantMap& hints, int /*expire_timeout*/) {
+    calls.push_back({app_name, summary, body, hints});
+    return static_cast<uint>(calls.size());
+  }
+};
+#endif
+
 QList<QAction*> menuActions(const QMenu& menu) {
   QList<QAction*> out;
   for (QAction* a : menu.actions()) {
@@ -87,6 +115,7 @@ class PreferencesTest : public QObject {
   void wizardPrefillsTheLastRun();
   void comparisonShowsTheDifferingKeys();
   void finishedRunsRaiseNotifications();
+  void desktopNotifierCallsTheNotificationService();
   void everyActionHasAShortcut();
 
  private:
@@ -355,9 +384,51 @@ void PreferencesTest::finishedRunsRaiseNotifications() {
   TrainFinish cancelled;
   cancelled.end = TrainEnd::Cancelled;
   QVERIFY(!runNotice(cancelled, QStringLiteral("x")));
-  // The desktop notifier picks a channel this session has, and showing a notice never fails.
+}
+
+// The real DesktopNotifier on a private session bus with a fake notification service: a failed
+// run's notice arrives as org.freedesktop.Notifications.Notify with critical urgency.
+void PreferencesTest::desktopNotifierCallsTheNotificationService() {
+#ifndef TANDEM_UI_WITH_DBUS
+  QSKIP("built without Qt6DBus: notices go to the tray or the window alert");
+#else
+  const QString daemon = QStandardPaths::findExecutable(QStringLiteral("dbus-daemon"));
+  if (daemon.isEmpty()) QSKIP("no dbus-daemon to run a private session bus");
+  QProcess bus;
+  bus.start(daemon, {QStringLiteral("--session"), QStringLiteral("--nofork"),
+                     QStringLiteral("--print-address")});
+  QVERIFY(bus.waitForReadyRead(10000));
+  const QByteArray address = bus.readLine().trimmed();
+  QVERIFY(!address.isEmpty());
+  // Before anything in this process opened the session bus: it reads the address once.
+  qputenv("DBUS_SESSION_BUS_ADDRESS", address);
+  FakeNotificationService service;
+  {
+    QDBusConnection host =
+        QDBusConnection::connectToBus(QString::fromLatin1(address), QStringLiteral("fake"));
+    QVERIFY(host.isConnected());
+    QVERIFY(host.registerService(QStringLiteral("org.freedesktop.Notifications")));
+    QVERIFY(host.registerObject(QStringLiteral("/org/freedesktop/Notifications"), &service,
+                                QDBusConnection::ExportAllSlots));
+  }
+  QVERIFY2(QDBusConnection::sessionBus().isConnected(),
+           "the session bus was opened before the test set its address");
+
   DesktopNotifier desktop(window_.get());
-  desktop.notify(*runNotice({}, QStringLiteral("x")));
+  QCOMPARE(desktop.channel(), DesktopNotifier::Channel::DBus);  // offscreen: no tray
+  TrainFinish failed;
+  failed.end = TrainEnd::Failed;
+  failed.error = QStringLiteral("no config.json in /nowhere");
+  desktop.notify(*runNotice(failed, QStringLiteral("run-x")));
+  QTRY_COMPARE_WITH_TIMEOUT(service.calls.size(), size_t{1}, 10000);
+  QCOMPARE(service.calls[0].summary, QStringLiteral("Training failed"));
+  QVERIFY(service.calls[0].body.startsWith(QStringLiteral("run-x: no config.json")));
+  QCOMPARE(service.calls[0].app, QCoreApplication::applicationName());
+  QCOMPARE(service.calls[0].hints.value(QStringLiteral("urgency")).toInt(), 2);  // critical
+  QDBusConnection::disconnectFromBus(QStringLiteral("fake"));
+  bus.kill();
+  bus.waitForFinished();
+#endif
 }
 
 void PreferencesTest::everyActionHasAShortcut() {
