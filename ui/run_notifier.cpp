@@ -2,6 +2,7 @@
 
 #include <QApplication>
 #include <QSystemTrayIcon>
+#include <QTimer>
 #include <QWidget>
 #ifdef TANDEM_UI_WITH_DBUS
 #include <QDBusConnection>
@@ -14,6 +15,8 @@
 namespace tandem::ui {
 
 namespace {
+
+constexpr int kShownMs = 10000;  // how long a tray balloon stays up
 
 #ifdef TANDEM_UI_WITH_DBUS
 const QString kNotifyService = QStringLiteral("org.freedesktop.Notifications");
@@ -83,11 +86,18 @@ void DesktopNotifier::notify(const RunNotice& notice) {
       if (!tray_) {
         tray_ = new QSystemTrayIcon(QIcon(QStringLiteral(":/icons/tandem.svg")), this);
         tray_->setToolTip(QApplication::applicationName());
+        connect(tray_, &QSystemTrayIcon::messageClicked, this, [this] {
+          if (!window_) return;
+          window_->showNormal();
+          window_->raise();
+          window_->activateWindow();
+        });
       }
-      tray_->show();  // a balloon needs a visible icon
+      tray_->show();  // a balloon needs a visible icon; it goes again with the balloon
       tray_->showMessage(notice.title, notice.body,
                          notice.failed ? QSystemTrayIcon::Critical : QSystemTrayIcon::Information,
-                         10000);
+                         kShownMs);
+      QTimer::singleShot(kShownMs + 2000, tray_, &QSystemTrayIcon::hide);
       break;
     case Channel::DBus: {
 #ifdef TANDEM_UI_WITH_DBUS
