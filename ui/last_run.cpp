@@ -12,14 +12,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool taken(const fs::path& dir) {
+bool isTaken(const fs::path& dir) {
   std::error_code ec;
   return fs::exists(dir, ec) || ec;  // unreadable counts as taken: never write where we cannot look
 }
 
 }  // namespace
 
-fs::path freshOutputDir(const fs::path& dir) {
+fs::path freshOutputDir(const fs::path& dir, const fs::path& also_taken) {
+  auto taken = [&](const fs::path& candidate) {
+    return isTaken(candidate) ||
+           (!also_taken.empty() && candidate.lexically_normal() == also_taken.lexically_normal());
+  };
   if (dir.empty() || !taken(dir)) return dir;
   fs::path base = dir;
   while (!base.empty() && !base.has_filename()) base = base.parent_path();  // "runs/a/" -> "runs/a"
@@ -39,6 +43,15 @@ fs::path freshOutputDir(const fs::path& dir) {
   }
 }
 
+train::TrainConfig nextRunConfig(const train::TrainConfig& run) {
+  train::TrainConfig next = run;
+  next.resume = train::ResumeFrom::None;
+  next.resume_path.clear();
+  next.overwrite_output_dir = false;
+  next.output_dir = freshOutputDir(run.output_dir, run.output_dir);
+  return next;
+}
+
 std::optional<train::TrainConfig> lastRunConfig(const store::RunStore& store) {
   for (const store::RunRecord& run : store.listRuns()) {  // newest first
     if (run.kind != store::RunKind::Train) continue;
@@ -48,11 +61,7 @@ std::optional<train::TrainConfig> lastRunConfig(const store::RunStore& store) {
     } catch (const Error&) {
       continue;  // recorded by a version whose keys this one does not read: try an older run
     }
-    config.resume = train::ResumeFrom::None;
-    config.resume_path.clear();
-    config.overwrite_output_dir = false;
-    config.output_dir = freshOutputDir(config.output_dir);
-    return config;
+    return nextRunConfig(config);
   }
   return std::nullopt;
 }

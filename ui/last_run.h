@@ -14,13 +14,19 @@ class RunStore;
 
 namespace tandem::ui {
 
-// nullopt when the store holds no training run whose YAML still parses (a run recorded by
-// another version may not); never throws for that. Throws tandem::Error when the store cannot
-// be read.
+// `run`'s settings for the next run: a fresh output folder (never `run`'s own, even before the
+// run has made it), no resume, no overwrite.
+train::TrainConfig nextRunConfig(const train::TrainConfig& run);
+
+// nextRunConfig of the newest training run in `store`. nullopt when the store holds no training run
+// whose YAML still parses (a run recorded by another version may not); never throws for that.
+// Throws tandem::Error when the store cannot be read.
 std::optional<train::TrainConfig> lastRunConfig(const store::RunStore& store);
 
 // `dir` when nothing is there yet, else the first free "<dir>-2", "<dir>-3", … ("run-2" gives
 // "run-3").
-std::filesystem::path freshOutputDir(const std::filesystem::path& dir);
+// `also_taken` counts as existing too.
+std::filesystem::path freshOutputDir(const std::filesystem::path& dir,
+                                     const std::filesystem::path& also_taken = {});
 
 }  // namespace tandem::ui

@@ -242,6 +242,8 @@ void MainWindow::startTraining(const train::TrainConfig& config) {
   rememberTrainConfig(config);
   training_->start(config);
   showTab(TrainingTab);
+  // The next fine-tune starts from this one, in a folder of its own.
+  if (settings_.prefill_last_run) wizard_->loadConfig(nextRunConfig(config));
   resetWizard();
 }
 

@@ -283,6 +283,11 @@ void PreferencesTest::recentListsFillAndCap() {
 }
 
 void PreferencesTest::wizardPrefillsTheLastRun() {
+  // This window's wizard moved on to run b's settings when b started.
+  const train::TrainConfig now = window_->wizard()->config();
+  QCOMPARE(now.lora_rank, 8);
+  QCOMPARE(now.learning_rate, 3.0e-3);
+  QCOMPARE(now.output_dir, fs::path(out_b_.string() + "-2"));
   // The next start of the studio: its wizard holds run b's settings, as a new run.
   MainWindow next(StudioSettings::load(), paths_);
   const train::TrainConfig c = next.wizard()->config();
@@ -313,6 +318,9 @@ void PreferencesTest::wizardPrefillsTheLastRun() {
   fs::create_directories(out_b_.string() + "-2");
   QCOMPARE(freshOutputDir(out_b_), fs::path(out_b_.string() + "-3"));
   QCOMPARE(freshOutputDir(out_b_.string() + "-2"), fs::path(out_b_.string() + "-3"));
+  // A run that has not made its folder yet still keeps it.
+  const fs::path unmade = tmp_.filePath("not-made-yet").toStdString();
+  QCOMPARE(freshOutputDir(unmade, unmade), fs::path(unmade.string() + "-2"));
 }
 
 void PreferencesTest::comparisonShowsTheDifferingKeys() {
