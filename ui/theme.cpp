@@ -49,7 +49,9 @@ QPalette lightPalette() {
 }
 
 QPalette darkPalette() {
-  const QColor window(53, 53, 53), base(35, 35, 35), text(230, 230, 230), muted(127, 127, 127);
+  // Base well below Window, so fields and check boxes (Base inside a Window-derived outline)
+  // stand out from the window.
+  const QColor window(53, 53, 53), base(28, 28, 28), text(230, 230, 230), muted(127, 127, 127);
   const QColor highlight(42, 130, 218);
   QPalette p;
   p.setColor(QPalette::Window, window);
@@ -117,10 +119,16 @@ ThemeChoice currentTheme() { return current_theme; }
 
 void applyChartPalette(QChart* chart, const QPalette& palette) {
   const QColor text = palette.color(QPalette::WindowText);
-  QColor grid = text;
-  grid.setAlpha(60);
-  QColor axis_line = text;
-  axis_line.setAlpha(140);
+  // Opaque blends of text into the background (rather than translucent text): the same look,
+  // and 8-bit screenshots do not dither them into dots.
+  const QColor base = palette.color(QPalette::Base);
+  auto blend = [&](double t) {
+    return QColor::fromRgbF(base.redF() + (text.redF() - base.redF()) * t,
+                            base.greenF() + (text.greenF() - base.greenF()) * t,
+                            base.blueF() + (text.blueF() - base.blueF()) * t);
+  };
+  const QColor grid = blend(0.22);
+  const QColor axis_line = blend(0.55);
   chart->setBackgroundBrush(palette.brush(QPalette::Base));
   chart->setTitleBrush(text);
   chart->legend()->setLabelColor(text);

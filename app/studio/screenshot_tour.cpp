@@ -65,10 +65,12 @@ void ScreenshotTour::waitFor(const std::function<bool()>& done, int timeout_ms,
 // 8-bit palette PNGs: UI screenshots have few colours, and the files stay a fraction of the size.
 void ScreenshotTour::shoot(const QString& name) { shoot(window_, name); }
 
-void ScreenshotTour::shoot(QWidget& widget, const QString& name) {
+void ScreenshotTour::shoot(QWidget& widget, const QString& name, bool full_colour) {
   settle(300);
-  const QImage image =
-      widget.grab().toImage().convertToFormat(QImage::Format_Indexed8, Qt::ThresholdDither);
+  const QImage grabbed = widget.grab().toImage();
+  const QImage image = full_colour
+                           ? grabbed.convertToFormat(QImage::Format_RGB888)
+                           : grabbed.convertToFormat(QImage::Format_Indexed8, Qt::ThresholdDither);
   const QString path = QDir(dir_).filePath(name + QStringLiteral(".png"));
   if (!image.save(path, "PNG", 9)) throw TourFailed(("could not write " + path).toStdString());
   std::printf("saved %s\n", qPrintable(path));
@@ -184,7 +186,7 @@ void ScreenshotTour::shootPreferences() {
   preferences.close();
 
   ui::applyTheme(ui::ThemeChoice::Dark);
-  shoot(QStringLiteral("16b-dark-palette"));
+  shoot(window_, QStringLiteral("16b-dark-palette"), true);
   ui::applyTheme(window_.settings().theme);
 }
 

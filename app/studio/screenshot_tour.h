@@ -31,7 +31,9 @@ class ScreenshotTour : public QObject {
 
  private:
   void shoot(const QString& name);  // the main window
-  void shoot(QWidget& widget, const QString& name);
+  // 8-bit palette PNG, or 24-bit with `full_colour` (a dark palette's greys would collapse into
+  // one entry of the 8-bit colour cube, and its frames with them).
+  void shoot(QWidget& widget, const QString& name, bool full_colour = false);
   void waitFor(const std::function<bool()>& done, int timeout_ms, const QString& what);
   void settle(int ms);
   void shootPreferences();  // 15-run-compare, 16-preferences, 16b-dark-palette
