@@ -63,7 +63,8 @@ PlacementBoard::PlacementBoard(placement::PlanRequest request, placement::Hardwa
   view_->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
   view_->horizontalHeader()->setSectionResizeMode(model_->gpuExpertsColumn(), QHeaderView::Fixed);
   view_->horizontalHeader()->resizeSection(model_->gpuExpertsColumn(), 190);
-  view_->verticalHeader()->setDefaultSectionSize(26);
+  view_->setWordWrap(true);
+  view_->verticalHeader()->setDefaultSectionSize(2 * view_->fontMetrics().lineSpacing() + 8);
 
   // Per MoE layer: its "experts on GPU" slider and the count beside it.
   const int layers = model_->request().model.num_hidden_layers;
@@ -72,6 +73,7 @@ PlacementBoard::PlacementBoard(placement::PlanRequest request, placement::Hardwa
   for (int layer = 0; layer < layers; ++layer) {
     if (!model_->request().model.isMoeLayer(layer)) continue;
     auto* cell = new QWidget;
+    cell->setAutoFillBackground(true);  // the view paints nothing beneath it
     auto* row = new QHBoxLayout(cell);
     row->setContentsMargins(4, 0, 4, 0);
     auto* slider = new QSlider(Qt::Horizontal);
@@ -233,14 +235,13 @@ void PlacementBoard::refresh() {
                                ? QString()
                                : QStringLiteral("\n") + joined(plan.advice, QStringLiteral("\n"))));
   if (const auto& e = model_->estimate()) {
-    speed_->setText(tr("≈ %1 tokens/s at most: the CPU side takes %2 ms a step (expert engine "
-                       "%3 ms, dense modules on the CPU %4 ms, streamed experts %5 ms); the GPUs' "
-                       "compute is not counted")
-                        .arg(e->tokens_per_s, 0, 'f', 0)
-                        .arg(e->step_ms, 0, 'f', 0)
-                        .arg(e->expert_engine_ms, 0, 'f', 0)
-                        .arg(e->cpu_dense_ms, 0, 'f', 0)
-                        .arg(e->streamed_ms, 0, 'f', 0));
+    auto ms = [](double v) { return QString::number(v, 'g', 3); };
+    speed_->setText(
+        tr("≈ %1 tokens/s at most: the CPU side takes %2 ms a step (expert engine "
+           "%3 ms, dense modules on the CPU %4 ms, streamed experts %5 ms); the GPUs' "
+           "compute is not counted")
+            .arg(QString::fromStdString(formatCount(static_cast<uint64_t>(e->tokens_per_s))))
+            .arg(ms(e->step_ms), ms(e->expert_engine_ms), ms(e->cpu_dense_ms), ms(e->streamed_ms)));
   } else {
     speed_->setText(
         tr("tokens/s: no estimate (the rates measured are for AMX CPUs and known PCIe "

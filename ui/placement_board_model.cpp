@@ -61,16 +61,16 @@ QString deviceTitle(const placement::Hardware& hw, Device d) {
   if (d.isGpu()) {
     for (const placement::GpuSpec& g : hw.gpus) {
       if (g.device() == d) {
-        return QStringLiteral("%1\n%2, %3")
+        return QStringLiteral("%1\n%2\n%3")
             .arg(QString::fromStdString(d.str()), QString::fromStdString(g.name),
                  QString::fromStdString(formatBytes(g.total_bytes)));
       }
     }
   }
-  if (d.numaNode() < 0) return QObject::tr("cpu\nall NUMA nodes");
+  if (d.numaNode() < 0) return QObject::tr("cpu\nall NUMA nodes\n(experts split over them)");
   for (const placement::NumaNodeSpec& n : hw.numa_nodes) {
     if (n.id == d.numaNode()) {
-      return QObject::tr("cpu:numa%1\n%2 cores, %3")
+      return QObject::tr("cpu:numa%1\nNUMA node %1\n%2 cores, %3")
           .arg(n.id)
           .arg(n.cores)
           .arg(QString::fromStdString(formatBytes(n.total_bytes)));
@@ -294,10 +294,9 @@ QVariant PlacementBoardModel::data(const QModelIndex& index, int role) const {
   const int row = index.row(), column = index.column();
   if (column == gpuExpertsColumn()) {
     if (!expertsDevice(row)) return {};
-    if (role == Qt::DisplayRole || role == Qt::EditRole) {
-      if (!canHoldGpuExperts(row)) return role == Qt::DisplayRole ? QVariant(tr("—")) : QVariant();
+    // The board shows a slider there; the count is what an editor (F2) starts from.
+    if (role == Qt::EditRole && canHoldGpuExperts(row))
       return QVariant::fromValue<qlonglong>(gpuExperts(row));
-    }
     if (role == Qt::ToolTipRole)
       return tr("Routed experts resident on the layer's GPU (the most routed), of %1")
           .arg(maxGpuExperts());
@@ -316,9 +315,13 @@ QVariant PlacementBoardModel::data(const QModelIndex& index, int role) const {
                 : request_.model.isMoeLayer(layer) ? tr("attention + router")
                                                    : tr("attention + MLP"));
     }
-    if (holds_resident) parts << tr("%1 experts").arg(resident);
-    if (experts) parts << tr("experts %1/%2").arg(maxGpuExperts() - resident).arg(maxGpuExperts());
-    return parts.join(QStringLiteral(" · "));
+    if (holds_resident) parts << tr("+ %1 routed experts").arg(resident);
+    if (experts) {
+      parts << tr("routed experts\n%1 of %2 computed here")
+                   .arg(maxGpuExperts() - resident)
+                   .arg(maxGpuExperts());
+    }
+    return parts.join(QLatin1Char('\n'));
   }
   if (role == Qt::BackgroundRole) {
     if (dense) return QBrush(QColor(0, 114, 178, 70));    // the memory map's weights blue
