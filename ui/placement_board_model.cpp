@@ -263,7 +263,16 @@ bool PlacementBoardModel::setAllGpuExperts(int64_t count) {
 }
 
 bool PlacementBoardModel::setPlacement(const placement::Placement& placement, const QString& what) {
-  return push(placement, what);
+  // The board's rule: resident experts live on their layer's GPU, so a layer another editor put
+  // on the host keeps none (as a drag there would leave it).
+  placement::Placement candidate = placement;
+  const std::vector<Device> layer_device = candidate.layerDevices();
+  for (ModulePlacement& m : candidate.modules) {
+    if (m.kind == ModuleKind::RoutedExperts && m.gpu_experts_fixed &&
+        !layer_device[static_cast<size_t>(m.layer)].isGpu())
+      m.gpu_experts = 0;
+  }
+  return push(candidate, what);
 }
 
 bool PlacementBoardModel::autoPlace() {

@@ -336,11 +336,14 @@ void PlacementTest::theBoardReplansAsYouEditAndUndoes() {
   QVERIFY(*dragged.tokens_per_s < *half.tokens_per_s);
   checkAgainstThePlanner(board);
 
-  // The keyboard's move: layer 3's dense part one column right.
+  // The keyboard's move: Ctrl+Right takes layer 3's dense part one column right.
+  board.show();
+  QVERIFY(QTest::qWaitForWindowExposed(&board));
   const int row3 = model->layerRow(3);
   const int column3 = model->columnOf(model->denseDevice(row3));
+  board.view()->setFocus();
   board.view()->setCurrentIndex(model->index(row3, column3));
-  QVERIFY2(board.moveSelected(false, +1), qPrintable(board.problem()));
+  QTest::keyClick(board.view(), Qt::Key_Right, Qt::ControlModifier);
   QCOMPARE(model->denseDevice(row3), model->devices()[static_cast<size_t>(column3 + 1)]);
   // A drop of experts on a GPU column is no move, and an experts move to a GPU is refused.
   QVERIFY(!model->move({row1}, PlacementBoardModel::Part::Experts, Device::cuda(0)));
@@ -391,6 +394,18 @@ void PlacementTest::theBoardRoundTripsARuleFile() {
   QCOMPARE(BoardState(second), BoardState(board));
   second.model()->undoStack()->undo();  // the import is an edit like any other
   QVERIFY(!(second.placement() == board.placement()));
+
+  // A placement from the module list with layer 0 moved to the host: its fixed count goes with
+  // the GPU it left, as a drag there would have it.
+  placement::Placement edited = second.placement();
+  for (placement::ModulePlacement& m : edited.modules) {
+    if (m.layer == 0 && m.kind != placement::ModuleKind::RoutedExperts) m.device = Device::cpu();
+  }
+  QVERIFY(expertsOf(edited, 0).gpu_experts > 0);
+  QVERIFY2(second.model()->setPlacement(edited, QStringLiteral("Module list")),
+           qPrintable(second.problem()));
+  QCOMPARE(second.placement().layerDevices()[0], Device::cpu());
+  QCOMPARE(expertsOf(second.placement(), 0).gpu_experts, int64_t{0});
 
   // A rule file the planner refuses changes nothing.
   const fs::path bad = fs::path(tmp_.path().toStdString()) / "bad_rules.yaml";
