@@ -164,7 +164,8 @@ def test_the_planner_keeps_a_rule_files_per_layer_resident_experts(demo, tmp_pat
                       .replace("dataset_dir: resources/demo", f"dataset_dir: {DEMO_DATA}")
                       .replace("output_dir: demo-output", f"output_dir: {tmp_path / 'out'}"))
     rules = board_rules(tmp_path / "board.yaml", "cuda:0")
-    result = run(["plan", config, "--hardware", "1xh200_xeon-16c_128g", "--placement", rules, "--json"], demo["home"])
+    result = run(["plan", config, "--hardware", "1xh200_xeon-16c_128g", "--placement", rules, "--json"],
+                 demo["home"])
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     resident = [m["gpu_experts"] for m in plan["placement"] if m["kind"] == "routed_experts"]
