@@ -151,8 +151,8 @@ def board_rules(path, device):
                      f'    kwargs: {{prefill_device: "{device}", generate_device: cpu, out_device: "{device}", '
                      f'tandem_gpu_experts: {count}}}\n  recursive: False\n')
     for name in ("^model\\\\.layers\\\\.", "^model\\\\.norm$", "^lm_head$"):
-        rules.append(f'- match: {{name: "{name}"}}\n'
-                     f'  replace: {{class: default, kwargs: {{generate_device: "{device}", prefill_device: "{device}"}}}}\n')
+        rules.append(f'- match: {{name: "{name}"}}\n  replace: {{class: default, kwargs: '
+                     f'{{generate_device: "{device}", prefill_device: "{device}"}}}}\n')
     path.write_text("".join(rules))
     return path
 
