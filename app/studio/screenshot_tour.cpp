@@ -5,6 +5,7 @@
 #include <QDir>
 #include <QElapsedTimer>
 #include <QImage>
+#include <QSlider>
 #include <QTabWidget>
 #include <QThread>
 #include <QTimer>
@@ -20,6 +21,8 @@
 #include "ui/last_run.h"
 #include "ui/machine_check_dialog.h"
 #include "ui/main_window.h"
+#include "ui/placement_board.h"
+#include "ui/placement_board_model.h"
 #include "ui/placement_editor.h"
 #include "ui/runs_view.h"
 #include "ui/settings_dialog.h"
@@ -114,6 +117,23 @@ void ScreenshotTour::run() {
                                  wizard->hardware(), {}, &window_);
       editor.show();
       shoot(editor, QStringLiteral("5b-placement-editor"));
+    }
+    {
+      // The board as it looks for a two-GPU, two-node workstation (a hardware preset, as the
+      // wizard's hardware page offers), after a few edits: every layer keeps 4 experts on its
+      // GPU, layer 2 keeps 12, layer 1 is dragged to NUMA node 0.
+      const train::TrainConfig current = wizard->config();
+      const placement::Hardware workstation = placement::resolveHardware(
+          "2x4090-24g_xeon-spr-2s_512g", wizard->paths().presets / "hardware");
+      ui::PlacementBoard board(train::planRequestFor(current, wizard->modelSummary()->config),
+                               workstation, {}, &window_);
+      board.globalSlider()->setValue(4);
+      if (QSlider* layer2 = board.layerSlider(2)) layer2->setValue(12);
+      ui::PlacementBoardModel* model = board.model();
+      model->move({model->layerRow(1)}, ui::PlacementBoardModel::Part::Dense,
+                  placement::Device::numaNode(0));
+      board.show();
+      shoot(board, QStringLiteral("13-placement-board"));
     }
     wizard->button(QWizard::FinishButton)->click();
     ui::TrainingController* training = window_.trainingController();
