@@ -315,7 +315,8 @@ TEST(BlockKernels, Avx512Bf16BlocksMatchFp64OnRaggedShapes) {
       const auto fwd = backend->pack(src, false, WeightFormat::Blocks, -1);
       const auto bwd = backend->pack(src, true, WeightFormat::Blocks, -1);
       EXPECT_EQ(fwd->bytes() + bwd->bytes(), 0u) << "W and Wᵀ are views of the table";
-      for (int64_t m : {1, 7, 33}) {
+      // 1 and 7 rows: the fp32 path below kMinRowsForPairs; 16 and 33: the bf16 pairs.
+      for (int64_t m : {1, 7, 16, 33}) {
         SCOPED_TRACE(c.name() + " rows=" + std::to_string(rows) + " cols=" + std::to_string(cols) +
                      " m=" + std::to_string(m));
         // Forward: y [m, rows] = x [m, cols] · Wᵀ.
