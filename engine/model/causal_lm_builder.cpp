@@ -42,6 +42,9 @@ experts::ExpertLayerOptions expertLayerOptions(const ModelOptions& o, experts::W
   options.backend = o.experts_backend;
   options.wt_policy = o.experts_wt_policy;
   options.task_split = o.experts_task_split;
+  // The model's activations: an fp32 model keeps auto on the fp32-exact block kernels.
+  options.activations =
+      o.dtype == ModelDType::Bf16 ? experts::ActivationType::BF16 : experts::ActivationType::F32;
   if (o.experts_format == "fp8") {
     if (stored != experts::WeightType::FP8_E4M3) {
       throw Error(
