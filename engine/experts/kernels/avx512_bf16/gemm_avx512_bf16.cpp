@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/cpu_features.h"
 #include "engine/core/error.h"
 #include "engine/core/float_convert.h"
 #include "engine/experts/expert_blocks.h"
@@ -374,6 +375,8 @@ class Avx512Bf16BlocksGemm final : public GemmBackend {
                          b.src.rowBytes()};
     if (b.transposed) {
       blockGemmNN(fp32, w, n0, n1, m, a, lda, c, ldc, accumulate);
+    } else if (w.type == WeightType::Q4_K && q4kVnniAvailable(cpuFeatures())) {
+      q4kGemmNTVnni(w, n0, n1, m, a, lda, c, ldc, accumulate);  // int8 dots, W never widened
     } else {
       blockGemmNT(fp32, w, n0, n1, m, a, lda, c, ldc, accumulate);
     }
