@@ -22,7 +22,6 @@
 
 #include "engine/core/cpu_features.h"
 #include "engine/core/error.h"
-#include "engine/core/float_convert.h"
 #include "engine/core/ggml_blocks.h"
 #include "engine/experts/kernels/block_gemm.h"
 #include "engine/experts/kernels/packed_gemm.h"
@@ -106,8 +105,10 @@ void q4kGemmNTVnni(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, con
     }
     for (int64_t b = 0; b < blocks; ++b) {
       const gb::BlockQ4K& blk = row[b];
-      uint8_t sc[kSubBlocks], mn[kSubBlocks];
-      for (int s = 0; s < kSubBlocks; ++s) gb::scaleMinK4(s, blk.scales, &sc[s], &mn[s]);
+      alignas(16) uint8_t sc_min[16];  // 8 scales, then 8 mins
+      unpackScalesQ4K(blk.scales, sc_min);
+      const uint8_t* sc = sc_min;
+      const uint8_t* mn = sc_min + kSubBlocks;
       // 64 elements per register: bytes 0-31 the low nibbles (sub-block 2k), 32-63 the high.
       __m512i nib[4], scale[4];
       for (int k4 = 0; k4 < 4; ++k4) {
@@ -121,7 +122,7 @@ void q4kGemmNTVnni(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, con
       int64_t mins64 = 0;
       std::memcpy(&mins64, mn, sizeof(mins64));
       const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(mins64));
-      const float d = fp16ToFloat(blk.d), dmin = fp16ToFloat(blk.dmin);
+      const float d = _cvtsh_ss(blk.d), dmin = _cvtsh_ss(blk.dmin);
       for (int64_t i = 0; i < m; ++i) {
         const int8_t* q = x.q + i * x.k + b * kQK;
         __m512i sum = _mm512_setzero_si512();
