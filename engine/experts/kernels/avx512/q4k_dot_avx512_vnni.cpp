@@ -16,6 +16,7 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -36,6 +37,9 @@ constexpr int64_t kSubBlocks = kQK / 32;  // 6-bit scales (and activation sums) 
 
 // One row of a [k] f32 → q [k] int8, dx [k / 256] and sums [k / 32] (int16: |Σ 32 q| ≤ 4064).
 // dx = max|x| / 127 per block, q = round(x / dx) (0 for an all-zero block), as quantize_row_q8_K.
+// Within a block q is stored in the weights' register order: q[64 t + 8 s + e] = element
+// 32 s + 8 t + e (t = 0..3, sub-block s = 0..7, e = 0..7), so that int32 lanes 2 s and 2 s + 1 of
+// every vpdpbusd hold sub-block s and four of them sum into one register before any scale.
 void quantiseRowQ8K(const float* x, int64_t k, int8_t* q, float* dx, int16_t* sums) {
   for (int64_t b = 0; b < k / kQK; ++b) {
     const float* xb = x + b * kQK;
@@ -51,8 +55,12 @@ void quantiseRowQ8K(const float* x, int64_t k, int8_t* q, float* dx, int16_t* su
         // round to nearest even (MXCSR's default), |v| ≤ 127 by construction
         const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + 32 * s + e), inv));
         sum = _mm512_add_epi32(sum, v);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * kQK + 32 * s + e),
-                         _mm512_cvtsepi32_epi8(v));
+        // elements 32 s + 8 t .. + 7 go to lane group t: q[64 t + 8 s ..] (dotRows)
+        const __m128i bytes = _mm512_cvtsepi32_epi8(v);
+        const int64_t t = e / 8;
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(q + b * kQK + 64 * t + 8 * s), bytes);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(q + b * kQK + 64 * (t + 1) + 8 * s),
+                         _mm_unpackhi_epi64(bytes, bytes));
       }
       sums[b * kSubBlocks + s] = static_cast<int16_t>(_mm512_reduce_add_epi32(sum));
     }
@@ -85,6 +93,68 @@ bool q4kVnniAvailable(const CpuFeatures& features) {
   return features.canUseAvx512() && features.avx512_vnni;
 }
 
+namespace {
+
+// out [kRows] (= | +=) rows i0 .. i0 + kRows of x · W[j, :] for one row j of W. Per block, the 128
+// bytes of nibbles become four registers V_t whose qword s is qword 4 (s / 2) + t of the block's
+// qs (chunk s / 2: low nibbles for even s, high for odd), the order the activations were stored
+// in; the rows' int32 sums then need one scale per lane pair: d · sc_s.
+template <int kRows>
+void dotRows(const gb::BlockQ4K* row, int64_t blocks, const Q8Rows& x, int64_t i0, float* c,
+             int64_t ldc, int64_t j, bool accumulate) {
+  __m512 acc[kRows];   // d · dx · Σ sc · (nibble · q), 16 lanes per row
+  __m128 accm[kRows];  // dmin · dx · Σ m · sums, 4 lanes per row
+  for (int i = 0; i < kRows; ++i) {
+    acc[i] = _mm512_setzero_ps();
+    accm[i] = _mm_setzero_ps();
+  }
+  const __m512i shifts = _mm512_setr_epi64(0, 4, 0, 4, 0, 4, 0, 4);
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const gb::BlockQ4K& blk = row[b];
+    const __m512i q0 = _mm512_loadu_si512(blk.qs), q1 = _mm512_loadu_si512(blk.qs + 64);
+    __m512i v[4];
+    for (int t = 0; t < 4; ++t) {
+      const __m512i index = _mm512_setr_epi64(t, t, 4 + t, 4 + t, 8 + t, 8 + t, 12 + t, 12 + t);
+      v[t] = _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutex2var_epi64(q0, index, q1), shifts),
+                              low4);
+    }
+    alignas(16) uint8_t sc_min[16];  // 8 scales, then 8 mins
+    unpackScalesQ4K(blk.scales, sc_min);
+    const __m128i sc_mn = _mm_load_si128(reinterpret_cast<const __m128i*>(sc_min));
+    const float d = _cvtsh_ss(blk.d), dmin = _cvtsh_ss(blk.dmin);
+    // lanes 2 s, 2 s + 1: d · sc_s
+    const __m512 d_sc =
+        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(sc_mn, sc_mn))),
+                      _mm512_set1_ps(d));
+    const __m128i mins = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(sc_mn, sc_mn));
+    for (int i = 0; i < kRows; ++i) {
+      const int8_t* q = x.q + (i0 + i) * x.k + b * kQK;
+      __m512i sum = _mm512_setzero_si512();
+      for (int t = 0; t < 4; ++t)
+        sum = _mm512_dpbusd_epi32(sum, v[t], _mm512_loadu_si512(q + 64 * t));
+      const float dx = x.dx[(i0 + i) * blocks + b];
+      acc[i] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d_sc, _mm512_set1_ps(dx)), acc[i]);
+      const __m128i s = _mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(x.sums + ((i0 + i) * blocks + b) * kSubBlocks));
+      accm[i] =
+          _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(mins, s)), _mm_set1_ps(dmin * dx), accm[i]);
+    }
+  }
+  for (int i = 0; i < kRows; ++i) {
+    const __m128 m2 = _mm_add_ps(accm[i], _mm_movehl_ps(accm[i], accm[i]));
+    const float min_term = _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+    const float value = _mm512_reduce_add_ps(acc[i]) - min_term;
+    float& out = c[(i0 + i) * ldc + j];
+    out = accumulate ? out + value : value;
+  }
+}
+
+constexpr int kRowGroup = 8;  // rows whose accumulators stay in registers over one row of W
+
+}  // namespace
+
 void q4kGemmNTVnni(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
                    int64_t lda, float* c, int64_t ldc, bool accumulate) {
   if (m <= 0 || n1 <= n0) return;
@@ -94,57 +164,20 @@ void q4kGemmNTVnni(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, con
   }
   const int64_t blocks = w.cols / kQK;
   const Q8Rows x = quantiseRows(m, a, lda, w.cols);
-  const __m256i low_mask = _mm256_set1_epi8(0x0F);
   for (int64_t j = n0; j < n1; ++j) {
     const auto* row = reinterpret_cast<const gb::BlockQ4K*>(w.data + j * w.row_bytes);
-    __m512 acc[kQ4kVnniMaxRows];   // d·dx·Σ sc·(nibble·q), 16 lanes per row
-    __m128 accm[kQ4kVnniMaxRows];  // dmin·dx·Σ m·s, 4 lanes per row
-    for (int64_t i = 0; i < m; ++i) {
-      acc[i] = _mm512_setzero_ps();
-      accm[i] = _mm_setzero_ps();
-    }
-    for (int64_t b = 0; b < blocks; ++b) {
-      const gb::BlockQ4K& blk = row[b];
-      alignas(16) uint8_t sc_min[16];  // 8 scales, then 8 mins
-      unpackScalesQ4K(blk.scales, sc_min);
-      const uint8_t* sc = sc_min;
-      const uint8_t* mn = sc_min + kSubBlocks;
-      // 64 elements per register: bytes 0-31 the low nibbles (sub-block 2k), 32-63 the high.
-      __m512i nib[4], scale[4];
-      for (int k4 = 0; k4 < 4; ++k4) {
-        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * k4));
-        const __m256i lo = _mm256_and_si256(raw, low_mask);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_mask);
-        nib[k4] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        scale[k4] =
-            _mm512_inserti64x4(_mm512_set1_epi32(sc[2 * k4]), _mm256_set1_epi32(sc[2 * k4 + 1]), 1);
+    for (int64_t i0 = 0; i0 < m; i0 += kRowGroup) {
+      // a constant count per call, so the accumulators are registers, not stack slots
+      switch (std::min<int64_t>(kRowGroup, m - i0)) {
+        case 1: dotRows<1>(row, blocks, x, i0, c, ldc, j, accumulate); break;
+        case 2: dotRows<2>(row, blocks, x, i0, c, ldc, j, accumulate); break;
+        case 3: dotRows<3>(row, blocks, x, i0, c, ldc, j, accumulate); break;
+        case 4: dotRows<4>(row, blocks, x, i0, c, ldc, j, accumulate); break;
+        case 5: dotRows<5>(row, blocks, x, i0, c, ldc, j, accumulate); break;
+        case 6: dotRows<6>(row, blocks, x, i0, c, ldc, j, accumulate); break;
+        case 7: dotRows<7>(row, blocks, x, i0, c, ldc, j, accumulate); break;
+        default: dotRows<8>(row, blocks, x, i0, c, ldc, j, accumulate); break;
       }
-      int64_t mins64 = 0;
-      std::memcpy(&mins64, mn, sizeof(mins64));
-      const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(mins64));
-      const float d = _cvtsh_ss(blk.d), dmin = _cvtsh_ss(blk.dmin);
-      for (int64_t i = 0; i < m; ++i) {
-        const int8_t* q = x.q + i * x.k + b * kQK;
-        __m512i sum = _mm512_setzero_si512();
-        for (int k4 = 0; k4 < 4; ++k4) {
-          const __m512i dot =
-              _mm512_dpbusd_epi32(_mm512_setzero_si512(), nib[k4], _mm512_loadu_si512(q + 64 * k4));
-          sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(dot, scale[k4]));
-        }
-        const float dx = x.dx[i * blocks + b];
-        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(d * dx), acc[i]);
-        const __m128i s = _mm_loadu_si128(
-            reinterpret_cast<const __m128i*>(x.sums + (i * blocks + b) * kSubBlocks));
-        accm[i] =
-            _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(mins, s)), _mm_set1_ps(dmin * dx), accm[i]);
-      }
-    }
-    for (int64_t i = 0; i < m; ++i) {
-      const __m128 m2 = _mm_add_ps(accm[i], _mm_movehl_ps(accm[i], accm[i]));
-      const float min_term = _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
-      const float v = _mm512_reduce_add_ps(acc[i]) - min_term;
-      float& out = c[i * ldc + j];
-      out = accumulate ? out + v : v;
     }
   }
 }
