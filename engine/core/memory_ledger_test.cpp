@@ -68,6 +68,34 @@ TEST(MemoryLedger, ConcurrentChargesBalance) {
   EXPECT_GE(ledger.usage("cpu").peak(MemoryCategory::Scratch), 3u);
 }
 
+// Host bytes that name their NUMA node are kept per node beside the device's totals, and leave
+// the node when their charge ends (moved charges keep their node).
+TEST(MemoryLedger, HostChargesKeepTheirNumaNode) {
+  MemoryLedger ledger;
+  {
+    MemoryCharge on_node1(ledger, "cpu", MemoryCategory::Weights, 3000, 1);
+    MemoryCharge on_node0(ledger, "cpu", MemoryCategory::Weights, 500, 0);
+    MemoryCharge no_node(ledger, "cpu", MemoryCategory::Weights, 70);
+    MemoryCharge scratch(ledger, "cpu", MemoryCategory::Scratch, 9, 1);
+    const DeviceMemoryUsage usage = ledger.usage("cpu");
+    EXPECT_EQ(usage.current(MemoryCategory::Weights), 3570u);  // totals count every charge
+    ASSERT_EQ(usage.by_node.size(), 2u);
+    EXPECT_EQ(usage.by_node[0].node, 0);
+    EXPECT_EQ(usage.by_node[0].current(MemoryCategory::Weights), 500u);
+    EXPECT_EQ(usage.by_node[1].node, 1);
+    EXPECT_EQ(usage.by_node[1].current(MemoryCategory::Weights), 3000u);
+    EXPECT_EQ(usage.by_node[1].current(MemoryCategory::Scratch), 9u);
+    MemoryCharge moved = std::move(on_node1);
+    on_node1.reset();  // moved-from: releases nothing
+    EXPECT_EQ(ledger.usage("cpu").by_node[1].current(MemoryCategory::Weights), 3000u);
+  }
+  const DeviceMemoryUsage after = ledger.usage("cpu");
+  EXPECT_EQ(after.currentTotal(), 0u);
+  for (const NodeMemoryUsage& node : after.by_node) {
+    for (uint64_t bytes : node.current_bytes) EXPECT_EQ(bytes, 0u);
+  }
+}
+
 TEST(MemoryLedger, CategoryNames) {
   EXPECT_EQ(memoryCategoryName(MemoryCategory::Optimizer), "optimizer");
   EXPECT_EQ(memoryCategoryName(MemoryCategory::Cache), "cache");

@@ -14,6 +14,7 @@
 #include "engine/core/platform/durable_file.h"
 #include "engine/core/platform/process_info.h"
 #include "engine/core/units.h"
+#include "engine/gpu/memory_sample.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/bounded_json.h"
 #include "engine/model/adapter_files.h"
@@ -363,6 +364,7 @@ TrainResult Trainer::run(const RunControl& control, TrainListener& listener) {
     logStep(e);
     warnIfSpike(e, listener);
     listener.onStep(e);
+    listener.onMemory(gpu::sampleMemory("step", step_));
     afterStep(e, listener);
   }
   result.steps = step_;
