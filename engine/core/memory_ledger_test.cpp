@@ -5,6 +5,8 @@
 #include <thread>
 #include <vector>
 
+#include "engine/core/memory_labels.h"
+
 namespace tandem {
 namespace {
 
@@ -94,6 +96,27 @@ TEST(MemoryLedger, HostChargesKeepTheirNumaNode) {
   for (const NodeMemoryUsage& node : after.by_node) {
     for (uint64_t bytes : node.current_bytes) EXPECT_EQ(bytes, 0u);
   }
+}
+
+// Labels name parts of the ledger's bytes while their holder lives; equal labels add up.
+TEST(MemoryLabels, LabelsLiveAsLongAsTheirHolder) {
+  auto bytesOf = [](const std::string& device, const std::string& label) {
+    uint64_t sum = 0;
+    for (const LabeledBytes& l : MemoryLabels::global().snapshot())
+      if (l.device == device && l.label == label && l.category == MemoryCategory::Weights)
+        sum += l.bytes;
+    return sum;
+  };
+  {
+    MemoryLabel a("cpu:numa1", MemoryCategory::Weights, "expert packs int8 (test)", 4096);
+    MemoryLabel b("cpu:numa1", MemoryCategory::Weights, "expert packs int8 (test)", 1024);
+    EXPECT_EQ(bytesOf("cpu:numa1", "expert packs int8 (test)"), 5120u);
+    MemoryLabel moved = std::move(a);
+    EXPECT_EQ(bytesOf("cpu:numa1", "expert packs int8 (test)"), 5120u);
+    b = MemoryLabel();
+    EXPECT_EQ(bytesOf("cpu:numa1", "expert packs int8 (test)"), 4096u);
+  }
+  EXPECT_EQ(bytesOf("cpu:numa1", "expert packs int8 (test)"), 0u);
 }
 
 TEST(MemoryLedger, CategoryNames) {

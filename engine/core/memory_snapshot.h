@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/core/host_memory.h"
+#include "engine/core/memory_labels.h"
 #include "engine/core/memory_ledger.h"
 
 namespace tandem {
@@ -27,6 +28,7 @@ struct MemorySnapshot {
   std::string phase;  // what the run was doing: "loading the model", "step", …
   int64_t step = 0;   // optimizer steps done
   std::vector<DeviceMemoryUsage> ledger;
+  std::vector<LabeledBytes> labels;    // what the ledger's bytes are (memory_labels.h)
   std::vector<GpuMemoryFigures> gpus;  // empty without CUDA (a CPU build, no driver)
   std::vector<HostNodeMemory> nodes;
 };

@@ -14,6 +14,7 @@
 #include "engine/experts/expert_packs.h"
 
 #include <map>
+#include <string>
 #include <utility>
 
 #include "engine/core/numa.h"
@@ -148,6 +149,7 @@ uint64_t ExpertPacks::bytes() const {
 
 void ExpertPacks::chargePacks() {
   charges_.clear();  // first: the ledger's peak must not count both
+  labels_.clear();
   std::map<int, uint64_t> bytes_by_node;
   for (const NodeSlice& slice : slices_) {
     const SlicePacks& slice_packs = packs_[slice.index];
@@ -162,9 +164,12 @@ void ExpertPacks::chargePacks() {
       }
     }
   }
+  const std::string label = "expert packs " + std::string(weightFormatName(format_));
   for (const auto& [node, bytes] : bytes_by_node) {
-    if (bytes > 0)
-      charges_.emplace_back(MemoryLedger::global(), "cpu", MemoryCategory::Weights, bytes, node);
+    if (bytes == 0) continue;
+    charges_.emplace_back(MemoryLedger::global(), "cpu", MemoryCategory::Weights, bytes, node);
+    labels_.emplace_back(node >= 0 ? "cpu:numa" + std::to_string(node) : std::string("cpu"),
+                         MemoryCategory::Weights, label, bytes);
   }
 }
 

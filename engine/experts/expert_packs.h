@@ -27,6 +27,7 @@
 #include <mutex>
 #include <vector>
 
+#include "engine/core/memory_labels.h"
 #include "engine/core/memory_ledger.h"
 #include "engine/experts/expert_nodes.h"
 #include "engine/experts/expert_routing.h"
@@ -121,6 +122,7 @@ class ExpertPacks {
   std::vector<char> released_;         // [E] 1: freed by release() (empty: none)
   bool packed_ = false;                // ensurePacked() ran (defer_packs: not at creation)
   std::vector<MemoryCharge> charges_;  // by NUMA node (chargePacks)
+  std::vector<MemoryLabel> labels_;    // "expert packs <format>", beside each charge
   // Background: the experts the last training forward routed to ([E] 0/1) and the build started
   // for this layer. The build is the last member: destroyed (waited for) first, while what its
   // tasks read is still alive.

@@ -15,6 +15,7 @@ MemorySnapshot sampleMemory(std::string phase, int64_t step) {
   s.gpus = gpuMemoryNow();
   s.nodes = hostNodeMemory();
   s.ledger = MemoryLedger::global().snapshot();
+  s.labels = MemoryLabels::global().snapshot();
   return s;
 }
 

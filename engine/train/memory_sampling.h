@@ -33,4 +33,16 @@ class MemorySampling {
   std::jthread thread_;  // last: started once the members it reads exist
 };
 
+// The after-step snapshots of a run, kept to about 5% of its time: a sample that took t waits
+// 20·t before the next one (reading numa_maps walks the page tables of every byte the process
+// holds, which for a terabyte of experts is not free). The first step and the last are always
+// sampled.
+class StepMemorySampler {
+ public:
+  void afterStep(TrainListener& listener, int64_t step, bool first_or_last);
+
+ private:
+  std::chrono::steady_clock::time_point next_{};
+};
+
 }  // namespace tandem::train
