@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "engine/core/error.h"
+#include "engine/gpu/memory_sample.h"
 
 #ifdef TANDEM_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>

@@ -6,8 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/memory_snapshot.h"
-
 namespace tandem::gpu {
 
 struct GpuInfo {
@@ -46,9 +44,6 @@ struct GpuMemoryPeak {
 };
 GpuMemoryPeak gpuMemoryPeak(int index);
 void resetGpuMemoryPeak(int index);
-// Every visible GPU now: the caching allocator's current allocated/reserved bytes (0 on a GPU it
-// has not touched yet) and cudaMemGetInfo's free/total. Empty without CUDA or a driver.
-std::vector<GpuMemoryFigures> gpuMemoryNow();
 // Lets the allocator hold at most `bytes` on GPU `index` (a smaller card's memory, for
 // benchmarks); allocations beyond fail as out of memory. Error without CUDA.
 void capGpuMemory(int index, uint64_t bytes);

@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 
+#include "engine/gpu/memory_sample.h"
+
 namespace tandem::gpu {
 namespace {
 
