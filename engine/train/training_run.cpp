@@ -209,7 +209,6 @@ class FirstStepNote : public TrainListener {
   void onMemory(const MemorySnapshot& s) override { inner_.onMemory(s); }
   void onPaused() override { inner_.onPaused(); }
   void onResumed() override { inner_.onResumed(); }
-  void onMemory(const MemorySnapshot& s) override { inner_.onMemory(s); }
 
  private:
   TrainListener& inner_;
