@@ -178,6 +178,10 @@ uint64_t MemoryBar::ledgerBytes() const {
   return sum;
 }
 
+uint64_t MemoryBar::processBytes() const {
+  return ledgerBytes() + bytes[slot(MemorySlice::Untracked)];
+}
+
 std::vector<MemoryBar> liveMemoryBars(const MemorySnapshot& snapshot) {
   std::vector<MemoryBar> bars;
   for (const GpuMemoryFigures& g : snapshot.gpus) bars.push_back(gpuBar(g));

@@ -63,7 +63,8 @@ struct MemoryBar {
 
   uint64_t used() const;  // everything but Free
   uint64_t plannedUsed() const;
-  uint64_t ledgerBytes() const;  // the ledger slices
+  uint64_t ledgerBytes() const;   // the ledger slices
+  uint64_t processBytes() const;  // the ledger slices and untracked: what this run holds
 };
 
 // Live columns from one snapshot: GPUs (allocator + driver), then host nodes (OS), with every

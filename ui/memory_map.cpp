@@ -203,9 +203,11 @@ void MemoryMapWidget::paintEvent(QPaintEvent*) {
     if (bar.has_plan) paintStack(p, c.planned, bar, bar.planned, true);
     p.setPen(text);
     const QRect slot(area.left() + i * group, 0, group, 0);
+    // Measured: what this run holds (not other processes), so it compares with the plan.
+    const QString ours = bar.measured ? tr("%1 ours").arg(bytesText(bar.processBytes()))
+                                      : tr("%1 planned").arg(bytesText(bar.used()));
     const QString totals =
-        bar.has_plan ? tr("%1 (plan %2)").arg(bytesText(bar.used()), bytesText(bar.plannedUsed()))
-                     : bytesText(bar.used());
+        bar.has_plan ? tr("%1 (plan %2)").arg(ours, bytesText(bar.plannedUsed())) : ours;
     p.drawText(QRect(slot.left(), area.top() - line, group, line), Qt::AlignCenter,
                fontMetrics().elidedText(totals, Qt::ElideRight, group));
     p.drawText(QRect(slot.left(), area.bottom() + 2, group, line), Qt::AlignCenter,
