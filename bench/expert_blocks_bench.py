@@ -47,7 +47,7 @@ def main():
     baseline = {}
     # The libtorch loop is not run (--backends always given): it is the e2e baseline, not this one's.
     for dtype, backend in [("bf16", "amx_bf16,avx512_bf16"), ("bf16", "avx512")] + \
-                          [(d, "amx_blocks,avx512,avx2") for d in args.dtypes.split(",")]:
+                          [(d, "amx_blocks,avx512_bf16_blocks,avx512,avx2") for d in args.dtypes.split(",")]:
         try:
             got = run(args.bench, dtype, backend, args.tokens, args.threads, args.repeats)
         except RuntimeError as e:

@@ -16,9 +16,15 @@
 #include "ui/chat_controller.h"
 #include "ui/chat_panel.h"
 #include "ui/error_text.h"
+#include "ui/last_run.h"
 #include "ui/machine_check_dialog.h"
+#include "ui/recent_items.h"
+#include "ui/run_actions.h"
+#include "ui/run_notifier.h"
 #include "ui/runs_view.h"
 #include "ui/settings_dialog.h"
+#include "ui/shortcuts_dialog.h"
+#include "ui/theme.h"
 #include "ui/training_controller.h"
 #include "ui/training_dashboard.h"
 
@@ -28,6 +34,7 @@ MainWindow::MainWindow(StudioSettings settings, StudioPaths paths, QWidget* pare
     : QMainWindow(parent), settings_(std::move(settings)), paths_(std::move(paths)) {
   setWindowTitle(tr("Tandem Studio"));
   setWindowIcon(QIcon(QStringLiteral(":/icons/tandem.svg")));
+  applyTheme(settings_.theme);
   QString store_problem;
   try {
     store_ = std::make_unique<store::RunStore>(
@@ -40,6 +47,13 @@ MainWindow::MainWindow(StudioSettings settings, StudioPaths paths, QWidget* pare
 
   wizard_ = new FineTuneWizard(host_, paths_);
   wizard_->setWindowFlags(Qt::Widget);  // a page of the window, not a dialog
+  if (settings_.prefill_last_run && store_) {
+    try {
+      if (auto last = lastRunConfig(*store_)) wizard_->loadConfig(*last);
+    } catch (const Error& e) {
+      store_problem = errorText(e);
+    }
+  }
   dashboard_ = new TrainingDashboard(*training_, host_.info());
   dashboard_->setLogScale(settings_.log_scale_loss);
   chat_panel_ = new ChatPanel(*chat_);
@@ -60,6 +74,7 @@ MainWindow::MainWindow(StudioSettings settings, StudioPaths paths, QWidget* pare
   tabs_->addTab(runs_, QIcon(QStringLiteral(":/icons/runs.svg")), tr("&Runs"));
   tabs_->setIconSize(QSize(20, 20));
   setCentralWidget(tabs_);
+  notifier_ = std::make_unique<DesktopNotifier>(this);
   buildMenus();
 
   connect(&host_, &HostMachine::probed, dashboard_, &TrainingDashboard::showMachine);
@@ -88,6 +103,11 @@ MainWindow::MainWindow(StudioSettings settings, StudioPaths paths, QWidget* pare
                                  ? tr("training failed: %1").arg(f.error)
                                  : tr("training %1").arg(trainEndName(f.end)));
     runs_->refresh();
+    if (settings_.notify_run_end && !close_when_stopped_ && notifier_) {
+      const QString name =
+          QString::fromStdString(training_->config().output_dir.filename().string());
+      if (const auto notice = runNotice(f, name)) notifier_->notify(*notice);
+    }
     if (f.end == TrainEnd::Completed) {
       chat_panel_->setModels(QString::fromStdString(training_->config().model_name_or_path),
                              f.output_dir,
@@ -104,6 +124,10 @@ MainWindow::MainWindow(StudioSettings settings, StudioPaths paths, QWidget* pare
 
 MainWindow::~MainWindow() = default;
 
+void MainWindow::setNotifier(std::unique_ptr<Notifier> notifier) {
+  notifier_ = std::move(notifier);
+}
+
 void MainWindow::buildMenus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
   QAction* fresh =
@@ -117,13 +141,15 @@ void MainWindow::buildMenus() {
   open->setShortcut(QKeySequence::Open);
   connect(open, &QAction::triggered, this, &MainWindow::openYaml);
   QAction* demo = file->addAction(tr("Start from the &demo preset"));
+  demo->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_N));
   connect(demo, &QAction::triggered, this, &MainWindow::startFromDemo);
   QAction* prefs = file->addAction(QIcon(QStringLiteral(":/icons/settings.svg")), tr("&Settings…"));
   prefs->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Comma));
   connect(prefs, &QAction::triggered, this, &MainWindow::editSettings);
   file->addSeparator();
   QAction* quit = file->addAction(tr("&Quit"));
-  quit->setShortcut(QKeySequence::Quit);
+  // QKeySequence::Quit is empty on Windows and without a desktop's key theme.
+  quit->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Q));
   connect(quit, &QAction::triggered, this, &QWidget::close);
 
   QMenu* view = menuBar()->addMenu(tr("&View"));
@@ -133,13 +159,23 @@ void MainWindow::buildMenus() {
     action->setShortcut(QKeySequence(Qt::CTRL | static_cast<Qt::Key>(Qt::Key_1 + tab)));
     connect(action, &QAction::triggered, this, [this, tab] { showTab(tab); });
   }
+  run_actions_ = new RunActions(*training_, menuBar()->addMenu(tr("Tra&ining")));
+  connect(run_actions_, &RunActions::resumeRequested, dashboard_,
+          &TrainingDashboard::resumeRequested);
   QMenu* help = menuBar()->addMenu(tr("&Help"));
-  connect(help->addAction(tr("&Machine check…")), &QAction::triggered, this,
-          &MainWindow::showMachineCheck);
-  connect(help->addAction(tr("&Copy diagnostics")), &QAction::triggered, this,
-          &MainWindow::copyDiagnostics);
+  QAction* shortcuts = help->addAction(tr("&Keyboard shortcuts"));
+  shortcuts->setShortcuts({QKeySequence(Qt::CTRL | Qt::Key_Slash), QKeySequence(Qt::Key_F1)});
+  connect(shortcuts, &QAction::triggered, this, &MainWindow::showShortcuts);
+  QAction* check = help->addAction(tr("&Machine check…"));
+  check->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_M));
+  connect(check, &QAction::triggered, this, &MainWindow::showMachineCheck);
+  QAction* diagnostics = help->addAction(tr("&Copy diagnostics"));
+  diagnostics->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
+  connect(diagnostics, &QAction::triggered, this, &MainWindow::copyDiagnostics);
   help->addSeparator();
-  connect(help->addAction(tr("&About Tandem Studio")), &QAction::triggered, this, [this] {
+  QAction* about = help->addAction(tr("&About Tandem Studio"));
+  about->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_F1));
+  connect(about, &QAction::triggered, this, [this] {
     QMessageBox::about(
         this, tr("Tandem Studio"),
         tr("LoRA fine-tuning of MoE language models on one machine: routed experts on the CPU, "
@@ -203,8 +239,11 @@ void MainWindow::startTraining(const train::TrainConfig& config) {
     resetWizard();
     return;
   }
+  rememberTrainConfig(config);
   training_->start(config);
   showTab(TrainingTab);
+  // The next fine-tune starts from this one, in a folder of its own.
+  if (settings_.prefill_last_run) wizard_->loadConfig(nextRunConfig(config));
   resetWizard();
 }
 
@@ -225,10 +264,21 @@ void MainWindow::openYaml() {
 void MainWindow::editSettings() {
   SettingsDialog dialog(settings_, this);
   if (dialog.exec() != QDialog::Accepted) return;
-  settings_ = dialog.settings();
+  if (dialog.forgetRecent()) clearRecent();
+  applySettings(dialog.settings());
+}
+
+void MainWindow::applySettings(const StudioSettings& settings) {
+  settings_ = settings;
   settings_.save();
+  applyTheme(settings_.theme);
   dashboard_->setLogScale(settings_.log_scale_loss);
   chat_panel_->setMaxNewTokens(settings_.chat_max_new_tokens);
+}
+
+void MainWindow::showShortcuts() {
+  ShortcutsDialog dialog(*menuBar(), tabs_, this);
+  dialog.exec();
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {

@@ -19,6 +19,8 @@ namespace tandem::ui {
 class ChatController;
 class ChatPanel;
 class MachineCheckDialog;
+class Notifier;
+class RunActions;
 class RunsView;
 class TrainingController;
 class TrainingDashboard;
@@ -42,6 +44,10 @@ class MainWindow : public QMainWindow {
   QTabWidget* tabs() const { return tabs_; }
   store::RunStore* runStore() const { return store_.get(); }
   const StudioSettings& settings() const { return settings_; }
+  // Where run-end notices go (a DesktopNotifier unless replaced; tests pass their own).
+  void setNotifier(std::unique_ptr<Notifier> notifier);
+  Notifier* notifier() const { return notifier_.get(); }
+  RunActions* runActions() const { return run_actions_; }
 
  public slots:
   void showTab(int tab);
@@ -50,6 +56,9 @@ class MainWindow : public QMainWindow {
   void editSettings();
   void showMachineCheck();  // Help > Machine check…
   void copyDiagnostics();   // Help > Copy diagnostics: checks the machine, then copies
+  void showShortcuts();     // Help > Keyboard shortcuts
+  // Saves `settings` and applies what can change while running (palette, charts, chat length).
+  void applySettings(const StudioSettings& settings);
 
  protected:
   void closeEvent(QCloseEvent* event) override;
@@ -71,6 +80,8 @@ class MainWindow : public QMainWindow {
   ChatPanel* chat_panel_;
   RunsView* runs_;
   MachineCheckDialog* machine_check_ = nullptr;
+  std::unique_ptr<Notifier> notifier_;
+  RunActions* run_actions_ = nullptr;
   bool close_when_stopped_ = false;
   EngineWorker demo_maker_{this};
   EngineWorker diagnostics_{this};

@@ -1,10 +1,13 @@
 #include "ui/metric_chart.h"
 
+#include <QEvent>
 #include <QLineSeries>
 #include <QLogValueAxis>
 #include <QValueAxis>
 #include <algorithm>
 #include <cmath>
+
+#include "ui/theme.h"
 
 namespace tandem::ui {
 
@@ -53,7 +56,13 @@ void MetricChart::attachYAxis() {
   y_axis_->setTitleText(y_label_);
   chart()->addAxis(y_axis_, Qt::AlignLeft);
   for (QLineSeries* s : series_) s->attachAxis(y_axis_);
+  applyChartPalette(chart(), palette());
   rescale();
+}
+
+void MetricChart::changeEvent(QEvent* event) {
+  QChartView::changeEvent(event);
+  if (event->type() == QEvent::PaletteChange) applyChartPalette(chart(), palette());
 }
 
 int MetricChart::addSeries(const QString& name, const QColor& color, double width) {

@@ -32,6 +32,9 @@ class MetricChart : public QChartView {
   bool logScale() const { return log_scale_; }
   int pointCount(int series) const;
 
+ protected:
+  void changeEvent(QEvent* event) override;  // follows the palette (dark/light theme)
+
  private:
   void rescale();
   void attachYAxis();

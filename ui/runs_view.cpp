@@ -19,6 +19,7 @@
 #include "engine/model/checkpoint_dir.h"
 #include "ui/error_text.h"
 #include "ui/metric_chart.h"
+#include "ui/run_compare.h"
 #include "ui/wizard_pages.h"
 
 namespace tandem::ui {
@@ -61,7 +62,7 @@ RunsView::RunsView(store::RunStore* store, QWidget* parent) : QWidget(parent), s
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   table_->setAccessibleName(tr("Run history"));
   table_->setTextElideMode(Qt::ElideMiddle);  // long paths keep their start and their name
-  chart_ = new MetricChart(tr("Loss of the selected runs"), tr("loss"));
+  compare_ = new RunCompare(store_);
   problem_ = makeProblemLabel();
 
   auto* refresh = new QPushButton(tr("&Refresh"));
@@ -70,7 +71,8 @@ RunsView::RunsView(store::RunStore* store, QWidget* parent) : QWidget(parent), s
       tr("Reload the history (F5); runs whose process is gone become 'interrupted'"));
   auto* compare = new QPushButton(tr("Co&mpare curves"));
   compare->setToolTip(
-      tr("Plot the loss of every selected run (Ctrl-click or Shift-click to select several)"));
+      tr("Plot the loss of every selected run and list the settings they differ in (Ctrl-click "
+         "or Shift-click to select several)"));
   open_ = new QPushButton(QIcon(QStringLiteral(":/icons/folder.svg")), tr("&Open output folder"));
   resume_ = new QPushButton(QIcon(QStringLiteral(":/icons/play.svg")), tr("Res&ume"));
   resume_->setToolTip(
@@ -82,7 +84,7 @@ RunsView::RunsView(store::RunStore* store, QWidget* parent) : QWidget(parent), s
 
   auto* split = new QSplitter(Qt::Vertical);
   split->addWidget(table_);
-  split->addWidget(chart_);
+  split->addWidget(compare_);
   split->setStretchFactor(0, 1);
   split->setStretchFactor(1, 1);
   auto* layout = new QVBoxLayout(this);
@@ -90,6 +92,8 @@ RunsView::RunsView(store::RunStore* store, QWidget* parent) : QWidget(parent), s
   layout->addWidget(problem_);
   layout->addWidget(split, 1);
 
+  connect(compare_, &RunCompare::problem, this,
+          [this](const QString& p) { showProblem(problem_, p); });
   connect(refresh, &QPushButton::clicked, this, &RunsView::refresh);
   connect(compare, &QPushButton::clicked, this, &RunsView::compareSelected);
   connect(table_, &QTableWidget::itemSelectionChanged, this, &RunsView::updateButtons);
@@ -204,22 +208,8 @@ void RunsView::updateButtons() {
   chat_->setEnabled(runs.size() == 1 && runs.front()->status == store::RunStatus::Completed);
 }
 
-void RunsView::compareSelected() {
-  chart_->removeAllSeries();
-  if (!store_) return;
-  int n = 0;
-  for (const store::RunRecord* r : selected()) {
-    const int series = chart_->addSeries(
-        tr("#%1 %2").arg(r->id).arg(QString::fromStdString(r->name)), seriesColor(n++));
-    QList<QPointF> points;
-    try {
-      for (const store::StepMetrics& m : store_->metrics(r->id))
-        points.append(QPointF(static_cast<double>(m.step), m.loss));
-    } catch (const Error& e) {
-      showProblem(problem_, errorText(e));
-    }
-    chart_->replace(series, points);
-  }
-}
+MetricChart* RunsView::compareChart() const { return compare_->chart(); }
+
+void RunsView::compareSelected() { compare_->showRuns(selected()); }
 
 }  // namespace tandem::ui

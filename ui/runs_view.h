@@ -18,6 +18,7 @@ class QTableWidget;
 namespace tandem::ui {
 
 class MetricChart;
+class RunCompare;
 
 class RunsView : public QWidget {
   Q_OBJECT
@@ -28,7 +29,8 @@ class RunsView : public QWidget {
   int runCount() const { return static_cast<int>(runs_.size()); }
   const std::vector<store::RunRecord>& runs() const { return runs_; }
   void selectRuns(const std::vector<int64_t>& ids);
-  MetricChart* compareChart() const { return chart_; }
+  MetricChart* compareChart() const;
+  RunCompare* runCompare() const { return compare_; }
   // The config that resumes a run: its recorded YAML, resuming from the newest checkpoint.
   // Throws tandem::Error when the YAML no longer parses.
   static train::TrainConfig resumeConfig(const store::RunRecord& run);
@@ -49,7 +51,7 @@ class RunsView : public QWidget {
   store::RunStore* store_;
   std::vector<store::RunRecord> runs_;
   QTableWidget* table_;
-  MetricChart* chart_;
+  RunCompare* compare_;  // the curves and the settings that differ
   QLabel* problem_;
   QPushButton* open_;
   QPushButton* resume_;

@@ -22,6 +22,9 @@ StudioSettings StudioSettings::load() {
                          .toString();
   out.log_scale_loss = s.value(QStringLiteral("charts/log_scale_loss"), false).toBool();
   out.chat_max_new_tokens = s.value(QStringLiteral("chat/max_new_tokens"), 64).toInt();
+  out.theme = themeChoiceFromKey(s.value(QStringLiteral("appearance/theme")).toString());
+  out.notify_run_end = s.value(QStringLiteral("notifications/run_end"), true).toBool();
+  out.prefill_last_run = s.value(QStringLiteral("wizard/prefill_last_run"), true).toBool();
   return out;
 }
 
@@ -32,6 +35,9 @@ void StudioSettings::save() const {
   s.setValue(QStringLiteral("paths/demo_workdir"), demo_workdir);
   s.setValue(QStringLiteral("charts/log_scale_loss"), log_scale_loss);
   s.setValue(QStringLiteral("chat/max_new_tokens"), chat_max_new_tokens);
+  s.setValue(QStringLiteral("appearance/theme"), themeChoiceKey(theme));
+  s.setValue(QStringLiteral("notifications/run_end"), notify_run_end);
+  s.setValue(QStringLiteral("wizard/prefill_last_run"), prefill_last_run);
 }
 
 }  // namespace tandem::ui

@@ -15,12 +15,14 @@
 #include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMenu>
 #include <QPushButton>
 #include <QSpinBox>
 #include <QSplitter>
 #include <QTableWidget>
 #include <QTextBrowser>
 #include <QTimer>
+#include <QToolButton>
 #include <QVBoxLayout>
 
 #include "engine/chat/chat_template.h"
@@ -28,6 +30,7 @@
 #include "ui/dataset_preview.h"
 #include "ui/error_text.h"
 #include "ui/path_field.h"
+#include "ui/recent_items.h"
 #include "ui/tokenizer_cache.h"
 #include "ui/wizard_pages.h"
 
@@ -99,6 +102,15 @@ DatasetPage::DatasetPage(FineTuneWizard& wizard)
   auto* dataset_row = new QHBoxLayout;
   dataset_row->addWidget(dataset_, 1);
   dataset_row->addWidget(browse_file);
+  dataset_row->addWidget(
+      recentMenuButton(tr("Rec&ent"), QStringLiteral("recent_datasets"), [this](QMenu* menu) {
+        for (const RecentDataset& recent : recentDatasets()) {
+          connect(menu->addAction(recent.label()), &QAction::triggered, dataset_, [this, recent] {
+            dir_->setText(recent.dir);
+            dataset_->setCurrentText(recent.dataset);
+          });
+        }
+      }));
   auto* checks = new QHBoxLayout;
   checks->addWidget(train_on_prompt_);
   checks->addWidget(mask_history_);

@@ -6,8 +6,10 @@
 #include <QLabel>
 #include <QLayout>
 #include <QLineEdit>
+#include <QMenu>
 #include <QPushButton>
 #include <QTimer>
+#include <QToolButton>
 #include <QVBoxLayout>
 
 #include "engine/core/error.h"
@@ -21,6 +23,7 @@
 #endif
 #include "ui/machine_info.h"
 #include "ui/path_field.h"
+#include "ui/recent_items.h"
 #include "ui/wizard_pages.h"
 
 namespace tandem::ui {
@@ -43,6 +46,25 @@ QLabel* buddyLabel(const QString& text, QWidget* buddy) {
 void showProblem(QLabel* label, const QString& problem) {
   label->setText(problem);
   label->setVisible(!problem.isEmpty());
+}
+
+QToolButton* recentMenuButton(const QString& text, const QString& object_name,
+                              const std::function<void(QMenu*)>& fill) {
+  auto* button = new QToolButton;
+  button->setText(text);
+  button->setObjectName(object_name);
+  button->setToolTip(QObject::tr("What recent runs used (Settings can forget them)"));
+  button->setPopupMode(QToolButton::InstantPopup);
+  auto* menu = new QMenu(button);
+  menu->setObjectName(object_name + QStringLiteral("_menu"));
+  // Filled when opened: a run started since the page was built is there too.
+  QObject::connect(menu, &QMenu::aboutToShow, menu, [menu, fill] {
+    menu->clear();
+    fill(menu);
+    if (menu->isEmpty()) menu->addAction(QObject::tr("(none yet)"))->setEnabled(false);
+  });
+  button->setMenu(menu);
+  return button;
 }
 
 namespace {
@@ -150,6 +172,12 @@ ModelPage::ModelPage(FineTuneWizard& wizard) : wizard_(wizard) {
   row->layout()->addWidget(download);
 #endif
   row->layout()->addWidget(demo);
+  row->layout()->addWidget(
+      recentMenuButton(tr("Re&cent"), QStringLiteral("recent_models"), [this](QMenu* menu) {
+        for (const QString& model : recentModels())
+          connect(menu->addAction(model), &QAction::triggered, path_,
+                  [this, model] { path_->setText(model); });
+      }));
   summary_ = new QLabel;
   summary_->setObjectName(QStringLiteral("model_summary"));
   summary_->setTextFormat(Qt::RichText);

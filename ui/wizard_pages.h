@@ -3,6 +3,7 @@
 // wrong in place (a red line under its inputs) and keeps Next disabled until it is fixed.
 
 #include <QString>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -16,11 +17,13 @@ class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
+class QMenu;
 class QPlainTextEdit;
 class QSpinBox;
 class QTableWidget;
 class QTextBrowser;
 class QTimer;
+class QToolButton;
 
 namespace tandem::ui {
 
@@ -32,6 +35,9 @@ QLabel* makeProblemLabel();
 // A form label whose mnemonic (&x) focuses `buddy` (QFormLayout only does that for widget rows).
 QLabel* buddyLabel(const QString& text, QWidget* buddy);
 void showProblem(QLabel* label, const QString& problem);
+// A "Recent" button whose menu `fill` makes afresh each time it opens (ui/recent_items.h).
+QToolButton* recentMenuButton(const QString& text, const QString& object_name,
+                              const std::function<void(QMenu*)>& fill);
 
 class ModelPage : public ConfigPage {
   Q_OBJECT

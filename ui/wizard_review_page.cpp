@@ -24,7 +24,7 @@
 #include "ui/host_machine.h"
 #include "ui/machine_info.h"
 #include "ui/memory_map.h"
-#include "ui/placement_editor.h"
+#include "ui/placement_board.h"
 #include "ui/wizard_pages.h"
 
 namespace tandem::ui {
@@ -57,8 +57,8 @@ ReviewPage::ReviewPage(FineTuneWizard& wizard) : wizard_(wizard) {
   connect(copy, &QPushButton::clicked, this, &ReviewPage::copyCommand);
   auto* place = new QPushButton(tr("Edit &placement…"));
   place->setToolTip(
-      tr("Every module's device and the experts' backend; writes a KTransformers rule file "
-         "that the config names as kt_optimize_rule"));
+      tr("The placement board: layers on devices, experts on GPU per layer, fit and tokens/s as "
+         "you drag; writes a KTransformers rule file that the config names as kt_optimize_rule"));
   connect(place, &QPushButton::clicked, this, &ReviewPage::editPlacement);
 
   auto* plan_box = new QGroupBox(tr("Memory plan"));
@@ -183,15 +183,15 @@ void ReviewPage::editPlacement() {
     placement::Placement initial;
     if (!config.placement_rule.empty())
       initial = placement::loadPlacementFile(config.placement_rule, summary->config);
-    PlacementEditor editor(train::planRequestFor(config, summary->config), wizard_.hardware(),
-                           initial, this);
-    if (editor.exec() != QDialog::Accepted) return;
+    PlacementBoard board(train::planRequestFor(config, summary->config), wizard_.hardware(),
+                         initial, this);
+    if (board.exec() != QDialog::Accepted) return;
     // The rule file sits beside the output folder, named after it, so the YAML can point at it.
     const std::filesystem::path rule =
         config.output_dir.parent_path() / (config.output_dir.filename().string() + "_kt_rule.yaml");
     std::filesystem::create_directories(rule.parent_path());
-    if (!editor.exportRules(rule)) {
-      showProblem(problem_, editor.problem());
+    if (!board.exportRules(rule)) {
+      showProblem(problem_, board.problem());
       return;
     }
     wizard_.setPlacementRule(rule);

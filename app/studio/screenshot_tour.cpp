@@ -5,6 +5,7 @@
 #include <QDir>
 #include <QElapsedTimer>
 #include <QImage>
+#include <QSlider>
 #include <QTabWidget>
 #include <QThread>
 #include <QTimer>
@@ -17,12 +18,16 @@
 #include "ui/chat_controller.h"
 #include "ui/chat_panel.h"
 #include "ui/error_text.h"
+#include "ui/last_run.h"
 #include "ui/machine_check_dialog.h"
 #include "ui/main_window.h"
 #include "ui/memory_map.h"
+#include "ui/placement_board.h"
+#include "ui/placement_board_model.h"
 #include "ui/placement_editor.h"
 #include "ui/runs_view.h"
 #include "ui/settings_dialog.h"
+#include "ui/theme.h"
 #include "ui/training_controller.h"
 #include "ui/training_dashboard.h"
 #include "ui/wizard_pages.h"
@@ -64,10 +69,12 @@ void ScreenshotTour::waitFor(const std::function<bool()>& done, int timeout_ms,
 // 8-bit palette PNGs: UI screenshots have few colours, and the files stay a fraction of the size.
 void ScreenshotTour::shoot(const QString& name) { shoot(window_, name); }
 
-void ScreenshotTour::shoot(QWidget& widget, const QString& name) {
+void ScreenshotTour::shoot(QWidget& widget, const QString& name, bool full_colour) {
   settle(300);
-  const QImage image =
-      widget.grab().toImage().convertToFormat(QImage::Format_Indexed8, Qt::ThresholdDither);
+  const QImage grabbed = widget.grab().toImage();
+  const QImage image = full_colour
+                           ? grabbed.convertToFormat(QImage::Format_RGB888)
+                           : grabbed.convertToFormat(QImage::Format_Indexed8, Qt::ThresholdDither);
   const QString path = QDir(dir_).filePath(name + QStringLiteral(".png"));
   if (!image.save(path, "PNG", 9)) throw TourFailed(("could not write " + path).toStdString());
   std::printf("saved %s\n", qPrintable(path));
@@ -111,6 +118,23 @@ void ScreenshotTour::run() {
                                  wizard->hardware(), {}, &window_);
       editor.show();
       shoot(editor, QStringLiteral("5b-placement-editor"));
+    }
+    {
+      // The board as it looks for a two-GPU, two-node workstation (a hardware preset, as the
+      // wizard's hardware page offers), after a few edits: every layer keeps 4 experts on its
+      // GPU, layer 2 keeps 12, layer 1 is dragged to NUMA node 0.
+      const train::TrainConfig current = wizard->config();
+      const placement::Hardware workstation = placement::resolveHardware(
+          "2x4090-24g_xeon-spr-2s_512g", wizard->paths().presets / "hardware");
+      ui::PlacementBoard board(train::planRequestFor(current, wizard->modelSummary()->config),
+                               workstation, {}, &window_);
+      board.globalSlider()->setValue(4);
+      if (QSlider* layer2 = board.layerSlider(2)) layer2->setValue(12);
+      ui::PlacementBoardModel* model = board.model();
+      model->move({model->layerRow(1)}, ui::PlacementBoardModel::Part::Dense,
+                  placement::Device::numaNode(0));
+      board.show();
+      shoot(board, QStringLiteral("13-placement-board"));
     }
     wizard->button(QWizard::FinishButton)->click();
     ui::TrainingController* training = window_.trainingController();
@@ -158,11 +182,43 @@ void ScreenshotTour::run() {
     waitFor([&] { return !doctor.isChecking(); }, 120000, QStringLiteral("the machine check"));
     if (!doctor.report()) throw TourFailed("the machine check gave no report");
     shoot(doctor, QStringLiteral("11-machine-check"));
+
+    shootPreferences();
   } catch (const std::exception& e) {
+    ui::applyTheme(window_.settings().theme);
     std::fprintf(stderr, "screenshot tour failed: %s\n", e.what());
     code = 1;
   }
   QApplication::exit(code);
+}
+
+// A second run from the last run's settings (as the wizard pre-fills them) with twice the
+// learning rate and another LoRA rank; the runs page compares the two; the preferences; the
+// comparison again in the dark palette.
+void ScreenshotTour::shootPreferences() {
+  if (!window_.runStore()) throw TourFailed("no run store is open");
+  std::optional<train::TrainConfig> again = ui::lastRunConfig(*window_.runStore());
+  if (!again) throw TourFailed("the last run's settings are not in the history");
+  again->learning_rate *= 2;
+  again->lora_rank = std::max<int64_t>(1, again->lora_rank / 2);
+  window_.startTraining(*again);
+  waitFor([&] { return !window_.trainingController()->isRunning(); }, 600000,
+          QStringLiteral("the second run"));
+  window_.showTab(ui::MainWindow::RunsTab);
+  ui::RunsView* runs = window_.runsView();
+  runs->refresh();
+  if (runs->runCount() < 2) throw TourFailed("the second run is not in the history");
+  runs->selectRuns({runs->runs()[0].id, runs->runs()[1].id});
+  shoot(QStringLiteral("15-run-compare"));
+
+  ui::SettingsDialog preferences(window_.settings(), &window_);
+  preferences.show();
+  shoot(preferences, QStringLiteral("16-preferences"));
+  preferences.close();
+
+  ui::applyTheme(ui::ThemeChoice::Dark);
+  shoot(window_, QStringLiteral("16b-dark-palette"), true);
+  ui::applyTheme(window_.settings().theme);
 }
 
 }  // namespace tandem::studio

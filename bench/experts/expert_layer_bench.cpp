@@ -354,6 +354,7 @@ BenchLayerResult timeExpertLayer(const BenchProblem& p, const BenchLayerConfig& 
   options.format = config.dtype == "int8" ? WeightFormat::Int8 : WeightFormat::Bf16;
   options.numa_nodes = config.numa_nodes;
   options.task_split = config.task_split;
+  options.activations = ActivationType::BF16;  // what the timed forward() gets
   ExpertLoraSpec lora{p.lora_rank, p.lora_scale, true, true, true};
 
   ExpertWeightViews views = weightViews(p, fp8);

@@ -67,12 +67,13 @@ std::vector<BenchLayerConfig> layerConfigs(const ExpertsBenchArgs& args) {
   if (wanted(args.dtypes, "fp8")) {
     if (wanted(args.backends, best_bf16)) configs.push_back({best_bf16, "fp8"});
   }
-  // int4 and GGUF blocks only when asked (--dtypes), on the fp32 backends that decode them.
+  // int4 and GGUF blocks only when asked (--dtypes), on the backends that decode them.
   const std::string best_blocks =
       experts::kernels::selectGemmBackend("auto", WeightFormat::Blocks, cpu).name();
   for (const std::string& dtype : args.dtypes) {
     if (dtype.rfind("int4", 0) != 0 && !benchBlockType(dtype)) continue;
-    for (const std::string name : {"amx_blocks", "avx512", "avx2", "generic"}) {
+    for (const std::string name :
+         {"amx_blocks", "avx512_bf16_blocks", "avx512", "avx2", "generic"}) {
       const bool asked = args.backends.empty() ? name == best_blocks : wanted(args.backends, name);
       const auto names = experts::kernels::availableGemmBackends(cpu, WeightFormat::Blocks);
       if (asked && std::find(names.begin(), names.end(), name) != names.end())
@@ -177,14 +178,13 @@ void settleArgs(ExpertsBenchArgs& args) {
     if (t <= 0) throw Error("bench: --tokens must be positive, got " + std::to_string(t));
   }
   for (const auto& name : args.backends) {
-    const std::vector<std::string> known = {"amx_bf16",    "amx_int8", "amx_blocks",
-                                            "avx512_bf16", "onednn",   "avx512",
-                                            "avx2",        "generic",  "libtorch_loop"};
+    const std::vector<std::string> known = {
+        "amx_bf16", "amx_int8", "amx_blocks", "avx512_bf16_blocks", "avx512_bf16", "onednn",
+        "avx512",   "avx2",     "generic",    "libtorch_loop"};
     if (std::find(known.begin(), known.end(), name) == known.end()) {
-      throw Error(
-          "bench: unknown backend '" + name + "'",
-          "use amx_bf16, amx_int8, amx_blocks, avx512_bf16, onednn, avx512, avx2, generic or "
-          "libtorch_loop");
+      throw Error("bench: unknown backend '" + name + "'",
+                  "use amx_bf16, amx_int8, amx_blocks, avx512_bf16_blocks, avx512_bf16, onednn, "
+                  "avx512, avx2, generic or libtorch_loop");
     }
   }
   for (const auto& name : args.dtypes) {

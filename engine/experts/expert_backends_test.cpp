@@ -105,6 +105,28 @@ TEST(ExpertBackends, AutoNeverRoundsF32Weights) {
             kernels::availableGemmBackends(cpuFeatures(), WeightFormat::Bf16).front());
 }
 
+// Block weights (GGUF, int4): "auto" takes the bf16 block kernels (amx_blocks,
+// avx512_bf16_blocks, which round weights and activations) only for BF16 activations; F32 ones
+// keep the fp32-exact backend, so an fp32 run stays at fp32 parity.
+TEST(ExpertBackends, AutoKeepsFp32ExactBlockKernelsForF32Activations) {
+  const std::string fp32_best = kernels::bestFp32Backend(cpuFeatures());
+  const std::string blocks_best =
+      kernels::availableGemmBackends(cpuFeatures(), WeightFormat::Blocks).front();
+  for (const WeightFormat format : {WeightFormat::Blocks, WeightFormat::Int4}) {
+    ProblemSpec spec;
+    spec.layer = {4, 256, 256};
+    spec.weight_type = format == WeightFormat::Blocks ? WeightType::Q4_K : WeightType::BF16;
+    ExpertLayerOptions options;
+    options.format = format;
+    spec.act_type = ActivationType::F32;
+    EXPECT_EQ(testing::makeLayer(testing::makeProblem(spec), options, testPool())->backendName(),
+              fp32_best);
+    spec.act_type = ActivationType::BF16;
+    EXPECT_EQ(testing::makeLayer(testing::makeProblem(spec), options, testPool())->backendName(),
+              blocks_best);
+  }
+}
+
 TEST(ExpertBackends, Avx512UnderAGenericCapIsAnError) {
   const CpuFeatures capped = detectCpuFeatures(IsaLevel::Generic);
   EXPECT_EQ(kernels::availableGemmBackends(capped, WeightFormat::Bf16),

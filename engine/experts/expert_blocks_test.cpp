@@ -37,13 +37,13 @@ const WeightType kGgufTypes[] = {WeightType::Q8_0, WeightType::Q4_0, WeightType:
                                  WeightType::Q5_K, WeightType::Q6_K, WeightType::IQ4_XS,
                                  WeightType::MXFP4};
 
-ProblemSpec blockProblem(WeightType type, ActivationType act) {
+ProblemSpec blockProblem(WeightType type, ActivationType act, int64_t n_tokens = 11) {
   ProblemSpec spec;
   spec.layer = {5, 256, 512};  // H and I whole K-quant super-blocks
   spec.lora = {4, 0.5f, true, true, true};
   spec.weight_type = type;
   spec.act_type = act;
-  spec.n_tokens = 11;
+  spec.n_tokens = n_tokens;
   spec.top_k = 2;
   return spec;
 }
@@ -58,9 +58,13 @@ std::vector<std::string> fp32Backends() {
 }
 
 TEST(ExpertBlocks, EveryGgufTypeMatchesTheDenseReferenceOnEveryBackend) {
+  // 11 tokens: a few rows per expert; 67: ~27, where avx512_bf16_blocks multiplies bf16 pairs
+  // (with the LoRA addend in its epilogue) instead of its few-row fp32 path.
   for (WeightType type : kGgufTypes) {
-    for (ActivationType act : {ActivationType::F32, ActivationType::BF16}) {
-      const testing::Problem problem = testing::makeProblem(blockProblem(type, act));
+    for (const auto& [act, n_tokens] :
+         {std::pair{ActivationType::F32, int64_t{11}}, std::pair{ActivationType::BF16, int64_t{11}},
+          std::pair{ActivationType::F32, int64_t{67}}}) {
+      const testing::Problem problem = testing::makeProblem(blockProblem(type, act, n_tokens));
       const testing::Grads want = testing::denseReference(problem);
       for (const std::string& backend : fp32Backends()) {
         SCOPED_TRACE(problem.spec.describe() + " backend=" + backend);
@@ -70,8 +74,10 @@ TEST(ExpertBlocks, EveryGgufTypeMatchesTheDenseReferenceOnEveryBackend) {
         auto layer = testing::makeLayer(problem, options, testPool());
         EXPECT_EQ(layer->weightFormatName(), weightTypeName(type));
         EXPECT_EQ(layer->packedBytes(), 0u) << "blocks are read where they are, W and Wᵀ alike";
-        // amx_blocks (AMX machines) multiplies bf16 tiles: its weights are rounded to bf16 too.
-        const bool fp32 = act == ActivationType::F32 && backend != "amx_blocks";
+        // amx_blocks (AMX machines) and avx512_bf16_blocks multiply bf16 tiles: their weights
+        // are rounded to bf16 too.
+        const bool fp32 = act == ActivationType::F32 && backend != "amx_blocks" &&
+                          backend != "avx512_bf16_blocks";
         EXPECT_TRUE(testing::gradsClose(problem, testing::runLayer(problem, *layer), want,
                                         fp32 ? kF32Tol : kBf16Tol));
       }

@@ -126,6 +126,13 @@ std::unique_ptr<ExpertLayer> ExpertLayer::create(const ExpertLayerSpec& spec,
   if (backend == "auto" && options.format == WeightFormat::Bf16 && wider_than_bf16) {
     backend = kernels::bestFp32Backend(cpuFeatures());
   }
+  // Nor the activations' (ExpertLayerOptions::activations): block weights under F32 activations
+  // stay on the fp32 backends, which multiply the decoded weights in f32.
+  const bool block_format =
+      options.format == WeightFormat::Blocks || options.format == WeightFormat::Int4;
+  if (backend == "auto" && block_format && options.activations == ActivationType::F32) {
+    backend = kernels::bestFp32Backend(cpuFeatures());
+  }
   const kernels::GemmBackend& gemm =
       kernels::selectGemmBackend(backend, options.format, cpuFeatures());
   const kernels::ExpertKernels& table = kernels::loraKernels(gemm.name(), cpuFeatures());

@@ -50,7 +50,8 @@ namespace tandem::experts {
 
 struct ExpertLayerOptions {
   // "auto" (best for this CPU and format; for f32 / f16 weights in the bf16 format the best fp32
-  // backend, so auto never rounds the weights), "generic", "avx2", "avx512", "avx512_bf16",
+  // backend, so auto never rounds the weights; for int4 / GGUF blocks under F32 `activations` the
+  // best fp32 backend too, see below), "generic", "avx2", "avx512", "avx512_bf16",
   // "amx_bf16", "amx_int8", "onednn"; an unavailable one is an Error naming those available.
   std::string backend = "auto";
   WeightFormat format = WeightFormat::Bf16;
@@ -77,6 +78,11 @@ struct ExpertLayerOptions {
   // format Int4: the group and symmetry the experts are quantised to at creation. Last, so the
   // positional initialisers of the fields above stay valid.
   Int4Spec int4;
+  // The activations forward() will be given (the model's dtype). Only "auto" reads it: for int4 /
+  // GGUF-block weights the fast backends (amx_blocks, avx512_bf16_blocks) multiply bf16-rounded
+  // weights and bf16 / int8 activations, which a BF16 run rounds anyway but an F32 run (fp32
+  // parity at 1e-3) must not, so F32 keeps the fp32-exact backends (avx512, avx2, generic).
+  ActivationType activations = ActivationType::F32;
 };
 
 class ExpertLayer {

@@ -345,7 +345,9 @@ std::unique_ptr<ExpertLayer> makeLayer(const Problem& pr, std::string_view backe
 
 std::unique_ptr<ExpertLayer> makeLayer(const Problem& pr, const ExpertLayerOptions& options,
                                        ThreadPool& pool) {
-  auto layer = ExpertLayer::create(pr.spec.layer, pr.views, pr.spec.lora, options, pool);
+  ExpertLayerOptions with_activations = options;
+  with_activations.activations = pr.spec.act_type;  // what runLayer gives forward()
+  auto layer = ExpertLayer::create(pr.spec.layer, pr.views, pr.spec.lora, with_activations, pool);
   for (int p = 0; p < kExpertProjCount; ++p) {
     const auto proj = static_cast<ExpertProj>(p);
     if (!layer->lora().targets(proj)) continue;

@@ -42,6 +42,9 @@ experts::ExpertLayerOptions expertLayerOptions(const ModelOptions& o, experts::W
   options.backend = o.experts_backend;
   options.wt_policy = o.experts_wt_policy;
   options.task_split = o.experts_task_split;
+  // The model's activations: an fp32 model keeps auto on the fp32-exact block kernels.
+  options.activations =
+      o.dtype == ModelDType::Bf16 ? experts::ActivationType::BF16 : experts::ActivationType::F32;
   if (o.experts_format == "fp8") {
     if (stored != experts::WeightType::FP8_E4M3) {
       throw Error(
@@ -375,14 +378,15 @@ const void* CausalLmBuilder::expertPointer(const io::TensorView& tensor, int64_t
 // A GGUF file's quantised experts are computed on their blocks where the file is mapped (issue
 // 27: host memory = their bytes in the file) when the experts run on the CPU, none of this layer's
 // is resident on a GPU (those are torch tensors), the format keeps or requantises blocks (auto,
-// blocks, int4) and the backend is one that multiplies blocks (the fp32 backends).
+// blocks, int4) and the backend is one that multiplies blocks (the fp32 backends, amx_blocks,
+// avx512_bf16_blocks).
 bool CausalLmBuilder::keepsGgufBlocks(int i) const {
   const ModelOptions& o = m_.options_;
   const std::string& f = o.experts_format;
   const bool block_format = f == "auto" || f == "blocks" || f.rfind("int4", 0) == 0;
   const std::string& b = o.experts_backend;
-  const bool block_backend =
-      b == "auto" || b == "generic" || b == "avx2" || b == "avx512" || b == "amx_blocks";
+  const bool block_backend = b == "auto" || b == "generic" || b == "avx2" || b == "avx512" ||
+                             b == "amx_blocks" || b == "avx512_bf16_blocks";
   return o.experts == ExpertsMode::Cpu && o.gpuExperts(static_cast<size_t>(i)) == 0 &&
          block_format && block_backend;
 }

@@ -17,6 +17,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/model/model.h"
 #include "engine/placement/hardware.h"
+#include "engine/placement/kt_rules.h"
 
 namespace tandem::model {
 namespace {
@@ -164,6 +165,32 @@ TEST(ResolveModelOptions, ARuleFilesPlacementIsRunAsWritten) {
   EXPECT_EQ(o.layer_devices, plannedLayers(p).devices);
   EXPECT_EQ(o.experts_backend, "amx_int8");
   EXPECT_EQ(o.experts_format, "int8");
+}
+
+// The studio's placement board fixes each MoE layer's resident experts in the rule file it
+// writes (tandem_gpu_experts): the run keeps those counts, layer by layer, where auto would fill
+// every GPU layer alike.
+TEST(ResolveModelOptions, ARuleFilesPerLayerResidentExpertsAreRunAsWritten) {
+  const io::ModelConfig qwen3 = presetModel("qwen3-30b-a3b.json");
+  const placement::Hardware two_gpus = presetHardware("2x4090-24g_xeon-spr-2s_512g");
+  ModelRequest request;  // gpu_experts auto
+  placement::Placement board = plan(request, qwen3, two_gpus).placement;
+  std::vector<int64_t> counts;
+  for (placement::ModulePlacement& m : board.modules) {
+    if (m.kind != placement::ModuleKind::RoutedExperts) continue;
+    m.gpu_experts = m.layer % 4;
+    m.gpu_experts_fixed = true;
+    counts.push_back(m.gpu_experts);
+  }
+  const fs::path file =
+      fs::temp_directory_path() / ("tandem_board_" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(file) << placement::writeKtRules(board, qwen3);
+  request.placement_rule = file;
+  const placement::MemoryPlan p = plan(request, qwen3, two_gpus);
+  fs::remove(file);
+  const ModelOptions o = resolveModelOptions(request, qwen3, p);
+  EXPECT_EQ(o.layer_devices, board.layerDevices());
+  EXPECT_EQ(perLayer(o, counts.size()), counts);
 }
 
 // The loaded model applies the options: a model split over two devices (the CPU build's two

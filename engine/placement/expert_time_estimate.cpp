@@ -25,6 +25,11 @@ std::optional<double> cpuExpertsMs(const io::ModelConfig& model, int64_t tokens,
   return 1e3 * passes * forward_flops / (kAmxFlopsPerCore * cpu.physical_cores);
 }
 
+std::optional<double> cpuMatmulMs(double flops, int cores, const CpuSpec& cpu) {
+  if (!cpu.amx_bf16 || cores <= 0) return std::nullopt;
+  return 1e3 * flops / (kAmxFlopsPerCore * cores);
+}
+
 std::optional<double> streamedExpertsMs(const io::ModelConfig& model, int64_t experts,
                                         const std::string& weight_format, bool bf16,
                                         const GpuSpec& gpu) {

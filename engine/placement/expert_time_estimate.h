@@ -22,6 +22,10 @@ namespace tandem::placement {
 std::optional<double> cpuExpertsMs(const io::ModelConfig& model, int64_t tokens, double cpu_share,
                                    const CpuSpec& cpu, bool recomputed);
 
+// `flops` of bf16 matrix products on `cores` of `cpu` at the measured AMX rate (the experts' rate,
+// taken for dense layers placed on the CPU too). Milliseconds; nullopt without AMX.
+std::optional<double> cpuMatmulMs(double flops, int cores, const CpuSpec& cpu);
+
 // `experts` experts of a layer streamed in `weight_format` (int8: with their row scales; else the
 // model dtype, `bf16` or fp32) twice a step (forward, and the recomputation or the backward).
 // Milliseconds.

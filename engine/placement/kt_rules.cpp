@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <charconv>
 #include <functional>
 #include <memory>
 #include <set>
@@ -124,7 +125,8 @@ const std::set<std::string>& knownKwargs() {
       "absorb_for_prefill",   "per_layer_prefill_intput_threshold",
       "transfer_map",         "chunck_size",
       "use_cuda_graph",       "tandem_backend",
-      "tandem_weight_format", "tandem_numa_node"};
+      "tandem_weight_format", "tandem_numa_node",
+      "tandem_gpu_experts"};
   return known;
 }
 
@@ -246,6 +248,20 @@ void placeExperts(ModulePlacement& m, const Matched& hit, const io::ModelConfig&
   }
   const std::string format = hit.kwarg("tandem_weight_format");
   m.weight_format = format.empty() ? defaultWeightFormat(m.backend, model) : format;
+  if (const std::string resident = hit.kwarg("tandem_gpu_experts"); !resident.empty()) {
+    // The count the placement board (or a user) fixed for these layers: the planner keeps it.
+    int64_t n = -1;
+    const auto [end, error] =
+        std::from_chars(resident.data(), resident.data() + resident.size(), n);
+    if (error != std::errc() || end != resident.data() + resident.size() || n < 0 ||
+        n > model.num_experts) {
+      throw Error(hit.where + ": tandem_gpu_experts '" + resident + "' is not a count of experts",
+                  "use a whole number from 0 to " + std::to_string(model.num_experts) +
+                      " (the model's routed experts per layer)");
+    }
+    m.gpu_experts = n;
+    m.gpu_experts_fixed = true;
+  }
 }
 
 void placeFromRule(ModulePlacement& m, const Matched& hit, const io::ModelConfig& model) {
@@ -398,6 +414,9 @@ void emitExperts(YAML::Emitter& out, const Group& g, const std::string& name,
         if (m.weight_format != defaultWeightFormat(m.backend, model)) {
           out << YAML::Key << "tandem_weight_format" << YAML::Value << m.weight_format;
         }
+        if (m.gpu_experts_fixed) {
+          out << YAML::Key << "tandem_gpu_experts" << YAML::Value << std::to_string(m.gpu_experts);
+        }
       },
       /*non_recursive=*/true);
 }
@@ -479,6 +498,8 @@ std::string writeKtRules(const Placement& placement, const io::ModelConfig& mode
       return g.suffix == suffix && g.sample.device == m.device && g.sample.backend == m.backend &&
              g.sample.weight_format == m.weight_format &&
              g.sample.compute_device == m.compute_device &&
+             g.sample.gpu_experts_fixed == m.gpu_experts_fixed &&
+             (!m.gpu_experts_fixed || g.sample.gpu_experts == m.gpu_experts) &&
              (m.kind != ModuleKind::RoutedExperts || g.layer_device == layer_device);
     });
     if (it == groups.end()) {

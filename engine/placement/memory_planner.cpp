@@ -89,12 +89,14 @@ bool evictOne(Placement& p, Device device, bool whole_layers) {
   return false;
 }
 
-// The MoE layers whose attention (so the layer) is on `device`, as their experts modules.
+// The MoE layers whose attention (so the layer) is on `device`, as their experts modules; layers
+// whose count the user fixed are not the planner's to fill.
 std::vector<ModulePlacement*> expertsOnGpu(Placement& p, Device device) {
   const std::vector<Device> layer_device = p.layerDevices();
   std::vector<ModulePlacement*> out;
   for (ModulePlacement& m : p.modules) {
-    if (m.kind == ModuleKind::RoutedExperts && static_cast<size_t>(m.layer) < layer_device.size() &&
+    if (m.kind == ModuleKind::RoutedExperts && !m.gpu_experts_fixed &&
+        static_cast<size_t>(m.layer) < layer_device.size() &&
         layer_device[static_cast<size_t>(m.layer)] == device) {
       out.push_back(&m);
     }
@@ -168,6 +170,21 @@ std::string streamingAdvice(const MemoryPlan& plan, const PlanRequest& req, cons
                 "resident experts and streams the others",
                 *cpu, gpu.pcie_gen, gpu.pcie_lanes, *streamed);
   return text;
+}
+
+// The counts the user fixed per layer (noteGpuExperts speaks for the planner's own).
+void noteFixedGpuExperts(MemoryPlan& plan) {
+  int layers = 0;
+  int64_t resident = 0;
+  for (const ModulePlacement& m : plan.placement.modules) {
+    if (m.kind != ModuleKind::RoutedExperts || !m.gpu_experts_fixed) continue;
+    ++layers;
+    resident += m.gpu_experts;
+  }
+  if (layers > 0) {
+    plan.notes.push_back(std::to_string(resident) + " routed experts resident on GPUs in all, as " +
+                         "fixed per layer for " + std::to_string(layers) + " MoE layers");
+  }
 }
 
 void noteGpuExperts(MemoryPlan& plan, const PlanRequest& req, const Hardware& hw) {
@@ -390,13 +407,16 @@ MemoryPlan evaluatePlacement(const PlanRequest& request, const Hardware& hardwar
                              const Placement& given) {
   // The rule file places the modules; the resident experts fill what its GPUs have left. Their
   // counts are the planner's, whatever `given` came with (an earlier plan's, for layers that may
-  // have moved off their GPU since).
+  // have moved off their GPU since), except the counts the user fixed (gpu_experts_fixed).
   Placement placement = given;
-  for (ModulePlacement& m : placement.modules) m.gpu_experts = 0;
+  for (ModulePlacement& m : placement.modules) {
+    if (!m.gpu_experts_fixed) m.gpu_experts = 0;
+  }
   const Evaluator evaluator(request, hardware, false, false);
   placeGpuExperts(request, hardware, evaluator, placement, evaluator.evaluate(placement));
   MemoryPlan plan = evaluateChoices(request, hardware, placement);
   noteGpuExperts(plan, request, hardware);
+  noteFixedGpuExperts(plan);
   if (!plan.fits) {
     adviseHost(plan, request, hardware);
     adviseGpus(plan, request);

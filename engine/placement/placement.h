@@ -54,6 +54,9 @@ struct ModulePlacement {
   // Co-computation: how many of them (the most routed) live on their layer's GPU, computed
   // there while the CPU engine computes the rest (engine/model/resident_experts.h).
   int64_t gpu_experts = 0;
+  // true: gpu_experts is the user's count for this layer (the studio's placement board, a rule
+  // file's tandem_gpu_experts), which the planner keeps; false: the planner fills it.
+  bool gpu_experts_fixed = false;
 
   bool operator==(const ModulePlacement&) const = default;
 };

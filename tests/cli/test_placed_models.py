@@ -133,3 +133,53 @@ def test_training_runs_the_placement_file_as_written(demo, split, devices, tmp_p
     assert result.returncode == 0, result.stderr[-3000:]
     assert placement_line(devices) in result.stdout + result.stderr, result.stdout + result.stderr
     assert (tmp_path / "out" / "adapter_model.safetensors").exists()
+
+
+# The studio's placement board fixes each MoE layer's resident experts in the rule file it writes
+# (tandem_gpu_experts): 4, 0, 8 and all 16 of the demo's layers, where auto would fill every layer
+# alike. The planner keeps them (everywhere: planned for the H200 preset), and a run on a GPU
+# keeps them on the GPU layer by layer.
+BOARD_COUNTS = (4, 0, 8, 16)
+
+
+def board_rules(path, device):
+    rules = [f'- match: {{name: "^model\\\\.embed_tokens$"}}\n'
+             f'  replace: {{class: default, kwargs: {{generate_device: "{device}", prefill_device: "{device}"}}}}\n']
+    for layer, count in enumerate(BOARD_COUNTS):
+        rules.append(f'- match: {{name: "^model\\\\.layers\\\\.{layer}\\\\.mlp\\\\.experts$"}}\n'
+                     f'  replace:\n    class: ktransformers.operators.experts.KTransformersExperts\n'
+                     f'    kwargs: {{prefill_device: "{device}", generate_device: cpu, out_device: "{device}", '
+                     f'tandem_gpu_experts: {count}}}\n  recursive: False\n')
+    for name in ("^model\\\\.layers\\\\.", "^model\\\\.norm$", "^lm_head$"):
+        rules.append(f'- match: {{name: "{name}"}}\n  replace: {{class: default, kwargs: '
+                     f'{{generate_device: "{device}", prefill_device: "{device}"}}}}\n')
+    path.write_text("".join(rules))
+    return path
+
+
+def test_the_planner_keeps_a_rule_files_per_layer_resident_experts(demo, tmp_path):
+    config = tmp_path / "train.yaml"
+    config.write_text((REPO / "presets" / "training" / "demo_lora_sft.yaml").read_text()
+                      .replace("model_name_or_path: demo-model", f"model_name_or_path: {demo['model']}")
+                      .replace("dataset_dir: resources/demo", f"dataset_dir: {DEMO_DATA}")
+                      .replace("output_dir: demo-output", f"output_dir: {tmp_path / 'out'}"))
+    rules = board_rules(tmp_path / "board.yaml", "cuda:0")
+    result = run(["plan", config, "--hardware", "1xh200_xeon-16c_128g", "--placement", rules, "--json"],
+                 demo["home"])
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    resident = [m["gpu_experts"] for m in plan["placement"] if m["kind"] == "routed_experts"]
+    assert resident == list(BOARD_COUNTS)
+
+
+def test_training_keeps_a_rule_files_per_layer_resident_experts(demo, devices, tmp_path):
+    if not devices[0].startswith("cuda"):
+        pytest.skip("resident experts live on a GPU layer; this machine has none")
+    rules = board_rules(tmp_path / "board.yaml", "cuda:0")
+    result = run(["train", REPO / "presets" / "training" / "demo_lora_sft.yaml", f"model_name_or_path={demo['model']}",
+                  f"dataset_dir={DEMO_DATA}", f"output_dir={tmp_path / 'out'}", f"placement_rule={rules}",
+                  "max_steps=2", "logging_steps=1", "--db", tmp_path / "runs.db"], demo["home"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = result.stdout + result.stderr
+    assert ("placement: layers cuda:0:0-3, lm_head on cuda:0, 28 routed experts resident over 3 layers"
+            in printed), printed

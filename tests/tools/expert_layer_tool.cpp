@@ -110,6 +110,7 @@ int run(int argc, char** argv) {
   ExpertLayerOptions options;
   options.backend = backend;
   options.format = parseWeightFormat(format_name, &options.int4);
+  options.activations = bf16 ? ActivationType::BF16 : ActivationType::F32;
   ThreadPool pool(2);
   auto layer = ExpertLayer::create(spec, views, lora, options, pool);
   for (int p = 0; p < 3; ++p) {

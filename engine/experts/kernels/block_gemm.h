@@ -7,9 +7,14 @@
 // W exists at any precision.
 
 #include <cstdint>
+#include <cstring>
 
 #include "engine/experts/expert_types.h"
 #include "engine/experts/kernels/expert_kernels.h"
+
+namespace tandem {
+struct CpuFeatures;
+}
 
 namespace tandem::experts::kernels {
 
@@ -32,5 +37,28 @@ void blockGemmNT(const ExpertKernels& kernels, const BlockWeights& w, int64_t n0
 // c [m, n1 − n0] at c + n0 (= | +=) a [m, rows] · W[:, n0:n1].   (input gradient: B = Wᵀ)
 void blockGemmNN(const ExpertKernels& kernels, const BlockWeights& w, int64_t n0, int64_t n1,
                  int64_t m, const float* a, int64_t lda, float* c, int64_t ldc, bool accumulate);
+
+// Q4_K forward (x Wᵀ) on at most kQ4kVnniMaxRows rows, llama.cpp's q4_K × q8_K way
+// (avx512/q4k_dot_avx512_vnni.cpp): each row of a quantised to int8 per 256 elements, each block
+// of W unpacked into registers and dotted by vpdpbusd; no f32 decode of W. The int8 activations
+// make it bf16-class, not fp32-exact: the bf16 block backends' few-row path only (auto never
+// takes those for f32 activations). Same arguments as blockGemmNT; w.type must be Q4_K.
+// Needs q4kVnniAvailable (AVX-512 F/BW/VL/DQ + VNNI), checked at run time by the caller.
+inline constexpr int64_t kQ4kVnniMaxRows = 16;
+bool q4kVnniAvailable(const CpuFeatures& features);
+void q4kGemmNTVnni(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
+                   int64_t lda, float* c, int64_t ldc, bool accumulate);
+// A Q4_K block's 12 scale bytes → out [16]: the 8 six-bit scales, then the 8 six-bit mins.
+inline void unpackScalesQ4K(const uint8_t* scales, uint8_t* out) {
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  uint32_t u[4] = {};
+  std::memcpy(u, scales, 12);
+  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+  const uint32_t mins_low = u[1] & kLow6;
+  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+  u[2] = mins_low;
+  u[0] &= kLow6;
+  std::memcpy(out, u, 16);
+}
 
 }  // namespace tandem::experts::kernels

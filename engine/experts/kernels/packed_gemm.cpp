@@ -160,6 +160,7 @@ const GemmBackend* avx512Bf16Gemm() { return nullptr; }
 const GemmBackend* amxBf16Gemm() { return nullptr; }
 const GemmBackend* amxInt8Gemm() { return nullptr; }
 const GemmBackend* amxBlocksGemm() { return nullptr; }
+const GemmBackend* avx512Bf16BlocksGemm() { return nullptr; }
 #endif
 #ifndef TANDEM_EXPERTS_HAVE_ONEDNN  // built without oneDNN (libdnnl-dev)
 const GemmBackend* onednnGemm() { return nullptr; }
@@ -172,6 +173,9 @@ std::vector<const GemmBackend*> candidates(const CpuFeatures& f) {
   if (f.canUseAmxBf16() && amxBf16Gemm()) out.push_back(amxBf16Gemm());
   if (f.canUseAmxInt8() && amxInt8Gemm()) out.push_back(amxInt8Gemm());
   if (f.canUseAmxBf16() && amxBlocksGemm()) out.push_back(amxBlocksGemm());
+  // Block weights without AMX: decoded into the avx512_bf16 micro-kernel's pairs (bf16 compute,
+  // twice the rate of the fp32 backends' FMA on the same decoded values).
+  if (f.canUseAvx512Bf16() && avx512Bf16BlocksGemm()) out.push_back(avx512Bf16BlocksGemm());
   if (f.canUseAvx512Bf16() && avx512Bf16Gemm()) out.push_back(avx512Bf16Gemm());
   if (f.canUseAvx512() && avx512Gemm()) out.push_back(avx512Gemm());
   if (f.canUseAvx2() && avx2Gemm()) out.push_back(avx2Gemm());

@@ -11,6 +11,9 @@
 //   amx_int8      int8 VNNI tiles, 16 k-quads × 16 cols      int8 per row  AMX-INT8
 //   amx_blocks    block table (int4 / GGUF), bf16 tiles      bf16 [m, k]   AMX-BF16
 //                 decoded per call (no pack)
+//   avx512_bf16_  block table (int4 / GGUF), decoded per     bf16 pairs    AVX512_BF16
+//   blocks        call into avx512_bf16's pairs, 64 columns
+//                 at a time (no pack)
 //   onednn        oneDNN's own blocked layout (reorder)      bf16          oneDNN found at build
 //
 // Every gemm computes c [m, n] (= | +=) a [m, k] f32 · Bᵀ for B [n, k]: the forward projection uses
@@ -187,6 +190,7 @@ const GemmBackend* avx512Bf16Gemm();
 const GemmBackend* amxBf16Gemm();
 const GemmBackend* amxInt8Gemm();
 const GemmBackend* amxBlocksGemm();  // AMX-BF16 tiles decoded from block weights (int4 / blocks)
+const GemmBackend* avx512Bf16BlocksGemm();  // avx512_bf16 pairs decoded from block weights
 const GemmBackend* onednnGemm();
 
 // Best-of-`repeats` TFLOP/s of oneDNN's bf16 matmul on [size]² × [size]², on `threads` OpenMP

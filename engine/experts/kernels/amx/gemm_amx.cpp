@@ -39,9 +39,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/cpu_features.h"
 #include "engine/core/error.h"
 #include "engine/core/float_convert.h"
 #include "engine/experts/expert_blocks.h"
+#include "engine/experts/kernels/block_gemm.h"
 #include "engine/experts/kernels/expert_kernels.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
@@ -383,6 +385,23 @@ class AmxBlocksGemm final : public GemmBackend {
                    const LowRankAddend* addend) const override {
     if (m <= 0 || n1 <= n0) return;
     const auto& b = static_cast<const AmxBlockMatrix&>(packed);
+    if (!b.transposed && m < kQ4kVnniMaxRows && b.src.type == WeightType::Q4_K &&
+        q4kVnniAvailable(cpuFeatures())) {
+      // A few rows (decode; ~8 per expert at 128 tokens) cannot amortise decoding B into tiles:
+      // int8 dot products on the blocks as stored instead.
+      const BlockWeights w{static_cast<const unsigned char*>(b.src.data),
+                           b.src.type,
+                           b.src.int4,
+                           b.src.rows,
+                           b.src.cols,
+                           b.src.rowBytes()};
+      q4kGemmNTVnni(w, n0, n1, m, a, lda, c, ldc, accumulate);
+      if (addend) {
+        avx512Kernels().matmulNN(m, n1 - n0, addend->rank, 1.0f, addend->z, addend->ldz,
+                                 addend->bt + n0, WeightType::F32, addend->ldb, c + n0, ldc, true);
+      }
+      return;
+    }
     const int64_t n = n1 - n0, k = b.k();
     // B[n0:n1, :] in f32 [n, k] (slot 1), then as bf16 tiles of a pack of n columns.
     auto* rows = static_cast<float*>(threadArena(1, static_cast<size_t>(n * k) * 4));

@@ -14,9 +14,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "engine/core/cpu_features.h"
+#include "engine/core/error.h"
 #include "engine/core/float_convert.h"
+#include "engine/experts/expert_blocks.h"
+#include "engine/experts/kernels/block_gemm.h"
+#include "engine/experts/kernels/expert_kernels.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem::experts::kernels {
@@ -64,8 +70,9 @@ void toBf16Pairs(const float* a, int64_t lda, int64_t m, int64_t k, int64_t pair
 }
 
 // c [kM, 64 of chunk] (= | +=) a · Bᵀ (+ z · bt, z and bt already offset to this block).
+// a: kM rows of `pairs` pairs, a_stride pairs apart; bp: the chunk's [pairs][64] pairs.
 template <int kM>
-void microKernel(const uint32_t* a, int64_t pairs, const Bf16PairMatrix& b, int64_t chunk, float* c,
+void microKernel(const uint32_t* a, int64_t a_stride, int64_t pairs, const uint32_t* bp, float* c,
                  int64_t ldc, int64_t n_valid, bool accumulate, const LowRankAddend* addend,
                  const float* z, const float* bt) {
   constexpr int kV = Geometry::kVecs;
@@ -76,7 +83,6 @@ void microKernel(const uint32_t* a, int64_t pairs, const Bf16PairMatrix& b, int6
   for (int i = 0; i < kM; ++i)
 #pragma GCC unroll 4
     for (int q = 0; q < kV; ++q) acc[i][q] = _mm512_setzero_ps();
-  const uint32_t* bp = b.at(chunk, 0);
   for (int64_t p = 0; p < pairs; ++p, bp += Geometry::kChunk) {
     __m512bh bv[kV];
 #pragma GCC unroll 4
@@ -84,7 +90,7 @@ void microKernel(const uint32_t* a, int64_t pairs, const Bf16PairMatrix& b, int6
 #pragma GCC unroll 8
     for (int i = 0; i < kM; ++i) {
       const __m512bh av =
-          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i * pairs + p])));
+          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i * a_stride + p])));
 #pragma GCC unroll 4
       for (int q = 0; q < kV; ++q) acc[i][q] = _mm512_dpbf16_ps(acc[i][q], av, bv[q]);
     }
@@ -158,17 +164,265 @@ class Avx512Bf16Gemm final : public GemmBackend {
         const float* zi = addend ? addend->z + i0 * addend->ldz : nullptr;
         const float* bt = addend ? addend->bt + col0 : nullptr;
         const int64_t rows = std::min<int64_t>(Geometry::kMaxRows, m - i0);
-        kMicroKernels[rows - 1](ai, b.pairs, b, chunk, ci, ldc, n_valid, accumulate, addend, zi,
-                                bt);
+        kMicroKernels[rows - 1](ai, b.pairs, b.pairs, b.at(chunk, 0), ci, ldc, n_valid, accumulate,
+                                addend, zi, bt);
       }
     }
   }
 };
 
+// c [m, ≤ 64 of chunk] (= | +=) a [m, pairs] · the chunk at bp, row block by row block; c, bt
+// already at the chunk's first column.
+void chunkForAllRows(const uint32_t* a, int64_t a_stride, int64_t pairs, const uint32_t* bp,
+                     int64_t m, float* c, int64_t ldc, int64_t n_valid, bool accumulate,
+                     const LowRankAddend* addend, const float* bt) {
+  for (int64_t i0 = 0; i0 < m; i0 += Geometry::kMaxRows) {
+    const float* zi = addend ? addend->z + i0 * addend->ldz : nullptr;
+    const int64_t rows = std::min<int64_t>(Geometry::kMaxRows, m - i0);
+    kMicroKernels[rows - 1](a + i0 * a_stride, a_stride, pairs, bp, c + i0 * ldc, ldc, n_valid,
+                            accumulate, addend, zi, bt);
+  }
+}
+
+// v[r] = 16 uint32 of row r → v[j] = element j of every row (a 16 × 16 transpose of 32-bit
+// lanes: unpack 32, unpack 64, then two 128-bit lane shuffles).
+void transpose16x16(__m512i v[16]) {
+  __m512i t[16], r[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // r[4g + c], lane L: rows 4g..4g+3 of element 4L + c
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i x0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44);
+    const __m512i x1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xEE);
+    const __m512i y0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
+    const __m512i y1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xEE);
+    v[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+    v[4 + c] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
+    v[8 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+    v[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
+  }
+}
+
+// Decode segments: whole blocks of at most 256 elements (every block size divides 256), so a
+// segment of 16 rows in f32 is 16 KiB of L1.
+constexpr int64_t kSegmentElems = 256;
+
+// avx512_bf16_blocks: block weights (WeightFormat::Blocks / Int4, expert_blocks.h) multiplied by
+// the avx512_bf16 micro-kernel. The pack is a zero-copy view of the one block table (W and Wᵀ);
+// each call decodes one 64-column chunk of B at a time into the pair layout above (a per-thread
+// buffer in L2) and runs every row of a over it before decoding the next, so the decode is paid
+// once per call, not once per row block. B = W (forward): rows of W are decoded 16 at a time and
+// their bf16 pairs transposed into place. B = Wᵀ (input gradient): rows 2p and 2p + 1 of W are
+// decoded side by side and interleaved into pairs, 256 rows (k) at a time, the segments summed
+// in c in a fixed order (column splits stay bitwise the same).
+class Bf16BlockMatrix final : public PackedMatrix {
+ public:
+  Bf16BlockMatrix(int64_t n, int64_t k, const SourceMatrix& src, bool transposed)
+      : PackedMatrix(n, k),
+        src(src),
+        layout(blockLayout(src.type, src.int4)),
+        transposed(transposed) {}
+  uint64_t bytes() const override { return 0; }
+  const unsigned char* row(int64_t r) const {
+    return static_cast<const unsigned char*>(src.data) + r * src.rowBytes();
+  }
+  SourceMatrix src;  // W [rows, cols] as blocks
+  BlockLayout layout;
+  bool transposed;  // B = Wᵀ
+};
+
+// chunk [pairs][64] = rows j0 .. j0 + 63 of W (zeros past W's last row) as bf16 pairs.
+void decodeForwardChunk(const Bf16BlockMatrix& b, int64_t j0, uint32_t* chunk, float* rows_f32) {
+  const SourceMatrix& w = b.src;
+  const int64_t per_segment = std::max<int64_t>(1, kSegmentElems / b.layout.elems);
+  for (int64_t b0 = 0; b0 * b.layout.elems < w.cols; b0 += per_segment) {
+    const int64_t n_blocks = std::min(per_segment, w.cols / b.layout.elems - b0);
+    const int64_t e0 = b0 * b.layout.elems, elems = n_blocks * b.layout.elems;
+    for (int q = 0; q < Geometry::kVecs; ++q) {
+      for (int r = 0; r < 16; ++r) {
+        const int64_t j = j0 + 16 * q + r;
+        float* dst = rows_f32 + r * kSegmentElems;
+        if (j < w.rows) {
+          dequantBlocksAvx512(w.type, w.int4, b.row(j) + b0 * b.layout.bytes, n_blocks, dst);
+        } else {
+          std::memset(dst, 0, static_cast<size_t>(elems) * 4);
+        }
+      }
+      for (int64_t e = 0; e < elems; e += 32) {  // 16 pairs of 16 rows
+        __m512i v[16];
+        for (int r = 0; r < 16; ++r) {
+          const float* src = rows_f32 + r * kSegmentElems + e;
+          v[r] = reinterpret_cast<__m512i>(
+              _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + 16), _mm512_loadu_ps(src)));
+        }
+        transpose16x16(v);
+        uint32_t* dst = chunk + (e0 + e) / 2 * Geometry::kChunk + 16 * q;
+        for (int p = 0; p < 16; ++p) _mm512_store_si512(dst + p * Geometry::kChunk, v[p]);
+      }
+    }
+  }
+}
+
+// chunks [n_chunks][pairs][64] = Wᵀ columns c0 .. c0 + 64 n_chunks (zeros past c1), k rows p0 ..
+// p0 + 2 pairs of W (zeros past W's last row). c0 is a multiple of 64 and the columns lie in
+// one 256-aligned span, so the blocks covering them are at most kSegmentElems wide.
+void decodeGradientChunks(const Bf16BlockMatrix& b, int64_t c0, int64_t c1, int64_t p0,
+                          int64_t pairs, uint32_t* chunks, float* rows_f32) {
+  const SourceMatrix& w = b.src;
+  const int64_t first = c0 / b.layout.elems, end = (c1 + b.layout.elems - 1) / b.layout.elems;
+  const int64_t skip = c0 - first * b.layout.elems, width = c1 - c0;
+  const int64_t n_chunks = (width + Geometry::kChunk - 1) / Geometry::kChunk;
+  // Pair j of 16: (even row's element j, odd row's element j), from cvtne2ps's [even | odd].
+  alignas(64) static constexpr uint16_t kInterleave[32] = {
+      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  float* even = rows_f32;
+  float* odd = rows_f32 + kSegmentElems;
+  for (int64_t p = 0; p < pairs; ++p) {
+    for (int e = 0; e < 2; ++e) {
+      const int64_t r = p0 + 2 * p + e;
+      float* dst = e ? odd : even;
+      if (r < w.rows) {
+        dequantBlocksAvx512(w.type, w.int4, b.row(r) + first * b.layout.bytes, end - first, dst);
+      } else {
+        std::memset(dst, 0, static_cast<size_t>((end - first) * b.layout.elems) * 4);
+      }
+    }
+    for (int64_t j = 0; j < n_chunks * Geometry::kChunk; j += 16) {
+      const int64_t left = width - j;
+      const __mmask16 mask = left >= 16  ? static_cast<__mmask16>(0xffff)
+                             : left <= 0 ? static_cast<__mmask16>(0)
+                                         : static_cast<__mmask16>((1u << left) - 1u);
+      const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(mask, odd + skip + j),
+                                                _mm512_maskz_loadu_ps(mask, even + skip + j));
+      const __m512i paired = _mm512_permutexvar_epi16(interleave, reinterpret_cast<__m512i>(both));
+      const int64_t chunk = j / Geometry::kChunk, col = j % Geometry::kChunk;
+      _mm512_store_si512(chunks + (chunk * pairs + p) * Geometry::kChunk + col, paired);
+    }
+  }
+}
+
+class Avx512Bf16BlocksGemm final : public GemmBackend {
+ public:
+  const char* name() const override { return "avx512_bf16_blocks"; }
+  bool supports(WeightFormat format) const override {
+    return format == WeightFormat::Blocks || format == WeightFormat::Int4;
+  }
+  // Large: every row of a task shares its decode of B.
+  int64_t rowBlock() const override { return 256; }
+  int64_t columnBlock() const override { return Geometry::kChunk; }
+
+  std::unique_ptr<PackedMatrix> pack(const SourceMatrix& src, bool transpose, WeightFormat,
+                                     int) const override {
+    if (!isBlockType(src.type)) {
+      throw Error("avx512_bf16_blocks multiplies block weights only, not " +
+                      std::string(weightTypeName(src.type)),
+                  "use experts_format int4 or blocks, or another backend");
+    }
+    return std::make_unique<Bf16BlockMatrix>(transpose ? src.cols : src.rows,
+                                             transpose ? src.rows : src.cols, src, transpose);
+  }
+
+  void gemmColumns(const PackedMatrix& packed, int64_t n0, int64_t n1, int64_t m, const float* a,
+                   int64_t lda, float* c, int64_t ldc, bool accumulate,
+                   const LowRankAddend* addend) const override {
+    if (m <= 0 || n1 <= n0) return;
+    const auto& b = static_cast<const Bf16BlockMatrix&>(packed);
+    if (m < kMinRowsForPairs) return fewRows(b, n0, n1, m, a, lda, c, ldc, accumulate, addend);
+    const int64_t pairs = (b.k() + 1) / 2;
+    auto* a_pairs = static_cast<uint32_t*>(threadArena(0, static_cast<size_t>(m * pairs) * 4));
+    toBf16Pairs(a, lda, m, b.k(), pairs, a_pairs);
+    auto* rows_f32 =
+        static_cast<float*>(threadArena(2, static_cast<size_t>(16 * kSegmentElems) * 4));
+    if (b.transposed) {
+      gradientColumns(b, n0, n1, m, a_pairs, pairs, rows_f32, c, ldc, accumulate, addend);
+      return;
+    }
+    auto* chunk =
+        static_cast<uint32_t*>(threadArena(1, static_cast<size_t>(pairs * Geometry::kChunk) * 4));
+    for (int64_t col0 = n0 / Geometry::kChunk * Geometry::kChunk; col0 < n1;
+         col0 += Geometry::kChunk) {
+      decodeForwardChunk(b, col0, chunk, rows_f32);
+      chunkForAllRows(a_pairs, pairs, pairs, chunk, m, c + col0, ldc, n1 - col0, accumulate, addend,
+                      addend ? addend->bt + col0 : nullptr);
+    }
+  }
+
+ private:
+  // Below this many rows the decode dominates (measured at 8 rows per expert, the 128-token
+  // bench: the fp32 path was ~15-30% faster), and the transpose into pairs is not repaid: the
+  // AVX-512 fp32 block GEMMs run instead. The choice depends on m only, so every column split of
+  // one call takes the same path (bitwise the same).
+  static constexpr int64_t kMinRowsForPairs = 16;
+
+  static void fewRows(const Bf16BlockMatrix& b, int64_t n0, int64_t n1, int64_t m, const float* a,
+                      int64_t lda, float* c, int64_t ldc, bool accumulate,
+                      const LowRankAddend* addend) {
+    const ExpertKernels& fp32 = avx512Kernels();
+    const BlockWeights w{static_cast<const unsigned char*>(b.src.data),
+                         b.src.type,
+                         b.src.int4,
+                         b.src.rows,
+                         b.src.cols,
+                         b.src.rowBytes()};
+    if (b.transposed) {
+      blockGemmNN(fp32, w, n0, n1, m, a, lda, c, ldc, accumulate);
+    } else if (w.type == WeightType::Q4_K && q4kVnniAvailable(cpuFeatures())) {
+      q4kGemmNTVnni(w, n0, n1, m, a, lda, c, ldc, accumulate);  // int8 dots, W never widened
+    } else {
+      blockGemmNT(fp32, w, n0, n1, m, a, lda, c, ldc, accumulate);
+    }
+    if (addend) {
+      fp32.matmulNN(m, n1 - n0, addend->rank, 1.0f, addend->z, addend->ldz, addend->bt + n0,
+                    WeightType::F32, addend->ldb, c + n0, ldc, true);
+    }
+  }
+
+  // Columns [n0, n1) of B = Wᵀ in 256-column spans, each over k in segments of 256 rows of W.
+  static void gradientColumns(const Bf16BlockMatrix& b, int64_t n0, int64_t n1, int64_t m,
+                              const uint32_t* a_pairs, int64_t pairs, float* rows_f32, float* c,
+                              int64_t ldc, bool accumulate, const LowRankAddend* addend) {
+    constexpr int64_t kSegmentPairs = kSegmentElems / 2;
+    auto* chunks = static_cast<uint32_t*>(threadArena(
+        1,
+        static_cast<size_t>(kSegmentElems / Geometry::kChunk * kSegmentPairs * Geometry::kChunk) *
+            4));
+    for (int64_t s0 = n0; s0 < n1;) {
+      const int64_t s1 = std::min(n1, (s0 / kSegmentElems + 1) * kSegmentElems);
+      const int64_t n_chunks = (s1 - s0 + Geometry::kChunk - 1) / Geometry::kChunk;
+      for (int64_t p0 = 0; p0 < pairs; p0 += kSegmentPairs) {
+        const int64_t seg_pairs = std::min(kSegmentPairs, pairs - p0);
+        decodeGradientChunks(b, s0, s1, 2 * p0, seg_pairs, chunks, rows_f32);
+        for (int64_t ch = 0; ch < n_chunks; ++ch) {
+          const int64_t col0 = s0 + ch * Geometry::kChunk;
+          // The low-rank addend joins the first segment, while its sums are in registers.
+          const LowRankAddend* add = p0 == 0 ? addend : nullptr;
+          chunkForAllRows(a_pairs + p0, pairs, seg_pairs,
+                          chunks + ch * seg_pairs * Geometry::kChunk, m, c + col0, ldc, s1 - col0,
+                          accumulate || p0 > 0, add, add ? add->bt + col0 : nullptr);
+        }
+      }
+      s0 = s1;
+    }
+  }
+};
 }  // namespace
 
 const GemmBackend* avx512Bf16Gemm() {
   static const Avx512Bf16Gemm backend;
+  return &backend;
+}
+
+const GemmBackend* avx512Bf16BlocksGemm() {
+  static const Avx512Bf16BlocksGemm backend;
   return &backend;
 }
 
