@@ -13,35 +13,33 @@ namespace tandem::ui {
 
 namespace {
 
-constexpr int kBarHeight = 22;
-constexpr int kRowGap = 8;
-constexpr int kLegendHeight = 22;
+constexpr int kMaxColumnWidth = 56;
+constexpr int kGroupGap = 18;
+constexpr int kSwatch = 11;
 
-void addLedger(MemoryBar& bar, const DeviceMemoryUsage& usage) {
-  for (int c = 0; c < kMemoryCategoryCount; ++c) bar.bytes[c] += usage.current_bytes[c];
+// Slice rectangles of a column stacked bottom-up in slice order, `capacity` = the column's
+// height. A slice too small to see still gets 2 px, so "there is some" shows.
+std::array<QRectF, kMemorySliceCount> sliceRects(
+    const QRect& r, const std::array<uint64_t, kMemorySliceCount>& bytes, uint64_t capacity) {
+  std::array<QRectF, kMemorySliceCount> rects{};
+  const double scale = r.height() / static_cast<double>(std::max<uint64_t>(1, capacity));
+  double bottom = r.bottom() + 1;
+  for (int s = 0; s < kMemorySliceCount; ++s) {
+    if (bytes[s] == 0) continue;
+    const double h =
+        std::min(std::max(2.0, static_cast<double>(bytes[s]) * scale), bottom - r.top());
+    if (h <= 0) continue;
+    rects[s] = QRectF(r.left(), bottom - h, r.width(), h);
+    bottom -= h;
+  }
+  return rects;
 }
 
-uint64_t ledgerSum(const MemoryBar& bar) {
-  uint64_t sum = 0;
-  for (int c = 0; c < kMemoryCategoryCount; ++c) sum += bar.bytes[c];
-  return sum;
+bool anyBar(const std::vector<MemoryBar>& bars, bool gpu) {
+  return std::any_of(bars.begin(), bars.end(), [&](const MemoryBar& b) { return b.gpu == gpu; });
 }
 
 }  // namespace
-
-QString memorySliceName(MemorySlice slice) {
-  switch (slice) {
-    case MemorySlice::Weights: return QObject::tr("weights");
-    case MemorySlice::Lora: return QObject::tr("LoRA");
-    case MemorySlice::Optimizer: return QObject::tr("optimizer");
-    case MemorySlice::Activations: return QObject::tr("activations");
-    case MemorySlice::Cache: return QObject::tr("KV/cache");
-    case MemorySlice::Scratch: return QObject::tr("scratch");
-    case MemorySlice::Other: return QObject::tr("other (not in the ledger)");
-    case MemorySlice::Free: return QObject::tr("free");
-  }
-  return {};
-}
 
 QColor memorySliceColor(MemorySlice slice) {
   switch (slice) {
@@ -51,111 +49,16 @@ QColor memorySliceColor(MemorySlice slice) {
     case MemorySlice::Activations: return QColor(0, 158, 115);
     case MemorySlice::Cache: return QColor(230, 159, 0);
     case MemorySlice::Scratch: return QColor(86, 180, 233);
+    case MemorySlice::Untracked: return QColor(120, 190, 150);
     case MemorySlice::Other: return QColor(150, 150, 150);
     case MemorySlice::Free: return QColor(235, 235, 235);
   }
   return {};
 }
 
-uint64_t MemoryBar::used() const {
-  uint64_t sum = 0;
-  for (int s = 0; s < kMemorySliceCount; ++s) {
-    if (s != static_cast<int>(MemorySlice::Free)) sum += bytes[s];
-  }
-  return sum;
-}
-
-std::vector<MemoryBar> liveMemoryBars(const MachineInfo& machine,
-                                      const std::vector<DeviceMemoryUsage>& ledger) {
-  std::vector<MemoryBar> bars;
-  for (const gpu::GpuInfo& g : machine.torch.gpus) {
-    MemoryBar bar;
-    bar.device = QStringLiteral("cuda:%1").arg(g.index);
-    bar.label = QStringLiteral("GPU %1").arg(g.index);
-    bar.capacity_bytes = g.total_bytes;
-    bars.push_back(bar);
-  }
-  const NumaTopology numa = detectNumaTopology();  // free RAM now
-  for (const NumaNode& n : numa.nodes) {
-    MemoryBar bar;
-    bar.device = QStringLiteral("cpu:numa%1").arg(n.id);
-    bar.label = numa.nodes.size() == 1 ? QObject::tr("RAM") : QObject::tr("RAM node %1").arg(n.id);
-    bar.capacity_bytes = n.total_bytes;
-    bar.bytes[static_cast<int>(MemorySlice::Free)] = n.free_bytes;
-    bars.push_back(bar);
-  }
-  for (const DeviceMemoryUsage& usage : ledger) {
-    QString device = QString::fromStdString(usage.device);
-    if (device == QStringLiteral("cpu") && numa.nodes.size() == 1)
-      device = QStringLiteral("cpu:numa%1").arg(numa.nodes[0].id);
-    auto it = std::find_if(bars.begin(), bars.end(),
-                           [&](const MemoryBar& b) { return b.device == device; });
-    if (it == bars.end()) {
-      MemoryBar bar;
-      bar.device = device;
-      bar.label = device;
-      bar.capacity_bytes =
-          device.startsWith(QStringLiteral("cpu")) ? numa.totalBytes() : usage.currentTotal();
-      bars.push_back(bar);
-      it = bars.end() - 1;
-    }
-    addLedger(*it, usage);
-  }
-  for (MemoryBar& bar : bars) {
-    const uint64_t engine = ledgerSum(bar);
-    uint64_t& free = bar.bytes[static_cast<int>(MemorySlice::Free)];
-    if (bar.device.startsWith(QStringLiteral("cpu:numa"))) {
-      // The system says what is free; what is used beyond the engine's own accounts is "other".
-      const uint64_t used = bar.capacity_bytes > free ? bar.capacity_bytes - free : 0;
-      bar.bytes[static_cast<int>(MemorySlice::Other)] = used > engine ? used - engine : 0;
-    } else {
-      free = bar.capacity_bytes > engine ? bar.capacity_bytes - engine : 0;
-    }
-  }
-  return bars;
-}
-
-std::vector<MemoryBar> plannedMemoryBars(const placement::MemoryPlan& plan) {
-  using placement::PlanCategory;
-  auto slice = [](PlanCategory c) {
-    switch (c) {
-      case PlanCategory::Weights:
-      case PlanCategory::PackedTransposed: return MemorySlice::Weights;
-      case PlanCategory::LoraOptimizer: return MemorySlice::Lora;
-      case PlanCategory::Activations:
-      case PlanCategory::ExpertCache: return MemorySlice::Activations;
-      case PlanCategory::KvCache: return MemorySlice::Cache;
-      case PlanCategory::PinnedStaging:
-      case PlanCategory::Overhead: return MemorySlice::Scratch;
-    }
-    return MemorySlice::Scratch;
-  };
-  std::vector<MemoryBar> bars;
-  for (const placement::DevicePlan& d : plan.devices) {
-    MemoryBar bar;
-    bar.device = QString::fromStdString(d.device.str());
-    bar.label = d.device.isGpu() ? QStringLiteral("GPU %1").arg(d.device.gpuIndex())
-                                 : QObject::tr("RAM %1").arg(bar.device.mid(3));
-    bar.capacity_bytes = d.capacity_bytes;
-    for (int c = 0; c < placement::kPlanCategoryCount; ++c) {
-      bar.bytes[static_cast<int>(slice(static_cast<PlanCategory>(c)))] += d.bytes[c];
-    }
-    bar.bytes[static_cast<int>(MemorySlice::Free)] =
-        d.capacity_bytes > d.total() ? d.capacity_bytes - d.total() : 0;
-    QStringList lines;
-    for (const placement::PlanItem& item : d.items) {
-      lines << QStringLiteral("%1: %2").arg(QString::fromStdString(item.what),
-                                            bytesText(item.bytes));
-    }
-    bar.details = lines.join(QLatin1Char('\n'));
-    bars.push_back(bar);
-  }
-  return bars;
-}
-
 MemoryMapWidget::MemoryMapWidget(QWidget* parent) : QWidget(parent) {
   setMouseTracking(true);
-  setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Minimum);
+  setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Expanding);
   setAccessibleName(tr("Memory map"));
 }
 
@@ -165,97 +68,193 @@ void MemoryMapWidget::setBars(std::vector<MemoryBar> bars) {
   update();
 }
 
-int MemoryMapWidget::labelWidth() const {
-  int width = 60;
-  for (const MemoryBar& b : bars_)
-    width = std::max(width, fontMetrics().horizontalAdvance(b.label) + 12);
-  return width;
+void MemoryMapWidget::showSnapshot(const MemorySnapshot& snapshot) {
+  std::vector<MemoryBar> bars = liveMemoryBars(snapshot);
+  if (plan_) attachPlan(bars, *plan_);
+  setCaption(snapshot.phase == "step"
+                 ? tr("Measured after step %1").arg(snapshot.step)
+                 : tr("Measured: %1").arg(QString::fromStdString(snapshot.phase)));
+  setBars(std::move(bars));
+}
+
+void MemoryMapWidget::setPlan(std::shared_ptr<const placement::MemoryPlan> plan) {
+  plan_ = std::move(plan);
+}
+
+void MemoryMapWidget::setCaption(const QString& caption) {
+  caption_ = caption;
+  update();
 }
 
 QSize MemoryMapWidget::sizeHint() const {
-  const int rows = std::max<int>(1, static_cast<int>(bars_.size()));
-  return {480, rows * (kBarHeight + kRowGap) + kLegendHeight + 4};
+  const int columns = std::max<int>(1, static_cast<int>(bars_.size()));
+  return {std::max(360, columns * (2 * kMaxColumnWidth + kGroupGap)), 260};
 }
 
-QSize MemoryMapWidget::minimumSizeHint() const { return {240, sizeHint().height()}; }
+QSize MemoryMapWidget::minimumSizeHint() const { return {240, 180}; }
 
-QRect MemoryMapWidget::barRect(int index) const {
-  const int left = labelWidth();
-  const int right_text =
-      fontMetrics().horizontalAdvance(QStringLiteral("000.0 GiB / 000.0 GiB")) + 10;
-  return {left, index * (kBarHeight + kRowGap), std::max(40, width() - left - right_text),
-          kBarHeight};
+std::vector<MemoryMapWidget::LegendEntry> MemoryMapWidget::legendEntries() const {
+  const bool gpu = anyBar(bars_, true), host = anyBar(bars_, false);
+  std::vector<LegendEntry> entries;
+  for (int s = 0; s < kMemorySliceCount; ++s) {
+    const auto slice = static_cast<MemorySlice>(s);
+    QString name = memorySliceName(slice, gpu && !host);
+    if (gpu && host && memorySliceName(slice, true) != memorySliceName(slice, false))
+      name = memorySliceName(slice, true) + QStringLiteral(" / ") + memorySliceName(slice, false);
+    entries.push_back({QBrush(memorySliceColor(slice)), name});
+  }
+  if (std::any_of(bars_.begin(), bars_.end(), [](const MemoryBar& b) { return b.has_plan; }))
+    entries.push_back(
+        {QBrush(palette().color(QPalette::WindowText), Qt::Dense3Pattern), tr("plan (beside)")});
+  return entries;
+}
+
+// Where each legend entry goes: left to right, wrapping over the width. Rows start at y = 0.
+std::vector<QPoint> MemoryMapWidget::legendPositions(const std::vector<LegendEntry>& entries,
+                                                     int* rows) const {
+  const int line = fontMetrics().height() + 4;
+  std::vector<QPoint> at;
+  int x = 8, y = 0;
+  for (const LegendEntry& e : entries) {
+    const int w = kSwatch + 6 + fontMetrics().horizontalAdvance(e.name) + 14;
+    if (x + w > width() && x > 8) {
+      x = 8;
+      y += line;
+    }
+    at.emplace_back(x, y);
+    x += w;
+  }
+  if (rows) *rows = y / line + 1;
+  return at;
+}
+
+int MemoryMapWidget::legendHeight() const {
+  int rows = 1;
+  legendPositions(legendEntries(), &rows);
+  return rows * (fontMetrics().height() + 4) + 4;
+}
+
+QRect MemoryMapWidget::plotArea() const {
+  const int line = fontMetrics().height() + 2;
+  const int top = (caption_.isEmpty() ? 0 : line + 2) + line;  // caption, then the totals
+  const int bottom = 2 * line + legendHeight();                // labels (two lines), legend
+  return QRect(8, top, std::max(40, width() - 16), std::max(20, height() - top - bottom));
+}
+
+MemoryMapWidget::Column MemoryMapWidget::columnAt(int index) const {
+  const QRect area = plotArea();
+  const int n = std::max<int>(1, static_cast<int>(bars_.size()));
+  const int group = area.width() / n;
+  const MemoryBar& bar = bars_[static_cast<size_t>(index)];
+  const int w = std::clamp((group - kGroupGap) * 5 / 8, 8, kMaxColumnWidth);
+  const int plan_w = bar.has_plan ? std::max(5, w * 3 / 5) : 0;
+  const int left = area.left() + index * group + (group - w - plan_w - (plan_w ? 3 : 0)) / 2;
+  Column c;
+  c.measured = QRect(left, area.top(), w, area.height());
+  if (bar.has_plan) c.planned = QRect(left + w + 3, area.top(), plan_w, area.height());
+  return c;
+}
+
+void MemoryMapWidget::paintStack(QPainter& p, const QRect& r, const MemoryBar& bar,
+                                 const std::array<uint64_t, kMemorySliceCount>& bytes,
+                                 bool plan) const {
+  const auto rects = sliceRects(r, bytes, bar.capacity_bytes);
+  for (int s = 0; s < kMemorySliceCount; ++s) {
+    if (rects[s].isEmpty()) continue;
+    const QColor color = memorySliceColor(static_cast<MemorySlice>(s));
+    p.fillRect(rects[s], plan ? QBrush(color, Qt::Dense3Pattern) : QBrush(color));
+  }
+  p.setPen(palette().color(QPalette::Mid));
+  p.drawRect(r.adjusted(0, 0, -1, -1));
+}
+
+void MemoryMapWidget::paintLegend(QPainter& p) const {
+  const std::vector<LegendEntry> entries = legendEntries();
+  const std::vector<QPoint> at = legendPositions(entries, nullptr);
+  const int top = height() - legendHeight() + 2;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const QPoint pos = at[i] + QPoint(0, top);
+    p.fillRect(QRect(pos.x(), pos.y() + 2, kSwatch, kSwatch), entries[i].swatch);
+    p.setPen(palette().color(QPalette::Mid));
+    p.drawRect(QRect(pos.x(), pos.y() + 2, kSwatch - 1, kSwatch - 1));
+    p.setPen(palette().color(QPalette::WindowText));
+    p.drawText(QPoint(pos.x() + kSwatch + 5, pos.y() + fontMetrics().ascent()), entries[i].name);
+  }
 }
 
 void MemoryMapWidget::paintEvent(QPaintEvent*) {
   QPainter p(this);
   p.setRenderHint(QPainter::Antialiasing, false);
   const QColor text = palette().color(QPalette::WindowText);
+  p.setPen(text);
   if (bars_.empty()) {
-    p.setPen(text);
     p.drawText(rect(), Qt::AlignCenter, tr("no memory figures yet"));
     return;
   }
+  const int line = fontMetrics().height() + 2;
+  if (!caption_.isEmpty())
+    p.drawText(QRect(8, 0, width() - 16, line), Qt::AlignLeft | Qt::AlignVCenter, caption_);
+  const QRect area = plotArea();
+  const int group = area.width() / static_cast<int>(bars_.size());
   for (int i = 0; i < static_cast<int>(bars_.size()); ++i) {
-    const MemoryBar& bar = bars_[i];
-    const QRect r = barRect(i);
+    const MemoryBar& bar = bars_[static_cast<size_t>(i)];
+    const Column c = columnAt(i);
+    paintStack(p, c.measured, bar, bar.bytes, false);
+    if (bar.has_plan) paintStack(p, c.planned, bar, bar.planned, true);
     p.setPen(text);
-    p.drawText(QRect(0, r.top(), r.left() - 6, r.height()), Qt::AlignRight | Qt::AlignVCenter,
-               bar.label);
-    const double capacity = static_cast<double>(std::max<uint64_t>(1, bar.capacity_bytes));
-    double x = r.left();
-    for (int s = 0; s < kMemorySliceCount; ++s) {
-      if (bar.bytes[s] == 0) continue;
-      // A slice too small to see still gets 2 px, so "there is some" shows.
-      const double w = std::max(2.0, r.width() * static_cast<double>(bar.bytes[s]) / capacity);
-      p.fillRect(QRectF(x, r.top(), std::min(w, r.right() + 1 - x), r.height()),
-                 memorySliceColor(static_cast<MemorySlice>(s)));
-      x += w;
-    }
-    p.setPen(palette().color(QPalette::Mid));
-    p.drawRect(r.adjusted(0, 0, -1, -1));
-    p.setPen(text);
-    p.drawText(QRect(r.right() + 8, r.top(), width() - r.right() - 8, r.height()),
-               Qt::AlignLeft | Qt::AlignVCenter,
-               tr("%1 / %2").arg(bytesText(bar.used()), bytesText(bar.capacity_bytes)));
+    const QRect slot(area.left() + i * group, 0, group, 0);
+    // Measured: what this run holds (not other processes), so it compares with the plan.
+    const QString ours = bar.measured ? tr("%1 ours").arg(bytesText(bar.processBytes()))
+                                      : tr("%1 planned").arg(bytesText(bar.used()));
+    const QString totals =
+        bar.has_plan ? tr("%1 (plan %2)").arg(ours, bytesText(bar.plannedUsed())) : ours;
+    p.drawText(QRect(slot.left(), area.top() - line, group, line), Qt::AlignCenter,
+               fontMetrics().elidedText(totals, Qt::ElideRight, group));
+    p.drawText(QRect(slot.left(), area.bottom() + 2, group, line), Qt::AlignCenter,
+               fontMetrics().elidedText(bar.label, Qt::ElideRight, group));
+    p.drawText(QRect(slot.left(), area.bottom() + 2 + line, group, line), Qt::AlignCenter,
+               fontMetrics().elidedText(tr("of %1").arg(bytesText(bar.capacity_bytes)),
+                                        Qt::ElideRight, group));
   }
-  // Legend.
-  int x = labelWidth();
-  const int y = static_cast<int>(bars_.size()) * (kBarHeight + kRowGap) + 4;
-  for (int s = 0; s < kMemorySliceCount; ++s) {
-    const QString name = memorySliceName(static_cast<MemorySlice>(s));
-    p.fillRect(QRect(x, y + 4, 12, 12), memorySliceColor(static_cast<MemorySlice>(s)));
-    p.setPen(palette().color(QPalette::Mid));
-    p.drawRect(QRect(x, y + 4, 11, 11));
-    p.setPen(text);
-    p.drawText(QPoint(x + 16, y + 15), name);
-    x += 16 + fontMetrics().horizontalAdvance(name) + 14;
+  paintLegend(p);
+}
+
+QString MemoryMapWidget::sliceText(const MemoryBar& bar, int s, bool plan) const {
+  const auto slice = static_cast<MemorySlice>(s);
+  const uint64_t bytes = plan ? bar.planned[s] : bar.bytes[s];
+  const double capacity = static_cast<double>(std::max<uint64_t>(1, bar.capacity_bytes));
+  QStringList lines;
+  lines << tr("%1 — %2%3: %4 (%5% of %6)")
+               .arg(bar.label, plan ? tr("plan: ") : QString(), memorySliceName(slice, bar.gpu),
+                    bytesText(bytes))
+               .arg(100.0 * static_cast<double>(bytes) / capacity, 0, 'f', 1)
+               .arg(bytesText(bar.capacity_bytes));
+  if (!plan && bar.measured) {
+    lines << tr("%1 bytes, from %2").arg(bytes).arg(memorySliceSource(slice, bar.gpu));
+    if (bar.has_plan && s != static_cast<int>(MemorySlice::Free))
+      lines << tr("planned: %1").arg(bytesText(bar.planned[s]));
   }
+  if (!plan && !bar.parts[s].isEmpty()) lines << tr("of which (ledger):") << bar.parts[s];
+  if (!bar.modules[s].isEmpty()) lines << tr("modules (plan):") << bar.modules[s];
+  if (!bar.details.isEmpty()) lines << bar.details;
+  return lines.join(QLatin1Char('\n'));
 }
 
 QString MemoryMapWidget::detailsAt(const QPoint& pos) const {
   for (int i = 0; i < static_cast<int>(bars_.size()); ++i) {
-    const QRect r = barRect(i);
-    if (!r.contains(pos)) continue;
-    const MemoryBar& bar = bars_[i];
-    const double capacity = static_cast<double>(std::max<uint64_t>(1, bar.capacity_bytes));
-    double x = r.left();
-    for (int s = 0; s < kMemorySliceCount; ++s) {
-      if (bar.bytes[s] == 0) continue;
-      const double w = std::max(2.0, r.width() * static_cast<double>(bar.bytes[s]) / capacity);
-      if (pos.x() >= x && pos.x() < x + w) {
-        return tr("%1 — %2: %3 (%4% of %5)")
-                   .arg(bar.device, memorySliceName(static_cast<MemorySlice>(s)),
-                        bytesText(bar.bytes[s]))
-                   .arg(100.0 * static_cast<double>(bar.bytes[s]) / capacity, 0, 'f', 1)
-                   .arg(bytesText(bar.capacity_bytes)) +
-               (bar.details.isEmpty() ? QString() : QStringLiteral("\n") + bar.details);
+    const MemoryBar& bar = bars_[static_cast<size_t>(i)];
+    const Column c = columnAt(i);
+    for (const bool plan : {false, true}) {
+      const QRect r = plan ? c.planned : c.measured;
+      if (r.isEmpty() || !r.contains(pos)) continue;
+      const auto rects = sliceRects(r, plan ? bar.planned : bar.bytes, bar.capacity_bytes);
+      for (int s = 0; s < kMemorySliceCount; ++s) {
+        if (rects[s].contains(QPointF(pos) + QPointF(0.5, 0.5))) return sliceText(bar, s, plan);
       }
-      x += w;
+      return (plan ? tr("%1 — plan: %2 of %3") : tr("%1: %2 used of %3"))
+          .arg(bar.label, bytesText(plan ? bar.plannedUsed() : bar.used()),
+               bytesText(bar.capacity_bytes));
     }
-    return tr("%1: %2 used of %3")
-               .arg(bar.device, bytesText(bar.used()), bytesText(bar.capacity_bytes)) +
-           (bar.details.isEmpty() ? QString() : QStringLiteral("\n") + bar.details);
   }
   return {};
 }

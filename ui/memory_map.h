@@ -1,54 +1,21 @@
 #pragma once
-// The memory map: one horizontal bar per GPU and per NUMA node, split by what holds the bytes
-// (weights, LoRA, optimizer, activations, KV/cache, scratch, other processes, free), with the
-// numbers on hover. The same widget shows a plan (before a run) and the live state (during one:
-// the engine's MemoryLedger figures from each StepEvent plus the system's free RAM).
+// The memory map: one column per GPU and per host NUMA node, stacked by what holds the bytes
+// (memory_bars.h: the engine's ledger categories, then what only the device knows, then free),
+// and a narrower column beside it with the plan's figure for the same device. Hover names the
+// slice, its bytes, where the number comes from and the modules behind it. The same widget shows
+// a plan alone (the wizard's review page, the placement editor) and the live state (the
+// dashboard: a MemorySnapshot while the model loads and after every step).
 
+#include <QBrush>
+#include <QColor>
 #include <QString>
 #include <QWidget>
-#include <array>
-#include <cstdint>
+#include <memory>
 #include <vector>
 
-#include "engine/core/memory_ledger.h"
+#include "ui/memory_bars.h"
 
 namespace tandem::ui {
-
-struct MachineInfo;
-}  // namespace tandem::ui
-
-namespace tandem::placement {
-struct MemoryPlan;
-}
-
-namespace tandem::ui {
-
-// The ledger's categories, then what the engine does not account for.
-enum class MemorySlice { Weights = 0, Lora, Optimizer, Activations, Cache, Scratch, Other, Free };
-inline constexpr int kMemorySliceCount = 8;
-QString memorySliceName(MemorySlice slice);
-
-struct MemoryBar {
-  QString device;  // "cuda:0", "cpu:numa0"
-  QString label;   // shown left of the bar
-  uint64_t capacity_bytes = 0;
-  std::array<uint64_t, kMemorySliceCount> bytes{};
-  QString details;  // extra hover lines (a plan's items)
-
-  uint64_t used() const;  // everything but Free
-};
-
-// Live bars: GPUs from the probe (capacity) and the ledger, NUMA nodes from a fresh topology
-// read (capacity and free) and the ledger. Ledger devices "cpu" and "cpu:numaN" map to nodes;
-// "cpu" goes to node 0 on a one-node machine and to its own bar otherwise.
-std::vector<MemoryBar> liveMemoryBars(const MachineInfo& machine,
-                                      const std::vector<DeviceMemoryUsage>& ledger);
-
-// Planned bars: the memory planner's bytes per device. Its categories map onto the slices:
-// lora_optimizer -> LoRA, expert_cache -> activations, packed_transposed -> weights,
-// kv_cache -> KV/cache, pinned_staging and overhead -> scratch; each bar lists the plan's items
-// on hover. Capacity is what the plan may use; the rest is free.
-std::vector<MemoryBar> plannedMemoryBars(const placement::MemoryPlan& plan);
 
 class MemoryMapWidget : public QWidget {
   Q_OBJECT
@@ -58,6 +25,13 @@ class MemoryMapWidget : public QWidget {
 
   void setBars(std::vector<MemoryBar> bars);
   const std::vector<MemoryBar>& bars() const { return bars_; }
+  // A line over the columns: what the figures are ("after step 3", "plan").
+  void setCaption(const QString& caption);
+  QString caption() const { return caption_; }
+  // Live: the snapshot's columns (liveMemoryBars), with the plan beside them when one is set.
+  void showSnapshot(const MemorySnapshot& snapshot);
+  // The plan shown beside live columns from the next snapshot on (null: none).
+  void setPlan(std::shared_ptr<const placement::MemoryPlan> plan);
   // Text for the slice under a point (empty when none); what the tooltip shows.
   QString detailsAt(const QPoint& pos) const;
 
@@ -69,10 +43,27 @@ class MemoryMapWidget : public QWidget {
   bool event(QEvent* event) override;
 
  private:
-  QRect barRect(int index) const;
-  int labelWidth() const;
+  struct Column {
+    QRect measured;  // the bar's own figures
+    QRect planned;   // the plan beside it (empty without one)
+  };
+  Column columnAt(int index) const;
+  QRect plotArea() const;
+  struct LegendEntry {
+    QBrush swatch;
+    QString name;
+  };
+  std::vector<LegendEntry> legendEntries() const;
+  std::vector<QPoint> legendPositions(const std::vector<LegendEntry>& entries, int* rows) const;
+  int legendHeight() const;
+  void paintStack(QPainter& p, const QRect& r, const MemoryBar& bar,
+                  const std::array<uint64_t, kMemorySliceCount>& bytes, bool plan) const;
+  void paintLegend(QPainter& p) const;
+  QString sliceText(const MemoryBar& bar, int slice, bool plan) const;
 
   std::vector<MemoryBar> bars_;
+  QString caption_;
+  std::shared_ptr<const placement::MemoryPlan> plan_;
 };
 
 QColor memorySliceColor(MemorySlice slice);

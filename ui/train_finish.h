@@ -29,3 +29,4 @@ QString trainEndName(TrainEnd end);  // "completed", "stopped", ...
 
 Q_DECLARE_METATYPE(tandem::StepEvent)
 Q_DECLARE_METATYPE(tandem::ui::TrainFinish)
+Q_DECLARE_METATYPE(tandem::MemorySnapshot)

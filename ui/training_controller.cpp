@@ -3,8 +3,12 @@
 #include <QMetaObject>
 
 #include "engine/core/error.h"
+#include "engine/io/model_config.h"
+#include "engine/model/machine_probe.h"
+#include "engine/placement/memory_planner.h"
 #include "engine/store/run_store.h"
 #include "engine/train/trainer.h"
+#include "engine/train/training_plan.h"
 #include "engine/train/training_run.h"
 #include "ui/engine_thread.h"
 
@@ -35,6 +39,11 @@ class TrainingController::Listener : public TrainListener {
         &owner_, [o = &owner_, step, path] { emit o->checkpointed(step, path); },
         Qt::QueuedConnection);
   }
+  // Also called from the load's sampling thread: invokeMethod only queues.
+  void onMemory(const MemorySnapshot& s) override {
+    QMetaObject::invokeMethod(
+        &owner_, [o = &owner_, s] { emit o->memorySampled(s); }, Qt::QueuedConnection);
+  }
   void onMessage(const std::string& message) override {
     const QString text = QString::fromStdString(message);
     QMetaObject::invokeMethod(
@@ -49,6 +58,21 @@ TrainingController::TrainingController(store::RunStore* store, QObject* parent)
     : QObject(parent), store_(store) {
   qRegisterMetaType<StepEvent>();
   qRegisterMetaType<TrainFinish>();
+  qRegisterMetaType<MemorySnapshot>();
+  qRegisterMetaType<std::shared_ptr<const placement::MemoryPlan>>();
+}
+
+// The memory planner's verdict for the run, as runTraining judges it (same config, this machine),
+// for the memory map's plan column. A run the planner cannot judge still runs: no plan column.
+void TrainingController::sendPlan(const train::TrainConfig& config) {
+  try {
+    auto plan = std::make_shared<const placement::MemoryPlan>(train::planTraining(
+        config, io::readModelConfig(config.model_name_or_path), model::probeMachine()));
+    QMetaObject::invokeMethod(
+        this, [this, plan] { emit planned(plan); }, Qt::QueuedConnection);
+  } catch (const std::exception&) {
+    // runTraining reports what is wrong with the config; the map just has no plan.
+  }
 }
 
 TrainingController::~TrainingController() {
@@ -82,6 +106,7 @@ void TrainingController::start(const train::TrainConfig& config) {
 void TrainingController::run(train::TrainConfig config, std::stop_token stop,
                              std::stop_token cancel) {
   lowerCurrentThreadPriority();
+  sendPlan(config);
   Listener listener(*this);
   TrainFinish finish;
   finish.output_dir = QString::fromStdString(config.output_dir.string());

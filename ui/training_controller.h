@@ -21,6 +21,9 @@
 namespace tandem::store {
 class RunStore;
 }
+namespace tandem::placement {
+struct MemoryPlan;
+}
 
 namespace tandem::ui {
 
@@ -51,11 +54,15 @@ class TrainingController : public QObject {
   void messaged(const QString& message);
   void pausedChanged(bool paused);
   void finished(const tandem::ui::TrainFinish& finish);
+  // Where the memory is (while the model loads, after every step), and the plan it was judged by.
+  void memorySampled(const tandem::MemorySnapshot& snapshot);
+  void planned(std::shared_ptr<const tandem::placement::MemoryPlan> plan);
 
  private:
   class Listener;
   friend class Listener;
   void run(train::TrainConfig config, std::stop_token stop, std::stop_token cancel);
+  void sendPlan(const train::TrainConfig& config);  // on the training thread
 
   store::RunStore* store_;
   train::TrainConfig config_;

@@ -13,6 +13,7 @@
 #include <QVBoxLayout>
 
 #include "engine/core/units.h"
+#include "engine/gpu/memory_sample.h"
 #include "engine/train/loss_smoothing.h"
 #include "ui/live_utilisation.h"
 #include "ui/machine_info.h"
@@ -100,7 +101,7 @@ TrainingDashboard::TrainingDashboard(TrainingController& controller, const Machi
   log_->setPlaceholderText(
       tr("Messages of the run (data summary, checkpoints, errors) appear here."));
   memory_map_ = new MemoryMapWidget;
-  memory_map_->setBars(liveMemoryBars(machine_, {}));
+  memory_map_->showSnapshot(gpu::sampleMemory("no run", 0));
   auto* memory_box = new QGroupBox(tr("Memory (live)"));
   auto* memory_layout = new QVBoxLayout(memory_box);
   memory_layout->addWidget(memory_map_);
@@ -134,6 +135,9 @@ TrainingDashboard::TrainingDashboard(TrainingController& controller, const Machi
   connect(&controller_, &TrainingController::finished, this, &TrainingDashboard::onFinished);
   connect(&controller_, &TrainingController::pausedChanged, this,
           &TrainingDashboard::onPausedChanged);
+  connect(&controller_, &TrainingController::planned, memory_map_, &MemoryMapWidget::setPlan);
+  connect(&controller_, &TrainingController::memorySampled, memory_map_,
+          &MemoryMapWidget::showSnapshot);
 }
 
 QString TrainingDashboard::statusText() const { return status_->text(); }
@@ -141,7 +145,7 @@ QString TrainingDashboard::statusText() const { return status_->text(); }
 void TrainingDashboard::setLogScale(bool log) { log_scale_->setChecked(log); }
 
 void TrainingDashboard::showMachine() {
-  if (!controller_.isRunning()) memory_map_->setBars(liveMemoryBars(machine_, {}));
+  if (!controller_.isRunning()) memory_map_->showSnapshot(gpu::sampleMemory("no run", 0));
 }
 
 QString TrainingDashboard::logText() const { return log_->toPlainText(); }
@@ -170,6 +174,7 @@ void TrainingDashboard::onStarted(const QString& output_dir) {
   status_->setText(tr("Preparing: tokenizer, data and model → %1").arg(output_dir));
   timing_->clear();
   setRunningControls(true);
+  memory_map_->setPlan(nullptr);  // the run's own arrives with its first figures
   pause_->setText(tr("&Pause"));
   appendLog(tr("training into %1").arg(output_dir));
 }
@@ -200,7 +205,6 @@ void TrainingDashboard::onStepped(const StepEvent& p) {
                         ? tr("   %1 ranks (rank 0's view; tokens/s of all ranks)").arg(p.world_size)
                         : QString()));
   timing_->setText(tr("elapsed %1   ETA %2").arg(duration(p.elapsed_s), duration(p.eta_s)));
-  memory_map_->setBars(liveMemoryBars(machine_, p.memory));
 }
 
 void TrainingDashboard::onCheckpointed(qint64 step, const QString& dir) {

@@ -22,6 +22,7 @@
 #include "ui/last_run.h"
 #include "ui/machine_check_dialog.h"
 #include "ui/main_window.h"
+#include "ui/memory_map.h"
 #include "ui/placement_board.h"
 #include "ui/placement_board_model.h"
 #include "ui/placement_editor.h"
@@ -142,6 +143,16 @@ void ScreenshotTour::run() {
     waitFor([&] { return window_.dashboard()->pointsReceived() >= half || !training->isRunning(); },
             600000, QStringLiteral("training steps"));
     shoot(QStringLiteral("6-training-live"));
+    {
+      // The dashboard's memory map as it is mid-run, at a size where its columns read well.
+      const ui::MemoryMapWidget& live = *window_.dashboard()->memoryMap();
+      ui::MemoryMapWidget map;
+      map.setCaption(live.caption());
+      map.setBars(live.bars());
+      map.resize(960, 440);
+      map.show();
+      shoot(map, QStringLiteral("12-memory-map"));
+    }
     waitFor([&] { return !training->isRunning(); }, 600000, QStringLiteral("the end of the run"));
     shoot(QStringLiteral("7-training-done"));
     if (window_.dashboard()->pointsReceived() < steps_)

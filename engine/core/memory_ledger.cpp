@@ -24,7 +24,22 @@ uint64_t DeviceMemoryUsage::currentTotal() const {
   return std::accumulate(current_bytes.begin(), current_bytes.end(), uint64_t{0});
 }
 
-void MemoryLedger::charge(std::string_view device, MemoryCategory category, uint64_t bytes) {
+namespace {
+
+NodeMemoryUsage& nodeUsage(DeviceMemoryUsage& usage, int node) {
+  auto it = std::lower_bound(usage.by_node.begin(), usage.by_node.end(), node,
+                             [](const NodeMemoryUsage& n, int id) { return n.node < id; });
+  if (it == usage.by_node.end() || it->node != node) {
+    it = usage.by_node.insert(it, NodeMemoryUsage{});
+    it->node = node;
+  }
+  return *it;
+}
+
+}  // namespace
+
+void MemoryLedger::charge(std::string_view device, MemoryCategory category, uint64_t bytes,
+                          int numa_node) {
   std::lock_guard lock(mutex_);
   auto it = devices_.find(device);
   if (it == devices_.end()) {
@@ -36,9 +51,11 @@ void MemoryLedger::charge(std::string_view device, MemoryCategory category, uint
   usage.current_bytes[c] += bytes;
   usage.peak_bytes[c] = std::max(usage.peak_bytes[c], usage.current_bytes[c]);
   usage.peak_total_bytes = std::max(usage.peak_total_bytes, usage.currentTotal());
+  if (numa_node >= 0) nodeUsage(usage, numa_node).current_bytes[c] += bytes;
 }
 
-void MemoryLedger::release(std::string_view device, MemoryCategory category, uint64_t bytes) {
+void MemoryLedger::release(std::string_view device, MemoryCategory category, uint64_t bytes,
+                           int numa_node) {
   std::lock_guard lock(mutex_);
   auto it = devices_.find(device);
   const int c = static_cast<int>(category);
@@ -49,6 +66,10 @@ void MemoryLedger::release(std::string_view device, MemoryCategory category, uin
     return;
   }
   it->second.current_bytes[c] -= bytes;
+  if (numa_node >= 0) {
+    uint64_t& on_node = nodeUsage(it->second, numa_node).current_bytes[c];
+    on_node -= std::min(on_node, bytes);
+  }
 }
 
 void MemoryLedger::resetPeaks() {
@@ -82,9 +103,13 @@ MemoryLedger& MemoryLedger::global() {
 }
 
 MemoryCharge::MemoryCharge(MemoryLedger& ledger, std::string device, MemoryCategory category,
-                           uint64_t bytes)
-    : ledger_(&ledger), device_(std::move(device)), category_(category), bytes_(bytes) {
-  ledger_->charge(device_, category_, bytes_);
+                           uint64_t bytes, int numa_node)
+    : ledger_(&ledger),
+      device_(std::move(device)),
+      category_(category),
+      bytes_(bytes),
+      numa_node_(numa_node) {
+  ledger_->charge(device_, category_, bytes_, numa_node_);
 }
 
 MemoryCharge::~MemoryCharge() { reset(); }
@@ -93,7 +118,8 @@ MemoryCharge::MemoryCharge(MemoryCharge&& other) noexcept
     : ledger_(std::exchange(other.ledger_, nullptr)),
       device_(std::move(other.device_)),
       category_(other.category_),
-      bytes_(std::exchange(other.bytes_, 0)) {}
+      bytes_(std::exchange(other.bytes_, 0)),
+      numa_node_(other.numa_node_) {}
 
 MemoryCharge& MemoryCharge::operator=(MemoryCharge&& other) noexcept {
   if (this != &other) {
@@ -102,12 +128,13 @@ MemoryCharge& MemoryCharge::operator=(MemoryCharge&& other) noexcept {
     device_ = std::move(other.device_);
     category_ = other.category_;
     bytes_ = std::exchange(other.bytes_, 0);
+    numa_node_ = other.numa_node_;
   }
   return *this;
 }
 
 void MemoryCharge::reset() {
-  if (ledger_) ledger_->release(device_, category_, bytes_);
+  if (ledger_) ledger_->release(device_, category_, bytes_, numa_node_);
   ledger_ = nullptr;
   bytes_ = 0;
 }

@@ -2,7 +2,9 @@
 // Byte accounting per device and category. Every large allocation the engine makes is charged
 // here (RAII: MemoryCharge); the memory planner compares its prediction against these numbers
 // and the studio's memory map shows them live. Devices are named as placements name them:
-// "cuda:0", "cpu", "cpu:numa1".
+// "cuda:0", "cpu", "cpu:numa1". A host charge may also say which NUMA node holds its pages
+// (a pack allocated on that node): the device's totals stay as they are, and the node's share is
+// kept beside them, so the memory map can put host bytes on the node that holds them.
 
 #include <array>
 #include <cstdint>
@@ -19,11 +21,22 @@ inline constexpr int kMemoryCategoryCount = 6;
 
 std::string_view memoryCategoryName(MemoryCategory category);
 
+// The bytes of a host device's charges that named their NUMA node.
+struct NodeMemoryUsage {
+  int node = 0;
+  std::array<uint64_t, kMemoryCategoryCount> current_bytes{};
+
+  uint64_t current(MemoryCategory c) const { return current_bytes[static_cast<int>(c)]; }
+};
+
 struct DeviceMemoryUsage {
   std::string device;
   std::array<uint64_t, kMemoryCategoryCount> current_bytes{};
   std::array<uint64_t, kMemoryCategoryCount> peak_bytes{};  // per category, since reset
   uint64_t peak_total_bytes = 0;                            // of the sum, since reset
+  // Part of current_bytes whose NUMA node is known, by node (ascending); the rest has no node
+  // (ordinary allocations, first touch decides where they live).
+  std::vector<NodeMemoryUsage> by_node;
 
   uint64_t currentTotal() const;
   uint64_t current(MemoryCategory c) const { return current_bytes[static_cast<int>(c)]; }
@@ -32,9 +45,11 @@ struct DeviceMemoryUsage {
 
 class MemoryLedger {
  public:
-  void charge(std::string_view device, MemoryCategory category, uint64_t bytes);
+  // numa_node >= 0: the bytes live on that NUMA node (also counted in the device's totals).
+  void charge(std::string_view device, MemoryCategory category, uint64_t bytes, int numa_node = -1);
   // Releasing more than was charged is a bug in the caller: it clamps to zero and logs.
-  void release(std::string_view device, MemoryCategory category, uint64_t bytes);
+  void release(std::string_view device, MemoryCategory category, uint64_t bytes,
+               int numa_node = -1);
   void resetPeaks();  // peaks restart from the current values (e.g. at each training step)
 
   std::vector<DeviceMemoryUsage> snapshot() const;  // sorted by device name
@@ -52,7 +67,8 @@ class MemoryLedger {
 class MemoryCharge {
  public:
   MemoryCharge() = default;
-  MemoryCharge(MemoryLedger& ledger, std::string device, MemoryCategory category, uint64_t bytes);
+  MemoryCharge(MemoryLedger& ledger, std::string device, MemoryCategory category, uint64_t bytes,
+               int numa_node = -1);
   ~MemoryCharge();
   MemoryCharge(MemoryCharge&& other) noexcept;
   MemoryCharge& operator=(MemoryCharge&& other) noexcept;
@@ -67,6 +83,7 @@ class MemoryCharge {
   std::string device_;
   MemoryCategory category_ = MemoryCategory::Scratch;
   uint64_t bytes_ = 0;
+  int numa_node_ = -1;
 };
 
 }  // namespace tandem

@@ -5,6 +5,8 @@
 #include <thread>
 #include <vector>
 
+#include "engine/core/memory_labels.h"
+
 namespace tandem {
 namespace {
 
@@ -66,6 +68,55 @@ TEST(MemoryLedger, ConcurrentChargesBalance) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(ledger.usage("cpu").currentTotal(), 0u);
   EXPECT_GE(ledger.usage("cpu").peak(MemoryCategory::Scratch), 3u);
+}
+
+// Host bytes that name their NUMA node are kept per node beside the device's totals, and leave
+// the node when their charge ends (moved charges keep their node).
+TEST(MemoryLedger, HostChargesKeepTheirNumaNode) {
+  MemoryLedger ledger;
+  {
+    MemoryCharge on_node1(ledger, "cpu", MemoryCategory::Weights, 3000, 1);
+    MemoryCharge on_node0(ledger, "cpu", MemoryCategory::Weights, 500, 0);
+    MemoryCharge no_node(ledger, "cpu", MemoryCategory::Weights, 70);
+    MemoryCharge scratch(ledger, "cpu", MemoryCategory::Scratch, 9, 1);
+    const DeviceMemoryUsage usage = ledger.usage("cpu");
+    EXPECT_EQ(usage.current(MemoryCategory::Weights), 3570u);  // totals count every charge
+    ASSERT_EQ(usage.by_node.size(), 2u);
+    EXPECT_EQ(usage.by_node[0].node, 0);
+    EXPECT_EQ(usage.by_node[0].current(MemoryCategory::Weights), 500u);
+    EXPECT_EQ(usage.by_node[1].node, 1);
+    EXPECT_EQ(usage.by_node[1].current(MemoryCategory::Weights), 3000u);
+    EXPECT_EQ(usage.by_node[1].current(MemoryCategory::Scratch), 9u);
+    MemoryCharge moved = std::move(on_node1);
+    on_node1.reset();  // moved-from: releases nothing
+    EXPECT_EQ(ledger.usage("cpu").by_node[1].current(MemoryCategory::Weights), 3000u);
+  }
+  const DeviceMemoryUsage after = ledger.usage("cpu");
+  EXPECT_EQ(after.currentTotal(), 0u);
+  for (const NodeMemoryUsage& node : after.by_node) {
+    for (uint64_t bytes : node.current_bytes) EXPECT_EQ(bytes, 0u);
+  }
+}
+
+// Labels name parts of the ledger's bytes while their holder lives; equal labels add up.
+TEST(MemoryLabels, LabelsLiveAsLongAsTheirHolder) {
+  auto bytesOf = [](const std::string& device, const std::string& label) {
+    uint64_t sum = 0;
+    for (const LabeledBytes& l : MemoryLabels::global().snapshot())
+      if (l.device == device && l.label == label && l.category == MemoryCategory::Weights)
+        sum += l.bytes;
+    return sum;
+  };
+  {
+    MemoryLabel a("cpu:numa1", MemoryCategory::Weights, "expert packs int8 (test)", 4096);
+    MemoryLabel b("cpu:numa1", MemoryCategory::Weights, "expert packs int8 (test)", 1024);
+    EXPECT_EQ(bytesOf("cpu:numa1", "expert packs int8 (test)"), 5120u);
+    MemoryLabel moved = std::move(a);
+    EXPECT_EQ(bytesOf("cpu:numa1", "expert packs int8 (test)"), 5120u);
+    b = MemoryLabel();
+    EXPECT_EQ(bytesOf("cpu:numa1", "expert packs int8 (test)"), 4096u);
+  }
+  EXPECT_EQ(bytesOf("cpu:numa1", "expert packs int8 (test)"), 0u);
 }
 
 TEST(MemoryLedger, CategoryNames) {

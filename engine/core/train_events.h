@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/core/memory_ledger.h"
+#include "engine/core/memory_snapshot.h"
 
 namespace tandem {
 
@@ -39,6 +40,9 @@ class TrainListener {
   // The run waits at a step boundary (PauseGate), and goes on again.
   virtual void onPaused() {}
   virtual void onResumed() {}
+  // Where the memory is: while the model loads and after every step (memory_snapshot.h). While
+  // the model loads it comes from a sampling thread (runTraining), so it must be thread-safe.
+  virtual void onMemory(const MemorySnapshot&) {}
 };
 
 enum class TrainOutcome { Completed, Stopped, Cancelled };

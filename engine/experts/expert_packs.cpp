@@ -13,9 +13,12 @@
 
 #include "engine/experts/expert_packs.h"
 
+#include <map>
+#include <string>
 #include <utility>
 
 #include "engine/core/numa.h"
+#include "engine/core/platform/numa_nodes.h"
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_blocks.h"
 
@@ -35,6 +38,13 @@ int nodeOfExpert(int64_t expert) {
     return ids;
   }();
   return nodes.size() > 1 ? nodes[static_cast<size_t>(expert) % nodes.size()] : -1;
+}
+
+// The node a pack asked for `node` lives on, as PackedBuffer decides it (packed_gemm.cpp): node
+// memory only on a machine with more than one node, else ordinary memory (-1: no node known).
+int packMemoryNode(int node) {
+  static const int highest = platform::numaSupported() ? platform::numaHighestNodeId() : 0;
+  return node >= 0 && highest > 0 ? node % (highest + 1) : -1;
 }
 }  // namespace
 
@@ -138,8 +148,35 @@ uint64_t ExpertPacks::bytes() const {
 }
 
 void ExpertPacks::chargePacks() {
-  charge_ = MemoryCharge();  // first: the ledger's peak must not count both
-  charge_ = MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Weights, bytes());
+  charges_.clear();  // first: the ledger's peak must not count both
+  labels_.clear();
+  std::map<int, uint64_t> bytes_by_node;
+  for (const NodeSlice& slice : slices_) {
+    const SlicePacks& slice_packs = packs_[slice.index];
+    for (const auto* packs : {slice_packs.w, slice_packs.wt}) {
+      for (int p = 0; p < kExpertProjCount; ++p) {
+        for (size_t e = 0; e < packs[p].size(); ++e) {
+          if (!packs[p][e]) continue;
+          const int asked =
+              slice.memory_node >= 0 ? slice.memory_node : nodeOfExpert(static_cast<int64_t>(e));
+          bytes_by_node[packMemoryNode(asked)] += packs[p][e]->bytes();
+        }
+      }
+    }
+  }
+  const std::string label = "expert packs " + std::string(weightFormatName(format_));
+  for (const auto& [node, bytes] : bytes_by_node) {
+    if (bytes == 0) continue;
+    charges_.emplace_back(MemoryLedger::global(), "cpu", MemoryCategory::Weights, bytes, node);
+    labels_.emplace_back(node >= 0 ? "cpu:numa" + std::to_string(node) : std::string("cpu"),
+                         MemoryCategory::Weights, label, bytes);
+  }
+}
+
+uint64_t ExpertPacks::chargedBytes() const {
+  uint64_t bytes = 0;
+  for (const MemoryCharge& charge : charges_) bytes += charge.bytes();
+  return bytes;
 }
 
 void ExpertPacks::ensurePacked() {
@@ -255,7 +292,7 @@ MemoryCharge ExpertPacks::acquireTransposed(const ExpertRouting& routing) {
   }
   onEveryNode(slices_, pool_, [&](size_t s) { packAll(slices_[s], missing, true); });
   return MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Scratch,
-                      bytes() - charge_.bytes());
+                      bytes() - chargedBytes());
 }
 
 void ExpertPacks::releaseTransposed() {

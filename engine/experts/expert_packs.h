@@ -4,7 +4,9 @@
 //
 //   B = W, the forward's      made once for every expert not released: at creation, or at the
 //                             first call with defer_packs (ensurePacked); release() frees an
-//                             expert's packs for good. Charged as ("cpu", Weights).
+//                             expert's packs for good. Charged as ("cpu", Weights), each pack
+//                             on the NUMA node its memory was asked from (the memory map's
+//                             per-node columns).
 //   B = Wᵀ, the input         by WtPolicy (expert_types.h):
 //   gradient's                  Persistent  made and charged with the forward packs;
 //                               OnDemand    acquireTransposed(routing) builds those a backward's
@@ -25,6 +27,7 @@
 #include <mutex>
 #include <vector>
 
+#include "engine/core/memory_labels.h"
 #include "engine/core/memory_ledger.h"
 #include "engine/experts/expert_nodes.h"
 #include "engine/experts/expert_routing.h"
@@ -100,7 +103,9 @@ class ExpertPacks {
   // W (transposed = false) or Wᵀ of every listed expert's projections on one slice, in
   // parallel on the slice's pool.
   void packAll(const NodeSlice& slice, const std::vector<int64_t>& experts, bool transposed);
-  void chargePacks();  // the ("cpu", Weights) charge = bytes() now
+  // The ("cpu", Weights) charges = bytes() now, one per NUMA node the packs were asked onto.
+  void chargePacks();
+  uint64_t chargedBytes() const;
   std::unique_ptr<Build> takeBuild();
   // Moves the build's packs of experts `routing` reaches into the slices; have[e] = 1 for those.
   void adoptBuild(Build& build, const ExpertRouting& routing, std::vector<char>& have);
@@ -113,10 +118,11 @@ class ExpertPacks {
   bool lora_only_;
   const std::vector<NodeSlice>& slices_;
   ThreadPool& pool_;
-  std::vector<SlicePacks> packs_;  // [slice]
-  std::vector<char> released_;     // [E] 1: freed by release() (empty: none)
-  bool packed_ = false;            // ensurePacked() ran (defer_packs: not at creation)
-  MemoryCharge charge_;
+  std::vector<SlicePacks> packs_;      // [slice]
+  std::vector<char> released_;         // [E] 1: freed by release() (empty: none)
+  bool packed_ = false;                // ensurePacked() ran (defer_packs: not at creation)
+  std::vector<MemoryCharge> charges_;  // by NUMA node (chargePacks)
+  std::vector<MemoryLabel> labels_;    // "expert packs <format>", beside each charge
   // Background: the experts the last training forward routed to ([E] 0/1) and the build started
   // for this layer. The build is the last member: destroyed (waited for) first, while what its
   // tasks read is still alive.

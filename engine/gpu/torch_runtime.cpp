@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "engine/core/error.h"
+#include "engine/gpu/memory_sample.h"
 
 #ifdef TANDEM_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -123,6 +124,45 @@ void resetGpuMemoryPeak(int index) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));
 }
 
+std::vector<GpuMemoryFigures> gpuMemoryNow() {
+  std::vector<GpuMemoryFigures> gpus;
+  int count = 0, current = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || cudaGetDevice(&current) != cudaSuccess) {
+    cudaGetLastError();
+    return gpus;
+  }
+  // The allocator's stats exist only once libtorch has initialised CUDA (python's memory_stats
+  // answers {} before that); before, nothing is allocated or reserved.
+  c10::cuda::CUDACachingAllocator::CUDAAllocator* allocator =
+      c10::cuda::CUDACachingAllocator::get();
+  const bool allocator_ready = allocator != nullptr && allocator->initialized();
+  constexpr auto kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  for (int i = 0; i < count; ++i) {
+    GpuMemoryFigures g;
+    g.index = i;
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaSetDevice(i) != cudaSuccess ||
+        cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    g.free_bytes = free_bytes;
+    g.total_bytes = total_bytes;
+    if (allocator_ready) {
+      try {
+        const auto stats = allocator->getDeviceStats(static_cast<c10::DeviceIndex>(i));
+        g.allocated_bytes = static_cast<uint64_t>(stats.allocated_bytes[kAll].current);
+        g.reserved_bytes = static_cast<uint64_t>(stats.reserved_bytes[kAll].current);
+      } catch (const c10::Error&) {
+        // A device the allocator has not set up: nothing of ours on it.
+      }
+    }
+    gpus.push_back(g);
+  }
+  cudaSetDevice(current);
+  return gpus;
+}
+
 void capGpuMemory(int index, uint64_t bytes) {
   // The caching allocator exists only once libtorch has initialised CUDA (python's
   // set_per_process_memory_fraction does the same lazy init first).
@@ -142,6 +182,7 @@ void capGpuMemory(int index, uint64_t bytes) {
 int gpuComputeMajor(int) { return 0; }
 GpuMemoryPeak gpuMemoryPeak(int) { return {}; }
 void resetGpuMemoryPeak(int) {}
+std::vector<GpuMemoryFigures> gpuMemoryNow() { return {}; }
 void capGpuMemory(int, uint64_t) {
   throw Error("this build has no CUDA: there is no GPU memory to cap",
               "build Tandem with the CUDA toolkit");

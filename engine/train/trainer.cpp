@@ -18,6 +18,7 @@
 #include "engine/io/bounded_json.h"
 #include "engine/model/adapter_files.h"
 #include "engine/model/checkpoint_dir.h"
+#include "engine/train/memory_sampling.h"
 
 namespace tandem::train {
 
@@ -323,6 +324,7 @@ TrainResult Trainer::run(const RunControl& control, TrainListener& listener) {
   const auto start = Clock::now();
   const int64_t start_step = step_;
   double first_step_s = 0;  // elapsed at the end of this run's first step
+  StepMemorySampler memory_sampler;
   TrainResult result;
   // The log's first line may come first.
   if (writesFiles()) std::filesystem::create_directories(settings_.output_dir);
@@ -363,6 +365,7 @@ TrainResult Trainer::run(const RunControl& control, TrainListener& listener) {
     logStep(e);
     warnIfSpike(e, listener);
     listener.onStep(e);
+    memory_sampler.afterStep(listener, step_, step_ == start_step + 1 || step_ == total_steps_);
     afterStep(e, listener);
   }
   result.steps = step_;

@@ -12,6 +12,7 @@
 #include "engine/core/hash.h"
 #include "engine/core/log.h"
 #include "engine/core/thread_pool.h"
+#include "engine/gpu/memory_sample.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/gguf_model.h"
 #include "engine/io/lora_target.h"
@@ -25,6 +26,7 @@
 #include "engine/store/run_store.h"
 #include "engine/train/data_parallel_run.h"
 #include "engine/train/dataset.h"
+#include "engine/train/memory_sampling.h"
 #include "engine/train/output_dir.h"
 #include "engine/train/tokenized_cache.h"
 #include "engine/train/training_plan.h"
@@ -167,6 +169,7 @@ class StoreListener : public TrainListener {
     inner_.onCheckpoint(step, dir);
   }
   void onMessage(const std::string& message) override { inner_.onMessage(message); }
+  void onMemory(const MemorySnapshot& s) override { inner_.onMemory(s); }
   void onPaused() override {
     if (store_) {
       store_->setStatus(run_, store::RunStatus::Paused);
@@ -203,6 +206,7 @@ class FirstStepNote : public TrainListener {
   }
   void onCheckpoint(int64_t step, const fs::path& dir) override { inner_.onCheckpoint(step, dir); }
   void onMessage(const std::string& message) override { inner_.onMessage(message); }
+  void onMemory(const MemorySnapshot& s) override { inner_.onMemory(s); }
   void onPaused() override { inner_.onPaused(); }
   void onResumed() override { inner_.onResumed(); }
 
@@ -419,12 +423,19 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   const io::ModelConfig model_config = io::readModelConfig(config.model_name_or_path);
   const placement::MemoryPlan plan = planOnThisMachine(config, model_config);
   if (group) warnIfRanksOverfillTheNode(plan, listener);
+  listener.onMemory(gpu::sampleMemory("planned, nothing loaded yet", 0));
   TrainingData data = prepareData(config, listener);
   if (group) requireSameData(*group, data.samples);
-  LoadedModel loaded = loadModel(config, model_config, plan, listener);
+  LoadedModel loaded;
+  {
+    // The load is one long call: a sampling thread shows its memory growing.
+    const MemorySampling sampling(listener, "loading the model");
+    loaded = loadModel(config, model_config, plan, listener);
+  }
   Trainer trainer(*loaded.model, loaded.lora, std::move(data.samples),
                   trainerSettings(config, data.pad_id, fingerprint, group.get()),
                   ThreadPool::global(), std::move(data.eval_samples));
+  listener.onMemory(gpu::sampleMemory("model and optimizer ready", 0));
 
   TrainingRunOutcome outcome;
   outcome.output_dir = config.output_dir;
