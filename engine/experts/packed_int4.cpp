@@ -32,16 +32,21 @@ std::string shapeText(const std::vector<int64_t>& shape) {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-void checkTensor(const StoredTensor& t, std::initializer_list<io::DType> dtypes,
+// Bytes of one element of the dtypes the three tensors may have.
+uint64_t dtypeBytes(const std::string& dtype) {
+  return dtype == "I64" ? 8 : dtype == "I32" ? 4 : 2;  // BF16, F16
+}
+
+void checkTensor(const StoredTensor& t, std::initializer_list<const char*> dtypes,
                  const std::vector<int64_t>& shape, const std::string& why) {
   bool dtype_ok = false;
   std::string allowed;
-  for (io::DType d : dtypes) {
+  for (const char* d : dtypes) {
     dtype_ok = dtype_ok || t.dtype == d;
-    allowed += (allowed.empty() ? "" : " or ") + std::string(io::dtypeName(d));
+    allowed += (allowed.empty() ? "" : " or ") + std::string(d);
   }
   if (!dtype_ok) {
-    throw Error("tensor " + t.name + " is " + std::string(io::dtypeName(t.dtype)) + ", but a " +
+    throw Error("tensor " + t.name + " is " + t.dtype + ", but a " +
                     "pack-quantized int4 weight stores it as " + allowed,
                 kReexport);
   }
@@ -52,16 +57,16 @@ void checkTensor(const StoredTensor& t, std::initializer_list<io::DType> dtypes,
   }
   uint64_t numel = 1;
   for (int64_t d : shape) numel *= static_cast<uint64_t>(d);
-  if (t.bytes.size() != numel * io::dtypeSize(t.dtype)) {
+  if (t.bytes.size() != numel * dtypeBytes(t.dtype)) {
     throw Error("tensor " + t.name + " holds " + std::to_string(t.bytes.size()) + " bytes, but " +
-                    shapeText(shape) + " " + std::string(io::dtypeName(t.dtype)) + " is " +
-                    std::to_string(numel * io::dtypeSize(t.dtype)),
+                    shapeText(shape) + " " + t.dtype + " is " +
+                    std::to_string(numel * dtypeBytes(t.dtype)),
                 kReexport);
   }
 }
 
 int64_t shapeValue(const StoredTensor& shape, int i) {
-  if (shape.dtype == io::DType::I64) {
+  if (shape.dtype == "I64") {
     int64_t v;
     std::memcpy(&v, shape.bytes.data() + i * 8, 8);
     return v;
@@ -74,7 +79,7 @@ int64_t shapeValue(const StoredTensor& shape, int i) {
 float scaleValue(const StoredTensor& scale, int64_t index) {
   uint16_t bits;
   std::memcpy(&bits, scale.bytes.data() + index * 2, 2);
-  return scale.dtype == io::DType::BF16 ? bf16ToFloat(bits) : fp16ToFloat(bits);
+  return scale.dtype == "BF16" ? bf16ToFloat(bits) : fp16ToFloat(bits);
 }
 
 // u (0..15) of element c of a row of weight_packed bytes.
@@ -83,7 +88,7 @@ int nibble(const unsigned char* row, int64_t c) { return (row[c / 2] >> (4 * (c 
 }  // namespace
 
 void checkPackedInt4(const PackedInt4Weight& w, int64_t rows, int64_t cols, bool whole_groups) {
-  checkTensor(w.shape, {io::DType::I64, io::DType::I32}, {2}, "a weight_shape of {rows, cols}");
+  checkTensor(w.shape, {"I64", "I32"}, {2}, "a weight_shape of {rows, cols}");
   const int64_t stored_rows = shapeValue(w.shape, 0), stored_cols = shapeValue(w.shape, 1);
   if (stored_rows != rows || stored_cols != cols) {
     throw Error(
@@ -95,9 +100,9 @@ void checkPackedInt4(const PackedInt4Weight& w, int64_t rows, int64_t cols, bool
     throw Error("tensor " + w.shape.name + " says the weight is " + shapeText({rows, cols}),
                 kReexport);
   }
-  checkTensor(w.packed, {io::DType::I32}, {rows, ceilDiv(cols, kValuesPerWord)},
+  checkTensor(w.packed, {"I32"}, {rows, ceilDiv(cols, kValuesPerWord)},
               "weight_shape " + shapeText({rows, cols}) + " (int32 words of 8 int4 values)");
-  checkTensor(w.scale, {io::DType::BF16, io::DType::F16}, {rows, ceilDiv(cols, kPackedInt4Group)},
+  checkTensor(w.scale, {"BF16", "F16"}, {rows, ceilDiv(cols, kPackedInt4Group)},
               "weight_shape " + shapeText({rows, cols}) + " (one scale per group of 32)");
   if (whole_groups && cols % kPackedInt4Group != 0) {
     throw Error("tensor " + w.packed.name + ": " + std::to_string(cols) +

@@ -24,16 +24,16 @@
 #include <vector>
 
 #include "engine/experts/expert_types.h"
-#include "engine/io/dtype.h"
 
 namespace tandem::experts {
 
 inline constexpr int kPackedInt4Group = 32;  // the only group size read (Kimi-K2's)
 
-// One stored tensor as the file describes it; bytes must be exactly numel · dtype size.
+// One stored tensor as the file describes it; bytes must be exactly numel · dtype size. The dtype
+// is the safetensors spelling ("I32", "BF16", ...): the expert engine does not depend on engine/io.
 struct StoredTensor {
   std::string name;  // for messages: "model.layers.1.mlp.experts.0.up_proj.weight_packed"
-  io::DType dtype = io::DType::I32;
+  std::string dtype = "I32";
   std::vector<int64_t> shape;
   std::span<const std::byte> bytes;
 };

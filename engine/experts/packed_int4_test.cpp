@@ -55,9 +55,9 @@ struct PackedFixture {
   PackedInt4Weight weight() const {
     auto span = [](const auto& v) { return std::as_bytes(std::span(v.data(), v.size())); };
     PackedInt4Weight w;
-    w.packed = {"x.weight_packed", io::DType::I32, {rows, (cols + 7) / 8}, span(words)};
-    w.scale = {"x.weight_scale", io::DType::BF16, {rows, (cols + 31) / 32}, span(scale_bits)};
-    w.shape = {"x.weight_shape", io::DType::I64, {2}, span(shape_values)};
+    w.packed = {"x.weight_packed", "I32", {rows, (cols + 7) / 8}, span(words)};
+    w.scale = {"x.weight_scale", "BF16", {rows, (cols + 31) / 32}, span(scale_bits)};
+    w.shape = {"x.weight_shape", "I64", {2}, span(shape_values)};
     return w;
   }
 };
@@ -126,10 +126,10 @@ TEST(PackedInt4, InconsistentTensorsAreRefusedByName) {
 
   // Wrong dtypes.
   w = f.weight();
-  w.scale.dtype = io::DType::F32;
+  w.scale.dtype = "F32";
   EXPECT_NE(repack(w).find("x.weight_scale is F32"), std::string::npos) << repack(w);
   w = f.weight();
-  w.packed.dtype = io::DType::U32;
+  w.packed.dtype = "U32";
   EXPECT_NE(repack(w).find("x.weight_packed is U32"), std::string::npos) << repack(w);
 
   // A scale f16 cannot hold.

@@ -386,7 +386,7 @@ experts::PackedInt4Weight WeightLoader::packedInt4(const std::string& name,
                   "the download may be incomplete: re-download the checkpoint");
     }
     const io::TensorView view = files_.view(tensor_name);
-    out = {tensor_name, view.info->dtype, view.info->shape, view.bytes};
+    out = {tensor_name, std::string(io::dtypeName(view.info->dtype)), view.info->shape, view.bytes};
   };
   stored("_packed", w.packed);
   stored("_scale", w.scale);

@@ -19,12 +19,9 @@
 
 namespace {
 
-using tandem::io::DType;
+constexpr const char* kDtypes[] = {"I32", "I64", "BF16", "F16", "F32", "U8", "I16"};
 
-constexpr DType kDtypes[] = {DType::I32, DType::I64, DType::BF16, DType::F16,
-                             DType::F32, DType::U8,  DType::I16};
-
-DType dtypeOf(uint8_t byte) { return kDtypes[byte % (sizeof(kDtypes) / sizeof(kDtypes[0]))]; }
+const char* dtypeOf(uint8_t byte) { return kDtypes[byte % (sizeof(kDtypes) / sizeof(kDtypes[0]))]; }
 
 uint16_t u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 
