@@ -16,6 +16,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_blocks.h"
 #include "engine/model/causal_lm.h"
+#include "engine/model/packed_int4_experts.h"
 #include "engine/model/torch_device.h"
 
 namespace tandem::model {
@@ -227,7 +228,7 @@ class CausalLmBuilder {
   std::unique_ptr<MoeBlock> buildMoe(int i);
   void chargeMemory();
   experts::ExpertWeightViews expertWeights(int i, MoeBlock& block);
-  bool keepsGgufBlocks(int i) const;
+  bool keepsStoredBlocks(int i) const;
   std::optional<experts::ExpertWeightViews> ggufExpertBlocks(const std::string& p, int64_t n,
                                                              int64_t h, int64_t inter);
   const void* expertPointer(const io::TensorView& tensor, int64_t element_offset, MoeBlock& block,
@@ -321,7 +322,7 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
         spec, views, w_.dtype(), options.format,
         streamerFor(m_.layerDevice(static_cast<size_t>(i))), block->resident_count);
   } else if (experts::isBlockType(views.type)) {
-    // counted by ggufExpertBlocks: the tables' bytes in the mapped file
+    // counted by ggufExpertBlocks / packedInt4ExpertViews: the tables' bytes
   } else if (views.type == experts::WeightType::FP8_E4M3) {
     // The mapped fp8 bytes and the f32 block scales copied beside them.
     const int64_t blocks_h = ceilBlocks(spec.hidden), blocks_i = ceilBlocks(spec.intermediate);
@@ -376,11 +377,12 @@ const void* CausalLmBuilder::expertPointer(const io::TensorView& tensor, int64_t
 }
 
 // A GGUF file's quantised experts are computed on their blocks where the file is mapped (issue
-// 27: host memory = their bytes in the file) when the experts run on the CPU, none of this layer's
+// 27: host memory = their bytes in the file), and a Kimi-K2 int4 checkpoint's on their int4 tables
+// (repacked at load, packed_int4_experts.h), when the experts run on the CPU, none of this layer's
 // is resident on a GPU (those are torch tensors), the format keeps or requantises blocks (auto,
 // blocks, int4) and the backend is one that multiplies blocks (the fp32 backends, amx_blocks,
 // avx512_bf16_blocks).
-bool CausalLmBuilder::keepsGgufBlocks(int i) const {
+bool CausalLmBuilder::keepsStoredBlocks(int i) const {
   const ModelOptions& o = m_.options_;
   const std::string& f = o.experts_format;
   const bool block_format = f == "auto" || f == "blocks" || f.rfind("int4", 0) == 0;
@@ -407,7 +409,10 @@ std::optional<experts::ExpertWeightViews> CausalLmBuilder::ggufExpertBlocks(cons
     for (int64_t e = 0; e < n; ++e) {
       const std::string name = p + "mlp.experts." + std::to_string(e) + "." +
                                std::string(experts::expertProjName(projection)) + ".weight";
-      const std::optional<WeightLoader::ExpertBlocks> blocks = w_.expertBlocks(name, shape);
+      // experts_format blocks: a type without block kernels is refused by name (auto dequantises
+      // it).
+      const std::optional<WeightLoader::ExpertBlocks> blocks =
+          w_.expertBlocks(name, shape, m_.options_.experts_format == "blocks");
       if (!blocks || (e > 0 && blocks->type != views.proj_types[proj])) return std::nullopt;
       views.proj_types[proj] = blocks->type;
       data.push_back(blocks->data);
@@ -460,10 +465,18 @@ experts::ExpertWeightViews CausalLmBuilder::expertWeights(int i, MoeBlock& block
       w_.inventAll(names, shape);
     }
   }
-  if (!legacy_mixtral && keepsGgufBlocks(i)) {
+  if (!legacy_mixtral && keepsStoredBlocks(i)) {
     if (std::optional<experts::ExpertWeightViews> blocks = ggufExpertBlocks(p, n, h, inter))
       return *blocks;
+    if (w_.isPackedInt4(p + "mlp.experts.0.gate_proj.weight")) {
+      uint64_t bytes = 0;
+      experts::ExpertWeightViews tables =
+          packedInt4ExpertViews(w_, p, n, h, inter, pool_, block.expert_weight_owners, bytes);
+      expert_weight_bytes_ += static_cast<int64_t>(bytes);
+      return tables;
+    }
   }
+  // Otherwise pack-quantized experts are dequantised to the model dtype by view(), as a GGUF's.
   auto base = [&](int64_t e) {
     return legacy_mixtral ? p + "block_sparse_moe.experts." + std::to_string(e) + "."
                           : p + "mlp.experts." + std::to_string(e) + ".";

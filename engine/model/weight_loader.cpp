@@ -9,6 +9,7 @@
 #include "engine/core/hash.h"
 #include "engine/core/units.h"
 #include "engine/experts/expert_blocks.h"
+#include "engine/experts/packed_int4.h"
 #include "engine/io/gguf_model.h"
 #include "engine/io/safetensors.h"
 
@@ -25,15 +26,33 @@ int64_t blocksOf(int64_t n) { return (n + kFp8Block - 1) / kFp8Block; }
 // "X.weight" -> "X.weight_scale_inv" (transformers' Fp8Dequantize names them the same way).
 std::string scaleName(const std::string& name) { return name + "_scale_inv"; }
 
-// The quantization_config Tandem reads: fp8 e4m3 in 128 × 128 blocks (fmt and weight_block_size
-// default to those, as in transformers' FineGrainedFP8Config). Anything else is refused here.
-bool checkQuantization(const std::optional<io::QuantizationConfig>& q,
-                       const std::filesystem::path& dir) {
-  if (!q) return false;
+// The quantization_configs Tandem reads: fp8 e4m3 in 128 × 128 blocks (fmt and weight_block_size
+// default to those, as in transformers' FineGrainedFP8Config), and compressed-tensors
+// pack-quantized int4 in symmetric groups of 32 (Kimi-K2's native INT4, experts/packed_int4.h).
+// Anything else is refused here.
+enum class CheckpointQuantization { None, Fp8, PackedInt4 };
+
+CheckpointQuantization checkQuantization(const std::optional<io::QuantizationConfig>& q,
+                                         const std::filesystem::path& dir) {
+  if (!q) return CheckpointQuantization::None;
   const std::string where = (dir / "config.json").string() + ": quantization_config";
   const std::string what_to_do =
-      "Tandem reads bf16/fp16/fp32 checkpoints and fp8 ones as DeepSeek-V3 / Kimi-K2 ship them "
-      "(quant_method fp8, fmt e4m3, weight_block_size [128, 128]); use such a checkpoint";
+      "Tandem reads bf16/fp16/fp32 checkpoints, fp8 ones as DeepSeek-V3 / Kimi-K2 ship them "
+      "(quant_method fp8, fmt e4m3, weight_block_size [128, 128]) and Kimi-K2's int4 ones "
+      "(compressed-tensors, format pack-quantized, num_bits 4, group_size 32, symmetric); use "
+      "such a checkpoint";
+  if (q->quant_method == "compressed-tensors") {
+    if (q->format != "pack-quantized" || q->weight_bits != 4 ||
+        q->weight_group_size != experts::kPackedInt4Group || !q->weight_symmetric) {
+      throw Error(where + " is compressed-tensors with format '" + q->format + "', num_bits " +
+                      std::to_string(q->weight_bits) + ", group_size " +
+                      std::to_string(q->weight_group_size) +
+                      (q->weight_symmetric ? ", symmetric" : ", asymmetric") +
+                      ", which Tandem does not read",
+                  what_to_do);
+    }
+    return CheckpointQuantization::PackedInt4;
+  }
   if (q->quant_method != "fp8") {
     throw Error(where + ".quant_method '" + q->quant_method + "' is not supported", what_to_do);
   }
@@ -46,7 +65,7 @@ bool checkQuantization(const std::optional<io::QuantizationConfig>& q,
                     " is not supported (only [128, 128] blocks)",
                 what_to_do);
   }
-  return true;
+  return CheckpointQuantization::Fp8;
 }
 
 }  // namespace
@@ -86,7 +105,9 @@ WeightLoader::WeightLoader(const std::filesystem::path& model_dir, at::ScalarTyp
     return;
   }
   files_ = io::SafetensorsModel::open(model_dir);
-  fp8_checkpoint_ = checkQuantization(quantization, model_dir);
+  const CheckpointQuantization q = checkQuantization(quantization, model_dir);
+  fp8_checkpoint_ = q == CheckpointQuantization::Fp8;
+  packed_int4_checkpoint_ = q == CheckpointQuantization::PackedInt4;
 }
 
 WeightLoader::WeightLoader(at::ScalarType dtype, at::Device device)
@@ -108,7 +129,7 @@ std::unique_ptr<WeightLoader> WeightLoader::synthetic(at::ScalarType dtype, at::
 
 bool WeightLoader::has(const std::string& name) const {
   if (gguf_) return gguf_->find(name) != nullptr;
-  if (!synthetic_) return files_.contains(name);
+  if (!synthetic_) return files_.contains(name) || isPackedInt4(name);
   return name.find("gate_up_proj") == std::string::npos &&
          name.find("block_sparse_moe") == std::string::npos;
 }
@@ -216,7 +237,7 @@ at::Tensor WeightLoader::dequantizeGguf(const std::string& name,
 }
 
 std::optional<WeightLoader::ExpertBlocks> WeightLoader::expertBlocks(
-    const std::string& name, const std::vector<int64_t>& shape) const {
+    const std::string& name, const std::vector<int64_t>& shape, bool refuse_other_types) const {
   if (!gguf_) return std::nullopt;
   const io::GgufTensorSource* source = gguf_->find(name);
   if (source == nullptr || source->expert < 0 || source->unpermute_heads > 0 ||
@@ -229,7 +250,8 @@ std::optional<WeightLoader::ExpertBlocks> WeightLoader::expertBlocks(
     type = experts::expertWeightTypeOfGgml(static_cast<uint32_t>(tensor.type),
                                            io::ggmlTypeName(tensor.type), tensor.name);
   } catch (const Error&) {
-    return std::nullopt;  // a type without block kernels: dequantised at load, as before
+    if (refuse_other_types) throw;  // names the type and what to re-quantise to
+    return std::nullopt;            // a type without block kernels: dequantised at load, as before
   }
   if (!experts::isBlockType(type) || tensor.ne.size() != 3) return std::nullopt;
   const std::span<const std::byte> bytes = gguf_->file().tensorBytes(tensor);
@@ -240,9 +262,12 @@ std::optional<WeightLoader::ExpertBlocks> WeightLoader::expertBlocks(
 
 io::TensorView WeightLoader::view(const std::string& name,
                                   const std::vector<int64_t>& shape) const {
-  if (synthetic_ || gguf_) {
-    if (!owned_.contains(name))
-      keepOwned(name, synthetic_ ? invent(name, shape) : dequantizeGguf(name, shape).to(dtype_));
+  if (synthetic_ || gguf_ || isPackedInt4(name)) {
+    if (!owned_.contains(name)) {
+      keepOwned(name, synthetic_ ? invent(name, shape)
+                      : gguf_    ? dequantizeGguf(name, shape).to(dtype_)
+                                 : dequantizePackedInt4(name, shape).to(dtype_));
+    }
     const at::Tensor& t = owned_.at(name);
     return {&owned_info_.at(name),
             {reinterpret_cast<const std::byte*>(t.data_ptr()), static_cast<size_t>(t.nbytes())}};
@@ -305,6 +330,7 @@ at::Tensor WeightLoader::cpuTensor(const std::string& name,
                                    const std::vector<int64_t>& shape) const {
   // Dense weights go to their device: no CPU copy is kept.
   if (gguf_) return dequantizeGguf(name, shape);
+  if (isPackedInt4(name)) return dequantizePackedInt4(name, shape);
   const io::TensorView tensor = view(name, shape);
   if (tensor.info->dtype == io::DType::F8_E4M3) {
     const at::Tensor scales = blockScales(name, shape);
@@ -330,6 +356,51 @@ at::Tensor WeightLoader::loadFloat(const std::string& name,
       cpuTensor(name, shape).to(device_, at::kFloat, /*non_blocking=*/false, /*copy=*/true);
   loaded_bytes_[device_.str()] += t.nbytes();
   return t;
+}
+
+bool WeightLoader::isPackedInt4(const std::string& name) const {
+  return !synthetic_ && !gguf_ && files_.contains(name + "_packed");
+}
+
+experts::PackedInt4Weight WeightLoader::packedInt4(const std::string& name,
+                                                   const std::vector<int64_t>& shape) const {
+  if (!packed_int4_checkpoint_) {
+    throw Error("tensor " + name + " in " + dir_.string() + " is stored pack-quantized (" + name +
+                    "_packed), but config.json has no "
+                    "compressed-tensors quantization_config saying how to read it",
+                "add Kimi-K2's quantization_config (quant_method compressed-tensors, format "
+                "pack-quantized, 4 bits in symmetric groups of 32) to config.json, or use a bf16 "
+                "checkpoint");
+  }
+  if (shape.size() != 2) {
+    throw Error("tensor " + name + " is pack-quantized with shape " + shapeText(shape) +
+                    ", but pack-quantized int4 holds matrices only",
+                "re-export the model with compressed-tensors' pack-quantized format");
+  }
+  experts::PackedInt4Weight w;
+  const auto stored = [&](const std::string& suffix, experts::StoredTensor& out) {
+    const std::string tensor_name = name + suffix;
+    if (!files_.contains(tensor_name)) {
+      throw Error("tensor " + tensor_name + " is missing from the weights in " + dir_.string() +
+                      " (" + name + " is stored pack-quantized: _packed, _scale and _shape)",
+                  "the download may be incomplete: re-download the checkpoint");
+    }
+    const io::TensorView view = files_.view(tensor_name);
+    out = {tensor_name, std::string(io::dtypeName(view.info->dtype)), view.info->shape, view.bytes};
+  };
+  stored("_packed", w.packed);
+  stored("_scale", w.scale);
+  stored("_shape", w.shape);
+  experts::checkPackedInt4(w, shape[0], shape[1], /*whole_groups=*/false);
+  return w;
+}
+
+at::Tensor WeightLoader::dequantizePackedInt4(const std::string& name,
+                                              const std::vector<int64_t>& shape) const {
+  const experts::PackedInt4Weight w = packedInt4(name, shape);
+  at::Tensor out = at::empty(shape, at::kFloat);
+  experts::dequantisePackedInt4(w, shape[0], shape[1], out.data_ptr<float>());
+  return out;
 }
 
 }  // namespace tandem::model

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "engine/experts/expert_types.h"
+#include "engine/experts/packed_int4.h"
 #include "engine/io/model_config.h"
 #include "engine/io/safetensors.h"
 
@@ -36,8 +37,9 @@ namespace tandem::model {
 
 class WeightLoader {
  public:
-  // `quantization`: config.json's quantization_config. Only fp8 e4m3 with 128 × 128 blocks is
-  // read; another method, fmt or block size is an Error here, before anything is loaded.
+  // `quantization`: config.json's quantization_config. fp8 e4m3 with 128 × 128 blocks and
+  // compressed-tensors pack-quantized int4 (group 32, symmetric) are read; anything else is an
+  // Error here, before anything is loaded.
   // `model_dir`: a Hugging Face model directory, or a GGUF model.
   WeightLoader(const std::filesystem::path& model_dir, at::ScalarType dtype, at::Device device,
                const std::optional<io::QuantizationConfig>& quantization = std::nullopt);
@@ -75,13 +77,22 @@ class WeightLoader {
   // blocks where the file is mapped, when its type is one the expert engine computes on (Q8_0,
   // Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4); nullopt otherwise (not GGUF, not an expert slice,
   // another type): then view() dequantises it. Wrong shape: Error, as view().
+  // refuse_other_types: a GGUF expert slice of a type without block kernels is an Error naming
+  // the type and the types to re-quantise to (experts_format blocks) instead of nullopt.
   struct ExpertBlocks {
     experts::WeightType type;
     const void* data;
     uint64_t bytes;  // this expert's table
   };
   std::optional<ExpertBlocks> expertBlocks(const std::string& name,
-                                           const std::vector<int64_t>& shape) const;
+                                           const std::vector<int64_t>& shape,
+                                           bool refuse_other_types = false) const;
+  // Whether `name` (X.weight) is stored pack-quantized (X.weight_packed, _scale, _shape: Kimi-K2's
+  // compressed-tensors int4). load() and view() dequantise such a weight (to the model dtype);
+  // packedInt4() hands out its three tensors, checked against `shape` [rows, cols], to repack.
+  bool isPackedInt4(const std::string& name) const;
+  experts::PackedInt4Weight packedInt4(const std::string& name,
+                                       const std::vector<int64_t>& shape) const;
   // Synthetic loaders: invents these tensors (all of one shape) on all cores at once, the values
   // view() would invent one by one; a no-op for model dirs. Random MoE models of real size spend
   // most of their build time here.
@@ -101,6 +112,8 @@ class WeightLoader {
   at::Tensor invent(const std::string& name, const std::vector<int64_t>& shape) const;
   // The GGUF tensor `name` (HF name) as an fp32 CPU tensor, after the shape check.
   at::Tensor dequantizeGguf(const std::string& name, const std::vector<int64_t>& shape) const;
+  // The pack-quantized weight `name` as an fp32 CPU tensor, after the checks of packedInt4().
+  at::Tensor dequantizePackedInt4(const std::string& name, const std::vector<int64_t>& shape) const;
   void keepOwned(const std::string& name, const at::Tensor& t) const;
 
   WeightLoader(at::ScalarType dtype, at::Device device);
@@ -109,6 +122,7 @@ class WeightLoader {
   io::SafetensorsModel files_;
   std::unique_ptr<io::GgufModel> gguf_;  // set for a GGUF model (then files_ is empty)
   bool fp8_checkpoint_ = false;          // quantization_config says fp8 e4m3, 128 × 128 blocks
+  bool packed_int4_checkpoint_ = false;  // compressed-tensors pack-quantized int4, group 32
   bool synthetic_ = false;
   uint64_t seed_ = 0;
   double std_ = kDefaultStd;

@@ -198,8 +198,44 @@ def block_table():
         write("block_table", f"invalid_cols_{name}", header[:4] + struct.pack("<HI", cols + 1, size) + table)
 
 
+def packed_int4():
+    """dtypes (packed, scale, shape), rows, cols, packed shape, scale shape, weight_shape rank, three byte
+    lengths, then the tensors: packed_int4_fuzz.cpp. Index into its dtype list: I32 0, I64 1, BF16 2, F16 3, F32 4."""
+    import random
+    import struct
+    rng = random.Random(4)
+
+    def case(name, rows, cols, packed_dtype=0, scale_dtype=2, shape_dtype=1, packed_shape=None, scale_shape=None,
+             shape_values=None, rank=1, cut=0):
+        words, groups = -(-cols // 8), -(-cols // 32)
+        packed_shape = packed_shape or (rows, words)
+        scale_shape = scale_shape or (rows, groups)
+        sizes = {0: 4, 1: 8, 2: 2, 3: 2, 4: 4}
+        packed = bytes(rng.randrange(256) for _ in range(packed_shape[0] * packed_shape[1] * sizes[packed_dtype]))
+        scale = b"".join(struct.pack("<H", 0x3C00 + rng.randrange(64)) if scale_dtype == 3 else
+                         struct.pack("<H", 0x3B00 + rng.randrange(64)) for _ in range(scale_shape[0] * scale_shape[1]))
+        values = shape_values or (rows, cols)
+        shape = b"".join(struct.pack("<q" if shape_dtype == 1 else "<i", v) for v in values)
+        packed = packed[:len(packed) - cut]
+        header = bytes([packed_dtype, scale_dtype, shape_dtype]) + struct.pack(
+            "<HHHHHHBHHH", rows, cols, *packed_shape, *scale_shape, 1 if rank == 1 else rank, len(packed),
+            len(scale), len(shape))
+        write("packed_int4", name, header + packed + scale + shape)
+
+    case("valid_4x64", 4, 64)
+    case("valid_3x96_f16_scales_i32_shape", 3, 96, scale_dtype=3, shape_dtype=0)
+    case("valid_partial_group_2x44", 2, 44)  # dequantised; refused by the repack (not whole groups)
+    case("invalid_shape_values", 4, 64, shape_values=(4, 96))
+    case("invalid_packed_width", 4, 64, packed_shape=(4, 4))
+    case("invalid_packed_short", 4, 64, cut=4)
+    case("invalid_scale_f32", 4, 64, scale_dtype=4)
+    case("invalid_packed_i64", 4, 64, packed_dtype=1)
+    case("invalid_shape_rank", 4, 64, rank=2)
+
+
 if __name__ == "__main__":
     block_table()
+    packed_int4()
     tokenizer_json()
     model_config()
     adapter_config()

@@ -19,6 +19,7 @@ targets=(
   safetensors_header
   gguf_header
   block_table
+  packed_int4
   openai_request
   http_request
   tokenizer_json

@@ -102,3 +102,29 @@ def test_training_on_the_blocks_falls_like_the_dequantised_run_and_its_lora_runs
     assert L.compare(on_q4, L.llama_logits(case["q4"], tokens))["rel_l2"] > 1e-3
     err = L.compare(L.llama_logits(case["deq"], tokens, lora_path=lora), got)
     assert err["rel_l2"] <= 1e-4, err
+
+
+def test_experts_format_blocks_refuses_a_block_type_without_kernels_by_name(case, tmp_path):
+    """Q2_K has no block kernels: experts_format auto dequantises such experts at load (and matches llama.cpp on its
+    dequantisation of the file), experts_format blocks refuses them naming the tensor, its type and the types to re-quantise to."""
+    q2 = L.quantize_gguf(case["deq"], tmp_path / "model-q2_k.gguf", "Q2_K")
+    types = L.gguf_tensor_types(q2)
+    assert any(types[n][0].lower() == "q2_k" for n in types if "_exps" in n), types
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "identity.json").write_text(json.dumps([{"instruction": "who are you", "input": "", "output": "Tandem"}]))
+    (data / "dataset_info.json").write_text(json.dumps({"identity": {"file_name": "identity.json"}}))
+    config = tmp_path / "blocks.yaml"
+    config.write_text(TRAIN_YAML.format(model=q2, data=data, out=tmp_path / "out") + "experts_format: blocks\n")
+    env = dict(os.environ, TANDEM_HOME=str(tmp_path / "home"))
+    result = subprocess.run([TANDEM, "train", str(config)], capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "_exps.weight: expert weights in ggml type q2_K cannot be computed on their blocks" in output, output[-3000:]
+    assert "re-quantise the model with llama-quantize to Q4_K_M" in output, output[-3000:]
+    # auto: the same blocks dequantised at load, so llama.cpp on its own dequantisation of the file is the reference
+    # (on the Q2_K file itself it quantises the activations too).
+    got = tandem_logits(q2, case["tokens"][0], tmp_path / "auto.safetensors")
+    deq = L.dequantize_gguf(q2, tmp_path / "model-q2_k-deq.gguf")
+    err = L.compare(got, L.llama_logits(deq, case["tokens"][0]))
+    assert err["rel_l2"] <= 1e-4, err

@@ -21,4 +21,11 @@ FileMapping mapFileReadOnly(const std::filesystem::path& path);
 // Unmaps what mapFileReadOnly returned (nothing for a zero-byte file).
 void unmapFile(const FileMapping& mapping) noexcept;
 
+// Takes the whole pages inside [data, data + bytes) of a mapFileReadOnly mapping out of this
+// process's resident set: for bytes read once (a checkpoint's weights repacked at load), so that
+// they do not count twice beside their copy. The mapping stays valid (a later read faults the page
+// back in from the file). Linux: madvise(MADV_DONTNEED); Windows: VirtualUnlock, which takes
+// unlocked pages out of the working set.
+void releaseMappedPages(const std::byte* data, uint64_t bytes) noexcept;
+
 }  // namespace tandem::platform

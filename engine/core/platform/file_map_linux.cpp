@@ -59,4 +59,13 @@ void unmapFile(const FileMapping& mapping) noexcept {
   ::munmap(const_cast<std::byte*>(mapping.data), static_cast<size_t>(mapping.size_bytes));
 }
 
+void releaseMappedPages(const std::byte* data, uint64_t bytes) noexcept {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
+  // Only pages wholly inside the range; on a read-only private file mapping DONTNEED drops the
+  // page table entries, never data. A failure leaves the pages resident: nothing to report.
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 }  // namespace tandem::platform

@@ -62,4 +62,11 @@ void unmapFile(const FileMapping& mapping) noexcept {
   if (mapping.data != nullptr) UnmapViewOfFile(mapping.data);
 }
 
+void releaseMappedPages(const std::byte* data, uint64_t bytes) noexcept {
+  if (bytes == 0) return;
+  // Documented: VirtualUnlock on pages that are not locked takes them out of the working set (and
+  // then fails with ERROR_NOT_LOCKED, which is expected here).
+  VirtualUnlock(const_cast<std::byte*>(data), static_cast<SIZE_T>(bytes));
+}
+
 }  // namespace tandem::platform
