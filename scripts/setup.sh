@@ -34,7 +34,7 @@ build_packages=(
 # Only the tests: the fuzzers' clang, the format check, Xvfb for the studio's tests, and what the
 # package test needs (a clean Debian root, lintian, the Windows cross build and installer).
 test_packages=(
-  clang libclang-rt-14-dev clang-format xvfb xauth imagemagick
+  clang libclang-rt-14-dev clang-format xvfb xauth imagemagick dbus-daemon
   mmdebstrap lintian dpkg-dev fakeroot nsis p7zip-full
   g++-mingw-w64-x86-64-posix wine64 wine
 )
