@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import shutil
 from pathlib import Path
 
 import torch
@@ -815,3 +816,36 @@ def compare_case(case_dir, out_path, expect_grads=None):
         if k in errors and not errors[k] >= b:
             failures.append(f"{k} {errors[k]:.6f} < {b:.6f}")
     return {"ok": not failures, "failures": failures, "errors": errors, "bounds": bounds, "lower_bounds": lower}
+
+
+def write_quantised_checkpoints(root, config, quantise, quantization_config, tokenizer_dir, seed=0):
+    """A random DeepSeek-V3-shaped checkpoint stored quantised, and its reference (what transformers runs):
+    root/model holds what `quantise(name, w)` stores (None: the tensor is kept in bf16; else (stored, dequantised):
+    the tensors written in its place, by name, and its fp32 dequantisation) with `quantization_config` in
+    config.json; root/dequantised holds the same weights in fp32. The router's e_score_correction_bias stays fp32
+    in both, as in DeepSeek's checkpoints. Both get tokenizer_dir's tokenizer."""
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model("deepseek_v3", **config), dtype=torch.float32)
+    reinit_(model, seed)
+    original = root / "original"
+    model.save_pretrained(str(original))  # per-expert names, as DeepSeek's and Kimi's checkpoints
+    stored, dequantised = {}, {}
+    for name, w in load_file(str(original / "model.safetensors")).items():
+        quantised = quantise(name, w)
+        if quantised is not None:
+            tensors, dequantised[name] = quantised
+            stored.update({n: t.contiguous() for n, t in tensors.items()})
+        elif name.endswith("e_score_correction_bias"):
+            stored[name] = dequantised[name] = w
+        else:
+            stored[name] = w.to(torch.bfloat16)
+            dequantised[name] = stored[name].to(torch.float32)
+    cfg = json.loads((original / "config.json").read_text())
+    for sub, tensors, extra in (("model", stored, {"quantization_config": quantization_config, "dtype": "bfloat16"}),
+                                ("dequantised", dequantised, {})):
+        (root / sub).mkdir(parents=True)
+        save_file(tensors, str(root / sub / "model.safetensors"), metadata={"format": "pt"})
+        (root / sub / "config.json").write_text(json.dumps({**cfg, **extra}, indent=2))
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(tokenizer_dir / name, root / sub / name)
+    return root

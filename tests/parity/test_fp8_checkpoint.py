@@ -18,14 +18,12 @@ engine's bf16 / int8 bounds (docs/experts.md).
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoConfig, AutoModelForCausalLM
 
 import reference as R
 
@@ -78,42 +76,18 @@ def dequantise_blocks(q, scale):
     return w
 
 
+def quantise(name, w):
+    """fp8 block-quantised, as DeepSeek-V3's checkpoints: every 2-D projection but the embeddings, lm_head and the
+    router gate (None: kept in bf16)."""
+    if not quantised(name, w):
+        return None
+    q, scale = quantise_blocks(w)
+    return {name: q, name + "_scale_inv": scale}, dequantise_blocks(q, scale)
+
+
 def write_checkpoints(root, seed=0):
     """root/model: the fp8 checkpoint; root/dequantised: the same weights in fp32 (what transformers runs)."""
-    config = AutoConfig.for_model("deepseek_v3", **CONFIG)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    R.reinit_(model, seed)
-    original = root / "original"
-    model.save_pretrained(str(original))  # per-expert names, as DeepSeek's checkpoints
-    fp8, dequantised = {}, {}
-    for name, w in load_file(str(original / "model.safetensors")).items():
-        if quantised(name, w):
-            q, scale = quantise_blocks(w)
-            fp8[name], fp8[name + "_scale_inv"] = q, scale
-            dequantised[name] = dequantise_blocks(q, scale)
-        elif name.endswith("e_score_correction_bias"):
-            fp8[name] = dequantised[name] = w
-        else:
-            fp8[name] = w.to(torch.bfloat16)
-            dequantised[name] = fp8[name].to(torch.float32)
-    cfg = json.loads((original / "config.json").read_text())
-    for sub, tensors, extra in (("model", fp8, {"quantization_config": QUANTIZATION, "dtype": "bfloat16"}),
-                                ("dequantised", dequantised, {})):
-        (root / sub).mkdir(parents=True)
-        save_file(tensors, str(root / sub / "model.safetensors"), metadata={"format": "pt"})
-        (root / sub / "config.json").write_text(json.dumps({**cfg, **extra}, indent=2))
-        for name in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(DEMO_DATA / name, root / sub / name)
-    return root
-
-
-@pytest.fixture(scope="session")
-def tandem(request):
-    path = request.config.getoption("--tandem-bin") or os.environ.get("TANDEM_BIN")
-    if not path or not os.access(path, os.X_OK):
-        pytest.fail(f"set TANDEM_BIN (or --tandem-bin) to the tandem executable (got {path!r})")
-    return path
+    return R.write_quantised_checkpoints(root, CONFIG, quantise, QUANTIZATION, DEMO_DATA, seed)
 
 
 @pytest.fixture(scope="session")

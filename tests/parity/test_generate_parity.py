@@ -12,7 +12,6 @@ models carry no eos for transformers, and Tandem runs with stop_on_eos off.
 """
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -25,14 +24,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 NEW_TOKENS = 64
 PROMPT_LENGTHS = [7, 13]
-
-
-@pytest.fixture(scope="session")
-def tandem(request):
-    path = request.config.getoption("--tandem-bin") or os.environ.get("TANDEM_BIN")
-    if not path or not os.access(path, os.X_OK):
-        pytest.fail("set TANDEM_BIN (or --tandem-bin) to the tandem executable")
-    return path
 
 
 @pytest.fixture(scope="session")

@@ -32,7 +32,6 @@ from compressed_tensors.quantization.lifecycle.forward import dequantize
 from compressed_tensors.quantization.utils import calculate_qparams
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from transformers import AutoConfig, AutoModelForCausalLM
 
 import reference as R
 
@@ -84,44 +83,18 @@ def unpack(tensors):
     return dequantize(q, tensors["weight_scale"].float(), args=ARGS, dtype=torch.float32)
 
 
+def quantise(name, w):
+    """Pack-quantized as Kimi's checkpoints store it (see packed), else None: kept in bf16."""
+    if not packed(name, w):
+        return None
+    tensors = pack(w)
+    base = name[: -len(".weight")]
+    return {f"{base}.{suffix}": t for suffix, t in tensors.items()}, unpack(tensors)
+
+
 def write_checkpoints(root, seed=0):
     """root/model: the pack-quantized checkpoint; root/dequantised: the same weights in fp32."""
-    config = AutoConfig.for_model("deepseek_v3", **CONFIG)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    R.reinit_(model, seed)
-    original = root / "original"
-    model.save_pretrained(str(original))  # per-expert names, as Kimi's checkpoints
-    int4, dequantised = {}, {}
-    for name, w in load_file(str(original / "model.safetensors")).items():
-        if packed(name, w):
-            tensors = pack(w)
-            base = name[: -len(".weight")]
-            for suffix, t in tensors.items():
-                int4[f"{base}.{suffix}"] = t.contiguous()
-            dequantised[name] = unpack(tensors)
-        elif name.endswith("e_score_correction_bias"):
-            int4[name] = dequantised[name] = w
-        else:
-            int4[name] = w.to(torch.bfloat16)
-            dequantised[name] = int4[name].to(torch.float32)
-    cfg = json.loads((original / "config.json").read_text())
-    for sub, tensors, extra in (("model", int4, {"quantization_config": QUANTIZATION, "dtype": "bfloat16"}),
-                                ("dequantised", dequantised, {})):
-        (root / sub).mkdir(parents=True)
-        save_file(tensors, str(root / sub / "model.safetensors"), metadata={"format": "pt"})
-        (root / sub / "config.json").write_text(json.dumps({**cfg, **extra}, indent=2))
-        for name in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(DEMO_DATA / name, root / sub / name)
-    return root
-
-
-@pytest.fixture(scope="session")
-def tandem(request):
-    path = request.config.getoption("--tandem-bin") or os.environ.get("TANDEM_BIN")
-    if not path or not os.access(path, os.X_OK):
-        pytest.fail(f"set TANDEM_BIN (or --tandem-bin) to the tandem executable (got {path!r})")
-    return path
+    return R.write_quantised_checkpoints(root, CONFIG, quantise, QUANTIZATION, DEMO_DATA, seed)
 
 
 @pytest.fixture(scope="session")
