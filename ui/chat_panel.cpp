@@ -21,6 +21,7 @@
 #include "ui/chat_controller.h"
 #include "ui/live_utilisation.h"
 #include "ui/path_field.h"
+#include "ui/theme.h"
 
 namespace tandem::ui {
 
@@ -159,8 +160,9 @@ ChatPanel::ChatPanel(ChatController& controller, QWidget* parent)
   connect(&controller_, &ChatController::status, status_, &QLabel::setText);
   connect(&controller_, &ChatController::failed, this, [this](const QString& error) {
     failed_ = true;
-    status_->setText(QStringLiteral("<span style='color:#b00020'><b>%1</b></span>")
-                         .arg(error.toHtmlEscaped().replace("\n", "<br>")));
+    status_->setText(
+        QStringLiteral("<span style='color:%1'><b>%2</b></span>")
+            .arg(problemColor(palette()).name(), error.toHtmlEscaped().replace("\n", "<br>")));
   });
   connect(&controller_, &ChatController::streamed, this, [this](int side, const QString& text) {
     current_[side] = text;

@@ -8,6 +8,7 @@
 
 #include "engine/placement/memory_planner.h"
 #include "ui/machine_info.h"
+#include "ui/theme.h"
 
 namespace tandem::ui {
 
@@ -41,7 +42,7 @@ bool anyBar(const std::vector<MemoryBar>& bars, bool gpu) {
 
 }  // namespace
 
-QColor memorySliceColor(MemorySlice slice) {
+QColor memorySliceColor(MemorySlice slice, const QPalette& palette) {
   switch (slice) {
     case MemorySlice::Weights: return QColor(0, 114, 178);
     case MemorySlice::Lora: return QColor(213, 94, 0);
@@ -51,7 +52,7 @@ QColor memorySliceColor(MemorySlice slice) {
     case MemorySlice::Scratch: return QColor(86, 180, 233);
     case MemorySlice::Untracked: return QColor(120, 190, 150);
     case MemorySlice::Other: return QColor(150, 150, 150);
-    case MemorySlice::Free: return QColor(235, 235, 235);
+    case MemorySlice::Free: return isDark(palette) ? QColor(72, 72, 72) : QColor(235, 235, 235);
   }
   return {};
 }
@@ -101,7 +102,7 @@ std::vector<MemoryMapWidget::LegendEntry> MemoryMapWidget::legendEntries() const
     QString name = memorySliceName(slice, gpu && !host);
     if (gpu && host && memorySliceName(slice, true) != memorySliceName(slice, false))
       name = memorySliceName(slice, true) + QStringLiteral(" / ") + memorySliceName(slice, false);
-    entries.push_back({QBrush(memorySliceColor(slice)), name});
+    entries.push_back({QBrush(memorySliceColor(slice, palette())), name});
   }
   if (std::any_of(bars_.begin(), bars_.end(), [](const MemoryBar& b) { return b.has_plan; }))
     entries.push_back(
@@ -161,7 +162,7 @@ void MemoryMapWidget::paintStack(QPainter& p, const QRect& r, const MemoryBar& b
   const auto rects = sliceRects(r, bytes, bar.capacity_bytes);
   for (int s = 0; s < kMemorySliceCount; ++s) {
     if (rects[s].isEmpty()) continue;
-    const QColor color = memorySliceColor(static_cast<MemorySlice>(s));
+    const QColor color = memorySliceColor(static_cast<MemorySlice>(s), palette());
     p.fillRect(rects[s], plan ? QBrush(color, Qt::Dense3Pattern) : QBrush(color));
   }
   p.setPen(palette().color(QPalette::Mid));

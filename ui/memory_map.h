@@ -66,6 +66,7 @@ class MemoryMapWidget : public QWidget {
   std::shared_ptr<const placement::MemoryPlan> plan_;
 };
 
-QColor memorySliceColor(MemorySlice slice);
+// Free memory in a shade of the palette (light grey on light, dark grey on dark).
+QColor memorySliceColor(MemorySlice slice, const QPalette& palette);
 
 }  // namespace tandem::ui

@@ -23,6 +23,7 @@
 #include "ui/memory_map.h"
 #include "ui/placement_board_model.h"
 #include "ui/placement_editor.h"
+#include "ui/theme.h"
 
 namespace tandem::ui {
 
@@ -216,7 +217,7 @@ QSlider* PlacementBoard::layerSlider(int layer) const {
 
 void PlacementBoard::showProblem(const QString& problem) {
   problem_ = problem;
-  status_->setStyleSheet(QStringLiteral("color: #b00020; font-weight: bold;"));
+  status_->setStyleSheet(problemStyleSheet(palette()));
   status_->setText(tr("Refused — %1").arg(problem));
 }
 

@@ -20,6 +20,7 @@
 #include "engine/placement/kt_rules.h"
 #include "ui/error_text.h"
 #include "ui/memory_map.h"
+#include "ui/theme.h"
 
 namespace tandem::ui {
 
@@ -157,7 +158,7 @@ bool PlacementEditor::tryPlacement(const placement::Placement& candidate) {
 
 bool PlacementEditor::refuse(const QString& problem, const QString& advice) {
   status_->setProperty("problem", problem);
-  status_->setStyleSheet(QStringLiteral("color: #b00020; font-weight: bold;"));
+  status_->setStyleSheet(problemStyleSheet(palette()));
   status_->setText(tr("Refused — %1").arg(problem) +
                    (advice.isEmpty() ? QString() : QStringLiteral("\n") + advice));
   return false;
@@ -199,8 +200,7 @@ void PlacementEditor::autoPlace() {
     map_->setBars(plannedMemoryBars(plan_));
     refreshTable();
     status_->setProperty("problem", plan.fits ? QString() : joined(plan.problems));
-    status_->setStyleSheet(plan.fits ? QString()
-                                     : QStringLiteral("color: #b00020; font-weight: bold;"));
+    status_->setStyleSheet(plan.fits ? QString() : problemStyleSheet(palette()));
     status_->setText(plan.fits ? tr("The planner's placement fits. %1").arg(joined(plan.notes))
                                : tr("Even the planner's placement does not fit: %1\n%2")
                                      .arg(joined(plan.problems), joined(plan.advice)));

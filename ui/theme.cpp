@@ -85,6 +85,14 @@ bool isDark(const QPalette& palette) {
          palette.color(QPalette::WindowText).lightness();
 }
 
+QColor problemColor(const QPalette& palette) {
+  return isDark(palette) ? QColor(255, 128, 140) : QColor(176, 0, 32);
+}
+
+QString problemStyleSheet(const QPalette& palette) {
+  return QStringLiteral("color: %1; font-weight: bold;").arg(problemColor(palette).name());
+}
+
 void applyTheme(ThemeChoice choice) {
   platformStyleName();  // remember the platform's style before the first switch
   current_theme = choice;

@@ -3,6 +3,7 @@
 // light/dark colour-scheme hint), or a fixed light or dark one. Qt Charts do not follow the
 // application palette, so charts are recoloured from it (applyChartPalette).
 
+#include <QColor>
 #include <QPalette>
 #include <QString>
 
@@ -25,6 +26,10 @@ bool isDark(const QPalette& palette);
 // and an empty palette, which Qt resolves against the platform theme on every theme change.
 void applyTheme(ThemeChoice choice);
 ThemeChoice currentTheme();
+
+// Text that names a problem: dark red on a light window, a light red that reads on a dark one.
+QColor problemColor(const QPalette& palette);
+QString problemStyleSheet(const QPalette& palette);  // "color: …; font-weight: bold;"
 
 // Background, title, axes, grid and legend of `chart` from `palette`; series keep their colours.
 void applyChartPalette(QChart* chart, const QPalette& palette);

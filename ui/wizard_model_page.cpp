@@ -2,6 +2,7 @@
 // (config.json and safetensors headers, no tensor data), and a badge says whether its weights fit
 // this machine's RAM and GPU memory together.
 
+#include <QApplication>
 #include <QFileDialog>
 #include <QLabel>
 #include <QLayout>
@@ -24,6 +25,7 @@
 #include "ui/machine_info.h"
 #include "ui/path_field.h"
 #include "ui/recent_items.h"
+#include "ui/theme.h"
 #include "ui/wizard_pages.h"
 
 namespace tandem::ui {
@@ -32,7 +34,7 @@ QLabel* makeProblemLabel() {
   auto* label = new QLabel;
   label->setWordWrap(true);
   label->setTextFormat(Qt::PlainText);
-  label->setStyleSheet(QStringLiteral("color: #b00020; font-weight: bold;"));
+  label->setStyleSheet(problemStyleSheet(QApplication::palette()));
   label->setVisible(false);
   return label;
 }

@@ -25,12 +25,14 @@
 #include <QTableWidget>
 #include <QTest>
 #include <QToolButton>
+#include <cstdlib>
 #include <set>
 
 #include "engine/store/run_store.h"
 #include "tests/ui/ui_test_support.h"
 #include "ui/last_run.h"
 #include "ui/main_window.h"
+#include "ui/memory_map.h"
 #include "ui/metric_chart.h"
 #include "ui/recent_items.h"
 #include "ui/resources.h"
@@ -218,12 +220,22 @@ void PreferencesTest::paletteSwitches() {
   QVERIFY2(chart->chart()->backgroundBrush().color().lightness() < 80,
            qPrintable(chart->chart()->backgroundBrush().color().name()));
   QCOMPARE(StudioSettings::load().theme, ThemeChoice::Dark);  // applying saves
+  // The memory map's free slice and problem text follow the palette (free was white on dark).
+  const auto readsOn = [](const QColor& ink, const QPalette& palette) {
+    return std::abs(ink.lightness() - palette.color(QPalette::Window).lightness()) > 80;
+  };
+  QVERIFY(!readsOn(memorySliceColor(MemorySlice::Free, QApplication::palette()),
+                   QApplication::palette()));
+  QVERIFY(readsOn(problemColor(QApplication::palette()), QApplication::palette()));
 
   s.theme = ThemeChoice::Light;
   window_->applySettings(s);
   QVERIFY(!isDark(QApplication::palette()));
   QApplication::processEvents();
   QVERIFY(chart->chart()->backgroundBrush().color().lightness() > 200);
+  QVERIFY(!readsOn(memorySliceColor(MemorySlice::Free, QApplication::palette()),
+                   QApplication::palette()));
+  QVERIFY(readsOn(problemColor(QApplication::palette()), QApplication::palette()));
 
   s.theme = ThemeChoice::System;
   window_->applySettings(s);
