@@ -5,39 +5,23 @@
 
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
-#include "engine/io/lora_target.h"
 #include "engine/model/cost_calibration.h"
-#include "engine/placement/memory_model.h"
+#include "engine/placement/plan_step_cost.h"
 
 namespace tandem::cli {
 
 namespace {
 
 using placement::ModePrediction;
-using placement::ModuleKind;
-using placement::ModulePlacement;
 
-int64_t expertLoraParameters(const placement::PlanRequest& request) {
-  std::string joined;
-  for (const std::string& t : request.lora_target) joined += (joined.empty() ? "" : ",") + t;
-  const io::LoraTarget target = io::LoraTarget::parse(joined);
-  int64_t n = 0;
-  for (int l = 0; l < request.model.num_hidden_layers; ++l) {
-    if (request.model.isMoeLayer(l))
-      n += placement::memory::loraParameters(request.model, ModuleKind::RoutedExperts, l, target,
-                                             request.lora_rank);
-  }
-  return n;
-}
-
-void printMode(const ModePrediction& m, bool bound) {
+void printMode(const ModePrediction& m, bool bound, bool planned) {
   if (!m.available) {
     std::printf("  %-17s %s\n", m.mode.c_str(), m.why_not.c_str());
     return;
   }
-  std::printf("  %-17s %9.0f %10.0f %9.0f %9.0f %9.0f%s\n", m.mode.c_str(), m.tokens_per_s,
+  std::printf("  %-17s %9.0f %10.0f %9.0f %9.0f %9.0f%s%s\n", m.mode.c_str(), m.tokens_per_s,
               m.step_ms, m.cpu_busy_ms, m.copy_busy_ms, m.gpu_busy_ms,
-              bound ? "  (the lower bound)" : "");
+              planned ? "  (this plan)" : "", bound ? "  (the lower bound)" : "");
 }
 
 nlohmann::json modeJson(const ModePrediction& m) {
@@ -68,19 +52,9 @@ std::optional<PlanCostModel> planCostModel(const placement::PlanRequest& request
   const io::ModelConfig& model = request.model;
   if (!model.isMoe() || !request.training) return std::nullopt;
   PlanCostModel cost;
-  placement::StepCostRequest& r = cost.request;
-  r.model = model;
-  r.tokens = request.batch_size * request.cutoff_len;
-  r.gradient_checkpointing = request.gradient_checkpointing;
-  r.keep_expert_forward = plan.keep_expert_forward;
-  r.bf16 = request.bf16;
-  r.expert_lora_parameters = expertLoraParameters(request);
-  for (const ModulePlacement& m : plan.placement.modules) {
-    if (m.kind != ModuleKind::RoutedExperts) continue;
-    r.weight_format = m.weight_format == "int8" ? "int8" : "bf16";
-    r.resident_experts = std::max(r.resident_experts, m.gpu_experts);
-    if (m.compute_device) r.gpu = std::max(0, m.compute_device->gpuIndex());
-  }
+  cost.request = placement::stepCostRequestFor(request, plan);
+  cost.mode = placement::placementMode(plan);
+  const placement::StepCostRequest& r = cost.request;
   placement::MachineRates rates;
   if (probed) {
     model::CalibrationOptions options;
@@ -119,18 +93,54 @@ void printCostModel(const PlanCostModel& cost) {
               cost.rates_source.c_str(), static_cast<long long>(cost.request.tokens));
   std::printf("  %-17s %9s %10s %9s %9s %9s\n", "experts mode", "tokens/s", "step ms", "CPU ms",
               "copy ms", "GPU ms");
-  for (const ModePrediction& m : p.modes) printMode(m, false);
-  printMode(p.split, p.split.step_ms <= p.lower_bound_ms);
+  for (const ModePrediction& m : p.modes)
+    printMode(m, m.available && m.step_ms <= p.lower_bound_ms, m.mode == cost.mode);
+  printMode(p.split, p.split.step_ms <= p.lower_bound_ms, false);
   std::printf("  lower bound: %.0f ms a step, %.0f tokens/s at most\n", p.lower_bound_ms,
               p.lower_bound_tokens_per_s);
   for (const std::string& n : p.notes) std::printf("  note: %s\n", n.c_str());
   for (const std::string& n : cost.rate_notes) std::printf("  rates: %s\n", n.c_str());
 }
 
+void printCalibration(int64_t hidden, int64_t intermediate) {
+  model::CalibrationOptions options;
+  options.hidden = hidden;
+  options.intermediate = intermediate;
+  options.formats = {"bf16", "int8"};
+  options.force = true;
+  const model::Calibration c = model::calibrateMachine(options, ThreadPool::global());
+  std::printf("\ncost model rates (H %lld, I %lld), measured in %.1f s, cached in %s\n",
+              static_cast<long long>(hidden), static_cast<long long>(intermediate), c.measured_s,
+              c.cache_file.string().c_str());
+  for (const placement::ExpertEngineRates& r : c.rates.cpu) {
+    std::printf(
+        "  CPU experts %s %s: call %.3f / %.3f ms (fwd / bwd); TFLOP/s at tokens per expert",
+        r.backend.c_str(), r.format.c_str(), r.forward_call_ms, r.backward_call_ms);
+    for (const placement::RatePoint& p : r.curve.points)
+      std::printf("  %g: %.2f / %.2f", p.tokens_per_expert, p.forward_flops_per_s / 1e12,
+                  p.backward_flops_per_s / 1e12);
+    std::printf("\n");
+  }
+  std::printf("  host memory %.1f GB/s, CPU dense %.2f TFLOP/s\n",
+              c.rates.host_memory_bytes_per_s / 1e9, c.rates.cpu_dense_flops_per_s / 1e12);
+  for (const placement::GpuRates& g : c.rates.gpus) {
+    std::printf(
+        "  cuda:%d %s: host->device %.1f GB/s, device->host %.1f GB/s, dense %.0f TFLOP/s, "
+        "expert GEMM TFLOP/s at tokens per expert",
+        g.index, g.name.c_str(), g.host_to_device_bytes_per_s / 1e9,
+        g.device_to_host_bytes_per_s / 1e9, g.dense_flops_per_s / 1e12);
+    for (const placement::RatePoint& p : g.expert_gemm.points)
+      std::printf("  %g: %.1f", p.tokens_per_expert, p.forward_flops_per_s / 1e12);
+    std::printf("\n");
+  }
+  if (c.rates.gpus.empty()) std::printf("  no GPU: the cost model has no GPU terms\n");
+}
+
 nlohmann::json costModelJson(const PlanCostModel& cost) {
   nlohmann::json modes = nlohmann::json::array();
   for (const ModePrediction& m : cost.prediction.modes) modes.push_back(modeJson(m));
   return {{"rates_source", cost.rates_source},
+          {"plan_mode", cost.mode},
           {"rate_notes", cost.rate_notes},
           {"tokens", cost.request.tokens},
           {"resident_experts", cost.request.resident_experts},

@@ -20,6 +20,7 @@ namespace tandem::cli {
 struct PlanCostModel {
   placement::StepCostRequest request;
   placement::StepPrediction prediction;
+  std::string mode;          // the plan's own experts mode (placementMode)
   std::string rates_source;  // "calibrated", "cache", "preset ... (derived from specs)"
   std::vector<std::string> rate_notes;
 };
@@ -33,6 +34,10 @@ std::optional<PlanCostModel> planCostModel(const placement::PlanRequest& request
                                            bool calibrate, std::string* why_not);
 
 void printCostModel(const PlanCostModel& cost);
+
+// `tandem doctor --calibrate`: measures this machine's rates again at an expert shape (H, I) and
+// prints them (and the cache file they went to).
+void printCalibration(int64_t hidden, int64_t intermediate);
 nlohmann::json costModelJson(const PlanCostModel& cost);
 
 }  // namespace tandem::cli

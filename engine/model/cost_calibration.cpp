@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <utility>
 
 #include "engine/core/error.h"
 #include "engine/core/float_convert.h"
@@ -49,6 +50,28 @@ double bestOf(int repeats, const std::function<void()>& fn) {
   return best;
 }
 
+// Best of `repeats` forward + backward calls of `n` tokens (top-1), after one warm-up: seconds.
+std::pair<double, double> timeCalls(experts::ExpertLayer& layer, const std::vector<uint16_t>& x,
+                                    const std::vector<int32_t>& ids, const std::vector<float>& topk,
+                                    int64_t n, std::vector<uint16_t>& y, std::vector<uint16_t>& dx,
+                                    std::vector<float>& d_topk, int repeats) {
+  double forward_s = 1e30, backward_s = 1e30;
+  for (int rep = 0; rep <= repeats; ++rep) {  // rep 0 warms the buffer pool and caches
+    experts::ExpertForwardCache cache;
+    const auto t0 = Clock::now();
+    layer.forward(x.data(), experts::ActivationType::BF16, n, ids.data(), topk.data(), 1, y.data(),
+                  &cache);
+    const double f = seconds(t0);
+    const auto t1 = Clock::now();
+    layer.backward(cache, x.data(), dx.data(), d_topk.data());
+    const double b = seconds(t1);
+    if (rep == 0) continue;
+    forward_s = std::min(forward_s, f);
+    backward_s = std::min(backward_s, b);
+  }
+  return {forward_s, backward_s};
+}
+
 // The CPU expert engine's curve for one weight format on a synthetic layer of shape H × I.
 placement::ExpertEngineRates measureExpertEngine(const CalibrationOptions& o,
                                                  const std::string& format, ThreadPool& pool) {
@@ -85,23 +108,21 @@ placement::ExpertEngineRates measureExpertEngine(const CalibrationOptions& o,
     for (int64_t t = 0; t < n; ++t) ids[static_cast<size_t>(t)] = static_cast<int32_t>(t % E);
     const std::vector<float> topk(static_cast<size_t>(n), 1.0f);
     std::vector<float> d_topk(static_cast<size_t>(n));
-    double forward_s = 1e30, backward_s = 1e30;
-    const int repeats = tpe >= 64 ? 2 : 4;
-    for (int rep = 0; rep <= repeats; ++rep) {  // rep 0 warms the buffer pool and caches
-      experts::ExpertForwardCache cache;
-      const auto t0 = Clock::now();
-      layer->forward(x.data(), experts::ActivationType::BF16, n, ids.data(), topk.data(), 1,
-                     y.data(), &cache);
-      const double f = seconds(t0);
-      const auto t1 = Clock::now();
-      layer->backward(cache, x.data(), dx.data(), d_topk.data());
-      const double b = seconds(t1);
-      if (rep == 0) continue;
-      forward_s = std::min(forward_s, f);
-      backward_s = std::min(backward_s, b);
+    if (tpe == 1) {  // one token in one call: the call's fixed cost (its FLOP are negligible)
+      const auto [f, b] = timeCalls(*layer, x, ids, topk, 1, y, dx, d_topk, 4);
+      rates.forward_call_ms = 1e3 * f;
+      rates.backward_call_ms = 1e3 * b;
     }
+    const auto [forward_s, backward_s] =
+        timeCalls(*layer, x, ids, topk, n, y, dx, d_topk, tpe >= 64 ? 2 : 4);
+    // The rate of the work beyond the call's fixed part (what a call of n tokens adds).
     const double flops = 6.0 * static_cast<double>(H * I) * static_cast<double>(n);
-    rates.curve.points.push_back({static_cast<double>(tpe), flops / forward_s, flops / backward_s});
+    const double forward_work_s =
+        std::max(forward_s - 1e-3 * rates.forward_call_ms, 0.1 * forward_s);
+    const double backward_work_s =
+        std::max(backward_s - 1e-3 * rates.backward_call_ms, 0.1 * backward_s);
+    rates.curve.points.push_back(
+        {static_cast<double>(tpe), flops / forward_work_s, flops / backward_work_s});
   }
   return rates;
 }
@@ -152,7 +173,8 @@ placement::GpuRates measureGpu(const CalibrationOptions& o, int index, const std
     const double rate = 3.0 / (2.0 / up + 1.0 / down);  // harmonic mean, by FLOP share
     g.expert_gemm.points.push_back({static_cast<double>(tpe), rate, rate});
   }
-  g.dense_flops_per_s = measureMatmul(device, 2048, o.hidden, o.hidden, 10);
+  const int64_t width = std::max<int64_t>(o.hidden, 1024);  // a layer's size, not a toy's
+  g.dense_flops_per_s = measureMatmul(device, 2048, width, width, 10);
   return g;
 }
 
@@ -162,7 +184,9 @@ placement::MachineRates measure(const CalibrationOptions& o, ThreadPool& pool) {
   for (const std::string& format : o.formats)
     rates.cpu.push_back(measureExpertEngine(o, format, pool));
   rates.host_memory_bytes_per_s = measureHostMemory();
-  rates.cpu_dense_flops_per_s = measureMatmul(at::Device(at::kCPU), 256, o.hidden, o.hidden, 2);
+  // libtorch's per-op overhead makes a toy shape's rate meaningless: at least 512 wide.
+  const int64_t width = std::max<int64_t>(o.hidden, 512);
+  rates.cpu_dense_flops_per_s = measureMatmul(at::Device(at::kCPU), 512, width, width, 2);
   for (const gpu::GpuInfo& info : gpu::probeTorchRuntime().gpus)
     rates.gpus.push_back(measureGpu(o, info.index, info.name));
   rates.notes.push_back("measured on this machine at H " + std::to_string(o.hidden) + ", I " +

@@ -53,7 +53,11 @@ std::string CalibrationKey::text() const {
 std::string machineRatesToJson(const MachineRates& rates, const CalibrationKey& key) {
   json cpu = json::array();
   for (const ExpertEngineRates& r : rates.cpu)
-    cpu.push_back({{"backend", r.backend}, {"format", r.format}, {"points", curveJson(r.curve)}});
+    cpu.push_back({{"backend", r.backend},
+                   {"format", r.format},
+                   {"points", curveJson(r.curve)},
+                   {"forward_call_ms", r.forward_call_ms},
+                   {"backward_call_ms", r.backward_call_ms}});
   json gpus = json::array();
   for (const GpuRates& g : rates.gpus) {
     gpus.push_back({{"index", g.index},
@@ -82,8 +86,11 @@ std::optional<MachineRates> machineRatesFromJson(const std::string& json_text,
     MachineRates rates;
     rates.source = "cache";
     for (const json& c : in.at("cpu")) {
-      rates.cpu.push_back(
-          {c.at("backend").get<std::string>(), c.at("format").get<std::string>(), curveFrom(c)});
+      ExpertEngineRates r{c.at("backend").get<std::string>(), c.at("format").get<std::string>(),
+                          curveFrom(c), c.at("forward_call_ms").get<double>(),
+                          c.at("backward_call_ms").get<double>()};
+      if (!(r.forward_call_ms >= 0) || !(r.backward_call_ms >= 0)) return std::nullopt;
+      rates.cpu.push_back(std::move(r));
     }
     rates.host_memory_bytes_per_s = in.at("host_memory_bytes_per_s").get<double>();
     rates.cpu_dense_flops_per_s = in.at("cpu_dense_flops_per_s").get<double>();

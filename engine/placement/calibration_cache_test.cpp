@@ -29,6 +29,8 @@ MachineRates someRates() {
   rates.cpu.push_back(
       {"amx_bf16", "bf16", {{{1, 0.1e12, 0.08e12}, {64, 2e12, 1.6e12}, {512, 4e12, 3.3e12}}}});
   rates.cpu.push_back({"amx_int8", "int8", {{{1, 0.2e12, 0.15e12}, {512, 4.5e12, 3.5e12}}}});
+  rates.cpu[0].forward_call_ms = 0.05;
+  rates.cpu[0].backward_call_ms = 0.08;
   rates.host_memory_bytes_per_s = 120e9;
   rates.cpu_dense_flops_per_s = 3.2e12;
   GpuRates gpu;
@@ -62,6 +64,8 @@ TEST_F(CacheDir, RoundTripKeepsEveryRate) {
   EXPECT_EQ(back->cpu[1].backend, "amx_int8");
   ASSERT_EQ(back->cpu[0].curve.points.size(), 3u);
   EXPECT_DOUBLE_EQ(back->cpu[0].curve.points[1].backward_flops_per_s, 1.6e12);
+  EXPECT_DOUBLE_EQ(back->cpu[0].forward_call_ms, 0.05);
+  EXPECT_DOUBLE_EQ(back->cpu[0].backward_call_ms, 0.08);
   EXPECT_DOUBLE_EQ(back->host_memory_bytes_per_s, 120e9);
   EXPECT_DOUBLE_EQ(back->cpu_dense_flops_per_s, 3.2e12);
   ASSERT_EQ(back->gpus.size(), 1u);
@@ -110,7 +114,9 @@ TEST_F(CacheDir, CorruptOrImpossibleFilesAreNoCache) {
         std::string("{}"), replaced("\"format_version\": 1", "\"format_version\": 99"),
         replaced("120000000000.0", "-1.0"), replaced("\"host_memory_bytes_per_s\"", "\"x\""),
         replaced("\"backend\": \"amx_bf16\"", "\"backend\": 5"),
-        replaced("600000000000000.0", "0.0")}) {
+        replaced("600000000000000.0", "0.0"),
+        replaced("\"backward_call_ms\": 0.08", "\"backward_call_ms\": -1"),
+        replaced("\"forward_call_ms\"", "\"call_ms\"")}) {
     write(bad);
     EXPECT_FALSE(readCalibrationCache(key, dir).has_value()) << bad.substr(0, 80);
   }

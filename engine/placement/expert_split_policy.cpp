@@ -94,6 +94,14 @@ ExpertSplit splitLayer(const LayerCosts& costs, std::span<const int64_t> tokens_
     }
   }
   split.streamed.assign(others.begin(), others.begin() + static_cast<std::ptrdiff_t>(moved));
+  // The engine's call costs its fixed part when any of its experts has tokens (the greedy above
+  // leaves it out: one call either way until the last expert leaves, which it rarely pays to do).
+  for (size_t i = moved; i < others.size(); ++i) {
+    if (tokens_per_expert[static_cast<size_t>(others[i])] > 0) {
+      split.cpu_ms += costs.cpu_call_ms;
+      break;
+    }
+  }
   split.cpu.assign(others.begin() + static_cast<std::ptrdiff_t>(moved), others.end());
   std::sort(split.cpu.begin(), split.cpu.end());
   split.cpu_ms = std::max(split.cpu_ms, costs.cpu_base_ms);  // no negative drift from rounding

@@ -29,6 +29,7 @@ struct LayerCosts {
   int64_t intermediate = 0;  // I, of one routed expert
   bool backward = false;     // which side of the rate curves
   RateCurve cpu;             // the CPU expert engine
+  double cpu_call_ms = 0;    // its fixed cost per call, paid when any expert stays on the CPU
   bool has_gpu = false;      // false: the GPU terms below are absent
   RateCurve gpu_gemm;        // the GPU's expert products
   double expert_bytes = 0;   // one expert's weights as streamed (its format)

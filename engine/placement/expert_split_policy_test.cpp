@@ -139,5 +139,18 @@ TEST(ExpertSplit, ExpertsWithoutTokensAreNotStreamed) {
   EXPECT_THROW(splitLayer(costs, negative, {}), Error);
 }
 
+TEST(ExpertSplit, TheEngineCallsFixedCostIsPaidOnceWhenTheCpuKeepsWork) {
+  LayerCosts costs = h200Like();
+  costs.cpu_call_ms = 0.7;
+  const std::vector<int64_t> tokens = skewed(8);
+  costs.has_gpu = false;
+  const ExpertSplit all_cpu = splitLayer(costs, tokens, {});
+  std::vector<int64_t> all(8);
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_NEAR(all_cpu.cpu_ms, cpuSum(costs, tokens, all) + 0.7, 1e-9);
+  const std::vector<int64_t> none(8, 0);
+  EXPECT_EQ(splitLayer(costs, none, {}).cpu_ms, 0);  // no tokens: no call
+}
+
 }  // namespace
 }  // namespace tandem::placement

@@ -44,6 +44,10 @@ struct ExpertEngineRates {
   std::string backend;
   std::string format;
   RateCurve curve;
+  // A call's fixed cost whatever its tokens (routing, task set-up, buffer leases), milliseconds:
+  // what dominates a small model's layers. Measured with one token; 0 when not measured.
+  double forward_call_ms = 0;
+  double backward_call_ms = 0;
 };
 
 struct GpuRates {

@@ -109,22 +109,26 @@ double layersMs(const Context& c, Kind kind, int64_t resident, ModePrediction& p
         layer_costs.gpu_base_ms = c.gpu ? shared_ms : 0;
         layer_costs.cpu_base_ms = c.gpu ? 0 : shared_ms;  // no GPU: the CPU runs them in turn
         layer_costs.copy_head_start_ms = dense_ms;
-        if (kind == Kind::Co) layer_costs.has_gpu = false;  // nothing streamed
         ExpertSplit split;
-        if (kind == Kind::Co && !resident_ids.empty()) {
+        // co / resident, and any pass whose CPU experts' forward is kept (nothing to balance:
+        // the CPU skips its share, the GPU recomputes its resident experts).
+        if (kind == Kind::Co || cpu_skips) {
           split.cpu_ms = layer_costs.cpu_base_ms;
           split.gpu_ms = layer_costs.gpu_base_ms;
           std::vector<char> is_res(tokens->size(), 0);
           for (const int64_t id : resident_ids) is_res[static_cast<size_t>(id)] = 1;
+          bool cpu_called = false;
           for (size_t e = 0; e < tokens->size(); ++e) {
-            if (is_res[e])
+            if (is_res[e]) {
               split.gpu_ms += costs.gpuMs((*tokens)[e]);
-            else
+            } else {
               split.cpu_ms += costs.cpuMs((*tokens)[e]);
+              cpu_called = cpu_called || (*tokens)[e] > 0;
+            }
           }
+          if (cpu_called) split.cpu_ms += costs.cpu_call_ms;
         } else {
-          split = splitLayer(layer_costs, *tokens,
-                             kind == Kind::Split ? resident_ids : std::vector<int64_t>{});
+          split = splitLayer(layer_costs, *tokens, resident_ids);
         }
         if (cpu_skips) split.cpu_ms = layer_costs.cpu_base_ms;
         cpu_ms = split.cpu_ms - layer_costs.cpu_base_ms;
@@ -208,7 +212,10 @@ LayerCosts layerCosts(const StepCostRequest& request, const MachineRates& rates,
   costs.hidden = request.model.hidden_size;
   costs.intermediate = request.model.moe_intermediate_size;
   costs.backward = backward;
-  if (const ExpertEngineRates* cpu = rates.cpuFor(request.weight_format)) costs.cpu = cpu->curve;
+  if (const ExpertEngineRates* cpu = rates.cpuFor(request.weight_format)) {
+    costs.cpu = cpu->curve;
+    costs.cpu_call_ms = backward ? cpu->backward_call_ms : cpu->forward_call_ms;
+  }
   if (const GpuRates* gpu = rates.gpu(request.gpu)) {
     costs.has_gpu = true;
     costs.gpu_gemm = gpu->expert_gemm;

@@ -75,8 +75,12 @@ TEST(StepCost, TheMachineDecidesWhetherStreamingOrTheCpuWins) {
   EXPECT_LT(h200.mode("offload")->step_ms, h200.mode("co")->step_ms);
   const StepPrediction ws = predict(requestFor(qwen), presetNamed("2x4090-24g_xeon-spr-2s_512g"));
   EXPECT_LT(ws.mode("co")->step_ms, ws.mode("offload")->step_ms);
-  // The split is at least as good as both on both.
-  for (const StepPrediction* p : {&h200, &ws}) {
+  // The split is at least as good as both on both, the CPU experts' forward kept or not.
+  StepCostRequest kept = requestFor(qwen);
+  kept.keep_expert_forward = true;
+  const StepPrediction h200_kept = predict(kept, presetNamed("1xh200_xeon-16c_128g"));
+  const StepPrediction ws_kept = predict(kept, presetNamed("2x4090-24g_xeon-spr-2s_512g"));
+  for (const StepPrediction* p : {&h200, &ws, &h200_kept, &ws_kept}) {
     EXPECT_LE(p->split.step_ms, p->mode("co")->step_ms * (1 + 1e-9));
     EXPECT_LE(p->split.step_ms, p->mode("offload")->step_ms * (1 + 1e-9));
   }
