@@ -22,6 +22,7 @@
 #include <set>
 #include <thread>
 
+#include "engine/core/busy_clock.h"
 #include "engine/core/error.h"
 #include "engine/core/memory_ledger.h"
 #include "engine/core/thread_pool.h"
@@ -29,6 +30,7 @@
 #include "engine/io/lora_target.h"
 #include "engine/io/model_config.h"
 #include "engine/model/causal_lm.h"
+#include "engine/model/cost_calibration.h"
 #include "engine/model/device_map.h"
 #include "engine/model/lora_optimizer.h"
 #include "engine/model/machine_probe.h"
@@ -37,6 +39,7 @@
 #include "engine/model/moe_block.h"
 #include "engine/model/moe_function.h"
 #include "engine/placement/memory_planner.h"
+#include "engine/placement/step_cost.h"
 
 namespace {
 
@@ -70,6 +73,7 @@ struct Options {
   bool keep_expert_forward = false;  // forced, whatever the planner would say
   int torch_threads = 0;             // 0: libtorch's default
   std::string trace;                 // a Chrome trace of one more step, written here
+  bool busy_trace = false;  // one more step under Kineto: GPU kernels' and copies' busy time
 };
 
 // Offload mode's copies over the run (ExpertStreamer::Counts, summed over the devices).
@@ -224,6 +228,114 @@ nlohmann::json plannedJson(const tandem::placement::MemoryPlan& plan,
           {"problems", plan.problems},   {"notes", plan.notes}};
 }
 
+// The expert engine's busy time in a step (wall time inside ExpertLayer's forward and backward,
+// BusyClock), split at the forward's end.
+nlohmann::json busyJson(double engine_start_ms, double engine_fwd_ms) {
+  const double now_ms = tandem::BusyClock::totalMs(tandem::BusyResource::ExpertEngine);
+  return {{"cpu_expert_engine", now_ms - engine_start_ms},
+          {"cpu_expert_engine_forward", engine_fwd_ms - engine_start_ms}};
+}
+
+// Milliseconds covered by the union of [start, end) intervals (ns).
+double unionMs(std::vector<std::pair<uint64_t, uint64_t>> spans) {
+  std::sort(spans.begin(), spans.end());
+  double ns = 0;
+  uint64_t reach = 0;
+  for (const auto& [start, end] : spans) {
+    const uint64_t from = std::max(start, reach);
+    if (end > from) ns += static_cast<double>(end - from);
+    reach = std::max(reach, end);
+  }
+  return ns / 1e6;
+}
+
+// One more step under Kineto: the GPU's busy time is the union of its kernels, the copy engine's
+// the union of its memcpys (the side stream's expert copies and the activations' round trips),
+// the CPU engine's as in every step. On a machine without a GPU only the CPU's is there.
+template <typename Step>
+nlohmann::json busyTraceStep(bool cuda, Step& step) {
+  using torch::profiler::impl::ActivityType;
+  std::set<ActivityType> activities{ActivityType::CPU};
+  if (cuda) activities.insert(ActivityType::CUDA);
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+  torch::autograd::profiler::prepareProfiler(config, activities);
+  torch::autograd::profiler::enableProfiler(config, activities);
+  const nlohmann::json result = step();
+  const auto profile = torch::autograd::profiler::disableProfiler();
+  std::vector<std::pair<uint64_t, uint64_t>> kernels, copies;
+  for (const auto& e : profile->events()) {
+    if (e.deviceType() != c10::DeviceType::CUDA) continue;
+    const std::string name = e.name();
+    auto& into = name.rfind("Memcpy", 0) == 0 ? copies : kernels;
+    into.emplace_back(e.startNs(), e.endNs());
+  }
+  nlohmann::json out = {{"step_s", result["step_s"]}, {"busy_ms", result["busy_ms"]}};
+  if (cuda) {
+    out["busy_ms"]["gpu_compute"] = unionMs(kernels);
+    out["busy_ms"]["copy_engine"] = unionMs(copies);
+  }
+  return out;
+}
+
+// The cost model's prediction for this run (balanced routing; the calibrated rates of this
+// machine, measured once and cached) beside what the steps measured: the lower bound, every
+// mode's figure, and the CPU expert engine's predicted busy time against the measured one.
+nlohmann::json costModelJson(const Options& o, const tandem::io::ModelConfig& config,
+                             const tandem::model::ModelOptions& options,
+                             const tandem::placement::MemoryPlan& plan, const nlohmann::json& out) {
+  if (!config.isMoe()) return nullptr;
+  tandem::model::CalibrationOptions calibration;
+  calibration.hidden = config.hidden_size;
+  calibration.intermediate = config.moe_intermediate_size;
+  const tandem::model::Calibration rates =
+      tandem::model::calibrateMachine(calibration, tandem::ThreadPool::global());
+  tandem::placement::StepCostRequest request;
+  request.model = config;
+  request.tokens = o.tokens;
+  request.gradient_checkpointing = o.request.gradient_checkpointing;
+  request.keep_expert_forward = o.keep_expert_forward;
+  request.weight_format = o.request.experts_format == "int8" ? "int8" : "bf16";
+  // What the run holds on its GPU per MoE layer (resolveModelOptions' counts), else the plan's.
+  for (const int64_t n : options.gpu_experts)
+    request.resident_experts = std::max(request.resident_experts, n);
+  if (options.gpu_experts.empty()) {
+    for (const auto& m : plan.placement.modules) {
+      if (m.kind == tandem::placement::ModuleKind::RoutedExperts)
+        request.resident_experts = std::max(request.resident_experts, m.gpu_experts);
+    }
+  }
+  request.gpu = std::max(0, options.layerDevice(0).gpuIndex());
+  const tandem::placement::StepPrediction p = tandem::placement::predictStep(
+      request, rates.rates, tandem::placement::balancedRouting(config, o.tokens));
+  nlohmann::json modes = nlohmann::json::object();
+  for (const auto* m : {&p.modes[0], &p.modes[1], &p.modes[2], &p.modes[3], &p.split}) {
+    if (!m->available) continue;
+    modes[m->mode] = {
+        {"step_ms", m->step_ms},
+        {"tokens_per_s", m->tokens_per_s},
+        {"cpu_experts_ms", m->parts.cpu_experts_ms + m->parts.cpu_recompute_ms},
+        {"busy_ms", {{"cpu", m->cpu_busy_ms}, {"copy", m->copy_busy_ms}, {"gpu", m->gpu_busy_ms}}}};
+  }
+  nlohmann::json result = {{"rates_source", rates.rates.source},
+                           {"calibration_s", rates.measured_s},
+                           {"lower_bound_ms", p.lower_bound_ms},
+                           {"modes", modes}};
+  // Measured over the timed steps (all but the first): mean step and CPU engine time.
+  const nlohmann::json& steps = out["steps"];
+  double step_ms = 0, engine_ms = 0;
+  int n = 0;
+  for (size_t i = 1; i < steps.size(); ++i, ++n) {
+    step_ms += 1e3 * steps[i]["step_s"].get<double>();
+    engine_ms += steps[i]["busy_ms"]["cpu_expert_engine"].get<double>();
+  }
+  if (n > 0) {
+    result["measured_step_ms"] = step_ms / n;
+    result["measured_cpu_expert_engine_ms"] = engine_ms / n;
+    result["step_over_lower_bound"] = step_ms / n / p.lower_bound_ms;
+  }
+  return result;
+}
+
 void run(const Options& o) {
   if (o.torch_threads > 0) tandem::gpu::setTorchThreads(o.torch_threads);
   tandem::io::ModelConfig config = tandem::io::readModelConfig(o.config_dir);
@@ -257,21 +369,23 @@ void run(const Options& o) {
   if (cuda) tandem::gpu::resetGpuMemoryPeak(options.layerDevice(0).gpuIndex());
   tandem::MemoryLedger::global().resetPeaks();
   auto train_step = [&] {
+    const double engine_start_ms = tandem::BusyClock::totalMs(tandem::BusyResource::ExpertEngine);
     const auto t0 = Clock::now();
     const at::Tensor hidden = model->forwardHidden(ids, /*training=*/true);
     const at::Tensor loss = model->loss(hidden, ids);
     const double loss_value = loss.item<double>();
+    const double engine_fwd_ms = tandem::BusyClock::totalMs(tandem::BusyResource::ExpertEngine);
     const double forward_s = seconds(t0);
     torch::autograd::backward({loss});
     const double norm = optimizer.clipGradNorm(1.0);  // reads every grad: waits for the devices
     const double backward_s = seconds(t0) - forward_s;
     optimizer.step(1e-4);
     optimizer.zeroGrad();
-    return nlohmann::json{{"step_s", seconds(t0)},
-                          {"forward_s", forward_s},
-                          {"backward_s", backward_s},
-                          {"loss", loss_value},
-                          {"grad_norm", norm}};
+    const double step_s = seconds(t0);
+    return nlohmann::json{
+        {"step_s", step_s},       {"busy_ms", busyJson(engine_start_ms, engine_fwd_ms)},
+        {"forward_s", forward_s}, {"backward_s", backward_s},
+        {"loss", loss_value},     {"grad_norm", norm}};
   };
   for (int step = 0; step < o.steps; ++step) {
     if (step == 1)
@@ -285,6 +399,8 @@ void run(const Options& o) {
     train_step();
     torch::autograd::profiler::disableProfiler()->save(o.trace);
   }
+  nlohmann::json busy_trace;
+  if (o.busy_trace) busy_trace = busyTraceStep(cuda, train_step);
   nlohmann::json out;
   out["experts"] = o.request.experts_mode;
   out["layers"] = config.num_hidden_layers;
@@ -322,6 +438,8 @@ void run(const Options& o) {
   if (options.experts == tandem::model::ExpertsMode::GpuOffload) {
     out["streamer"] = streamerJson(*model, o.request.stream_experts_ahead);
   }
+  if (!busy_trace.is_null()) out["busy_trace"] = busy_trace;
+  out["cost_model"] = costModelJson(o, config, options, memory_plan, out);
   std::cout << out.dump() << std::endl;
 }
 
@@ -355,6 +473,9 @@ int main(int argc, char** argv) {
                  "(false: when it runs)");
   app.add_option("--trace", o.trace,
                  "after the timed steps, profile one more and write its Chrome trace here");
+  app.add_flag("--busy-trace", o.busy_trace,
+               "after the timed steps, one more under the profiler: each resource's busy time "
+               "(GPU kernels, copies) from its CUDA activity");
   app.add_option("--torch-threads", o.torch_threads, "libtorch intra-op threads");
   app.add_option("--experts-format", o.request.experts_format,
                  "the routed experts' weights: auto, bf16, int8 (the CPU engine's packs, resident "

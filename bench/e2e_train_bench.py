@@ -87,6 +87,7 @@ def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0", trace
     if experts == "gpu-offload":
         cmd += ["--stream-ahead", "true" if stream_ahead else "false"]
     cmd += ["--experts-format", args.experts_format]
+    cmd += busy_trace_args(args)
     if experts == "cpu":
         cmd += ["--experts-wt-policy", args.experts_wt_policy]
     if args.gradient_checkpointing:
@@ -196,6 +197,9 @@ def main():
                              "load-balanced router's; the JSON's routing fields say which it was)")
     parser.add_argument("--trace-dir", help="also profile one more step per Tandem mode and write its Chrome trace "
                                             "here as MODEL_MODE.json (open in https://ui.perfetto.dev)")
+    parser.add_argument("--busy-trace", action="store_true",
+                        help="per Tandem mode, one more step under the profiler: the GPU's and the copy engine's "
+                             "busy time beside the CPU expert engine's (issue 28's trace)")
     parser.add_argument("--timeout", type=int, default=900)
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
@@ -213,6 +217,7 @@ def main():
             for mode in modes:  # in the order given; each result is saved as soon as it is in
                 r[MODE_KEYS[mode]] = run_mode(mode, name, config_dir, args)
                 r.update(ratios(r))
+                r.update(cost_model_check(r))
                 print(json.dumps({name: {MODE_KEYS[mode]: r[MODE_KEYS[mode]]}}), file=sys.stderr, flush=True)
                 save(results, args.out)
     print(json.dumps(results, indent=1))
@@ -240,6 +245,37 @@ def run_mode(mode, name, config_dir, args):
         return run_hf(name, args, targets)
     except Exception as e:  # noqa: BLE001 - an OOM or a missing architecture is a result too
         return {"error": f"{type(e).__name__}: {e}"[:2000]}
+
+
+def busy_trace_args(args):
+    return ["--busy-trace"] if getattr(args, "busy_trace", False) else []
+
+
+# Which of the cost model's modes each Tandem set-up runs.
+COST_MODEL_MODES = {"tandem_co": "co", "tandem_resident": "resident", "tandem_offload": "offload",
+                    "tandem_offload_resident": "offload-resident"}
+
+
+def cost_model_check(r):
+    """Issue 28: per Tandem set-up, the cost model's predicted tokens/s for its mode against the measured
+    (the target: within 15 %), the measured step over the model's lower bound (target: <= 1.25), and the
+    busy time of each resource in the traced step."""
+    out = {}
+    for key, mode in COST_MODEL_MODES.items():
+        result = r.get(key, {})
+        cost = result.get("cost_model")
+        if not cost or mode not in cost.get("modes", {}) or not result.get("tokens_per_s"):
+            continue
+        predicted = cost["modes"][mode]["tokens_per_s"]
+        out.setdefault("cost_model_check", {})[key] = {
+            "predicted_tokens_per_s": predicted,
+            "measured_tokens_per_s": result["tokens_per_s"],
+            "predicted_over_measured": predicted / result["tokens_per_s"],
+            "step_over_lower_bound": cost.get("step_over_lower_bound"),
+            "lower_bound_tokens_per_s": 1e3 * result["tokens"] / cost["lower_bound_ms"],
+            "busy_ms": result.get("busy_trace", {}).get("busy_ms"),
+        }
+    return out
 
 
 def ratios(r):

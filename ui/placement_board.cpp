@@ -42,6 +42,25 @@ QToolButton* toolButton(QAction* action) {
   return button;
 }
 
+// The cost model's figure for the board's plan (issue 28): this placement's mode, the per-expert
+// split's, and each resource's busy time under the split.
+QString costModelText(const placement::StepPrediction& p, const std::string& mode,
+                      const placement::MachineRates& rates) {
+  auto count = [](double v) {
+    return QString::fromStdString(formatCount(static_cast<uint64_t>(v)));
+  };
+  auto ms = [](double v) { return QString::number(v, 'g', 3); };
+  const placement::ModePrediction* planned = p.mode(mode);
+  const double planned_tps = planned && planned->available ? planned->tokens_per_s : 0;
+  return QObject::tr(
+             "≈ %1 tokens/s for this placement (%2), %3 at most with the per-expert split "
+             "(CPU %4 ms, copies %5 ms, GPU %6 ms busy a step); cost model from %7, "
+             "balanced routing")
+      .arg(count(planned_tps), QString::fromStdString(mode), count(p.lower_bound_tokens_per_s),
+           ms(p.split.cpu_busy_ms), ms(p.split.copy_busy_ms), ms(p.split.gpu_busy_ms),
+           QString::fromStdString(rates.source));
+}
+
 }  // namespace
 
 PlacementBoard::PlacementBoard(placement::PlanRequest request, placement::Hardware hardware,
@@ -235,7 +254,9 @@ void PlacementBoard::refresh() {
                           (plan.advice.empty()
                                ? QString()
                                : QStringLiteral("\n") + joined(plan.advice, QStringLiteral("\n"))));
-  if (const auto& e = model_->estimate()) {
+  if (const auto& p = model_->prediction()) {
+    speed_->setText(costModelText(*p, model_->plannedMode(), model_->rates()));
+  } else if (const auto& e = model_->estimate()) {
     auto ms = [](double v) { return QString::number(v, 'g', 3); };
     speed_->setText(
         tr("≈ %1 tokens/s at most: the CPU side takes %2 ms a step (expert engine "

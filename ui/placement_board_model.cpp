@@ -8,9 +8,28 @@
 
 #include "engine/core/error.h"
 #include "engine/core/units.h"
+#include "engine/placement/plan_step_cost.h"
 #include "ui/error_text.h"
 
 namespace tandem::ui {
+
+namespace {
+
+// The cost model's step for `plan`; nullopt where it has nothing to say (a dense model, no CPU
+// expert rate for this machine, a plan it cannot read).
+std::optional<placement::StepPrediction> predictPlan(const placement::PlanRequest& request,
+                                                     const placement::MemoryPlan& plan,
+                                                     const placement::MachineRates& rates) {
+  if (!request.model.isMoe() || !request.training || rates.cpu.empty()) return std::nullopt;
+  try {
+    const placement::StepCostRequest r = placement::stepCostRequestFor(request, plan);
+    return placement::predictStep(r, rates, placement::balancedRouting(r.model, r.tokens));
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
 
 namespace {
 
@@ -84,6 +103,7 @@ QString deviceTitle(const placement::Hardware& hw, Device d) {
 PlacementBoardModel::PlacementBoardModel(placement::PlanRequest request,
                                          placement::Hardware hardware, QObject* parent)
     : QAbstractTableModel(parent), request_(std::move(request)), hardware_(std::move(hardware)) {
+  rates_ = placement::presetRates(hardware_);
   // Each GPU, the whole host (experts split over its nodes) and each NUMA node: on a one-node
   // machine cpu:numa0 is a device of its own to the runtime (its own torch device object).
   for (const placement::GpuSpec& g : hardware_.gpus) devices_.push_back(g.device());
@@ -99,6 +119,14 @@ void PlacementBoardModel::fixGpuExperts(placement::Placement& placement) {
   }
 }
 
+std::string PlacementBoardModel::plannedMode() const { return placement::placementMode(plan_); }
+
+void PlacementBoardModel::setRates(placement::MachineRates rates) {
+  rates_ = std::move(rates);
+  prediction_ = predictPlan(request_, plan_, rates_);
+  emit planChanged();
+}
+
 void PlacementBoardModel::reset(const placement::Placement& placement) {
   placement::MemoryPlan plan = placement.modules.empty()
                                    ? placement::planMemory(request_, hardware_)
@@ -112,6 +140,7 @@ void PlacementBoardModel::reset(const placement::Placement& placement) {
 void PlacementBoardModel::show(const placement::MemoryPlan& plan) {
   plan_ = plan;
   estimate_ = placement::estimateStepTime(request_, hardware_, plan_);
+  prediction_ = predictPlan(request_, plan_, rates_);
   emit dataChanged(index(0, 0), index(rowCount() - 1, columnCount() - 1));
   emit planChanged();
 }

@@ -20,7 +20,9 @@
 #include <optional>
 
 #include "engine/placement/hardware.h"
+#include "engine/placement/machine_rates.h"
 #include "engine/placement/memory_planner.h"
+#include "engine/placement/step_cost.h"
 #include "engine/placement/step_time_estimate.h"
 
 namespace tandem::ui {
@@ -44,6 +46,13 @@ class PlacementBoardModel : public QAbstractTableModel {
   const placement::Placement& placement() const { return plan_.placement; }
   const placement::MemoryPlan& plan() const { return plan_; }
   const std::optional<placement::StepTimeEstimate>& estimate() const { return estimate_; }
+  // The cost model's step (issue 28) for the plan, from rates derived from the hardware's specs
+  // (placement::presetRates) unless setRates gave measured ones; nullopt for a dense model or a
+  // machine without a CPU expert rate. plannedMode(): the plan's experts mode among its modes.
+  const std::optional<placement::StepPrediction>& prediction() const { return prediction_; }
+  std::string plannedMode() const;
+  const placement::MachineRates& rates() const { return rates_; }
+  void setRates(placement::MachineRates rates);
   const placement::PlanRequest& request() const { return request_; }
   const placement::Hardware& hardware() const { return hardware_; }
   QUndoStack* undoStack() { return &undo_; }
@@ -105,6 +114,8 @@ class PlacementBoardModel : public QAbstractTableModel {
   std::vector<placement::Device> devices_;  // the columns
   placement::MemoryPlan plan_;
   std::optional<placement::StepTimeEstimate> estimate_;
+  placement::MachineRates rates_;
+  std::optional<placement::StepPrediction> prediction_;
   QString problem_;
   QUndoStack undo_;
 };

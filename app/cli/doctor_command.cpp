@@ -10,6 +10,7 @@
 #include <string>
 
 #include "app/cli/commands.h"
+#include "app/cli/plan_cost_model.h"
 #include "engine/core/error.h"
 #include "engine/core/machine_checks.h"
 #include "engine/core/paths.h"
@@ -45,12 +46,16 @@ void addDoctorCommand(CLI::App& app) {
   struct Options {
     std::string output_dir;
     bool json = false;
+    bool calibrate = false;
   };
   auto options = std::make_shared<Options>();
   command->add_option("--output-dir", options->output_dir,
                       "Where the run will write: its free disk is checked (default: the run "
                       "store's data directory)");
   command->add_flag("--json", options->json, "Print one JSON object instead of the table");
+  command->add_flag("--calibrate", options->calibrate,
+                    "Also measure the cost model's rates again (docs/cost_model.md), at "
+                    "Qwen3-30B-A3B's expert shape");
   command->callback([options] {
     // Resolved here so the report names the directory it measured; without a home there is no
     // default, which the disk check reports (empty path) rather than this command failing.
@@ -68,6 +73,7 @@ void addDoctorCommand(CLI::App& app) {
       std::printf("Tandem %s machine check\n\n%s", TANDEM_VERSION,
                   formatMachineReport(report).c_str());
     }
+    if (options->calibrate && !options->json) printCalibration(2048, 768);
     // CLI11 turns a RuntimeError into this exit status without printing anything more.
     if (report.anyFailed()) throw CLI::RuntimeError(1);
   });

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "app/cli/commands.h"
+#include "app/cli/plan_cost_model.h"
 #include "engine/core/error.h"
 #include "engine/core/install_layout.h"
 #include "engine/core/units.h"
@@ -38,7 +39,8 @@ struct PlanOptions {
   std::string placement;  // "" = the config's kt_optimize_rule, or the planner's own
   bool json = false;
   bool split_layers = false;
-  train::JobShape job;  // a data-parallel job: global batch and all-reduce per step
+  bool calibrate = false;  // the cost model: measure this machine's rates again
+  train::JobShape job;     // a data-parallel job: global batch and all-reduce per step
   int64_t chat_context =
       0;  // > 0: plan chatting with this many tokens of context instead of training
 };
@@ -217,6 +219,9 @@ void runPlan(const PlanOptions& o) {
   placement::addLoraExpertsToPlan(plan, request, lora_experts);
   const bool distributed = o.job.worldSize() > 1 && o.chat_context == 0;
   const train::JobSummary job = train::summarizeJob(config, plan, o.job);
+  std::string no_cost_model;
+  const std::optional<PlanCostModel> cost =
+      planCostModel(request, plan, hw, o.hardware.empty(), o.calibrate, &no_cost_model);
   if (o.json) {
     nlohmann::json out = toJson(plan, hw, model);
     out["lora_experts"] = {{"requested", config.lora_experts},
@@ -232,6 +237,7 @@ void runPlan(const PlanOptions& o) {
                     {"lora_gradient_bytes", job.gradient_bytes},
                     {"allreduce_bytes_per_rank", job.traffic_bytes_per_rank}};
     }
+    if (cost) out["cost_model"] = costModelJson(*cost);
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     printHuman(plan, config, model, hw, o.chat_context);
@@ -241,6 +247,8 @@ void runPlan(const PlanOptions& o) {
       std::printf("\n");
       for (const std::string& line : job.lines) std::printf("%s\n", line.c_str());
     }
+    if (cost) printCostModel(*cost);
+    if (!no_cost_model.empty()) std::printf("\npredicted step: %s\n", no_cost_model.c_str());
     if (!o.rules_out.empty())
       std::printf("\nwrote the placement as a KTransformers rule file: %s\n", o.rules_out.c_str());
   }
@@ -259,6 +267,9 @@ void addPlanCommand(CLI::App& app) {
       "--hardware", options->hardware,
       "a preset name from presets/hardware/ or a preset file (default: this machine)");
   command->add_flag("--json", options->json, "Print one JSON object instead of text");
+  command->add_flag("--calibrate", options->calibrate,
+                    "Measure this machine's rates for the cost model again (about a second; "
+                    "otherwise the cached ones, see docs/cost_model.md)");
   command->add_flag(
       "--split-layers", options->split_layers,
       "Let shared experts and dense MLPs leave their layer's GPU before attention does "

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <string>
 
+#include "engine/core/busy_clock.h"
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_layer.h"
@@ -31,6 +32,7 @@ using detail::kRowBlock;
 void ExpertLayer::backward(ExpertForwardCache& cache, const void* dy, void* dx,
                            float* d_topk_weights) {
   checkBackwardArguments(cache, dy, dx);
+  const ScopedBusyTime busy(BusyResource::ExpertEngine);  // the e2e bench's per-step trace
   // From here on the cache's g/u become dg/du: it can never serve a second backward.
   cache.state_ = ExpertForwardCache::State::Consumed;
   const ExpertRouting& routing = cache.routing_;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "engine/core/busy_clock.h"
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_layer.h"
@@ -20,6 +21,7 @@ void ExpertLayer::forward(const void* x, ActivationType act_type, int64_t n_toke
                           const int32_t* topk_ids, const float* topk_weights, int top_k, void* y,
                           ExpertForwardCache* cache) {
   checkForwardArguments(x, n_tokens, topk_ids, topk_weights, top_k, y);
+  const ScopedBusyTime busy(BusyResource::ExpertEngine);  // the e2e bench's per-step trace
   packs_.ensurePacked();  // defer_packs and nothing released: every expert is the CPU's
   if (cache && cache->state_ == ExpertForwardCache::State::Cached) {
     throw Error("expert forward: the forward cache still holds activations nobody consumed",

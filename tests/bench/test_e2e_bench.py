@@ -73,3 +73,37 @@ def test_int8_experts_are_not_the_bf16_ones(config_dir):
         int8 = bench(config_dir, *args, "--experts-format", "int8")["steps"][0]["loss"]
         assert int8 != bf16, args
         assert int8 == pytest.approx(bf16, rel=2e-2), args
+
+
+def test_busy_time_trace_and_cost_model_are_reported(config_dir, tmp_path):
+    """Issue 28's trace: per step the CPU expert engine's busy time (never more than the step), one
+    more step under the profiler (--busy-trace), and the cost model's prediction beside the measured
+    step. On this machine there is no GPU: the trace has no GPU or copy figures and the model predicts
+    only the all-CPU modes; the calibration is cached (a second run reads it)."""
+    env = {**os.environ, "TANDEM_HOME": str(tmp_path)}
+    cmd = [os.environ["TANDEM_E2E_BENCH"], "--config", str(config_dir), "--device", "cpu", "--tokens", "64",
+           "--steps", "2", "--lora-rank", "8", "--lora-target", "q_proj,v_proj", "--experts", "cpu",
+           "--busy-trace"]
+    runs = []
+    for _ in range(2):
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        runs.append(json.loads(result.stdout[result.stdout.index("{"):]))
+    r = runs[0]
+    for step in r["steps"]:
+        busy = step["busy_ms"]["cpu_expert_engine"]
+        assert 0 < busy <= 1e3 * step["step_s"], step
+        assert 0 < step["busy_ms"]["cpu_expert_engine_forward"] < busy, step
+    trace = r["busy_trace"]
+    assert 0 < trace["busy_ms"]["cpu_expert_engine"] <= 1e3 * trace["step_s"]
+    assert "gpu_compute" not in trace["busy_ms"]  # no GPU here
+    cost = r["cost_model"]
+    assert cost["rates_source"] == "calibrated"
+    assert runs[1]["cost_model"]["rates_source"] == "cache"
+    assert runs[1]["cost_model"]["calibration_s"] == 0
+    assert set(cost["modes"]) == {"co", "split"}
+    assert cost["modes"]["split"]["step_ms"] == pytest.approx(cost["modes"]["co"]["step_ms"])
+    assert cost["lower_bound_ms"] > 0
+    assert cost["measured_step_ms"] > 0 and cost["measured_cpu_expert_engine_ms"] > 0
+    assert cost["step_over_lower_bound"] == pytest.approx(cost["measured_step_ms"] / cost["lower_bound_ms"])
+    assert cost["modes"]["co"]["cpu_experts_ms"] > 0

@@ -245,3 +245,70 @@ def test_int4_asked_for_is_planned_with_its_group_bytes(tmp_path, keys, format, 
     weights_per_byte = group_bytes[1] / group_bytes[0]
     assert host_item(result, "routed experts " + format) == expert_bytes("qwen3-30b-a3b.json", weights_per_byte, result["placement"])
     assert sum(d["bytes"]["packed_wt"] for d in result["devices"]) == 0
+
+
+def test_plan_predicts_tokens_per_s_per_experts_mode(tmp_path):
+    """Issue 28: the cost model's block. On the H200 preset (16 AMX cores, PCIe 5) streaming Qwen3-30B's
+    experts beats the CPU engine, on two 56-core Sapphire Rapids with PCIe 4 the CPU wins; the split is
+    never worse than either, and every figure is the tokens of a step over its time."""
+    qwen = config(tmp_path, "qwen3-30b-a3b.json", gpu_experts=0)
+    h200 = plan(qwen, "--hardware", HARDWARE[0])["cost_model"]
+    ws = plan(qwen, "--hardware", REPO / "presets" / "hardware" / "2x4090-24g_xeon-spr-2s_512g.yaml")["cost_model"]
+    for cost in (h200, ws):
+        assert cost["rates_source"].startswith("preset ")
+        assert cost["plan_mode"] == "co"
+        modes = {m["mode"]: m for m in cost["modes"]}
+        assert set(modes) == {"co", "resident", "offload", "offload-resident"}
+        for m in [*cost["modes"], cost["split"]]:
+            if m["available"]:
+                assert m["tokens_per_s"] == pytest.approx(2048e3 / m["step_ms"])
+                assert m["step_ms"] >= cost["lower_bound_ms"] * (1 - 1e-9)
+        assert cost["split"]["step_ms"] <= min(modes["co"]["step_ms"], modes["offload"]["step_ms"]) * (1 + 1e-9)
+        assert not modes["resident"]["available"]  # gpu_experts: 0
+    h200_modes = {m["mode"]: m for m in h200["modes"]}
+    ws_modes = {m["mode"]: m for m in ws["modes"]}
+    assert h200_modes["offload"]["step_ms"] < h200_modes["co"]["step_ms"]
+    assert ws_modes["co"]["step_ms"] < ws_modes["offload"]["step_ms"]
+    text = subprocess.run([TANDEM, "plan", str(qwen), "--hardware", str(HARDWARE[0])], capture_output=True,
+                          text=True, timeout=120)
+    assert text.returncode == 0 and "predicted step (cost model" in text.stdout and "lower bound:" in text.stdout
+
+
+TINY = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 64,
+        "intermediate_size": 128, "moe_intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "num_experts": 8, "num_experts_per_tok": 2,
+        "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [], "vocab_size": 256,
+        "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+
+
+def test_calibrate_measures_this_machine_and_caches_it(tmp_path):
+    """--calibrate measures (the expert engine on a layer of the model's shape) and writes the cache; a
+    plain plan then reads it; a corrupt cache file falls back to the specs' figures, then --calibrate
+    measures again."""
+    model = tmp_path / "tiny"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(TINY))
+    cfg = config(tmp_path, "qwen3-30b-a3b.json", model_name_or_path=model, cutoff_len=128)
+    env = {**os.environ, "TANDEM_HOME": str(tmp_path / "home")}
+
+    def run(*extra):
+        r = subprocess.run([TANDEM, "plan", str(cfg), "--json", *extra], capture_output=True, text=True,
+                           timeout=300, env=env)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout).get("cost_model", {"rates_source": "none"})
+
+    # Before any calibration: the figures this CPU's specs give (none for a CPU without AVX-512 BF16).
+    unmeasured = run()["rates_source"]
+    assert unmeasured.startswith("this machine's specs") or unmeasured == "none"
+    measured = run("--calibrate")
+    assert measured["rates_source"] == "calibrated"
+    files = list((tmp_path / "home" / "cache" / "calibration").glob("*.json"))
+    assert len(files) == 1
+    cached = run()
+    assert cached["rates_source"] == "cache"
+    assert cached["modes"][0]["step_ms"] == pytest.approx(measured["modes"][0]["step_ms"])
+    files[0].write_text('{"format_version": 1, "key": "tru')  # a write cut short
+    assert run()["rates_source"] == unmeasured
+    assert run("--calibrate")["rates_source"] == "calibrated"
+    assert json.loads(files[0].read_text())["format_version"] == 1

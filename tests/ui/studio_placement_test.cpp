@@ -298,6 +298,12 @@ void PlacementTest::theBoardReplansAsYouEditAndUndoes() {
   QVERIFY(none.tokens_per_s.has_value());
   QVERIFY(none.on(Device::cuda(0)) < planned.on(Device::cuda(0)));
   QVERIFY(board.speedLabel()->text().contains(QStringLiteral("tokens/s")));
+  // The cost model's figure (issue 28): this placement's mode and the per-expert split's.
+  QVERIFY(model->prediction().has_value());
+  QCOMPARE(model->plannedMode(), std::string("co"));
+  QVERIFY(board.speedLabel()->text().contains(QStringLiteral("per-expert split")));
+  QVERIFY(model->prediction()->lower_bound_ms <= model->prediction()->mode("co")->step_ms);
+  const double co_cpu_experts_ms = model->prediction()->mode("co")->parts.cpu_experts_ms;
   checkAgainstThePlanner(board);
 
   // Layer 2's slider: half its experts on its GPU. The GPU holds 8 experts more (3 · H · I
@@ -316,6 +322,8 @@ void PlacementTest::theBoardReplansAsYouEditAndUndoes() {
     resident += item.what == "resident routed experts" ? item.bytes : 0;
   QCOMPARE(resident, static_cast<uint64_t>(E / 2) * expert_bytes);
   QVERIFY(qFuzzyCompare(model->estimate()->expert_engine_ms, expert_ms_before * 3.5 / 4));
+  QCOMPARE(model->plannedMode(), std::string("resident"));
+  QVERIFY(model->prediction()->mode("resident")->parts.cpu_experts_ms < co_cpu_experts_ms);
   const BoardState half(board);
   QVERIFY(*half.tokens_per_s > *none.tokens_per_s);
   QCOMPARE(board.globalSlider()->isEnabled(), true);

@@ -1,0 +1,111 @@
+#include "engine/placement/expert_split_policy.h"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+#include "engine/core/error.h"
+
+namespace tandem::placement {
+
+namespace {
+
+// 6·H·I FLOP per token: gate and up [H → I], down [I → H], 2 FLOP per multiply-add.
+double expertFlops(const LayerCosts& c, int64_t tokens) {
+  return 6.0 * static_cast<double>(c.hidden) * static_cast<double>(c.intermediate) *
+         static_cast<double>(tokens);
+}
+
+double curveMs(const RateCurve& curve, bool backward, double flops, int64_t tokens) {
+  if (tokens <= 0) return 0;
+  const double rate = backward ? curve.backwardRate(static_cast<double>(tokens))
+                               : curve.forwardRate(static_cast<double>(tokens));
+  return rate > 0 ? 1e3 * flops / rate : 0;
+}
+
+}  // namespace
+
+double LayerCosts::cpuMs(int64_t tokens) const {
+  return curveMs(cpu, backward, expertFlops(*this, tokens), tokens);
+}
+
+double LayerCosts::gpuMs(int64_t tokens) const {
+  return has_gpu ? curveMs(gpu_gemm, backward, expertFlops(*this, tokens), tokens) : 0;
+}
+
+double LayerCosts::copyMs() const {
+  return has_gpu && host_to_device_bytes_per_s > 0 ? 1e3 * expert_bytes / host_to_device_bytes_per_s
+                                                   : 0;
+}
+
+double ExpertSplit::finishMs() const { return std::max({cpu_ms, gpu_ms, copy_ms}); }
+
+ExpertSplit splitLayer(const LayerCosts& costs, std::span<const int64_t> tokens_per_expert,
+                       std::span<const int64_t> resident) {
+  const auto E = static_cast<int64_t>(tokens_per_expert.size());
+  if (!costs.has_gpu && !resident.empty())
+    throw Error("the expert split was given resident experts on a machine without a GPU",
+                "pass no resident experts when the cost model has no GPU");
+  std::vector<char> is_resident(static_cast<size_t>(E), 0);
+  for (const int64_t id : resident) {
+    if (id < 0 || id >= E)
+      throw Error("resident expert " + std::to_string(id) + " is out of range for a layer of " +
+                      std::to_string(E) + " experts",
+                  "name resident experts by their id in [0, " + std::to_string(E) + ")");
+    is_resident[static_cast<size_t>(id)] = 1;
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    if (tokens_per_expert[static_cast<size_t>(e)] < 0)
+      throw Error("expert " + std::to_string(e) + " has a negative token count",
+                  "pass the number of (token, expert) pairs routed to each expert");
+  }
+  ExpertSplit split;
+  split.cpu_ms = costs.cpu_base_ms;
+  split.gpu_ms = costs.gpu_base_ms;
+  std::vector<int64_t> others;  // not resident, by tokens descending (ties: lower id first)
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t tokens = tokens_per_expert[static_cast<size_t>(e)];
+    if (is_resident[static_cast<size_t>(e)]) {
+      split.resident.push_back(e);
+      split.gpu_ms += costs.gpuMs(tokens);
+    } else {
+      others.push_back(e);
+      split.cpu_ms += costs.cpuMs(tokens);
+    }
+  }
+  std::stable_sort(others.begin(), others.end(), [&](int64_t a, int64_t b) {
+    return tokens_per_expert[static_cast<size_t>(a)] > tokens_per_expert[static_cast<size_t>(b)];
+  });
+  double copied_ms = 0;  // the copy engine's total for this pass, before the head start
+  size_t moved = 0;
+  if (costs.has_gpu) {
+    for (; moved < others.size(); ++moved) {
+      const int64_t tokens = tokens_per_expert[static_cast<size_t>(others[moved])];
+      if (tokens == 0) break;  // the rest cost nothing anywhere
+      ExpertSplit next = split;
+      next.cpu_ms -= costs.cpuMs(tokens);
+      next.gpu_ms += costs.gpuMs(tokens);
+      next.copy_ms = std::max(0.0, copied_ms + costs.copyMs() - costs.copy_head_start_ms);
+      if (next.finishMs() >= split.finishMs()) break;
+      copied_ms += costs.copyMs();
+      split.cpu_ms = next.cpu_ms;
+      split.gpu_ms = next.gpu_ms;
+      split.copy_ms = next.copy_ms;
+    }
+  }
+  split.streamed.assign(others.begin(), others.begin() + static_cast<std::ptrdiff_t>(moved));
+  // The engine's call costs its fixed part when any of its experts has tokens (the greedy above
+  // leaves it out: one call either way until the last expert leaves, which it rarely pays to do).
+  for (size_t i = moved; i < others.size(); ++i) {
+    if (tokens_per_expert[static_cast<size_t>(others[i])] > 0) {
+      split.cpu_ms += costs.cpu_call_ms;
+      break;
+    }
+  }
+  split.cpu.assign(others.begin() + static_cast<std::ptrdiff_t>(moved), others.end());
+  std::sort(split.cpu.begin(), split.cpu.end());
+  split.cpu_ms = std::max(split.cpu_ms, costs.cpu_base_ms);  // no negative drift from rounding
+  return split;
+}
+
+}  // namespace tandem::placement
