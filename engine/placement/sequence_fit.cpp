@@ -138,4 +138,14 @@ std::string sequenceFitLine(const SequenceFit& fit) {
   return text;
 }
 
+std::string outOfMemoryAdvice(const SequenceFit& fit) {
+  std::string text =
+      "the planner's longest cutoff_len that fits this machine with these settings "
+      "is " +
+      lengthText(fit) + " (this run: " + std::to_string(fit.cutoff_len) + ")";
+  for (size_t i = 0; i < fit.lengthen.size(); ++i)
+    text += (i ? ", or " : "; longer with ") + fit.lengthen[i];
+  return text;
+}
+
 }  // namespace tandem::placement

@@ -47,4 +47,9 @@ SequenceFit longestSequenceThatFits(const PlanRequest& request, const Hardware& 
 // cutoff_len that fits: 24576 tokens".
 std::string sequenceFitLine(const SequenceFit& fit);
 
+// For an out-of-memory error: "the planner's longest cutoff_len that fits this machine with these
+// settings is 21760 tokens (this run: 65536); longer with offload_checkpoints: true (48640
+// tokens), or ...".
+std::string outOfMemoryAdvice(const SequenceFit& fit);
+
 }  // namespace tandem::placement

@@ -1,6 +1,7 @@
 #include "engine/train/training_plan.h"
 
 #include "engine/model/model_resolver.h"
+#include "engine/placement/sequence_fit.h"
 
 namespace tandem::train {
 
@@ -32,6 +33,13 @@ placement::MemoryPlan planTraining(const TrainConfig& config, const io::ModelCon
   placement::addLoraExpertsToPlan(plan, planRequestFor(config, model),
                                   loraExpertsFor(config, model, plan));
   return plan;
+}
+
+std::string longestSequenceAdvice(const TrainConfig& config, const io::ModelConfig& model,
+                                  const placement::MemoryPlan& plan,
+                                  const placement::Hardware& hardware) {
+  return placement::outOfMemoryAdvice(placement::longestSequenceThatFits(
+      planRequestFor(config, model), model::usableHardware(config, hardware), plan));
 }
 
 }  // namespace tandem::train

@@ -4,6 +4,8 @@
 // settings (lora_rank, lora_target, cutoff_len, per_device_train_batch_size). `tandem plan`
 // prints it; runTraining refuses early when it does not fit and then runs exactly its placement.
 
+#include <string>
+
 #include "engine/io/model_config.h"
 #include "engine/placement/hardware.h"
 #include "engine/placement/lora_experts_budget.h"
@@ -25,5 +27,12 @@ placement::LoraExpertsChoice loraExpertsFor(const TrainConfig& config, const io:
 
 placement::MemoryPlan planTraining(const TrainConfig& config, const io::ModelConfig& model,
                                    const placement::Hardware& hardware);
+
+// For the trainer's out-of-memory error: the longest cutoff_len that fits `plan`'s placement on
+// `hardware` (as probed for the plan) with this config's settings, and what lengthens it
+// (placement/sequence_fit.h).
+std::string longestSequenceAdvice(const TrainConfig& config, const io::ModelConfig& model,
+                                  const placement::MemoryPlan& plan,
+                                  const placement::Hardware& hardware);
 
 }  // namespace tandem::train
