@@ -12,8 +12,6 @@ namespace tandem::placement {
 
 namespace {
 
-// CUDA context, cuBLAS/cuDNN workspaces and libtorch's kernels image on every GPU in use.
-constexpr uint64_t kGpuContextBytes = kGiB;
 // The process itself on the host: libtorch, thread stacks, the tokenized dataset, the tokenizer.
 constexpr uint64_t kHostProcessBytes = 2 * kGiB;
 

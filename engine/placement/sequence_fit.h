@@ -2,7 +2,8 @@
 // The longest sequence that fits (issue 29): the planner's bytes as a function of cutoff_len for a
 // placement, and the largest cutoff_len whose predicted GPU and host peaks fit the machine, found
 // in power-of-two steps and then refined to a multiple of kSequenceStep. `tandem plan`, the
-// studio's training page and the trainer's out-of-memory error say it (docs/long_context.md).
+// studio's training page and the trainer's out-of-memory error say it (docs/placement.md, "Long
+// sequences").
 //
 // Every term of the plan grows with the tokens (memory_model.h), so "fits" is monotone in
 // cutoff_len and the search's answer is a boundary: it fits and one step more does not.
