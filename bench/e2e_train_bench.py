@@ -4,7 +4,8 @@ transformers + PEFT fully on the GPU, one run, random weights of real model shap
 docs/benchmarks.md).
 
     python bench/e2e_train_bench.py --bench build/bin/tandem_e2e_bench [--models v2-lite,qwen3-30b-a3b]
-        [--layers 0] [--tokens 2048] [--steps 3] [--gpu-cap-gib 24] [--gradient-checkpointing]
+        [--layers 0] [--tokens 2048[,16384,65536,...]] [--steps 3] [--gpu-cap-gib 24] [--gradient-checkpointing]
+        [--offload-checkpoints] [--moe-token-chunk 0]
         [--modes co,resident,offload,offload-resident,offload-serial,offload-resident-serial,hf]
         [--gpu-experts auto|N]
         [--out result.json]
@@ -31,6 +32,13 @@ first N decoder layers of the real shape (0: all).
 
 Prints one JSON object with the three results per model and the ratios the issue sets targets for:
 co/offload tokens/s (target >= 5) and Tandem co-computation GPU memory / HF+PEFT's (target <= 0.2).
+
+Long sequences (issue 29): --tokens takes a list (2048,16384,65536,131072); each length of each mode
+is its own process, and the JSON gets, per model, "by_tokens": {length: {mode: result}} and
+"sequence": {length: {mode: {tokens_per_s, peak_allocated_bytes, peak_reserved_bytes,
+predicted_gpu_peak_bytes, predicted_over_allocated, predicted_over_reserved, ...}}}: the caching
+allocator's peak beside the memory planner's predicted peak for the same GPU, length and settings
+(the planner runs inside tandem_e2e_bench, so both see the same options).
 """
 
 import argparse
@@ -82,6 +90,7 @@ def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0", trace
            "--embedding-std", str(args.embedding_std)]
     if args.layers:
         cmd += ["--layers", str(args.layers)]
+    cmd += long_sequence_flags(args)
     if trace:
         cmd += ["--trace", str(trace)]
     if experts == "gpu-offload":
@@ -171,7 +180,12 @@ def main():
     parser.add_argument("--bench", required=True, help="the tandem_e2e_bench executable")
     parser.add_argument("--models", default="v2-lite,qwen3-30b-a3b")
     parser.add_argument("--layers", type=int, default=0, help="decoder layers of the real shape (0: all)")
-    parser.add_argument("--tokens", type=int, default=2048)
+    parser.add_argument("--tokens", default="2048",
+                        help="sequence length, or a comma list of them (each its own process per mode)")
+    parser.add_argument("--offload-checkpoints", action="store_true",
+                        help="Tandem: checkpointed layers' inputs in pinned host memory (implies checkpointing)")
+    parser.add_argument("--moe-token-chunk", type=int, default=0,
+                        help="Tandem: tokens per MoE router / expert pass (0: auto)")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--gpu-cap-gib", type=float, default=24.0)
     parser.add_argument("--modes", default="co,resident,offload,hf",
@@ -207,6 +221,7 @@ def main():
     unknown = set(modes) - set(MODE_KEYS)
     if unknown:
         parser.error(f"unknown --modes {sorted(unknown)}; choose from {list(MODE_KEYS)}")
+    lengths = [int(t) for t in str(args.tokens).split(",")]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
@@ -214,6 +229,10 @@ def main():
             config_dir.mkdir()
             (config_dir / "config.json").write_text(json.dumps(CONFIGS[name]))
             r = results.setdefault(name, {})
+            if len(lengths) > 1:
+                run_lengths(r, name, config_dir, modes, lengths, args, results)
+                continue
+            args.tokens = lengths[0]
             for mode in modes:  # in the order given; each result is saved as soon as it is in
                 r[MODE_KEYS[mode]] = run_mode(mode, name, config_dir, args)
                 r.update(ratios(r))
@@ -221,6 +240,46 @@ def main():
                 print(json.dumps({name: {MODE_KEYS[mode]: r[MODE_KEYS[mode]]}}), file=sys.stderr, flush=True)
                 save(results, args.out)
     print(json.dumps(results, indent=1))
+
+
+def long_sequence_flags(args):
+    """tandem_e2e_bench's flags for issue 29's settings."""
+    flags = []
+    if getattr(args, "offload_checkpoints", False):
+        flags.append("--offload-checkpoints")
+    if getattr(args, "moe_token_chunk", 0):
+        flags += ["--moe-token-chunk", str(args.moe_token_chunk)]
+    return flags
+
+
+def run_lengths(r, name, config_dir, modes, lengths, args, results):
+    """Issue 29: every mode at every length (shortest first, each its own process), with the
+    allocator's peak against the planner's prediction per length in r["sequence"]."""
+    for tokens in sorted(lengths):
+        at = argparse.Namespace(**vars(args))
+        at.tokens = tokens
+        by_mode = r.setdefault("by_tokens", {}).setdefault(str(tokens), {})
+        for mode in modes:
+            by_mode[MODE_KEYS[mode]] = run_mode(mode, name, config_dir, at)
+            by_mode.update(ratios(by_mode))
+            summary = sequence_summary(by_mode[MODE_KEYS[mode]])
+            r.setdefault("sequence", {}).setdefault(str(tokens), {})[MODE_KEYS[mode]] = summary
+            print(json.dumps({name: {str(tokens): {MODE_KEYS[mode]: summary}}}), file=sys.stderr, flush=True)
+            save(results, args.out)
+
+
+def sequence_summary(result):
+    """One length of one mode: tokens/s, the allocator's peak, the planner's prediction, their ratio."""
+    if "error" in result:
+        return {"error": result["error"][-500:]}
+    seq = dict(result.get("sequence", {}))
+    if "tokens_per_s" in result:  # transformers + PEFT has no planner
+        seq["tokens_per_s"] = result["tokens_per_s"]
+    seq.setdefault("peak_allocated_bytes", int(result.get("peak_gpu_gib", 0) * GIB))
+    seq.setdefault("peak_reserved_bytes", int(result.get("peak_gpu_reserved_gib", 0) * GIB))
+    seq["peak_host_rss_bytes"] = result.get("peak_host_rss_bytes", 0)
+    seq["losses"] = [s.get("loss") for s in result.get("steps", [])]
+    return seq
 
 
 MODE_KEYS = {"co": "tandem_co", "resident": "tandem_resident", "offload": "tandem_offload",

@@ -6,6 +6,7 @@
 #include "engine/io/model_config.h"
 #include "engine/model/machine_probe.h"
 #include "engine/placement/memory_planner.h"
+#include "engine/placement/sequence_fit.h"
 #include "engine/store/run_store.h"
 #include "engine/train/trainer.h"
 #include "engine/train/training_plan.h"
@@ -60,16 +61,24 @@ TrainingController::TrainingController(store::RunStore* store, QObject* parent)
   qRegisterMetaType<TrainFinish>();
   qRegisterMetaType<MemorySnapshot>();
   qRegisterMetaType<std::shared_ptr<const placement::MemoryPlan>>();
+  qRegisterMetaType<std::shared_ptr<const placement::SequenceFit>>();
 }
 
 // The memory planner's verdict for the run, as runTraining judges it (same config, this machine),
 // for the memory map's plan column. A run the planner cannot judge still runs: no plan column.
 void TrainingController::sendPlan(const train::TrainConfig& config) {
   try {
-    auto plan = std::make_shared<const placement::MemoryPlan>(train::planTraining(
-        config, io::readModelConfig(config.model_name_or_path), model::probeMachine()));
+    const io::ModelConfig model = io::readModelConfig(config.model_name_or_path);
+    const placement::Hardware hardware = model::probeMachine();
+    auto plan =
+        std::make_shared<const placement::MemoryPlan>(train::planTraining(config, model, hardware));
     QMetaObject::invokeMethod(
         this, [this, plan] { emit planned(plan); }, Qt::QueuedConnection);
+    // The training page's line: the longest cutoff_len this plan's placement fits.
+    auto fit = std::make_shared<const placement::SequenceFit>(
+        train::sequenceFitFor(config, model, *plan, hardware));
+    QMetaObject::invokeMethod(
+        this, [this, fit] { emit sequenceFitted(fit); }, Qt::QueuedConnection);
   } catch (const std::exception&) {
     // runTraining reports what is wrong with the config; the map just has no plan.
   }

@@ -23,7 +23,8 @@ class RunStore;
 }
 namespace tandem::placement {
 struct MemoryPlan;
-}
+struct SequenceFit;
+}  // namespace tandem::placement
 
 namespace tandem::ui {
 
@@ -57,6 +58,8 @@ class TrainingController : public QObject {
   // Where the memory is (while the model loads, after every step), and the plan it was judged by.
   void memorySampled(const tandem::MemorySnapshot& snapshot);
   void planned(std::shared_ptr<const tandem::placement::MemoryPlan> plan);
+  // The longest cutoff_len that fits, with the plan (sequence_fit_label.h).
+  void sequenceFitted(std::shared_ptr<const tandem::placement::SequenceFit> fit);
 
  private:
   class Listener;

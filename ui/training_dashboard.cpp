@@ -19,6 +19,7 @@
 #include "ui/machine_info.h"
 #include "ui/memory_map.h"
 #include "ui/metric_chart.h"
+#include "ui/sequence_fit_label.h"
 #include "ui/training_controller.h"
 
 namespace tandem::ui {
@@ -106,6 +107,8 @@ TrainingDashboard::TrainingDashboard(TrainingController& controller, const Machi
   auto* memory_layout = new QVBoxLayout(memory_box);
   memory_layout->addWidget(memory_map_);
   memory_layout->addWidget(new LiveUtilisation);
+  sequence_fit_ = new SequenceFitLabel;
+  memory_layout->addWidget(sequence_fit_);
   auto* log_box = new QGroupBox(tr("Log"));
   auto* log_layout = new QVBoxLayout(log_box);
   log_layout->addWidget(log_);
@@ -136,6 +139,8 @@ TrainingDashboard::TrainingDashboard(TrainingController& controller, const Machi
   connect(&controller_, &TrainingController::pausedChanged, this,
           &TrainingDashboard::onPausedChanged);
   connect(&controller_, &TrainingController::planned, memory_map_, &MemoryMapWidget::setPlan);
+  connect(&controller_, &TrainingController::sequenceFitted, sequence_fit_,
+          &SequenceFitLabel::setFit);
   connect(&controller_, &TrainingController::memorySampled, memory_map_,
           &MemoryMapWidget::showSnapshot);
 }

@@ -18,6 +18,7 @@ class QPushButton;
 namespace tandem::ui {
 
 class MemoryMapWidget;
+class SequenceFitLabel;
 class MetricChart;
 class TrainingController;
 struct MachineInfo;
@@ -32,6 +33,7 @@ class TrainingDashboard : public QWidget {
   int pointsReceived() const { return static_cast<int>(losses_.size()); }
   MetricChart* lossChart() const { return loss_chart_; }
   MemoryMapWidget* memoryMap() const { return memory_map_; }
+  SequenceFitLabel* sequenceFit() const { return sequence_fit_; }
   QString logText() const;
   QString statusText() const;  // the line over the charts: loss, lr, tokens/s, ranks
   void setLogScale(bool log);
@@ -70,6 +72,7 @@ class TrainingDashboard : public QWidget {
   QPushButton* resume_run_;
   QPlainTextEdit* log_;
   MemoryMapWidget* memory_map_;
+  SequenceFitLabel* sequence_fit_;
   std::vector<double> steps_, losses_;
 };
 

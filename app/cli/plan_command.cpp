@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "app/cli/commands.h"
@@ -17,6 +18,7 @@
 #include "engine/model/machine_probe.h"
 #include "engine/placement/hardware.h"
 #include "engine/placement/kt_rules.h"
+#include "engine/placement/sequence_fit.h"
 #include "engine/train/job_plan.h"
 #include "engine/train/training_plan.h"
 
@@ -188,6 +190,24 @@ nlohmann::json toJson(const MemoryPlan& plan, const placement::Hardware& hw,
           {"notes", plan.notes}};
 }
 
+// Issue 29: the predicted peaks at this cutoff_len and the longest that fits this plan's placement.
+nlohmann::json sequenceFitJson(const placement::SequenceFit& fit) {
+  return {{"cutoff_len", fit.cutoff_len},
+          {"gpu_peak_bytes", fit.gpu_peak_bytes},
+          {"gpu_peak_device", fit.gpu_peak_device},
+          {"host_bytes", fit.host_bytes},
+          {"longest_cutoff_len", fit.longest_cutoff_len},
+          {"at_ceiling", fit.at_ceiling},
+          {"longest_gpu_peak_bytes", fit.longest_gpu_peak_bytes},
+          {"longest_host_bytes", fit.longest_host_bytes},
+          {"lengthen", fit.lengthen}};
+}
+
+void printSequenceFit(const placement::SequenceFit& fit) {
+  std::printf("\nsequence  %s\n", placement::sequenceFitLine(fit).c_str());
+  for (const std::string& change : fit.lengthen) std::printf("  longer with %s\n", change.c_str());
+}
+
 void runPlan(const PlanOptions& o) {
   const train::TrainConfig config = train::loadTrainConfig(o.config);
   const io::ModelConfig model = io::readModelConfig(config.model_name_or_path);
@@ -218,12 +238,16 @@ void runPlan(const PlanOptions& o) {
                          : train::loraExpertsFor(config, model, plan);
   placement::addLoraExpertsToPlan(plan, request, lora_experts);
   const bool distributed = o.job.worldSize() > 1 && o.chat_context == 0;
+  const std::optional<placement::SequenceFit> sequence_fit =
+      o.chat_context > 0 ? std::nullopt
+                         : std::optional(placement::longestSequenceThatFits(request, hw, plan));
   const train::JobSummary job = train::summarizeJob(config, plan, o.job);
   std::string no_cost_model;
   const std::optional<PlanCostModel> cost =
       planCostModel(request, plan, hw, o.hardware.empty(), o.calibrate, &no_cost_model);
   if (o.json) {
     nlohmann::json out = toJson(plan, hw, model);
+    if (sequence_fit) out["sequence_fit"] = sequenceFitJson(*sequence_fit);
     out["lora_experts"] = {{"requested", config.lora_experts},
                            {"paths", lora_experts.paths},
                            {"le_dim", lora_experts.le_dim},
@@ -241,6 +265,7 @@ void runPlan(const PlanOptions& o) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     printHuman(plan, config, model, hw, o.chat_context);
+    if (sequence_fit) printSequenceFit(*sequence_fit);
     if (!lora_experts.reason.empty())
       std::printf("\nLoRA experts  %s\n", lora_experts.reason.c_str());
     if (distributed) {

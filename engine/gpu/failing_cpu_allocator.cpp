@@ -14,10 +14,16 @@ class FailingCpuAllocator final : public c10::Allocator {
  public:
   explicit FailingCpuAllocator(c10::Allocator* inner) : inner_(inner) {}
 
-  void failIn(int n) { fail_in_ = n; }
+  void failIn(int n, bool as_host) {
+    as_host_ = as_host;
+    fail_in_ = n;
+  }
 
   c10::DataPtr allocate(size_t bytes) override {
     const bool fail = fail_in_.load() > 0 && fail_in_.fetch_sub(1) == 1;
+    // c10/core/impl/alloc_cpu.cpp's words for a failed host allocation.
+    TORCH_CHECK(!fail || !as_host_,
+                "DefaultCPUAllocator: not enough memory: you tried to allocate ", bytes, " bytes.");
     TORCH_CHECK_WITH(OutOfMemoryError, !fail, "CPU out of memory. Tried to allocate ", bytes,
                      " bytes\n(more lines of the allocator's report)");
     return inner_->allocate(bytes);
@@ -30,6 +36,7 @@ class FailingCpuAllocator final : public c10::Allocator {
  private:
   c10::Allocator* inner_;
   std::atomic<int> fail_in_{0};
+  std::atomic<bool> as_host_{false};
 };
 
 FailingCpuAllocator& allocator() {
@@ -45,6 +52,8 @@ FailingCpuAllocator& allocator() {
 
 void installFailingCpuAllocator() { allocator(); }
 
-void failCpuAllocationIn(int n) { allocator().failIn(n); }
+void failCpuAllocationIn(int n) { allocator().failIn(n, false); }
+
+void failHostAllocationIn(int n) { allocator().failIn(n, true); }
 
 }  // namespace tandem::gpu::testing

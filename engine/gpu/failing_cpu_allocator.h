@@ -13,4 +13,8 @@ void installFailingCpuAllocator();
 // The n-th libtorch CPU allocation from now (n >= 1) fails, once. Installs the wrapper first.
 void failCpuAllocationIn(int n);
 
+// The same, failing the way libtorch's own CPU allocator fails when the host is full (a c10::Error
+// "DefaultCPUAllocator: not enough memory"), not as a full GPU does.
+void failHostAllocationIn(int n);
+
 }  // namespace tandem::gpu::testing

@@ -38,6 +38,16 @@ at::Tensor rowsOf(const TokenBatch& batch, const std::vector<int64_t>& values) {
   throw OutOfMemory(what.substr(0, what.find('\n')));
 }
 
+// Host memory running out mid-step: the expert engine's buffers (std::bad_alloc) or libtorch's
+// CPU allocator ("DefaultCPUAllocator: not enough memory"), as an OutOfMemory like the GPU's, so
+// the trainer saves the last step and says what fits. Other errors go on as they are.
+[[noreturn]] void rethrowHostOutOfMemory(const std::string& what) {
+  throw OutOfMemory("host out of memory: " + what.substr(0, what.find('\n')));
+}
+bool isHostOutOfMemory(const c10::Error& e) {
+  return std::string(e.what_without_backtrace()).find("not enough memory") != std::string::npos;
+}
+
 }  // namespace
 
 LoraTraining::LoraTraining(Model& model, const AdamWSettings& adamw, ThreadPool& pool)
@@ -57,6 +67,11 @@ double LoraTraining::accumulateGradients(const TokenBatch& batch, double weight)
     return loss.item<double>();
   } catch (const c10::OutOfMemoryError& e) {
     rethrowOutOfMemory(e);
+  } catch (const std::bad_alloc& e) {
+    rethrowHostOutOfMemory(e.what());
+  } catch (const c10::Error& e) {
+    if (isHostOutOfMemory(e)) rethrowHostOutOfMemory(e.what_without_backtrace());
+    throw;
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include "engine/core/error.h"
 #include "engine/placement/expert_format.h"
+#include "engine/placement/memory_planner.h"
 
 namespace tandem::placement::memory {
 
@@ -194,6 +195,42 @@ uint64_t lossActivationBytes(const ModelConfig& m, int64_t tokens, int64_t loss_
   const int64_t rows = std::min(tokens, loss_chunk_tokens);
   return static_cast<uint64_t>(3 * rows * m.vocab_size * 4 +
                                2 * tokens * m.hidden_size * act_bytes);
+}
+
+int64_t moeChunkTokens(int64_t tokens, int64_t moe_token_chunk) {
+  const int64_t chunk = moe_token_chunk > 0 ? moe_token_chunk : kAutoMoeTokenChunk;
+  return std::max<int64_t>(1, std::min(tokens, chunk));
+}
+
+uint64_t layerBackwardBytes(const ModelConfig& m, int layer, int64_t tokens, int64_t chunk_tokens,
+                            int64_t act_bytes) {
+  const int64_t H = m.hidden_size, nh = m.num_attention_heads;
+  // Widths per token of the attention kernel's q, k, v and output as causalAttention gets them.
+  int64_t q = 0, k = 0, v = 0, extra_saved = 0;
+  if (m.isMla()) {
+    const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+    q = nh * qk;
+    k = nh * qk;
+    v = nh * std::max(qk, m.v_head_dim);  // padded to the q/k head dim for the fused kernels
+    // The padded v and the kernel's padded output, beside the narrowed ones already counted.
+    extra_saved = m.v_head_dim < qk ? 2 * nh * (qk - m.v_head_dim) : 0;
+  } else {
+    const int64_t groups = nh / std::max(m.num_key_value_heads, 1);
+    q = nh * m.head_dim;
+    k = v = nh * m.head_dim;
+    // repeat_kv materialises K and V for every query head (expand + reshape copies).
+    extra_saved = groups > 1 ? 2 * nh * m.head_dim : 0;
+  }
+  // dy and dx of the layer, dq / dk / dv, dO, and the fp32 dq accumulator of the kernel.
+  const int64_t attention = 2 * H + q + k + v + v + extra_saved;
+  int64_t mlp = 0;
+  if (m.isMoeLayer(layer)) {
+    mlp = H + 2 * sharedWidth(m) + H;  // routed output's gradient, shared gate/up's, their input's
+  } else {
+    mlp = 2 * m.intermediate_size + H;
+  }
+  const int64_t router = m.isMoeLayer(layer) ? 2 * chunk_tokens * m.num_experts * 4 : 0;
+  return static_cast<uint64_t>(tokens * (attention + mlp) * act_bytes + tokens * q * 4 + router);
 }
 
 uint64_t kvCacheBytes(const ModelConfig& m, int64_t tokens, int64_t act_bytes) {

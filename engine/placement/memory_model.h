@@ -49,6 +49,20 @@ uint64_t layerActivationBytes(const io::ModelConfig& m, int layer, int64_t token
 uint64_t lossActivationBytes(const io::ModelConfig& m, int64_t tokens, int64_t loss_chunk_tokens,
                              int64_t act_bytes);
 
+// Tokens one MoE router / expert pass takes: moe_token_chunk (0 = auto, kAutoMoeTokenChunk of
+// memory_planner.h), never more than the step's tokens.
+int64_t moeChunkTokens(int64_t tokens, int64_t moe_token_chunk);
+
+// One decoder layer's backward working set beyond the activations its recomputation saved
+// (layerActivationBytes): the layer's output gradient and its input's, the attention kernel's
+// gradients of q / k / v as the kernel sees them (GQA's K and V repeated to every query head by
+// causalAttention, MLA's v padded to the q/k head dim) with the memory-efficient kernel's fp32
+// dq accumulator, the repeated K/V copies and MLA's padded v and output themselves, the MLP's
+// intermediate gradients, and per MoE token chunk the router's logits and their gradient in f32.
+// No [S, S] term: the memory-efficient SDPA kernels never materialise the attention matrix.
+uint64_t layerBackwardBytes(const io::ModelConfig& m, int layer, int64_t tokens,
+                            int64_t chunk_tokens, int64_t act_bytes);
+
 // KV cache of one layer for `tokens` of context (GQA: K and V of the KV heads; MLA: the
 // decompressed K and V of every head, as the engine's attention computes them).
 uint64_t kvCacheBytes(const io::ModelConfig& m, int64_t tokens, int64_t act_bytes);

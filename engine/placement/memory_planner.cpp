@@ -294,6 +294,8 @@ void adviseGpus(MemoryPlan& plan, const PlanRequest& req) {
     std::string text = d.device.str() + ": need " + formatBytes(d.total()) + ", have " +
                        formatBytes(d.capacity_bytes) + ":";
     if (req.training && !req.gradient_checkpointing) text += " turn gradient checkpointing on,";
+    if (req.training && !req.offload_checkpoints)
+      text += " offload_checkpoints: true (layer inputs in host RAM),";
     if (req.training) text += " lower cutoff_len or per_device_train_batch_size,";
     text += " or move layers from " + d.device.str() + " to another GPU or to cpu in the rule file";
     plan.advice.push_back(text);
@@ -403,8 +405,9 @@ MemoryPlan evaluateChoices(const PlanRequest& request, const Hardware& hardware,
 
 }  // namespace
 
-MemoryPlan evaluatePlacement(const PlanRequest& request, const Hardware& hardware,
+MemoryPlan evaluatePlacement(const PlanRequest& asked, const Hardware& hardware,
                              const Placement& given) {
+  const PlanRequest request = effectiveRequest(asked);
   // The rule file places the modules; the resident experts fill what its GPUs have left. Their
   // counts are the planner's, whatever `given` came with (an earlier plan's, for layers that may
   // have moved off their GPU since), except the counts the user fixed (gpu_experts_fixed).
@@ -522,7 +525,8 @@ void chooseExpertFormat(MemoryPlan& plan, const PlanRequest& request, const Hard
 }
 }  // namespace
 
-MemoryPlan planMemory(const PlanRequest& request, const Hardware& hardware) {
+MemoryPlan planMemory(const PlanRequest& asked, const Hardware& hardware) {
+  const PlanRequest request = effectiveRequest(asked);
   if (request.cutoff_len <= 0 || request.batch_size <= 0) {
     throw Error("cutoff_len and per_device_train_batch_size must be above 0");
   }

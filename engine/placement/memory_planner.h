@@ -34,6 +34,10 @@ inline constexpr int kPlanCategoryCount = 8;
 std::string_view planCategoryName(PlanCategory category);  // "weights", "lora_optimizer", ...
 
 inline constexpr int64_t kAutoGpuExperts = -1;
+inline constexpr int64_t kAutoMoeTokenChunk = 8192;  // moe_token_chunk: 0
+// Planned on every GPU in use for the CUDA context, cuBLAS workspaces and libtorch's kernel image:
+// outside the caching allocator, so not in its peak (the e2e bench compares without it).
+inline constexpr uint64_t kGpuContextBytes = uint64_t{1} << 30;
 // Resident experts fill a GPU up to this fraction of its capacity: the rest is slack for the
 // caching allocator's fragmentation, which the planner does not model.
 inline constexpr double kGpuExpertsFill = 0.95;
@@ -48,6 +52,13 @@ struct PlanRequest {
   bool gradient_checkpointing = true;
   bool bf16 = true;  // dense weights and activations in bf16 (else fp32)
   int64_t loss_chunk_tokens = 1024;
+  // Long sequences (docs/placement.md, "Long sequences"). offload_checkpoints: each checkpointed
+  // layer's input [B, S, H] waits for the backward in pinned host memory (prefetched one layer
+  // ahead) instead of on its GPU; implies gradient checkpointing. moe_token_chunk: tokens per MoE
+  // router / expert pass (0 = auto, kAutoMoeTokenChunk), which bounds the per-pair buffers instead
+  // of B · S.
+  bool offload_checkpoints = false;
+  int64_t moe_token_chunk = 0;
   std::string experts_backend = "auto";
   std::string expert_weight_format;  // "" = defaultWeightFormat(backend, model)
   // AMX / oneDNN backends need Wᵀ for the backward: a persistent transposed copy of every expert,

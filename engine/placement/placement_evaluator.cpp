@@ -12,8 +12,6 @@ namespace tandem::placement {
 
 namespace {
 
-// CUDA context, cuBLAS/cuDNN workspaces and libtorch's kernels image on every GPU in use.
-constexpr uint64_t kGpuContextBytes = kGiB;
 // The process itself on the host: libtorch, thread stacks, the tokenized dataset, the tokenizer.
 constexpr uint64_t kHostProcessBytes = 2 * kGiB;
 
@@ -56,15 +54,22 @@ std::string resolveBackend(const std::string& backend, const Hardware& hw,
   return fp32Backend(hw);
 }
 
+PlanRequest effectiveRequest(const PlanRequest& request) {
+  PlanRequest r = request;
+  if (r.offload_checkpoints) r.gradient_checkpointing = true;
+  return r;
+}
+
 Evaluator::Evaluator(const PlanRequest& request, const Hardware& hw, bool transposed_pool,
                      bool keep_expert_forward)
-    : req_(request),
+    : req_(effectiveRequest(request)),
       hw_(hw),
-      m_(request.model),
+      m_(req_.model),
       pool_(transposed_pool),
       keep_(keep_expert_forward),
       target_(io::LoraTarget::parse(joinTargets(request.lora_target))),
       tokens_(request.batch_size * request.cutoff_len),
+      moe_chunk_(memory::moeChunkTokens(tokens_, request.moe_token_chunk)),
       act_bytes_(request.bf16 ? 2 : 4) {}
 
 std::vector<int> Evaluator::computeNodes() const {
@@ -113,12 +118,18 @@ void Evaluator::chargeDense(Books& books, const ModulePlacement& m) const {
   if (m.kind == ModuleKind::Attention) {
     if (req_.training) {
       const uint64_t layer_act = memory::layerActivationBytes(m_, m.layer, tokens_, act_bytes_);
+      const auto layer_input = static_cast<uint64_t>(tokens_ * m_.hidden_size * act_bytes_);
       // Checkpointing keeps each layer's input; the recomputed layer's own activations are the
-      // per-device "recompute" item below.
-      charge(books, m.device, PlanCategory::Activations, "layer activations",
-             req_.gradient_checkpointing
-                 ? static_cast<uint64_t>(tokens_ * m_.hidden_size * act_bytes_)
-                 : layer_act);
+      // per-device "recompute" item below. Offloaded, the inputs wait in pinned host memory and
+      // the GPU holds two of them ("checkpoint prefetch", evaluate): the layer working and the
+      // next one's on its way.
+      if (req_.offload_checkpoints && m.device.isGpu()) {
+        charge(books, Device::cpu(), PlanCategory::PinnedStaging, "offloaded checkpoints",
+               layer_input);
+      } else {
+        charge(books, m.device, PlanCategory::Activations, "layer activations",
+               req_.gradient_checkpointing ? layer_input : layer_act);
+      }
     }
     charge(books, m.device, PlanCategory::KvCache, "KV cache",
            memory::kvCacheBytes(m_, req_.kv_cache_tokens, act_bytes_));
@@ -195,8 +206,9 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, Device lay
            static_cast<uint64_t>(tokens_ * m_.hidden_size * act_bytes_));
   }
   if (first) {
+    // Per MoE token chunk: the expert layer's call works on moe_token_chunk tokens at a time.
     charge(books, compute, PlanCategory::Activations, "expert scratch",
-           memory::expertScratchBytes(m_, tokens_, req_.training ? req_.lora_rank : 0,
+           memory::expertScratchBytes(m_, moe_chunk_, req_.training ? req_.lora_rank : 0,
                                       req_.training ? targeted : 0, req_.training && down, split));
   }
   if (offload) {
@@ -237,11 +249,12 @@ void Evaluator::chargeResident(Books& books, const ModulePlacement& m, Device la
   // Pairs they compute: hot experts get more than their share; estimated as twice it. Per pair:
   // the gathered row and the output [H] b, gate/up/h [I] b, the fp32 weighted output [H] and its
   // sum; T · H fp32 for the per-token sum. Training's backward recomputes it with grads: twice.
-  const int64_t P = tokens_ * m_.num_experts_per_tok;
+  // One MoE token chunk's pairs at a time (moe_token_chunk).
+  const int64_t P = moe_chunk_ * m_.num_experts_per_tok;
   const int64_t pairs =
       std::min<int64_t>(P, (2 * P * n + m_.num_experts - 1) / std::max(m_.num_experts, 1));
   const int64_t forward =
-      pairs * (2 * H * act_bytes_ + 3 * I * act_bytes_ + 2 * H * 4) + tokens_ * H * 4;
+      pairs * (2 * H * act_bytes_ + 3 * I * act_bytes_ + 2 * H * 4) + moe_chunk_ * H * 4;
   const auto lora = static_cast<uint64_t>(
       memory::loraParameters(m_, ModuleKind::RoutedExperts, m.layer, target_, req_.lora_rank));
   const uint64_t lora_slices = lora / static_cast<uint64_t>(std::max(m_.num_experts, 1)) *
@@ -287,7 +300,9 @@ MemoryPlan Evaluator::evaluate(const Placement& placement) const {
     if (m.kind == ModuleKind::Attention) {
       layer_device = m.device;
       uint64_t& peak = max_layer_act[m.device];
-      peak = std::max(peak, memory::layerActivationBytes(m_, m.layer, tokens_, act_bytes_));
+      peak = std::max(peak,
+                      memory::layerActivationBytes(m_, m.layer, tokens_, act_bytes_) +
+                          memory::layerBackwardBytes(m_, m.layer, tokens_, moe_chunk_, act_bytes_));
     }
     if (m.kind == ModuleKind::RoutedExperts) {
       chargeExperts(books, m, layer_device, first_experts);
@@ -299,6 +314,13 @@ MemoryPlan Evaluator::evaluate(const Placement& placement) const {
   if (req_.training && req_.gradient_checkpointing) {
     for (const auto& [device, bytes] : max_layer_act)
       charge(books, device, PlanCategory::Activations, "recompute", bytes);
+    if (req_.offload_checkpoints) {
+      for (const auto& [device, bytes] : max_layer_act) {
+        if (device.isGpu())
+          charge(books, device, PlanCategory::Activations, "checkpoint prefetch",
+                 static_cast<uint64_t>(2 * tokens_ * m_.hidden_size * act_bytes_));
+      }
+    }
   }
   for (auto& [device, plan] : books.devices) {
     const uint64_t used = plan.total();

@@ -34,10 +34,15 @@ bool packsTransposed(const ModulePlacement& m);
 std::string resolveBackend(const std::string& backend, const Hardware& hw,
                            const io::ModelConfig& model, const std::string& format);
 
+// `request` as the engine runs it: offload_checkpoints implies gradient checkpointing.
+PlanRequest effectiveRequest(const PlanRequest& request);
+
 class Evaluator {
  public:
   Evaluator(const PlanRequest& request, const Hardware& hw, bool transposed_pool,
             bool keep_expert_forward);
+  Evaluator(const Evaluator&) = delete;  // m_ refers into req_
+  Evaluator& operator=(const Evaluator&) = delete;
 
   MemoryPlan evaluate(const Placement& placement) const;
 
@@ -61,13 +66,14 @@ class Evaluator {
   // HBM, has no threads to compute on: engine/experts/expert_nodes.cpp); all when none say.
   std::vector<int> computeNodes() const;
 
-  const PlanRequest& req_;
+  const PlanRequest req_;  // effectiveRequest: offload_checkpoints implies checkpointing
   const Hardware& hw_;
-  const io::ModelConfig& m_;
-  bool pool_;  // Wᵀ in a per-node pool of two layers instead of a persistent copy
+  const io::ModelConfig& m_;  // req_.model
+  bool pool_;                 // Wᵀ in a per-node pool of two layers instead of a persistent copy
   bool keep_;  // with checkpointing, every MoE layer's expert forward cache kept until its backward
   io::LoraTarget target_;
   int64_t tokens_;
+  int64_t moe_chunk_;  // tokens per MoE router / expert pass (memory::moeChunkTokens)
   int64_t act_bytes_;
 };
 

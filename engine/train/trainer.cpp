@@ -383,10 +383,19 @@ void Trainer::failOutOfMemory(const std::string& what, int64_t run_start_step) {
       saved = "saving step " + std::to_string(step_) + " failed too (" + e.what() + ")";
     }
   }
+  // The planner's longest cutoff_len for the settings that ran, and what lengthens it.
+  std::string fits;
+  if (settings_.out_of_memory_advice) {
+    try {
+      fits = settings_.out_of_memory_advice() + ". ";
+    } catch (const std::exception& e) {
+      fits = std::string("(the planner could not say what fits: ") + e.what() + ") ";
+    }
+  }
   throw Error(
       "out of memory in training step " + failed_step + ": " + what.substr(0, what.find('\n')),
-      saved +
-          ". Run the same YAML with a smaller gpu_experts (a count instead of auto) to "
+      saved + ". " + fits +
+          "Run the same YAML with a smaller gpu_experts (a count instead of auto) to "
           "resume from there, or start over with a lower cutoff_len or "
           "per_device_train_batch_size, "
           "or with gradient_checkpointing: true; `tandem plan` with the YAML shows what each "

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <stop_token>
 #include <string>
@@ -58,6 +59,9 @@ struct TrainerSettings {
   // global micro-batch of batch_size x world size samples; gradients, loss and token counts are
   // summed over the ranks before the clip; rank 0 alone writes files. Not owned.
   model::ProcessGroup* group = nullptr;
+  // Out of memory mid-run: what the planner says fits, for the error (placement::
+  // outOfMemoryAdvice: the longest cutoff_len and what lengthens it); asked only then. May be null.
+  std::function<std::string()> out_of_memory_advice;
 };
 
 // Seconds `steps_left` more steps take at the pace of this run's steps after its first: the

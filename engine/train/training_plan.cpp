@@ -34,4 +34,17 @@ placement::MemoryPlan planTraining(const TrainConfig& config, const io::ModelCon
   return plan;
 }
 
+placement::SequenceFit sequenceFitFor(const TrainConfig& config, const io::ModelConfig& model,
+                                      const placement::MemoryPlan& plan,
+                                      const placement::Hardware& hardware) {
+  return placement::longestSequenceThatFits(planRequestFor(config, model),
+                                            model::usableHardware(config, hardware), plan);
+}
+
+std::string longestSequenceAdvice(const TrainConfig& config, const io::ModelConfig& model,
+                                  const placement::MemoryPlan& plan,
+                                  const placement::Hardware& hardware) {
+  return placement::outOfMemoryAdvice(sequenceFitFor(config, model, plan, hardware));
+}
+
 }  // namespace tandem::train

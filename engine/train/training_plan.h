@@ -4,10 +4,13 @@
 // settings (lora_rank, lora_target, cutoff_len, per_device_train_batch_size). `tandem plan`
 // prints it; runTraining refuses early when it does not fit and then runs exactly its placement.
 
+#include <string>
+
 #include "engine/io/model_config.h"
 #include "engine/placement/hardware.h"
 #include "engine/placement/lora_experts_budget.h"
 #include "engine/placement/memory_planner.h"
+#include "engine/placement/sequence_fit.h"
 #include "engine/train/train_config.h"
 
 namespace tandem::train {
@@ -25,5 +28,17 @@ placement::LoraExpertsChoice loraExpertsFor(const TrainConfig& config, const io:
 
 placement::MemoryPlan planTraining(const TrainConfig& config, const io::ModelConfig& model,
                                    const placement::Hardware& hardware);
+
+// The longest cutoff_len that fits `plan`'s placement on `hardware` (as probed for the plan)
+// with this config's settings, and what lengthens it (placement/sequence_fit.h): the studio's
+// training page line.
+placement::SequenceFit sequenceFitFor(const TrainConfig& config, const io::ModelConfig& model,
+                                      const placement::MemoryPlan& plan,
+                                      const placement::Hardware& hardware);
+
+// The same for the trainer's out-of-memory error, as a sentence.
+std::string longestSequenceAdvice(const TrainConfig& config, const io::ModelConfig& model,
+                                  const placement::MemoryPlan& plan,
+                                  const placement::Hardware& hardware);
 
 }  // namespace tandem::train

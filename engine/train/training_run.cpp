@@ -219,12 +219,13 @@ class FirstStepNote : public TrainListener {
 // Step 1: the memory plan on this machine, before anything is loaded. A run that cannot fit is
 // refused with the planner's advice instead of dying at step 0 (or hour 3).
 placement::MemoryPlan planOnThisMachine(const TrainConfig& config,
-                                        const io::ModelConfig& model_config) {
+                                        const io::ModelConfig& model_config,
+                                        const placement::Hardware& hardware) {
   if (!config.expert_weight_path.empty()) {
     throw Error("kt_weight_path (pre-converted KTransformers expert weights) is not supported",
                 "remove kt_weight_path: Tandem reads the experts from the model's safetensors");
   }
-  placement::MemoryPlan plan = planTraining(config, model_config, model::probeMachine());
+  placement::MemoryPlan plan = planTraining(config, model_config, hardware);
   model::requireFits(plan, "this run");
   return plan;
 }
@@ -421,7 +422,9 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   if (rank0) refuseIfOutputDirBusy(config.output_dir);
   // Everything that can be wrong with the inputs is found before any file is written.
   const io::ModelConfig model_config = io::readModelConfig(config.model_name_or_path);
-  const placement::MemoryPlan plan = planOnThisMachine(config, model_config);
+  // Probed once, before loading: an out-of-memory error judges the run by the same machine.
+  const placement::Hardware hardware = model::probeMachine();
+  const placement::MemoryPlan plan = planOnThisMachine(config, model_config, hardware);
   if (group) warnIfRanksOverfillTheNode(plan, listener);
   listener.onMemory(gpu::sampleMemory("planned, nothing loaded yet", 0));
   TrainingData data = prepareData(config, listener);
@@ -432,8 +435,11 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
     const MemorySampling sampling(listener, "loading the model");
     loaded = loadModel(config, model_config, plan, listener);
   }
-  Trainer trainer(*loaded.model, loaded.lora, std::move(data.samples),
-                  trainerSettings(config, data.pad_id, fingerprint, group.get()),
+  TrainerSettings settings = trainerSettings(config, data.pad_id, fingerprint, group.get());
+  settings.out_of_memory_advice = [&config, &model_config, &plan, &hardware] {
+    return longestSequenceAdvice(config, model_config, plan, hardware);
+  };
+  Trainer trainer(*loaded.model, loaded.lora, std::move(data.samples), std::move(settings),
                   ThreadPool::global(), std::move(data.eval_samples));
   listener.onMemory(gpu::sampleMemory("model and optimizer ready", 0));
 

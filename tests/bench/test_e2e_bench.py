@@ -8,6 +8,7 @@ the same quantised weights everywhere)."""
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -107,3 +108,59 @@ def test_busy_time_trace_and_cost_model_are_reported(config_dir, tmp_path):
     assert cost["measured_step_ms"] > 0 and cost["measured_cpu_expert_engine_ms"] > 0
     assert cost["step_over_lower_bound"] == pytest.approx(cost["measured_step_ms"] / cost["lower_bound_ms"])
     assert cost["modes"]["co"]["cpu_experts_ms"] > 0
+
+
+def test_offloaded_checkpoints_report_the_planners_peak_beside_the_run(config_dir):
+    """Issue 29: the bench records, per length, tokens/s and the planner's prediction for the same
+    settings (in-process); offloading checkpoints adds the layer inputs to the predicted host bytes.
+    On the CPU device there is no caching allocator peak to set beside it (that is the H200 run's)."""
+    plain = bench(config_dir, "--experts", "cpu")
+    offloaded = bench(config_dir, "--experts", "cpu", "--offload-checkpoints", "--moe-token-chunk", "32")
+    for r in (plain, offloaded):
+        seq = r["sequence"]
+        assert seq["tokens"] == 64
+        assert seq["tokens_per_s"] == r["tokens_per_s"] > 0
+        assert "peak_allocated_bytes" not in seq  # the layers run on the CPU device
+    assert offloaded["sequence"]["offload_checkpoints"] and offloaded["sequence"]["moe_token_chunk"] == 32
+    assert offloaded["gradient_checkpointing"]
+    # The same model and tokens: offloading is planned, and moves no number.
+    assert [s["loss"] for s in offloaded["steps"]] == [s["loss"] for s in plain["steps"]]
+
+
+FAKE_BENCH = r'''#!/usr/bin/env python3
+import json, sys
+args = sys.argv[1:]
+tokens = int(args[args.index("--tokens") + 1])
+offload = "--offload-checkpoints" in args
+print(json.dumps({"tokens_per_s": 1e6 / tokens, "steps": [{"loss": 5.0}],
+                  "gpu_memory": {"cuda:0": {"peak_allocated_bytes": 1000 * tokens, "peak_reserved_bytes": 1100 * tokens}},
+                  "sequence": {"tokens": tokens, "tokens_per_s": 1e6 / tokens, "offload_checkpoints": offload,
+                               "peak_allocated_bytes": 1000 * tokens, "peak_reserved_bytes": 1100 * tokens,
+                               "predicted_gpu_peak_bytes": 1050 * tokens + (1 << 30),
+                               "predicted_over_allocated": 1.05, "predicted_over_reserved": 1050 / 1100}}))
+'''
+
+
+def test_a_token_list_runs_each_length_in_its_own_process(tmp_path):
+    """--tokens 2048,16384,65536: every length of every mode is one bench process, and the JSON keeps
+    each length's tokens/s, allocator peak and planner prediction under "sequence"."""
+    fake = tmp_path / "fake_bench"
+    fake.write_text(FAKE_BENCH)
+    fake.chmod(0o755)
+    driver = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "e2e_train_bench.py")
+    out = tmp_path / "result.json"
+    result = subprocess.run(
+        [sys.executable, driver, "--bench", str(fake), "--models", "qwen3-30b-a3b", "--tokens", "65536,2048,16384",
+         "--modes", "co,offload", "--offload-checkpoints", "--out", str(out)],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    r = json.loads(out.read_text())["qwen3-30b-a3b"]
+    assert list(r["sequence"]) == ["2048", "16384", "65536"]  # shortest first
+    for tokens in (2048, 16384, 65536):
+        for mode in ("tandem_co", "tandem_offload"):
+            seq = r["sequence"][str(tokens)][mode]
+            assert seq["tokens"] == tokens and seq["offload_checkpoints"]
+            assert seq["tokens_per_s"] == pytest.approx(1e6 / tokens)
+            assert seq["peak_reserved_bytes"] == 1100 * tokens
+            assert seq["predicted_over_reserved"] == pytest.approx(1050 / 1100)
+            assert r["by_tokens"][str(tokens)][mode]["command"].count("--tokens " + str(tokens)) == 1

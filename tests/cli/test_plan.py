@@ -312,3 +312,29 @@ def test_calibrate_measures_this_machine_and_caches_it(tmp_path):
     assert run()["rates_source"] == unmeasured
     assert run("--calibrate")["rates_source"] == "calibrated"
     assert json.loads(files[0].read_text())["format_version"] == 1
+
+
+def test_plan_says_the_longest_cutoff_len_that_fits(tmp_path):
+    """Issue 29: the predicted GPU and host peaks at the YAML's cutoff_len and the longest cutoff_len
+    that fits, as JSON and as the text's `sequence` line. At the longest the GPU is within its memory,
+    the peak grows with the length, and a doubled batch halves (about) the longest sequence."""
+    hardware = "1x4090-24g_xeon-w7-spr_256g"
+    cfg = config(tmp_path, "qwen3-30b-a3b.json", lora_target="q_proj,k_proj,v_proj,o_proj", gpu_experts=0)
+    result = plan(cfg, "--hardware", hardware)
+    fit = result["sequence_fit"]
+    gpu = next(d for d in result["devices"] if d["device"] == "cuda:0")
+    assert fit["cutoff_len"] == 2048
+    assert fit["gpu_peak_device"] == "cuda:0" and fit["gpu_peak_bytes"] == gpu["total_bytes"]
+    assert fit["host_bytes"] == sum(d["total_bytes"] for d in result["devices"] if d["device"].startswith("cpu"))
+    longest = fit["longest_cutoff_len"]
+    assert 2048 < longest < 1 << 20 and longest % 256 == 0 and not fit["at_ceiling"]
+    assert gpu["total_bytes"] < fit["longest_gpu_peak_bytes"] <= gpu["capacity_bytes"]
+    assert any(change.startswith("offload_checkpoints: true (") for change in fit["lengthen"])
+    (tmp_path / "batch2").mkdir()
+    doubled = plan(config(tmp_path / "batch2", "qwen3-30b-a3b.json", lora_target="q_proj,k_proj,v_proj,o_proj",
+                          gpu_experts=0, per_device_train_batch_size=2), "--hardware", hardware)["sequence_fit"]
+    assert longest / 2 - 512 <= doubled["longest_cutoff_len"] <= longest / 2 + 512
+    text = subprocess.run([TANDEM, "plan", str(cfg), "--hardware", hardware], capture_output=True, text=True,
+                          timeout=120).stdout
+    assert f"longest cutoff_len that fits: {longest} tokens" in text
+    assert "\n  longer with offload_checkpoints: true (" in text

@@ -14,6 +14,7 @@
 
 #include "engine/infer/generator.h"
 #include "engine/model/checkpoint_dir.h"
+#include "engine/placement/sequence_fit.h"
 #include "engine/store/run_store.h"
 #include "engine/train/trainer.h"
 #include "tests/ui/ui_test_support.h"
@@ -25,6 +26,7 @@
 #include "ui/metric_chart.h"
 #include "ui/resources.h"
 #include "ui/runs_view.h"
+#include "ui/sequence_fit_label.h"
 #include "ui/training_controller.h"
 #include "ui/training_dashboard.h"
 
@@ -43,6 +45,7 @@ class TrainingTest : public QObject {
   void chatPanelKeepsTheConversation();
   void pauseStopAndResume();
   void closingDuringARunStopsWithACheckpoint();
+  void sequenceFitLabelSaysTheLongest();
 
  private:
   QTemporaryDir tmp_;
@@ -94,6 +97,11 @@ void TrainingTest::dashboardReceivesRealSteps() {
   QCOMPARE(dashboard.lossChart()->pointCount(0), 4);  // raw
   QCOMPARE(dashboard.lossChart()->pointCount(1), 4);  // smoothed
   QVERIFY(!dashboard.memoryMap()->bars().empty());
+  // The planner's longest cutoff_len for the run, beside the memory map (issue 29).
+  const QString fit_text = dashboard.sequenceFit()->text();
+  QVERIFY2(fit_text.contains(QStringLiteral("Longest cutoff_len that fits: ")) &&
+               fit_text.contains(QStringLiteral(" tokens (this run %1: ").arg(config_.cutoff_len)),
+           qPrintable(fit_text));
   QVERIFY(dashboard.logText().contains(QStringLiteral("checkpoint at step 2")));
   QCOMPARE(finish.final_loss, dashboard_losses_.back());
   QCOMPARE(steps.back().front().value<StepEvent>().world_size, 1);
@@ -288,6 +296,30 @@ void TrainingTest::closingDuringARunStopsWithACheckpoint() {
   QCOMPARE(run->status, store::RunStatus::Stopped);
   QVERIFY(run->last_step.value_or(0) < 50);
   QVERIFY(!model::lastCheckpoint(config.output_dir).empty());
+}
+
+// The label says the planner's figures as they are, and the tooltip what lengthens the sequence.
+void TrainingTest::sequenceFitLabelSaysTheLongest() {
+  SequenceFitLabel label;
+  QVERIFY(label.text().contains(QStringLiteral("not planned yet")));
+  placement::SequenceFit fit;
+  fit.cutoff_len = 2048;
+  fit.gpu_peak_bytes = uint64_t{10} << 30;
+  fit.gpu_peak_device = "cuda:0";
+  fit.host_bytes = uint64_t{61} << 30;
+  fit.longest_cutoff_len = 21760;
+  fit.lengthen = {"offload_checkpoints: true (48640 tokens)"};
+  label.setFit(std::make_shared<const placement::SequenceFit>(fit));
+  QVERIFY2(label.text().contains(QStringLiteral("Longest cutoff_len that fits: 21760 tokens (this "
+                                                "run 2048: GPU peak 10.0 GiB on cuda:0, host "
+                                                "61.0 GiB, planned)")),
+           qPrintable(label.text()));
+  QVERIFY2(label.toolTip().contains(
+               QStringLiteral("Longer with offload_checkpoints: true (48640 tokens)")),
+           qPrintable(label.toolTip()));
+  fit.longest_cutoff_len = 0;
+  label.setFit(std::make_shared<const placement::SequenceFit>(fit));
+  QVERIFY(label.text().contains(QStringLiteral("none (not even 256 tokens)")));
 }
 
 }  // namespace tandem::ui
