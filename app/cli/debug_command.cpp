@@ -20,6 +20,7 @@
 #include "engine/model/machine_probe.h"
 #include "engine/model/model.h"
 #include "engine/model/model_resolver.h"
+#include "engine/train/packing.h"
 
 namespace tandem::cli {
 
@@ -38,6 +39,10 @@ model::ModelRequest debugRequest() {
 struct DebugOptions {
   std::string model, adapter, tokens, labels, out;
   model::ModelRequest request = debugRequest();
+  // --pack plain|neat: the token rows are samples, packed as training packs them (packing.h)
+  // into rows of at most cutoff_len - 1 tokens; --packed-layout writes which samples went where.
+  std::string pack, packed_layout;
+  int64_t cutoff_len = 2048;
 };
 
 // The model of `dir`, placed by the memory plan for this machine and the request.
@@ -83,6 +88,33 @@ std::vector<int64_t> padRows(const std::vector<std::vector<int64_t>>& rows, size
   return out;
 }
 
+// The samples (token rows and label rows) packed as `tandem train` packs them; the layout
+// {"rows": [[sample index, ...] per packed row]} goes to o.packed_layout when given.
+model::TokenBatch packedBatch(const DebugOptions& o,
+                              const std::vector<std::vector<int64_t>>& tokens,
+                              const std::vector<std::vector<int64_t>>& labels) {
+  if (o.pack != "plain" && o.pack != "neat")
+    throw Error("--pack must be plain or neat, got '" + o.pack + "'");
+  if (labels.empty())
+    throw Error("--pack needs --labels", "give a labels file shaped like the tokens");
+  std::vector<chat::EncodedSample> samples;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    samples.push_back({std::vector<int32_t>(tokens[i].begin(), tokens[i].end()),
+                       std::vector<int32_t>(labels[i].begin(), labels[i].end())});
+  const train::PackedRows packed = train::packForTraining(
+      samples, o.cutoff_len,
+      o.pack == "neat" ? train::PackingMode::Neat : train::PackingMode::Plain);
+  if (!packed.dropped.empty())
+    throw Error(packed.summary(), "give samples of at most cutoff_len - 1 tokens");
+  if (!o.packed_layout.empty()) {
+    const nlohmann::json layout = {{"rows", packed.samples}, {"row_capacity", packed.row_capacity}};
+    std::ofstream(o.packed_layout) << layout.dump() << "\n";
+  }
+  std::vector<int64_t> all(packed.rows.size());
+  for (size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int64_t>(r);
+  return train::batchOfRows(packed.rows, all, /*pad_id=*/0);
+}
+
 void runDebug(const DebugOptions& o, bool gradients) {
   const auto token_rows = readRows(o.tokens, "tokens");
   size_t width = 0;
@@ -99,8 +131,11 @@ void runDebug(const DebugOptions& o, bool gradients) {
     }
     if (!same_shape) throw Error(o.labels + ": labels must have exactly the shape of the tokens");
     batch.labels = padRows(label_rows, width, -100);
+    if (!o.pack.empty()) batch = packedBatch(o, token_rows, label_rows);
   } else if (gradients) {
     throw Error("debug grad needs --labels", "give a labels file shaped like the tokens");
+  } else if (!o.pack.empty()) {
+    packedBatch(o, token_rows, {});  // the error that says what --pack needs
   }
 
   gpu::setTorchThreads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
@@ -129,6 +164,12 @@ void addVariant(CLI::App& debug, const char* name, const char* help, bool gradie
       ->required();
   command->add_option("--labels", o->labels, "JSON labels shaped like the tokens, -100 ignored");
   command->add_option("--out", o->out, "output .safetensors")->required();
+  command->add_option("--pack", o->pack,
+                      "plain or neat: pack the rows (samples) as training does (needs --labels)");
+  command->add_option("--cutoff-len", o->cutoff_len, "with --pack: rows of cutoff_len - 1 tokens")
+      ->capture_default_str();
+  command->add_option("--packed-layout", o->packed_layout,
+                      "with --pack: write {\"rows\": [[sample indices]...]} to this JSON file");
   addModelOptions(*command, o->request);
   addTrainingModelOptions(*command, o->request);
   command->callback([o, gradients] { runDebug(*o, gradients); });

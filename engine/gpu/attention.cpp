@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "engine/gpu/norm.h"
+#include "engine/gpu/segmented_attention.h"
 
 namespace tandem::gpu {
 
@@ -23,7 +24,8 @@ at::Tensor causalAttention(const at::Tensor& q, const at::Tensor& k, const at::T
   return out.transpose(1, 2).reshape({q.size(0), q.size(2), -1});
 }
 
-at::Tensor GqaAttention::forward(const at::Tensor& x, const RopeTables& rope, bool training) const {
+at::Tensor GqaAttention::forward(const at::Tensor& x, const RopeTables& rope, bool training,
+                                 const SequenceSegments* segments) const {
   const int64_t batch = x.size(0), seq = x.size(1);
   auto heads = [&](const LoraLinear& proj, int n, const at::Tensor& norm) {
     at::Tensor t = proj.forward(x, training).view({batch, seq, n, head_dim});
@@ -33,7 +35,9 @@ at::Tensor GqaAttention::forward(const at::Tensor& x, const RopeTables& rope, bo
   const at::Tensor q = Rope::apply(heads(q_proj, num_heads, q_norm), rope, RopeLayout::Halves);
   const at::Tensor k = Rope::apply(heads(k_proj, num_kv_heads, k_norm), rope, RopeLayout::Halves);
   const at::Tensor v = heads(v_proj, num_kv_heads, at::Tensor());
-  return o_proj.forward(causalAttention(q, k, v, scaling), training);
+  const at::Tensor attended = segments ? segmentedCausalAttention(q, k, v, scaling, *segments)
+                                       : causalAttention(q, k, v, scaling);
+  return o_proj.forward(attended, training);
 }
 
 void GqaAttention::visitProjections(const ProjectionVisitor& visit) {
@@ -43,7 +47,8 @@ void GqaAttention::visitProjections(const ProjectionVisitor& visit) {
   visit("o_proj", o_proj);
 }
 
-at::Tensor MlaAttention::forward(const at::Tensor& x, const RopeTables& rope, bool training) const {
+at::Tensor MlaAttention::forward(const at::Tensor& x, const RopeTables& rope, bool training,
+                                 const SequenceSegments* segments) const {
   const int64_t batch = x.size(0), seq = x.size(1);
   const int64_t qk_head_dim = qk_nope_head_dim + qk_rope_head_dim;
   at::Tensor q =
@@ -73,7 +78,10 @@ at::Tensor MlaAttention::forward(const at::Tensor& x, const RopeTables& rope, bo
   const at::Tensor key =
       at::cat({k_nope, k_rot.expand({batch, num_heads, seq, qk_rope_head_dim})}, -1);
   const at::Tensor query = at::cat({q_nope, q_rot}, -1);
-  return o_proj.forward(causalAttention(query, key, value, scaling), training);
+  const at::Tensor attended = segments
+                                  ? segmentedCausalAttention(query, key, value, scaling, *segments)
+                                  : causalAttention(query, key, value, scaling);
+  return o_proj.forward(attended, training);
 }
 
 void MlaAttention::visitProjections(const ProjectionVisitor& visit) {

@@ -16,6 +16,8 @@
 
 namespace tandem::gpu {
 
+struct SequenceSegments;  // segmented_attention.h
+
 // q [B, heads, S, dk], k [B, kv_heads, S, dk], v [B, kv_heads, S, dv] -> [B, S, heads * dv].
 at::Tensor causalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            double scaling);
@@ -32,8 +34,10 @@ struct GqaAttention {
   double rms_norm_eps = 1e-6;
   double scaling = 1.0;  // head_dim^-0.5
 
-  // x [B, S, hidden] -> [B, S, hidden]
-  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, bool training) const;
+  // x [B, S, hidden] -> [B, S, hidden]. segments (may be null): packed samples that must not
+  // attend to each other (segmentedCausalAttention); rope then holds their per-row positions.
+  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, bool training,
+                     const SequenceSegments* segments = nullptr) const;
   void visitProjections(const ProjectionVisitor& visit);
 };
 
@@ -51,7 +55,9 @@ struct MlaAttention {
   double scaling = 1.0;  // (nope + rope)^-0.5, times yarn's mscale² when it applies
   RopeLayout rope_layout = RopeLayout::Interleaved;
 
-  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, bool training) const;
+  // As GqaAttention::forward, segments included.
+  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, bool training,
+                     const SequenceSegments* segments = nullptr) const;
   void visitProjections(const ProjectionVisitor& visit);
 };
 

@@ -118,11 +118,30 @@ RopeTables Rope::tables(int64_t seq_len, const at::Device& device) const {
   return t;
 }
 
+RopeTables Rope::tables(const at::Tensor& position_ids, const at::Device& device) const {
+  const int64_t longest = position_ids.numel() > 0 ? position_ids.max().item<int64_t>() + 1 : 0;
+  if (type_ == io::RopeType::Dynamic && longest > max_position_embeddings_) {
+    throw Error("a packed sample of " + std::to_string(longest) +
+                    " tokens is longer than the model's " +
+                    std::to_string(max_position_embeddings_) + " with dynamic rope scaling",
+                "lower cutoff_len to at most max_position_embeddings");
+  }
+  // Each position times each frequency, one fp32 product as at::outer above (and transformers'
+  // inv_freq @ position_ids) computes it: equal positions give bitwise equal angles.
+  const at::Tensor freqs = position_ids.to(at::kFloat).unsqueeze(-1) * inv_freq_;  // [B, S, dim/2]
+  RopeTables t;
+  t.cos = (freqs.cos() * attention_scaling_).to(device);
+  t.sin = (freqs.sin() * attention_scaling_).to(device);
+  return t;
+}
+
 at::Tensor Rope::apply(const at::Tensor& x, const RopeTables& tables, RopeLayout layout) {
   const int64_t half = x.size(-1) / 2;
   const at::Tensor xf = x.to(at::kFloat);
-  const at::Tensor cos = tables.cos.unsqueeze(0).unsqueeze(0);  // [1, 1, seq, half]
-  const at::Tensor sin = tables.sin.unsqueeze(0).unsqueeze(0);
+  // [1, 1, seq, half], or [batch, 1, seq, half] for per-row positions: broadcast over the heads.
+  const bool per_row = tables.cos.dim() == 3;
+  const at::Tensor cos = per_row ? tables.cos.unsqueeze(1) : tables.cos.unsqueeze(0).unsqueeze(0);
+  const at::Tensor sin = per_row ? tables.sin.unsqueeze(1) : tables.sin.unsqueeze(0).unsqueeze(0);
   at::Tensor first, second;  // the two members of each rotated pair
   if (layout == RopeLayout::Halves) {
     first = xf.narrow(-1, 0, half);

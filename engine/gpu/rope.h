@@ -16,7 +16,9 @@ namespace tandem::gpu {
 enum class RopeLayout { Halves, Interleaved };
 
 struct RopeTables {
-  at::Tensor cos;  // [seq, rotary_dim / 2] fp32, already times the attention scaling
+  // [seq, rotary_dim / 2] fp32, already times the attention scaling; [batch, seq, rotary_dim / 2]
+  // when each row has its own positions (packed samples restarting at 0).
+  at::Tensor cos;
   at::Tensor sin;
 };
 
@@ -28,6 +30,8 @@ class Rope {
 
   // Positions 0 .. seq_len-1 on `device`.
   RopeTables tables(int64_t seq_len, const at::Device& device) const;
+  // Positions given per token: position_ids [batch, seq] int64 (CPU) -> tables [batch, seq, .].
+  RopeTables tables(const at::Tensor& position_ids, const at::Device& device) const;
 
   // x [batch, heads, seq, rotary_dim]; computed in fp32 and cast back to x's dtype.
   static at::Tensor apply(const at::Tensor& x, const RopeTables& tables, RopeLayout layout);

@@ -5,22 +5,37 @@
 #include "engine/core/error.h"
 #include "engine/gpu/chunked_loss.h"
 #include "engine/gpu/norm.h"
+#include "engine/gpu/segmented_attention.h"
 
 namespace tandem::model {
 
 CausalLm::~CausalLm() = default;
 
 at::Tensor DecoderLayer::forward(const at::Tensor& x, const gpu::RopeTables& rope, double eps,
-                                 bool training) const {
+                                 bool training, const gpu::SequenceSegments* segments) const {
   const at::Tensor normed = gpu::rmsNorm(x, input_layernorm, eps);
-  const at::Tensor attn =
-      gqa ? gqa->forward(normed, rope, training) : mla->forward(normed, rope, training);
+  const at::Tensor attn = gqa ? gqa->forward(normed, rope, training, segments)
+                              : mla->forward(normed, rope, training, segments);
   const at::Tensor h = x + attn;
   const at::Tensor normed2 = gpu::rmsNorm(h, post_attention_layernorm, eps);
   return h + (moe ? moe->forward(normed2, training) : dense_mlp.forward(normed2, training));
 }
 
-at::Tensor CausalLm::forwardHidden(const at::Tensor& input_ids, bool training) const {
+namespace {
+
+// The packed rows' segments completed to the batch width (padding a segment of its own), shared
+// by every layer and by the checkpointed layers' recomputation after forwardHidden returns.
+std::shared_ptr<const gpu::SequenceSegments> coveringSegmentsOf(const gpu::SequenceSegments* packed,
+                                                                const at::Tensor& ids) {
+  if (!packed) return nullptr;
+  return std::make_shared<const gpu::SequenceSegments>(
+      gpu::coveringSegments(*packed, ids.size(0), ids.size(1)));
+}
+
+}  // namespace
+
+at::Tensor CausalLm::forwardHidden(const at::Tensor& input_ids, bool training,
+                                   const gpu::SequenceSegments* packed) const {
   if (input_ids.dim() != 2) throw Error("input ids must be [batch, seq]");
   const at::Tensor ids = input_ids.to(embed_device_, at::kLong);
   if (ids.numel() > 0 &&
@@ -31,7 +46,13 @@ at::Tensor CausalLm::forwardHidden(const at::Tensor& input_ids, bool training) c
   }
   at::Tensor x = at::embedding(embed_tokens, ids);
   at::Device rope_device = embed_device_;
-  gpu::RopeTables rope = rope_.tables(ids.size(1), rope_device);
+  const std::shared_ptr<const gpu::SequenceSegments> segments = coveringSegmentsOf(packed, ids);
+  const at::Tensor positions =
+      segments ? gpu::segmentPositions(*segments, ids.size(0), ids.size(1)) : at::Tensor();
+  auto ropeTablesOn = [&](const at::Device& device) {
+    return segments ? rope_.tables(positions, device) : rope_.tables(ids.size(1), device);
+  };
+  gpu::RopeTables rope = ropeTablesOn(rope_device);
   const bool checkpoint = training && options_.gradient_checkpointing;
   // With checkpointing, the layer inputs must carry grad for the recomputed layers' LoRA
   // weights to get theirs (PEFT's enable_input_require_grads).
@@ -43,18 +64,18 @@ at::Tensor CausalLm::forwardHidden(const at::Tensor& input_ids, bool training) c
     const at::Device device = layer_devices_[i];
     if (device != rope_device) {
       rope_device = device;
-      rope = rope_.tables(ids.size(1), device);
+      rope = ropeTablesOn(device);
     }
     x = x.to(device);
     if (checkpoint) {
       // Captures by value what the backward's recomputation needs after this call returns.
       x = gpu::checkpointed(
-          [&layer, rope, eps](const at::Tensor& in) {
-            return layer.forward(in, rope, eps, /*training=*/true);
+          [&layer, rope, eps, segments](const at::Tensor& in) {
+            return layer.forward(in, rope, eps, /*training=*/true, segments.get());
           },
           x);
     } else {
-      x = layer.forward(x, rope, eps, training);
+      x = layer.forward(x, rope, eps, training, segments.get());
     }
   }
   return gpu::rmsNorm(x.to(head_device_), final_norm, eps);

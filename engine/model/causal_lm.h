@@ -30,6 +30,10 @@ namespace tandem {
 class ThreadPool;
 }
 
+namespace tandem::gpu {
+struct SequenceSegments;  // segmented_attention.h
+}
+
 namespace tandem::model {
 
 class KvCache;
@@ -42,8 +46,9 @@ struct DecoderLayer {
   gpu::GatedMlp dense_mlp;
   std::unique_ptr<MoeBlock> moe;
 
-  at::Tensor forward(const at::Tensor& x, const gpu::RopeTables& rope, double eps,
-                     bool training) const;
+  // segments (may be null): packed samples kept apart in attention (segmented_attention.h).
+  at::Tensor forward(const at::Tensor& x, const gpu::RopeTables& rope, double eps, bool training,
+                     const gpu::SequenceSegments* segments = nullptr) const;
 };
 
 class CausalLm {
@@ -62,7 +67,11 @@ class CausalLm {
   ~CausalLm();
 
   // input_ids [B, S] int64 (right-padded) -> hidden states after the final norm [B, S, hidden].
-  at::Tensor forwardHidden(const at::Tensor& input_ids, bool training) const;
+  // packed (may be null): each row holds several samples (LLaMA-Factory's neat_packing); each
+  // attends within itself only and its rotary positions restart at 0. Null: every row is one
+  // causal sequence at positions 0 .. S-1 (also plain `packing`, whose positions run on).
+  at::Tensor forwardHidden(const at::Tensor& input_ids, bool training,
+                           const gpu::SequenceSegments* packed = nullptr) const;
   // Inference with a KV cache (engine/model/kv_cache.h): input_ids [B, S] continue the sequences
   // the cache holds (S > 1: a prefill, S == 1: one decode step); returns the hidden states after
   // the final norm [B, S, hidden] and advances the cache by S. Call under at::NoGradGuard.

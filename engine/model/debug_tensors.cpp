@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/core/error.h"
+#include "engine/gpu/segmented_attention.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/model.h"
 #include "engine/model/peft_adapter.h"
@@ -34,9 +35,12 @@ void writeDebugTensors(Model& model, const TokenBatch& batch, bool gradients,
   const at::Tensor ids = rows(batch, batch.input_ids);
   const at::Tensor labels = has_labels ? rows(batch, batch.labels) : at::Tensor();
   CausalLm& lm = model.lm();
+  gpu::SequenceSegments packed;
+  packed.lengths = batch.segment_lengths;
+  const gpu::SequenceSegments* segments = batch.segment_lengths.empty() ? nullptr : &packed;
   std::map<std::string, at::Tensor> tensors;
   if (gradients) {
-    const at::Tensor hidden = lm.forwardHidden(ids, /*training=*/true);
+    const at::Tensor hidden = lm.forwardHidden(ids, /*training=*/true, segments);
     const at::Tensor loss = lm.loss(hidden, labels);
     torch::autograd::backward({loss});
     at::NoGradGuard no_grad;
@@ -52,7 +56,7 @@ void writeDebugTensors(Model& model, const TokenBatch& batch, bool gradients,
     });
   } else {
     at::NoGradGuard no_grad;
-    const at::Tensor hidden = lm.forwardHidden(ids, /*training=*/false);
+    const at::Tensor hidden = lm.forwardHidden(ids, /*training=*/false, segments);
     tensors["logits"] = lm.logits(hidden).to(at::kCPU);
     if (has_labels) tensors["loss"] = lm.loss(hidden, labels).to(at::kCPU);
   }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/core/error.h"
+#include "engine/gpu/segmented_attention.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/lora_optimizer.h"
 #include "engine/model/model.h"
@@ -31,6 +32,14 @@ at::Tensor rowsOf(const TokenBatch& batch, const std::vector<int64_t>& values) {
                 std::to_string(batch.rows) + " rows of " + std::to_string(batch.width));
   }
   return at::from_blob(const_cast<int64_t*>(values.data()), {batch.rows, batch.width}, at::kLong);
+}
+
+// The batch's packed samples as the model takes them; null when its rows are not neat-packed.
+std::unique_ptr<gpu::SequenceSegments> segmentsOf(const TokenBatch& batch) {
+  if (batch.segment_lengths.empty()) return nullptr;
+  auto segments = std::make_unique<gpu::SequenceSegments>();
+  segments->lengths = batch.segment_lengths;
+  return segments;
 }
 
 [[noreturn]] void rethrowOutOfMemory(const c10::OutOfMemoryError& e) {
@@ -60,8 +69,9 @@ void LoraTraining::seedDropout(uint64_t seed) { at::manual_seed(seed); }
 double LoraTraining::accumulateGradients(const TokenBatch& batch, double weight) {
   const at::Tensor ids = rowsOf(batch, batch.input_ids);
   const at::Tensor labels = rowsOf(batch, batch.labels);
+  const std::unique_ptr<gpu::SequenceSegments> segments = segmentsOf(batch);
   try {
-    const at::Tensor hidden = model_.lm().forwardHidden(ids, /*training=*/true);
+    const at::Tensor hidden = model_.lm().forwardHidden(ids, /*training=*/true, segments.get());
     const at::Tensor loss = model_.lm().loss(hidden, labels) * weight;
     torch::autograd::backward({loss});
     return loss.item<double>();
@@ -79,8 +89,9 @@ double LoraTraining::evaluateLoss(const TokenBatch& batch) {
   at::NoGradGuard no_grad;
   const at::Tensor ids = rowsOf(batch, batch.input_ids);
   const at::Tensor labels = rowsOf(batch, batch.labels);
+  const std::unique_ptr<gpu::SequenceSegments> segments = segmentsOf(batch);
   try {
-    const at::Tensor hidden = model_.lm().forwardHidden(ids, /*training=*/false);
+    const at::Tensor hidden = model_.lm().forwardHidden(ids, /*training=*/false, segments.get());
     return model_.lm().loss(hidden, labels).item<double>();
   } catch (const c10::OutOfMemoryError& e) {
     rethrowOutOfMemory(e);

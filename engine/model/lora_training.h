@@ -34,6 +34,10 @@ struct TokenBatch {
   int64_t width = 0;
   std::vector<int64_t> input_ids;  // [rows * width]; the pad id past a row's end
   std::vector<int64_t> labels;     // [rows * width]; -100 where there is no loss
+  // Neat packing (LLaMA-Factory's neat_packing): [rows][samples in the row], the token count of
+  // each sample packed into the row, in order; the samples do not attend to each other and their
+  // positions restart at 0. Empty: each row is one causal sequence (plain packing too).
+  std::vector<std::vector<int64_t>> segment_lengths;
 };
 
 class LoraTraining {

@@ -248,6 +248,9 @@ void readData(const Doc& doc, TrainConfig& c) {
   set(c.train_on_prompt, doc.get("train_on_prompt", boolean));
   set(c.mask_history, doc.get("mask_history", boolean));
   set(c.packing, doc.get("packing", boolean));
+  set(c.neat_packing, doc.get("neat_packing", boolean));
+  // LLaMA-Factory's DataArguments: neat_packing forces packing (it warns when packing: false).
+  if (c.neat_packing) c.packing = true;
 }
 
 LrSchedulerType scheduler(const Entry& e) {
@@ -420,6 +423,11 @@ void checkCombinations(const Doc& doc, const TrainConfig& c) {
     fail(*doc.find("mask_history"), "is incompatible with train_on_prompt (as in LLaMA-Factory)",
          "set one of them to false");
   }
+  if (c.packing && c.cutoff_len < 2) {
+    fail(*doc.find(c.neat_packing ? "neat_packing" : "packing"),
+         "needs cutoff_len >= 2: a packed row holds cutoff_len - 1 tokens (as in LLaMA-Factory)",
+         "raise cutoff_len, or turn packing off");
+  }
   if (c.eval_strategy != EvalStrategy::No && c.val_size == 0 && c.eval_dataset.empty()) {
     fail(*doc.find("eval_strategy"), "asks for evaluation but there is no eval data",
          "add eval_dataset or val_size, or set eval_strategy: no");
@@ -575,6 +583,7 @@ std::string toYaml(const TrainConfig& c) {
   w.flag("train_on_prompt", c.train_on_prompt);
   w.flag("mask_history", c.mask_history);
   w.flag("packing", c.packing);
+  if (c.neat_packing) w.flag("neat_packing", true);  // absent when off: fingerprints stay
 
   w.section("output");
   w.str("output_dir", c.output_dir.string());

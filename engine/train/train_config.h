@@ -72,6 +72,9 @@ struct TrainConfig : model::ModelRequest {
   bool train_on_prompt = false;
   bool mask_history = false;  // train on the last turn only
   bool packing = false;       // LLaMA-Factory turns packing on by default only for stage pt
+  // Packed samples kept apart: attention within each sample, positions restarting at 0 (packing.h).
+  // true forces packing: true, as in LLaMA-Factory.
+  bool neat_packing = false;
 
   // ### train
   int64_t per_device_train_batch_size = 8;  // transformers' default; LF examples use 1

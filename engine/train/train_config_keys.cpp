@@ -73,6 +73,7 @@ void addSettingKeys(std::vector<KeySpec>& keys) {
                            "train_on_prompt",
                            "mask_history",
                            "packing",
+                           "neat_packing",
                            "per_device_train_batch_size",
                            "gradient_accumulation_steps",
                            "learning_rate",
@@ -200,8 +201,6 @@ void addUnsupportedKeys(std::vector<KeySpec>& keys) {
   unsupported("gradient_checkpointing", kGc);
   unsupported("neftune_noise_alpha", "NEFTune is not implemented");
   unsupported("rope_scaling", "RoPE scaling comes from the model's config.json only");
-  unsupported("neat_packing", "use packing: true (contamination-free packing is not implemented)",
-              "false");
   unsupported("streaming", "datasets are read fully", "false");
   unsupported("tokenized_path", "Tandem caches tokenized datasets itself");
   unsupported("mix_strategy", "datasets are concatenated", "concat");

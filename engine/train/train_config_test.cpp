@@ -607,6 +607,28 @@ TEST(TrainConfigTest, LoraExpertsKeys) {
   }
 }
 
+TEST(TrainConfigTest, NeatPackingKey) {
+  EXPECT_FALSE(parse(kMinimal).neat_packing);
+  // LLaMA-Factory's DataArguments: neat_packing forces packing, even against packing: false.
+  const TrainConfig c = parse(kMinimal, {"neat_packing=true", "packing=false"});
+  EXPECT_TRUE(c.neat_packing);
+  EXPECT_TRUE(c.packing);
+  EXPECT_TRUE(parseTrainConfig(toYaml(c), "round trip").neat_packing);
+  EXPECT_EQ(toYaml(parse(kMinimal)).find("neat_packing"), std::string::npos);
+  EXPECT_EQ(configFingerprint(parse(kMinimal, {"neat_packing=false"})),
+            configFingerprint(parse(kMinimal)));
+  EXPECT_NE(configFingerprint(parse(kMinimal, {"neat_packing=true"})),
+            configFingerprint(parse(kMinimal, {"packing=true"})));
+  for (const char* key : {"neat_packing=true", "packing=true"}) {
+    try {
+      parse(kMinimal, {key, "cutoff_len=1"});
+      ADD_FAILURE() << key << " with cutoff_len 1 was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("needs cutoff_len >= 2"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(TrainConfigTest, LoadsFromAFileAndNamesItInErrors) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / "tandem_train_config_test";

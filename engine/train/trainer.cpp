@@ -8,6 +8,7 @@
 #include <cstring>
 #include <optional>
 #include <random>
+#include <span>
 
 #include "engine/core/error.h"
 #include "engine/core/pause_gate.h"
@@ -24,25 +25,14 @@ namespace tandem::train {
 
 namespace {
 
-constexpr int32_t kIgnore = -100;
-
-// Greedy packing in data order: whole samples concatenated up to cutoff_len tokens, as
-// LLaMA-Factory's plain packing does (no attention masking between the packed samples).
-std::vector<chat::EncodedSample> pack(std::vector<chat::EncodedSample> samples,
-                                      int64_t cutoff_len) {
-  std::vector<chat::EncodedSample> packed;
-  chat::EncodedSample current;
-  for (chat::EncodedSample& s : samples) {
-    if (!current.input_ids.empty() &&
-        static_cast<int64_t>(current.input_ids.size() + s.input_ids.size()) > cutoff_len) {
-      packed.push_back(std::move(current));
-      current = {};
-    }
-    current.input_ids.insert(current.input_ids.end(), s.input_ids.begin(), s.input_ids.end());
-    current.labels.insert(current.labels.end(), s.labels.begin(), s.labels.end());
-  }
-  if (!current.input_ids.empty()) packed.push_back(std::move(current));
-  return packed;
+// The training rows: the samples as they are, or packed (packing.h).
+std::vector<TrainingRow> trainingRows(std::vector<chat::EncodedSample> samples,
+                                      const TrainerSettings& settings, std::string& summary) {
+  if (!settings.packing && !settings.neat_packing) return unpackedRows(std::move(samples));
+  PackedRows packed = packForTraining(
+      samples, settings.cutoff_len, settings.neat_packing ? PackingMode::Neat : PackingMode::Plain);
+  summary = (settings.neat_packing ? "neat packing: " : "packing: ") + packed.summary();
+  return std::move(packed.rows);
 }
 
 // One write: a line is added whole or (after a crash) the file ends with a partial line, which the
@@ -54,13 +44,6 @@ void appendLine(const std::filesystem::path& path, const std::string& line) {
                 "free disk space and resume the run");
   }
   if (error) throw Error("cannot append to " + path.string() + ": " + error.message());
-}
-
-// transformers shifts labels inside: label t+1 is what position t is trained on.
-int64_t keptTokens(const chat::EncodedSample& s) {
-  int64_t kept = 0;
-  for (size_t t = 1; t < s.labels.size(); ++t) kept += s.labels[t] != kIgnore;
-  return kept;
 }
 
 Error badState(const std::filesystem::path& file, const std::string& problem) {
@@ -96,9 +79,9 @@ Trainer::Trainer(model::Model& model, const gpu::LoraSettings& lora,
                  ThreadPool& pool, std::vector<chat::EncodedSample> eval_samples)
     : model_(model),
       lora_(lora),
-      samples_(settings.packing ? pack(std::move(samples), settings.cutoff_len)
-                                : std::move(samples)),
-      eval_samples_(std::move(eval_samples)),
+      samples_(trainingRows(std::move(samples), settings, packing_summary_)),
+      // Held-out samples are evaluated one by one: with neat packing that is the same loss.
+      eval_samples_(unpackedRows(std::move(eval_samples))),
       settings_(std::move(settings)),
       training_(model, settings_.adamw, pool) {
   if (samples_.empty()) throw Error("no training samples", "check the dataset and cutoff_len");
@@ -149,27 +132,19 @@ std::vector<int64_t> Trainer::epochOrder(int64_t epoch) const {
   return order;
 }
 
-Trainer::Batch Trainer::makeBatch(const std::vector<chat::EncodedSample>& samples,
+Trainer::Batch Trainer::makeBatch(const std::vector<TrainingRow>& samples,
                                   const std::vector<int64_t>& order, int64_t first,
                                   int64_t batch_size) const {
   // A rank's share of an epoch's last global micro-batch can be short or empty.
   const int64_t n = std::clamp<int64_t>(static_cast<int64_t>(order.size()) - first, 0, batch_size);
-  size_t width = 0;
-  for (int64_t i = 0; i < n; ++i)
-    width = std::max(width, samples[order[first + i]].input_ids.size());
+  const std::span<const int64_t> rows =
+      n > 0 ? std::span<const int64_t>(order.data() + first, static_cast<size_t>(n))
+            : std::span<const int64_t>();
   Batch b;
-  b.tokens.rows = n;
-  b.tokens.width = static_cast<int64_t>(width);
-  b.tokens.input_ids.assign(static_cast<size_t>(n) * width, settings_.pad_id);
-  b.tokens.labels.assign(static_cast<size_t>(n) * width, kIgnore);
-  for (int64_t i = 0; i < n; ++i) {
-    const chat::EncodedSample& s = samples[order[first + i]];
-    std::copy(s.input_ids.begin(), s.input_ids.end(),
-              b.tokens.input_ids.begin() + i * static_cast<int64_t>(width));
-    std::copy(s.labels.begin(), s.labels.end(),
-              b.tokens.labels.begin() + i * static_cast<int64_t>(width));
-    b.real_tokens += static_cast<int64_t>(s.input_ids.size());
-    b.kept_tokens += keptTokens(s);
+  b.tokens = batchOfRows(samples, rows, settings_.pad_id);
+  for (int64_t i : rows) {
+    b.real_tokens += static_cast<int64_t>(samples[i].input_ids.size());
+    b.kept_tokens += keptTokens(samples[i]);
   }
   return b;
 }

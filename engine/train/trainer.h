@@ -17,6 +17,7 @@
 #include "engine/model/lora_training.h"
 #include "engine/train/grad_norm_watch.h"
 #include "engine/train/lr_schedule.h"
+#include "engine/train/packing.h"
 
 namespace tandem {
 class PauseGate;
@@ -41,8 +42,11 @@ struct TrainerSettings {
   double max_grad_norm = 1.0;
   model::AdamWSettings adamw;
   uint64_t seed = 42;
+  // packing.h: rows of at most cutoff_len - 1 tokens, packed as LLaMA-Factory packs them;
+  // neat_packing (implies packing) keeps the packed samples apart in attention and positions.
   bool packing = false;
-  int64_t cutoff_len = 2048;  // packing: tokens per packed sequence
+  bool neat_packing = false;
+  int64_t cutoff_len = 2048;
   int32_t pad_id = 0;
   int64_t logging_steps = 10;
   int64_t save_steps = 500;
@@ -90,6 +94,8 @@ class Trainer {
   double evaluate();
 
   int64_t totalSteps() const { return total_steps_; }
+  // What packing made of the samples (packing.h PackedRows::summary); empty without packing.
+  const std::string& packingSummary() const { return packing_summary_; }
   int64_t stepsPerEpoch() const;
 
   // Continues from output_dir/checkpoint-N (adapter weights must already be in the model).
@@ -130,8 +136,8 @@ class Trainer {
   // micro_batches_per_epoch_, total_steps_ and the schedule, from the settings and world size.
   void planSteps();
   std::vector<int64_t> epochOrder(int64_t epoch) const;
-  Batch makeBatch(const std::vector<chat::EncodedSample>& samples,
-                  const std::vector<int64_t>& order, int64_t first, int64_t batch_size) const;
+  Batch makeBatch(const std::vector<TrainingRow>& samples, const std::vector<int64_t>& order,
+                  int64_t first, int64_t batch_size) const;
   Window nextWindow() const;
   StepMath accumulate(const Window& window, std::stop_token cancel, int64_t run_start_step);
   // Data parallel (trainer_data_parallel.cpp): the step's loss, real token count and gradients
@@ -162,8 +168,9 @@ class Trainer {
 
   model::Model& model_;
   gpu::LoraSettings lora_;
-  std::vector<chat::EncodedSample> samples_;
-  std::vector<chat::EncodedSample> eval_samples_;
+  std::string packing_summary_;
+  std::vector<TrainingRow> samples_;  // packed rows with packing
+  std::vector<TrainingRow> eval_samples_;
   TrainerSettings settings_;
   model::LoraTraining training_;
   LrSchedule schedule_;

@@ -28,6 +28,7 @@
 #include "engine/train/dataset.h"
 #include "engine/train/memory_sampling.h"
 #include "engine/train/output_dir.h"
+#include "engine/train/packing.h"
 #include "engine/train/tokenized_cache.h"
 #include "engine/train/training_plan.h"
 
@@ -41,6 +42,11 @@ std::string joinTargets(const std::vector<std::string>& targets) {
   std::string out;
   for (const std::string& t : targets) out += (out.empty() ? "" : ",") + t;
   return out;
+}
+
+PackingMode packingMode(const TrainConfig& config) {
+  if (config.neat_packing) return PackingMode::Neat;
+  return config.packing ? PackingMode::Plain : PackingMode::Off;
 }
 
 std::vector<chat::EncodedSample> encodeAll(const TrainConfig& config,
@@ -69,9 +75,10 @@ std::vector<chat::EncodedSample> encodeAll(const TrainConfig& config,
     files.push_back(fs::path(config.model_name_or_path) / "tokenizer_config.json");
   }
   settings << "template=" << config.template_name << " thinking=" << config.enable_thinking
-           << " cutoff=" << config.cutoff_len << " prompt=" << config.train_on_prompt
-           << " history=" << config.mask_history << " max=" << config.max_samples.value_or(-1)
-           << " datasets=" << joinTargets(names) << " rows=" << conversations.size();
+           << " cutoff=" << encodingCutoff(config.cutoff_len, packingMode(config))
+           << " prompt=" << config.train_on_prompt << " history=" << config.mask_history
+           << " max=" << config.max_samples.value_or(-1) << " datasets=" << joinTargets(names)
+           << " rows=" << conversations.size();
   const fs::path cache_file =
       tokenizedCacheDir() / (tokenizedCacheKey(conversations, files, settings.str()) + ".bin");
   if (auto cached = readTokenizedCache(cache_file)) {
@@ -80,7 +87,8 @@ std::vector<chat::EncodedSample> encodeAll(const TrainConfig& config,
   }
   const chat::TokenizerEncoder encoder(tokenizer, chat_template);
   chat::SupervisedOptions options;
-  options.cutoff_len = config.cutoff_len;
+  // With packing LLaMA-Factory encodes to cutoff_len - 1 (packing.h); the cache key has it.
+  options.cutoff_len = encodingCutoff(config.cutoff_len, packingMode(config));
   options.train_on_prompt = config.train_on_prompt;
   options.mask_history = config.mask_history;
   std::vector<chat::EncodedSample> samples;
@@ -311,6 +319,7 @@ TrainerSettings trainerSettings(const TrainConfig& config, int32_t pad_id,
   settings.adamw = {config.adam_beta1, config.adam_beta2, config.adam_epsilon, config.weight_decay};
   settings.seed = static_cast<uint64_t>(config.seed);
   settings.packing = config.packing;
+  settings.neat_packing = config.neat_packing;
   settings.cutoff_len = config.cutoff_len;
   settings.pad_id = pad_id;
   settings.logging_steps = config.logging_steps;
@@ -441,6 +450,7 @@ TrainingRunOutcome runTraining(const TrainConfig& config, TrainListener& listene
   };
   Trainer trainer(*loaded.model, loaded.lora, std::move(data.samples), std::move(settings),
                   ThreadPool::global(), std::move(data.eval_samples));
+  if (!trainer.packingSummary().empty()) listener.onMessage(trainer.packingSummary());
   listener.onMemory(gpu::sampleMemory("model and optimizer ready", 0));
 
   TrainingRunOutcome outcome;

@@ -422,3 +422,24 @@ def test_a_diverging_run_stops_before_the_update_and_keeps_its_last_checkpoint(d
     result = run(args, demo["home"])
     assert result.returncode == 0, result.stderr[-2000:]
     assert "resuming from" in result.stdout and "checkpoint-2" in result.stdout
+
+
+def test_neat_packing_trains_like_the_unpacked_run(demo, tmp_path):
+    # With every sample in one batch, a neat-packed run computes the unpacked run's math: each packed sample
+    # attends only to itself from position 0, so the first loss (before any update) is the same number and the
+    # two runs fall together. Plain packing lets the samples see each other: another first loss.
+    common = ["model_name_or_path=" + str(demo["model"]), "dataset_dir=" + str(DEMO_DATA), "max_steps=12",
+              "save_steps=100", "logging_steps=1", "per_device_train_batch_size=64", "warmup_ratio=0"]
+    runs, outputs = {}, {}
+    for name, extra in (("unpacked", []), ("neat", ["neat_packing=true"]), ("plain", ["packing=true"])):
+        out = tmp_path / name
+        result = run(["train", DEMO_PRESET, *common, "output_dir=" + str(out), *extra], demo["home"])
+        assert result.returncode == 0, result.stderr[-2000:]
+        runs[name], outputs[name] = losses(out), result.stdout
+    assert "neat packing: packed 32 samples into" in outputs["neat"], outputs["neat"][-2000:]
+    unpacked, neat, plain = runs["unpacked"], runs["neat"], runs["plain"]
+    assert abs(neat[0] / unpacked[0] - 1) < 1e-5, (neat[0], unpacked[0])
+    # The demo's random model leans little on context: plain packing moves the first loss by ~5e-4.
+    assert abs(plain[0] / unpacked[0] - 1) > 1e-4, (plain[0], unpacked[0])
+    assert neat[-1] < 0.85 * neat[0], neat  # 6.71 -> 5.01 in 12 full-batch steps
+    assert abs(neat[-1] / unpacked[-1] - 1) < 2e-2, (neat, unpacked)
