@@ -28,7 +28,7 @@ class FewRowLinear {
 };
 
 // x [..., in] · Wᵀ by `kernel` as fp32 [..., out], or an undefined tensor when the call is not one
-// it takes (grad mode on, x not on the CPU or in another shape, more rows than its maxRows).
+// it takes (grad mode on, x not on the CPU, fp32 or in another shape, more rows than maxRows).
 at::Tensor fewRowLinear(const FewRowLinear& kernel, const at::Tensor& x, int64_t in_features,
                         int64_t out_features);
 
@@ -55,9 +55,9 @@ class LoraLinear {
   void clearLora();
   void mergeLora();
 
-  // Inference without grad on the CPU with at most kernel->maxRows() rows then goes through
-  // `kernel` instead of at::linear (LoRA, when attached, still added in fp32); training, grad mode
-  // and other devices keep at::linear. mergeLora drops it (W changes).
+  // Inference without grad on the CPU, bf16/f16 activations, at most kernel->maxRows() rows goes
+  // through `kernel` instead of at::linear (LoRA, when attached, still added in fp32); training,
+  // grad mode, fp32 and other devices keep at::linear. mergeLora drops it (W changes).
   void setFewRowLinear(std::shared_ptr<const FewRowLinear> kernel) { few_row_ = std::move(kernel); }
   bool hasFewRowLinear() const { return few_row_ != nullptr; }
 
