@@ -4,6 +4,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <cmath>
+#include <vector>
 
 #include "engine/core/error.h"
 
@@ -51,8 +52,36 @@ void LoraLinear::attachFreshLora(const LoraSettings& settings, uint64_t seed) {
   attachLora(settings, a, at::zeros({outFeatures(), settings.rank}, at::kFloat));
 }
 
+at::Tensor fewRowLinear(const FewRowLinear& kernel, const at::Tensor& x, int64_t in_features,
+                        int64_t out_features) {
+  // fp32 activations keep at::linear: the kernels' int8 activations are bf16-class, not fp32-exact
+  // (as the expert engine's auto keeps fp32 kernels for them).
+  if (at::GradMode::is_enabled() || !x.device().is_cpu() || x.scalar_type() == at::kFloat ||
+      x.dim() == 0 || x.size(-1) != in_features) {
+    return {};
+  }
+  const int64_t rows = x.numel() / in_features;
+  if (rows == 0 || rows > kernel.maxRows()) return {};
+  const at::Tensor x32 = x.to(at::kFloat).contiguous();
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = out_features;
+  at::Tensor y = at::empty(shape, x32.options());
+  kernel.forward(x32.const_data_ptr<float>(), rows, y.mutable_data_ptr<float>());
+  return y;
+}
+
+// x Wᵀ (+ b) by the few-row kernel in x's dtype, or undefined when it does not apply to this call.
+at::Tensor LoraLinear::fewRowForward(const at::Tensor& x, bool training) const {
+  if (!few_row_ || training) return {};
+  at::Tensor y = fewRowLinear(*few_row_, x, inFeatures(), outFeatures());
+  if (!y.defined()) return y;
+  if (bias_.defined()) y.add_(bias_);
+  return y.to(x.scalar_type());
+}
+
 at::Tensor LoraLinear::forward(const at::Tensor& x, bool training) const {
-  at::Tensor y = at::linear(x, weight_, bias_);
+  at::Tensor y = fewRowForward(x, training);
+  if (!y.defined()) y = at::linear(x, weight_, bias_);
   if (!hasLora()) return y;
   at::Tensor x_lora = x.to(at::kFloat);
   if (training && dropout_ > 0) x_lora = at::dropout(x_lora, dropout_, /*train=*/true);
@@ -84,6 +113,7 @@ void LoraLinear::mergeLora() {
   if (!hasLora()) return;
   at::NoGradGuard no_grad;
   weight_ = mergedWeight().detach();
+  few_row_.reset();  // it computes the unmerged W
   clearLora();
 }
 

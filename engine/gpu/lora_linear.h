@@ -8,11 +8,29 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "engine/gpu/lora_settings.h"
 
 namespace tandem::gpu {
+
+// A frozen weight's inference-only second form: a CPU kernel that computes x Wᵀ for a few rows
+// straight from the weight as its file stores it (engine/model/stored_block_linear.h: a GGUF's
+// blocks, the way llama.cpp decodes), so a decode step reads those bytes instead of the dequantised
+// copy's. Must hold the same W as the layer's weight tensor.
+class FewRowLinear {
+ public:
+  virtual ~FewRowLinear() = default;
+  virtual int64_t maxRows() const = 0;
+  // y [rows, out] fp32 = x [rows, in] fp32 (contiguous) · Wᵀ; rows ≤ maxRows().
+  virtual void forward(const float* x, int64_t rows, float* y) const = 0;
+};
+
+// x [..., in] · Wᵀ by `kernel` as fp32 [..., out], or an undefined tensor when the call is not one
+// it takes (grad mode on, x not on the CPU, fp32 or in another shape, more rows than maxRows).
+at::Tensor fewRowLinear(const FewRowLinear& kernel, const at::Tensor& x, int64_t in_features,
+                        int64_t out_features);
 
 class LoraLinear {
  public:
@@ -37,6 +55,12 @@ class LoraLinear {
   void clearLora();
   void mergeLora();
 
+  // Inference without grad on the CPU, bf16/f16 activations, at most kernel->maxRows() rows goes
+  // through `kernel` instead of at::linear (LoRA, when attached, still added in fp32); training,
+  // grad mode, fp32 and other devices keep at::linear. mergeLora drops it (W changes).
+  void setFewRowLinear(std::shared_ptr<const FewRowLinear> kernel) { few_row_ = std::move(kernel); }
+  bool hasFewRowLinear() const { return few_row_ != nullptr; }
+
   bool defined() const { return weight_.defined(); }
   bool hasLora() const { return lora_a_.defined(); }
   const at::Tensor& weight() const { return weight_; }
@@ -46,12 +70,15 @@ class LoraLinear {
   int64_t outFeatures() const;
 
  private:
+  at::Tensor fewRowForward(const at::Tensor& x, bool training) const;
+
   at::Tensor weight_;
   at::Tensor bias_;
   at::Tensor lora_a_;
   at::Tensor lora_b_;
   double scale_ = 0;
   double dropout_ = 0;
+  std::shared_ptr<const FewRowLinear> few_row_;
 };
 
 }  // namespace tandem::gpu

@@ -82,6 +82,10 @@ at::Tensor CausalLm::forwardHidden(const at::Tensor& input_ids, bool training,
 }
 
 at::Tensor CausalLm::logits(const at::Tensor& hidden) const {
+  if (lm_head_few_row_) {
+    at::Tensor y = gpu::fewRowLinear(*lm_head_few_row_, hidden, lm_head.size(1), lm_head.size(0));
+    if (y.defined()) return y;
+  }
   return at::linear(hidden, lm_head).to(at::kFloat);
 }
 

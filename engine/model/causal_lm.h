@@ -112,6 +112,8 @@ class CausalLm {
   at::Tensor embed_tokens;                 // [vocab, hidden]
   at::Tensor final_norm;                   // [hidden]
   at::Tensor lm_head;                      // [vocab, hidden] (the embeddings when tied)
+  // lm_head as a GGUF stores it, for the logits of a decode step (stored_block_linear.h); or null
+  std::shared_ptr<const gpu::FewRowLinear> lm_head_few_row_;
   std::vector<DecoderLayer> layers_;
   gpu::Rope rope_;
   std::vector<MemoryCharge> charges_;  // dense weights and LoRA per device, expert weights ("cpu")

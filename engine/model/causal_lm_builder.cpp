@@ -17,6 +17,7 @@
 #include "engine/experts/expert_blocks.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/packed_int4_experts.h"
+#include "engine/model/stored_block_linear.h"
 #include "engine/model/torch_device.h"
 
 namespace tandem::model {
@@ -105,6 +106,11 @@ class CausalLmBuilder {
     // Tied: the one frozen matrix, copied only when the head sits on another device.
     m_.lm_head = c_.tie_word_embeddings ? m_.embed_tokens.to(m_.head_device_)
                                         : w_.load("lm_head.weight", {c_.vocab_size, hidden});
+    if (m_.lm_head.device().is_cpu()) {
+      m_.lm_head_few_row_ = StoredBlockLinear::fromLoader(
+          w_, c_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight",
+          {c_.vocab_size, hidden});
+    }
     chargeMemory();
   }
 
@@ -116,6 +122,9 @@ class CausalLmBuilder {
     gpu::LoraLinear l(w_.load(name + ".weight", {out, in}),
                       bias ? w_.load(name + ".bias", {out}) : at::Tensor());
     if (lora_ && lora_->targets(name)) l.attachFreshLora(lora_->settings, ++lora_seed_);
+    if (l.weight().device().is_cpu()) {
+      l.setFewRowLinear(StoredBlockLinear::fromLoader(w_, name + ".weight", {out, in}));
+    }
     return l;
   }
 

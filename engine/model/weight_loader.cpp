@@ -260,6 +260,28 @@ std::optional<WeightLoader::ExpertBlocks> WeightLoader::expertBlocks(
                       per_expert};
 }
 
+std::optional<WeightLoader::ExpertBlocks> WeightLoader::denseBlocks(
+    const std::string& name, const std::vector<int64_t>& shape) const {
+  if (!gguf_) return std::nullopt;
+  const io::GgufTensorSource* source = gguf_->find(name);
+  if (source == nullptr || source->expert >= 0 || source->unpermute_heads > 0 ||
+      source->mla_value != nullptr || source->shape != shape || shape.size() != 2) {
+    return std::nullopt;
+  }
+  const io::GgufTensorInfo& tensor = *source->tensor;
+  if (tensor.ne.size() != 2) return std::nullopt;
+  experts::WeightType type;
+  try {
+    type = experts::expertWeightTypeOfGgml(static_cast<uint32_t>(tensor.type),
+                                           io::ggmlTypeName(tensor.type), tensor.name);
+  } catch (const Error&) {
+    return std::nullopt;  // a type without block kernels: the dequantised tensor only
+  }
+  if (!experts::isBlockType(type)) return std::nullopt;
+  const std::span<const std::byte> bytes = gguf_->file().tensorBytes(tensor);
+  return ExpertBlocks{type, bytes.data(), bytes.size()};
+}
+
 io::TensorView WeightLoader::view(const std::string& name,
                                   const std::vector<int64_t>& shape) const {
   if (synthetic_ || gguf_ || isPackedInt4(name)) {

@@ -87,6 +87,12 @@ class WeightLoader {
   std::optional<ExpertBlocks> expertBlocks(const std::string& name,
                                            const std::vector<int64_t>& shape,
                                            bool refuse_other_types = false) const;
+  // A GGUF model's dense 2-D tensor `name` of `shape` as its blocks where the file is mapped, when
+  // it is stored as the HF tensor is (no head permutation, not split) in one of the types above;
+  // nullopt otherwise. The same ExpertBlocks (bytes: the whole table), for the decode's few-row
+  // kernels (stored_block_linear.h); load() still dequantises it for everything else.
+  std::optional<ExpertBlocks> denseBlocks(const std::string& name,
+                                          const std::vector<int64_t>& shape) const;
   // Whether `name` (X.weight) is stored pack-quantized (X.weight_packed, _scale, _shape: Kimi-K2's
   // compressed-tensors int4). load() and view() dequantise such a weight (to the model dtype);
   // packedInt4() hands out its three tensors, checked against `shape` [rows, cols], to repack.

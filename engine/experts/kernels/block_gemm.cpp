@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/core/cpu_features.h"
 #include "engine/experts/expert_blocks.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
@@ -52,6 +53,25 @@ void blockGemmNN(const ExpertKernels& kernels, const BlockWeights& w, int64_t n0
     kernels.matmulNN(m, n1 - n0, rows, 1.0f, a + p0, lda, tile + skip, WeightType::F32, width,
                      c + n0, ldc, accumulate || p0 > 0);
   }
+}
+
+bool hasFewRowGemmNT(WeightType type, int64_t m) {
+  if (m > kFewRowMaxRows) return false;
+  const CpuFeatures& features = cpuFeatures();
+  if (type == WeightType::Q4_K) return q4kVnniAvailable(features);
+  if (type == WeightType::Q6_K) return features.canUseAvx512();
+  return false;
+}
+
+bool fewRowGemmNT(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
+                  int64_t lda, float* c, int64_t ldc, bool accumulate) {
+  if (!hasFewRowGemmNT(w.type, m)) return false;
+  if (w.type == WeightType::Q4_K) {
+    q4kGemmNTVnni(w, n0, n1, m, a, lda, c, ldc, accumulate);
+  } else {
+    q6kGemmNTAvx512(w, n0, n1, m, a, lda, c, ldc, accumulate);
+  }
+  return true;
 }
 
 }  // namespace tandem::experts::kernels

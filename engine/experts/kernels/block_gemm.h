@@ -48,6 +48,21 @@ inline constexpr int64_t kQ4kVnniMaxRows = 16;
 bool q4kVnniAvailable(const CpuFeatures& features);
 void q4kGemmNTVnni(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
                    int64_t lda, float* c, int64_t ldc, bool accumulate);
+// Q6_K forward (x Wᵀ) on at most kFewRowMaxRows rows, llama.cpp's q6_K × q8_K way
+// (avx512/q6k_dot_avx512.cpp: int8 activations per 256 elements with sums per 16, the 6-bit quants
+// unpacked into registers and dotted by vpmaddubsw / vpmaddwd). bf16-class like the Q4_K one.
+// Needs AVX-512 F/BW/VL/DQ (CpuFeatures::canUseAvx512), checked at run time by the caller.
+inline constexpr int64_t kFewRowMaxRows = kQ4kVnniMaxRows;
+void q6kGemmNTAvx512(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
+                     int64_t lda, float* c, int64_t ldc, bool accumulate);
+
+// The few-row forward on blocks as stored (int8 activations), for the types that have one on this
+// CPU: Q4_K (AVX-512 VNNI), Q6_K (AVX-512). True when it ran; false (nothing written) when w's
+// type has no such kernel here or m > kFewRowMaxRows: the caller's f32-decoding path runs then.
+bool hasFewRowGemmNT(WeightType type, int64_t m);
+bool fewRowGemmNT(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
+                  int64_t lda, float* c, int64_t ldc, bool accumulate);
+
 // A Q4_K block's 12 scale bytes → out [16]: the 8 six-bit scales, then the 8 six-bit mins.
 inline void unpackScalesQ4K(const uint8_t* scales, uint8_t* out) {
   constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;

@@ -385,8 +385,7 @@ class AmxBlocksGemm final : public GemmBackend {
                    const LowRankAddend* addend) const override {
     if (m <= 0 || n1 <= n0) return;
     const auto& b = static_cast<const AmxBlockMatrix&>(packed);
-    if (!b.transposed && m < kQ4kVnniMaxRows && b.src.type == WeightType::Q4_K &&
-        q4kVnniAvailable(cpuFeatures())) {
+    if (!b.transposed && m < kFewRowMaxRows && hasFewRowGemmNT(b.src.type, m)) {
       // A few rows (decode; ~8 per expert at 128 tokens) cannot amortise decoding B into tiles:
       // int8 dot products on the blocks as stored instead.
       const BlockWeights w{static_cast<const unsigned char*>(b.src.data),
@@ -395,7 +394,7 @@ class AmxBlocksGemm final : public GemmBackend {
                            b.src.rows,
                            b.src.cols,
                            b.src.rowBytes()};
-      q4kGemmNTVnni(w, n0, n1, m, a, lda, c, ldc, accumulate);
+      fewRowGemmNT(w, n0, n1, m, a, lda, c, ldc, accumulate);
       if (addend) {
         avx512Kernels().matmulNN(m, n1 - n0, addend->rank, 1.0f, addend->z, addend->ldz,
                                  addend->bt + n0, WeightType::F32, addend->ldb, c + n0, ldc, true);

@@ -375,9 +375,8 @@ class Avx512Bf16BlocksGemm final : public GemmBackend {
                          b.src.rowBytes()};
     if (b.transposed) {
       blockGemmNN(fp32, w, n0, n1, m, a, lda, c, ldc, accumulate);
-    } else if (w.type == WeightType::Q4_K && q4kVnniAvailable(cpuFeatures())) {
-      q4kGemmNTVnni(w, n0, n1, m, a, lda, c, ldc, accumulate);  // int8 dots, W never widened
-    } else {
+    } else if (!fewRowGemmNT(w, n0, n1, m, a, lda, c, ldc, accumulate)) {
+      // Q4_K / Q6_K took int8 dots above, W never widened; the other types decode to f32.
       blockGemmNT(fp32, w, n0, n1, m, a, lda, c, ldc, accumulate);
     }
     if (addend) {
