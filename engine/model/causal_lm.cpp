@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "engine/core/error.h"
+#include "engine/gpu/checkpoint_offload.h"
 #include "engine/gpu/chunked_loss.h"
 #include "engine/gpu/norm.h"
 
@@ -32,10 +33,15 @@ at::Tensor CausalLm::forwardHidden(const at::Tensor& input_ids, bool training) c
   at::Tensor x = at::embedding(embed_tokens, ids);
   at::Device rope_device = embed_device_;
   gpu::RopeTables rope = rope_.tables(ids.size(1), rope_device);
-  const bool checkpoint = training && options_.gradient_checkpointing;
+  const bool checkpoint =
+      training && (options_.gradient_checkpointing || options_.offload_checkpoints);
   // With checkpointing, the layer inputs must carry grad for the recomputed layers' LoRA
   // weights to get theirs (PEFT's enable_input_require_grads).
   if (checkpoint) x = x.detach().requires_grad_(true);
+  // Owned by the graph's checkpoint nodes from here: freed with the graph.
+  const std::shared_ptr<gpu::CheckpointOffload> offload =
+      checkpoint && options_.offload_checkpoints ? std::make_shared<gpu::CheckpointOffload>()
+                                                 : nullptr;
   const double eps = config_.rms_norm_eps;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const DecoderLayer& layer = layers_[i];
@@ -52,7 +58,7 @@ at::Tensor CausalLm::forwardHidden(const at::Tensor& input_ids, bool training) c
           [&layer, rope, eps](const at::Tensor& in) {
             return layer.forward(in, rope, eps, /*training=*/true);
           },
-          x);
+          x, offload);
     } else {
       x = layer.forward(x, rope, eps, training);
     }
