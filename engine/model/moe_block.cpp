@@ -16,7 +16,8 @@ at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
   const int64_t n_tokens = tokens.size(0);
   const int64_t chunk = token_chunk > 0 && !offload ? token_chunk : std::max<int64_t>(n_tokens, 1);
   const int64_t n_chunks = std::max<int64_t>((n_tokens + chunk - 1) / chunk, 1);
-  if (static_cast<int64_t>(kept.size()) < n_chunks) kept.resize(static_cast<size_t>(n_chunks));
+  // One kept forward per chunk; those of a longer earlier batch are dropped, not held.
+  kept.resize(static_cast<size_t>(n_chunks));
   if (n_chunks == 1) return forwardTokens(tokens, training, kept[0]).view(x.sizes());
   // Every row's result depends on that row alone (routing is per token, the experts' products
   // per pair), so the chunks' outputs side by side are the whole block's.
