@@ -447,6 +447,8 @@ void run(const Options& o) {
   out["tokens"] = o.tokens;
   out["gradient_checkpointing"] = o.request.gradient_checkpointing;
   out["keep_expert_forward"] = o.keep_expert_forward;
+  out["offload_checkpoints"] = o.request.offload_checkpoints;
+  out["moe_token_chunk"] = o.request.moe_token_chunk;
   out["experts_format"] = o.request.experts_format;
   out["experts_wt_policy"] = o.request.experts_wt_policy;
   out["gpu_cap_gib"] = o.gpu_cap_gib;
@@ -506,6 +508,10 @@ int main(int argc, char** argv) {
   app.add_option("--lora-target", o.lora_target, "comma-separated module names");
   app.add_flag("--gradient-checkpointing", o.request.gradient_checkpointing,
                "recompute each layer in backward");
+  app.add_flag("--offload-checkpoints", o.request.offload_checkpoints,
+               "checkpoints in host memory, copied back one layer ahead (implies checkpointing)");
+  app.add_option("--moe-token-chunk", o.request.moe_token_chunk,
+                 "tokens per MoE chunk (0: auto, 8192)");
   app.add_flag("--keep-expert-forward", o.keep_expert_forward,
                "with checkpointing: keep the CPU experts' forward for the backward (what training "
                "does when RAM allows)");

@@ -16,6 +16,7 @@ grep -q '^TANDEM_WITH_CUDA:BOOL=ON' "$build/CMakeCache.txt" ||
 # in both builds.
 objects=()
 for f in engine/gpu/int8_kernels_cuda.cu engine/gpu/side_copy.cpp engine/gpu/row_scale.cpp \
+         engine/gpu/checkpoint_offload.cpp \
          engine/gpu/int8_cast.cpp engine/gpu/torch_runtime.cpp; do
   objects+=("engine/gpu/CMakeFiles/tandem_gpu.dir/$(basename "$f").o")
 done

@@ -2,6 +2,7 @@
 // what the parity tests and users compare against transformers + peft: logits, loss, LoRA
 // gradients, generated token ids.
 
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include "app/cli/model_options.h"
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
+#include "engine/gpu/checkpoint_offload.h"
 #include "engine/gpu/torch_runtime.h"
 #include "engine/infer/generate.h"
 #include "engine/io/bounded_json.h"
@@ -153,6 +155,11 @@ void runDebug(const DebugOptions& o, bool gradients) {
   auto model = loadModel(o.model, request, plan.get());
   if (!o.adapter.empty()) model::applyAdapter(o.adapter, *model);
   model::writeDebugTensors(*model, batch, gradients, o.out);
+  // The long-context parity test checks that every layer's checkpoint went through the host.
+  if (const uint64_t offloaded = gpu::checkpointBytesOffloaded(); offloaded > 0) {
+    std::printf("checkpoint offload: %llu bytes through host memory\n",
+                static_cast<unsigned long long>(offloaded));
+  }
 }
 
 void addVariant(CLI::App& debug, const char* name, const char* help, bool gradients) {

@@ -79,6 +79,13 @@ void addTrainingModelOptions(CLI::App& command, model::ModelRequest& request) {
                    "recompute each layer in backward");
   command.add_option("--loss-chunk-tokens", request.loss_chunk_tokens, "logit rows per loss chunk")
       ->capture_default_str();
+  command.add_flag("--offload-checkpoints", request.offload_checkpoints,
+                   "keep each layer's checkpoint in host memory (implies checkpointing)");
+  command
+      .add_option("--moe-token-chunk", request.moe_token_chunk,
+                  "tokens per MoE chunk (router and routed experts); 0 = auto (8192)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 }
 
 }  // namespace tandem::cli

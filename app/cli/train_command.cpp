@@ -4,12 +4,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "app/cli/commands.h"
 #include "app/cli/loss_plot.h"
@@ -91,8 +94,19 @@ void addTrainCommand(CLI::App& app) {
   command->add_option("overrides", *overrides, "key=value settings that replace the file's");
   command->add_option("--db", *db,
                       "run store (default: $TANDEM_HOME/runs.db or ~/.local/share/tandem/runs.db)");
-  command->callback([config_path, overrides, db] {
-    const train::TrainConfig config = train::loadTrainConfig(*config_path, *overrides);
+  // Long sequences (docs/long_context.md): spellings of the keys, applied after the overrides.
+  auto offload_checkpoints = std::make_shared<bool>(false);
+  auto moe_token_chunk = std::make_shared<std::optional<int64_t>>();
+  command->add_flag("--offload-checkpoints", *offload_checkpoints,
+                    "offload_checkpoints=true: checkpoints in host memory (implies checkpointing)");
+  command->add_option("--moe-token-chunk", *moe_token_chunk,
+                      "moe_token_chunk=N: tokens per MoE chunk (0 = auto)");
+  command->callback([config_path, overrides, db, offload_checkpoints, moe_token_chunk] {
+    std::vector<std::string> settings = *overrides;
+    if (*offload_checkpoints) settings.push_back("offload_checkpoints=true");
+    if (*moe_token_chunk)
+      settings.push_back("moe_token_chunk=" + std::to_string(**moe_token_chunk));
+    const train::TrainConfig config = train::loadTrainConfig(*config_path, settings);
     store::RunStore store = store::RunStore::open(db->empty() ? store::RunStore::defaultPath()
                                                               : std::filesystem::path(*db));
     const train::TrainingRunOutcome outcome =

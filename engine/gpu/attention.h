@@ -19,8 +19,16 @@ namespace tandem::gpu {
 struct SequenceSegments;  // segmented_attention.h
 
 // q [B, heads, S, dk], k [B, kv_heads, S, dk], v [B, kv_heads, S, dv] -> [B, S, heads * dv].
+// Through torch's scaled_dot_product_attention with is_causal, on a kernel that never builds the
+// [S, S] scores where torch has one for the shapes (docs/long_context.md says which runs where):
+// v is zero-padded to dk when only that lets one take MLA's dv < dk, and k/v are not copied per
+// query head where the kernel reads the groups itself. On a GPU, more than 4096 tokens that only
+// the math path would take are an Error rather than an [S, S] allocation.
 at::Tensor causalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            double scaling);
+// The kernel causalAttention runs for these inputs: "flash", "efficient", "cudnn" or "math".
+std::string causalAttentionKernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  double scaling);
 
 // Calls f(name, linear) for each projection, with the HF leaf name (q_proj, ...).
 using ProjectionVisitor = std::function<void(const std::string& leaf, LoraLinear& linear)>;

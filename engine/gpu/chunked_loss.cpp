@@ -9,6 +9,8 @@
 #include <limits>
 #include <utility>
 
+#include "engine/gpu/checkpoint_offload.h"
+
 namespace tandem::gpu {
 
 namespace {
@@ -93,12 +95,22 @@ class CheckpointBackward : public torch::autograd::Node {
  public:
   CheckpointBackward(std::function<at::Tensor(const at::Tensor&)> layer, at::Tensor input)
       : layer_(std::move(layer)), input_(std::move(input)) {}
+  // The input is slot `slot` of `offload`, in host memory until this backward asks for it.
+  CheckpointBackward(std::function<at::Tensor(const at::Tensor&)> layer,
+                     std::shared_ptr<CheckpointOffload> offload, int64_t slot)
+      : layer_(std::move(layer)), offload_(std::move(offload)), slot_(slot) {}
 
   std::string name() const override { return "tandem::CheckpointBackward"; }
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     at::AutoGradMode grad_mode(true);
-    const at::Tensor x = input_.detach().requires_grad_(true);
+    at::Tensor saved = input_;
+    if (offload_) {
+      saved = offload_->take(slot_);
+      // The layer before this one runs its backward next: its input travels back meanwhile.
+      offload_->prefetch(slot_ - 1);
+    }
+    const at::Tensor x = saved.detach().requires_grad_(true);
     at::Tensor y;
     {
       RecomputeScope scope;
@@ -108,15 +120,20 @@ class CheckpointBackward : public torch::autograd::Node {
     // .grad, the experts their buffers, and x receives the gradient we pass on.
     torch::autograd::backward({y}, {grads[0]});
     at::Tensor dx = x.grad();
-    input_.reset();
+    release_variables();
     return {dx};
   }
 
-  void release_variables() override { input_.reset(); }
+  void release_variables() override {
+    input_.reset();
+    offload_.reset();
+  }
 
  private:
   std::function<at::Tensor(const at::Tensor&)> layer_;
   at::Tensor input_;
+  std::shared_ptr<CheckpointOffload> offload_;
+  int64_t slot_ = -1;
 };
 
 }  // namespace
@@ -152,14 +169,18 @@ at::Tensor chunkedCrossEntropy(const at::Tensor& hidden, const at::Tensor& lm_he
 }
 
 at::Tensor checkpointed(const std::function<at::Tensor(const at::Tensor&)>& layer,
-                        const at::Tensor& x) {
+                        const at::Tensor& x, const std::shared_ptr<CheckpointOffload>& offload) {
+  const bool backward_follows = torch::autograd::compute_requires_grad(x);
+  // Stored before the layer runs: on a GPU the copy out overlaps the layer's forward.
+  const int64_t slot = backward_follows && offload ? offload->store(x.detach()) : -1;
   at::Tensor y;
   {
     at::NoGradGuard no_grad;
     y = layer(x);
   }
-  if (!torch::autograd::compute_requires_grad(x)) return y;
-  std::shared_ptr<CheckpointBackward> node(new CheckpointBackward(layer, x.detach()),
+  if (!backward_follows) return y;
+  std::shared_ptr<CheckpointBackward> node(offload ? new CheckpointBackward(layer, offload, slot)
+                                                   : new CheckpointBackward(layer, x.detach()),
                                            torch::autograd::deleteNode);
   node->set_next_edges(torch::autograd::collect_next_edges(x));
   torch::autograd::set_history(y, node);

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "engine/core/error.h"
+#include "engine/gpu/checkpoint_offload.h"
 #include "engine/gpu/chunked_loss.h"
 #include "engine/gpu/norm.h"
 #include "engine/gpu/segmented_attention.h"
@@ -53,10 +54,15 @@ at::Tensor CausalLm::forwardHidden(const at::Tensor& input_ids, bool training,
     return segments ? rope_.tables(positions, device) : rope_.tables(ids.size(1), device);
   };
   gpu::RopeTables rope = ropeTablesOn(rope_device);
-  const bool checkpoint = training && options_.gradient_checkpointing;
+  const bool checkpoint =
+      training && (options_.gradient_checkpointing || options_.offload_checkpoints);
   // With checkpointing, the layer inputs must carry grad for the recomputed layers' LoRA
   // weights to get theirs (PEFT's enable_input_require_grads).
   if (checkpoint) x = x.detach().requires_grad_(true);
+  // Owned by the graph's checkpoint nodes from here: freed with the graph.
+  const std::shared_ptr<gpu::CheckpointOffload> offload =
+      checkpoint && options_.offload_checkpoints ? std::make_shared<gpu::CheckpointOffload>()
+                                                 : nullptr;
   const double eps = config_.rms_norm_eps;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const DecoderLayer& layer = layers_[i];
@@ -73,7 +79,7 @@ at::Tensor CausalLm::forwardHidden(const at::Tensor& input_ids, bool training,
           [&layer, rope, eps, segments](const at::Tensor& in) {
             return layer.forward(in, rope, eps, /*training=*/true, segments.get());
           },
-          x);
+          x, offload);
     } else {
       x = layer.forward(x, rope, eps, training, segments.get());
     }

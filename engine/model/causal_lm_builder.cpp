@@ -350,8 +350,10 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
     block->experts->lora().initPeft(++lora_seed_);
     block->lora_anchor = at::zeros({}, at::kFloat).requires_grad_(true);
   }
+  block->token_chunk = m_.options_.moeTokenChunk();
   block->keep_expert_forward =
-      m_.options_.keep_expert_forward && m_.options_.gradient_checkpointing;
+      m_.options_.keep_expert_forward &&
+      (m_.options_.gradient_checkpointing || m_.options_.offload_checkpoints);
   if (c_.architecture == Architecture::Qwen2Moe) {
     block->shared = buildMlp(p + "mlp.shared_expert.", c_.shared_expert_intermediate_size);
     block->shared_gate = linear(p + "mlp.shared_expert_gate", 1, c_.hidden_size);

@@ -30,6 +30,9 @@ enum class ExpertsMode { Cpu, GpuOffload };
 ExpertsMode parseExpertsMode(std::string_view text);
 std::string_view expertsModeName(ExpertsMode mode);
 
+// moe_token_chunk 0 (auto): the chunk of a CPU expert pass KTransformers uses (its chunk_size).
+inline constexpr int64_t kAutoMoeTokenChunk = 8192;
+
 struct ModelOptions {
   ModelDType dtype = ModelDType::Fp32;
   placement::Device device;  // the embeddings, and every layer layer_devices does not place
@@ -56,6 +59,14 @@ struct ModelOptions {
   // instead of recomputing it (see KeptExpertForward; the planner decides whether RAM allows).
   bool keep_expert_forward = false;
   int64_t loss_chunk_tokens = 1024;  // rows of logits materialised at once by the loss
+  // With checkpointing: each layer's checkpointed input lives in host memory (pinned) until the
+  // backward, which copies it back one layer ahead (gpu/checkpoint_offload.h). The device then
+  // holds no checkpoint per layer, so its activation memory does not grow with depth.
+  bool offload_checkpoints = false;
+  // Tokens per MoE chunk (router, routed experts): no buffer of the block is larger than this
+  // many tokens' worth, so a long sequence's routing and expert buffers stay bounded. 0: auto
+  // (kAutoMoeTokenChunk); a sequence of at most that many tokens runs as one chunk.
+  int64_t moe_token_chunk = 0;
   // Per decoder layer, how many routed experts live on the layer's device (the most routed of
   // its first call; resident_experts.h): beside the CPU engine (experts = Cpu), or as offload
   // mode's resident cache, which then streams only the others (expert_offload.h). Empty: none;
@@ -69,6 +80,9 @@ struct ModelOptions {
   placement::Device layerDevice(size_t layer) const;
   placement::Device headDevice() const;
   int64_t gpuExperts(size_t layer) const;
+  int64_t moeTokenChunk() const {
+    return moe_token_chunk > 0 ? moe_token_chunk : kAutoMoeTokenChunk;
+  }
 };
 
 }  // namespace tandem::model

@@ -39,6 +39,10 @@ struct ModelRequest {
   std::string gpu_experts = "auto";
   bool gradient_checkpointing = false;
   int64_t loss_chunk_tokens = 1024;  // logit rows of the loss materialised at once
+  // Checkpoints in host memory, copied back one layer ahead in backward (implies
+  // gradient_checkpointing; ModelOptions::offload_checkpoints).
+  bool offload_checkpoints = false;
+  int64_t moe_token_chunk = 0;  // tokens per MoE chunk; 0: auto (ModelOptions::moe_token_chunk)
   bool stream_experts_ahead = true;  // offload mode: copy the next layer's experts during this one
   // How the CPU expert engine cuts its work into tasks (ExpertLayerOptions::task_split): rows
   // (row blocks of an expert), columns (slices of its intermediate dimension) or auto (columns

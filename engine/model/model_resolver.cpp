@@ -144,7 +144,8 @@ placement::PlanRequest planRequestFor(const ModelRequest& request, const io::Mod
   r.model = config;
   r.bf16 = request.bf16;
   r.training = request.training;
-  r.gradient_checkpointing = request.training && request.gradient_checkpointing;
+  r.gradient_checkpointing =
+      request.training && (request.gradient_checkpointing || request.offload_checkpoints);
   r.loss_chunk_tokens = request.loss_chunk_tokens;
   r.experts_backend = request.experts_backend;
   // The runtime's choices: the experts' format as the planner spells it ("" = its default for the
@@ -223,7 +224,11 @@ ModelOptions resolveModelOptions(const ModelRequest& request, const io::ModelCon
   applyOverrides(o, request, config);
   o.experts_wt_policy = wtPolicy(request, plan);
   o.experts_task_split = experts::parseTaskSplit(request.task_split);
-  o.gradient_checkpointing = request.training && request.gradient_checkpointing;
+  // Offloading checkpoints implies taking them.
+  o.gradient_checkpointing =
+      request.training && (request.gradient_checkpointing || request.offload_checkpoints);
+  o.offload_checkpoints = request.training && request.offload_checkpoints;
+  o.moe_token_chunk = request.moe_token_chunk;
   o.keep_expert_forward = request.training && plan.keep_expert_forward;  // when host RAM has room
   o.loss_chunk_tokens = request.loss_chunk_tokens;
   o.stream_experts_ahead = request.stream_experts_ahead;

@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "engine/model/moe_function.h"
 
 namespace tandem::model {
@@ -10,6 +13,26 @@ namespace tandem::model {
 at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
   RECORD_USER_SCOPE("tandem::moe_block");
   const at::Tensor tokens = x.reshape({-1, x.size(-1)});
+  const int64_t n_tokens = tokens.size(0);
+  const int64_t chunk = token_chunk > 0 && !offload ? token_chunk : std::max<int64_t>(n_tokens, 1);
+  const int64_t n_chunks = std::max<int64_t>((n_tokens + chunk - 1) / chunk, 1);
+  // One kept forward per chunk; those of a longer earlier batch are dropped, not held.
+  kept.resize(static_cast<size_t>(n_chunks));
+  if (n_chunks == 1) return forwardTokens(tokens, training, kept[0]).view(x.sizes());
+  // Every row's result depends on that row alone (routing is per token, the experts' products
+  // per pair), so the chunks' outputs side by side are the whole block's.
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(static_cast<size_t>(n_chunks));
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const int64_t begin = c * chunk;
+    outputs.push_back(forwardTokens(tokens.narrow(0, begin, std::min(chunk, n_tokens - begin)),
+                                    training, kept[static_cast<size_t>(c)]));
+  }
+  return at::cat(outputs).view(x.sizes());
+}
+
+at::Tensor MoeBlock::forwardTokens(const at::Tensor& tokens, bool training,
+                                   KeptExpertForward& kept_chunk) const {
   const gpu::Router::Choice choice = router.route(tokens);
   if (route_observer) route_observer(choice.ids);
   pairs.routed += choice.ids.numel();
@@ -48,20 +71,20 @@ at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
       // inputs reached the host: CUDA runs them while the CPU engine computes the other pairs.
       y = routedExperts(
           *experts, tokens, split.cpu_ids, choice.weights, lora_anchor, run_shared,
-          training && keep_expert_forward ? &kept : nullptr,
+          training && keep_expert_forward ? &kept_chunk : nullptr,
           std::make_shared<const TorchExpertsCall>(resident->call(experts->lora(), split)));
     }
   } else {
     // The shared experts are launched once the routed experts' inputs reached the host: CUDA
     // runs them while the CPU engine works (a copy to the host before would wait for them).
     y = routedExperts(*experts, tokens, choice.ids, choice.weights, lora_anchor, run_shared,
-                      training && keep_expert_forward ? &kept : nullptr);
+                      training && keep_expert_forward ? &kept_chunk : nullptr);
   }
   if (shared_out.defined()) y = y + shared_out;
   // In fp32, then back to the model dtype, as a LoRA branch is added (lora_linear.h); inside the
   // layer, so a checkpointed layer's recomputation runs it again.
   if (lora_experts.defined()) y = (y + lora_experts.forward(tokens)).to(y.scalar_type());
-  return y.view(x.sizes());
+  return y;
 }
 
 }  // namespace tandem::model

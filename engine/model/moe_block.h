@@ -44,7 +44,14 @@ struct MoeBlock {
   LoraExperts lora_experts;          // issue 32: added to the output; undefined when off
   at::Tensor lora_anchor;            // see routedExperts()
   bool keep_expert_forward = false;  // ModelOptions::keep_expert_forward
-  mutable KeptExpertForward kept;    // filled by the checkpointed pass
+  // One per token chunk, filled by the checkpointed pass.
+  mutable std::vector<KeptExpertForward> kept;
+  // ModelOptions::moe_token_chunk (resolved): forward() takes the tokens this many at a time, each
+  // chunk routed and computed on its own (its own autograd nodes), so the router's logits, the
+  // CPU engine's gathered buffers and the resident experts' [pairs, intermediate] products are
+  // those of one chunk. 0: one chunk. Offload mode runs one chunk (its streamer takes a layer's
+  // experts once per forward).
+  int64_t token_chunk = 0;
   // Sees every forward's routing, ids [tokens, top_k] on the block's device (the e2e bench's
   // routing statistics); empty: nobody asks.
   std::function<void(const at::Tensor& ids)> route_observer;
@@ -57,6 +64,11 @@ struct MoeBlock {
 
   // x [B, S, hidden] -> [B, S, hidden]
   at::Tensor forward(const at::Tensor& x, bool training) const;
+
+ private:
+  // tokens [T, hidden] (one chunk) -> [T, hidden]; `kept` its KeptExpertForward.
+  at::Tensor forwardTokens(const at::Tensor& tokens, bool training,
+                           KeptExpertForward& kept_chunk) const;
 };
 
 }  // namespace tandem::model

@@ -363,6 +363,12 @@ void readInt4Options(const Doc& doc, TrainConfig& c) {
   c.experts_format = experts::int4FormatName(spec);
 }
 
+// Issue 29's long-sequence keys (docs/long_context.md).
+void readLongContext(const Doc& doc, TrainConfig& c) {
+  set(c.offload_checkpoints, doc.get("offload_checkpoints", boolean));
+  set(c.moe_token_chunk, doc.get("moe_token_chunk", NonNegativeIntUpTo{kMaxTokens}));
+}
+
 void readTandem(const Doc& doc, TrainConfig& c) {
   set(c.experts_backend, doc.get("experts_backend", expertsBackend));
   set(c.expert_threads, doc.get("expert_threads", threads));
@@ -378,6 +384,7 @@ void readTandem(const Doc& doc, TrainConfig& c) {
   set(c.experts_wt_policy, doc.get("experts_wt_policy", expertsWtPolicy));
   set(c.gpu_experts, doc.get("gpu_experts", gpuExperts));
   set(c.task_split, doc.get("task_split", taskSplit));
+  readLongContext(doc, c);
 }
 
 // The expert backends compute in one format each (engine/experts kernels): amx_int8 in int8;
@@ -635,6 +642,10 @@ std::string toYaml(const TrainConfig& c) {
   w.str("experts_wt_policy", c.experts_wt_policy);
   w.str("gpu_experts", c.gpu_experts);
   w.str("task_split", c.task_split);
+  // Written only when set: the text of every earlier config, hence its fingerprint (which
+  // checkpoints carry for resume), stays what it was.
+  if (c.offload_checkpoints) w.flag("offload_checkpoints", true);
+  if (c.moe_token_chunk != 0) w.integer("moe_token_chunk", c.moe_token_chunk);
   return w.text();
 }
 
@@ -667,6 +678,9 @@ std::string configFingerprint(const TrainConfig& config) {
   c.loss_chunk_tokens = defaults.loss_chunk_tokens;
   c.expert_chunk_tokens = defaults.expert_chunk_tokens;
   c.task_split = defaults.task_split;  // rows and columns give bitwise the same results
+  // Where the checkpoints wait and how many tokens the MoE block takes at once: the same math.
+  c.offload_checkpoints = defaults.offload_checkpoints;
+  c.moe_token_chunk = defaults.moe_token_chunk;
   // Detects "a different config"; not a security boundary.
   Fnv1a64 hash;
   hash.add(toYaml(c));

@@ -117,6 +117,8 @@ void addSettingKeys(std::vector<KeySpec>& keys) {
                            "experts_wt_policy",
                            "gpu_experts",
                            "task_split",
+                           "offload_checkpoints",
+                           "moe_token_chunk",
                            "ddp_timeout"}) {
     setting(name);
   }

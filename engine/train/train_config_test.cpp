@@ -655,5 +655,26 @@ TEST(TrainConfigTest, LoadsFromAFileAndNamesItInErrors) {
   std::filesystem::remove_all(dir);
 }
 
+// Issue 29's long-sequence keys: parsed, round-tripped, left out of the fingerprint (the same
+// math), and written only when set so earlier configs keep their text and fingerprint.
+TEST(TrainConfig, LongContextKeys) {
+  const TrainConfig plain = parse(kMinimal);
+  EXPECT_FALSE(plain.offload_checkpoints);
+  EXPECT_EQ(plain.moe_token_chunk, 0);
+  EXPECT_EQ(toYaml(plain).find("offload_checkpoints"), std::string::npos);
+  EXPECT_EQ(toYaml(plain).find("moe_token_chunk"), std::string::npos);
+  const TrainConfig set =
+      parse(std::string(kMinimal) + "offload_checkpoints: true\nmoe_token_chunk: 4096\n");
+  EXPECT_TRUE(set.offload_checkpoints);
+  EXPECT_EQ(set.moe_token_chunk, 4096);
+  EXPECT_EQ(parseTrainConfig(toYaml(set), "round trip", {}), set);
+  EXPECT_EQ(configFingerprint(set), configFingerprint(plain));
+  EXPECT_EQ(parse(kMinimal, {"moe_token_chunk=1000"}).moe_token_chunk, 1000);
+  for (const char* bad :
+       {"moe_token_chunk: -1\n", "moe_token_chunk: 1e9\n", "offload_checkpoints: maybe\n"}) {
+    EXPECT_THROW(parse(std::string(kMinimal) + bad), Error) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace tandem::train
