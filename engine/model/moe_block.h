@@ -23,6 +23,7 @@
 #include "engine/model/lora_experts.h"
 #include "engine/model/moe_function.h"
 #include "engine/model/resident_experts.h"
+#include "engine/model/split_experts.h"
 
 namespace tandem::model {
 
@@ -45,6 +46,8 @@ struct MoeBlock {
   at::Tensor lora_anchor;            // see routedExperts()
   bool keep_expert_forward = false;  // ModelOptions::keep_expert_forward
   mutable KeptExpertForward kept;    // filled by the checkpointed pass
+  // experts_mode auto only: the per-call split (with its own resident cache, split_experts.h).
+  std::unique_ptr<SplitExperts> split;
   // Sees every forward's routing, ids [tokens, top_k] on the block's device (the e2e bench's
   // routing statistics); empty: nobody asks.
   std::function<void(const at::Tensor& ids)> route_observer;
@@ -57,6 +60,12 @@ struct MoeBlock {
 
   // x [B, S, hidden] -> [B, S, hidden]
   at::Tensor forward(const at::Tensor& x, bool training) const;
+
+ private:
+  // experts_mode auto's routed part: tokens [T, hidden], the router's ids and weights [T, k].
+  at::Tensor splitForward(const at::Tensor& tokens, const at::Tensor& ids,
+                          const at::Tensor& weights, const std::function<void()>& run_shared,
+                          bool training) const;
 };
 
 }  // namespace tandem::model
