@@ -334,7 +334,8 @@ int threads(const Entry& e) {
 
 std::string expertsMode(const Entry& e) {
   std::string value = text(e);
-  if (value != "cpu" && value != "gpu-offload") failValue(e, "cpu or gpu-offload");
+  if (value != "auto" && value != "cpu" && value != "gpu-offload")
+    failValue(e, "auto, cpu or gpu-offload");
   return value;
 }
 
@@ -360,6 +361,14 @@ void readInt4Options(const Doc& doc, TrainConfig& c) {
   c.experts_format = experts::int4FormatName(spec);
 }
 
+// experts_mode: auto's policy and how often its resident cache is re-placed (micro-batches).
+void readExpertSplit(const Doc& doc, TrainConfig& c) {
+  set(c.expert_split, doc.get("expert_split", [](const Entry& e) {
+    return oneOf(e, {"balance", "cycle"});
+  }));
+  set(c.resident_refresh_steps, doc.get("resident_refresh_steps", nonNegativeInt));
+}
+
 void readTandem(const Doc& doc, TrainConfig& c) {
   set(c.experts_backend, doc.get("experts_backend", expertsBackend));
   set(c.expert_threads, doc.get("expert_threads", threads));
@@ -375,6 +384,7 @@ void readTandem(const Doc& doc, TrainConfig& c) {
   set(c.experts_wt_policy, doc.get("experts_wt_policy", expertsWtPolicy));
   set(c.gpu_experts, doc.get("gpu_experts", gpuExperts));
   set(c.task_split, doc.get("task_split", taskSplit));
+  readExpertSplit(doc, c);
 }
 
 // The expert backends compute in one format each (engine/experts kernels): amx_int8 in int8;
@@ -626,6 +636,11 @@ std::string toYaml(const TrainConfig& c) {
   w.str("experts_wt_policy", c.experts_wt_policy);
   w.str("gpu_experts", c.gpu_experts);
   w.str("task_split", c.task_split);
+  // Only when set: configs written before these keys keep their text (and fingerprint).
+  const TrainConfig defaults;
+  if (c.expert_split != defaults.expert_split) w.str("expert_split", c.expert_split);
+  if (c.resident_refresh_steps != defaults.resident_refresh_steps)
+    w.integer("resident_refresh_steps", c.resident_refresh_steps);
   return w.text();
 }
 
@@ -657,7 +672,9 @@ std::string configFingerprint(const TrainConfig& config) {
   c.experts_mode = defaults.experts_mode;
   c.loss_chunk_tokens = defaults.loss_chunk_tokens;
   c.expert_chunk_tokens = defaults.expert_chunk_tokens;
-  c.task_split = defaults.task_split;  // rows and columns give bitwise the same results
+  c.task_split = defaults.task_split;      // rows and columns give bitwise the same results
+  c.expert_split = defaults.expert_split;  // any split gives the same numbers
+  c.resident_refresh_steps = defaults.resident_refresh_steps;
   // Detects "a different config"; not a security boundary.
   Fnv1a64 hash;
   hash.add(toYaml(c));
