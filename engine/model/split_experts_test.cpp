@@ -39,7 +39,7 @@ struct Pass {
   std::map<std::string, std::vector<float>> grads;  // accumulated over the passes so far
 };
 
-struct Run {
+struct TrainRun {
   std::vector<Pass> passes;
   SplitExperts::Counts counts;                      // both layers
   std::vector<std::vector<int64_t>> resident_sets;  // layer 0's cache after each pass
@@ -50,7 +50,7 @@ std::vector<float> values(const at::Tensor& t) {
   return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
 }
 
-struct Setup {
+struct TrainSetup {
   ExpertsMode experts = ExpertsMode::Cpu;
   ExpertSplitChoice split = ExpertSplitChoice::Cycle;
   int64_t gpu_experts = 0;
@@ -62,7 +62,7 @@ struct Setup {
 
 // `passes` forward + backward passes on different tokens, the gradients accumulating (no optimizer
 // step, so every pass of both runs differentiates the same weights).
-Run train(const Setup& s, int passes) {
+TrainRun train(const TrainSetup& s, int passes) {
   const io::ModelConfig config = io::parseModelConfig(kConfig, "test config");
   ModelOptions options;
   options.device = s.device;
@@ -82,7 +82,7 @@ Run train(const Setup& s, int passes) {
       for (float& b : block.experts->lora().allB(proj)) b = 0.01f;
     }
   });
-  Run run;
+  TrainRun run;
   for (int p = 0; p < passes; ++p) {
     const at::Tensor ids =
         (at::arange(24, at::kLong) * (p + 1) + p).remainder(config.vocab_size).view({2, 12});
@@ -124,7 +124,7 @@ Run train(const Setup& s, int passes) {
 
 // Every gradient within 1e-4 of its tensor's largest (moe_function_test's tolerance for torch
 // against the CPU engine in fp32), the loss within 1e-5 relative; and the gradients carry signal.
-void expectSameNumbers(const Run& got, const Run& want) {
+void expectSameNumbers(const TrainRun& got, const TrainRun& want) {
   ASSERT_EQ(got.passes.size(), want.passes.size());
   for (size_t p = 0; p < want.passes.size(); ++p) {
     SCOPED_TRACE("pass " + std::to_string(p));
@@ -159,18 +159,18 @@ std::vector<placement::Device> devices() {
 // changes every call and the resident cache is re-placed after every pass.
 TEST(SplitExperts, EveryExpertThroughEveryPathGivesTheCpuEnginesNumbers) {
   for (const placement::Device device : devices()) {
-    Setup cpu;
+    TrainSetup cpu;
     cpu.device = device;
-    const Run want = train(cpu, 3);
+    const TrainRun want = train(cpu, 3);
     for (const auto& [checkpointing, keep] :
          {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
       SCOPED_TRACE(device.str() + ", checkpointing " + std::to_string(checkpointing) + ", keep " +
                    std::to_string(keep));
-      Setup split = cpu;
+      TrainSetup split = cpu;
       split.experts = ExpertsMode::Auto;
       split.checkpointing = checkpointing;
       split.keep = keep;
-      const Run got = train(split, 3);
+      const TrainRun got = train(split, 3);
       expectSameNumbers(got, want);
       EXPECT_GT(got.counts.resident_pairs, 0);
       EXPECT_GT(got.counts.streamed_pairs, 0);
@@ -188,17 +188,17 @@ TEST(SplitExperts, EveryExpertThroughEveryPathGivesTheCpuEnginesNumbers) {
 // second pass, and no refresh at all: the same numbers, whatever it chose.
 TEST(SplitExperts, TheBalancingPolicyGivesTheCpuEnginesNumbers) {
   for (const placement::Device device : devices()) {
-    Setup cpu;
+    TrainSetup cpu;
     cpu.device = device;
-    const Run want = train(cpu, 4);
+    const TrainRun want = train(cpu, 4);
     for (const int64_t refresh : {int64_t{2}, int64_t{0}}) {
       SCOPED_TRACE(device.str() + ", refresh " + std::to_string(refresh));
-      Setup split = cpu;
+      TrainSetup split = cpu;
       split.experts = ExpertsMode::Auto;
       split.split = ExpertSplitChoice::Balance;
       split.gpu_experts = 2;
       split.refresh = refresh;
-      const Run got = train(split, 4);
+      const TrainRun got = train(split, 4);
       expectSameNumbers(got, want);
       EXPECT_GT(got.counts.resident_pairs, 0);
       EXPECT_EQ(got.counts.resident_pairs + got.counts.streamed_pairs + got.counts.cpu_pairs,
