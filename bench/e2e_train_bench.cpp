@@ -99,6 +99,29 @@ nlohmann::json streamerJson(CausalLm& model, bool look_ahead) {
           {"copied_ahead", sum.copied_ahead}};
 }
 
+// experts_mode auto's split over the run (SplitExperts::Counts, summed over the MoE layers):
+// where the routed pairs ran, streamed experts per call, resident cache swaps.
+nlohmann::json splitJson(CausalLm& model) {
+  tandem::model::SplitExperts::Counts sum;
+  model.visitMoeBlocks([&](const std::string&, tandem::model::MoeBlock& b) {
+    if (!b.split) return;
+    const tandem::model::SplitExperts::Counts c = b.split->counts();
+    sum.calls += c.calls;
+    sum.resident_pairs += c.resident_pairs;
+    sum.streamed_pairs += c.streamed_pairs;
+    sum.cpu_pairs += c.cpu_pairs;
+    sum.streamed_experts += c.streamed_experts;
+    sum.refreshes += c.refreshes;
+  });
+  return {{"calls", sum.calls},
+          {"resident_pairs", sum.resident_pairs},
+          {"streamed_pairs", sum.streamed_pairs},
+          {"cpu_pairs", sum.cpu_pairs},
+          {"streamed_experts_per_call",
+           sum.calls > 0 ? static_cast<double>(sum.streamed_experts) / sum.calls : 0.0},
+          {"resident_refreshes", sum.refreshes}};
+}
+
 // Kineto records the CPU ops (with the engine's RECORD_FUNCTION scopes) and, on a GPU, the
 // kernels and copies, until disableProfiler().
 void startTrace(bool cuda) {
@@ -483,6 +506,7 @@ void run(const Options& o) {
   if (!busy_trace.is_null()) out["busy_trace"] = busy_trace;
   out["cost_model"] = costModelJson(o, config, options, memory_plan, out);
   out["sequence"] = sequencePeakJson(memory_plan, options, o, out["tokens_per_s"].get<double>());
+  if (options.experts == tandem::model::ExpertsMode::Auto) out["split"] = splitJson(*model);
   std::cout << out.dump() << std::endl;
 }
 
@@ -495,7 +519,10 @@ int main(int argc, char** argv) {
   app.add_option("--layers", o.layers, "decoder layers to build (0: all)");
   app.add_option("--tokens", o.tokens, "sequence length");
   app.add_option("--steps", o.steps, "optimizer steps (the first is warm-up)");
-  app.add_option("--experts", o.request.experts_mode, "cpu or gpu-offload");
+  app.add_option("--experts", o.request.experts_mode, "cpu, gpu-offload or auto");
+  app.add_option("--expert-split", o.request.expert_split,
+                 "experts auto: balance, or cycle (every expert through every path in turn; runs "
+                 "the split on the CPU device too)");
   app.add_option("--device", o.request.device,
                  "device of the dense parts (auto: the planner's placement)");
   app.add_option("--layer-devices", o.request.layer_devices, "e.g. cuda:0:0-13,cuda:1:14-26");

@@ -97,7 +97,7 @@ def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0", trace
         cmd += ["--stream-ahead", "true" if stream_ahead else "false"]
     cmd += ["--experts-format", args.experts_format]
     cmd += busy_trace_args(args)
-    if experts == "cpu":
+    if experts in ("cpu", "auto"):
         cmd += ["--experts-wt-policy", args.experts_wt_policy]
     if args.offload_checkpoints:
         cmd += ["--offload-checkpoints"]
@@ -105,7 +105,7 @@ def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0", trace
         cmd += ["--moe-token-chunk", str(args.moe_token_chunk)]
     if args.gradient_checkpointing:
         cmd += ["--gradient-checkpointing"]
-        if experts == "cpu" and not args.recompute_experts:
+        if experts in ("cpu", "auto") and not args.recompute_experts:
             cmd += ["--keep-expert-forward"]  # what `tandem train` does when the host has the RAM
     start = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -196,7 +196,8 @@ def main():
                         help="co: experts on the CPU engine; resident: co with --gpu-experts of them on the GPU; "
                              "offload: streamed per layer; offload-resident: offload with --gpu-experts of them "
                              "resident on the GPU; offload-serial, offload-resident-serial: the same without the "
-                             "next layer's copy ahead; hf: transformers + PEFT")
+                             "next layer's copy ahead; auto: per step each expert resident (--gpu-experts of "
+                             "them), streamed or on the CPU engine (experts_mode: auto); hf: transformers + PEFT")
     parser.add_argument("--gpu-experts", default="auto",
                         help="resident and offload-resident modes: routed experts per MoE layer on the GPU, N or auto (the memory planner's "
                              "count for the capped GPU)")
@@ -291,7 +292,8 @@ def sequence_summary(result):
 
 MODE_KEYS = {"co": "tandem_co", "resident": "tandem_resident", "offload": "tandem_offload",
              "offload-resident": "tandem_offload_resident", "offload-serial": "tandem_offload_serial",
-             "offload-resident-serial": "tandem_offload_resident_serial", "hf": "hf_peft"}
+             "offload-resident-serial": "tandem_offload_resident_serial", "hf": "hf_peft",
+             "auto": "tandem_auto"}
 
 
 def run_mode(mode, name, config_dir, args):
@@ -304,6 +306,8 @@ def run_mode(mode, name, config_dir, args):
     if mode in ("offload", "offload-serial"):
         return run_tandem(args.bench, config_dir, "gpu-offload", args, targets, trace=trace,
                           stream_ahead=mode == "offload")
+    if mode == "auto":  # per step each expert resident (--gpu-experts of them), streamed or on the CPU
+        return run_tandem(args.bench, config_dir, "auto", args, targets, gpu_experts=args.gpu_experts, trace=trace)
     if mode in ("offload-resident", "offload-resident-serial"):
         return run_tandem(args.bench, config_dir, "gpu-offload", args, targets, gpu_experts=args.gpu_experts,
                           trace=trace, stream_ahead=mode == "offload-resident")
@@ -362,6 +366,11 @@ def ratios(r):
                               "tokens_per_s")):
         if a.get(field) and b.get(field):
             out[key] = a[field] / b[field]
+    auto = r.get("tandem_auto", {})
+    fixed = [r[k]["tokens_per_s"] for k in ("tandem_co", "tandem_resident", "tandem_offload", "tandem_offload_resident")
+             if r.get(k, {}).get("tokens_per_s")]
+    if auto.get("tokens_per_s") and fixed:
+        out["auto_over_best_fixed_tokens_per_s"] = auto["tokens_per_s"] / max(fixed)
     return out
 
 

@@ -89,6 +89,8 @@ HardwarePage::HardwarePage(FineTuneWizard& wizard) : wizard_(wizard) {
                          QStringLiteral("cpu"));
   experts_mode_->addItem(tr("gpu-offload: stream what the GPU does not hold from RAM"),
                          QStringLiteral("gpu-offload"));
+  experts_mode_->addItem(tr("auto: per step, each expert resident, streamed or on the CPU"),
+                         QStringLiteral("auto"));
   experts_mode_->setToolTip(
       tr("experts_mode: who computes the routed experts the GPU does not keep. cpu: the CPU "
          "expert engine (fast CPUs with AMX); gpu-offload: their weights are copied to the GPU "

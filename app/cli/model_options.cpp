@@ -67,8 +67,10 @@ void addTrainingModelOptions(CLI::App& command, model::ModelRequest& request) {
                      "final norm and lm_head (default: the last layer's)");
   command
       .add_option("--experts", request.experts_mode,
-                  "cpu (CPU expert engine) or gpu-offload (weights streamed to the layer's device)")
-      ->check(CLI::IsMember({"cpu", "gpu-offload"}))
+                  "auto (per step each expert resident, streamed or on the CPU engine; cpu "
+                  "without a GPU), cpu (CPU expert engine) or gpu-offload (weights streamed to "
+                  "the layer's device)")
+      ->check(CLI::IsMember({"auto", "cpu", "gpu-offload"}))
       ->capture_default_str();
   command
       .add_option("--experts-wt-policy", request.experts_wt_policy,

@@ -326,6 +326,13 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
   const std::vector<int>& numa_node = m_.options_.experts_numa_node;
   if (static_cast<size_t>(i) < numa_node.size())
     options.numa_node = numa_node[static_cast<size_t>(i)];
+  if (m_.options_.experts == ExpertsMode::Auto) {
+    // Any expert may be the CPU engine's on some call: it packs them all (no defer_packs).
+    block->split = std::make_unique<SplitExperts>(
+        spec, views, w_.dtype(), options.format, m_.layerDevice(static_cast<size_t>(i)),
+        block->resident_count, m_.options_.resident_refresh_steps,
+        makeExpertSplitPolicy(m_.options_.expert_split), m_.options_.expert_split_rates);
+  }
   if (m_.options_.experts == ExpertsMode::GpuOffload) {
     block->offload = std::make_unique<ExpertOffload>(
         spec, views, w_.dtype(), options.format,

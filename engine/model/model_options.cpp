@@ -9,12 +9,19 @@ namespace tandem::model {
 ExpertsMode parseExpertsMode(std::string_view text) {
   if (text == "cpu") return ExpertsMode::Cpu;
   if (text == "gpu-offload") return ExpertsMode::GpuOffload;
+  if (text == "auto") return ExpertsMode::Auto;
   throw Error("experts mode '" + std::string(text) + "' is not known",
-              "use cpu (the CPU expert engine) or gpu-offload (weights streamed to the GPU)");
+              "use auto (each expert to the CPU engine, streamed or resident, per step), cpu (the "
+              "CPU expert engine) or gpu-offload (weights streamed to the GPU)");
 }
 
 std::string_view expertsModeName(ExpertsMode mode) {
-  return mode == ExpertsMode::Cpu ? "cpu" : "gpu-offload";
+  switch (mode) {
+    case ExpertsMode::Cpu: return "cpu";
+    case ExpertsMode::GpuOffload: return "gpu-offload";
+    case ExpertsMode::Auto: return "auto";
+  }
+  return "cpu";
 }
 
 placement::Device ModelOptions::layerDevice(size_t layer) const {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/experts/expert_types.h"
+#include "engine/model/expert_split.h"
 #include "engine/placement/device.h"
 
 namespace tandem::model {
@@ -24,9 +25,12 @@ enum class ModelDType { Fp32, Bf16 };
 //               resident on the layer's GPU beside it (gpu_experts)
 //   GpuOffload  streamed from pinned host memory to the layer's device per layer, forward and
 //               backward (ZeRO-Offload), the most routed ones optionally kept there as a cache
-enum class ExpertsMode { Cpu, GpuOffload };
+//   Auto        per layer per call, each expert resident on the layer's device (a cache that
+//               follows the routing), streamed there this call, or on the CPU engine, as a
+//               policy balances the two sides (split_experts.h, expert_split.h)
+enum class ExpertsMode { Cpu, GpuOffload, Auto };
 
-// "cpu" or "gpu-offload"; anything else is an Error naming both.
+// "cpu", "gpu-offload" or "auto"; anything else is an Error naming them.
 ExpertsMode parseExpertsMode(std::string_view text);
 std::string_view expertsModeName(ExpertsMode mode);
 
@@ -76,6 +80,12 @@ struct ModelOptions {
   // (expert_streamer.h); false copies each layer's when it runs (the baseline it is measured
   // against).
   bool stream_experts_ahead = true;
+  // experts = Auto: how each call splits the experts (expert_split.h), the rates its costs come
+  // from, and how often the resident cache (gpu_experts of them) is re-placed from the routing:
+  // every resident_refresh_steps micro-batches (0: never, the first call's choice stays).
+  ExpertSplitChoice expert_split = ExpertSplitChoice::Balance;
+  ExpertSplitRates expert_split_rates;
+  int64_t resident_refresh_steps = 50;
 
   placement::Device layerDevice(size_t layer) const;
   placement::Device headDevice() const;

@@ -23,7 +23,14 @@ struct ModelRequest {
   // A KTransformers rule file or a placement preset (kt_optimize_rule): its placement is the one
   // planned and run (relative paths from the working directory, as LLaMA-Factory reads it).
   std::filesystem::path placement_rule;
-  std::string experts_mode = "cpu";  // cpu (the CPU expert engine) | gpu-offload (streamed)
+  // auto (training with a GPU: each expert per step resident, streamed or on the CPU engine;
+  // else cpu) | cpu (the CPU expert engine) | gpu-offload (streamed)
+  std::string experts_mode = "auto";
+  // experts_mode auto: the split's policy, balance or cycle (a diagnostic that sends every
+  // expert through every path in turn, and runs the split even without a GPU), and how many
+  // micro-batches the resident cache follows the routing before it is re-placed (0: never).
+  std::string expert_split = "balance";
+  int64_t resident_refresh_steps = 50;
   std::string experts_backend =
       "auto";  // auto|generic|avx2|avx512|avx512_bf16|amx_bf16|amx_int8|onednn
   // What the frozen routed experts are multiplied in: auto (int8 for amx_int8, else bf16; an fp8

@@ -137,6 +137,19 @@ experts::WtPolicy wtPolicy(const ModelRequest& request, const placement::MemoryP
   return experts::parseWtPolicy(request.experts_wt_policy);
 }
 
+// experts_mode auto splits the experts between the CPU engine and a GPU: it needs a backward to
+// balance (training) and a layer on a GPU, else it is cpu mode. expert_split: cycle (a
+// diagnostic) runs the split on the CPU device too, where torch computes the "device" experts.
+void resolveExpertSplit(ModelOptions& o, const ModelRequest& request) {
+  if (o.experts != ExpertsMode::Auto) return;
+  o.expert_split = parseExpertSplit(request.expert_split);
+  o.resident_refresh_steps = request.resident_refresh_steps;
+  bool any_gpu = o.layer_devices.empty() && o.device.isGpu();
+  for (const Device& d : o.layer_devices) any_gpu = any_gpu || d.isGpu();
+  if (!request.training || (!any_gpu && o.expert_split != ExpertSplitChoice::Cycle))
+    o.experts = ExpertsMode::Cpu;
+}
+
 }  // namespace
 
 placement::PlanRequest planRequestFor(const ModelRequest& request, const io::ModelConfig& config) {
@@ -232,6 +245,7 @@ ModelOptions resolveModelOptions(const ModelRequest& request, const io::ModelCon
   o.keep_expert_forward = request.training && plan.keep_expert_forward;  // when host RAM has room
   o.loss_chunk_tokens = request.loss_chunk_tokens;
   o.stream_experts_ahead = request.stream_experts_ahead;
+  resolveExpertSplit(o, request);
   return o;
 }
 

@@ -10,6 +10,17 @@
 
 namespace tandem::model {
 
+at::Tensor MoeBlock::splitForward(const at::Tensor& tokens, const at::Tensor& ids,
+                                  const at::Tensor& weights,
+                                  const std::function<void()>& run_shared, bool training,
+                                  KeptExpertForward& kept_chunk) const {
+  const int64_t cpu_pairs_before = split->counts().cpu_pairs;
+  const at::Tensor y = split->forward(*experts, tokens, ids, weights, lora_anchor, run_shared,
+                                      training && keep_expert_forward ? &kept_chunk : nullptr);
+  pairs.resident += ids.numel() - (split->counts().cpu_pairs - cpu_pairs_before);  // the device's
+  return y;
+}
+
 at::Tensor MoeBlock::forward(const at::Tensor& x, bool training) const {
   RECORD_USER_SCOPE("tandem::moe_block");
   const at::Tensor tokens = x.reshape({-1, x.size(-1)});
@@ -45,7 +56,9 @@ at::Tensor MoeBlock::forwardTokens(const at::Tensor& tokens, bool training,
     }
   };
   at::Tensor y;
-  if (offload) {
+  if (split) {
+    y = splitForward(tokens, choice.ids, choice.weights, run_shared, training, kept_chunk);
+  } else if (offload) {
     int64_t resident_pairs = 0;
     y = offload->forward(experts->lora(), tokens, choice.ids, choice.weights, lora_anchor,
                          &resident_pairs);

@@ -23,6 +23,7 @@
 #include "engine/model/lora_experts.h"
 #include "engine/model/moe_function.h"
 #include "engine/model/resident_experts.h"
+#include "engine/model/split_experts.h"
 
 namespace tandem::model {
 
@@ -52,6 +53,8 @@ struct MoeBlock {
   // those of one chunk. 0: one chunk. Offload mode runs one chunk (its streamer takes a layer's
   // experts once per forward).
   int64_t token_chunk = 0;
+  // experts_mode auto only: the per-call split (with its own resident cache, split_experts.h).
+  std::unique_ptr<SplitExperts> split;
   // Sees every forward's routing, ids [tokens, top_k] on the block's device (the e2e bench's
   // routing statistics); empty: nobody asks.
   std::function<void(const at::Tensor& ids)> route_observer;
@@ -69,6 +72,10 @@ struct MoeBlock {
   // tokens [T, hidden] (one chunk) -> [T, hidden]; `kept` its KeptExpertForward.
   at::Tensor forwardTokens(const at::Tensor& tokens, bool training,
                            KeptExpertForward& kept_chunk) const;
+  // experts_mode auto's routed part: tokens [T, hidden], the router's ids and weights [T, k].
+  at::Tensor splitForward(const at::Tensor& tokens, const at::Tensor& ids,
+                          const at::Tensor& weights, const std::function<void()>& run_shared,
+                          bool training, KeptExpertForward& kept_chunk) const;
 };
 
 }  // namespace tandem::model

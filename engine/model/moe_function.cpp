@@ -69,10 +69,10 @@ class RoutedExpertsBackward : public torch::autograd::Node {
         top_k_(top_k),
         tokens_(std::move(tokens)) {}
 
-  // The device's part of the call: its inputs, to recompute it in backward.
-  void addDevicePart(std::shared_ptr<const TorchExpertsCall> call, at::Tensor hidden,
-                     at::Tensor topk_weights) {
-    on_device_ = std::move(call);
+  // The device's parts of the call: their inputs, to recompute them in backward.
+  void addDeviceParts(std::vector<std::shared_ptr<const TorchExpertsCall>> calls, at::Tensor hidden,
+                      at::Tensor topk_weights) {
+    on_device_ = std::move(calls);
     hidden_ = std::move(hidden);
     topk_weights_ = std::move(topk_weights);
   }
@@ -85,9 +85,20 @@ class RoutedExpertsBackward : public torch::autograd::Node {
     if (!d_out.defined())
       d_out = at::zeros({n_tokens_, hidden}, at::TensorOptions().dtype(dtype_).device(device_));
     const at::Tensor dy = toHost(tokens_.gather(d_out), dtype_);
-    // Queued on the device before the CPU starts, collected after it finished.
+    // Queued on the device before the CPU starts, collected after it finished. The copies
+    // (streamed experts) start first, so they overlap the parts queued before their use.
+    for (const auto& part : on_device_) part->prefetch();
+    std::vector<TorchExpertsCall::Gradients> part_grads;
     TorchExpertsCall::Gradients device_grads;
-    if (on_device_) device_grads = on_device_->backward(hidden_, topk_weights_, d_out);
+    for (const auto& part : on_device_) {
+      part_grads.push_back(part->backward(hidden_, topk_weights_, d_out));
+      const TorchExpertsCall::Gradients& g = part_grads.back();
+      device_grads.d_hidden =
+          device_grads.d_hidden.defined() ? device_grads.d_hidden + g.d_hidden : g.d_hidden;
+      device_grads.d_topk_weights = device_grads.d_topk_weights.defined()
+                                        ? device_grads.d_topk_weights + g.d_topk_weights
+                                        : g.d_topk_weights;
+    }
     at::Tensor dx = hostBuffer({dy.size(0), hidden}, dtype_, device_);
     at::Tensor d_weights = hostBuffer({dy.size(0), top_k_}, at::kFloat, device_);
     {
@@ -96,7 +107,7 @@ class RoutedExpertsBackward : public torch::autograd::Node {
     }
     cache_.reset();
     torch::autograd::variable_list result(3);
-    if (on_device_) on_device_->accumulateLora(device_grads);
+    for (size_t i = 0; i < on_device_.size(); ++i) on_device_[i]->accumulateLora(part_grads[i]);
     if (should_compute_output(0)) {
       result[0] = tokens_.scatter(toDevice(dx, device_), n_tokens_, device_grads.d_hidden);
     }
@@ -110,7 +121,7 @@ class RoutedExpertsBackward : public torch::autograd::Node {
 
   void release_variables() override {
     cache_.reset();
-    on_device_.reset();
+    on_device_.clear();
     hidden_.reset();
     topk_weights_.reset();
   }
@@ -123,7 +134,7 @@ class RoutedExpertsBackward : public torch::autograd::Node {
   int64_t n_tokens_;
   int64_t top_k_;
   CpuTokens tokens_;
-  std::shared_ptr<const TorchExpertsCall> on_device_;
+  std::vector<std::shared_ptr<const TorchExpertsCall>> on_device_;
   at::Tensor hidden_, topk_weights_;  // on the device, detached: the device part's inputs
 };
 
@@ -178,6 +189,17 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
                          const at::Tensor& lora_anchor, const std::function<void()>& while_cpu_runs,
                          KeptExpertForward* keep,
                          std::shared_ptr<const TorchExpertsCall> on_device) {
+  std::vector<std::shared_ptr<const TorchExpertsCall>> parts;
+  if (on_device) parts.push_back(std::move(on_device));
+  return routedExperts(layer, hidden, topk_ids, topk_weights, lora_anchor, while_cpu_runs, keep,
+                       std::move(parts));
+}
+
+at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
+                         const at::Tensor& topk_ids, const at::Tensor& topk_weights,
+                         const at::Tensor& lora_anchor, const std::function<void()>& while_cpu_runs,
+                         KeptExpertForward* keep,
+                         std::vector<std::shared_ptr<const TorchExpertsCall>> on_device) {
   const experts::ActivationType act = activationType(hidden);
   const int64_t n_tokens = hidden.size(0);
   const int64_t top_k = topk_ids.size(1);
@@ -186,7 +208,7 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
   {
     at::NoGradGuard no_grad;
     ids_cpu = toHost(topk_ids, at::kInt);
-    if (on_device) tokens = CpuTokens::of(ids_cpu, hidden.device());
+    if (!on_device.empty()) tokens = CpuTokens::of(ids_cpu, hidden.device());
     x_cpu = toHost(tokens.gather(hidden.detach()), hidden.scalar_type());
     ids_cpu = tokens.gather(ids_cpu);  // contiguous: toHost's, or index_select's
     weights_cpu = tokens.gather(toHost(topk_weights.detach(), at::kFloat));
@@ -196,11 +218,14 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
       torch::autograd::compute_requires_grad(hidden, topk_weights, lora_anchor);
   at::Tensor y_device;
   const at::Tensor device_weights =
-      on_device ? topk_weights.detach().to(hidden.device(), at::kFloat) : at::Tensor();
+      on_device.empty() ? at::Tensor() : topk_weights.detach().to(hidden.device(), at::kFloat);
   auto queue_device_work = [&] {
-    if (on_device)
-      y_device =
-          on_device->forward(hidden, device_weights, needs_graph && gpu::inCheckpointRecompute());
+    for (const auto& part : on_device) part->prefetch();
+    for (const auto& part : on_device) {
+      const at::Tensor y_part =
+          part->forward(hidden, device_weights, needs_graph && gpu::inCheckpointRecompute());
+      y_device = y_device.defined() ? y_device + y_part : y_part;
+    }
     if (while_cpu_runs) while_cpu_runs();
   };
   // The checkpointed pass: no graph now, but a backward (with a recomputation) will follow.
@@ -244,7 +269,8 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
       new RoutedExpertsBackward(layer, std::move(cache), hidden.device(), hidden.scalar_type(),
                                 n_tokens, top_k, std::move(tokens)),
       torch::autograd::deleteNode);
-  if (on_device) node->addDevicePart(std::move(on_device), hidden.detach(), device_weights);
+  if (!on_device.empty())
+    node->addDeviceParts(std::move(on_device), hidden.detach(), device_weights);
   node->set_next_edges(torch::autograd::collect_next_edges(hidden, topk_weights, lora_anchor));
   torch::autograd::set_history(y, node);
   return y;

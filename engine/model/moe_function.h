@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "engine/core/memory_ledger.h"
 
@@ -82,5 +83,15 @@ at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
                          const std::function<void()>& while_cpu_runs = {},
                          KeptExpertForward* keep = nullptr,
                          std::shared_ptr<const TorchExpertsCall> on_device = nullptr);
+
+// The same with several device parts (experts_mode auto: the resident experts' and this step's
+// streamed experts'), each computing its own pairs of the masked ones. Every part's prefetch()
+// starts first (the streamed weights' copy), then their forwards are queued in order (the
+// resident part's compute hides the copy), then the CPU computes; backward likewise.
+at::Tensor routedExperts(experts::ExpertLayer& layer, const at::Tensor& hidden,
+                         const at::Tensor& topk_ids, const at::Tensor& topk_weights,
+                         const at::Tensor& lora_anchor, const std::function<void()>& while_cpu_runs,
+                         KeptExpertForward* keep,
+                         std::vector<std::shared_ptr<const TorchExpertsCall>> on_device);
 
 }  // namespace tandem::model

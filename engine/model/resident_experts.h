@@ -58,6 +58,10 @@ class ResidentExperts {
   TorchExpertsCall call(experts::ExpertLora& lora, Split& split) const;
 
   const std::vector<int64_t>& experts() const { return experts_; }
+  // The weights on the device and the experts' global ids ([n] int64 host), for a call that
+  // must keep them alive itself (experts_mode auto re-places the cache: split_experts.h).
+  const StoredExpertWeights& stored() const { return weights_; }
+  const at::Tensor& globalIds() const { return global_ids_; }
   uint64_t deviceBytes() const { return weights_.bytes(); }
 
  private:

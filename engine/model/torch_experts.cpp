@@ -263,6 +263,10 @@ TorchExpertsCall::TorchExpertsCall(std::function<TorchExpertWeights()> weights, 
       grouping_(std::move(grouping)),
       gemm_(gemm) {}
 
+void TorchExpertsCall::prefetch() const {
+  if (prefetch_ && !graph_ && pairs() > 0) prefetch_();
+}
+
 at::Tensor TorchExpertsCall::forward(const at::Tensor& hidden, const at::Tensor& topk_weights,
                                      bool keep_graph) const {
   // No pair here: nothing to compute (and every gradient is 0).

@@ -87,6 +87,12 @@ class TorchExpertsCall {
 
   int64_t pairs() const { return grouping_.pairs(); }
 
+  // `start` begins copying the weights `weights` will return (experts_mode auto's streamed
+  // experts: split_experts.h); prefetch() calls it unless the forward kept its graph, so the
+  // copy runs while the device computes the work queued after it.
+  void setPrefetch(std::function<void()> start) { prefetch_ = std::move(start); }
+  void prefetch() const;
+
   // -> [T, H] in hidden's dtype: the sum over the grouped pairs, not differentiable. With
   // keep_graph (a checkpoint recompute: its backward follows at once) the forward's graph is
   // built now and kept in this call until backward(), which then does not recompute it.
@@ -112,6 +118,7 @@ class TorchExpertsCall {
   at::Tensor global_ids_;
   ExpertGrouping grouping_;
   std::optional<ExpertGemm> gemm_;
+  std::function<void()> prefetch_;
 
   // The differentiable forward: y and the leaves it is differentiated in (hidden, the top-k
   // weights, then A and B of every targeted projection).

@@ -337,7 +337,8 @@ int threads(const Entry& e) {
 
 std::string expertsMode(const Entry& e) {
   std::string value = text(e);
-  if (value != "cpu" && value != "gpu-offload") failValue(e, "cpu or gpu-offload");
+  if (value != "auto" && value != "cpu" && value != "gpu-offload")
+    failValue(e, "auto, cpu or gpu-offload");
   return value;
 }
 
@@ -369,6 +370,14 @@ void readLongContext(const Doc& doc, TrainConfig& c) {
   set(c.moe_token_chunk, doc.get("moe_token_chunk", NonNegativeIntUpTo{kMaxTokens}));
 }
 
+// experts_mode: auto's policy and how often its resident cache is re-placed (micro-batches).
+void readExpertSplit(const Doc& doc, TrainConfig& c) {
+  set(c.expert_split, doc.get("expert_split", [](const Entry& e) {
+    return oneOf(e, {"balance", "cycle"});
+  }));
+  set(c.resident_refresh_steps, doc.get("resident_refresh_steps", nonNegativeInt));
+}
+
 void readTandem(const Doc& doc, TrainConfig& c) {
   set(c.experts_backend, doc.get("experts_backend", expertsBackend));
   set(c.expert_threads, doc.get("expert_threads", threads));
@@ -385,6 +394,7 @@ void readTandem(const Doc& doc, TrainConfig& c) {
   set(c.gpu_experts, doc.get("gpu_experts", gpuExperts));
   set(c.task_split, doc.get("task_split", taskSplit));
   readLongContext(doc, c);
+  readExpertSplit(doc, c);
 }
 
 // The expert backends compute in one format each (engine/experts kernels): amx_int8 in int8;
@@ -646,6 +656,11 @@ std::string toYaml(const TrainConfig& c) {
   // checkpoints carry for resume), stays what it was.
   if (c.offload_checkpoints) w.flag("offload_checkpoints", true);
   if (c.moe_token_chunk != 0) w.integer("moe_token_chunk", c.moe_token_chunk);
+  // Only when set: configs written before these keys keep their text (and fingerprint).
+  const TrainConfig defaults;
+  if (c.expert_split != defaults.expert_split) w.str("expert_split", c.expert_split);
+  if (c.resident_refresh_steps != defaults.resident_refresh_steps)
+    w.integer("resident_refresh_steps", c.resident_refresh_steps);
   return w.text();
 }
 
@@ -681,6 +696,8 @@ std::string configFingerprint(const TrainConfig& config) {
   // Where the checkpoints wait and how many tokens the MoE block takes at once: the same math.
   c.offload_checkpoints = defaults.offload_checkpoints;
   c.moe_token_chunk = defaults.moe_token_chunk;
+  c.expert_split = defaults.expert_split;  // any split gives the same numbers
+  c.resident_refresh_steps = defaults.resident_refresh_steps;
   // Detects "a different config"; not a security boundary.
   Fnv1a64 hash;
   hash.add(toYaml(c));

@@ -122,6 +122,8 @@ void addSettingKeys(std::vector<KeySpec>& keys) {
                            "ddp_timeout"}) {
     setting(name);
   }
+  // experts_mode: auto's split (engine/model/split_experts.h).
+  for (const char* name : {"expert_split", "resident_refresh_steps"}) setting(name);
   for (const char* name :
        {"trust_remote_code", "flash_attn", "preprocessing_num_workers", "overwrite_cache",
         "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",

@@ -352,6 +352,22 @@ TEST(TrainConfigTest, DdpTimeoutIsReadAndLeavesTheFingerprintAlone) {
   EXPECT_THROW(parse(kMinimal + std::string("ddp_timeout: 0\n")), Error);
 }
 
+// experts_mode: auto's keys: read, written only when set (so older configs keep their text),
+// outside the fingerprint (any split gives the same numbers).
+TEST(TrainConfigTest, ExpertSplitKeys) {
+  const TrainConfig auto_mode =
+      parse(kMinimal +
+            std::string("experts_mode: auto\nexpert_split: cycle\nresident_refresh_steps: 5\n"));
+  EXPECT_EQ(auto_mode.experts_mode, "auto");
+  EXPECT_EQ(auto_mode.expert_split, "cycle");
+  EXPECT_EQ(auto_mode.resident_refresh_steps, 5);
+  EXPECT_EQ(parseTrainConfig(toYaml(auto_mode), "canonical.yaml", {}), auto_mode);
+  EXPECT_EQ(toYaml(parse(kMinimal)).find("expert_split"), std::string::npos);
+  EXPECT_EQ(configFingerprint(auto_mode), configFingerprint(parse(kMinimal)));
+  EXPECT_THROW(parse(kMinimal + std::string("expert_split: greedy\n")), Error);
+  EXPECT_THROW(parse(kMinimal + std::string("resident_refresh_steps: -1\n")), Error);
+}
+
 struct BadConfig {
   std::string lines;  // appended to kMinimal (or the whole text when `whole`)
   std::string error;  // expected to occur in Error::message()
@@ -381,7 +397,7 @@ TEST(TrainConfigTest, BadConfigsFailWithUsefulErrors) {
       {"max_steps: 0\n",
        "max_steps must be -1 (use num_train_epochs) or a positive integer, got '0'"},
       {"device: gpu\n", "device must be auto, cpu, cuda or cuda:N; got 'gpu'"},
-      {"experts_mode: gpu\n", "experts_mode must be cpu or gpu-offload, got 'gpu'"},
+      {"experts_mode: gpu\n", "experts_mode must be auto, cpu or gpu-offload, got 'gpu'"},
       {"optim: sgd\n", "optim must be one of adamw_torch, adamw_torch_fused, adamw_hf; got 'sgd'"},
       {"finetuning_type: full\n", "'full' is not supported: Tandem trains LoRA adapters"},
       {"finetuning_type: freeze\n", "'freeze' is not supported: Tandem trains LoRA adapters"},

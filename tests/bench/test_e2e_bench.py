@@ -3,8 +3,8 @@
 The GPU numbers in docs/benchmarks.md come from this program on the H200 machine; here every set-up it
 measures runs on a tiny random Qwen3-MoE so that a change which breaks one fails CI rather than the next
 device session. The set-ups compute the same model from the same seed, so their losses must agree: the
-CPU expert engine, resident experts beside it, offload mode (also with a resident cache), each with bf16 and with int8 experts (int8:
-the same quantised weights everywhere)."""
+CPU expert engine, resident experts beside it, offload mode (also with a resident cache), experts_mode auto's
+split, each with bf16 and with int8 experts (int8: the same quantised weights everywhere)."""
 import json
 import os
 import subprocess
@@ -44,6 +44,9 @@ def test_every_setup_trains_the_same_model(config_dir, fmt):
         "offload": bench(config_dir, "--experts", "gpu-offload", "--experts-format", fmt),
         "offload-resident": bench(config_dir, "--experts", "gpu-offload", "--gpu-experts", "3", "--experts-format", fmt),
         "offload-serial": bench(config_dir, "--experts", "gpu-offload", "--stream-ahead", "false", "--experts-format", fmt),
+        # experts_mode auto, its split forced through every path (resident, streamed, CPU) in turn
+        "auto": bench(config_dir, "--experts", "auto", "--expert-split", "cycle", "--gpu-experts", "3",
+                      "--keep-expert-forward", "--experts-format", fmt),
     }
     for name, r in runs.items():
         assert r["experts_format"] == fmt, name
@@ -53,6 +56,8 @@ def test_every_setup_trains_the_same_model(config_dir, fmt):
     assert runs["offload-resident"]["gpu_experts"] == [3, 3]
     assert runs["offload"]["gpu_experts"] == []
     assert runs["co"]["gpu_experts"] == []
+    split = runs["auto"]["split"]
+    assert min(split["resident_pairs"], split["streamed_pairs"], split["cpu_pairs"]) > 0, split
     losses = {name: [s["loss"] for s in r["steps"]] for name, r in runs.items()}
     for name, loss in losses.items():
         # bf16 activations and two different summation orders: agree to bf16's precision.

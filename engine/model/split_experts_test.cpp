@@ -1,0 +1,249 @@
+// experts_mode auto against all-CPU co-computation: whatever the split decides (each expert
+// resident, streamed or on the CPU engine, changing from call to call, the resident cache
+// re-placed mid-run), the loss and every gradient (the router's and the torch side's LoRA, d
+// hidden through them, every expert's LoRA) are those of the CPU engine computing every pair.
+// On the CPU device the "device" is the CPU: torch computes the resident and streamed experts
+// there, so all three paths run; the device run of this binary adds cuda:0.
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/core/thread_pool.h"
+#include "engine/experts/expert_layer.h"
+#include "engine/io/lora_target.h"
+#include "engine/io/model_config.h"
+#include "engine/model/causal_lm.h"
+#include "engine/model/moe_block.h"
+#include "engine/model/moe_function.h"
+
+namespace tandem::model {
+namespace {
+
+// Two MoE layers (one with a shared expert), as moe_function_test.cpp's.
+constexpr const char* kConfig = R"({
+  "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 48,
+  "intermediate_size": 64, "moe_intermediate_size": 24, "shared_expert_intermediate_size": 32,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "num_experts": 6,
+  "num_experts_per_tok": 2, "norm_topk_prob": false, "decoder_sparse_step": 1, "mlp_only_layers": [],
+  "vocab_size": 64, "max_position_embeddings": 128, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+  "tie_word_embeddings": false, "dtype": "float32"})";
+
+struct Pass {
+  float loss = 0;
+  std::map<std::string, std::vector<float>> grads;  // accumulated over the passes so far
+};
+
+struct TrainRun {
+  std::vector<Pass> passes;
+  SplitExperts::Counts counts;                      // both layers
+  std::vector<std::vector<int64_t>> resident_sets;  // layer 0's cache after each pass
+};
+
+std::vector<float> values(const at::Tensor& t) {
+  const at::Tensor c = t.detach().to(at::kCPU, at::kFloat).contiguous();
+  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
+}
+
+struct TrainSetup {
+  ExpertsMode experts = ExpertsMode::Cpu;
+  ExpertSplitChoice split = ExpertSplitChoice::Cycle;
+  int64_t gpu_experts = 0;
+  int64_t refresh = 1;
+  bool checkpointing = false;
+  bool keep = false;
+  placement::Device device = placement::Device::cpu();
+};
+
+// `passes` forward + backward passes on different tokens, the gradients accumulating (no optimizer
+// step, so every pass of both runs differentiates the same weights).
+TrainRun train(const TrainSetup& s, int passes) {
+  const io::ModelConfig config = io::parseModelConfig(kConfig, "test config");
+  ModelOptions options;
+  options.device = s.device;
+  options.experts = s.experts;
+  options.experts_backend = "generic";  // fp32 products, as torch's
+  options.gradient_checkpointing = s.checkpointing;
+  options.keep_expert_forward = s.keep;
+  options.gpu_experts.assign(2, s.gpu_experts);
+  options.expert_split = s.split;
+  options.resident_refresh_steps = s.refresh;
+  const LoraPlan plan =
+      loraPlanFromTarget(io::LoraTarget::parse("all"), gpu::LoraSettings{4, 8.0, false, 0.0});
+  auto model = CausalLm::random(config, options, &plan, /*seed=*/3, ThreadPool::global());
+  model->visitMoeBlocks([](const std::string&, MoeBlock& block) {  // B ≠ 0: expert LoRA matters
+    for (auto proj :
+         {experts::ExpertProj::Gate, experts::ExpertProj::Up, experts::ExpertProj::Down}) {
+      for (float& b : block.experts->lora().allB(proj)) b = 0.01f;
+    }
+  });
+  TrainRun run;
+  for (int p = 0; p < passes; ++p) {
+    const at::Tensor ids =
+        (at::arange(24, at::kLong) * (p + 1) + p).remainder(config.vocab_size).view({2, 12});
+    const at::Tensor loss = model->loss(model->forwardHidden(ids, /*training=*/true), ids);
+    loss.backward();
+    Pass pass;
+    pass.loss = loss.item<float>();
+    model->visitLinears([&](const std::string& name, gpu::LoraLinear& l) {
+      if (!l.hasLora()) return;
+      pass.grads[name + ".A"] = values(l.loraA().grad());
+      pass.grads[name + ".B"] = values(l.loraB().grad());
+    });
+    bool first = true;
+    model->visitMoeBlocks([&](const std::string& name, MoeBlock& block) {
+      for (auto proj :
+           {experts::ExpertProj::Gate, experts::ExpertProj::Up, experts::ExpertProj::Down}) {
+        const std::string n = name + ".experts." + std::to_string(static_cast<int>(proj));
+        const auto a = block.experts->lora().allGradA(proj);
+        const auto b = block.experts->lora().allGradB(proj);
+        pass.grads[n + ".A"] = {a.begin(), a.end()};
+        pass.grads[n + ".B"] = {b.begin(), b.end()};
+      }
+      if (block.split && first) run.resident_sets.push_back(block.split->residentExperts());
+      first = false;
+    });
+    run.passes.push_back(std::move(pass));
+  }
+  model->visitMoeBlocks([&](const std::string&, MoeBlock& block) {
+    if (!block.split) return;
+    const SplitExperts::Counts c = block.split->counts();
+    run.counts.calls += c.calls;
+    run.counts.resident_pairs += c.resident_pairs;
+    run.counts.streamed_pairs += c.streamed_pairs;
+    run.counts.cpu_pairs += c.cpu_pairs;
+    run.counts.refreshes += c.refreshes;
+  });
+  return run;
+}
+
+// Every gradient within 1e-4 of its tensor's largest (moe_function_test's tolerance for torch
+// against the CPU engine in fp32), the loss within 1e-5 relative; and the gradients carry signal.
+void expectSameNumbers(const TrainRun& got, const TrainRun& want) {
+  ASSERT_EQ(got.passes.size(), want.passes.size());
+  for (size_t p = 0; p < want.passes.size(); ++p) {
+    SCOPED_TRACE("pass " + std::to_string(p));
+    const Pass& g = got.passes[p];
+    const Pass& w = want.passes[p];
+    EXPECT_NEAR(g.loss, w.loss, 1e-5f * std::abs(w.loss));
+    ASSERT_EQ(g.grads.size(), w.grads.size());
+    for (const auto& [name, expected] : w.grads) {
+      const std::vector<float>& actual = g.grads.at(name);
+      ASSERT_EQ(actual.size(), expected.size()) << name;
+      float scale = 0, worst = 0;
+      for (size_t i = 0; i < expected.size(); ++i) {
+        scale = std::max(scale, std::abs(expected[i]));
+        worst = std::max(worst, std::abs(actual[i] - expected[i]));
+      }
+      EXPECT_LE(worst, 1e-4f * scale + 1e-9f) << name;
+      // PEFT's B = 0 makes the torch side's grad A zero; every other gradient carries signal.
+      if (name.ends_with(".A") && name.find(".experts.") == std::string::npos) continue;
+      EXPECT_GT(scale, 0.0f) << name;
+    }
+  }
+}
+
+std::vector<placement::Device> devices() {
+  std::vector<placement::Device> out{placement::Device::cpu()};
+  if (at::hasCUDA()) out.push_back(placement::Device::cuda(0));
+  return out;
+}
+
+// The cycling policy sends expert e to path (e + call) mod 3: over three passes (and the
+// recomputations of checkpointing) every expert is resident, streamed and the CPU's, the split
+// changes every call and the resident cache is re-placed after every pass.
+TEST(SplitExperts, EveryExpertThroughEveryPathGivesTheCpuEnginesNumbers) {
+  for (const placement::Device device : devices()) {
+    TrainSetup cpu;
+    cpu.device = device;
+    const TrainRun want = train(cpu, 3);
+    for (const auto& [checkpointing, keep] :
+         {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
+      SCOPED_TRACE(device.str() + ", checkpointing " + std::to_string(checkpointing) + ", keep " +
+                   std::to_string(keep));
+      TrainSetup split = cpu;
+      split.experts = ExpertsMode::Auto;
+      split.checkpointing = checkpointing;
+      split.keep = keep;
+      const TrainRun got = train(split, 3);
+      expectSameNumbers(got, want);
+      EXPECT_GT(got.counts.resident_pairs, 0);
+      EXPECT_GT(got.counts.streamed_pairs, 0);
+      EXPECT_GT(got.counts.cpu_pairs, 0);
+      EXPECT_EQ(got.counts.calls, (checkpointing ? 2 : 1) * 2 * 3);
+      EXPECT_GE(got.counts.refreshes, 2 * 2);  // both layers, after passes 1 and 2
+      ASSERT_EQ(got.resident_sets.size(), 3u);
+      EXPECT_NE(got.resident_sets[0], got.resident_sets[1]);
+      EXPECT_NE(got.resident_sets[1], got.resident_sets[2]);
+    }
+  }
+}
+
+// The balancing policy on default rates, a cache of 2 most-routed experts re-placed every
+// second pass, and no refresh at all: the same numbers, whatever it chose.
+TEST(SplitExperts, TheBalancingPolicyGivesTheCpuEnginesNumbers) {
+  for (const placement::Device device : devices()) {
+    TrainSetup cpu;
+    cpu.device = device;
+    const TrainRun want = train(cpu, 4);
+    for (const int64_t refresh : {int64_t{2}, int64_t{0}}) {
+      SCOPED_TRACE(device.str() + ", refresh " + std::to_string(refresh));
+      TrainSetup split = cpu;
+      split.experts = ExpertsMode::Auto;
+      split.split = ExpertSplitChoice::Balance;
+      split.gpu_experts = 2;
+      split.refresh = refresh;
+      const TrainRun got = train(split, 4);
+      expectSameNumbers(got, want);
+      EXPECT_GT(got.counts.resident_pairs, 0);
+      EXPECT_EQ(got.counts.resident_pairs + got.counts.streamed_pairs + got.counts.cpu_pairs,
+                2 * 4 * 24 * 2);  // layers x passes x tokens x top-k
+      for (const auto& set : got.resident_sets) EXPECT_EQ(set.size(), 2u);
+      if (refresh == 0) {
+        EXPECT_EQ(got.counts.refreshes, 0);
+      }
+    }
+  }
+}
+
+// With the CPU made very slow every non-resident expert is streamed, with copies made very slow
+// none is: the CPU engine is then not called at all, or computes every non-resident pair.
+TEST(SplitExperts, TheRatesMoveTheSplit) {
+  const io::ModelConfig config = io::parseModelConfig(kConfig, "test config");
+  auto run = [&](const ExpertSplitRates& rates) {
+    ModelOptions options;
+    options.experts = ExpertsMode::Auto;
+    options.experts_backend = "generic";
+    options.gpu_experts.assign(2, 1);
+    options.expert_split_rates = rates;
+    auto model = CausalLm::random(config, options, nullptr, /*seed=*/3, ThreadPool::global());
+    at::NoGradGuard no_grad;
+    model->forwardHidden(at::arange(24, at::kLong).remainder(config.vocab_size).view({2, 12}),
+                         false);
+    SplitExperts::Counts counts;
+    model->visitMoeBlocks([&](const std::string&, MoeBlock& block) {
+      counts.streamed_pairs += block.split->counts().streamed_pairs;
+      counts.cpu_pairs += block.split->counts().cpu_pairs;
+    });
+    return counts;
+  };
+  ExpertSplitRates slow_cpu;
+  slow_cpu.cpu_flops = 1;
+  const SplitExperts::Counts streamed = run(slow_cpu);
+  EXPECT_EQ(streamed.cpu_pairs, 0);
+  EXPECT_GT(streamed.streamed_pairs, 0);
+  ExpertSplitRates slow_link;
+  slow_link.link_bytes_per_s = 1;
+  const SplitExperts::Counts on_cpu = run(slow_link);
+  EXPECT_EQ(on_cpu.streamed_pairs, 0);
+  EXPECT_GT(on_cpu.cpu_pairs, 0);
+}
+
+}  // namespace
+}  // namespace tandem::model
