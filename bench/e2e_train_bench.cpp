@@ -74,10 +74,6 @@ struct Options {
   int torch_threads = 0;             // 0: libtorch's default
   std::string trace;                 // a Chrome trace of one more step, written here
   bool busy_trace = false;  // one more step under Kineto: GPU kernels' and copies' busy time
-  // Long sequences (issue 29), planned as the run is set: the planner's request gets them here
-  // (the model's own options come with ModelRequest once the engine has the keys).
-  bool offload_checkpoints = false;
-  int64_t moe_token_chunk = 0;  // 0: auto
 };
 
 // Offload mode's copies over the run (ExpertStreamer::Counts, summed over the devices).
@@ -240,8 +236,6 @@ tandem::placement::MemoryPlan planRun(const Options& o, const tandem::io::ModelC
   request.lora_rank = o.lora_rank;
   request.lora_target = {o.lora_target};  // the planner joins and parses the comma list
   request.cutoff_len = o.tokens;
-  request.offload_checkpoints = o.offload_checkpoints;
-  request.moe_token_chunk = o.moe_token_chunk;
   return tandem::model::planModel(request, o.request, tandem::model::usableHardware(o.request, hw));
 }
 
@@ -256,8 +250,8 @@ nlohmann::json sequencePeakJson(const tandem::placement::MemoryPlan& plan,
   const tandem::placement::DevicePlan* gpu = plan.device(device);
   nlohmann::json out = {{"tokens", o.tokens},
                         {"tokens_per_s", tokens_per_s},
-                        {"offload_checkpoints", o.offload_checkpoints},
-                        {"moe_token_chunk", o.moe_token_chunk},
+                        {"offload_checkpoints", o.request.offload_checkpoints},
+                        {"moe_token_chunk", o.request.moe_token_chunk},
                         {"predicted_host_bytes", plan.hostBytes()}};
   if (!gpu || !device.isGpu()) return out;
   const auto peak = tandem::gpu::gpuMemoryPeak(device.gpuIndex());
@@ -551,10 +545,6 @@ int main(int argc, char** argv) {
                "after the timed steps, one more under the profiler: each resource's busy time "
                "(GPU kernels, copies) from its CUDA activity");
   app.add_option("--torch-threads", o.torch_threads, "libtorch intra-op threads");
-  app.add_flag("--offload-checkpoints", o.offload_checkpoints,
-               "checkpointed layers' inputs in pinned host memory (implies checkpointing)");
-  app.add_option("--moe-token-chunk", o.moe_token_chunk,
-                 "tokens per MoE router / expert pass (0: auto, 8192)");
   app.add_option("--experts-format", o.request.experts_format,
                  "the routed experts' weights: auto, bf16, int8 (the CPU engine's packs, resident "
                  "and offloaded copies)")
@@ -572,9 +562,6 @@ int main(int argc, char** argv) {
                    : std::string("auto or a count >= 0");
       });
   CLI11_PARSE(app, argc, argv);
-  // Offloaded checkpoints are checkpoints. At merge with the engine's keys (issue 29 items 1-2):
-  // o.request.offload_checkpoints / moe_token_chunk take these two as well.
-  if (o.offload_checkpoints) o.request.gradient_checkpointing = true;
   try {
     run(o);
   } catch (const tandem::Error& e) {

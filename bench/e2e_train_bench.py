@@ -99,10 +99,6 @@ def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0", trace
     cmd += busy_trace_args(args)
     if experts in ("cpu", "auto"):
         cmd += ["--experts-wt-policy", args.experts_wt_policy]
-    if args.offload_checkpoints:
-        cmd += ["--offload-checkpoints"]
-    if args.moe_token_chunk is not None:
-        cmd += ["--moe-token-chunk", str(args.moe_token_chunk)]
     if args.gradient_checkpointing:
         cmd += ["--gradient-checkpointing"]
         if experts in ("cpu", "auto") and not args.recompute_experts:
@@ -203,9 +199,6 @@ def main():
                              "count for the capped GPU)")
     parser.add_argument("--gradient-checkpointing", action="store_true",
                         help="recompute each layer in backward, in all three set-ups")
-    parser.add_argument("--offload-checkpoints", action="store_true",
-                        help="Tandem: checkpoints in host memory (implies checkpointing; docs/long_context.md)")
-    parser.add_argument("--moe-token-chunk", type=int, default=None, help="Tandem: tokens per MoE chunk (0: auto)")
     parser.add_argument("--recompute-experts", action="store_true",
                         help="with checkpointing, recompute the CPU experts too instead of keeping their forward")
     parser.add_argument("--experts-format", default="auto", choices=["auto", "bf16", "int8"],

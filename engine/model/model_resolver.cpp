@@ -159,6 +159,8 @@ placement::PlanRequest planRequestFor(const ModelRequest& request, const io::Mod
   r.training = request.training;
   r.gradient_checkpointing =
       request.training && (request.gradient_checkpointing || request.offload_checkpoints);
+  r.offload_checkpoints = request.training && request.offload_checkpoints;
+  r.moe_token_chunk = request.moe_token_chunk;
   r.loss_chunk_tokens = request.loss_chunk_tokens;
   r.experts_backend = request.experts_backend;
   // The runtime's choices: the experts' format as the planner spells it ("" = its default for the
