@@ -74,6 +74,9 @@ struct Options {
   int torch_threads = 0;             // 0: libtorch's default
   std::string trace;                 // a Chrome trace of one more step, written here
   bool busy_trace = false;  // one more step under Kineto: GPU kernels' and copies' busy time
+  // Issue 29: more sequence lengths on the same model after --tokens (a 48-layer model takes
+  // minutes to build), each with its own allocator peak and the planner's prediction for it.
+  std::vector<int64_t> more_tokens;
 };
 
 // Offload mode's copies over the run (ExpertStreamer::Counts, summed over the devices).
@@ -418,7 +421,7 @@ void run(const Options& o) {
   const double build_s = seconds(t_build);
   tandem::model::LoraOptimizer optimizer(*model, {}, tandem::ThreadPool::global());
   at::manual_seed(0);  // the same tokens in every mode: step 1's loss must agree across them
-  const at::Tensor ids = at::randint(config.vocab_size, {1, o.tokens}, at::kLong);
+  at::Tensor ids = at::randint(config.vocab_size, {1, o.tokens}, at::kLong);  // train_step's
 
   RoutingStats routing(*model);
   nlohmann::json steps = nlohmann::json::array();
@@ -501,6 +504,34 @@ void run(const Options& o) {
   out["cost_model"] = costModelJson(o, config, options, memory_plan, out);
   out["sequence"] = sequencePeakJson(memory_plan, options, o, out["tokens_per_s"].get<double>());
   if (options.experts == tandem::model::ExpertsMode::Auto) out["split"] = splitJson(*model);
+  // The longer lengths after everything above was measured: each has its own peaks, and an
+  // out-of-memory at one ends the list with the allocator's message.
+  for (const int64_t tokens : o.more_tokens) {
+    Options at_length = o;
+    at_length.tokens = tokens;
+    ids = at::randint(config.vocab_size, {1, tokens}, at::kLong);
+    if (cuda) tandem::gpu::resetGpuMemoryPeak(options.layerDevice(0).gpuIndex());
+    nlohmann::json more = {{"tokens", tokens}};
+    try {
+      nlohmann::json more_steps = nlohmann::json::array();
+      double more_timed_s = 0;
+      for (int step = 0; step < o.steps; ++step) {
+        more_steps.push_back(train_step());
+        if (step > 0) more_timed_s += more_steps.back()["step_s"].get<double>();
+      }
+      const double tps =
+          o.steps > 1 ? static_cast<double>(tokens) * (o.steps - 1) / more_timed_s : 0.0;
+      more["steps"] = more_steps;
+      more["tokens_per_s"] = tps;
+      more["sequence"] = sequencePeakJson(planRun(at_length, config), options, at_length, tps);
+    } catch (const c10::OutOfMemoryError& e) {
+      optimizer.zeroGrad();
+      more["error"] = std::string(e.what_without_backtrace());
+      out["more_tokens"].push_back(more);
+      break;
+    }
+    out["more_tokens"].push_back(more);
+  }
   std::cout << out.dump() << std::endl;
 }
 
@@ -512,6 +543,9 @@ int main(int argc, char** argv) {
   app.add_option("--config", o.config_dir, "dir with the model's config.json")->required();
   app.add_option("--layers", o.layers, "decoder layers to build (0: all)");
   app.add_option("--tokens", o.tokens, "sequence length");
+  app.add_option("--more-tokens", o.more_tokens,
+                 "then these lengths on the same model, each with its own peaks")
+      ->delimiter(',');
   app.add_option("--steps", o.steps, "optimizer steps (the first is warm-up)");
   app.add_option("--experts", o.request.experts_mode, "cpu, gpu-offload or auto");
   app.add_option("--expert-split", o.request.expert_split,

@@ -91,6 +91,8 @@ def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0", trace
     if args.layers:
         cmd += ["--layers", str(args.layers)]
     cmd += long_sequence_flags(args)
+    if args.more_tokens:
+        cmd += ["--more-tokens", args.more_tokens]
     if trace:
         cmd += ["--trace", str(trace)]
     if experts == "gpu-offload":
@@ -186,6 +188,9 @@ def main():
                         help="Tandem: checkpointed layers' inputs in pinned host memory (implies checkpointing)")
     parser.add_argument("--moe-token-chunk", type=int, default=0,
                         help="Tandem: tokens per MoE router / expert pass (0: auto)")
+    parser.add_argument("--more-tokens", default="",
+                        help="Tandem: then these lengths (comma list) on the same model in the same process, each "
+                             "with its own allocator peak and planner prediction (under more_tokens in the JSON)")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--gpu-cap-gib", type=float, default=24.0)
     parser.add_argument("--modes", default="co,resident,offload,hf",

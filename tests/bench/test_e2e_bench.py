@@ -6,6 +6,7 @@ device session. The set-ups compute the same model from the same seed, so their 
 CPU expert engine, resident experts beside it, offload mode (also with a resident cache), experts_mode auto's
 split, each with bf16 and with int8 experts (int8: the same quantised weights everywhere)."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -169,3 +170,17 @@ def test_a_token_list_runs_each_length_in_its_own_process(tmp_path):
             assert seq["peak_reserved_bytes"] == 1100 * tokens
             assert seq["predicted_over_reserved"] == pytest.approx(1050 / 1100)
             assert r["by_tokens"][str(tokens)][mode]["command"].count("--tokens " + str(tokens)) == 1
+
+
+def test_more_lengths_run_on_the_same_model(config_dir):
+    """--more-tokens: after --tokens, longer sequences on the model already built (a 48-layer model
+    takes minutes to build on the H200), each with its own steps, tokens/s and planner figures; the
+    same length asked twice trains on from where the first left off, so its loss moves."""
+    r = bench(config_dir, "--experts", "cpu", "--offload-checkpoints", "--more-tokens", "128,64")
+    first, second = r["more_tokens"]
+    assert (first["tokens"], second["tokens"]) == (128, 64)
+    for more in (first, second):
+        assert "error" not in more
+        assert more["tokens_per_s"] > 0 and more["sequence"]["tokens"] == more["tokens"]
+        assert all(math.isfinite(s["loss"]) for s in more["steps"]) and len(more["steps"]) == 2
+    assert second["steps"][0]["loss"] != r["steps"][0]["loss"]  # the optimizer stepped in between
