@@ -12,7 +12,7 @@
 #include "app/cli/model_options.h"
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
-#include "engine/gpu/checkpoint_offload.h"
+#include "engine/gpu/checkpoint_offload_bytes.h"
 #include "engine/gpu/torch_runtime.h"
 #include "engine/infer/generate.h"
 #include "engine/io/bounded_json.h"

@@ -20,10 +20,9 @@
 #include <mutex>
 #include <vector>
 
-namespace tandem::gpu {
+#include "engine/gpu/checkpoint_offload_bytes.h"
 
-// Bytes store() copied to host memory over the process (tests and `tandem debug grad` report it).
-uint64_t checkpointBytesOffloaded();
+namespace tandem::gpu {
 
 class CheckpointOffload {
  public:
