@@ -25,7 +25,7 @@ struct ModelRequest {
   std::filesystem::path placement_rule;
   // auto (training with a GPU: each expert per step resident, streamed or on the CPU engine;
   // else cpu) | cpu (the CPU expert engine) | gpu-offload (streamed)
-  std::string experts_mode = "auto";
+  std::string experts_mode = "cpu";
   // experts_mode auto: the split's policy, balance or cycle (a diagnostic that sends every
   // expert through every path in turn, and runs the split even without a GPU), and how many
   // micro-batches the resident cache follows the routing before it is re-placed (0: never).
