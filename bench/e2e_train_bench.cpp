@@ -314,12 +314,7 @@ double unionMs(std::vector<std::pair<uint64_t, uint64_t>> spans) {
 // the CPU engine's as in every step. On a machine without a GPU only the CPU's is there.
 template <typename Step>
 nlohmann::json busyTraceStep(bool cuda, Step& step) {
-  using torch::profiler::impl::ActivityType;
-  std::set<ActivityType> activities{ActivityType::CPU};
-  if (cuda) activities.insert(ActivityType::CUDA);
-  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
-  torch::autograd::profiler::prepareProfiler(config, activities);
-  torch::autograd::profiler::enableProfiler(config, activities);
+  startTrace(cuda);
   const nlohmann::json result = step();
   const auto profile = torch::autograd::profiler::disableProfiler();
   std::vector<std::pair<uint64_t, uint64_t>> kernels, copies;
