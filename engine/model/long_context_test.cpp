@@ -17,6 +17,7 @@
 #include "engine/experts/expert_layer.h"
 #include "engine/io/lora_target.h"
 #include "engine/model/causal_lm.h"
+#include "engine/model/lora_gradients_test_util.h"
 #include "engine/model/moe_block.h"
 #include "engine/model/tiny_moe_test_util.h"
 
@@ -37,11 +38,6 @@ struct Step {
   uint64_t host_activation_peak = 0;                // MemoryLedger ("cpu", Activations)
   std::vector<std::set<int64_t>> chunk_experts;     // per router call, the experts it chose
 };
-
-std::vector<float> values(const at::Tensor& t) {
-  const at::Tensor c = t.detach().to(at::kCPU, at::kFloat).contiguous();
-  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
-}
 
 // One step of a two-layer Qwen3-MoE (8 experts, top 2) over [2, 50] tokens.
 Step trainStep(const Settings& s) {
@@ -78,20 +74,7 @@ Step trainStep(const Settings& s) {
   loss.backward();
   step.loss = loss.item<float>();
   step.host_activation_peak = MemoryLedger::global().usage("cpu").peak(MemoryCategory::Activations);
-  model->visitLinears([&](const std::string& name, gpu::LoraLinear& l) {
-    if (!l.hasLora()) return;
-    step.grads[name + ".A"] = values(l.loraA().grad());
-    step.grads[name + ".B"] = values(l.loraB().grad());
-  });
-  model->visitMoeBlocks([&](const std::string& name, MoeBlock& block) {
-    for (auto proj :
-         {experts::ExpertProj::Gate, experts::ExpertProj::Up, experts::ExpertProj::Down}) {
-      const std::string p = name + ".experts." + std::to_string(static_cast<int>(proj));
-      const auto a = block.experts->lora().allGradA(proj), b = block.experts->lora().allGradB(proj);
-      step.grads[p + ".A"] = {a.begin(), a.end()};
-      step.grads[p + ".B"] = {b.begin(), b.end()};
-    }
-  });
+  step.grads = testing::loraGradients(*model);
   return step;
 }
 

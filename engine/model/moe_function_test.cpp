@@ -18,19 +18,12 @@
 #include "engine/io/lora_target.h"
 #include "engine/io/model_config.h"
 #include "engine/model/causal_lm.h"
+#include "engine/model/lora_gradients_test_util.h"
 #include "engine/model/moe_block.h"
+#include "engine/model/tiny_moe_test_util.h"
 
 namespace tandem::model {
 namespace {
-
-// Two MoE layers (one with a shared expert) so a recomputation runs per layer.
-constexpr const char* kConfig = R"({
-  "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 48,
-  "intermediate_size": 64, "moe_intermediate_size": 24, "shared_expert_intermediate_size": 32,
-  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "num_experts": 6,
-  "num_experts_per_tok": 2, "norm_topk_prob": false, "decoder_sparse_step": 1, "mlp_only_layers": [],
-  "vocab_size": 64, "max_position_embeddings": 128, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-  "tie_word_embeddings": false, "dtype": "float32"})";
 
 struct Step {
   std::map<std::string, std::vector<float>> grads;  // every LoRA gradient, torch side and experts
@@ -42,16 +35,13 @@ struct Step {
   ExpertStreamer::Counts streamer;  // offload mode: its device's streamer
 };
 
-std::vector<float> values(const at::Tensor& t) {
-  const at::Tensor c = t.detach().to(at::kCPU, at::kFloat).contiguous();
-  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
-}
+using testing::tensorValues;
 
 Step trainStep(bool keep, int64_t gpu_experts = 0, bool checkpointing = true,
                const std::string& experts_format = "auto", ExpertsMode experts = ExpertsMode::Cpu,
                const std::string& experts_backend = "auto",
                placement::Device device = placement::Device::cpu(), bool stream_ahead = true) {
-  const io::ModelConfig config = io::parseModelConfig(kConfig, "test config");
+  const io::ModelConfig config = testing::tinyQwen2MoeConfig();
   ModelOptions options;
   options.device = device;
   options.experts = experts;
@@ -81,19 +71,8 @@ Step trainStep(bool keep, int64_t gpu_experts = 0, bool checkpointing = true,
   for (const DeviceMemoryUsage& usage : MemoryLedger::global().snapshot()) {
     if (usage.device == "cpu") step.expert_cache_peak = usage.peak(MemoryCategory::Activations);
   }
-  model->visitLinears([&](const std::string& name, gpu::LoraLinear& l) {
-    if (!l.hasLora()) return;
-    step.grads[name + ".A"] = values(l.loraA().grad());
-    step.grads[name + ".B"] = values(l.loraB().grad());
-  });
-  model->visitMoeBlocks([&](const std::string& name, MoeBlock& block) {
-    for (auto proj :
-         {experts::ExpertProj::Gate, experts::ExpertProj::Up, experts::ExpertProj::Down}) {
-      const std::string p = name + ".experts." + std::to_string(static_cast<int>(proj));
-      const auto a = block.experts->lora().allGradA(proj), b = block.experts->lora().allGradB(proj);
-      step.grads[p + ".A"] = {a.begin(), a.end()};
-      step.grads[p + ".B"] = {b.begin(), b.end()};
-    }
+  step.grads = testing::loraGradients(*model);
+  model->visitMoeBlocks([&](const std::string&, MoeBlock& block) {
     if (block.resident) step.resident.push_back(block.resident->experts());
     if (block.offload) {
       step.streamed_experts += block.offload->streamedExperts();
@@ -148,7 +127,7 @@ TEST(KeptExpertForward, ReusedOnlyForTheSameInputs) {
     const at::Tensor hidden = x.clone().requires_grad_(true);
     const at::Tensor y = routedExperts(*layer, hidden, ids, weights, at::Tensor(), {}, keep);
     y.sum().backward();
-    return std::make_pair(values(y), values(hidden.grad()));
+    return std::make_pair(tensorValues(y), tensorValues(hidden.grad()));
   };
   for (const bool same : {false, true}) {
     SCOPED_TRACE(same ? "same inputs" : "other hidden states");
@@ -298,13 +277,13 @@ TEST(CpuTokens, OnlyTheTokensWithACpuPairCrossToTheHost) {
       at::tensor(std::vector<int32_t>{m, m, 3, m, m, m, m, 5}, at::kInt).view({4, 2});
   const CpuTokens tokens = CpuTokens::of(ids, at::kCPU);
   ASSERT_TRUE(tokens.rows.defined());
-  EXPECT_EQ(values(tokens.rows), (std::vector<float>{1, 3}));
+  EXPECT_EQ(tensorValues(tokens.rows), (std::vector<float>{1, 3}));
   const at::Tensor hidden = at::arange(12, at::kFloat).view({4, 3});
-  EXPECT_EQ(values(tokens.gather(hidden)), (std::vector<float>{3, 4, 5, 9, 10, 11}));
+  EXPECT_EQ(tensorValues(tokens.gather(hidden)), (std::vector<float>{3, 4, 5, 9, 10, 11}));
   const at::Tensor part = at::full({2, 3}, 2.0f);
-  EXPECT_EQ(values(tokens.scatter(part, 4, at::Tensor())),
+  EXPECT_EQ(tensorValues(tokens.scatter(part, 4, at::Tensor())),
             (std::vector<float>{0, 0, 0, 2, 2, 2, 0, 0, 0, 2, 2, 2}));
-  EXPECT_EQ(values(tokens.scatter(part, 4, at::ones({4, 3}))),
+  EXPECT_EQ(tensorValues(tokens.scatter(part, 4, at::ones({4, 3}))),
             (std::vector<float>{1, 1, 1, 3, 3, 3, 1, 1, 1, 3, 3, 3}));
   // Every token has a CPU pair, or none has: nothing to select, the tensors pass through.
   const CpuTokens all =
@@ -328,7 +307,7 @@ TEST(ResidentExperts, MostRoutedOfTheFirstCall) {
 // experts it computes: the host never holds the packs of the resident ones (int8: real packs, not
 // zero-copy views of the weights).
 TEST(ResidentExperts, OnlyTheCpuExpertsArePacked) {
-  const io::ModelConfig config = io::parseModelConfig(kConfig, "test config");
+  const io::ModelConfig config = testing::tinyQwen2MoeConfig();
   auto packed = [&](int64_t gpu_experts, bool run) {
     ModelOptions options;
     options.experts_format = "int8";

@@ -20,20 +20,13 @@
 #include "engine/io/lora_target.h"
 #include "engine/io/model_config.h"
 #include "engine/model/causal_lm.h"
+#include "engine/model/lora_gradients_test_util.h"
 #include "engine/model/moe_block.h"
 #include "engine/model/moe_function.h"
+#include "engine/model/tiny_moe_test_util.h"
 
 namespace tandem::model {
 namespace {
-
-// Two MoE layers (one with a shared expert), as moe_function_test.cpp's.
-constexpr const char* kConfig = R"({
-  "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 48,
-  "intermediate_size": 64, "moe_intermediate_size": 24, "shared_expert_intermediate_size": 32,
-  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "num_experts": 6,
-  "num_experts_per_tok": 2, "norm_topk_prob": false, "decoder_sparse_step": 1, "mlp_only_layers": [],
-  "vocab_size": 64, "max_position_embeddings": 128, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-  "tie_word_embeddings": false, "dtype": "float32"})";
 
 struct Pass {
   float loss = 0;
@@ -45,11 +38,6 @@ struct TrainRun {
   SplitExperts::Counts counts;                      // both layers
   std::vector<std::vector<int64_t>> resident_sets;  // layer 0's cache after each pass
 };
-
-std::vector<float> values(const at::Tensor& t) {
-  const at::Tensor c = t.detach().to(at::kCPU, at::kFloat).contiguous();
-  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
-}
 
 struct TrainSetup {
   ExpertsMode experts = ExpertsMode::Cpu;
@@ -64,7 +52,7 @@ struct TrainSetup {
 // `passes` forward + backward passes on different tokens, the gradients accumulating (no optimizer
 // step, so every pass of both runs differentiates the same weights).
 TrainRun train(const TrainSetup& s, int passes) {
-  const io::ModelConfig config = io::parseModelConfig(kConfig, "test config");
+  const io::ModelConfig config = testing::tinyQwen2MoeConfig();
   ModelOptions options;
   options.device = s.device;
   options.experts = s.experts;
@@ -91,21 +79,9 @@ TrainRun train(const TrainSetup& s, int passes) {
     loss.backward();
     Pass pass;
     pass.loss = loss.item<float>();
-    model->visitLinears([&](const std::string& name, gpu::LoraLinear& l) {
-      if (!l.hasLora()) return;
-      pass.grads[name + ".A"] = values(l.loraA().grad());
-      pass.grads[name + ".B"] = values(l.loraB().grad());
-    });
+    pass.grads = testing::loraGradients(*model);
     bool first = true;
-    model->visitMoeBlocks([&](const std::string& name, MoeBlock& block) {
-      for (auto proj :
-           {experts::ExpertProj::Gate, experts::ExpertProj::Up, experts::ExpertProj::Down}) {
-        const std::string n = name + ".experts." + std::to_string(static_cast<int>(proj));
-        const auto a = block.experts->lora().allGradA(proj);
-        const auto b = block.experts->lora().allGradB(proj);
-        pass.grads[n + ".A"] = {a.begin(), a.end()};
-        pass.grads[n + ".B"] = {b.begin(), b.end()};
-      }
+    model->visitMoeBlocks([&](const std::string&, MoeBlock& block) {
       if (block.split && first) run.resident_sets.push_back(block.split->residentExperts());
       first = false;
     });
@@ -215,7 +191,7 @@ TEST(SplitExperts, TheBalancingPolicyGivesTheCpuEnginesNumbers) {
 // With the CPU made very slow every non-resident expert is streamed, with copies made very slow
 // none is: the CPU engine is then not called at all, or computes every non-resident pair.
 TEST(SplitExperts, TheRatesMoveTheSplit) {
-  const io::ModelConfig config = io::parseModelConfig(kConfig, "test config");
+  const io::ModelConfig config = testing::tinyQwen2MoeConfig();
   auto run = [&](const ExpertSplitRates& rates) {
     ModelOptions options;
     options.experts = ExpertsMode::Auto;
