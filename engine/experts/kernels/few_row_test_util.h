@@ -2,15 +2,20 @@
 // The checks every few-row q8_K block kernel (Q4_K by VNNI, Q6_K by AVX-512 BW) passes on one
 // row count: columns [3, n − 2) of y [m, ldc] against the kernel's own scalar q8_K reference and
 // against the fp64 product with the dequantised weights, the other columns untouched, and a
-// column split and accumulate bitwise what one call gives.
+// column split and accumulate bitwise what one call gives; and the block backends that take the
+// kernel below the few-row limit.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "engine/core/cpu_features.h"
 #include "engine/experts/kernels/block_gemm.h"
+#include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem::experts::kernels::testing {
 
@@ -55,6 +60,36 @@ void expectFewRowKernel(Kernel kernel, const BlockWeights& view, const std::vect
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = n0; j < n1; ++j) ASSERT_FLOAT_EQ(split[i * ldc + j], 2.0f * y[i * ldc + j]);
   }
+}
+
+// How many of the bf16 block backends this CPU has (avx512_bf16_blocks, amx_blocks) computed
+// x [m, k] · Wᵀ for the blocks in `table` (W [n, k] of `type`), each checked bitwise against
+// `want` [m, n], the few-row kernel's result: below the few-row limit they must take it.
+inline int expectBlockBackendsTakeTheFewRowKernel(WeightType type,
+                                                  const std::vector<unsigned char>& table,
+                                                  int64_t n, int64_t k, int64_t m,
+                                                  const std::vector<float>& x,
+                                                  const std::vector<float>& want) {
+  const std::vector<std::string> available =
+      availableGemmBackends(cpuFeatures(), WeightFormat::Blocks);
+  int ran = 0;
+  for (const GemmBackend* backend : {avx512Bf16BlocksGemm(), amxBlocksGemm()}) {
+    if (!backend ||
+        std::find(available.begin(), available.end(), backend->name()) == available.end())
+      continue;
+    SourceMatrix src;
+    src.data = table.data();
+    src.type = type;
+    src.rows = n;
+    src.cols = k;
+    const auto packed = backend->pack(src, false, WeightFormat::Blocks, -1);
+    std::vector<float> got(want.size(), std::nanf(""));
+    backend->gemm(*packed, m, x.data(), k, got.data(), n, false);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+        << backend->name();
+    ++ran;
+  }
+  return ran;
 }
 
 }  // namespace tandem::experts::kernels::testing

@@ -143,25 +143,8 @@ TEST(Q6kFewRows, IsTheFewRowForwardOfTheBf16BlockBackends) {
   std::vector<float> want(static_cast<size_t>(m * n));
   q6kGemmNTAvx512({table.data(), WeightType::Q6_K, {}, n, k, row_bytes}, 0, n, m, x.data(), k,
                   want.data(), n, false);
-  const std::vector<std::string> available =
-      availableGemmBackends(cpuFeatures(), WeightFormat::Blocks);
-  int ran = 0;
-  for (const GemmBackend* backend : {avx512Bf16BlocksGemm(), amxBlocksGemm()}) {
-    if (!backend ||
-        std::find(available.begin(), available.end(), backend->name()) == available.end())
-      continue;
-    SourceMatrix src;
-    src.data = table.data();
-    src.type = WeightType::Q6_K;
-    src.rows = n;
-    src.cols = k;
-    const auto packed = backend->pack(src, false, WeightFormat::Blocks, -1);
-    std::vector<float> got(want.size(), std::nanf(""));
-    backend->gemm(*packed, m, x.data(), k, got.data(), n, false);
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
-        << backend->name();
-    ++ran;
-  }
+  const int ran =
+      testing::expectBlockBackendsTakeTheFewRowKernel(WeightType::Q6_K, table, n, k, m, x, want);
   if (ran == 0) GTEST_SKIP() << "no bf16 block backend here";
 }
 
