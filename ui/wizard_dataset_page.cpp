@@ -89,6 +89,17 @@ DatasetPage::DatasetPage(FineTuneWizard& wizard)
   packing_ = new QCheckBox(tr("P&acking"));
   packing_->setToolTip(
       tr("packing: concatenate samples into cutoff_len rows (default off for SFT)"));
+  neat_packing_ = new QCheckBox(tr("Neat pac&king"));
+  neat_packing_->setToolTip(
+      tr("neat_packing: packed samples do not attend to each other and their positions restart "
+         "at 0, so each trains as it would alone (turns packing on)"));
+  // LLaMA-Factory: neat_packing implies packing; unpacking drops the neat variant with it.
+  connect(neat_packing_, &QCheckBox::toggled, packing_, [this](bool neat) {
+    if (neat) packing_->setChecked(true);
+  });
+  connect(packing_, &QCheckBox::toggled, neat_packing_, [this](bool packing) {
+    if (!packing) neat_packing_->setChecked(false);
+  });
 
   dir_->setObjectName(QStringLiteral("dataset_dir"));
   dataset_->setObjectName(QStringLiteral("dataset"));
@@ -99,6 +110,7 @@ DatasetPage::DatasetPage(FineTuneWizard& wizard)
   train_on_prompt_->setObjectName(QStringLiteral("train_on_prompt"));
   mask_history_->setObjectName(QStringLiteral("mask_history"));
   packing_->setObjectName(QStringLiteral("packing"));
+  neat_packing_->setObjectName(QStringLiteral("neat_packing"));
   auto* dataset_row = new QHBoxLayout;
   dataset_row->addWidget(dataset_, 1);
   dataset_row->addWidget(browse_file);
@@ -115,6 +127,7 @@ DatasetPage::DatasetPage(FineTuneWizard& wizard)
   checks->addWidget(train_on_prompt_);
   checks->addWidget(mask_history_);
   checks->addWidget(packing_);
+  checks->addWidget(neat_packing_);
   checks->addStretch(1);
   auto* form = new QFormLayout;
   form->addRow(buddyLabel(tr("Dataset &folder:"), dir_),
@@ -214,7 +227,8 @@ void DatasetPage::load(const train::TrainConfig& config) {
   val_size_->setValue(config.val_size);
   train_on_prompt_->setChecked(config.train_on_prompt);
   mask_history_->setChecked(config.mask_history);
-  packing_->setChecked(config.packing);
+  packing_->setChecked(config.packing || config.neat_packing);
+  neat_packing_->setChecked(config.neat_packing);
   ok_ = false;
 }
 
@@ -229,6 +243,7 @@ void DatasetPage::store(train::TrainConfig& config) const {
   config.train_on_prompt = train_on_prompt_->isChecked();
   config.mask_history = mask_history_->isChecked();
   config.packing = packing_->isChecked();
+  config.neat_packing = neat_packing_->isChecked();
 }
 
 void DatasetPage::initializePage() { refresh(); }

@@ -127,6 +127,7 @@ class DatasetPage : public ConfigPage {
   QCheckBox* train_on_prompt_;
   QCheckBox* mask_history_;
   QCheckBox* packing_;
+  QCheckBox* neat_packing_;
   QTableWidget* table_;
   QTextBrowser* rendered_;
   QLabel* skipped_;

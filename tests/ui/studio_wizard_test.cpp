@@ -73,6 +73,8 @@ void WizardTest::producesTheHandWrittenConfig() {
   hand.experts_wt_policy = "background";
   hand.gpu_experts = "3";
   hand.experts_mode = "gpu-offload";
+  hand.packing = true;
+  hand.neat_packing = true;
 
   FineTuneWizard wizard(host_, paths_);  // starts from LLaMA-Factory's defaults
   wizard.show();
@@ -126,6 +128,10 @@ void WizardTest::producesTheHandWrittenConfig() {
   field<QComboBox>(wizard, "dataset")->setCurrentText(QStringLiteral("identity"));
   field<QComboBox>(wizard, "template")->setCurrentText(QStringLiteral("qwen3_nothink"));
   field<QSpinBox>(wizard, "cutoff_len")->setValue(128);
+  // Neat packing turns packing on with it, as LLaMA-Factory's neat_packing does.
+  QVERIFY(!field<QCheckBox>(wizard, "packing")->isChecked());
+  field<QCheckBox>(wizard, "neat_packing")->setChecked(true);
+  QVERIFY(field<QCheckBox>(wizard, "packing")->isChecked());
   QVERIFY(settled(wizard));
   QVERIFY(wizard.currentPage()->isComplete());
   wizard.next();
@@ -172,7 +178,11 @@ void WizardTest::producesTheHandWrittenConfig() {
   QCOMPARE(field<QSpinBox>(reopened, "gpu_experts")->value(), 3);
   QCOMPARE(field<QComboBox>(reopened, "experts_mode")->currentData().toString(),
            QStringLiteral("gpu-offload"));
+  QVERIFY(field<QCheckBox>(reopened, "neat_packing")->isChecked());
   QVERIFY(reopened.config() == hand);
+  // Unpacking drops the neat variant too.
+  field<QCheckBox>(reopened, "packing")->setChecked(false);
+  QVERIFY(!field<QCheckBox>(reopened, "neat_packing")->isChecked());
 }
 
 void WizardTest::pagesSayWhatIsWrong() {
