@@ -215,7 +215,9 @@ TEST(StoredExpertWeights, Int4HoldsTheCpuEnginesTablesAndComputesItsWeights) {
     const TorchExpertWeights selection = picked.compute();
     for (int64_t i = 0; i < 5; ++i) {
       EXPECT_TRUE(at::equal(permuted.up[i], w.up[order[static_cast<size_t>(i)]]));
-      if (i == 1 || i == 2) EXPECT_TRUE(at::equal(selection.down[i - 1], permuted.down[i]));
+      if (i == 1 || i == 2) {
+        EXPECT_TRUE(at::equal(selection.down[i - 1], permuted.down[i]));
+      }
     }
 
     // The engine's own tables as INT4 views: copied, the same weights.
