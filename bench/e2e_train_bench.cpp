@@ -349,7 +349,9 @@ nlohmann::json costModelJson(const Options& o, const tandem::io::ModelConfig& co
   request.tokens = o.tokens;
   request.gradient_checkpointing = o.request.gradient_checkpointing;
   request.keep_expert_forward = o.keep_expert_forward;
-  request.weight_format = o.request.experts_format == "int8" ? "int8" : "bf16";
+  // int8 and int4 are what the GPU holds and streams (placement::memory::gpuExpertFormat).
+  const std::string& format = o.request.experts_format;
+  request.weight_format = format == "int8" || format.starts_with("int4") ? format : "bf16";
   // What the run holds on its GPU per MoE layer (resolveModelOptions' counts), else the plan's.
   for (const int64_t n : options.gpu_experts)
     request.resident_experts = std::max(request.resident_experts, n);
@@ -575,9 +577,10 @@ int main(int argc, char** argv) {
                "(GPU kernels, copies) from its CUDA activity");
   app.add_option("--torch-threads", o.torch_threads, "libtorch intra-op threads");
   app.add_option("--experts-format", o.request.experts_format,
-                 "the routed experts' weights: auto, bf16, int8 (the CPU engine's packs, resident "
-                 "and offloaded copies)")
-      ->check(CLI::IsMember({"auto", "bf16", "int8"}));
+                 "the routed experts' weights: auto, bf16, int8, int4 (the CPU engine's packs or "
+                 "tables, resident and offloaded copies; int4 as int4:g64, int4:g128:asym, ...)")
+      ->check(CLI::IsMember({"auto", "bf16", "int8", "int4", "int4:g64", "int4:g128", "int4:asym",
+                             "int4:g64:asym", "int4:g128:asym"}));
   app.add_option("--experts-wt-policy", o.request.experts_wt_policy,
                  "CPU experts' Wᵀ packs: persistent, on_demand, background")
       ->check(CLI::IsMember({"persistent", "on_demand", "background"}));

@@ -6,7 +6,8 @@ docs/benchmarks.md).
     python bench/e2e_train_bench.py --bench build/bin/tandem_e2e_bench [--models v2-lite,qwen3-30b-a3b]
         [--layers 0] [--tokens 2048[,16384,65536,...]] [--steps 3] [--gpu-cap-gib 24] [--gradient-checkpointing]
         [--offload-checkpoints] [--moe-token-chunk 0]
-        [--modes co,resident,offload,offload-resident,offload-serial,offload-resident-serial,hf]
+        [--modes co,resident,offload,offload-resident,offload-serial,offload-resident-serial,offload-int4,
+                 offload-resident-int4,auto,hf] [--experts-format auto|bf16|int8|int4] [--int4-format int4]
         [--gpu-experts auto|N]
         [--out result.json]
 
@@ -83,7 +84,8 @@ ATTENTION_TARGETS = {"v2-lite": ["q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o
 GIB = 1 << 30
 
 
-def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0", trace=None, stream_ahead=True):
+def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0", trace=None, stream_ahead=True,
+               experts_format=None):
     cmd = [bench, "--config", str(config_dir), "--experts", experts, "--device", "cuda:0", "--gpu-experts", gpu_experts,
            "--tokens", str(args.tokens), "--steps", str(args.steps), "--gpu-cap-gib", str(args.gpu_cap_gib),
            "--lora-rank", "8", "--lora-alpha", "16", "--lora-target", ",".join(targets),
@@ -97,7 +99,7 @@ def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0", trace
         cmd += ["--trace", str(trace)]
     if experts == "gpu-offload":
         cmd += ["--stream-ahead", "true" if stream_ahead else "false"]
-    cmd += ["--experts-format", args.experts_format]
+    cmd += ["--experts-format", experts_format or args.experts_format]
     cmd += busy_trace_args(args)
     if experts in ("cpu", "auto"):
         cmd += ["--experts-wt-policy", args.experts_wt_policy]
@@ -198,7 +200,9 @@ def main():
                              "offload: streamed per layer; offload-resident: offload with --gpu-experts of them "
                              "resident on the GPU; offload-serial, offload-resident-serial: the same without the "
                              "next layer's copy ahead; auto: per step each expert resident (--gpu-experts of "
-                             "them), streamed or on the CPU engine (experts_mode: auto); hf: transformers + PEFT")
+                             "them), streamed or on the CPU engine (experts_mode: auto); offload-int4, "
+                             "offload-resident-int4: offload and offload-resident with the experts in --int4-format "
+                             "(compare with --experts-format int8's offload); hf: transformers + PEFT")
     parser.add_argument("--gpu-experts", default="auto",
                         help="resident and offload-resident modes: routed experts per MoE layer on the GPU, N or auto (the memory planner's "
                              "count for the capped GPU)")
@@ -206,9 +210,13 @@ def main():
                         help="recompute each layer in backward, in all three set-ups")
     parser.add_argument("--recompute-experts", action="store_true",
                         help="with checkpointing, recompute the CPU experts too instead of keeping their forward")
-    parser.add_argument("--experts-format", default="auto", choices=["auto", "bf16", "int8"],
+    parser.add_argument("--experts-format", default="auto", choices=["auto", "bf16", "int8", "int4"],
                         help="the frozen routed experts' weights in every Tandem set-up: int8 is the CPU engine's "
-                             "per-row int8, also held by the resident experts and streamed by offload mode")
+                             "per-row int8, int4 its Tandem int4 tables (group 32, symmetric), also held by the "
+                             "resident experts and streamed by offload mode")
+    parser.add_argument("--int4-format", default="int4",
+                        choices=["int4", "int4:g64", "int4:g128", "int4:asym", "int4:g64:asym", "int4:g128:asym"],
+                        help="offload-int4 / offload-resident-int4: the int4 groups they stream")
     parser.add_argument("--experts-wt-policy", default="persistent", choices=["persistent", "on_demand", "background"],
                         help="co-computation: when the CPU engine builds the experts' transposed packs for backward")
     parser.add_argument("--embedding-std", type=float, default=0.0,
@@ -291,7 +299,8 @@ def sequence_summary(result):
 MODE_KEYS = {"co": "tandem_co", "resident": "tandem_resident", "offload": "tandem_offload",
              "offload-resident": "tandem_offload_resident", "offload-serial": "tandem_offload_serial",
              "offload-resident-serial": "tandem_offload_resident_serial", "hf": "hf_peft",
-             "auto": "tandem_auto"}
+             "auto": "tandem_auto", "offload-int4": "tandem_offload_int4",
+             "offload-resident-int4": "tandem_offload_resident_int4"}
 
 
 def run_mode(mode, name, config_dir, args):
@@ -304,6 +313,10 @@ def run_mode(mode, name, config_dir, args):
     if mode in ("offload", "offload-serial"):
         return run_tandem(args.bench, config_dir, "gpu-offload", args, targets, trace=trace,
                           stream_ahead=mode == "offload")
+    if mode in ("offload-int4", "offload-resident-int4"):  # issue 27: 4-bit experts streamed
+        return run_tandem(args.bench, config_dir, "gpu-offload", args, targets,
+                          gpu_experts=args.gpu_experts if mode == "offload-resident-int4" else "0", trace=trace,
+                          experts_format=args.int4_format)
     if mode == "auto":  # per step each expert resident (--gpu-experts of them), streamed or on the CPU
         return run_tandem(args.bench, config_dir, "auto", args, targets, gpu_experts=args.gpu_experts, trace=trace)
     if mode in ("offload-resident", "offload-resident-serial"):
@@ -361,7 +374,12 @@ def ratios(r):
                              ("offload_resident_over_resident_tokens_per_s", cached, res, "tokens_per_s"),
                              ("offload_over_offload_serial_tokens_per_s", off, off_serial, "tokens_per_s"),
                              ("offload_resident_over_offload_resident_serial_tokens_per_s", cached, cached_serial,
-                              "tokens_per_s")):
+                              "tokens_per_s"),
+                             # issue 27: 4-bit streamed over the --experts-format (int8) offload mode
+                             ("offload_int4_over_offload_tokens_per_s", r.get("tandem_offload_int4", {}), off,
+                              "tokens_per_s"),
+                             ("offload_resident_int4_over_offload_resident_tokens_per_s",
+                              r.get("tandem_offload_resident_int4", {}), cached, "tokens_per_s")):
         if a.get(field) and b.get(field):
             out[key] = a[field] / b[field]
     auto = r.get("tandem_auto", {})

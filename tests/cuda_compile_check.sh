@@ -15,7 +15,8 @@ grep -q '^TANDEM_WITH_CUDA:BOOL=ON' "$build/CMakeCache.txt" ||
 # The translation units with CUDA code in them (grep TANDEM_WITH_CUDA): the rest compile the same
 # in both builds.
 objects=()
-for f in engine/gpu/int8_kernels_cuda.cu engine/gpu/side_copy.cpp engine/gpu/row_scale.cpp \
+for f in engine/gpu/int8_kernels_cuda.cu engine/gpu/int4_kernels_cuda.cu engine/gpu/int4_dequant.cpp \
+         engine/gpu/side_copy.cpp engine/gpu/row_scale.cpp \
          engine/gpu/checkpoint_offload.cpp \
          engine/gpu/int8_cast.cpp engine/gpu/torch_runtime.cpp; do
   objects+=("engine/gpu/CMakeFiles/tandem_gpu.dir/$(basename "$f").o")

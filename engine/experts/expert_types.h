@@ -119,7 +119,7 @@ struct ExpertWeightViews {
   std::vector<const void*> gate, up, down;
   std::vector<const float*> gate_scale, up_scale, down_scale;
   std::vector<uint64_t> gate_bytes, up_bytes, down_bytes;
-  Int4Spec int4;  // WeightType::INT4 only
+  Int4Spec int4;  // INT4: the tables'; other types under experts_format int4: the spec to make
   // Block types only: a projection stored in another block type than `type` (a GGUF file mixes
   // them: Q4_K_M keeps some down_proj tensors in Q6_K). Empty: all three are `type`.
   std::vector<WeightType> proj_types;  // [kExpertProjCount] when set

@@ -68,6 +68,18 @@ experts::ExpertLayerOptions expertLayerOptions(const ModelOptions& o, experts::W
   return options;
 }
 
+// experts_format int4 on views the CPU engine quantises at creation (bf16, fp8, ...): the
+// torch-side experts (offload mode's streamed copy, resident and auto's experts:
+// stored_expert_weights.h) quantise them to the same tables, in the group and symmetry they read
+// from the views' Int4Spec (INT4 views carry their own, which the CPU engine also uses as it is).
+void useInt4SpecOf(const experts::ExpertLayerOptions& options, experts::ExpertWeightViews& views,
+                   MoeBlock& block) {
+  if (options.format != experts::WeightFormat::Int4 || views.type == experts::WeightType::INT4)
+    return;
+  views.int4 = options.int4;
+  block.resident_source.int4 = options.int4;
+}
+
 }  // namespace
 
 class CausalLmBuilder {
@@ -318,6 +330,7 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
   if (m_.options_.experts == ExpertsMode::Cpu && block->resident_count > 0)
     block->resident_source = views;
   experts::ExpertLayerOptions options = expertLayerOptions(m_.options_, views.type);
+  useInt4SpecOf(options, views, *block);
   // Offload mode computes on the GPU: the CPU layer only holds the expert LoRA (no packs).
   options.lora_only = m_.options_.experts == ExpertsMode::GpuOffload;
   // The first call knows which experts are the CPU's.

@@ -3,11 +3,15 @@
 #include <ATen/ATen.h>
 
 #include <array>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
+#include "engine/experts/expert_blocks.h"
 #include "engine/experts/kernels/packed_gemm.h"
+#include "engine/gpu/int4_dequant.h"
 #include "engine/gpu/int8_cast.h"
 
 namespace tandem::model {
@@ -17,6 +21,7 @@ StoredExpertWeights StoredExpertWeights::store(const experts::ExpertLayerSpec& s
                                                const std::vector<int64_t>& experts,
                                                at::ScalarType dtype, experts::WeightFormat format,
                                                const at::TensorOptions& where) {
+  if (format == experts::WeightFormat::Int4) return storeInt4(spec, views, experts, dtype, where);
   StoredExpertWeights s;
   s.dtype_ = dtype;
   if (format != experts::WeightFormat::Int8) {
@@ -72,6 +77,85 @@ StoredExpertWeights StoredExpertWeights::store(const experts::ExpertLayerSpec& s
   s.stored_ = {placed(projections[0].q),     placed(projections[1].q),
                placed(projections[2].q),     placed(projections[0].scale),
                placed(projections[1].scale), placed(projections[2].scale)};
+  return s;
+}
+
+StoredExpertWeights StoredExpertWeights::storeInt4(const experts::ExpertLayerSpec& spec,
+                                                   const experts::ExpertWeightViews& views,
+                                                   const std::vector<int64_t>& experts,
+                                                   at::ScalarType dtype,
+                                                   const at::TensorOptions& where) {
+  StoredExpertWeights s;
+  s.dtype_ = dtype;
+  const experts::Int4Spec int4 = views.int4;
+  s.int4_group_ = int4.group;
+  s.int4_symmetric_ = int4.symmetric;
+  s.hidden_ = spec.hidden;
+  s.intermediate_ = spec.intermediate;
+  const auto n = static_cast<int64_t>(experts.size());
+  const int64_t H = spec.hidden, I = spec.intermediate;
+  const at::TensorOptions host =
+      at::TensorOptions().pinned_memory(where.pinned_memory()).dtype(at::kByte);
+  struct Projection {
+    experts::ExpertProj proj;
+    const std::vector<const void*>& data;
+    const std::vector<const float*>& block_scales;
+    const std::vector<uint64_t>& view_bytes;  // block views: each table's length
+    int64_t rows, cols, table_bytes;          // one expert's table: rows · cols / G blocks
+    at::Tensor tables;                        // host: [n, rows, table_bytes / rows] uint8
+  };
+  auto projection = [&](experts::ExpertProj proj, const std::vector<const void*>& data,
+                        const std::vector<const float*>& block_scales,
+                        const std::vector<uint64_t>& view_bytes, int64_t rows, int64_t cols) {
+    // Errors (a group that does not divide the row) name the projection.
+    const auto table_bytes = static_cast<int64_t>(experts::blockTableBytes(
+        experts::WeightType::INT4, int4, rows, cols,
+        "the experts' " + std::string(experts::expertProjName(proj)) + " weights"));
+    return Projection{proj, data, block_scales, view_bytes,
+                      rows, cols, table_bytes,  at::empty({n, rows, table_bytes / rows}, host)};
+  };
+  std::array<Projection, 3> projections{
+      projection(experts::ExpertProj::Gate, views.gate, views.gate_scale, views.gate_bytes, I, H),
+      projection(experts::ExpertProj::Up, views.up, views.up_scale, views.up_bytes, I, H),
+      projection(experts::ExpertProj::Down, views.down, views.down_scale, views.down_bytes, H, I)};
+  // As int8's: one expert per engine pool task with the CPU engine's own kernels::dequantise and
+  // quantiseInt4 (what Int4ExpertTables runs), no torch op. Tables the views already hold in this
+  // spec are copied as they are.
+  ThreadPool::global().parallelFor(0, n, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> widened;
+    for (int64_t i = begin; i < end; ++i) {
+      const auto e = static_cast<size_t>(experts[static_cast<size_t>(i)]);
+      for (Projection& p : projections) {
+        auto* out = p.tables.data_ptr<uint8_t>() + i * p.table_bytes;
+        const experts::WeightType type = views.typeOf(p.proj);
+        // A block table is read only after its length matched its shape (a file's claims).
+        if (experts::isBlockType(type) && e < p.view_bytes.size()) {
+          experts::checkBlockTable(type, int4, p.rows, p.cols, p.view_bytes[e],
+                                   "expert " + std::to_string(e) + "'s " +
+                                       std::string(experts::expertProjName(p.proj)) + " table");
+        }
+        if (type == experts::WeightType::INT4) {
+          std::memcpy(out, p.data[e], static_cast<size_t>(p.table_bytes));
+          continue;
+        }
+        widened.resize(static_cast<size_t>(p.rows * p.cols));
+        experts::kernels::SourceMatrix src;
+        src.data = p.data[e];
+        src.type = type;
+        src.block_scales = type == experts::WeightType::FP8_E4M3 ? p.block_scales[e] : nullptr;
+        src.rows = p.rows;
+        src.cols = p.cols;
+        src.int4 = int4;
+        experts::kernels::dequantise(src, widened.data());
+        experts::quantiseInt4(widened.data(), p.rows, p.cols, int4, out);
+      }
+    }
+  });
+  auto placed = [&](const at::Tensor& t) {
+    return where.device().is_cpu() ? t : t.to(where.device());
+  };
+  s.stored_ = {placed(projections[0].tables), placed(projections[1].tables),
+               placed(projections[2].tables)};
   return s;
 }
 
@@ -143,6 +227,13 @@ void StoredExpertWeights::permute(const std::vector<int64_t>& order) {
 }
 
 TorchExpertWeights StoredExpertWeights::compute() const {
+  if (int4()) {
+    auto dequantised = [&](const at::Tensor& t, int64_t cols) {
+      return gpu::dequantiseInt4(t, cols, int4_group_, int4_symmetric_, dtype_);
+    };
+    return {dequantised(stored_.gate, hidden_), dequantised(stored_.up, hidden_),
+            dequantised(stored_.down, intermediate_)};
+  }
   if (!int8()) return stored_;
   TorchExpertWeights w = stored_;
   for (at::Tensor* t : {&w.gate, &w.up, &w.down}) *t = gpu::castInt8(*t, dtype_);

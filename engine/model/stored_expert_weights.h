@@ -10,6 +10,20 @@
 //     layer's experts, never kept) and torch_experts applies the scales to the products' outputs.
 //     (Dequantising q · scale into the weights instead took half of a V2-Lite step's GPU time on
 //     an H200: one mixed-dtype broadcast kernel over every weight, three times a step.)
+//   Int4: the CPU engine's Tandem int4 tables (experts/expert_blocks.h; group and symmetry from
+//     the views' Int4Spec, which the builder sets to experts_format's), made by the CPU engine's
+//     own quantiseInt4 from the same f32 weights (INT4 views of that spec: copied as they are), so
+//     every device multiplies the same weights. A quarter of the model dtype's bytes (+ one f16
+//     scale per group, and a minimum when asymmetric: 0.5625 bytes a weight at group 32): what a
+//     GPU holds per resident expert and what offload mode streams per layer, as packed bytes. Each
+//     call dequantises them on the device into the model dtype (int4_dequant.h, a CUDA kernel: fp32
+//     exactly the CPU engine's weights, bf16 their rounding, as its bf16 block backends decode
+//     them), once in forward and once in backward, a transient copy never kept. Group scales lie
+//     along the inputs, so unlike int8's they cannot move to the outputs.
+//     GGUF files: offload mode and resident experts get the file's experts dequantised at load
+//     (the model dtype); experts_format int4 requantises those, so a Q4_K file is multiplied as
+//     Tandem int4 (a second rounding of the weights), the same on every device. Carrying Q4_K
+//     blocks to the GPU as they are would need a Q4_K kernel here (docs/placement_runtime.md).
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/TensorOptions.h>
@@ -30,8 +44,9 @@ class StoredExpertWeights {
 
   // The listed experts of `views`, computed in `dtype`, kept in `format` where `where` says
   // (device, pinned host memory; its dtype is ignored). In the model dtype one expert at a time,
-  // with no host copy of them all on the way to a device; in int8 through host memory (the int8
-  // of them all, then one copy to the device).
+  // with no host copy of them all on the way to a device; in int8 and int4 through host memory
+  // (the quantised experts, then one copy to the device). int4: in views.int4's group and
+  // symmetry.
   static StoredExpertWeights store(const experts::ExpertLayerSpec& spec,
                                    const experts::ExpertWeightViews& views,
                                    const std::vector<int64_t>& experts, at::ScalarType dtype,
@@ -51,10 +66,12 @@ class StoredExpertWeights {
   void permute(const std::vector<int64_t>& order);
 
   // The weights to multiply with, in the compute dtype on this copy's device: the stored tensors
-  // themselves, or (int8) their values cast, with the row scales.
+  // themselves, or (int8) their values cast, with the row scales, or (int4) the tables
+  // dequantised.
   TorchExpertWeights compute() const;
 
   bool int8() const { return stored_.gate_scale.defined(); }
+  bool int4() const { return int4_group_ > 0; }
   int64_t experts() const { return stored_.gate.size(0); }
   uint64_t bytes() const { return stored_.bytes(); }
 
@@ -62,8 +79,20 @@ class StoredExpertWeights {
   // A copy with `each` applied to every stored tensor.
   StoredExpertWeights with(const std::function<at::Tensor(const at::Tensor&)>& each) const;
 
-  TorchExpertWeights stored_;          // compute dtype, or int8 with fp32 row scales
+  // Int4 tables of n experts' [n, I, H] / [n, H, I] weights into stored_ (experts, with (asym) or
+  // without a minimum per group), from host memory.
+  static StoredExpertWeights storeInt4(const experts::ExpertLayerSpec& spec,
+                                       const experts::ExpertWeightViews& views,
+                                       const std::vector<int64_t>& experts, at::ScalarType dtype,
+                                       const at::TensorOptions& where);
+
+  // compute dtype; int8 with fp32 row scales; or int4 tables, uint8 gate, up [n, I, H/G · block
+  // bytes], down [n, H, I/G · block bytes]
+  TorchExpertWeights stored_;
   at::ScalarType dtype_ = at::kFloat;  // the compute dtype
+  int int4_group_ = 0;                 // int4: weights per group (0: not int4)
+  bool int4_symmetric_ = true;
+  int64_t hidden_ = 0, intermediate_ = 0;  // H, I: the int4 tables' row lengths in weights
 };
 
 }  // namespace tandem::model

@@ -102,9 +102,14 @@ uint64_t routedExpertBytes(const ModelConfig& m, const std::string& format, int 
   return static_cast<uint64_t>(E) * (2 * f.matrixBytes(I, H) + f.matrixBytes(H, I));
 }
 
+std::string gpuExpertFormat(const std::string& weight_format, bool bf16) {
+  if (weight_format == "int8" || weight_format.starts_with("int4")) return weight_format;
+  return bf16 ? "bf16" : "fp32";
+}
+
 uint64_t residentExpertBytes(const ModelConfig& m, const std::string& weight_format, bool bf16) {
-  const std::string held = weight_format == "int8" ? "int8" : bf16 ? "bf16" : "fp32";
-  return routedExpertBytes(m, held) / static_cast<uint64_t>(std::max<int64_t>(m.num_experts, 1));
+  return routedExpertBytes(m, gpuExpertFormat(weight_format, bf16)) /
+         static_cast<uint64_t>(std::max<int64_t>(m.num_experts, 1));
 }
 
 int64_t loraParameters(const ModelConfig& m, ModuleKind kind, int layer,

@@ -20,8 +20,13 @@ int64_t moduleParameters(const io::ModelConfig& m, ModuleKind kind);
 // format a GGUF file stores them in, layer `layer`'s bytes in the file (Q4_K_M mixes types).
 uint64_t routedExpertBytes(const io::ModelConfig& m, const std::string& format, int layer = -1);
 // One routed expert as a GPU holds it (model::StoredExpertWeights): the CPU engine's int8 with its
-// row scales for weight format int8, else the model dtype (bf16, or fp32).
+// row scales for weight format int8, its Tandem int4 tables for int4 (any group and symmetry),
+// else the model dtype (bf16, or fp32).
 uint64_t residentExpertBytes(const io::ModelConfig& m, const std::string& weight_format, bool bf16);
+// The format a GPU holds and offload mode streams routed experts in for weight format
+// `weight_format` (model::StoredExpertWeights): "int8", the int4 name as given ("int4:g64"), else
+// the model dtype's ("bf16" / "fp32": fp8 and GGUF blocks reach the GPU dequantised).
+std::string gpuExpertFormat(const std::string& weight_format, bool bf16);
 
 // LoRA parameters (A and B) a module gets from lora_target at rank r.
 int64_t loraParameters(const io::ModelConfig& m, ModuleKind kind, int layer,

@@ -148,14 +148,17 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, Device lay
   // bf16/f16/f32 experts in place, but copy fp8 sources or int8 experts to f32, both ways.
   // gpu-offload: its pinned host copy, fp8 dequantised to bf16; the CPU layer packs nothing.
   // 4-bit and GGUF block formats are computed on as they are held (their bytes in the file for a
-  // GGUF, mapped), forward and backward: no Wᵀ; offload mode streams them as bf16 for now.
+  // GGUF, mapped), forward and backward: no Wᵀ; offload mode streams Tandem int4 as its tables
+  // and the GGUF blocks as bf16 (memory::gpuExpertFormat).
   const bool as_stored = expertFormat(m.weight_format).computed_as_stored;
   const bool packs = packsTransposed(m), offload = m.backend == "gpu-offload";
   const bool int8 = m.weight_format == "int8",
              fp8_source = defaultWeightFormat("generic", m_) == "fp8";
+  const bool gpu_quantised = memory::gpuExpertFormat(m.weight_format, true) == m.weight_format;
   const bool f32_copy = !packs && !offload && !as_stored && (int8 || fp8_source);
   const std::string held = packs                                  ? (int8 ? "int8" : "bf16")
                            : f32_copy                             ? "fp32"
+                           : offload && gpu_quantised             ? m.weight_format
                            : offload && (fp8_source || as_stored) ? "bf16"
                                                                   : m.weight_format;
   uint64_t weights = memory::routedExpertBytes(m_, held, m.layer);
@@ -165,7 +168,9 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, Device lay
       experts - static_cast<uint64_t>(std::clamp<int64_t>(m.gpu_experts, 0, m_.num_experts));
   // The engine never packs, copies or quantises the resident experts (ExpertLayerOptions::
   // defer_packs); experts read in place (also a file's own blocks) stay mapped.
-  const bool made_at_load = packs || f32_copy || (as_stored && held != m_.stored_expert_format);
+  // (Offload mode's host copy keeps every expert: below.)
+  const bool made_at_load =
+      !offload && (packs || f32_copy || (as_stored && held != m_.stored_expert_format));
   if (made_at_load && m.gpu_experts > 0) weights = weights / experts * not_resident;
   charge(books, m.device, PlanCategory::Weights, "routed experts " + held, weights);
   if (packs || f32_copy) chargeTransposed(books, m, weights);
@@ -213,13 +218,13 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, Device lay
   }
   if (offload) {
     // Two layers' streamed experts on the GPU, the one computing and the next on its way
-    // (model::ExpertStreamer), copied from pinned host memory; int8 ones are cast there to the
-    // model dtype for the layer computing (model::StoredExpertWeights). Resident experts (a cache)
-    // are not streamed. The host copy is charged whole: it keeps every expert (the streamed ones
-    // are copied out of it).
+    // (model::ExpertStreamer), copied from pinned host memory; int8 ones are cast there and int4
+    // ones dequantised to the model dtype for the layer computing (model::StoredExpertWeights).
+    // Resident experts (a cache) are not streamed. The host copy is charged whole: it keeps every
+    // expert (the streamed ones are copied out of it).
     if (first) {
       const uint64_t cast =
-          int8 ? memory::routedExpertBytes(m_, act_bytes_ == 2 ? "bf16" : "fp32") : 0;
+          gpu_quantised ? memory::routedExpertBytes(m_, act_bytes_ == 2 ? "bf16" : "fp32") : 0;
       charge(books, compute, PlanCategory::PinnedStaging, "offload buffers",
              (2 * weights + cast) / experts * not_resident);
     }
@@ -233,8 +238,9 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, Device lay
 }
 
 // Resident experts (engine/model/resident_experts.cpp): their weights on the layer's GPU, in the
-// model dtype or (weight format int8) as the CPU engine's int8 with its row scales, and once per
-// GPU the transient of computing them with torch ops, int8 ones cast to the model dtype first.
+// model dtype or (weight format int8, int4) as the CPU engine's int8 with its row scales or its
+// int4 tables, and once per GPU the transient of computing them with torch ops, int8 ones cast
+// and int4 ones dequantised to the model dtype first.
 // (The host's packs of them are freed: chargeExperts.)
 void Evaluator::chargeResident(Books& books, const ModulePlacement& m, Device layer_device) const {
   const int64_t n = m.gpu_experts, H = m_.hidden_size, I = m_.moe_intermediate_size;
@@ -242,8 +248,10 @@ void Evaluator::chargeResident(Books& books, const ModulePlacement& m, Device la
       books, layer_device, PlanCategory::Weights, "resident routed experts",
       memory::residentExpertBytes(m_, m.weight_format, act_bytes_ == 2) * static_cast<uint64_t>(n));
   if (!books.resident_scratch.insert(layer_device).second) return;
-  if (m.weight_format == "int8") {
-    charge(books, layer_device, PlanCategory::Activations, "resident int8 experts cast",
+  if (memory::gpuExpertFormat(m.weight_format, true) == m.weight_format) {  // int8, int4
+    charge(books, layer_device, PlanCategory::Activations,
+           m.weight_format == "int8" ? "resident int8 experts cast"
+                                     : "resident int4 experts dequantised",
            static_cast<uint64_t>(n * 3 * H * I * act_bytes_));  // in the model dtype
   }
   // Pairs they compute: hot experts get more than their share; estimated as twice it. Per pair:
