@@ -315,7 +315,9 @@ class Avx512Bf16BlocksGemm final : public GemmBackend {
                    const LowRankAddend* addend) const override {
     if (m <= 0 || n1 <= n0) return;
     const auto& b = static_cast<const Bf16BlockMatrix&>(packed);
-    if (m < kMinRowsForPairs) return fewRows(b, n0, n1, m, a, lda, c, ldc, accumulate, addend);
+    if (!b.transposed && m < kMinRowsForPairs && hasFewRowGemmNT(b.src.type, m)) {
+      return fewRowForward(b, n0, n1, m, a, lda, c, ldc, accumulate, addend);
+    }
     const int64_t pairs = (b.k() + 1) / 2;
     auto* a_pairs = static_cast<uint32_t*>(threadArena(0, static_cast<size_t>(m * pairs) * 4));
     toBf16Pairs(a, lda, m, b.k(), pairs, a_pairs);
@@ -337,31 +339,27 @@ class Avx512Bf16BlocksGemm final : public GemmBackend {
   }
 
  private:
-  // Below this many rows the decode dominates (measured at 8 rows per expert, the 128-token
-  // bench: the fp32 path was ~15-30% faster), and the transpose into pairs is not repaid: the
-  // AVX-512 fp32 block GEMMs run instead. The choice depends on m only, so every column split of
-  // one call takes the same path (bitwise the same).
-  static constexpr int64_t kMinRowsForPairs = 16;
+  // Below this many rows a forward on Q4_K / Q6_K takes the int8 few-row kernel (block_gemm.h:
+  // W never widened). Everything else takes the bf16 pairs at any row count: with the decode
+  // straight to bf16 (dequantBlocksBf16) the pairs beat the f32 decode + fp32 FMA path they
+  // replaced below 16 rows (one expert matrix 768 × 2048 at 8 rows, one core of the dev box:
+  // input gradient 0.33 ms vs 0.41-0.46, int4 forward 0.38-0.39 ms either way). The choice
+  // depends on m only, so every column split of one call takes the same path (bitwise the same).
+  static constexpr int64_t kMinRowsForPairs = kFewRowMaxRows;
 
-  static void fewRows(const Bf16BlockMatrix& b, int64_t n0, int64_t n1, int64_t m, const float* a,
-                      int64_t lda, float* c, int64_t ldc, bool accumulate,
-                      const LowRankAddend* addend) {
-    const ExpertKernels& fp32 = avx512Kernels();
+  static void fewRowForward(const Bf16BlockMatrix& b, int64_t n0, int64_t n1, int64_t m,
+                            const float* a, int64_t lda, float* c, int64_t ldc, bool accumulate,
+                            const LowRankAddend* addend) {
     const BlockWeights w{static_cast<const unsigned char*>(b.src.data),
                          b.src.type,
                          b.src.int4,
                          b.src.rows,
                          b.src.cols,
                          b.src.rowBytes()};
-    if (b.transposed) {
-      blockGemmNN(fp32, w, n0, n1, m, a, lda, c, ldc, accumulate);
-    } else if (!fewRowGemmNT(w, n0, n1, m, a, lda, c, ldc, accumulate)) {
-      // Q4_K / Q6_K took int8 dots above, W never widened; the other types decode to f32.
-      blockGemmNT(fp32, w, n0, n1, m, a, lda, c, ldc, accumulate);
-    }
+    fewRowGemmNT(w, n0, n1, m, a, lda, c, ldc, accumulate);
     if (addend) {
-      fp32.matmulNN(m, n1 - n0, addend->rank, 1.0f, addend->z, addend->ldz, addend->bt + n0,
-                    WeightType::F32, addend->ldb, c + n0, ldc, true);
+      avx512Kernels().matmulNN(m, n1 - n0, addend->rank, 1.0f, addend->z, addend->ldz,
+                               addend->bt + n0, WeightType::F32, addend->ldb, c + n0, ldc, true);
     }
   }
 
