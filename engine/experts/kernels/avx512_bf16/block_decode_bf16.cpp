@@ -28,6 +28,10 @@ float halfToFloat(uint16_t bits) {
   return _mm512_cvtss_f32(_mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(bits))));
 }
 
+__m512 halfLanes(uint16_t bits) {
+  return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(bits)));
+}
+
 uint16_t loadU16(const unsigned char* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
@@ -40,16 +44,19 @@ void store32(uint16_t* out, __m512 lo, __m512 hi) {
 }
 
 // Tandem int4 (group kGroup) and Q4_0 (symmetric, 32): element t of a group is the low nibble of
-// qs[t] for t < kGroup/2, the high nibble of qs[t − kGroup/2] after. Same arithmetic as
+// qs[t] for t < kGroup/2, the high nibble of qs[t − kGroup/2] after. Same values as
 // dequantBlocksAvx512: d · (q − 8) or fma(q, d, m).
 template <int kGroup, bool kSymmetric>
 void int4Blocks(const unsigned char* block, int64_t n_blocks, int64_t block_bytes, uint16_t* out) {
   constexpr int kVecs = kGroup / 16, kHalf = kVecs / 2;
-  const __m512 eight = _mm512_set1_ps(8.0f);
   const __m512i nibble = _mm512_set1_epi32(0xF);
   for (int64_t i = 0; i < n_blocks; ++i, block += block_bytes, out += kGroup) {
-    const __m512 d = _mm512_set1_ps(halfToFloat(loadU16(block)));
-    const __m512 m = _mm512_set1_ps(kSymmetric ? 0.0f : halfToFloat(loadU16(block + 2)));
+    // d (and m) widened straight into all lanes: vpbroadcastw + vcvtph2ps, no scalar round trip.
+    const __m512 d = halfLanes(loadU16(block));
+    // Symmetric: fma(q, d, −8 d) rounds the exact q·d − 8d = d·(q − 8) once, as d · (q − 8) does
+    // (q − 8 and 8 d are exact): the same bits in one instruction instead of two.
+    const __m512 m =
+        kSymmetric ? _mm512_mul_ps(d, _mm512_set1_ps(-8.0f)) : halfLanes(loadU16(block + 2));
     const uint8_t* qs = block + (kSymmetric ? 2 : 4);
     __m512 v[kVecs];
 #pragma GCC unroll 4
@@ -57,13 +64,8 @@ void int4Blocks(const unsigned char* block, int64_t n_blocks, int64_t block_byte
       const __m512i bytes = _mm512_cvtepu8_epi32(load16(qs + 16 * c));
       const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(bytes, nibble));
       const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(bytes, 4));
-      if constexpr (kSymmetric) {
-        v[c] = _mm512_mul_ps(_mm512_sub_ps(lo, eight), d);
-        v[kHalf + c] = _mm512_mul_ps(_mm512_sub_ps(hi, eight), d);
-      } else {
-        v[c] = _mm512_fmadd_ps(lo, d, m);
-        v[kHalf + c] = _mm512_fmadd_ps(hi, d, m);
-      }
+      v[c] = _mm512_fmadd_ps(lo, d, m);
+      v[kHalf + c] = _mm512_fmadd_ps(hi, d, m);
     }
 #pragma GCC unroll 4
     for (int t = 0; t < kVecs; t += 2) store32(out + 16 * t, v[t], v[t + 1]);
