@@ -9,6 +9,10 @@ int4 (quantised at creation) and the GGUF block types (random tables; speed does
 
   python bench/expert_blocks_bench.py --bench build/bin/tandem_bench_experts [--tokens 128,2048]
       [--dtypes int4,q4_k,q4_0,q8_0,q6_k] [--threads N] [--repeats 3] [--json OUT]
+      [--bf16-backends amx_bf16,avx512_bf16] [--block-backends amx_blocks,avx512_bf16_blocks,avx512,avx2]
+      [--no-fp32-baseline]
+
+Prints a markdown table (tok/s, ratios, CPU ms of forward and backward) after the JSON rows.
 """
 
 import argparse
@@ -42,12 +46,18 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json")
+    ap.add_argument("--bf16-backends", default="amx_bf16,avx512_bf16",
+                    help="the baseline's backends (the fastest one's tok/s is the baseline)")
+    ap.add_argument("--block-backends", default="amx_blocks,avx512_bf16_blocks,avx512,avx2")
+    ap.add_argument("--no-fp32-baseline", action="store_true",
+                    help="skip bf16 on avx512 (the fp32 backend's own ratio)")
     args = ap.parse_args()
     cases = []
     baseline = {}
     # The libtorch loop is not run (--backends always given): it is the e2e baseline, not this one's.
-    for dtype, backend in [("bf16", "amx_bf16,avx512_bf16"), ("bf16", "avx512")] + \
-                          [(d, "amx_blocks,avx512_bf16_blocks,avx512,avx2") for d in args.dtypes.split(",")]:
+    runs = [("bf16", args.bf16_backends)] + ([] if args.no_fp32_baseline else [("bf16", "avx512")])
+    runs += [(d, args.block_backends) for d in args.dtypes.split(",")]
+    for dtype, backend in runs:
         try:
             got = run(args.bench, dtype, backend, args.tokens, args.threads, args.repeats)
         except RuntimeError as e:
@@ -71,8 +81,15 @@ def main():
                      "tokens_per_s": c["tokens_per_s"],
                      "vs_best_bf16": c["tokens_per_s"] / base["tokens_per_s"] if base else None,
                      "best_bf16_backend": base["backend"] if base else None,
-                     "vs_bf16_same_backend": c["tokens_per_s"] / fp32_base["tokens_per_s"] if fp32_base else None})
+                     "vs_bf16_same_backend": c["tokens_per_s"] / fp32_base["tokens_per_s"] if fp32_base else None,
+                     "fwd_cpu_ms": c.get("fwd_cpu_ms"), "bwd_cpu_ms": c.get("bwd_cpu_ms")})
     print(json.dumps(rows, indent=2))
+    print("\n| format | backend | tokens | tok/s | vs best bf16 | CPU ms fwd / bwd |")
+    print("|---|---|---:|---:|---:|---:|")
+    for r in rows:
+        ratio = f'{r["vs_best_bf16"]:.2f}' if r["vs_best_bf16"] else "—"
+        cpu = (f'{r["fwd_cpu_ms"]:.1f} / {r["bwd_cpu_ms"]:.1f}' if r["fwd_cpu_ms"] is not None else "—")
+        print(f'| {r["dtype"]} | {r["backend"]} | {r["tokens"]} | {r["tokens_per_s"]:.1f} | {ratio} | {cpu} |')
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
 

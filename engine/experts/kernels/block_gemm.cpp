@@ -58,7 +58,9 @@ void blockGemmNN(const ExpertKernels& kernels, const BlockWeights& w, int64_t n0
 bool hasFewRowGemmNT(WeightType type, int64_t m) {
   if (m > kFewRowMaxRows) return false;
   const CpuFeatures& features = cpuFeatures();
-  if (type == WeightType::Q4_K) return q4kVnniAvailable(features);
+  if (type == WeightType::Q4_K || type == WeightType::INT4 || type == WeightType::Q4_0) {
+    return q4kVnniAvailable(features);
+  }
   if (type == WeightType::Q6_K) return features.canUseAvx512();
   return false;
 }
@@ -68,6 +70,8 @@ bool fewRowGemmNT(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, cons
   if (!hasFewRowGemmNT(w.type, m)) return false;
   if (w.type == WeightType::Q4_K) {
     q4kGemmNTVnni(w, n0, n1, m, a, lda, c, ldc, accumulate);
+  } else if (w.type == WeightType::INT4 || w.type == WeightType::Q4_0) {
+    int4GemmNTVnni(w, n0, n1, m, a, lda, c, ldc, accumulate);
   } else {
     q6kGemmNTAvx512(w, n0, n1, m, a, lda, c, ldc, accumulate);
   }

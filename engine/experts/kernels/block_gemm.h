@@ -56,9 +56,18 @@ inline constexpr int64_t kFewRowMaxRows = kQ4kVnniMaxRows;
 void q6kGemmNTAvx512(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
                      int64_t lda, float* c, int64_t ldc, bool accumulate);
 
+// Tandem int4 (any group, symmetric or not) and Q4_0 forward (x Wᵀ) on at most kFewRowMaxRows
+// rows (avx512/int4_dot_avx512_vnni.cpp): each row of a quantised to int8 with one scale per row,
+// 128 elements of a row of W at a time unpacked into two registers of nibbles and dotted by
+// vpdpbusd, the group scales applied per int32 lane. bf16-class like the Q4_K one. Needs
+// q4kVnniAvailable (AVX-512 + VNNI), checked at run time by the caller.
+void int4GemmNTVnni(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
+                    int64_t lda, float* c, int64_t ldc, bool accumulate);
+
 // The few-row forward on blocks as stored (int8 activations), for the types that have one on this
-// CPU: Q4_K (AVX-512 VNNI), Q6_K (AVX-512). True when it ran; false (nothing written) when w's
-// type has no such kernel here or m > kFewRowMaxRows: the caller's f32-decoding path runs then.
+// CPU: Q4_K, int4 and Q4_0 (AVX-512 VNNI), Q6_K (AVX-512). True when it ran; false (nothing
+// written) when w's type has no such kernel here or m > kFewRowMaxRows: the caller's f32-decoding
+// path runs then.
 bool hasFewRowGemmNT(WeightType type, int64_t m);
 bool fewRowGemmNT(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
                   int64_t lda, float* c, int64_t ldc, bool accumulate);

@@ -20,6 +20,7 @@
 #include "engine/core/float_convert.h"
 #include "engine/experts/block_test_util.h"
 #include "engine/experts/expert_blocks.h"
+#include "engine/experts/kernels/block_cases_test_util.h"
 #include "engine/experts/kernels/block_gemm.h"
 #include "engine/experts/kernels/packed_gemm.h"
 #include "engine/experts/kernels/vector_kernels_test_util.h"
@@ -27,37 +28,7 @@
 namespace tandem::experts::kernels {
 namespace {
 
-struct BlockCase {
-  WeightType type;
-  Int4Spec int4;
-  std::string name() const {
-    if (type != WeightType::INT4) return std::string(weightTypeName(type));
-    return "int4_g" + std::to_string(int4.group) + (int4.symmetric ? "_sym" : "_asym");
-  }
-};
-
-std::vector<BlockCase> allBlockCases() {
-  std::vector<BlockCase> cases = {{WeightType::Q8_0, {}}, {WeightType::Q4_0, {}},
-                                  {WeightType::Q4_K, {}}, {WeightType::Q5_K, {}},
-                                  {WeightType::Q6_K, {}}, {WeightType::IQ4_XS, {}},
-                                  {WeightType::MXFP4, {}}};
-  for (int group : {32, 64, 128}) {
-    for (bool symmetric : {true, false}) cases.push_back({WeightType::INT4, {group, symmetric}});
-  }
-  return cases;
-}
-
-std::vector<unsigned char> randomBlocks(const BlockCase& c, int64_t n_blocks, std::mt19937& rng) {
-  return experts::testing::randomBlocks(c.type, c.int4, n_blocks, 1.0f, rng);
-}
-
-std::vector<float> refDequant(const BlockCase& c, const std::vector<unsigned char>& bytes) {
-  const BlockLayout layout = blockLayout(c.type, c.int4);
-  const int64_t n_blocks = static_cast<int64_t>(bytes.size()) / layout.bytes;
-  std::vector<float> out(static_cast<size_t>(n_blocks * layout.elems));
-  ref::dequantBlocks(c.type, c.int4, bytes.data(), n_blocks, out.data());
-  return out;
-}
+using namespace block_cases;  // NOLINT: the shared cases of the block kernel tests
 
 TEST(BlockKernels, RefReproducesGgmlVectorsBitForBit) {
   std::ifstream in(std::filesystem::path(TANDEM_IO_TESTDATA_DIR) / "ggml_quant_vectors.txt");
@@ -201,30 +172,6 @@ TEST_P(BlockTables, DequantMatchesRef) {
   }
 }
 
-// W [rows, cols] of a case, with its ref-dequantised values.
-struct RandomWeights {
-  std::vector<unsigned char> table;
-  std::vector<float> w;
-  BlockWeights view(const BlockCase& c, int64_t rows, int64_t cols) const {
-    const BlockLayout layout = blockLayout(c.type, c.int4);
-    return {table.data(), c.type, c.int4, rows, cols, cols / layout.elems * layout.bytes};
-  }
-};
-
-RandomWeights randomWeights(const BlockCase& c, int64_t rows, int64_t cols, std::mt19937& rng) {
-  RandomWeights out;
-  out.table = randomBlocks(c, rows * (cols / blockLayout(c.type, c.int4).elems), rng);
-  out.w = refDequant(c, out.table);
-  return out;
-}
-
-std::vector<float> randomActivations(int64_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
 void expectNear(const std::vector<float>& got, const std::vector<double>& want, int64_t k,
                 double w_scale) {
   for (size_t i = 0; i < got.size(); ++i) {
@@ -273,85 +220,6 @@ TEST_P(BlockTables, ForwardAndInputGradientMatchFp64OnRaggedShapes) {
       }
       ASSERT_EQ(0, std::memcmp(dx.data(), dx_split.data(), dx.size() * sizeof(float)))
           << "a column split must be bitwise the unsplit result";
-    }
-  }
-}
-
-// ||got − want|| / ||want||: the bf16 backends' measure (bf16 W and activations, fp32 sums).
-double relativeL2(const std::vector<float>& got, const std::vector<double>& want) {
-  double diff = 0.0, norm = 0.0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    diff += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
-}
-
-// avx512_bf16_blocks (block tiles decoded into the avx512_bf16 micro-kernel's bf16 pairs) against
-// fp64 on the ref-dequantised W, every block type, ragged shapes: odd token counts, W's rows not a
-// multiple of the 64-column chunk, and (second shape) k over several 256-row segments of the input
-// gradient and columns over several 256-column spans. Column splits must be bitwise the whole.
-TEST(BlockKernels, Avx512Bf16BlocksMatchFp64OnRaggedShapes) {
-  const GemmBackend* backend = avx512Bf16BlocksGemm();
-  const std::vector<std::string> available =
-      availableGemmBackends(cpuFeatures(), WeightFormat::Blocks);
-  if (!backend || std::find(available.begin(), available.end(), backend->name()) == available.end())
-    GTEST_SKIP() << "no avx512_bf16_blocks here (or capped by TANDEM_CPU_ISA)";
-  std::mt19937 rng(5);
-  constexpr double kBf16Tol = 2e-2;
-  for (const BlockCase& c : allBlockCases()) {
-    const int64_t elems = blockLayout(c.type, c.int4).elems;
-    const int64_t wide_cols = elems == 256 ? 512 : (elems == 128 ? 384 : 9 * elems);
-    for (const auto& [rows, cols] :
-         {std::pair<int64_t, int64_t>{37, elems == 256 ? 256 : 3 * elems},
-          std::pair<int64_t, int64_t>{301, wide_cols}}) {
-      const RandomWeights w = randomWeights(c, rows, cols, rng);
-      SourceMatrix src;
-      src.data = w.table.data();
-      src.type = c.type;
-      src.int4 = c.int4;
-      src.rows = rows;
-      src.cols = cols;
-      const auto fwd = backend->pack(src, false, WeightFormat::Blocks, -1);
-      const auto bwd = backend->pack(src, true, WeightFormat::Blocks, -1);
-      EXPECT_EQ(fwd->bytes() + bwd->bytes(), 0u) << "W and Wᵀ are views of the table";
-      // 1 and 7 rows: the fp32 path below kMinRowsForPairs; 16 and 33: the bf16 pairs.
-      for (int64_t m : {1, 7, 16, 33}) {
-        SCOPED_TRACE(c.name() + " rows=" + std::to_string(rows) + " cols=" + std::to_string(cols) +
-                     " m=" + std::to_string(m));
-        // Forward: y [m, rows] = x [m, cols] · Wᵀ.
-        const std::vector<float> x = randomActivations(m * cols, rng);
-        std::vector<double> y_want(static_cast<size_t>(m * rows), 0.0);
-        for (int64_t i = 0; i < m; ++i)
-          for (int64_t j = 0; j < rows; ++j)
-            for (int64_t p = 0; p < cols; ++p)
-              y_want[i * rows + j] += static_cast<double>(x[i * cols + p]) * w.w[j * cols + p];
-        std::vector<float> y(static_cast<size_t>(m * rows), std::nanf(""));
-        backend->gemm(*fwd, m, x.data(), cols, y.data(), rows, false);
-        EXPECT_LT(relativeL2(y, y_want), kBf16Tol) << "forward";
-        // accumulate: y += the same product (twice the reference).
-        backend->gemm(*fwd, m, x.data(), cols, y.data(), rows, true);
-        std::vector<double> y_twice = y_want;
-        for (double& v : y_twice) v *= 2.0;
-        EXPECT_LT(relativeL2(y, y_twice), kBf16Tol) << "forward, accumulated";
-        // Input gradient: dx [m, cols] = dy [m, rows] · W, whole and as 64-column splits.
-        const std::vector<float> dy = randomActivations(m * rows, rng);
-        std::vector<double> dx_want(static_cast<size_t>(m * cols), 0.0);
-        for (int64_t i = 0; i < m; ++i)
-          for (int64_t p = 0; p < rows; ++p)
-            for (int64_t j = 0; j < cols; ++j)
-              dx_want[i * cols + j] += static_cast<double>(dy[i * rows + p]) * w.w[p * cols + j];
-        std::vector<float> dx(static_cast<size_t>(m * cols), std::nanf(""));
-        backend->gemm(*bwd, m, dy.data(), rows, dx.data(), cols, false);
-        EXPECT_LT(relativeL2(dx, dx_want), kBf16Tol) << "input gradient";
-        std::vector<float> dx_split(dx.size(), std::nanf(""));
-        for (int64_t n0 = 0; n0 < cols; n0 += backend->columnBlock()) {
-          backend->gemmColumns(*bwd, n0, std::min(cols, n0 + backend->columnBlock()), m, dy.data(),
-                               rows, dx_split.data(), cols, false);
-        }
-        ASSERT_EQ(0, std::memcmp(dx.data(), dx_split.data(), dx.size() * sizeof(float)))
-            << "a column split must be bitwise the unsplit result";
-      }
     }
   }
 }

@@ -172,12 +172,12 @@ std::vector<const GemmBackend*> candidates(const CpuFeatures& f) {
   std::vector<const GemmBackend*> out;
   if (f.canUseAmxBf16() && amxBf16Gemm()) out.push_back(amxBf16Gemm());
   if (f.canUseAmxInt8() && amxInt8Gemm()) out.push_back(amxInt8Gemm());
-  // Block weights: decoded into the avx512_bf16 micro-kernel's pairs (bf16 compute, twice the
-  // rate of the fp32 backends' FMA on the same decoded values). amx_blocks comes after it: its
-  // tiles are filled one element at a time and measured 0.05-0.14x of amx_bf16 on the H200 host's
-  // 16 AMX cores, where avx512_bf16_blocks reached 0.21-0.80x (docs/benchmarks.md, issue 27).
+  // Block weights (int4 / GGUF): amx_blocks first where AMX is (W's rows decoded straight to bf16
+  // tiles, reused by every row of a call; see gemm_amx_blocks.cpp), then avx512_bf16_blocks (the
+  // same decode into vdpbf16ps pairs). Both take the int8 few-row forward below 16 rows for the
+  // types that have one (block_gemm.h). docs/experts.md, "Block backends", says how auto picks.
+  if (f.canUseAmxBf16() && f.canUseAvx512Bf16() && amxBlocksGemm()) out.push_back(amxBlocksGemm());
   if (f.canUseAvx512Bf16() && avx512Bf16BlocksGemm()) out.push_back(avx512Bf16BlocksGemm());
-  if (f.canUseAmxBf16() && amxBlocksGemm()) out.push_back(amxBlocksGemm());
   if (f.canUseAvx512Bf16() && avx512Bf16Gemm()) out.push_back(avx512Bf16Gemm());
   if (f.canUseAvx512() && avx512Gemm()) out.push_back(avx512Gemm());
   if (f.canUseAvx2() && avx2Gemm()) out.push_back(avx2Gemm());

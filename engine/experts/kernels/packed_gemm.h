@@ -9,8 +9,9 @@
 //   avx512_bf16   bf16 pairs [n/64][k/2][64][2] (vdpbf16ps)  bf16 pairs    + AVX512_BF16
 //   amx_bf16      bf16 VNNI tiles, 16 k-pairs × 16 cols      bf16 [m, k]   AMX-BF16 (+ permission)
 //   amx_int8      int8 VNNI tiles, 16 k-quads × 16 cols      int8 per row  AMX-INT8
-//   amx_blocks    block table (int4 / GGUF), bf16 tiles      bf16 [m, k]   AMX-BF16
-//                 decoded per call (no pack)
+//   amx_blocks    block table (int4 / GGUF), rows of W       bf16 [m, k]   AMX-BF16 +
+//                 decoded per call straight to bf16 tiles                  AVX512_BF16
+//                 (no pack; amx/gemm_amx_blocks.cpp)
 //   avx512_bf16_  block table (int4 / GGUF), decoded per     bf16 pairs    AVX512_BF16
 //   blocks        call into avx512_bf16's pairs, 64 columns
 //                 at a time (no pack)

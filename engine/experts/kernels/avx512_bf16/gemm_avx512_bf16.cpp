@@ -21,6 +21,8 @@
 #include "engine/core/error.h"
 #include "engine/core/float_convert.h"
 #include "engine/experts/expert_blocks.h"
+#include "engine/experts/kernels/avx512_transpose.h"
+#include "engine/experts/kernels/block_decode_bf16.h"
 #include "engine/experts/kernels/block_gemm.h"
 #include "engine/experts/kernels/expert_kernels.h"
 #include "engine/experts/kernels/packed_gemm.h"
@@ -184,32 +186,6 @@ void chunkForAllRows(const uint32_t* a, int64_t a_stride, int64_t pairs, const u
   }
 }
 
-// v[r] = 16 uint32 of row r → v[j] = element j of every row (a 16 × 16 transpose of 32-bit
-// lanes: unpack 32, unpack 64, then two 128-bit lane shuffles).
-void transpose16x16(__m512i v[16]) {
-  __m512i t[16], r[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // r[4g + c], lane L: rows 4g..4g+3 of element 4L + c
-    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i x0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44);
-    const __m512i x1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xEE);
-    const __m512i y0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
-    const __m512i y1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xEE);
-    v[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
-    v[4 + c] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
-    v[8 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
-    v[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
-  }
-}
-
 // Decode segments: whole blocks of at most 256 elements (every block size divides 256), so a
 // segment of 16 rows in f32 is 16 KiB of L1.
 constexpr int64_t kSegmentElems = 256;
@@ -238,29 +214,30 @@ class Bf16BlockMatrix final : public PackedMatrix {
   bool transposed;  // B = Wᵀ
 };
 
-// chunk [pairs][64] = rows j0 .. j0 + 63 of W (zeros past W's last row) as bf16 pairs.
-void decodeForwardChunk(const Bf16BlockMatrix& b, int64_t j0, uint32_t* chunk, float* rows_f32) {
+// chunk [pairs][64] = rows j0 .. j0 + 63 of W (zeros past W's last row) as bf16 pairs: each row's
+// segment decoded straight to bf16 (dequantBlocksBf16), its pairs transposed 16 × 16 into place.
+void decodeForwardChunk(const Bf16BlockMatrix& b, int64_t j0, uint32_t* chunk,
+                        uint16_t* rows_bf16) {
   const SourceMatrix& w = b.src;
   const int64_t per_segment = std::max<int64_t>(1, kSegmentElems / b.layout.elems);
+  const auto* row_pairs = reinterpret_cast<const uint32_t*>(rows_bf16);
   for (int64_t b0 = 0; b0 * b.layout.elems < w.cols; b0 += per_segment) {
     const int64_t n_blocks = std::min(per_segment, w.cols / b.layout.elems - b0);
     const int64_t e0 = b0 * b.layout.elems, elems = n_blocks * b.layout.elems;
     for (int q = 0; q < Geometry::kVecs; ++q) {
       for (int r = 0; r < 16; ++r) {
         const int64_t j = j0 + 16 * q + r;
-        float* dst = rows_f32 + r * kSegmentElems;
+        uint16_t* dst = rows_bf16 + r * kSegmentElems;
         if (j < w.rows) {
-          dequantBlocksAvx512(w.type, w.int4, b.row(j) + b0 * b.layout.bytes, n_blocks, dst);
+          dequantBlocksBf16(w.type, w.int4, b.row(j) + b0 * b.layout.bytes, n_blocks, dst);
         } else {
-          std::memset(dst, 0, static_cast<size_t>(elems) * 4);
+          std::memset(dst, 0, static_cast<size_t>(elems) * 2);
         }
       }
       for (int64_t e = 0; e < elems; e += 32) {  // 16 pairs of 16 rows
         __m512i v[16];
         for (int r = 0; r < 16; ++r) {
-          const float* src = rows_f32 + r * kSegmentElems + e;
-          v[r] = reinterpret_cast<__m512i>(
-              _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + 16), _mm512_loadu_ps(src)));
+          v[r] = _mm512_load_si512(row_pairs + (r * kSegmentElems + e) / 2);
         }
         transpose16x16(v);
         uint32_t* dst = chunk + (e0 + e) / 2 * Geometry::kChunk + 16 * q;
@@ -272,28 +249,29 @@ void decodeForwardChunk(const Bf16BlockMatrix& b, int64_t j0, uint32_t* chunk, f
 
 // chunks [n_chunks][pairs][64] = Wᵀ columns c0 .. c0 + 64 n_chunks (zeros past c1), k rows p0 ..
 // p0 + 2 pairs of W (zeros past W's last row). c0 is a multiple of 64 and the columns lie in
-// one 256-aligned span, so the blocks covering them are at most kSegmentElems wide.
+// one 256-aligned span, so the blocks covering them are at most kSegmentElems wide. Rows 2p and
+// 2p + 1 are decoded to bf16 and interleaved into pairs, one permute per 16 pairs.
 void decodeGradientChunks(const Bf16BlockMatrix& b, int64_t c0, int64_t c1, int64_t p0,
-                          int64_t pairs, uint32_t* chunks, float* rows_f32) {
+                          int64_t pairs, uint32_t* chunks, uint16_t* rows_bf16) {
   const SourceMatrix& w = b.src;
   const int64_t first = c0 / b.layout.elems, end = (c1 + b.layout.elems - 1) / b.layout.elems;
   const int64_t skip = c0 - first * b.layout.elems, width = c1 - c0;
   const int64_t n_chunks = (width + Geometry::kChunk - 1) / Geometry::kChunk;
-  // Pair j of 16: (even row's element j, odd row's element j), from cvtne2ps's [even | odd].
+  // Pair j of 16: (even row's element j, odd row's element j), from [even 0..15 | odd 0..15].
   alignas(64) static constexpr uint16_t kInterleave[32] = {
       0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i interleave = _mm512_load_si512(kInterleave);
-  float* even = rows_f32;
-  float* odd = rows_f32 + kSegmentElems;
+  uint16_t* even = rows_bf16;
+  uint16_t* odd = rows_bf16 + kSegmentElems;
   for (int64_t p = 0; p < pairs; ++p) {
     for (int e = 0; e < 2; ++e) {
       const int64_t r = p0 + 2 * p + e;
-      float* dst = e ? odd : even;
+      uint16_t* dst = e ? odd : even;
       if (r < w.rows) {
-        dequantBlocksAvx512(w.type, w.int4, b.row(r) + first * b.layout.bytes, end - first, dst);
+        dequantBlocksBf16(w.type, w.int4, b.row(r) + first * b.layout.bytes, end - first, dst);
       } else {
-        std::memset(dst, 0, static_cast<size_t>((end - first) * b.layout.elems) * 4);
+        std::memset(dst, 0, static_cast<size_t>((end - first) * b.layout.elems) * 2);
       }
     }
     for (int64_t j = 0; j < n_chunks * Geometry::kChunk; j += 16) {
@@ -301,11 +279,12 @@ void decodeGradientChunks(const Bf16BlockMatrix& b, int64_t c0, int64_t c1, int6
       const __mmask16 mask = left >= 16  ? static_cast<__mmask16>(0xffff)
                              : left <= 0 ? static_cast<__mmask16>(0)
                                          : static_cast<__mmask16>((1u << left) - 1u);
-      const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(mask, odd + skip + j),
-                                                _mm512_maskz_loadu_ps(mask, even + skip + j));
-      const __m512i paired = _mm512_permutexvar_epi16(interleave, reinterpret_cast<__m512i>(both));
+      const __m512i both = _mm512_inserti64x4(
+          _mm512_zextsi256_si512(_mm256_maskz_loadu_epi16(mask, even + skip + j)),
+          _mm256_maskz_loadu_epi16(mask, odd + skip + j), 1);
       const int64_t chunk = j / Geometry::kChunk, col = j % Geometry::kChunk;
-      _mm512_store_si512(chunks + (chunk * pairs + p) * Geometry::kChunk + col, paired);
+      _mm512_store_si512(chunks + (chunk * pairs + p) * Geometry::kChunk + col,
+                         _mm512_permutexvar_epi16(interleave, both));
     }
   }
 }
@@ -336,58 +315,57 @@ class Avx512Bf16BlocksGemm final : public GemmBackend {
                    const LowRankAddend* addend) const override {
     if (m <= 0 || n1 <= n0) return;
     const auto& b = static_cast<const Bf16BlockMatrix&>(packed);
-    if (m < kMinRowsForPairs) return fewRows(b, n0, n1, m, a, lda, c, ldc, accumulate, addend);
+    if (!b.transposed && m < kMinRowsForPairs && hasFewRowGemmNT(b.src.type, m)) {
+      return fewRowForward(b, n0, n1, m, a, lda, c, ldc, accumulate, addend);
+    }
     const int64_t pairs = (b.k() + 1) / 2;
     auto* a_pairs = static_cast<uint32_t*>(threadArena(0, static_cast<size_t>(m * pairs) * 4));
     toBf16Pairs(a, lda, m, b.k(), pairs, a_pairs);
-    auto* rows_f32 =
-        static_cast<float*>(threadArena(2, static_cast<size_t>(16 * kSegmentElems) * 4));
+    // 16 decoded rows of a segment, bf16 (8 KiB, L1).
+    auto* rows_bf16 =
+        static_cast<uint16_t*>(threadArena(2, static_cast<size_t>(16 * kSegmentElems) * 2));
     if (b.transposed) {
-      gradientColumns(b, n0, n1, m, a_pairs, pairs, rows_f32, c, ldc, accumulate, addend);
+      gradientColumns(b, n0, n1, m, a_pairs, pairs, rows_bf16, c, ldc, accumulate, addend);
       return;
     }
     auto* chunk =
         static_cast<uint32_t*>(threadArena(1, static_cast<size_t>(pairs * Geometry::kChunk) * 4));
     for (int64_t col0 = n0 / Geometry::kChunk * Geometry::kChunk; col0 < n1;
          col0 += Geometry::kChunk) {
-      decodeForwardChunk(b, col0, chunk, rows_f32);
+      decodeForwardChunk(b, col0, chunk, rows_bf16);
       chunkForAllRows(a_pairs, pairs, pairs, chunk, m, c + col0, ldc, n1 - col0, accumulate, addend,
                       addend ? addend->bt + col0 : nullptr);
     }
   }
 
  private:
-  // Below this many rows the decode dominates (measured at 8 rows per expert, the 128-token
-  // bench: the fp32 path was ~15-30% faster), and the transpose into pairs is not repaid: the
-  // AVX-512 fp32 block GEMMs run instead. The choice depends on m only, so every column split of
-  // one call takes the same path (bitwise the same).
-  static constexpr int64_t kMinRowsForPairs = 16;
+  // Below this many rows a forward on Q4_K / Q6_K takes the int8 few-row kernel (block_gemm.h:
+  // W never widened). Everything else takes the bf16 pairs at any row count: with the decode
+  // straight to bf16 (dequantBlocksBf16) the pairs beat the f32 decode + fp32 FMA path they
+  // replaced below 16 rows (one expert matrix 768 × 2048 at 8 rows, one core of the dev box:
+  // input gradient 0.33 ms vs 0.41-0.46, int4 forward 0.38-0.39 ms either way). The choice
+  // depends on m only, so every column split of one call takes the same path (bitwise the same).
+  static constexpr int64_t kMinRowsForPairs = kFewRowMaxRows;
 
-  static void fewRows(const Bf16BlockMatrix& b, int64_t n0, int64_t n1, int64_t m, const float* a,
-                      int64_t lda, float* c, int64_t ldc, bool accumulate,
-                      const LowRankAddend* addend) {
-    const ExpertKernels& fp32 = avx512Kernels();
+  static void fewRowForward(const Bf16BlockMatrix& b, int64_t n0, int64_t n1, int64_t m,
+                            const float* a, int64_t lda, float* c, int64_t ldc, bool accumulate,
+                            const LowRankAddend* addend) {
     const BlockWeights w{static_cast<const unsigned char*>(b.src.data),
                          b.src.type,
                          b.src.int4,
                          b.src.rows,
                          b.src.cols,
                          b.src.rowBytes()};
-    if (b.transposed) {
-      blockGemmNN(fp32, w, n0, n1, m, a, lda, c, ldc, accumulate);
-    } else if (!fewRowGemmNT(w, n0, n1, m, a, lda, c, ldc, accumulate)) {
-      // Q4_K / Q6_K took int8 dots above, W never widened; the other types decode to f32.
-      blockGemmNT(fp32, w, n0, n1, m, a, lda, c, ldc, accumulate);
-    }
+    fewRowGemmNT(w, n0, n1, m, a, lda, c, ldc, accumulate);
     if (addend) {
-      fp32.matmulNN(m, n1 - n0, addend->rank, 1.0f, addend->z, addend->ldz, addend->bt + n0,
-                    WeightType::F32, addend->ldb, c + n0, ldc, true);
+      avx512Kernels().matmulNN(m, n1 - n0, addend->rank, 1.0f, addend->z, addend->ldz,
+                               addend->bt + n0, WeightType::F32, addend->ldb, c + n0, ldc, true);
     }
   }
 
   // Columns [n0, n1) of B = Wᵀ in 256-column spans, each over k in segments of 256 rows of W.
   static void gradientColumns(const Bf16BlockMatrix& b, int64_t n0, int64_t n1, int64_t m,
-                              const uint32_t* a_pairs, int64_t pairs, float* rows_f32, float* c,
+                              const uint32_t* a_pairs, int64_t pairs, uint16_t* rows_bf16, float* c,
                               int64_t ldc, bool accumulate, const LowRankAddend* addend) {
     constexpr int64_t kSegmentPairs = kSegmentElems / 2;
     auto* chunks = static_cast<uint32_t*>(threadArena(
@@ -399,7 +377,7 @@ class Avx512Bf16BlocksGemm final : public GemmBackend {
       const int64_t n_chunks = (s1 - s0 + Geometry::kChunk - 1) / Geometry::kChunk;
       for (int64_t p0 = 0; p0 < pairs; p0 += kSegmentPairs) {
         const int64_t seg_pairs = std::min(kSegmentPairs, pairs - p0);
-        decodeGradientChunks(b, s0, s1, 2 * p0, seg_pairs, chunks, rows_f32);
+        decodeGradientChunks(b, s0, s1, 2 * p0, seg_pairs, chunks, rows_bf16);
         for (int64_t ch = 0; ch < n_chunks; ++ch) {
           const int64_t col0 = s0 + ch * Geometry::kChunk;
           // The low-rank addend joins the first segment, while its sums are in registers.
