@@ -102,14 +102,14 @@ class RecordingCpuAllocator final : public c10::Allocator {
   uint64_t live_ = 0, peak_ = 0, start_ = 0, largest_ = 0;
 };
 
-// Two DeepSeek-V2 layers: layer 0's dense MLP (intermediate 256), layer 1's 8 routed experts (top
-// 2, moe_intermediate 64) beside one shared expert (64). The products outgrow the hidden size 32
-// on purpose: a whole sequence's [pairs, 64] (128 floats a token) or [tokens, 256] is larger than
-// any other buffer of the step (the hidden states are 32 floats a token).
+// Two DeepSeek-V2 layers: layer 0's dense MLP (intermediate 512), layer 1's 8 routed experts (top
+// 2, moe_intermediate 128) beside one shared expert (128). The products outgrow the hidden size 32
+// on purpose: a whole sequence's [pairs, 128] (256 floats a token) or [tokens, 512] is larger than
+// any other buffer of the step (the hidden states are 32 floats a token, MLA's q/k/v 64).
 io::ModelConfig tinyDeepseekConfig() {
   return io::parseModelConfig(R"({"architectures": ["DeepseekV2ForCausalLM"],
-    "model_type": "deepseek_v2", "hidden_size": 32, "intermediate_size": 256,
-    "moe_intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "model_type": "deepseek_v2", "hidden_size": 32, "intermediate_size": 512,
+    "moe_intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 4, "n_routed_experts": 8, "num_experts_per_tok": 2,
     "n_shared_experts": 1, "first_k_dense_replace": 1, "moe_layer_freq": 1, "kv_lora_rank": 16,
     "q_lora_rank": null, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 8,
@@ -197,8 +197,8 @@ void expectSameNumbers(const Step& want, const Step& got) {
 }
 
 // A whole sequence's routed products [pairs, moe_intermediate] fp32, and the dense MLP's.
-constexpr uint64_t kWholePairProduct = kTokens * 2 * 64 * sizeof(float);
-constexpr uint64_t kWholeDenseProduct = kTokens * 256 * sizeof(float);
+constexpr uint64_t kWholePairProduct = kTokens * 2 * 128 * sizeof(float);
+constexpr uint64_t kWholeDenseProduct = kTokens * 512 * sizeof(float);
 
 TEST(OffloadModeInChunks, SameLossAndGradientsAsOneChunk) {
   const Step whole = trainStep({.moe_token_chunk = kTokens});
@@ -226,12 +226,12 @@ TEST(OffloadModeInChunks, WithAResidentCache) {
 TEST(OffloadModeInChunks, NoBufferIsAWholeSequencesProduct) {
   const Step whole = trainStep({.moe_token_chunk = kTokens});
   const Step chunked = trainStep({.moe_token_chunk = kChunk});
-  // One chunk: the dense MLP's [8192, 256] and the experts' [16384, 64] exist (the recorder sees
+  // One chunk: the dense MLP's [8192, 512] and the experts' [16384, 128] exist (the recorder sees
   // them: the check below means something).
   EXPECT_GE(whole.largest_allocation, std::min(kWholePairProduct, kWholeDenseProduct));
   // In chunks of 1000 tokens no buffer comes near either: the largest are the step's
-  // [tokens, hidden] ones (hidden states, checkpoints), 32 floats a token.
-  EXPECT_LE(chunked.largest_allocation, kTokens * 32 * sizeof(float) * 2);
+  // [tokens, 64] ones (MLA's q, k and padded v), hidden states and checkpoints [tokens, 32].
+  EXPECT_LE(chunked.largest_allocation, kTokens * 64 * sizeof(float));
   EXPECT_LT(chunked.largest_allocation, std::min(kWholePairProduct, kWholeDenseProduct) / 2);
   // And the step's peak is lower by at least one whole product.
   EXPECT_LT(chunked.allocation_peak + kWholePairProduct / 2, whole.allocation_peak)
