@@ -139,8 +139,9 @@ TEST(SequenceFit, OffloadModesExpertBuffersAreOneChunks) {
   const uint64_t cache16k = item(plan, Device::cuda(0), "expert forward cache");
   ASSERT_GT(cache16k, 0u);
   EXPECT_EQ(item(at64k, Device::cuda(0), "expert forward cache"), cache16k);
-  // One chunk: 8192 tokens' x [T, H] bf16, weights [P] f32 and gate/up [P, I] f32 (top-6).
-  EXPECT_EQ(cache16k, memory::expertForwardCacheBytes(r.model, 8192, 2, 0));
+  // One chunk: 8192 tokens' x [T, H] bf16, weights [P] f32, gate/up [P, I] f32 (top-6) and the
+  // LoRA products (lora_target all: the experts' projections too).
+  EXPECT_EQ(cache16k, memory::expertForwardCacheBytes(r.model, 8192, 2, r.lora_rank));
   // 64K fits the 24 GiB cap (the run asks a peak under 22 GiB).
   EXPECT_TRUE(at64k.fits);
   EXPECT_LT(gpuBytes(at64k), 22 * kGiB) << gpuBytes(at64k);
