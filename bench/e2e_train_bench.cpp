@@ -22,6 +22,7 @@
 #include <set>
 #include <thread>
 
+#include "bench/host_rss.h"
 #include "engine/core/busy_clock.h"
 #include "engine/core/error.h"
 #include "engine/core/memory_ledger.h"
@@ -416,6 +417,12 @@ void run(const Options& o) {
                                              tandem::ThreadPool::global(), o.embedding_std);
   CausalLm* model = &loaded->lm();
   const double build_s = seconds(t_build);
+  // Host memory per phase (host_rss.h): this length's first forward and step sample into *rss_at.
+  nlohmann::json host_rss = {{"after_build", tandem::bench::hostRssJson()}};
+  nlohmann::json* rss_at = &host_rss;
+  auto sample_rss = [&](const char* phase) {
+    if (rss_at && !rss_at->contains(phase)) (*rss_at)[phase] = tandem::bench::hostRssJson();
+  };
   tandem::model::LoraOptimizer optimizer(*model, {}, tandem::ThreadPool::global());
   at::manual_seed(0);  // the same tokens in every mode: step 1's loss must agree across them
   at::Tensor ids = at::randint(config.vocab_size, {1, o.tokens}, at::kLong);  // train_step's
@@ -433,12 +440,14 @@ void run(const Options& o) {
     const double loss_value = loss.item<double>();
     const double engine_fwd_ms = tandem::BusyClock::totalMs(tandem::BusyResource::ExpertEngine);
     const double forward_s = seconds(t0);
+    sample_rss("after_first_forward");
     torch::autograd::backward({loss});
     const double norm = optimizer.clipGradNorm(1.0);  // reads every grad: waits for the devices
     const double backward_s = seconds(t0) - forward_s;
     optimizer.step(1e-4);
     optimizer.zeroGrad();
     const double step_s = seconds(t0);
+    sample_rss("after_first_step");
     return nlohmann::json{
         {"step_s", step_s},       {"busy_ms", busyJson(engine_start_ms, engine_fwd_ms)},
         {"forward_s", forward_s}, {"backward_s", backward_s},
@@ -492,6 +501,7 @@ void run(const Options& o) {
   getrusage(RUSAGE_SELF, &usage);
   out["peak_host_rss_bytes"] =
       static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // ru_maxrss: KiB on Linux
+  out["host_rss"] = host_rss;
   if (options.experts == tandem::model::ExpertsMode::Cpu)
     out["overlap_probe"] = overlapProbe(*model, o.tokens);
   if (options.experts == tandem::model::ExpertsMode::GpuOffload) {
@@ -509,6 +519,8 @@ void run(const Options& o) {
     ids = at::randint(config.vocab_size, {1, tokens}, at::kLong);
     if (cuda) tandem::gpu::resetGpuMemoryPeak(options.layerDevice(0).gpuIndex());
     nlohmann::json more = {{"tokens", tokens}};
+    nlohmann::json more_rss = nlohmann::json::object();
+    rss_at = &more_rss;
     try {
       nlohmann::json more_steps = nlohmann::json::array();
       double more_timed_s = 0;
@@ -524,11 +536,14 @@ void run(const Options& o) {
     } catch (const c10::OutOfMemoryError& e) {
       optimizer.zeroGrad();
       more["error"] = std::string(e.what_without_backtrace());
+      more["host_rss"] = more_rss;
       out["more_tokens"].push_back(more);
       break;
     }
+    more["host_rss"] = more_rss;
     out["more_tokens"].push_back(more);
   }
+  rss_at = nullptr;
   std::cout << out.dump() << std::endl;
 }
 

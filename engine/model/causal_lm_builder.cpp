@@ -219,6 +219,7 @@ class CausalLmBuilder {
     mlp.gate_proj = linear(p + "gate_proj", intermediate, c_.hidden_size, bias);
     mlp.up_proj = linear(p + "up_proj", intermediate, c_.hidden_size, bias);
     mlp.down_proj = linear(p + "down_proj", c_.hidden_size, intermediate, bias);
+    mlp.token_chunk = m_.options_.moeTokenChunk();  // long sequences: [chunk, intermediate]
     return mlp;
   }
 
@@ -249,6 +250,11 @@ class CausalLmBuilder {
   std::unique_ptr<MoeBlock> buildMoe(int i);
   void chargeMemory();
   experts::ExpertWeightViews expertWeights(int i, MoeBlock& block);
+  // Offload mode, once ExpertOffload copied layer i's experts (and the ExpertLayer, lora_only,
+  // reads no weight): frees the host tensors the views pointed into (a random model's invented
+  // experts, a GGUF's dequantised ones, converted copies), which would double the host memory
+  // of the experts (the 48-layer Qwen3 shape: 58 GB of bf16 beside its int8 copy).
+  void releaseOffloadedExperts(int i, MoeBlock& block);
   bool keepsStoredBlocks(int i) const;
   std::optional<experts::ExpertWeightViews> ggufExpertBlocks(const std::string& p, int64_t n,
                                                              int64_t h, int64_t inter);
@@ -371,6 +377,10 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
     block->lora_anchor = at::zeros({}, at::kFloat).requires_grad_(true);
   }
   block->token_chunk = m_.options_.moeTokenChunk();
+  if (block->offload) {
+    block->offload->setTokenChunk(block->token_chunk);
+    releaseOffloadedExperts(i, *block);
+  }
   block->keep_expert_forward =
       m_.options_.keep_expert_forward &&
       (m_.options_.gradient_checkpointing || m_.options_.offload_checkpoints);
@@ -389,6 +399,20 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
                                              m_.layerDevice(static_cast<size_t>(i)), seed);
   }
   return block;
+}
+
+void CausalLmBuilder::releaseOffloadedExperts(int i, MoeBlock& block) {
+  const std::string p = layerPrefix(i);
+  std::vector<std::string> names{p + "mlp.experts.gate_up_proj", p + "mlp.experts.down_proj"};
+  for (int64_t e = 0; e < c_.num_experts; ++e) {
+    const std::string expert = p + "mlp.experts." + std::to_string(e) + ".";
+    const std::string legacy = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+    for (const char* leaf : {"gate_proj", "up_proj", "down_proj"})
+      names.push_back(expert + leaf + ".weight");
+    for (const char* leaf : {"w1", "w2", "w3"}) names.push_back(legacy + leaf + ".weight");
+  }
+  w_.releaseOwned(names);
+  block.expert_weight_owners.clear();
 }
 
 const void* CausalLmBuilder::expertPointer(const io::TensorView& tensor, int64_t element_offset,

@@ -81,7 +81,7 @@ at::Tensor ExpertOffload::forward(experts::ExpertLora& lora, const at::Tensor& h
   at::Tensor streamed_ids;  // [T, k] int64 host: the streamed experts' local index, -1 elsewhere
   int64_t on_resident = 0;
   if (resident_) {
-    ResidentExperts::Split split = resident_->split(ids, /*with_cpu_ids=*/false);
+    ResidentExperts::Split split = resident_->split(ids, /*with_cpu_ids=*/false, token_chunk_);
     on_resident = ids.numel() - split.other_pairs;
     // The streamed experts' copy first (unless it is on its way): it runs while the device
     // computes the resident ones.
@@ -101,13 +101,14 @@ at::Tensor ExpertOffload::forward(experts::ExpertLora& lora, const at::Tensor& h
     streamed_ids = ids;
   }
   if (resident_pairs) *resident_pairs = on_resident;
-  ExpertGrouping grouping =
-      groupByExpert(streamed_ids, static_cast<int64_t>(streamed_.size()), device_);
+  std::vector<ExpertGrouping> chunks = groupByExpertPerChunk(
+      streamed_ids, static_cast<int64_t>(streamed_.size()), device_, token_chunk_);
   // Called in forward, and again in a backward that recomputes: the streamer copies ahead.
+  // Once per pass, whatever the chunks.
   auto weights = [this] { return streamer_->take(stream_index_).compute(); };
   const at::Tensor y_streamed =
-      torchExperts(TorchExpertsCall(weights, lora, streamed_ids_, std::move(grouping)), hidden,
-                   topk_weights, lora_anchor);
+      torchExperts(TorchExpertsCall(weights, lora, streamed_ids_, std::move(chunks), token_chunk_),
+                   hidden, topk_weights, lora_anchor);
   return y.defined() ? y + y_streamed : y_streamed;
 }
 

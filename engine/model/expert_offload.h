@@ -59,6 +59,12 @@ class ExpertOffload {
                      const at::Tensor& topk_ids, const at::Tensor& topk_weights,
                      const at::Tensor& lora_anchor, int64_t* resident_pairs = nullptr) const;
 
+  // Tokens per chunk of the experts' compute (ModelOptions::moe_token_chunk, resolved): each
+  // call computes its pairs that many tokens at a time, the weights taken once per pass
+  // (TorchExpertsCall in chunks). 0: every pair at once.
+  void setTokenChunk(int64_t tokens) { token_chunk_ = tokens; }
+  int64_t tokenChunk() const { return token_chunk_; }
+
   at::Device device() const { return device_; }
   uint64_t hostBytes() const { return charge_.bytes(); }
   // The resident cache's experts (empty before the first call, or without one).
@@ -87,6 +93,7 @@ class ExpertOffload {
   at::Device device_;
   std::shared_ptr<ExpertStreamer> streamer_;
   int stream_index_ = -1;  // this layer's in streamer_
+  int64_t token_chunk_ = 0;
   MemoryCharge charge_;
 };
 

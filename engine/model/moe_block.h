@@ -50,8 +50,10 @@ struct MoeBlock {
   // ModelOptions::moe_token_chunk (resolved): forward() takes the tokens this many at a time, each
   // chunk routed and computed on its own (its own autograd nodes), so the router's logits, the
   // CPU engine's gathered buffers and the resident experts' [pairs, intermediate] products are
-  // those of one chunk. 0: one chunk. Offload mode runs one chunk (its streamer takes a layer's
-  // experts once per forward).
+  // those of one chunk. 0: one chunk. Offload mode runs the block as one chunk (its streamer
+  // takes a layer's experts once per pass) and computes the experts' pairs in chunks of this
+  // many tokens inside the call (ExpertOffload::setTokenChunk); the shared experts then chunk
+  // themselves (GatedMlp::token_chunk).
   int64_t token_chunk = 0;
   // experts_mode auto only: the per-call split (with its own resident cache, split_experts.h).
   std::unique_ptr<SplitExperts> split;

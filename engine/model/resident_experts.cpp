@@ -56,7 +56,8 @@ std::vector<int64_t> ResidentExperts::mostRouted(const at::Tensor& ids, int64_t 
   return order;
 }
 
-ResidentExperts::Split ResidentExperts::split(const at::Tensor& ids, bool with_cpu_ids) const {
+ResidentExperts::Split ResidentExperts::split(const at::Tensor& ids, bool with_cpu_ids,
+                                              int64_t chunk_tokens) const {
   const at::Tensor global = ids.to(at::kCPU, at::kLong).contiguous();
   at::Tensor cpu_ids = with_cpu_ids ? at::empty(global.sizes(), at::kInt) : at::Tensor();
   at::Tensor local = at::empty(global.sizes(), at::kLong);
@@ -69,11 +70,20 @@ ResidentExperts::Split ResidentExperts::split(const at::Tensor& ids, bool with_c
     if (c) c[s] = l[s] >= 0 ? experts::kMaskedSlot : static_cast<int32_t>(g[s]);
     other_pairs += l[s] < 0;
   }
-  return {cpu_ids, other_pairs,
-          groupByExpert(local, static_cast<int64_t>(experts_.size()), device_)};
+  const auto n = static_cast<int64_t>(experts_.size());
+  if (chunk_tokens > 0 && chunk_tokens < global.size(0)) {
+    Split chunked{cpu_ids, other_pairs, {}, {}, chunk_tokens};
+    chunked.chunks = groupByExpertPerChunk(local, n, device_, chunk_tokens);
+    return chunked;
+  }
+  return {cpu_ids, other_pairs, groupByExpert(local, n, device_)};
 }
 
 TorchExpertsCall ResidentExperts::call(experts::ExpertLora& lora, Split& split) const {
+  if (!split.chunks.empty()) {
+    return TorchExpertsCall([this] { return weights_.compute(); }, lora, global_ids_,
+                            std::move(split.chunks), split.chunk_tokens);
+  }
   return TorchExpertsCall([this] { return weights_.compute(); }, lora, global_ids_,
                           std::move(split.grouping));
 }

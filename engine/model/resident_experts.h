@@ -49,9 +49,14 @@ class ResidentExperts {
     int64_t other_pairs = 0;  // slots the resident experts leave: the CPU engine's, or offload
                               // mode's streamed experts'
     ExpertGrouping grouping;  // the resident experts' pairs, on the device
+    // With chunk_tokens: the same per run of that many tokens (groupByExpertPerChunk), and
+    // `grouping` empty; call() then computes them a chunk at a time.
+    std::vector<ExpertGrouping> chunks;
+    int64_t chunk_tokens = 0;
   };
-  // ids [T, k] host int64 (the router's choice).
-  Split split(const at::Tensor& ids, bool with_cpu_ids = true) const;
+  // ids [T, k] host int64 (the router's choice). chunk_tokens > 0: grouped per token chunk
+  // (offload mode's resident cache over a long sequence).
+  Split split(const at::Tensor& ids, bool with_cpu_ids = true, int64_t chunk_tokens = 0) const;
 
   // The resident experts' part of one call (their pairs in `split`), computed on the device;
   // the ResidentExperts must outlive it.

@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <numeric>
@@ -254,23 +255,56 @@ ExpertGrouping groupByExpert(const at::Tensor& local_ids, int64_t n_experts, at:
   return g;
 }
 
+std::vector<ExpertGrouping> groupByExpertPerChunk(const at::Tensor& local_ids, int64_t n_experts,
+                                                  at::Device device, int64_t chunk_tokens) {
+  const int64_t tokens = local_ids.size(0);
+  if (chunk_tokens <= 0 || chunk_tokens >= tokens)
+    return {groupByExpert(local_ids, n_experts, device)};
+  const at::Tensor ids = local_ids.to(at::kCPU, at::kLong).contiguous();
+  std::vector<ExpertGrouping> chunks;
+  for (int64_t begin = 0; begin < tokens; begin += chunk_tokens) {
+    chunks.push_back(groupByExpert(ids.narrow(0, begin, std::min(chunk_tokens, tokens - begin)),
+                                   n_experts, device));
+  }
+  return chunks;
+}
+
 TorchExpertsCall::TorchExpertsCall(std::function<TorchExpertWeights()> weights, ExpertLora& lora,
                                    at::Tensor global_ids, ExpertGrouping grouping,
                                    std::optional<ExpertGemm> gemm)
+    : weights_(std::move(weights)), lora_(lora), global_ids_(std::move(global_ids)), gemm_(gemm) {
+  chunks_.push_back(std::move(grouping));
+}
+
+TorchExpertsCall::TorchExpertsCall(std::function<TorchExpertWeights()> weights, ExpertLora& lora,
+                                   at::Tensor global_ids, std::vector<ExpertGrouping> chunks,
+                                   int64_t chunk_tokens, std::optional<ExpertGemm> gemm)
     : weights_(std::move(weights)),
       lora_(lora),
       global_ids_(std::move(global_ids)),
-      grouping_(std::move(grouping)),
-      gemm_(gemm) {}
+      chunks_(std::move(chunks)),
+      chunk_tokens_(chunk_tokens),
+      gemm_(gemm) {
+  TORCH_CHECK(!chunks_.empty(), "TorchExpertsCall: no grouping");
+  TORCH_CHECK(chunks_.size() == 1 || chunk_tokens_ > 0,
+              "TorchExpertsCall: several chunks need their length");
+}
+
+int64_t TorchExpertsCall::pairs() const {
+  int64_t total = 0;
+  for (const ExpertGrouping& g : chunks_) total += g.pairs();
+  return total;
+}
 
 void TorchExpertsCall::prefetch() const {
-  if (prefetch_ && !graph_ && pairs() > 0) prefetch_();
+  if (prefetch_ && !graph_ && !kept_weights_ && pairs() > 0) prefetch_();
 }
 
 at::Tensor TorchExpertsCall::forward(const at::Tensor& hidden, const at::Tensor& topk_weights,
                                      bool keep_graph) const {
   // No pair here: nothing to compute (and every gradient is 0).
   if (pairs() == 0) return at::zeros({hidden.size(0), hidden.size(1)}, hidden.options());
+  if (chunks_.size() > 1) return forwardInChunks(hidden, topk_weights, keep_graph);
   if (keep_graph) {
     graph_ = std::make_shared<Graph>(differentiableForward(hidden, topk_weights));
     return graph_->y.detach();
@@ -278,7 +312,7 @@ at::Tensor TorchExpertsCall::forward(const at::Tensor& hidden, const at::Tensor&
   at::NoGradGuard no_grad;
   const TorchExpertWeights w = weights_();
   return expertsForward(w, streamLora(lora_, global_ids_, hidden.device(), /*trainable=*/false),
-                        grouping_, hidden.detach(), topk_weights.detach().to(at::kFloat),
+                        chunks_[0], hidden.detach(), topk_weights.detach().to(at::kFloat),
                         kernelsFor(w, lora_, hidden, gemm_));
 }
 
@@ -289,7 +323,7 @@ TorchExpertsCall::Graph TorchExpertsCall::differentiableForward(
   const at::Tensor w = topk_weights.detach().to(at::kFloat).requires_grad_(true);
   const DeviceLora lora = streamLora(lora_, global_ids_, x.device(), /*trainable=*/true);
   const TorchExpertWeights weights = weights_();
-  Graph graph{expertsForward(weights, lora, grouping_, x, w, kernelsFor(weights, lora_, x, gemm_)),
+  Graph graph{expertsForward(weights, lora, chunks_[0], x, w, kernelsFor(weights, lora_, x, gemm_)),
               {x, w}};
   for (int p = 0; p < kExpertProjCount; ++p) {
     if (lora.a[p].defined()) graph.inputs.insert(graph.inputs.end(), {lora.a[p], lora.b[p]});
@@ -305,6 +339,7 @@ TorchExpertsCall::Gradients TorchExpertsCall::backward(const at::Tensor& hidden,
             at::zeros(topk_weights.sizes(), topk_weights.options().dtype(at::kFloat)),
             {}};
   }
+  if (chunks_.size() > 1) return backwardInChunks(hidden, topk_weights, dy);
   const std::shared_ptr<Graph> graph =
       graph_ ? std::exchange(graph_, nullptr)
              : std::make_shared<Graph>(differentiableForward(hidden, topk_weights));
@@ -313,6 +348,79 @@ TorchExpertsCall::Gradients TorchExpertsCall::backward(const at::Tensor& hidden,
                                  /*create_graph=*/false, /*allow_unused=*/true);
   Gradients out{d[0], d[1], {}};
   out.lora.assign(d.begin() + 2, d.end());
+  return out;
+}
+
+at::Tensor TorchExpertsCall::forwardInChunks(const at::Tensor& hidden,
+                                             const at::Tensor& topk_weights,
+                                             bool keep_weights) const {
+  at::NoGradGuard no_grad;
+  auto w = std::make_shared<TorchExpertWeights>(weights_());
+  if (keep_weights) kept_weights_ = w;
+  const DeviceLora lora = streamLora(lora_, global_ids_, hidden.device(), /*trainable=*/false);
+  const Kernels kernels = kernelsFor(*w, lora_, hidden, gemm_);
+  const int64_t tokens = hidden.size(0);
+  at::Tensor y = at::empty({tokens, hidden.size(1)}, hidden.options());
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const int64_t begin = static_cast<int64_t>(c) * chunk_tokens_;
+    const int64_t length = std::min(chunk_tokens_, tokens - begin);
+    at::Tensor out = y.narrow(0, begin, length);
+    if (chunks_[c].pairs() == 0) {
+      out.zero_();
+      continue;
+    }
+    out.copy_(expertsForward(*w, lora, chunks_[c], hidden.narrow(0, begin, length).detach(),
+                             topk_weights.narrow(0, begin, length).detach().to(at::kFloat),
+                             kernels));
+  }
+  return y;
+}
+
+TorchExpertsCall::Gradients TorchExpertsCall::backwardInChunks(const at::Tensor& hidden,
+                                                               const at::Tensor& topk_weights,
+                                                               const at::Tensor& dy) const {
+  const std::shared_ptr<TorchExpertWeights> w =
+      kept_weights_ ? std::exchange(kept_weights_, nullptr)
+                    : std::make_shared<TorchExpertWeights>(weights_());
+  at::AutoGradMode grad_mode(true);
+  // One set of LoRA leaves for every chunk: their gradients are summed over the chunks here.
+  const DeviceLora lora = streamLora(lora_, global_ids_, hidden.device(), /*trainable=*/true);
+  std::vector<at::Tensor> lora_leaves;
+  for (int p = 0; p < kExpertProjCount; ++p) {
+    if (lora.a[p].defined()) lora_leaves.insert(lora_leaves.end(), {lora.a[p], lora.b[p]});
+  }
+  const Kernels kernels = kernelsFor(*w, lora_, hidden, gemm_);
+  const int64_t tokens = hidden.size(0);
+  Gradients out{at::empty_like(hidden),
+                at::empty(topk_weights.sizes(), topk_weights.options().dtype(at::kFloat)),
+                std::vector<at::Tensor>(lora_leaves.size())};
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const int64_t begin = static_cast<int64_t>(c) * chunk_tokens_;
+    const int64_t length = std::min(chunk_tokens_, tokens - begin);
+    at::Tensor d_hidden = out.d_hidden.narrow(0, begin, length);
+    at::Tensor d_weights = out.d_topk_weights.narrow(0, begin, length);
+    if (chunks_[c].pairs() == 0) {
+      d_hidden.zero_();
+      d_weights.zero_();
+      continue;
+    }
+    const at::Tensor x = hidden.narrow(0, begin, length).detach().requires_grad_(true);
+    const at::Tensor tw =
+        topk_weights.narrow(0, begin, length).detach().to(at::kFloat).requires_grad_(true);
+    std::vector<at::Tensor> inputs{x, tw};
+    inputs.insert(inputs.end(), lora_leaves.begin(), lora_leaves.end());
+    const at::Tensor y = expertsForward(*w, lora, chunks_[c], x, tw, kernels);
+    const auto d = torch::autograd::grad({y}, inputs, {dy.narrow(0, begin, length)},
+                                         /*retain_graph=*/false, /*create_graph=*/false,
+                                         /*allow_unused=*/true);
+    d_hidden.copy_(d[0]);
+    d_weights.copy_(d[1]);
+    for (size_t i = 0; i < lora_leaves.size(); ++i) {
+      const at::Tensor& g = d[i + 2];
+      if (!g.defined()) continue;  // no pair of this chunk on an expert: that leaf unused
+      out.lora[i] = out.lora[i].defined() ? out.lora[i].add_(g) : g;
+    }
+  }
   return out;
 }
 

@@ -74,6 +74,12 @@ struct ExpertGrouping {
 // computed elsewhere.
 ExpertGrouping groupByExpert(const at::Tensor& local_ids, int64_t n_experts, at::Device device);
 
+// The same per run of `chunk_tokens` consecutive tokens (the last run shorter; chunk_tokens <= 0
+// or >= T: one run), each run's slots and tokens counted from its first token: what a
+// TorchExpertsCall in token chunks computes one run at a time.
+std::vector<ExpertGrouping> groupByExpertPerChunk(const at::Tensor& local_ids, int64_t n_experts,
+                                                  at::Device device, int64_t chunk_tokens);
+
 // The experts' part of one call. Local expert i is global expert `global_ids[i]` of `lora` ([n]
 // int64 host; undefined: local i is global i, every expert). `weights` returns the n experts'
 // weights on the device (called in forward and again in backward). hidden [T, H] model dtype and
@@ -84,8 +90,18 @@ class TorchExpertsCall {
   TorchExpertsCall(std::function<TorchExpertWeights()> weights, experts::ExpertLora& lora,
                    at::Tensor global_ids, ExpertGrouping grouping,
                    std::optional<ExpertGemm> gemm = std::nullopt);
+  // In token chunks (issue 29): `chunks` from groupByExpertPerChunk(.., chunk_tokens). Forward
+  // and backward take the weights once each and compute one chunk's pairs at a time, so the
+  // [pairs, intermediate] products and the LoRA branch's rows are one chunk's; the backward
+  // recomputes each chunk's graph (a checkpoint recompute keeps the weights for it, not a graph
+  // of every chunk): the experts are computed once more a step than in one chunk, their
+  // weights fetched as often.
+  TorchExpertsCall(std::function<TorchExpertWeights()> weights, experts::ExpertLora& lora,
+                   at::Tensor global_ids, std::vector<ExpertGrouping> chunks, int64_t chunk_tokens,
+                   std::optional<ExpertGemm> gemm = std::nullopt);
 
-  int64_t pairs() const { return grouping_.pairs(); }
+  int64_t pairs() const;
+  size_t chunks() const { return chunks_.size(); }
 
   // `start` begins copying the weights `weights` will return (experts_mode auto's streamed
   // experts: split_experts.h); prefetch() calls it unless the forward kept its graph, so the
@@ -116,7 +132,8 @@ class TorchExpertsCall {
   std::function<TorchExpertWeights()> weights_;
   experts::ExpertLora& lora_;
   at::Tensor global_ids_;
-  ExpertGrouping grouping_;
+  std::vector<ExpertGrouping> chunks_;  // one: the whole call
+  int64_t chunk_tokens_ = 0;            // tokens per chunk (the last shorter); 0: one chunk
   std::optional<ExpertGemm> gemm_;
   std::function<void()> prefetch_;
 
@@ -128,6 +145,12 @@ class TorchExpertsCall {
   };
   Graph differentiableForward(const at::Tensor& hidden, const at::Tensor& topk_weights) const;
   mutable std::shared_ptr<Graph> graph_;  // forward's, with keep_graph; taken by backward()
+  // In chunks, with keep_graph: the weights the forward took, taken by backward().
+  mutable std::shared_ptr<TorchExpertWeights> kept_weights_;
+  at::Tensor forwardInChunks(const at::Tensor& hidden, const at::Tensor& topk_weights,
+                             bool keep_weights) const;
+  Gradients backwardInChunks(const at::Tensor& hidden, const at::Tensor& topk_weights,
+                             const at::Tensor& dy) const;
 };
 
 // TorchExpertsCall::forward as its own autograd node: differentiable in hidden and topk_weights;

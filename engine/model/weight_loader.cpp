@@ -135,7 +135,20 @@ bool WeightLoader::has(const std::string& name) const {
 }
 
 void WeightLoader::writeSynthesized(const std::filesystem::path& file) const {
+  if (released_owned_) {
+    throw Error("the random model's expert weights were freed after offload mode copied them",
+                "write a random model built with experts_mode cpu");
+  }
   writeTensorFile(file, owned_);
+}
+
+void WeightLoader::releaseOwned(const std::vector<std::string>& names) const {
+  for (const std::string& name : names) {
+    if (owned_.erase(name) > 0) {
+      owned_info_.erase(name);
+      released_owned_ = true;
+    }
+  }
 }
 
 void writeTensorFile(const std::filesystem::path& path,

@@ -103,6 +103,11 @@ class WeightLoader {
   // view() would invent one by one; a no-op for model dirs. Random MoE models of real size spend
   // most of their build time here.
   void inventAll(const std::vector<std::string>& names, const std::vector<int64_t>& shape) const;
+  // Frees the tensors this loader made for `names` (invented, or dequantised from a GGUF or
+  // pack-quantized file; other names are skipped): for a caller that copied them and reads their
+  // views no more (offload mode's host copy of the experts), whose host memory they would
+  // otherwise double. writeSynthesized() refuses once anything was released.
+  void releaseOwned(const std::vector<std::string>& names) const;
 
   // Where load() puts tensors from here on (the builder walks through the layers' devices).
   void setDevice(at::Device device) { device_ = device; }
@@ -137,6 +142,7 @@ class WeightLoader {
   // a GGUF file (CPU, model dtype), with their infos, by name.
   mutable std::map<std::string, at::Tensor> owned_;
   mutable std::map<std::string, io::TensorInfo> owned_info_;
+  mutable bool released_owned_ = false;
   at::ScalarType dtype_;
   at::Device device_;
   mutable std::map<std::string, uint64_t> loaded_bytes_;

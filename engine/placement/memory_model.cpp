@@ -169,7 +169,17 @@ uint64_t expertScratchBytes(const ModelConfig& m, int64_t tokens, int rank,
   return static_cast<uint64_t>(std::max(forward, backward));
 }
 
-uint64_t layerActivationBytes(const ModelConfig& m, int layer, int64_t tokens, int64_t act_bytes) {
+namespace {
+
+// Tokens a (dense or shared-expert) MLP's products span at once: its chunk, or every token.
+int64_t mlpSpan(int64_t tokens, int64_t chunk_tokens) {
+  return chunk_tokens > 0 ? std::min(tokens, chunk_tokens) : tokens;
+}
+
+}  // namespace
+
+uint64_t layerActivationBytes(const ModelConfig& m, int layer, int64_t tokens, int64_t act_bytes,
+                              int64_t mlp_chunk_tokens, bool shared_in_chunks) {
   const int64_t H = m.hidden_size, nh = m.num_attention_heads;
   // Attention: the norm's input and output, q, k, v before and after rope, the attention output
   // (and its f32 log-sum-exp per head), the o_proj input; MLA adds the compressed q/kv and their
@@ -185,14 +195,19 @@ uint64_t layerActivationBytes(const ModelConfig& m, int layer, int64_t tokens, i
     attention += 2 * (q + 2 * kv) + 2 * q;
   }
   int64_t mlp = 2 * H;  // post-attention norm input and output
+  // gate, up and their product: per token, or (in chunks) one chunk's, recomputed per chunk.
+  int64_t mlp_products = 0;
   if (m.isMoeLayer(layer)) {
-    // router logits and probabilities in f32 (counted in b units), the routed output, shared
-    // experts.
-    mlp += 2 * m.num_experts * 4 / act_bytes + H + 3 * sharedWidth(m) + H;
+    // router logits and probabilities in f32 (counted in b units), the routed output, the shared
+    // experts' output; their products.
+    mlp += 2 * m.num_experts * 4 / act_bytes + H + H;
+    mlp_products = mlpSpan(tokens, shared_in_chunks ? mlp_chunk_tokens : 0) * 3 * sharedWidth(m);
   } else {
-    mlp += 3 * m.intermediate_size + H;
+    mlp += H;
+    mlp_products = mlpSpan(tokens, mlp_chunk_tokens) * 3 * m.intermediate_size;
   }
-  return static_cast<uint64_t>(tokens * (attention + mlp) * act_bytes + tokens * nh * 4);
+  return static_cast<uint64_t>((tokens * (attention + mlp) + mlp_products) * act_bytes +
+                               tokens * nh * 4);
 }
 
 uint64_t lossActivationBytes(const ModelConfig& m, int64_t tokens, int64_t loss_chunk_tokens,
@@ -208,7 +223,7 @@ int64_t moeChunkTokens(int64_t tokens, int64_t moe_token_chunk) {
 }
 
 uint64_t layerBackwardBytes(const ModelConfig& m, int layer, int64_t tokens, int64_t chunk_tokens,
-                            int64_t act_bytes) {
+                            int64_t act_bytes, bool shared_in_chunks) {
   const int64_t H = m.hidden_size, nh = m.num_attention_heads;
   // Widths per token of the attention kernel's q, k, v and output as causalAttention gets them.
   int64_t q = 0, k = 0, v = 0, extra_saved = 0;
@@ -228,14 +243,19 @@ uint64_t layerBackwardBytes(const ModelConfig& m, int layer, int64_t tokens, int
   }
   // dy and dx of the layer, dq / dk / dv, dO, and the fp32 dq accumulator of the kernel.
   const int64_t attention = 2 * H + q + k + v + v + extra_saved;
-  int64_t mlp = 0;
+  // The output gradient(s) per token, and gate/up's gradients over the MLP's span: the routed
+  // output's and the input's with the shared experts' in a MoE layer, the dense MLP's otherwise.
+  int64_t mlp = 0, mlp_grads = 0;
   if (m.isMoeLayer(layer)) {
-    mlp = H + 2 * sharedWidth(m) + H;  // routed output's gradient, shared gate/up's, their input's
+    mlp = H + H;
+    mlp_grads = mlpSpan(tokens, shared_in_chunks ? chunk_tokens : 0) * 2 * sharedWidth(m);
   } else {
-    mlp = 2 * m.intermediate_size + H;
+    mlp = H;
+    mlp_grads = mlpSpan(tokens, chunk_tokens) * 2 * m.intermediate_size;
   }
   const int64_t router = m.isMoeLayer(layer) ? 2 * chunk_tokens * m.num_experts * 4 : 0;
-  return static_cast<uint64_t>(tokens * (attention + mlp) * act_bytes + tokens * q * 4 + router);
+  return static_cast<uint64_t>((tokens * (attention + mlp) + mlp_grads) * act_bytes +
+                               tokens * q * 4 + router);
 }
 
 uint64_t kvCacheBytes(const ModelConfig& m, int64_t tokens, int64_t act_bytes) {

@@ -46,8 +46,13 @@ uint64_t expertScratchBytes(const io::ModelConfig& m, int64_t tokens, int rank,
                             int targeted_projections, bool down_targeted, int nodes = 1);
 
 // Autograd activations one decoder layer keeps for its backward (libtorch side), in b bytes.
+// mlp_chunk_tokens (0: none): the dense MLP runs in checkpointed chunks of that many tokens
+// (gpu::GatedMlp::token_chunk, = moe_token_chunk), so its [tokens, intermediate] products are one
+// chunk's; with shared_in_chunks the shared experts too (offload mode, where they run over the
+// whole sequence; in cpu mode the MoE block's chunks each keep their shared experts' graph).
 uint64_t layerActivationBytes(const io::ModelConfig& m, int layer, int64_t tokens,
-                              int64_t act_bytes);
+                              int64_t act_bytes, int64_t mlp_chunk_tokens = 0,
+                              bool shared_in_chunks = false);
 
 // The chunked loss's transient: logits, their softmax and gradient for loss_chunk_tokens rows
 // in f32 (engine/gpu/chunked_loss.cpp), plus the final hidden state and its gradient.
@@ -65,8 +70,9 @@ int64_t moeChunkTokens(int64_t tokens, int64_t moe_token_chunk);
 // dq accumulator, the repeated K/V copies and MLA's padded v and output themselves, the MLP's
 // intermediate gradients, and per MoE token chunk the router's logits and their gradient in f32.
 // No [S, S] term: the memory-efficient SDPA kernels never materialise the attention matrix.
+// shared_in_chunks: as layerActivationBytes (the dense MLP's chunk is chunk_tokens).
 uint64_t layerBackwardBytes(const io::ModelConfig& m, int layer, int64_t tokens,
-                            int64_t chunk_tokens, int64_t act_bytes);
+                            int64_t chunk_tokens, int64_t act_bytes, bool shared_in_chunks = false);
 
 // KV cache of one layer for `tokens` of context (GQA: K and V of the KV heads; MLA: the
 // decompressed K and V of every head, as the engine's attention computes them).

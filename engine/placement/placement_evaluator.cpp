@@ -117,7 +117,10 @@ void Evaluator::chargeDense(Books& books, const ModulePlacement& m) const {
          lora * (req_.training ? 16 : 4));
   if (m.kind == ModuleKind::Attention) {
     if (req_.training) {
-      const uint64_t layer_act = memory::layerActivationBytes(m_, m.layer, tokens_, act_bytes_);
+      // Without checkpointing every layer keeps its graph; a dense MLP's in chunks (its
+      // products one chunk's at a time). Offload mode's shared experts are counted whole here.
+      const uint64_t layer_act =
+          memory::layerActivationBytes(m_, m.layer, tokens_, act_bytes_, moe_chunk_);
       const auto layer_input = static_cast<uint64_t>(tokens_ * m_.hidden_size * act_bytes_);
       // Checkpointing keeps each layer's input; the recomputed layer's own activations are the
       // per-device "recompute" item below. Offloaded, the inputs wait in pinned host memory and
@@ -200,9 +203,11 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, Device lay
   if (req_.training && (first || !req_.gradient_checkpointing || (keep_ && !offload))) {
     // Without checkpointing every MoE layer's cache lives until its backward; with it, one, unless
     // the checkpointed pass keeps the CPU experts' ones to spare the recomputation
-    // (model::KeptExpertForward; offload mode recomputes).
+    // (model::KeptExpertForward; offload mode recomputes). Offload mode computes (and, in its
+    // backward, recomputes) one MoE token chunk's pairs at a time (model::TorchExpertsCall in
+    // chunks): its graph is one chunk's, whatever the length.
     charge(books, compute, PlanCategory::ExpertCache, "expert forward cache",
-           memory::expertForwardCacheBytes(m_, tokens_, act_bytes_,
+           memory::expertForwardCacheBytes(m_, offload ? moe_chunk_ : tokens_, act_bytes_,
                                            targeted > 0 ? req_.lora_rank : 0, split));
   }
   if (req_.training && req_.gradient_checkpointing && keep_ && !offload) {
@@ -304,13 +309,18 @@ MemoryPlan Evaluator::evaluate(const Placement& placement) const {
   Device layer_device;
   bool first_experts = true;
   std::map<Device, uint64_t> max_layer_act;  // per device: the recomputed layer
+  // Offload mode runs the shared experts over the whole sequence, in chunks (gpu::GatedMlp).
+  const bool shared_in_chunks =
+      std::any_of(placement.modules.begin(), placement.modules.end(),
+                  [](const ModulePlacement& m) { return m.backend == "gpu-offload"; });
   for (const ModulePlacement& m : placement.modules) {
     if (m.kind == ModuleKind::Attention) {
       layer_device = m.device;
       uint64_t& peak = max_layer_act[m.device];
-      peak = std::max(peak,
-                      memory::layerActivationBytes(m_, m.layer, tokens_, act_bytes_) +
-                          memory::layerBackwardBytes(m_, m.layer, tokens_, moe_chunk_, act_bytes_));
+      peak = std::max(peak, memory::layerActivationBytes(m_, m.layer, tokens_, act_bytes_,
+                                                         moe_chunk_, shared_in_chunks) +
+                                memory::layerBackwardBytes(m_, m.layer, tokens_, moe_chunk_,
+                                                           act_bytes_, shared_in_chunks));
     }
     if (m.kind == ModuleKind::RoutedExperts) {
       chargeExperts(books, m, layer_device, first_experts);

@@ -116,7 +116,8 @@ SequenceFit longestSequenceThatFits(const PlanRequest& request, const Hardware& 
       memory::moeChunkTokens(request.batch_size * std::max(fit.longest_cutoff_len, kSequenceStep),
                              request.moe_token_chunk) /
       4 / kSequenceStep * kSequenceStep;
-  if (request.model.isMoe() && chunk >= 512) {
+  // The dense MLPs take the same chunk (gpu::GatedMlp::token_chunk): dense models too.
+  if (chunk >= 512) {
     PlanRequest changed = request;
     changed.moe_token_chunk = chunk;
     tryChange("moe_token_chunk: " + std::to_string(chunk), changed);

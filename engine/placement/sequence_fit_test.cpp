@@ -104,6 +104,49 @@ TEST(SequenceFit, MoeTokenChunkBoundsTheExpertScratch) {
   EXPECT_EQ(memory::moeChunkTokens(100000, 0), kAutoMoeTokenChunk);
 }
 
+// The dense MLP (gpu::GatedMlp) runs in checkpointed chunks of moe_token_chunk tokens, and in
+// offload mode the shared experts too: their [tokens, intermediate] products are one chunk's.
+// DeepSeek-V2-Lite: layer 0 dense (intermediate 10944), layer 1 MoE with 2 shared experts (2816).
+TEST(SequenceFit, DenseAndSharedMlpProductsAreOneChunks) {
+  const io::ModelConfig lite = io::readModelConfig(kPresets / "models" / "deepseek-v2-lite.json");
+  const int64_t T = 65536, chunk = 8192, b = 2;
+  const uint64_t dense_saved = static_cast<uint64_t>((T - chunk) * 3 * 10944 * b);
+  EXPECT_EQ(memory::layerActivationBytes(lite, 0, T, b),
+            memory::layerActivationBytes(lite, 0, T, b, chunk) + dense_saved);
+  EXPECT_EQ(memory::layerBackwardBytes(lite, 0, T, T, b),
+            memory::layerBackwardBytes(lite, 0, T, chunk, b) + (T - chunk) * 2 * 10944 * b);
+  // The shared experts: in chunks only when asked (offload mode).
+  EXPECT_EQ(memory::layerActivationBytes(lite, 1, T, b, chunk),
+            memory::layerActivationBytes(lite, 1, T, b));
+  EXPECT_EQ(memory::layerActivationBytes(lite, 1, T, b),
+            memory::layerActivationBytes(lite, 1, T, b, chunk, /*shared_in_chunks=*/true) +
+                static_cast<uint64_t>((T - chunk) * 3 * 2816 * b));
+  // A sequence within one chunk: as unchunked.
+  EXPECT_EQ(memory::layerActivationBytes(lite, 0, 4096, b, chunk),
+            memory::layerActivationBytes(lite, 0, 4096, b));
+}
+
+// Offload mode computes one MoE token chunk's pairs at a time (model::TorchExpertsCall in
+// chunks): its GPU-side expert cache is the same at 16K and 64K, and the GPU peak grows by far
+// less than the [pairs, moe_intermediate] products of the extra tokens would need.
+TEST(SequenceFit, OffloadModesExpertBuffersAreOneChunks) {
+  const Hardware hw = h200Capped24();
+  PlanRequest r = request("deepseek-v2-lite.json", 16384);
+  r.offload_checkpoints = true;
+  r.experts_backend = "gpu-offload";
+  const MemoryPlan plan = planMemory(r, hw);
+  const MemoryPlan at64k = planAtCutoff(r, hw, plan, 65536);
+  const uint64_t cache16k = item(plan, Device::cuda(0), "expert forward cache");
+  ASSERT_GT(cache16k, 0u);
+  EXPECT_EQ(item(at64k, Device::cuda(0), "expert forward cache"), cache16k);
+  // One chunk: 8192 tokens' x [T, H] bf16, weights [P] f32, gate/up [P, I] f32 (top-6) and the
+  // LoRA products (lora_target all: the experts' projections too).
+  EXPECT_EQ(cache16k, memory::expertForwardCacheBytes(r.model, 8192, 2, r.lora_rank));
+  // 64K fits the 24 GiB cap (the run asks a peak under 22 GiB).
+  EXPECT_TRUE(at64k.fits);
+  EXPECT_LT(gpuBytes(at64k), 22 * kGiB) << gpuBytes(at64k);
+}
+
 void expectBoundary(const PlanRequest& r, const Hardware& hw) {
   const MemoryPlan plan = planMemory(r, hw);
   const SequenceFit fit = longestSequenceThatFits(r, hw, plan);
