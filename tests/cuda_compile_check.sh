@@ -21,4 +21,5 @@ for f in engine/gpu/int8_kernels_cuda.cu engine/gpu/side_copy.cpp engine/gpu/row
   objects+=("engine/gpu/CMakeFiles/tandem_gpu.dir/$(basename "$f").o")
 done
 objects+=(engine/model/CMakeFiles/tandem_model.dir/machine_probe.cpp.o)
+objects+=(engine/model/CMakeFiles/tandem_model.dir/cost_calibration.cpp.o)
 cmake --build "$build" --target "${objects[@]}" -- -j"$(nproc)"

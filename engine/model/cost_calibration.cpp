@@ -19,6 +19,10 @@
 #include "engine/gpu/torch_runtime.h"
 #include "engine/placement/hardware.h"
 
+#ifdef TANDEM_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 #ifndef TANDEM_VERSION
 #define TANDEM_VERSION "unknown"
 #endif
@@ -190,6 +194,11 @@ placement::MachineRates measure(const CalibrationOptions& o, ThreadPool& pool) {
   rates.cpu_dense_flops_per_s = measureMatmul(at::Device(at::kCPU), 512, width, width, 2);
   for (const gpu::GpuInfo& info : gpu::probeTorchRuntime().gpus)
     rates.gpus.push_back(measureGpu(o, info.index, info.name));
+#ifdef TANDEM_WITH_CUDA
+  // The measurement's buffers back to the driver: a run that caps its GPU memory after calibrating
+  // (the e2e bench, training start-up) must not find them reserved in the caching allocator.
+  if (!rates.gpus.empty()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
   rates.notes.push_back(
       "measured on this machine at H " + std::to_string(o.hidden) + ", I " +
       std::to_string(o.intermediate) +
