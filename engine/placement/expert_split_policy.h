@@ -35,8 +35,8 @@ struct LayerCosts {
   int64_t intermediate = 0;             // I, of one routed expert
   LayerPass pass = LayerPass::Forward;  // which side of the rate curves (both: their sum)
   RateCurve cpu;                        // the CPU expert engine
-  double cpu_call_ms =
-      0;  // its fixed cost per call (per pass), paid when any expert stays on the CPU
+  // The engine's fixed cost per call (once per pass), paid when any expert stays on the CPU.
+  double cpu_call_ms = 0;
   bool has_gpu = false;     // false: the GPU terms below are absent
   RateCurve gpu_gemm;       // the GPU's expert products
   double expert_bytes = 0;  // one expert's weights as streamed (its format)
