@@ -17,8 +17,11 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -78,6 +81,10 @@ struct Options {
   // Issue 29: more sequence lengths on the same model after --tokens (a 48-layer model takes
   // minutes to build), each with its own allocator peak and the planner's prediction for it.
   std::vector<int64_t> more_tokens;
+  // Issue 28: the random weights written here by the first run (model.safetensors and the
+  // config.json of the built depth) and mapped by the later ones (see buildModel). Empty: built in
+  // memory every run.
+  std::string weights_dir;
 };
 
 // Offload mode's copies over the run (ExpertStreamer::Counts, summed over the devices).
@@ -338,13 +345,8 @@ nlohmann::json busyTraceStep(bool cuda, Step& step) {
 // mode's figure, and the CPU expert engine's predicted busy time against the measured one.
 nlohmann::json costModelJson(const Options& o, const tandem::io::ModelConfig& config,
                              const tandem::model::ModelOptions& options,
-                             const tandem::placement::MemoryPlan& plan, const nlohmann::json& out) {
-  if (!config.isMoe()) return nullptr;
-  tandem::model::CalibrationOptions calibration;
-  calibration.hidden = config.hidden_size;
-  calibration.intermediate = config.moe_intermediate_size;
-  const tandem::model::Calibration rates =
-      tandem::model::calibrateMachine(calibration, tandem::ThreadPool::global());
+                             const tandem::placement::MemoryPlan& plan,
+                             const tandem::model::Calibration& rates, const nlohmann::json& out) {
   tandem::placement::StepCostRequest request;
   request.model = config;
   request.tokens = o.tokens;
@@ -394,6 +396,58 @@ nlohmann::json costModelJson(const Options& o, const tandem::io::ModelConfig& co
   return result;
 }
 
+// The random model of the run: built in memory (CausalLm::random), or with --weights-dir written
+// there by the first run and loaded by the later ones from the mapped file. The later runs skip
+// the weights' generation and leave them in the page cache rather than in their own memory (a
+// 48-layer model's random bf16 experts, packs and auto's host copy do not fit the host at once
+// otherwise). Same weights either way: the builder asks for the same tensors, the file holds them
+// as generated (bf16), so the losses agree.
+std::unique_ptr<tandem::model::Model> buildModel(const Options& o,
+                                                 const tandem::io::ModelConfig& config,
+                                                 const tandem::model::ModelOptions& options,
+                                                 const tandem::model::LoraPlan& plan,
+                                                 nlohmann::json& weights) {
+  namespace fs = std::filesystem;
+  const fs::path dir = o.weights_dir;
+  if (!dir.empty() && fs::exists(dir / "model.safetensors")) {
+    const tandem::io::ModelConfig cached = tandem::io::readModelConfig(dir);
+    if (cached.num_hidden_layers != config.num_hidden_layers ||
+        cached.hidden_size != config.hidden_size || cached.num_experts != config.num_experts)
+      throw tandem::Error("--weights-dir " + dir.string() + " holds another model (" +
+                              std::to_string(cached.num_hidden_layers) + " layers, H " +
+                              std::to_string(cached.hidden_size) + ")",
+                          "give each model and depth its own directory, or delete this one");
+    weights = {{"source", "loaded"}, {"dir", dir.string()}};
+    return tandem::model::Model::load(dir, options, &plan, tandem::ThreadPool::global());
+  }
+  weights = {{"source", "generated"}};
+  auto model = tandem::model::Model::random(config, options, &plan, /*seed=*/7,
+                                            tandem::ThreadPool::global(), o.embedding_std);
+  if (!dir.empty()) {
+    fs::create_directories(dir);
+    std::ifstream in(fs::path(o.config_dir) / "config.json");
+    nlohmann::json json = nlohmann::json::parse(in);
+    json["num_hidden_layers"] = config.num_hidden_layers;
+    // The config first: the weights' file (written atomically) is what later runs look for.
+    std::ofstream(dir / "config.json") << json.dump(1);
+    const auto t_write = Clock::now();
+    model->writeRandomWeights(dir / "model.safetensors");
+    weights = {{"source", "generated"}, {"dir", dir.string()}, {"write_s", seconds(t_write)}};
+  }
+  return model;
+}
+
+// The machine's rates (measured once, cached per machine and expert shape): what auto's split
+// prices the experts with and what the cost model predicts every mode from. Measured before the
+// model is built, so auto's split runs on the rates its prediction uses.
+std::optional<tandem::model::Calibration> benchCalibration(const tandem::io::ModelConfig& config) {
+  if (!config.isMoe()) return std::nullopt;
+  tandem::model::CalibrationOptions calibration;
+  calibration.hidden = config.hidden_size;
+  calibration.intermediate = config.moe_intermediate_size;
+  return tandem::model::calibrateMachine(calibration, tandem::ThreadPool::global());
+}
+
 void run(const Options& o) {
   if (o.torch_threads > 0) tandem::gpu::setTorchThreads(o.torch_threads);
   tandem::io::ModelConfig config = tandem::io::readModelConfig(o.config_dir);
@@ -402,6 +456,9 @@ void run(const Options& o) {
   tandem::model::ModelOptions options =
       tandem::model::resolveModelOptions(o.request, config, memory_plan);
   options.keep_expert_forward = o.keep_expert_forward;
+  const std::optional<tandem::model::Calibration> rates = benchCalibration(config);
+  if (rates && options.experts == tandem::model::ExpertsMode::Auto)
+    options.expert_split_rates = rates->rates;
   const nlohmann::json planned = plannedJson(memory_plan, options);
   const bool cuda = options.layerDevice(0).isGpu();
   if (cuda && o.gpu_cap_gib > 0) {
@@ -413,8 +470,8 @@ void run(const Options& o) {
       tandem::model::loraPlanFromTarget(tandem::io::LoraTarget::parse(o.lora_target), lora);
 
   const auto t_build = Clock::now();
-  auto loaded = tandem::model::Model::random(config, options, &plan, /*seed=*/7,
-                                             tandem::ThreadPool::global(), o.embedding_std);
+  nlohmann::json weights;
+  auto loaded = buildModel(o, config, options, plan, weights);
   CausalLm* model = &loaded->lm();
   const double build_s = seconds(t_build);
   // Host memory per phase (host_rss.h): this length's first forward and step sample into *rss_at.
@@ -482,7 +539,8 @@ void run(const Options& o) {
   out["gpu_experts"] = options.gpu_experts;  // per layer
   if (!planned.is_null()) out["planner"] = planned;
   out["layer_devices"] = tandem::model::formatLayerDevices(loaded->placement().layers);
-  out["build_s"] = build_s;
+  out["build_s"] = build_s;  // with --weights-dir's first run, the write's write_s included
+  out["weights"] = weights;
   out["steps"] = steps;
   out["tokens_per_s"] = o.steps > 1 ? static_cast<double>(o.tokens) * (o.steps - 1) / timed_s : 0.0;
   out["lora_parameters"] = optimizer.numParameters();
@@ -508,7 +566,7 @@ void run(const Options& o) {
     out["streamer"] = streamerJson(*model, o.request.stream_experts_ahead);
   }
   if (!busy_trace.is_null()) out["busy_trace"] = busy_trace;
-  out["cost_model"] = costModelJson(o, config, options, memory_plan, out);
+  if (rates) out["cost_model"] = costModelJson(o, config, options, memory_plan, *rates, out);
   out["sequence"] = sequencePeakJson(memory_plan, options, o, out["tokens_per_s"].get<double>());
   if (options.experts == tandem::model::ExpertsMode::Auto) out["split"] = splitJson(*model);
   // The longer lengths after everything above was measured: each has its own peaks, and an
@@ -591,6 +649,9 @@ int main(int argc, char** argv) {
                "after the timed steps, one more under the profiler: each resource's busy time "
                "(GPU kernels, copies) from its CUDA activity");
   app.add_option("--torch-threads", o.torch_threads, "libtorch intra-op threads");
+  app.add_option("--weights-dir", o.weights_dir,
+                 "the random weights: written here by the first run, loaded (mapped) by later ones "
+                 "(one directory per model and depth)");
   app.add_option("--experts-format", o.request.experts_format,
                  "the routed experts' weights: auto, bf16, int8, int4 (the CPU engine's packs or "
                  "tables, resident and offloaded copies; int4 as int4:g64, int4:g128:asym, ...)")

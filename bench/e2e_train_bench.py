@@ -8,8 +8,8 @@ docs/benchmarks.md).
         [--offload-checkpoints] [--moe-token-chunk 0]
         [--modes co,resident,offload,offload-resident,offload-serial,offload-resident-serial,offload-int4,
                  offload-resident-int4,auto,hf] [--experts-format auto|bf16|int8|int4] [--int4-format int4]
-        [--gpu-experts auto|N]
-        [--out result.json]
+        [--gpu-experts auto|N] [--weights-cache DIR]
+        [--out result.json [--append]]
 
 Per model shape (config.json written below from the published configs; weights built in memory):
 1. Tandem, routed experts on the CPU expert engine, dense parts on cuda:0, capped at --gpu-cap-gib
@@ -40,6 +40,11 @@ is its own process, and the JSON gets, per model, "by_tokens": {length: {mode: r
 predicted_gpu_peak_bytes, predicted_over_allocated, predicted_over_reserved, ...}}}: the caching
 allocator's peak beside the memory planner's predicted peak for the same GPU, length and settings
 (the planner runs inside tandem_e2e_bench, so both see the same options).
+
+Full depth in several device calls (issue 28): a 48-layer model takes minutes to build per process;
+--weights-cache DIR makes the first process write the random weights there and the later ones map
+them (no generation, and the weights live in the page cache, not in the process), and --append adds
+each call's modes to --out, so one model's modes can be spread over calls of a few minutes each.
 """
 
 import argparse
@@ -92,6 +97,7 @@ def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0", trace
            "--embedding-std", str(args.embedding_std)]
     if args.layers:
         cmd += ["--layers", str(args.layers)]
+    cmd += weights_cache_flags(config_dir, args)
     cmd += long_sequence_flags(args)
     if args.more_tokens:
         cmd += ["--more-tokens", args.more_tokens]
@@ -228,8 +234,16 @@ def main():
     parser.add_argument("--busy-trace", action="store_true",
                         help="per Tandem mode, one more step under the profiler: the GPU's and the copy engine's "
                              "busy time beside the CPU expert engine's (issue 28's trace)")
+    parser.add_argument("--weights-cache",
+                        help="Tandem: a directory for the random weights, one subdirectory per model and depth: the "
+                             "first process writes them (a 48-layer Qwen3-30B-A3B: 61 GB, V2-Lite: 31 GB), the later "
+                             "ones (in this call and later calls) load them from the mapped file instead of "
+                             "generating them. Delete it when done")
     parser.add_argument("--timeout", type=int, default=900)
     parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--append", action="store_true",
+                        help="add to --out's results (modes measured by earlier calls, e.g. one model's modes over "
+                             "several device calls) instead of starting afresh; the ratios cover them all")
     args = parser.parse_args()
     modes = args.modes.split(",")
     unknown = set(modes) - set(MODE_KEYS)
@@ -237,6 +251,8 @@ def main():
         parser.error(f"unknown --modes {sorted(unknown)}; choose from {list(MODE_KEYS)}")
     lengths = [int(t) for t in str(args.tokens).split(",")]
     results = {}
+    if args.append and args.out and Path(args.out).exists():
+        results = json.loads(Path(args.out).read_text())
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             config_dir = Path(tmp) / name
@@ -254,6 +270,16 @@ def main():
                 print(json.dumps({name: {MODE_KEYS[mode]: r[MODE_KEYS[mode]]}}), file=sys.stderr, flush=True)
                 save(results, args.out)
     print(json.dumps(results, indent=1))
+
+
+def weights_cache_flags(config_dir, args):
+    """Issue 28: with --weights-cache, one directory per model, depth and embedding std: the first Tandem
+    process writes its random weights there, the later ones (this call's and later calls') map them."""
+    if not getattr(args, "weights_cache", None):
+        return []
+    depth = args.layers or json.loads((Path(config_dir) / "config.json").read_text())["num_hidden_layers"]
+    name = f"{Path(config_dir).name}-{depth}l-std{args.embedding_std:g}"
+    return ["--weights-dir", str(Path(args.weights_cache) / name)]
 
 
 def long_sequence_flags(args):
@@ -334,7 +360,7 @@ def busy_trace_args(args):
 
 # Which of the cost model's modes each Tandem set-up runs.
 COST_MODEL_MODES = {"tandem_co": "co", "tandem_resident": "resident", "tandem_offload": "offload",
-                    "tandem_offload_resident": "offload-resident"}
+                    "tandem_offload_resident": "offload-resident", "tandem_auto": "split"}
 
 
 def cost_model_check(r):

@@ -22,4 +22,5 @@ for f in engine/gpu/int8_kernels_cuda.cu engine/gpu/int4_kernels_cuda.cu engine/
   objects+=("engine/gpu/CMakeFiles/tandem_gpu.dir/$(basename "$f").o")
 done
 objects+=(engine/model/CMakeFiles/tandem_model.dir/machine_probe.cpp.o)
+objects+=(engine/model/CMakeFiles/tandem_model.dir/cost_calibration.cpp.o)
 cmake --build "$build" --target "${objects[@]}" -- -j"$(nproc)"

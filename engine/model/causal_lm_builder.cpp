@@ -129,6 +129,13 @@ class CausalLmBuilder {
  private:
   std::string layerPrefix(int i) const { return "model.layers." + std::to_string(i) + "."; }
 
+  // The rates auto mode's split prices the experts with: the caller's (the calibration), else
+  // this machine's preset figures, probed once per model.
+  const placement::MachineRates& splitRates() {
+    if (!split_rates_) split_rates_ = m_.options_.expert_split_rates.value_or(defaultSplitRates());
+    return *split_rates_;
+  }
+
   // Loads name.weight (and name.bias when `bias`), attaches LoRA when the plan targets `name`.
   gpu::LoraLinear linear(const std::string& name, int64_t out, int64_t in, bool bias = false) {
     gpu::LoraLinear l(w_.load(name + ".weight", {out, in}),
@@ -272,6 +279,7 @@ class CausalLmBuilder {
   WeightLoader& w_;
   const LoraPlan* lora_;
   ThreadPool& pool_;
+  std::optional<placement::MachineRates> split_rates_;
   uint64_t lora_seed_;
   experts::ExpertLayer* previous_moe_ = nullptr;  // the last MoE layer built (layers go in order)
   std::map<std::string, std::shared_ptr<ExpertStreamer>> streamers_;  // by device
@@ -349,8 +357,8 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
     // Any expert may be the CPU engine's on some call: it packs them all (no defer_packs).
     block->split = std::make_unique<SplitExperts>(
         spec, views, w_.dtype(), options.format, m_.layerDevice(static_cast<size_t>(i)),
-        block->resident_count, m_.options_.resident_refresh_steps,
-        makeExpertSplitPolicy(m_.options_.expert_split), m_.options_.expert_split_rates);
+        block->resident_count, m_.options_.resident_refresh_steps, m_.options_.expert_split,
+        splitRates());
   }
   if (m_.options_.experts == ExpertsMode::GpuOffload) {
     block->offload = std::make_unique<ExpertOffload>(

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -17,6 +18,10 @@
 #include "engine/experts/expert_layer.h"
 #include "engine/gpu/torch_runtime.h"
 #include "engine/placement/hardware.h"
+
+#ifdef TANDEM_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #ifndef TANDEM_VERSION
 #define TANDEM_VERSION "unknown"
@@ -109,12 +114,12 @@ placement::ExpertEngineRates measureExpertEngine(const CalibrationOptions& o,
     const std::vector<float> topk(static_cast<size_t>(n), 1.0f);
     std::vector<float> d_topk(static_cast<size_t>(n));
     if (tpe == 1) {  // one token in one call: the call's fixed cost (its FLOP are negligible)
-      const auto [f, b] = timeCalls(*layer, x, ids, topk, 1, y, dx, d_topk, 4);
+      const auto [f, b] = timeCalls(*layer, x, ids, topk, 1, y, dx, d_topk, o.quick ? 2 : 4);
       rates.forward_call_ms = 1e3 * f;
       rates.backward_call_ms = 1e3 * b;
     }
     const auto [forward_s, backward_s] =
-        timeCalls(*layer, x, ids, topk, n, y, dx, d_topk, tpe >= 64 ? 2 : 4);
+        timeCalls(*layer, x, ids, topk, n, y, dx, d_topk, o.quick ? 1 : (tpe >= 64 ? 2 : 4));
     // The rate of the work beyond the call's fixed part (what a call of n tokens adds).
     const double flops = 6.0 * static_cast<double>(H * I) * static_cast<double>(n);
     const double forward_work_s =
@@ -189,8 +194,15 @@ placement::MachineRates measure(const CalibrationOptions& o, ThreadPool& pool) {
   rates.cpu_dense_flops_per_s = measureMatmul(at::Device(at::kCPU), 512, width, width, 2);
   for (const gpu::GpuInfo& info : gpu::probeTorchRuntime().gpus)
     rates.gpus.push_back(measureGpu(o, info.index, info.name));
-  rates.notes.push_back("measured on this machine at H " + std::to_string(o.hidden) + ", I " +
-                        std::to_string(o.intermediate));
+#ifdef TANDEM_WITH_CUDA
+  // The measurement's buffers back to the driver: a run that caps its GPU memory after calibrating
+  // (the e2e bench, training start-up) must not find them reserved in the caching allocator.
+  if (!rates.gpus.empty()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+  rates.notes.push_back(
+      "measured on this machine at H " + std::to_string(o.hidden) + ", I " +
+      std::to_string(o.intermediate) +
+      (o.quick ? " (quick: at training start-up, one timed repeat a point)" : ""));
   return rates;
 }
 
@@ -211,6 +223,31 @@ placement::CalibrationKey calibrationKey(const CalibrationOptions& options) {
   key.expert_lora_rank = options.expert_lora_rank;
   for (const std::string& f : options.formats) key.tandem_version += "+" + f;
   return key;
+}
+
+Calibration calibrateAtStartup(CalibrationOptions options, ThreadPool& pool,
+                               const std::function<void(const std::string&)>& log) {
+  options.force = false;
+  options.quick = true;
+  if (std::optional<placement::MachineRates> cached = cachedCalibration(options)) {
+    Calibration out;
+    out.rates = std::move(*cached);
+    out.from_cache = true;
+    out.cache_file = placement::calibrationCachePath(
+        calibrationKey(options), options.cache_dir.empty() ? cacheDir() : options.cache_dir);
+    return out;
+  }
+  if (log)
+    log("experts_mode auto: calibrating this machine's rates for the expert split (once, about a "
+        "second; cached for later runs)...");
+  Calibration out = calibrateMachine(options, pool);
+  if (log) {
+    char line[256];
+    std::snprintf(line, sizeof line, "experts_mode auto: calibrated in %.1f s, cached in ",
+                  out.measured_s);
+    log(line + out.cache_file.string());
+  }
+  return out;
 }
 
 std::optional<placement::MachineRates> cachedCalibration(const CalibrationOptions& options) {

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,7 +33,10 @@ struct CalibrationOptions {
   int expert_lora_rank = 0;  // LoRA on the experts, as the run will have it (0: none)
   std::vector<std::string> formats = {"bf16"};  // also "int8"
   bool force = false;                           // re-measure even when the cache matches
-  std::filesystem::path cache_dir;              // empty: cacheDir()
+  // One timed repeat per point instead of 2-4 (after the same warm-up): what training start-up
+  // measures when there is no cache, about half the time of the full calibration.
+  bool quick = false;
+  std::filesystem::path cache_dir;  // empty: cacheDir()
 };
 
 struct Calibration {
@@ -48,6 +52,11 @@ placement::CalibrationKey calibrationKey(const CalibrationOptions& options);
 // The cached rates when the key matches and the file is sound (and !force), else measures and
 // writes the cache (a cache that cannot be written is a warning in the notes, not an error).
 Calibration calibrateMachine(const CalibrationOptions& options, ThreadPool& pool);
+
+// experts_mode auto at training start-up: the cached rates, else measured now (quick) and
+// cached; `log` gets a line before the measurement and one with its result, none from the cache.
+Calibration calibrateAtStartup(CalibrationOptions options, ThreadPool& pool,
+                               const std::function<void(const std::string&)>& log);
 
 // The cached rates only (nullopt when the cache does not match or is unsound): for callers that
 // must not spend the second measuring (`tandem plan` without --calibrate).

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <numeric>
 #include <string>
+#include <utility>
 
 #include "engine/core/error.h"
+#include "engine/model/machine_probe.h"
 
 namespace tandem::model {
 
@@ -21,64 +23,37 @@ std::vector<int64_t> ExpertSplitPolicy::resident(std::span<const int64_t> pairs_
   return order;
 }
 
-BalancedSplitPolicy::Sides BalancedSplitPolicy::predict(const ExpertSplitInput& input,
-                                                        const ExpertSplit& split) {
-  const ExpertSplitCosts& c = input.costs;
-  int64_t resident_pairs = 0;
-  for (size_t e = 0; e < input.pairs_per_expert.size(); ++e) {
-    if (input.resident[e]) resident_pairs += input.pairs_per_expert[e];
-  }
-  int64_t streamed_pairs = 0, cpu_pairs = 0;
-  for (int64_t e : split.streamed) streamed_pairs += input.pairs_per_expert[static_cast<size_t>(e)];
-  for (int64_t e : split.cpu) cpu_pairs += input.pairs_per_expert[static_cast<size_t>(e)];
-  Sides sides;
-  const double copies = c.copy_per_expert * static_cast<double>(split.streamed.size());
-  // The streamed experts compute after their copies landed; the resident ones meanwhile.
-  sides.device = std::max(copies, c.gpu_per_pair * static_cast<double>(resident_pairs)) +
-                 c.gpu_per_pair * static_cast<double>(streamed_pairs);
-  sides.cpu = c.cpu_per_pair * static_cast<double>(cpu_pairs) +
-              c.cpu_per_expert * static_cast<double>(split.cpu.size());
-  return sides;
-}
+CostModelSplitPolicy::CostModelSplitPolicy(placement::LayerCosts forward,
+                                           placement::LayerCosts forward_and_backward)
+    : forward_(std::move(forward)), forward_and_backward_(std::move(forward_and_backward)) {}
 
-ExpertSplit BalancedSplitPolicy::split(const ExpertSplitInput& input) {
-  std::vector<int64_t> candidates;  // non-resident experts with pairs, hottest first
-  for (size_t e = 0; e < input.pairs_per_expert.size(); ++e) {
-    if (!input.resident[e] && input.pairs_per_expert[e] > 0)
-      candidates.push_back(static_cast<int64_t>(e));
-  }
-  std::stable_sort(candidates.begin(), candidates.end(), [&](int64_t a, int64_t b) {
-    return input.pairs_per_expert[static_cast<size_t>(a)] >
-           input.pairs_per_expert[static_cast<size_t>(b)];
+ExpertSplit CostModelSplitPolicy::split(const ExpertSplitInput& input) {
+  const placement::LayerCosts& c = costs(input.builds_graph);
+  if (c.has_gpu || input.resident.empty())
+    return placement::splitLayer(c, input.pairs_per_expert, input.resident);
+  // Rates without this device's terms (a GPU the presets do not know, not calibrated): nothing is
+  // streamed, the resident experts still run where their weights are (their CPU time, which the
+  // prediction then counts, is an over-estimate).
+  ExpertSplit split = placement::splitLayer(c, input.pairs_per_expert, {});
+  std::erase_if(split.cpu, [&](int64_t e) {
+    return std::binary_search(input.resident.begin(), input.resident.end(), e);
   });
-  ExpertSplit split{{}, candidates};
-  auto slower = [&](const ExpertSplit& s) {
-    const Sides sides = predict(input, s);
-    return std::max(sides.device, sides.cpu);
-  };
-  double best = slower(split);
-  size_t streamed = 0;
-  for (; streamed < candidates.size(); ++streamed) {
-    ExpertSplit next{{candidates.begin(), candidates.begin() + static_cast<int64_t>(streamed) + 1},
-                     {candidates.begin() + static_cast<int64_t>(streamed) + 1, candidates.end()}};
-    const double time = slower(next);
-    if (time >= best) break;
-    best = time;
-    split = std::move(next);
-  }
-  std::sort(split.streamed.begin(), split.streamed.end());
-  std::sort(split.cpu.begin(), split.cpu.end());
+  split.resident.assign(input.resident.begin(), input.resident.end());
   return split;
 }
 
 ExpertSplit CyclingSplitPolicy::split(const ExpertSplitInput& input) {
   const int64_t call = calls_++;
   ExpertSplit split;
+  split.resident.assign(input.resident.begin(), input.resident.end());
+  std::vector<char> is_resident(input.pairs_per_expert.size(), 0);
+  for (const int64_t e : input.resident) is_resident[static_cast<size_t>(e)] = 1;
   for (size_t e = 0; e < input.pairs_per_expert.size(); ++e) {
-    if (input.resident[e] || input.pairs_per_expert[e] == 0) continue;
+    if (is_resident[e]) continue;
     // Path 0 (resident) of an expert the cache does not hold: the CPU, so every path still runs.
     const int64_t path = (static_cast<int64_t>(e) + call) % 3;
-    (path == 1 ? split.streamed : split.cpu).push_back(static_cast<int64_t>(e));
+    const bool streamed = path == 1 && input.pairs_per_expert[e] > 0;
+    (streamed ? split.streamed : split.cpu).push_back(static_cast<int64_t>(e));
   }
   return split;
 }
@@ -92,19 +67,6 @@ std::vector<int64_t> CyclingSplitPolicy::resident(std::span<const int64_t> pairs
   return experts;
 }
 
-ExpertSplitCosts expertSplitCosts(const experts::ExpertLayerSpec& spec, double bytes_per_expert,
-                                  const ExpertSplitRates& rates) {
-  const double forward_flops =
-      3.0 * 2.0 * static_cast<double>(spec.hidden) * static_cast<double>(spec.intermediate);
-  ExpertSplitCosts c;
-  c.cpu_per_pair = 3.0 * forward_flops / rates.cpu_flops;  // forward, backward (2x)
-  // The engine reads the frozen weights once in forward and once (Wᵀ) in backward.
-  c.cpu_per_expert = 2.0 * bytes_per_expert / rates.cpu_weight_bytes_per_s;
-  c.gpu_per_pair = 4.0 * forward_flops / rates.gpu_flops;  // forward, recompute, backward (2x)
-  c.copy_per_expert = 2.0 * bytes_per_expert / rates.link_bytes_per_s;
-  return c;
-}
-
 ExpertSplitChoice parseExpertSplit(std::string_view text) {
   if (text == "balance") return ExpertSplitChoice::Balance;
   if (text == "cycle") return ExpertSplitChoice::Cycle;
@@ -113,9 +75,21 @@ ExpertSplitChoice parseExpertSplit(std::string_view text) {
               "every path in turn)");
 }
 
-std::unique_ptr<ExpertSplitPolicy> makeExpertSplitPolicy(ExpertSplitChoice choice) {
+std::unique_ptr<ExpertSplitPolicy> makeExpertSplitPolicy(ExpertSplitChoice choice,
+                                                         const placement::MachineRates& rates,
+                                                         const experts::ExpertLayerSpec& spec,
+                                                         double bytes_per_expert,
+                                                         std::string_view format, int gpu) {
   if (choice == ExpertSplitChoice::Cycle) return std::make_unique<CyclingSplitPolicy>();
-  return std::make_unique<BalancedSplitPolicy>();
+  const placement::ExpertCostShape shape{spec.hidden, spec.intermediate, bytes_per_expert,
+                                         std::string(format), gpu};
+  return std::make_unique<CostModelSplitPolicy>(
+      placement::expertLayerCosts(rates, shape, placement::LayerPass::Forward),
+      placement::expertLayerCosts(rates, shape, placement::LayerPass::ForwardAndBackward));
+}
+
+placement::MachineRates defaultSplitRates() {
+  return placement::presetRates(probeMachine());  // with its GPUs (torch's view of them)
 }
 
 }  // namespace tandem::model

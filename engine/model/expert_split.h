@@ -1,13 +1,14 @@
 #pragma once
-// Which way each routed expert of one MoE layer goes this step (experts_mode: auto), decided
+// Which way each routed expert of one MoE layer goes on one call (experts_mode: auto), decided
 // after routing is known: resident on the layer's device (the resident cache, chosen every
-// resident_refresh_steps from the routing since the last refresh), streamed to the device this
-// step (copied on the side stream ahead of the compute, computed there by torch), or computed by
-// the CPU expert engine. The two sides run at once (moe_function.h), so the step's MoE time is
-// about the slower side's: a policy balances them.
+// resident_refresh_steps from the routing since the last refresh), streamed to the device on this
+// call (copied on the side stream ahead of the compute, computed there by torch), or computed by
+// the CPU expert engine. The two sides run at once (moe_function.h).
 //
-// Plain arithmetic, no libtorch: the policy is an interface so that a calibrated cost model
-// (engine/placement) can replace the simple balancing one; the rates are inputs.
+// There is one real policy: the cost model's (placement::splitLayer, expert_split_policy.h) on
+// the machine's calibrated rates (placement::MachineRates: the calibration cache, measured at
+// training start-up when there is none, or the machine's preset figures). The cycling policy is a
+// diagnostic for the parity tests. Plain arithmetic, no libtorch.
 
 #include <cstdint>
 #include <memory>
@@ -16,30 +17,22 @@
 #include <vector>
 
 #include "engine/experts/expert_types.h"
+#include "engine/placement/expert_split_policy.h"
+#include "engine/placement/machine_rates.h"
 
 namespace tandem::model {
 
-// What one pair or one expert costs a training step (its forward and backward), in seconds.
-struct ExpertSplitCosts {
-  double cpu_per_pair = 0;     // the CPU engine's forward + backward of one (token, expert) pair
-  double cpu_per_expert = 0;   // the CPU engine's fixed cost of an expert with pairs (its weights
-                               // read from RAM, forward and backward)
-  double gpu_per_pair = 0;     // the device's forward + recomputed forward + backward of a pair
-  double copy_per_expert = 0;  // host -> device copies of one expert's weights (forward and
-                               // backward each stream it)
-};
-
 struct ExpertSplitInput {
   std::span<const int64_t> pairs_per_expert;  // [E] (token, slot) pairs routed to each expert
-  std::span<const bool> resident;             // [E] true: the expert is in the resident cache
-  ExpertSplitCosts costs;
+  std::span<const int64_t> resident;          // ids in the resident cache, ascending
+  // The call builds a graph: its backward keeps the split (and streams the experts again), so it
+  // is priced forward + backward; otherwise (inference, checkpointing's first forward) forward.
+  bool builds_graph = true;
 };
 
-// The non-resident experts with pairs, each in exactly one list, ascending ids. (The resident
-// experts' pairs always run on the device: their weights are there already.)
-struct ExpertSplit {
-  std::vector<int64_t> streamed, cpu;
-};
+// The split's lists (placement::ExpertSplit): `resident` as given; `streamed` and `cpu` hold every
+// other expert once (`cpu` also those no pair routes to); the predicted busy times per resource.
+using ExpertSplit = placement::ExpertSplit;
 
 class ExpertSplitPolicy {
  public:
@@ -51,19 +44,18 @@ class ExpertSplitPolicy {
                                         int64_t count);
 };
 
-// The hottest non-resident experts are streamed, one at a time, while that lowers the predicted
-// time of the slower side: the device's (resident and streamed pairs, after the streamed copies
-// it waits for) against the CPU engine's (its pairs and experts). The copy engine and the device
-// overlap except for the copy of the first streamed expert, which the model charges in full
-// (conservative: the resident experts' compute usually hides it).
-class BalancedSplitPolicy : public ExpertSplitPolicy {
+// placement::splitLayer on one layer's costs: the hottest non-resident experts streamed while
+// that lowers the predicted finish max(CPU, GPU, copy engine), the rest on the CPU.
+class CostModelSplitPolicy : public ExpertSplitPolicy {
  public:
+  CostModelSplitPolicy(placement::LayerCosts forward, placement::LayerCosts forward_and_backward);
   ExpertSplit split(const ExpertSplitInput& input) override;
-  // Predicted seconds of each side for a split (exposed for tests and the bench's trace).
-  struct Sides {
-    double device = 0, cpu = 0;
-  };
-  static Sides predict(const ExpertSplitInput& input, const ExpertSplit& split);
+  const placement::LayerCosts& costs(bool builds_graph) const {
+    return builds_graph ? forward_and_backward_ : forward_;
+  }
+
+ private:
+  placement::LayerCosts forward_, forward_and_backward_;
 };
 
 // A diagnostic policy for tests (expert_split: cycle): on call c (counted per policy, so per
@@ -80,25 +72,22 @@ class CyclingSplitPolicy : public ExpertSplitPolicy {
   int64_t calls_ = 0;
 };
 
-// Device-independent rates from which the costs of a layer follow (the costmodel's calibration
-// replaces the defaults: measured on the H200 machine, ENVIRONMENT.md, rounded down for small
-// per-expert batches).
-struct ExpertSplitRates {
-  double cpu_flops = 1.0e12;             // the CPU engine's expert GEMMs, flop/s
-  double cpu_weight_bytes_per_s = 4e10;  // its reads of an expert's weights, bytes/s
-  double gpu_flops = 1.5e14;             // the device's expert GEMMs, flop/s
-  double link_bytes_per_s = 4.0e10;      // pinned host -> device copies, bytes/s
-};
-
-// The costs of one layer of `spec` whose experts are `bytes_per_expert` (as streamed) on the
-// device: a pair's forward is 3 products of 2·H·I flops; the CPU's backward is twice that (dX
-// and the LoRA grads), the device's backward recomputes the forward first.
-ExpertSplitCosts expertSplitCosts(const experts::ExpertLayerSpec& spec, double bytes_per_expert,
-                                  const ExpertSplitRates& rates);
-
 enum class ExpertSplitChoice { Balance, Cycle };
 // "balance" or "cycle"; anything else is an Error naming both.
 ExpertSplitChoice parseExpertSplit(std::string_view text);
-std::unique_ptr<ExpertSplitPolicy> makeExpertSplitPolicy(ExpertSplitChoice choice);
+
+// The policy for one layer of `spec` whose experts are `bytes_per_expert` each as streamed, in
+// `format` ("bf16", "int8": the CPU engine's rate curve) on GPU `gpu` (its rates; the CPU device
+// of the tests takes the first GPU's).
+std::unique_ptr<ExpertSplitPolicy> makeExpertSplitPolicy(ExpertSplitChoice choice,
+                                                         const placement::MachineRates& rates,
+                                                         const experts::ExpertLayerSpec& spec,
+                                                         double bytes_per_expert,
+                                                         std::string_view format, int gpu);
+
+// The rates auto mode splits by when the caller gave none: this machine's cached calibration is
+// the caller's to read (engine/train does at start-up); here, the figures of its hardware preset
+// (placement::presetRates of the probed machine).
+placement::MachineRates defaultSplitRates();
 
 }  // namespace tandem::model

@@ -80,11 +80,12 @@ struct ModelOptions {
   // (expert_streamer.h); false copies each layer's when it runs (the baseline it is measured
   // against).
   bool stream_experts_ahead = true;
-  // experts = Auto: how each call splits the experts (expert_split.h), the rates its costs come
-  // from, and how often the resident cache (gpu_experts of them) is re-placed from the routing:
-  // every resident_refresh_steps micro-batches (0: never, the first call's choice stays).
+  // experts = Auto: how each call splits the experts (expert_split.h), the machine's rates its
+  // costs come from (the calibration; nullopt: this machine's preset figures), and how often the
+  // resident cache (gpu_experts of them) is re-placed from the routing: every
+  // resident_refresh_steps micro-batches (0: never, the first call's choice stays).
   ExpertSplitChoice expert_split = ExpertSplitChoice::Balance;
-  ExpertSplitRates expert_split_rates;
+  std::optional<placement::MachineRates> expert_split_rates;
   int64_t resident_refresh_steps = 50;
 
   placement::Device layerDevice(size_t layer) const;

@@ -150,6 +150,14 @@ void resolveExpertSplit(ModelOptions& o, const ModelRequest& request) {
     o.experts = ExpertsMode::Cpu;
 }
 
+// experts_mode auto's memory: the planner charges it when the machine has a GPU (without one the
+// run is cpu mode: resolveExpertSplit).
+void planSplitExperts(placement::PlanRequest& r, const ModelRequest& request) {
+  if (request.experts_mode != "auto" || !request.training) return;
+  r.split_experts = true;
+  r.split_refresh = request.resident_refresh_steps > 0;
+}
+
 }  // namespace
 
 placement::PlanRequest planRequestFor(const ModelRequest& request, const io::ModelConfig& config) {
@@ -184,6 +192,7 @@ placement::PlanRequest planRequestFor(const ModelRequest& request, const io::Mod
     }
     r.experts_backend = "gpu-offload";
   }
+  planSplitExperts(r, request);
   const int64_t count = gpuExpertsCount(request);
   r.gpu_experts = count < 0 ? placement::kAutoGpuExperts : count;
   if (request.training &&

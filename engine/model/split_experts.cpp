@@ -101,13 +101,12 @@ SlotPaths slotPaths(const at::Tensor& ids, const std::vector<int64_t>& resident,
 SplitExperts::SplitExperts(const experts::ExpertLayerSpec& spec,
                            const experts::ExpertWeightViews& views, at::ScalarType dtype,
                            experts::WeightFormat format, at::Device device, int64_t resident_count,
-                           int64_t refresh_calls, std::unique_ptr<ExpertSplitPolicy> policy,
-                           const ExpertSplitRates& rates)
+                           int64_t refresh_calls, ExpertSplitChoice choice,
+                           const placement::MachineRates& rates)
     : num_experts_(spec.num_experts),
       device_(device),
       resident_count_(std::clamp<int64_t>(resident_count, 0, spec.num_experts)),
       refresh_calls_(refresh_calls),
-      policy_(std::move(policy)),
       since_refresh_(static_cast<size_t>(spec.num_experts), 0) {
   std::vector<int64_t> all(static_cast<size_t>(spec.num_experts));
   std::iota(all.begin(), all.end(), int64_t{0});
@@ -115,8 +114,10 @@ SplitExperts::SplitExperts(const experts::ExpertLayerSpec& spec,
       spec, views, all, dtype, format, at::TensorOptions().pinned_memory(device.is_cuda())));
   host_charge_ =
       MemoryCharge(MemoryLedger::global(), "cpu", MemoryCategory::Weights, host_->bytes());
-  costs_ = expertSplitCosts(
-      spec, static_cast<double>(host_->bytes()) / static_cast<double>(spec.num_experts), rates);
+  policy_ = makeExpertSplitPolicy(
+      choice, rates, spec,
+      static_cast<double>(host_->bytes()) / static_cast<double>(spec.num_experts),
+      experts::weightFormatName(format), device.is_cuda() ? device.index() : 0);
 }
 
 SplitExperts::~SplitExperts() {
@@ -179,10 +180,8 @@ at::Tensor SplitExperts::forward(experts::ExpertLayer& layer, const at::Tensor& 
     }
   }
   const std::vector<int64_t> resident = residentExperts();
-  const auto flags = std::make_unique<bool[]>(static_cast<size_t>(num_experts_));  // all false
-  for (int64_t e : resident) flags[static_cast<size_t>(e)] = true;
-  last_split_ = policy_->split(
-      {pairs, std::span<const bool>(flags.get(), static_cast<size_t>(num_experts_)), costs_});
+  const bool graph = torch::autograd::compute_requires_grad(hidden, topk_weights, lora_anchor);
+  last_split_ = policy_->split({pairs, resident, graph});
   const SlotPaths paths = slotPaths(ids, resident, last_split_, num_experts_);
   ++counts_.calls;
   counts_.resident_pairs += paths.resident_pairs;
@@ -209,7 +208,6 @@ at::Tensor SplitExperts::forward(experts::ExpertLayer& layer, const at::Tensor& 
                      [cache] { return cache->stored().compute(); }, lora, cache->globalIds(),
                      groupByExpert(paths.resident_local, std::ssize(resident), device_)));
   }
-  const bool graph = torch::autograd::compute_requires_grad(hidden, topk_weights, lora_anchor);
   if (graph) {
     for (size_t e = 0; e < pairs.size(); ++e) since_refresh_[e] += pairs[e];
     if (refresh_calls_ > 0 && ++graph_calls_ % refresh_calls_ == 0) startRefresh();

@@ -44,11 +44,13 @@ class ResidentExperts;
 class SplitExperts {
  public:
   // views as the CPU engine reads them (fp8 dequantised), kept in `format` and computed in
-  // `dtype` on `device`; resident_count: the cache's size (ModelOptions::gpu_experts).
+  // `dtype` on `device`; resident_count: the cache's size (ModelOptions::gpu_experts). The split
+  // `choice` prices the experts with `rates` (the device's GPU terms: cuda:i's, the first GPU's
+  // on the CPU device).
   SplitExperts(const experts::ExpertLayerSpec& spec, const experts::ExpertWeightViews& views,
                at::ScalarType dtype, experts::WeightFormat format, at::Device device,
-               int64_t resident_count, int64_t refresh_calls,
-               std::unique_ptr<ExpertSplitPolicy> policy, const ExpertSplitRates& rates);
+               int64_t resident_count, int64_t refresh_calls, ExpertSplitChoice choice,
+               const placement::MachineRates& rates);
   ~SplitExperts();
   SplitExperts(const SplitExperts&) = delete;
   SplitExperts& operator=(const SplitExperts&) = delete;
@@ -84,7 +86,6 @@ class SplitExperts {
   int64_t resident_count_;
   int64_t refresh_calls_;
   std::unique_ptr<ExpertSplitPolicy> policy_;
-  ExpertSplitCosts costs_;
   std::shared_ptr<const StoredExpertWeights> host_;  // every expert, by id; pinned on a GPU
   MemoryCharge host_charge_;
   std::shared_ptr<ResidentExperts> resident_;  // null: none yet, or an empty cache

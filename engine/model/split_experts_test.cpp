@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "engine/io/model_config.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/lora_gradients_test_util.h"
+#include "engine/model/model_resolver.h"
 #include "engine/model/moe_block.h"
 #include "engine/model/moe_function.h"
 #include "engine/model/tiny_moe_test_util.h"
@@ -47,7 +49,25 @@ struct TrainSetup {
   bool checkpointing = false;
   bool keep = false;
   placement::Device device = placement::Device::cpu();
+  std::optional<placement::MachineRates> rates;  // the cost model's; nullopt: the preset's
 };
+
+// Flat rates (one curve point) of a CPU engine, a GPU's expert products and its link. With the
+// tiny model's experts (H 48, I 24, about 8 pairs each) at 1, 3 and 1 G/s, a call streams 3 of
+// the 4 non-resident experts and keeps the coldest on the CPU.
+placement::MachineRates flatRates(double cpu_flops, double gpu_flops, double link_bytes_per_s) {
+  placement::MachineRates rates;
+  placement::ExpertEngineRates cpu;
+  cpu.format = "bf16";
+  cpu.curve.points = {{4, cpu_flops, cpu_flops}};
+  rates.cpu = {cpu};  // the tiny model's experts' format or not: cpuFor falls back to it
+  placement::GpuRates gpu;
+  gpu.host_to_device_bytes_per_s = link_bytes_per_s;
+  gpu.device_to_host_bytes_per_s = link_bytes_per_s;
+  gpu.expert_gemm.points = {{4, gpu_flops, gpu_flops}};
+  rates.gpus.push_back(gpu);
+  return rates;
+}
 
 // `passes` forward + backward passes on different tokens, the gradients accumulating (no optimizer
 // step, so every pass of both runs differentiates the same weights).
@@ -62,6 +82,7 @@ TrainRun train(const TrainSetup& s, int passes) {
   options.gpu_experts.assign(2, s.gpu_experts);
   options.expert_split = s.split;
   options.resident_refresh_steps = s.refresh;
+  options.expert_split_rates = s.rates;
   const LoraPlan plan =
       loraPlanFromTarget(io::LoraTarget::parse("all"), gpu::LoraSettings{4, 8.0, false, 0.0});
   auto model = CausalLm::random(config, options, &plan, /*seed=*/3, ThreadPool::global());
@@ -161,8 +182,10 @@ TEST(SplitExperts, EveryExpertThroughEveryPathGivesTheCpuEnginesNumbers) {
   }
 }
 
-// The balancing policy on default rates, a cache of 2 most-routed experts re-placed every
-// second pass, and no refresh at all: the same numbers, whatever it chose.
+// The cost model's policy on rates where the GPU is 3 times the CPU and the link costs about an
+// expert's CPU time (so some experts are streamed, some stay on the CPU), a cache of 2
+// most-routed experts re-placed every second pass, and no refresh at all: the same numbers,
+// whatever it chose.
 TEST(SplitExperts, TheBalancingPolicyGivesTheCpuEnginesNumbers) {
   for (const placement::Device device : devices()) {
     TrainSetup cpu;
@@ -175,9 +198,12 @@ TEST(SplitExperts, TheBalancingPolicyGivesTheCpuEnginesNumbers) {
       split.split = ExpertSplitChoice::Balance;
       split.gpu_experts = 2;
       split.refresh = refresh;
+      split.rates = flatRates(1e9, 3e9, 1e9);
       const TrainRun got = train(split, 4);
       expectSameNumbers(got, want);
       EXPECT_GT(got.counts.resident_pairs, 0);
+      EXPECT_GT(got.counts.streamed_pairs, 0);
+      EXPECT_GT(got.counts.cpu_pairs, 0);
       EXPECT_EQ(got.counts.resident_pairs + got.counts.streamed_pairs + got.counts.cpu_pairs,
                 2 * 4 * 24 * 2);  // layers x passes x tokens x top-k
       for (const auto& set : got.resident_sets) EXPECT_EQ(set.size(), 2u);
@@ -192,7 +218,7 @@ TEST(SplitExperts, TheBalancingPolicyGivesTheCpuEnginesNumbers) {
 // none is: the CPU engine is then not called at all, or computes every non-resident pair.
 TEST(SplitExperts, TheRatesMoveTheSplit) {
   const io::ModelConfig config = testing::tinyQwen2MoeConfig();
-  auto run = [&](const ExpertSplitRates& rates) {
+  auto run = [&](const placement::MachineRates& rates) {
     ModelOptions options;
     options.experts = ExpertsMode::Auto;
     options.experts_backend = "generic";
@@ -209,16 +235,31 @@ TEST(SplitExperts, TheRatesMoveTheSplit) {
     });
     return counts;
   };
-  ExpertSplitRates slow_cpu;
-  slow_cpu.cpu_flops = 1;
-  const SplitExperts::Counts streamed = run(slow_cpu);
+  const SplitExperts::Counts streamed = run(flatRates(1, 1e12, 1e12));
   EXPECT_EQ(streamed.cpu_pairs, 0);
   EXPECT_GT(streamed.streamed_pairs, 0);
-  ExpertSplitRates slow_link;
-  slow_link.link_bytes_per_s = 1;
-  const SplitExperts::Counts on_cpu = run(slow_link);
+  const SplitExperts::Counts on_cpu = run(flatRates(1e9, 1e12, 1));
   EXPECT_EQ(on_cpu.streamed_pairs, 0);
   EXPECT_GT(on_cpu.cpu_pairs, 0);
+}
+
+// The memory plan of an auto training run charges the split (placement's SplitExpertsMemory
+// tests check the bytes); chat, other modes and a cache never re-placed do not (or not the
+// incoming cache).
+TEST(SplitExperts, PlanRequestsOfAutoTrainingChargeTheSplit) {
+  const io::ModelConfig config = testing::tinyQwen2MoeConfig();
+  ModelRequest request;
+  request.experts_mode = "auto";
+  placement::PlanRequest plan = planRequestFor(request, config);
+  EXPECT_TRUE(plan.split_experts);
+  EXPECT_TRUE(plan.split_refresh);
+  request.resident_refresh_steps = 0;
+  EXPECT_FALSE(planRequestFor(request, config).split_refresh);
+  request.training = false;
+  EXPECT_FALSE(planRequestFor(request, config).split_experts);
+  request.training = true;
+  request.experts_mode = "cpu";
+  EXPECT_FALSE(planRequestFor(request, config).split_experts);
 }
 
 }  // namespace

@@ -16,26 +16,54 @@ double expertFlops(const LayerCosts& c, int64_t tokens) {
          static_cast<double>(tokens);
 }
 
-double curveMs(const RateCurve& curve, bool backward, double flops, int64_t tokens) {
+double curveMs(const RateCurve& curve, LayerPass pass, double flops, int64_t tokens) {
   if (tokens <= 0) return 0;
-  const double rate = backward ? curve.backwardRate(static_cast<double>(tokens))
-                               : curve.forwardRate(static_cast<double>(tokens));
-  return rate > 0 ? 1e3 * flops / rate : 0;
+  const auto t = static_cast<double>(tokens);
+  auto at = [&](double rate) { return rate > 0 ? 1e3 * flops / rate : 0.0; };
+  switch (pass) {
+    case LayerPass::Forward: return at(curve.forwardRate(t));
+    case LayerPass::Backward: return at(curve.backwardRate(t));
+    case LayerPass::ForwardAndBackward: return at(curve.forwardRate(t)) + at(curve.backwardRate(t));
+  }
+  return 0;
 }
+
+double passCount(LayerPass pass) { return pass == LayerPass::ForwardAndBackward ? 2.0 : 1.0; }
 
 }  // namespace
 
 double LayerCosts::cpuMs(int64_t tokens) const {
-  return curveMs(cpu, backward, expertFlops(*this, tokens), tokens);
+  return curveMs(cpu, pass, expertFlops(*this, tokens), tokens);
 }
 
 double LayerCosts::gpuMs(int64_t tokens) const {
-  return has_gpu ? curveMs(gpu_gemm, backward, expertFlops(*this, tokens), tokens) : 0;
+  return has_gpu ? curveMs(gpu_gemm, pass, expertFlops(*this, tokens), tokens) : 0;
 }
 
 double LayerCosts::copyMs() const {
-  return has_gpu && host_to_device_bytes_per_s > 0 ? 1e3 * expert_bytes / host_to_device_bytes_per_s
-                                                   : 0;
+  return has_gpu && host_to_device_bytes_per_s > 0
+             ? passCount(pass) * 1e3 * expert_bytes / host_to_device_bytes_per_s
+             : 0;
+}
+
+LayerCosts expertLayerCosts(const MachineRates& rates, const ExpertCostShape& shape,
+                            LayerPass pass) {
+  LayerCosts costs;
+  costs.hidden = shape.hidden;
+  costs.intermediate = shape.intermediate;
+  costs.pass = pass;
+  if (const ExpertEngineRates* cpu = rates.cpuFor(shape.format)) {
+    costs.cpu = cpu->curve;
+    costs.cpu_call_ms = (pass != LayerPass::Backward ? cpu->forward_call_ms : 0.0) +
+                        (pass != LayerPass::Forward ? cpu->backward_call_ms : 0.0);
+  }
+  if (const GpuRates* gpu = shape.gpu >= 0 ? rates.gpu(shape.gpu) : nullptr) {
+    costs.has_gpu = true;
+    costs.gpu_gemm = gpu->expert_gemm;
+    costs.host_to_device_bytes_per_s = gpu->host_to_device_bytes_per_s;
+    costs.expert_bytes = shape.expert_bytes;
+  }
+  return costs;
 }
 
 double ExpertSplit::finishMs() const { return std::max({cpu_ms, gpu_ms, copy_ms}); }

@@ -16,23 +16,30 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/placement/machine_rates.h"
 
 namespace tandem::placement {
 
+// Which passes of a layer one split decision covers. The cost model decides per pass; the model's
+// auto mode decides once per call and keeps that split for the call's backward (its streamed
+// experts are copied again there), so a call that builds a graph is priced forward + backward.
+enum class LayerPass { Forward, Backward, ForwardAndBackward };
+
 // What one expert costs on each resource in one pass of one layer, and what else the layer keeps
 // the resources busy with while its experts run. Milliseconds throughout.
 struct LayerCosts {
-  int64_t hidden = 0;        // H
-  int64_t intermediate = 0;  // I, of one routed expert
-  bool backward = false;     // which side of the rate curves
-  RateCurve cpu;             // the CPU expert engine
-  double cpu_call_ms = 0;    // its fixed cost per call, paid when any expert stays on the CPU
-  bool has_gpu = false;      // false: the GPU terms below are absent
-  RateCurve gpu_gemm;        // the GPU's expert products
-  double expert_bytes = 0;   // one expert's weights as streamed (its format)
+  int64_t hidden = 0;                   // H
+  int64_t intermediate = 0;             // I, of one routed expert
+  LayerPass pass = LayerPass::Forward;  // which side of the rate curves (both: their sum)
+  RateCurve cpu;                        // the CPU expert engine
+  // The engine's fixed cost per call (once per pass), paid when any expert stays on the CPU.
+  double cpu_call_ms = 0;
+  bool has_gpu = false;     // false: the GPU terms below are absent
+  RateCurve gpu_gemm;       // the GPU's expert products
+  double expert_bytes = 0;  // one expert's weights as streamed (its format)
   double host_to_device_bytes_per_s = 0;
   double cpu_base_ms = 0;  // other CPU work beside the experts
   double gpu_base_ms = 0;  // other GPU work beside the experts (the shared experts)
@@ -42,8 +49,23 @@ struct LayerCosts {
 
   double cpuMs(int64_t tokens) const;  // one expert computing `tokens` tokens on the CPU
   double gpuMs(int64_t tokens) const;  // the same on the GPU (its weights there)
-  double copyMs() const;               // one expert's weights host → device
+  double copyMs() const;               // one expert's weights host → device (once per pass)
 };
+
+// The expert shape and format LayerCosts are built for.
+struct ExpertCostShape {
+  int64_t hidden = 0;           // H
+  int64_t intermediate = 0;     // I
+  double expert_bytes = 0;      // one expert's weights as streamed
+  std::string format = "bf16";  // the CPU engine's rate curve (MachineRates::cpuFor)
+  int gpu = 0;                  // the device's rates (MachineRates::gpu); -1: no GPU terms
+};
+
+// One MoE layer's costs for `pass` from the machine's rates (base work and head start zero):
+// what the cost model (step_cost.h) and the model's auto split (engine/model/expert_split.h) both
+// price experts with. Without the GPU's rates has_gpu is false (everything stays on the CPU).
+LayerCosts expertLayerCosts(const MachineRates& rates, const ExpertCostShape& shape,
+                            LayerPass pass);
 
 struct ExpertSplit {
   std::vector<int64_t> resident;  // computed on the GPU from its resident copies (ids)

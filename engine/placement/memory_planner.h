@@ -73,6 +73,11 @@ struct PlanRequest {
   // kt_num_gpu_experts): kAutoGpuExperts fills what the GPUs have left after the dense modules,
   // evenly per layer; N puts N on every MoE layer that is on a GPU; 0 none.
   int64_t gpu_experts = kAutoGpuExperts;
+  // experts_mode auto (training with a GPU): the split's host copy of every expert, its streamed
+  // experts' GPU buffers and (split_refresh: the resident cache is re-placed during the run) each
+  // layer's incoming resident cache (Evaluator::chargeSplitExperts).
+  bool split_experts = false;
+  bool split_refresh = true;
   // Also plan the routed experts in each smaller format (MemoryPlan::expert_formats): what
   // `tandem plan` and the studio show. Costs a plan per format.
   bool compare_expert_formats = false;

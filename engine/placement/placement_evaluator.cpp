@@ -171,10 +171,12 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, Device lay
       experts - static_cast<uint64_t>(std::clamp<int64_t>(m.gpu_experts, 0, m_.num_experts));
   // The engine never packs, copies or quantises the resident experts (ExpertLayerOptions::
   // defer_packs); experts read in place (also a file's own blocks) stay mapped.
-  // (Offload mode's host copy keeps every expert: below.)
+  // (Offload mode's host copy keeps every expert: below. experts_mode auto packs them all: any
+  // expert may be the CPU engine's on some call.)
   const bool made_at_load =
       !offload && (packs || f32_copy || (as_stored && held != m_.stored_expert_format));
-  if (made_at_load && m.gpu_experts > 0) weights = weights / experts * not_resident;
+  if (made_at_load && m.gpu_experts > 0 && !req_.split_experts)
+    weights = weights / experts * not_resident;
   charge(books, m.device, PlanCategory::Weights, "routed experts " + held, weights);
   if (packs || f32_copy) chargeTransposed(books, m, weights);
   const auto lora = static_cast<uint64_t>(
@@ -185,6 +187,7 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, Device lay
   if (req_.training)
     charge(books, m.device, PlanCategory::LoraOptimizer, "expert LoRA optimizer", lora * 8);
   if (m.gpu_experts > 0) chargeResident(books, m, layer_device);
+  if (req_.split_experts) chargeSplitExperts(books, m, layer_device);
   const Device compute = offload ? *m.compute_device : m.device;
   // Experts on "cpu" are split over every NUMA node (each holds its slice of every expert, so
   // "cpu" charges spread evenly are what the engine holds); per-node partial outputs make some
@@ -274,6 +277,38 @@ void Evaluator::chargeResident(Books& books, const ModulePlacement& m, Device la
                                static_cast<uint64_t>(n) * 4 * (req_.training ? 2 : 1);
   charge(books, layer_device, PlanCategory::Activations, "resident experts compute",
          static_cast<uint64_t>(forward * (req_.training ? 2 : 1)) + lora_slices);
+}
+
+// experts_mode auto (engine/model/split_experts.h), beside what the CPU engine holds: a host copy
+// of every expert to stream from (model::StoredExpertWeights in the engine's format, int8 with
+// its row scales, else the model dtype; pinned on a GPU) per MoE layer; on the layer's GPU, once,
+// the streamed experts of two layers (a backward's copy of the next layer starts while this one
+// computes), at most every expert the cache does not hold, int8 ones cast to the model dtype to be
+// computed; and, when the cache is re-placed during the run, each layer's incoming cache beside
+// the one it replaces (the old one lives until the backward that used it).
+void Evaluator::chargeSplitExperts(Books& books, const ModulePlacement& m,
+                                   Device layer_device) const {
+  if (hw_.gpus.empty()) return;  // no GPU: auto runs as cpu mode (model_resolver.cpp)
+  const uint64_t per_expert = memory::residentExpertBytes(m_, m.weight_format, act_bytes_ == 2);
+  const auto E = static_cast<uint64_t>(std::max<int64_t>(m_.num_experts, 1));
+  const auto resident =
+      static_cast<uint64_t>(std::clamp<int64_t>(m.gpu_experts, 0, m_.num_experts));
+  charge(books, Device::cpu(),
+         layer_device.isGpu() ? PlanCategory::PinnedStaging : PlanCategory::Weights,
+         "auto: host copy of the experts", per_expert * E);
+  if (!layer_device.isGpu()) return;
+  if (req_.split_refresh && resident > 0)
+    charge(books, layer_device, PlanCategory::ExpertCache, "auto: incoming resident experts",
+           per_expert * resident);
+  if (!books.split_buffers.insert(layer_device).second) return;
+  const uint64_t streamed = E - resident;
+  const uint64_t cast =
+      m.weight_format == "int8"
+          ? static_cast<uint64_t>(3 * m_.hidden_size * m_.moe_intermediate_size * act_bytes_) *
+                streamed
+          : 0;
+  charge(books, layer_device, PlanCategory::PinnedStaging, "auto: streamed experts (2 layers)",
+         2 * per_expert * streamed + cast);
 }
 
 void Evaluator::chargeTransposed(Books& books, const ModulePlacement& m,

@@ -51,6 +51,7 @@ class Evaluator {
     std::map<Device, DevicePlan> devices;
     std::map<std::pair<Device, std::string>, size_t> item_index;  // (device, what) -> item
     std::set<Device> resident_scratch;  // devices charged the resident experts' transient
+    std::set<Device> split_buffers;     // GPUs charged experts_mode auto's streamed experts
   };
   void charge(Books& books, Device device, PlanCategory c, const std::string& what,
               uint64_t bytes) const;
@@ -58,6 +59,7 @@ class Evaluator {
   void chargeExperts(Books& books, const ModulePlacement& m, Device layer_device, bool first) const;
   void chargeTransposed(Books& books, const ModulePlacement& m, uint64_t layer_weights) const;
   void chargeResident(Books& books, const ModulePlacement& m, Device layer_device) const;
+  void chargeSplitExperts(Books& books, const ModulePlacement& m, Device layer_device) const;
   // The plan's name for NUMA node `node`: the host of a one-node machine is plain cpu.
   Device hostDevice(int node) const {
     return hw_.numa_nodes.size() == 1 ? Device::cpu() : Device::numaNode(node);

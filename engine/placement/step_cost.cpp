@@ -208,22 +208,11 @@ StepRouting balancedRouting(const io::ModelConfig& model, int64_t tokens) {
 }
 
 LayerCosts layerCosts(const StepCostRequest& request, const MachineRates& rates, bool backward) {
-  LayerCosts costs;
-  costs.hidden = request.model.hidden_size;
-  costs.intermediate = request.model.moe_intermediate_size;
-  costs.backward = backward;
-  if (const ExpertEngineRates* cpu = rates.cpuFor(request.weight_format)) {
-    costs.cpu = cpu->curve;
-    costs.cpu_call_ms = backward ? cpu->backward_call_ms : cpu->forward_call_ms;
-  }
-  if (const GpuRates* gpu = rates.gpu(request.gpu)) {
-    costs.has_gpu = true;
-    costs.gpu_gemm = gpu->expert_gemm;
-    costs.host_to_device_bytes_per_s = gpu->host_to_device_bytes_per_s;
-    costs.expert_bytes = static_cast<double>(
-        memory::residentExpertBytes(request.model, request.weight_format, request.bf16));
-  }
-  return costs;
+  const ExpertCostShape shape{request.model.hidden_size, request.model.moe_intermediate_size,
+                              static_cast<double>(memory::residentExpertBytes(
+                                  request.model, request.weight_format, request.bf16)),
+                              request.weight_format, request.gpu};
+  return expertLayerCosts(rates, shape, backward ? LayerPass::Backward : LayerPass::Forward);
 }
 
 const ModePrediction* StepPrediction::mode(const std::string& name) const {

@@ -29,6 +29,7 @@
 #include "engine/train/memory_sampling.h"
 #include "engine/train/output_dir.h"
 #include "engine/train/packing.h"
+#include "engine/train/split_calibration.h"
 #include "engine/train/tokenized_cache.h"
 #include "engine/train/training_plan.h"
 
@@ -292,7 +293,9 @@ LoadedModel loadModel(const TrainConfig& config, const io::ModelConfig& model_co
     if (!le.reason.empty()) listener.onMessage(le.reason);
   }
   model::LoraTraining::seedDropout(static_cast<uint64_t>(config.seed));
-  const model::ModelOptions options = model::resolveModelOptions(config, model_config, plan);
+  model::ModelOptions options = model::resolveModelOptions(config, model_config, plan);
+  calibrateExpertSplit(options, config, model_config, lora_plan,
+                       [&](const std::string& line) { listener.onMessage(line); });
   loaded.model =
       model::Model::load(config.model_name_or_path, options, &lora_plan, ThreadPool::global());
   listener.onMessage(model::placementSummary(loaded.model->placement()));

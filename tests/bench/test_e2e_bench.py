@@ -185,3 +185,22 @@ def test_more_lengths_run_on_the_same_model(config_dir):
         assert more["tokens_per_s"] > 0 and more["sequence"]["tokens"] == more["tokens"]
         assert all(math.isfinite(s["loss"]) for s in more["steps"]) and len(more["steps"]) == 2
     assert second["steps"][0]["loss"] != r["steps"][0]["loss"]  # the optimizer stepped in between
+
+
+def test_weights_dir_writes_the_random_weights_once_and_later_runs_load_them(config_dir, tmp_path):
+    """Issue 28's full-depth runs: with --weights-dir the first process writes its random weights (and the
+    config.json of the depth it built), a later process loads them instead of generating them, and it
+    trains the same model: the same losses. A directory of another depth is an error that says so."""
+    weights = tmp_path / "weights"
+    first = bench(config_dir, "--experts", "cpu", "--weights-dir", str(weights))
+    assert first["weights"]["source"] == "generated" and first["weights"]["write_s"] >= 0
+    assert (weights / "model.safetensors").is_file()
+    assert json.loads((weights / "config.json").read_text())["num_hidden_layers"] == CONFIG["num_hidden_layers"]
+    later = bench(config_dir, "--experts", "cpu", "--weights-dir", str(weights))
+    assert later["weights"]["source"] == "loaded"
+    assert [s["loss"] for s in later["steps"]] == pytest.approx([s["loss"] for s in first["steps"]], rel=1e-6)
+    cmd = [os.environ["TANDEM_E2E_BENCH"], "--config", str(config_dir), "--device", "cpu", "--tokens", "64",
+           "--steps", "1", "--layers", "1", "--weights-dir", str(weights)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert "holds another model" in result.stderr

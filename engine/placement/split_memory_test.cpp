@@ -1,0 +1,93 @@
+// experts_mode auto's memory (Evaluator::chargeSplitExperts), against the hand formula: a host
+// copy of every expert per MoE layer, two layers' streamed experts on the GPU, each layer's
+// incoming resident cache when the cache is re-placed, and the CPU engine's packs of every expert.
+
+#include <gtest/gtest.h>
+
+#include "engine/placement/memory_planner.h"
+
+namespace tandem::placement {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kPresets = fs::path(TANDEM_PRESETS_DIR);
+
+// Qwen3-30B-A3B: 48 MoE layers of 128 experts, H 2048, I 768.
+constexpr uint64_t H = 2048, I = 768, E = 128, kLayers = 48;
+constexpr uint64_t kBf16Expert = 3 * H * I * 2;
+constexpr uint64_t kInt8Expert = 3 * H * I + (2 * I + H) * 4;  // with the fp32 row scales
+
+PlanRequest qwen3(const char* format, int64_t gpu_experts, bool split) {
+  PlanRequest r;
+  r.model = io::readModelConfig(kPresets / "models" / "qwen3-30b-a3b.json");
+  r.expert_weight_format = format;
+  r.gpu_experts = gpu_experts;
+  r.split_experts = split;
+  return r;
+}
+
+Hardware workstation() {
+  return resolveHardware("1x4090-24g_xeon-w7-spr_256g", kPresets / "hardware");
+}
+
+// The bytes of the items named `what` on the GPUs (gpu true) or on the host nodes.
+uint64_t item(const MemoryPlan& plan, const std::string& what, bool gpu) {
+  uint64_t bytes = 0;
+  for (const DevicePlan& d : plan.devices) {
+    if (d.device.isGpu() != gpu) continue;
+    for (const PlanItem& i : d.items) bytes += i.what == what ? i.bytes : 0;
+  }
+  return bytes;
+}
+
+TEST(SplitExpertsMemory, ChargesTheHostCopyTheStreamedExpertsAndTheIncomingCache) {
+  const MemoryPlan split = planMemory(qwen3("bf16", 10, true), workstation());
+  EXPECT_EQ(item(split, "auto: host copy of the experts", false), kLayers * E * kBf16Expert);
+  EXPECT_EQ(item(split, "auto: streamed experts (2 layers)", true), 2 * (E - 10) * kBf16Expert);
+  EXPECT_EQ(item(split, "auto: incoming resident experts", true), kLayers * 10 * kBf16Expert);
+  // The CPU engine packs every expert in auto mode, the non-resident ones only beside it.
+  const MemoryPlan co = planMemory(qwen3("bf16", 10, false), workstation());
+  EXPECT_EQ(item(split, "routed experts bf16", false), kLayers * E * kBf16Expert);
+  EXPECT_EQ(item(co, "routed experts bf16", false), kLayers * (E - 10) * kBf16Expert);
+  EXPECT_EQ(item(co, "auto: host copy of the experts", false), 0u);
+  EXPECT_EQ(item(co, "auto: streamed experts (2 layers)", true), 0u);
+  // The rest of the plan is the same.
+  EXPECT_EQ(item(split, "resident routed experts", true),
+            item(co, "resident routed experts", true));
+}
+
+TEST(SplitExpertsMemory, Int8ExpertsAreStreamedAsInt8AndCastOnTheGpu) {
+  PlanRequest r = qwen3("int8", 10, true);
+  r.split_refresh = false;  // resident_refresh_steps: 0, the first call's cache stays
+  const MemoryPlan plan = planMemory(r, workstation());
+  EXPECT_EQ(item(plan, "auto: host copy of the experts", false), kLayers * E * kInt8Expert);
+  EXPECT_EQ(item(plan, "auto: streamed experts (2 layers)", true),
+            2 * (E - 10) * kInt8Expert + (E - 10) * 3 * H * I * 2);
+  EXPECT_EQ(item(plan, "auto: incoming resident experts", true), 0u);
+}
+
+// The planner's resident count makes room for what auto adds on the GPU: fewer experts than beside
+// the CPU engine, and the plan still within the fill line.
+TEST(SplitExpertsMemory, TheAutoResidentCountLeavesRoomForTheSplit) {
+  const MemoryPlan split = planMemory(qwen3("bf16", kAutoGpuExperts, true), workstation());
+  const MemoryPlan co = planMemory(qwen3("bf16", kAutoGpuExperts, false), workstation());
+  ASSERT_TRUE(split.fits);
+  const int64_t n_split = split.placement.find("model.layers.0.mlp.experts")->gpu_experts;
+  const int64_t n_co = co.placement.find("model.layers.0.mlp.experts")->gpu_experts;
+  EXPECT_LT(n_split, n_co);
+  const DevicePlan& gpu = *split.device(Device::cuda(0));
+  EXPECT_LE(static_cast<double>(gpu.total()),
+            kGpuExpertsFill * static_cast<double>(gpu.capacity_bytes));
+}
+
+// Without a GPU auto runs as cpu mode: nothing of the split is charged.
+TEST(SplitExpertsMemory, WithoutAGpuNothingIsCharged) {
+  Hardware cpu_only = workstation();
+  cpu_only.gpus.clear();
+  const MemoryPlan plan = planMemory(qwen3("bf16", 0, true), cpu_only);
+  EXPECT_EQ(item(plan, "auto: host copy of the experts", false), 0u);
+  EXPECT_EQ(item(plan, "routed experts bf16", false), kLayers * E * kBf16Expert);
+}
+
+}  // namespace
+}  // namespace tandem::placement
