@@ -3,7 +3,10 @@
 // linears' and the expert LoRA's, as plain floats.
 
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -36,6 +39,27 @@ inline std::map<std::string, std::vector<float>> loraGradients(CausalLm& model) 
     }
   });
   return grads;
+}
+
+// The worst relative difference between two runs: the losses', and per gradient the largest
+// absolute difference over the largest magnitude of `want`'s.
+inline float worstRelativeError(float got_loss,
+                                const std::map<std::string, std::vector<float>>& got,
+                                float want_loss,
+                                const std::map<std::string, std::vector<float>>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  float worst = std::abs(got_loss - want_loss) / std::abs(want_loss);
+  for (const auto& [name, w] : want) {
+    const std::vector<float>& g = got.at(name);
+    EXPECT_EQ(g.size(), w.size()) << name;
+    float scale = 1e-30f, diff = 0;
+    for (size_t i = 0; i < w.size() && i < g.size(); ++i) {
+      scale = std::max(scale, std::abs(w[i]));
+      diff = std::max(diff, std::abs(g[i] - w[i]));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
 }
 
 }  // namespace tandem::model::testing

@@ -192,19 +192,7 @@ TEST(ResidentExperts, SameNumbersAsTheCpuEngine) {
 }
 
 float worstRelativeError(const Step& got, const Step& want) {
-  EXPECT_EQ(got.grads.size(), want.grads.size());
-  float worst = std::abs(got.loss - want.loss) / std::abs(want.loss);
-  for (const auto& [name, w] : want.grads) {
-    const std::vector<float>& g = got.grads.at(name);
-    EXPECT_EQ(g.size(), w.size()) << name;
-    float scale = 1e-30f, diff = 0;
-    for (size_t i = 0; i < w.size() && i < g.size(); ++i) {
-      scale = std::max(scale, std::abs(w[i]));
-      diff = std::max(diff, std::abs(g[i] - w[i]));
-    }
-    worst = std::max(worst, diff / scale);
-  }
-  return worst;
+  return testing::worstRelativeError(got.loss, got.grads, want.loss, want.grads);
 }
 
 // experts_format int8: the resident experts and offload mode's streamed copies are the CPU

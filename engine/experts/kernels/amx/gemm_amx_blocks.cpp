@@ -41,22 +41,6 @@ constexpr int64_t kSpanCols = 256;    // input gradient: columns of c per span
 constexpr int64_t kSegmentTiles = 8;  // input gradient: k tiles (256 rows of W) per segment
 constexpr int64_t kSpanPairs = kSpanCols / 32;  // 32-column blocks of c per span
 
-class AmxBlockMatrix final : public PackedMatrix {
- public:
-  AmxBlockMatrix(int64_t n, int64_t k, const SourceMatrix& src, bool transposed)
-      : PackedMatrix(n, k),
-        src(src),
-        layout(blockLayout(src.type, src.int4)),
-        transposed(transposed) {}
-  uint64_t bytes() const override { return 0; }
-  const unsigned char* row(int64_t r) const {
-    return static_cast<const unsigned char*>(src.data) + r * src.rowBytes();
-  }
-  SourceMatrix src;  // W [rows, cols] as blocks
-  BlockLayout layout;
-  bool transposed;  // B = Wᵀ
-};
-
 // x rows (activationsBf16: [m16 · 16, k] bf16, k a multiple of 32) → VNNI tiles [m16][k / 32][16
 // pairs][16 rows of x]: x as the B operand of cᵀ = W · xᵀ.
 void activationTiles(const uint16_t* rows, int64_t m16, int64_t k, uint32_t* tiles) {
@@ -88,7 +72,7 @@ void transposeBlock(const float* acc, float* out) {
 }
 
 // c [m, n0:n1] (= | +=) x · W[n0:n1]ᵀ (+ addend), x as VNNI tiles; w_rows: [32, k] bf16 scratch.
-TANDEM_AMX void forwardTiles(const AmxBlockMatrix& b, int64_t n0, int64_t n1, int64_t m,
+TANDEM_AMX void forwardTiles(const Bf16BlockSource& b, int64_t n0, int64_t n1, int64_t m,
                              const uint32_t* x_tiles, uint16_t* w_rows, float* c, int64_t ldc,
                              bool accumulate, const LowRankAddend* addend) {
   ensureTileConfig();
@@ -150,7 +134,7 @@ alignas(64) constexpr uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19
 
 // tiles [col_tiles][seg][16 pairs][16 cols] = W[rows 2p, 2p + 1 of the segment starting at k tile
 // kt0][s0 .. s0 + 16 col_tiles] as VNNI pairs (zeros past W's rows and past s1).
-void decodeGradientTiles(const AmxBlockMatrix& b, int64_t s0, int64_t s1, int64_t kt0, int64_t seg,
+void decodeGradientTiles(const Bf16BlockSource& b, int64_t s0, int64_t s1, int64_t kt0, int64_t seg,
                          int64_t col_tiles, uint32_t* tiles) {
   const SourceMatrix& w = b.src;
   const int64_t elems = b.layout.elems;
@@ -183,7 +167,7 @@ void decodeGradientTiles(const AmxBlockMatrix& b, int64_t s0, int64_t s1, int64_
 }
 
 // c [m, n0:n1] (= | +=) a · W[:, n0:n1] (+ addend); a_rows: activationsBf16's [m16 · 16, k_pad].
-TANDEM_AMX void gradientTiles(const AmxBlockMatrix& b, int64_t n0, int64_t n1, int64_t m,
+TANDEM_AMX void gradientTiles(const Bf16BlockSource& b, int64_t n0, int64_t n1, int64_t m,
                               const uint16_t* a_rows, int64_t k_pad, uint32_t* tiles, char* park,
                               float* c, int64_t ldc, bool accumulate, const LowRankAddend* addend) {
   ensureTileConfig();
@@ -267,15 +251,15 @@ class AmxBlocksGemm final : public GemmBackend {
           "amx_blocks multiplies block weights only, not " + std::string(weightTypeName(src.type)),
           "use experts_format int4 or blocks, or another backend");
     }
-    return std::make_unique<AmxBlockMatrix>(transpose ? src.cols : src.rows,
-                                            transpose ? src.rows : src.cols, src, transpose);
+    return std::make_unique<Bf16BlockSource>(transpose ? src.cols : src.rows,
+                                             transpose ? src.rows : src.cols, src, transpose);
   }
 
   void gemmColumns(const PackedMatrix& packed, int64_t n0, int64_t n1, int64_t m, const float* a,
                    int64_t lda, float* c, int64_t ldc, bool accumulate,
                    const LowRankAddend* addend) const override {
     if (m <= 0 || n1 <= n0) return;
-    const auto& b = static_cast<const AmxBlockMatrix&>(packed);
+    const auto& b = static_cast<const Bf16BlockSource&>(packed);
     if (!b.transposed && m < kFewRowMaxRows && hasFewRowGemmNT(b.src.type, m)) {
       // A few rows (decode; ~8 per expert at 128 tokens) cannot amortise decoding B into tiles:
       // int8 dot products on the blocks as stored instead.

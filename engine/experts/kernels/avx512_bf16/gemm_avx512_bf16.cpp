@@ -197,26 +197,11 @@ constexpr int64_t kSegmentElems = 256;
 // once per call, not once per row block. B = W (forward): rows of W are decoded 16 at a time and
 // their bf16 pairs transposed into place. B = Wᵀ (input gradient): rows 2p and 2p + 1 of W are
 // decoded side by side and interleaved into pairs, 256 rows (k) at a time, the segments summed
-// in c in a fixed order (column splits stay bitwise the same).
-class Bf16BlockMatrix final : public PackedMatrix {
- public:
-  Bf16BlockMatrix(int64_t n, int64_t k, const SourceMatrix& src, bool transposed)
-      : PackedMatrix(n, k),
-        src(src),
-        layout(blockLayout(src.type, src.int4)),
-        transposed(transposed) {}
-  uint64_t bytes() const override { return 0; }
-  const unsigned char* row(int64_t r) const {
-    return static_cast<const unsigned char*>(src.data) + r * src.rowBytes();
-  }
-  SourceMatrix src;  // W [rows, cols] as blocks
-  BlockLayout layout;
-  bool transposed;  // B = Wᵀ
-};
+// in c in a fixed order (column splits stay bitwise the same). The view is Bf16BlockSource.
 
 // chunk [pairs][64] = rows j0 .. j0 + 63 of W (zeros past W's last row) as bf16 pairs: each row's
 // segment decoded straight to bf16 (dequantBlocksBf16), its pairs transposed 16 × 16 into place.
-void decodeForwardChunk(const Bf16BlockMatrix& b, int64_t j0, uint32_t* chunk,
+void decodeForwardChunk(const Bf16BlockSource& b, int64_t j0, uint32_t* chunk,
                         uint16_t* rows_bf16) {
   const SourceMatrix& w = b.src;
   const int64_t per_segment = std::max<int64_t>(1, kSegmentElems / b.layout.elems);
@@ -251,7 +236,7 @@ void decodeForwardChunk(const Bf16BlockMatrix& b, int64_t j0, uint32_t* chunk,
 // p0 + 2 pairs of W (zeros past W's last row). c0 is a multiple of 64 and the columns lie in
 // one 256-aligned span, so the blocks covering them are at most kSegmentElems wide. Rows 2p and
 // 2p + 1 are decoded to bf16 and interleaved into pairs, one permute per 16 pairs.
-void decodeGradientChunks(const Bf16BlockMatrix& b, int64_t c0, int64_t c1, int64_t p0,
+void decodeGradientChunks(const Bf16BlockSource& b, int64_t c0, int64_t c1, int64_t p0,
                           int64_t pairs, uint32_t* chunks, uint16_t* rows_bf16) {
   const SourceMatrix& w = b.src;
   const int64_t first = c0 / b.layout.elems, end = (c1 + b.layout.elems - 1) / b.layout.elems;
@@ -306,7 +291,7 @@ class Avx512Bf16BlocksGemm final : public GemmBackend {
                       std::string(weightTypeName(src.type)),
                   "use experts_format int4 or blocks, or another backend");
     }
-    return std::make_unique<Bf16BlockMatrix>(transpose ? src.cols : src.rows,
+    return std::make_unique<Bf16BlockSource>(transpose ? src.cols : src.rows,
                                              transpose ? src.rows : src.cols, src, transpose);
   }
 
@@ -314,7 +299,7 @@ class Avx512Bf16BlocksGemm final : public GemmBackend {
                    int64_t lda, float* c, int64_t ldc, bool accumulate,
                    const LowRankAddend* addend) const override {
     if (m <= 0 || n1 <= n0) return;
-    const auto& b = static_cast<const Bf16BlockMatrix&>(packed);
+    const auto& b = static_cast<const Bf16BlockSource&>(packed);
     if (!b.transposed && m < kMinRowsForPairs && hasFewRowGemmNT(b.src.type, m)) {
       return fewRowForward(b, n0, n1, m, a, lda, c, ldc, accumulate, addend);
     }
@@ -347,7 +332,7 @@ class Avx512Bf16BlocksGemm final : public GemmBackend {
   // depends on m only, so every column split of one call takes the same path (bitwise the same).
   static constexpr int64_t kMinRowsForPairs = kFewRowMaxRows;
 
-  static void fewRowForward(const Bf16BlockMatrix& b, int64_t n0, int64_t n1, int64_t m,
+  static void fewRowForward(const Bf16BlockSource& b, int64_t n0, int64_t n1, int64_t m,
                             const float* a, int64_t lda, float* c, int64_t ldc, bool accumulate,
                             const LowRankAddend* addend) {
     const BlockWeights w{static_cast<const unsigned char*>(b.src.data),
@@ -364,7 +349,7 @@ class Avx512Bf16BlocksGemm final : public GemmBackend {
   }
 
   // Columns [n0, n1) of B = Wᵀ in 256-column spans, each over k in segments of 256 rows of W.
-  static void gradientColumns(const Bf16BlockMatrix& b, int64_t n0, int64_t n1, int64_t m,
+  static void gradientColumns(const Bf16BlockSource& b, int64_t n0, int64_t n1, int64_t m,
                               const uint32_t* a_pairs, int64_t pairs, uint16_t* rows_bf16, float* c,
                               int64_t ldc, bool accumulate, const LowRankAddend* addend) {
     constexpr int64_t kSegmentPairs = kSegmentElems / 2;
