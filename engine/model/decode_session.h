@@ -2,7 +2,9 @@
 // A KV-cached decode of one sequence on a Model, without libtorch in sight: feed the prompt
 // (the prefill), then each new token; every feed returns the logits of the last position. The
 // cache is preallocated for `capacity` positions; autograd is off for the session's work.
-// Generation (engine/infer) picks the tokens.
+// Generation (engine/infer) picks the tokens. One-token feeds after the prompt of a bf16 model
+// on the CPU take CpuDecodeStep (decode_session_cpu.h: the same step without libtorch's per-op
+// dispatch); everything else CausalLm::forwardCached.
 
 #include <cstdint>
 #include <memory>
@@ -11,6 +13,7 @@
 
 namespace tandem::model {
 
+class CpuDecodeStep;
 class KvCache;
 class Model;
 
@@ -31,6 +34,7 @@ class DecodeSession {
  private:
   const Model& model_;
   std::unique_ptr<KvCache> cache_;
+  std::unique_ptr<CpuDecodeStep> cpu_step_;  // null when the model is not one it takes
 };
 
 }  // namespace tandem::model
