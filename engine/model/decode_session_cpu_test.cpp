@@ -121,6 +121,7 @@ TEST_P(CpuDecodeStepTest, StepsGiveTheGeneralPathsLogits) {
 
   c10::InferenceMode inference;
   const int64_t prompt = 9, steps = 12, capacity = 32;
+  at::manual_seed(static_cast<uint64_t>(GetParam()));
   const at::Tensor ids =
       at::randint(config.vocab_size, {1, prompt}, at::TensorOptions().dtype(at::kLong));
   KvCache general(config.num_hidden_layers, 1, capacity),
@@ -145,13 +146,13 @@ TEST_P(CpuDecodeStepTest, StepsGiveTheGeneralPathsLogits) {
   // mixtral); a wrong rope position, head grouping, norm or expert weight is off on every step.
   std::vector<double> sorted = errors;
   std::sort(sorted.begin(), sorted.end());
-  EXPECT_LT(sorted[sorted.size() / 2], 2e-2) << ::testing::PrintToString(errors);
-  EXPECT_LT(sorted[sorted.size() - 3], 2e-2) << ::testing::PrintToString(errors);  // <= 2 flips
+  EXPECT_LT(sorted[sorted.size() / 2], 3e-2) << ::testing::PrintToString(errors);
+  EXPECT_LT(sorted[sorted.size() - 3], 3e-2) << ::testing::PrintToString(errors);  // <= 2 flips
   // The step wrote the cache the general path reads: a general step after fast ones agrees too.
   const at::Tensor next = at::full({1, 1}, 5, at::kLong);
   const at::Tensor after_general = model->logits(model->forwardCached(next, general))[0][0];
   const at::Tensor after_fast = model->logits(model->forwardCached(next, fast))[0][0];
-  EXPECT_LT(((after_fast - after_general).norm() / after_general.norm()).item<double>(), 2e-2);
+  EXPECT_LT(((after_fast - after_general).norm() / after_general.norm()).item<double>(), 3e-2);
 
   EXPECT_THROW(step->step(static_cast<int32_t>(config.vocab_size), fast), Error);
   EXPECT_THROW(step->step(-1, fast), Error);
