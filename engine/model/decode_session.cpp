@@ -13,10 +13,10 @@
 
 namespace tandem::model {
 
-DecodeSession::DecodeSession(const Model& model, int64_t capacity)
+DecodeSession::DecodeSession(const Model& model, int64_t capacity, DecodeStepPath path)
     : model_(model),
       cache_(std::make_unique<KvCache>(model.config().num_hidden_layers, /*batch=*/1, capacity)),
-      cpu_step_(CpuDecodeStep::create(model.lm())) {}
+      cpu_step_(path == DecodeStepPath::Auto ? CpuDecodeStep::create(model.lm()) : nullptr) {}
 
 DecodeSession::~DecodeSession() = default;
 

@@ -17,9 +17,14 @@ class CpuDecodeStep;
 class KvCache;
 class Model;
 
+// Which code runs a one-token feed: CpuDecodeStep where it takes the model (the product's
+// choice), or always CausalLm::forwardCached (`tandem debug decode --step libtorch`: the
+// reference the fast step is compared against, tests/parity/test_decode_step_reference.py).
+enum class DecodeStepPath { Auto, Libtorch };
+
 class DecodeSession {
  public:
-  DecodeSession(const Model& model, int64_t capacity);
+  DecodeSession(const Model& model, int64_t capacity, DecodeStepPath path = DecodeStepPath::Auto);
   ~DecodeSession();
   DecodeSession(const DecodeSession&) = delete;
   DecodeSession& operator=(const DecodeSession&) = delete;
