@@ -12,7 +12,7 @@ The fast step keeps fp32 between kernels as llama.cpp does, so it must be at lea
 the libtorch path (which rounds every op to bf16), and pick llama.cpp's token wherever llama.cpp's top-2
 margin is clear. The random model's logits are flat (std ~0.65, top-2 margins 0-0.25), and both Tandem
 paths sit ~2.5 % (relative L2) from llama.cpp, which multiplies int8-quantised activations: steps with a
-margin under ~0.1 can go either way on either path (docs/gguf.md, "Decode on the CPU").
+margin under ~0.1 can go either way on either path (docs/benchmarks.md, "decode4").
 """
 import json
 import os
