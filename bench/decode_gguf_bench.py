@@ -15,7 +15,8 @@
      prompt evaluated in one batch, then `--new` greedy steps (argmax of the last logits, one token per eval);
      prefill = eval of the prompt to its first token, decode = first to last new token.
    * Tandem: `tandem debug generate --model X.gguf --dtype D --threads T`, its own prefill and decode seconds;
-     the routed experts stay as Q4_K / Q6_K blocks (experts_format auto on a GGUF) on its CPU expert engine.
+     the routed experts stay as Q4_K / Q6_K blocks (experts_format auto on a GGUF) on its CPU expert engine;
+     decode steps after the prompt run engine/model/decode_session_cpu.h (plain C++, fp32 between the kernels).
    decode tokens/s = (new - 1) / decode seconds; the ratio Tandem / llama.cpp (> 1: Tandem faster).
 3. Prints one JSON object: medians, ratios, and how many generated tokens agree (llama.cpp multiplies int8-
    quantised activations, Tandem bf16 or fp32 ones: greedy paths may part after a while; reported, not hidden).

@@ -1,5 +1,5 @@
-// `tandem debug forward|grad|generate`: run any model (and adapter) on given tokens and write
-// what the parity tests and users compare against transformers + peft: logits, loss, LoRA
+// `tandem debug forward|grad|generate|decode`: run any model (and adapter) on given tokens and
+// write what the parity tests and users compare against transformers + peft: logits, loss, LoRA
 // gradients, generated token ids.
 
 #include <cstdio>
@@ -19,6 +19,7 @@
 #include "engine/model/adapter_files.h"
 #include "engine/model/adapter_set.h"
 #include "engine/model/debug_tensors.h"
+#include "engine/model/decode_session.h"
 #include "engine/model/machine_probe.h"
 #include "engine/model/model.h"
 #include "engine/model/model_resolver.h"
@@ -275,6 +276,66 @@ void addGenerate(CLI::App& debug) {
   command->callback([o] { runGenerate(*o); });
 }
 
+struct DecodeOptions {
+  std::string model, tokens, out, step = "auto";
+  model::ModelRequest request = debugRequest();
+  int64_t prompt_tokens = 0;
+  int threads = 0;
+};
+
+// Teacher-forced KV-cached decode of one token row: the first --prompt-tokens as one prefill,
+// then every later token fed alone, as generation feeds them. Writes the logits after the
+// prefill and after each one-token feed, raw little-endian fp32 [rows - prompt + 1, vocab], so
+// the decode step can be compared position by position with another implementation
+// (tests/parity/test_decode_step_reference.py: llama.cpp on the same GGUF). --step libtorch
+// keeps every feed on CausalLm::forwardCached, the path the fast CPU step replaces.
+void runDecode(const DecodeOptions& o) {
+  const auto rows = readRows(o.tokens, "tokens");
+  if (rows.size() != 1) throw Error("--tokens must hold exactly one row for debug decode");
+  const std::vector<int32_t> ids(rows[0].begin(), rows[0].end());
+  if (o.prompt_tokens < 1 || o.prompt_tokens > static_cast<int64_t>(ids.size())) {
+    throw Error("--prompt-tokens " + std::to_string(o.prompt_tokens) + " is outside [1, " +
+                    std::to_string(ids.size()) + "]",
+                "give the number of leading tokens to prefill in one feed");
+  }
+  gpu::setTorchThreads(o.threads > 0
+                           ? o.threads
+                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  model::ModelRequest request = o.request;
+  request.training = false;
+  auto model = loadModel(o.model, request, nullptr);
+  model::DecodeSession session(
+      *model, static_cast<int64_t>(ids.size()),
+      o.step == "libtorch" ? model::DecodeStepPath::Libtorch : model::DecodeStepPath::Auto);
+  std::ofstream out(o.out, std::ios::binary);
+  if (!out) throw Error("cannot write " + o.out, "check the directory exists and is writable");
+  auto write = [&](const std::vector<float>& logits) {
+    out.write(reinterpret_cast<const char*>(logits.data()),
+              static_cast<std::streamsize>(logits.size() * sizeof(float)));
+  };
+  const auto prompt_end = ids.begin() + o.prompt_tokens;
+  write(session.feed(std::span<const int32_t>(&*ids.begin(), &*ids.begin() + o.prompt_tokens)));
+  for (auto it = prompt_end; it != ids.end(); ++it) write(session.feed({&*it, 1}));
+  if (!out) throw Error("writing " + o.out + " failed", "check the disk has room");
+}
+
+void addDecode(CLI::App& debug) {
+  auto* command = debug.add_subcommand(
+      "decode", "Write teacher-forced KV-cached decode logits (raw fp32 [steps, vocab])");
+  auto o = std::make_shared<DecodeOptions>();
+  command->add_option("--model", o->model, "model dir or .gguf file")->required();
+  command->add_option("--tokens", o->tokens, "JSON array of one token-id row")->required();
+  command->add_option("--prompt-tokens", o->prompt_tokens, "leading tokens fed as one prefill")
+      ->required();
+  command->add_option("--out", o->out, "output file of raw fp32 logits")->required();
+  command->add_option("--step", o->step, "one-token feeds: auto (the product's) or libtorch")
+      ->check(CLI::IsMember({"auto", "libtorch"}))
+      ->capture_default_str();
+  addModelOptions(*command, o->request);
+  command->add_option("--threads", o->threads, "libtorch intra-op threads (default: all)");
+  command->callback([o] { runDecode(*o); });
+}
+
 }  // namespace
 
 void addDebugCommand(CLI::App& app) {
@@ -286,6 +347,7 @@ void addDebugCommand(CLI::App& app) {
   addVariant(*debug, "grad", "Also write the gradient of every LoRA weight under PEFT's names",
              true);
   addGenerate(*debug);
+  addDecode(*debug);
   auto* command = debug->add_subcommand(
       "export-adapter", "Re-write a LoRA adapter with routed experts per expert or fused (PEFT)");
   auto o = std::make_shared<ExportOptions>();

@@ -60,10 +60,13 @@ class LoraLinear {
   // grad mode, fp32 and other devices keep at::linear. mergeLora drops it (W changes).
   void setFewRowLinear(std::shared_ptr<const FewRowLinear> kernel) { few_row_ = std::move(kernel); }
   bool hasFewRowLinear() const { return few_row_ != nullptr; }
+  // The kernel set above, or null (engine/model/decode_session_cpu.h calls it directly).
+  const FewRowLinear* fewRowKernel() const { return few_row_.get(); }
 
   bool defined() const { return weight_.defined(); }
   bool hasLora() const { return lora_a_.defined(); }
   const at::Tensor& weight() const { return weight_; }
+  const at::Tensor& bias() const { return bias_; }  // undefined when the layer has none
   at::Tensor& loraA() { return lora_a_; }
   at::Tensor& loraB() { return lora_b_; }
   int64_t inFeatures() const;

@@ -119,6 +119,7 @@ class CausalLm {
   std::vector<MemoryCharge> charges_;  // dense weights and LoRA per device, expert weights ("cpu")
 
   friend class CausalLmBuilder;
+  friend class CpuDecodeStep;  // decode_session_cpu.h: reads the weights of one decode step
 };
 
 }  // namespace tandem::model
