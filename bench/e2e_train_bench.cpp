@@ -421,7 +421,9 @@ std::unique_ptr<tandem::model::Model> buildModel(const Options& o,
     return tandem::model::Model::load(dir, options, &plan, tandem::ThreadPool::global());
   }
   weights = {{"source", "generated"}};
-  auto model = tandem::model::Model::random(config, options, &plan, /*seed=*/7,
+  tandem::model::ModelOptions generating = options;
+  generating.keep_random_experts = !dir.empty();  // written below, whatever the experts mode
+  auto model = tandem::model::Model::random(config, generating, &plan, /*seed=*/7,
                                             tandem::ThreadPool::global(), o.embedding_std);
   if (!dir.empty()) {
     fs::create_directories(dir);

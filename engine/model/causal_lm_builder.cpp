@@ -387,7 +387,7 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
   block->token_chunk = m_.options_.moeTokenChunk();
   if (block->offload) {
     block->offload->setTokenChunk(block->token_chunk);
-    releaseOffloadedExperts(i, *block);
+    if (!m_.options_.keep_random_experts) releaseOffloadedExperts(i, *block);
   }
   block->keep_expert_forward =
       m_.options_.keep_expert_forward &&

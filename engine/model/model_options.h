@@ -80,6 +80,10 @@ struct ModelOptions {
   // (expert_streamer.h); false copies each layer's when it runs (the baseline it is measured
   // against).
   bool stream_experts_ahead = true;
+  // Offload mode frees a random model's invented expert tensors once it copied them (they would
+  // double the host memory of the experts); true keeps them so Model::writeRandomWeights can still
+  // write them (the e2e bench's --weights-dir writes the model its first process generated).
+  bool keep_random_experts = false;
   // experts = Auto: how each call splits the experts (expert_split.h), the machine's rates its
   // costs come from (the calibration; nullopt: this machine's preset figures), and how often the
   // resident cache (gpu_experts of them) is re-placed from the routing: every

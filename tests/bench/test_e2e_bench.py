@@ -199,6 +199,14 @@ def test_weights_dir_writes_the_random_weights_once_and_later_runs_load_them(con
     later = bench(config_dir, "--experts", "cpu", "--weights-dir", str(weights))
     assert later["weights"]["source"] == "loaded"
     assert [s["loss"] for s in later["steps"]] == pytest.approx([s["loss"] for s in first["steps"]], rel=1e-6)
+    # Offload mode as the first process (it frees a random model's experts once copied, unless they
+    # are to be written): the file it writes is the same model.
+    offload_weights = tmp_path / "offload-weights"
+    offload_first = bench(config_dir, "--experts", "gpu-offload", "--weights-dir", str(offload_weights))
+    assert offload_first["weights"]["source"] == "generated"
+    loaded = bench(config_dir, "--experts", "cpu", "--weights-dir", str(offload_weights))
+    assert loaded["weights"]["source"] == "loaded"
+    assert [s["loss"] for s in loaded["steps"]] == pytest.approx([s["loss"] for s in first["steps"]], rel=1e-6)
     cmd = [os.environ["TANDEM_E2E_BENCH"], "--config", str(config_dir), "--device", "cpu", "--tokens", "64",
            "--steps", "1", "--layers", "1", "--weights-dir", str(weights)]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
