@@ -252,8 +252,10 @@ tandem::placement::MemoryPlan planRun(const Options& o, const tandem::io::ModelC
 
 // Issue 29: this length's tokens/s, the caching allocator's peak on the first layer's GPU, and
 // the planner's predicted peak for the same GPU and settings, with their ratios. The planner's
-// total includes the CUDA context (kGpuContextBytes), which the allocator does not see: the
-// ratios are of the predicted bytes without it.
+// total includes the CUDA context (kGpuContextBytes), which the allocator does not see, and the
+// allocator's cache margin: predicted_allocator_bytes (its allocated peak, DevicePlan::
+// allocatedPeak) is compared with the allocated peak, predicted_reserved_bytes (with the margin)
+// with the reserved one.
 nlohmann::json sequencePeakJson(const tandem::placement::MemoryPlan& plan,
                                 const tandem::model::ModelOptions& options, const Options& o,
                                 double tokens_per_s) {
@@ -267,20 +269,21 @@ nlohmann::json sequencePeakJson(const tandem::placement::MemoryPlan& plan,
   if (!gpu || !device.isGpu()) return out;
   const auto peak = tandem::gpu::gpuMemoryPeak(device.gpuIndex());
   const uint64_t predicted = gpu->total();
-  const uint64_t predicted_allocator = predicted > tandem::placement::kGpuContextBytes
-                                           ? predicted - tandem::placement::kGpuContextBytes
-                                           : 0;
+  const uint64_t predicted_allocator = gpu->allocatedPeak();
+  const uint64_t predicted_reserved = gpu->reservedPeak();
   out["device"] = device.str();
   out["peak_allocated_bytes"] = peak.allocated_bytes;
   out["peak_reserved_bytes"] = peak.reserved_bytes;
   out["predicted_gpu_peak_bytes"] = predicted;
   out["predicted_allocator_bytes"] = predicted_allocator;
+  out["predicted_reserved_bytes"] = predicted_reserved;
+  out["expandable_segments"] = tandem::gpu::expandableSegments();
   if (peak.allocated_bytes > 0)
     out["predicted_over_allocated"] =
         static_cast<double>(predicted_allocator) / static_cast<double>(peak.allocated_bytes);
   if (peak.reserved_bytes > 0)
     out["predicted_over_reserved"] =
-        static_cast<double>(predicted_allocator) / static_cast<double>(peak.reserved_bytes);
+        static_cast<double>(predicted_reserved) / static_cast<double>(peak.reserved_bytes);
   return out;
 }
 
@@ -463,6 +466,13 @@ void run(const Options& o) {
     options.expert_split_rates = rates->rates;
   const nlohmann::json planned = plannedJson(memory_plan, options);
   const bool cuda = options.layerDevice(0).isGpu();
+  // As the trainer does for long sequences (engine/train/training_run.cpp), before the first CUDA
+  // allocation: the longest of the run's lengths decides.
+  int64_t longest = o.tokens;
+  for (const int64_t t : o.more_tokens) longest = std::max(longest, t);
+  if (cuda &&
+      (o.request.offload_checkpoints || longest >= tandem::gpu::kExpandableSegmentsFromTokens))
+    tandem::gpu::useExpandableSegments();
   if (cuda && o.gpu_cap_gib > 0) {
     tandem::gpu::capGpuMemory(options.layerDevice(0).gpuIndex(),
                               static_cast<uint64_t>(o.gpu_cap_gib * (1ull << 30)));

@@ -37,9 +37,13 @@ co/offload tokens/s (target >= 5) and Tandem co-computation GPU memory / HF+PEFT
 Long sequences (issue 29): --tokens takes a list (2048,16384,65536,131072); each length of each mode
 is its own process, and the JSON gets, per model, "by_tokens": {length: {mode: result}} and
 "sequence": {length: {mode: {tokens_per_s, peak_allocated_bytes, peak_reserved_bytes,
-predicted_gpu_peak_bytes, predicted_over_allocated, predicted_over_reserved, ...}}}: the caching
+predicted_gpu_peak_bytes, predicted_allocator_bytes, predicted_reserved_bytes,
+predicted_over_allocated, predicted_over_reserved, expandable_segments, ...}}}: the caching
 allocator's peak beside the memory planner's predicted peak for the same GPU, length and settings
-(the planner runs inside tandem_e2e_bench, so both see the same options).
+(the planner runs inside tandem_e2e_bench, so both see the same options). The planner's allocated
+figure leaves out the CUDA context and its allocator cache margin; its reserved figure adds the
+margin. Long runs (offloaded checkpoints, or 8192+ tokens) use expandable segments, as training
+does.
 
 Full depth in several device calls (issue 28): a 48-layer model takes minutes to build per process;
 --weights-cache DIR makes the first process write the random weights there and the later ones map

@@ -50,9 +50,16 @@ def main(path):
         alloc = seq.get("peak_allocated_bytes", 0) / GIB
         pred = seq.get("predicted_allocator_bytes", 0) / GIB
         ratio = seq.get("predicted_over_allocated", 0)
+        # predicted_reserved_bytes (the allocated figure plus the allocator's cache margin) and
+        # expandable_segments exist from branch lc4 on.
+        reserved = ""
+        if "predicted_reserved_bytes" in seq:
+            reserved = (f"; reserved predicted {seq['predicted_reserved_bytes'] / GIB:.2f} GiB, "
+                        f"predicted/reserved {seq.get('predicted_over_reserved', 0):.2f}, "
+                        f"expandable segments {'on' if seq.get('expandable_segments') else 'off'}")
         print(f"{tokens:>7} tokens: {r.get('tokens_per_s', seq.get('tokens_per_s', 0)):,.0f} tok/s, losses {losses}, "
               f"GPU peak allocated {alloc:.2f} GiB (reserved {seq.get('peak_reserved_bytes', 0) / GIB:.2f}), "
-              f"predicted {pred:.2f} GiB, predicted/allocated {ratio:.2f}")
+              f"predicted {pred:.2f} GiB, predicted/allocated {ratio:.2f}{reserved}")
         if r.get("host_rss"):
             print(f"{'':>16}host: {rss_text(r['host_rss'])}")
 

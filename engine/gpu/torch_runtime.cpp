@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "engine/core/error.h"
 #include "engine/gpu/memory_sample.h"
@@ -178,8 +179,24 @@ void capGpuMemory(int index, uint64_t bytes) {
   c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction,
                                                      static_cast<c10::DeviceIndex>(index));
 }
+
+bool expandableSegments() {
+  return c10::cuda::CUDACachingAllocator::CUDAAllocatorConfig::expandable_segments();
+}
+
+bool useExpandableSegments() {
+  auto says = [](const char* name) {
+    const char* value = std::getenv(name);
+    return value != nullptr && std::string(value).find("expandable_segments") != std::string::npos;
+  };
+  if (!says("PYTORCH_CUDA_ALLOC_CONF") && !says("PYTORCH_ALLOC_CONF"))
+    c10::cuda::CUDACachingAllocator::setAllocatorSettings("expandable_segments:True");
+  return expandableSegments();
+}
 #else
 int gpuComputeMajor(int) { return 0; }
+bool expandableSegments() { return false; }
+bool useExpandableSegments() { return false; }
 GpuMemoryPeak gpuMemoryPeak(int) { return {}; }
 void resetGpuMemoryPeak(int) {}
 std::vector<GpuMemoryFigures> gpuMemoryNow() { return {}; }

@@ -48,4 +48,19 @@ void resetGpuMemoryPeak(int index);
 // benchmarks); allocations beyond fail as out of memory. Error without CUDA.
 void capGpuMemory(int index, uint64_t bytes);
 
+// Long sequences (issue 29): every length and layer kind allocates [tokens, ...] buffers of its
+// own size, and the caching allocator's fixed segments then keep blocks no later request fits
+// (the H200 runs reserved 16-34 % beyond the allocated peak at 16K-128K tokens). This turns on
+// libtorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), which grow
+// one segment per stream instead, unless PYTORCH_CUDA_ALLOC_CONF or PYTORCH_ALLOC_CONF already says
+// expandable_segments either way (the user's choice stands). Best called before the first CUDA
+// allocation: segments made before stay as they are. Returns whether they are on; false without
+// CUDA.
+bool useExpandableSegments();
+// Training sets them from this many tokens per step (batch x cutoff_len), or with offloaded
+// checkpoints, on a GPU (engine/train/training_run.cpp, bench/e2e_train_bench.cpp).
+inline constexpr int64_t kExpandableSegmentsFromTokens = 8192;
+// Whether libtorch's caching allocator makes expandable segments now.
+bool expandableSegments();
+
 }  // namespace tandem::gpu

@@ -38,8 +38,13 @@ inline constexpr int64_t kAutoMoeTokenChunk = 8192;  // moe_token_chunk: 0
 // Planned on every GPU in use for the CUDA context, cuBLAS workspaces and libtorch's kernel image:
 // outside the caching allocator, so not in its peak (the e2e bench compares without it).
 inline constexpr uint64_t kGpuContextBytes = uint64_t{1} << 30;
+// The caching allocator's cache margin on a GPU, as a fraction of the plan's activation bytes
+// (what comes and goes each step): the bytes it reserves beyond the allocated peak. With
+// expandable segments (gpu::useExpandableSegments, which training sets) reserved tracks allocated;
+// without them the H200 runs of issue 29 reserved 16-34 % more than allocated at 16K-128K tokens.
+inline constexpr double kAllocatorMarginOfActivations = 0.10;
 // Resident experts fill a GPU up to this fraction of its capacity: the rest is slack for the
-// caching allocator's fragmentation, which the planner does not model.
+// caching allocator's fragmentation beyond the margin above.
 inline constexpr double kGpuExpertsFill = 0.95;
 
 // What is being planned: the model, the LoRA and training settings, the expert engine choice.
@@ -104,8 +109,18 @@ struct DevicePlan {
   uint64_t capacity_bytes = 0;  // what the plan may use (docs/placement.md: what "fits" means)
   std::array<uint64_t, kPlanCategoryCount> bytes{};
   std::vector<PlanItem> items;
+  // Of the Overhead bytes of a GPU: the CUDA context (kGpuContextBytes), outside libtorch's caching
+  // allocator, and the allocator's cache margin (blocks it reserves beyond what tensors use at the
+  // peak: fragmentation and cached blocks). total() is what must fit the GPU; allocatedPeak() is
+  // the planner's figure for the allocator's peak of allocated bytes (what the e2e bench compares).
+  uint64_t context_bytes = 0;
+  uint64_t allocator_margin_bytes = 0;
 
   uint64_t total() const;
+  // total() without the context and the allocator's cache margin.
+  uint64_t allocatedPeak() const { return total() - context_bytes - allocator_margin_bytes; }
+  // total() without the context: what the allocator is planned to reserve at the peak.
+  uint64_t reservedPeak() const { return total() - context_bytes; }
   uint64_t at(PlanCategory c) const { return bytes[static_cast<size_t>(c)]; }
   bool fits() const { return total() <= capacity_bytes; }
 };

@@ -124,8 +124,8 @@ void Evaluator::chargeDense(Books& books, const ModulePlacement& m) const {
       const auto layer_input = static_cast<uint64_t>(tokens_ * m_.hidden_size * act_bytes_);
       // Checkpointing keeps each layer's input; the recomputed layer's own activations are the
       // per-device "recompute" item below. Offloaded, the inputs wait in pinned host memory and
-      // the GPU holds two of them ("checkpoint prefetch", evaluate): the layer working and the
-      // next one's on its way.
+      // the GPU holds two of them: the layer working (in "recompute", its norm's input) and the
+      // next one's on its way ("checkpoint prefetch", evaluate).
       if (req_.offload_checkpoints && m.device.isGpu()) {
         charge(books, Device::cpu(), PlanCategory::PinnedStaging, "offloaded checkpoints",
                layer_input);
@@ -368,19 +368,29 @@ MemoryPlan Evaluator::evaluate(const Placement& placement) const {
     for (const auto& [device, bytes] : max_layer_act)
       charge(books, device, PlanCategory::Activations, "recompute", bytes);
     if (req_.offload_checkpoints) {
+      // The next layer's input, copied back while this one's backward runs (gpu::
+      // CheckpointOffload::prefetch). The working layer's own input is the tensor its recomputed
+      // norm saves, already in layerActivationBytes: counting it here too was the double count
+      // the H200 runs showed (issue 29).
       for (const auto& [device, bytes] : max_layer_act) {
         if (device.isGpu())
           charge(books, device, PlanCategory::Activations, "checkpoint prefetch",
-                 static_cast<uint64_t>(2 * tokens_ * m_.hidden_size * act_bytes_));
+                 static_cast<uint64_t>(tokens_ * m_.hidden_size * act_bytes_));
       }
     }
   }
   for (auto& [device, plan] : books.devices) {
     const uint64_t used = plan.total();
     if (device.isGpu() && used > 0) {
-      // Context plus the caching allocator's slack (~10 % of what comes and goes).
-      charge(books, device, PlanCategory::Overhead, "CUDA context + allocator",
-             kGpuContextBytes + plan.at(PlanCategory::Activations) / 10);
+      // The context is outside the caching allocator; the margin is what it reserves beyond the
+      // allocated peak (kAllocatorMarginOfActivations of what comes and goes). Both must fit the
+      // GPU; neither is in the allocator's allocated peak (DevicePlan::allocatedPeak).
+      const auto margin = static_cast<uint64_t>(
+          kAllocatorMarginOfActivations * static_cast<double>(plan.at(PlanCategory::Activations)));
+      charge(books, device, PlanCategory::Overhead, "CUDA context", kGpuContextBytes);
+      charge(books, device, PlanCategory::Overhead, "allocator cache margin (reserved)", margin);
+      plan.context_bytes = kGpuContextBytes;
+      plan.allocator_margin_bytes = margin;
     }
   }
   charge(books, hostDevice(0), PlanCategory::Overhead, "process", kHostProcessBytes);

@@ -62,7 +62,7 @@ TEST(SequenceFit, PeaksGrowWithCutoffLen) {
   }
 }
 
-// Offloading moves the 48 layer inputs [S, H] bf16 to pinned host memory and keeps two on the GPU
+// Offloading moves the 48 layer inputs [S, H] bf16 to pinned host memory and keeps one on the GPU
 // (at 16K, where every layer stays on the GPU either way).
 TEST(SequenceFit, OffloadedCheckpointsMoveBytesFromGpuToHost) {
   const Hardware hw = h200Capped24();
@@ -76,10 +76,11 @@ TEST(SequenceFit, OffloadedCheckpointsMoveBytesFromGpuToHost) {
   const uint64_t input = static_cast<uint64_t>(S * H * 2);
   EXPECT_EQ(item(a, Device::cuda(0), "layer activations"), layers * input);
   EXPECT_EQ(item(b, Device::cuda(0), "layer activations"), 0u);
-  EXPECT_EQ(item(b, Device::cuda(0), "checkpoint prefetch"), 2 * input);
+  // The next layer's input on its way (the working layer's is in "recompute").
+  EXPECT_EQ(item(b, Device::cuda(0), "checkpoint prefetch"), input);
   EXPECT_EQ(item(b, Device::cpu(), "offloaded checkpoints"), layers * input);
-  // What left the GPU (with its 10 % allocator slack) and what the host took.
-  const uint64_t moved = (layers - 2) * input;
+  // What left the GPU (with the allocator's 10 % cache margin) and what the host took.
+  const uint64_t moved = (layers - 1) * input;
   EXPECT_NEAR(static_cast<double>(gpuBytes(a) - gpuBytes(b)), moved * 1.1, moved * 0.001);
   EXPECT_EQ(b.hostBytes() - a.hostBytes(), layers * input);
   // Offloading implies checkpointing: without it asked, the plan is the same.

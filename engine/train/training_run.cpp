@@ -13,6 +13,7 @@
 #include "engine/core/log.h"
 #include "engine/core/thread_pool.h"
 #include "engine/gpu/memory_sample.h"
+#include "engine/gpu/torch_runtime.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/gguf_model.h"
 #include "engine/io/lora_target.h"
@@ -296,6 +297,15 @@ LoadedModel loadModel(const TrainConfig& config, const io::ModelConfig& model_co
   model::ModelOptions options = model::resolveModelOptions(config, model_config, plan);
   calibrateExpertSplit(options, config, model_config, lora_plan,
                        [&](const std::string& line) { listener.onMessage(line); });
+  // Long sequences on a GPU: the caching allocator in expandable segments, so what it reserves
+  // tracks what the tensors use (docs/long_context.md, "GPU memory: allocated and reserved").
+  if (options.layerDevice(0).isGpu() &&
+      (config.offload_checkpoints || config.per_device_train_batch_size * config.cutoff_len >=
+                                         gpu::kExpandableSegmentsFromTokens)) {
+    const bool on = gpu::useExpandableSegments();
+    listener.onMessage(std::string("GPU allocator: expandable segments ") +
+                       (on ? "on (long sequences)" : "off (PYTORCH_CUDA_ALLOC_CONF says so)"));
+  }
   loaded.model =
       model::Model::load(config.model_name_or_path, options, &lora_plan, ThreadPool::global());
   listener.onMessage(model::placementSummary(loaded.model->placement()));
