@@ -212,6 +212,16 @@ struct GenerateOptions {
   int threads = 0;
 };
 
+// The model for a debug generate / decode: torch's threads set first (0: every core), no
+// training state.
+std::unique_ptr<model::Model> loadForInference(const std::string& dir, model::ModelRequest request,
+                                               int threads) {
+  gpu::setTorchThreads(
+      threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  request.training = false;
+  return loadModel(dir, request, nullptr);
+}
+
 // Greedy (or seeded sampled) continuations of each prompt row, printed as JSON:
 // {"base": [[ids]...], "adapter": [[ids]...], "timing": [{prefill_s, decode_s, ...}...]}. With
 // --adapter, base and adapter answers alternate per prompt, so switching adapters on one loaded
@@ -219,12 +229,7 @@ struct GenerateOptions {
 void runGenerate(const GenerateOptions& o) {
   if (o.merge && o.adapter.empty()) throw Error("--merge needs --adapter");
   const auto rows = readRows(o.tokens, "tokens");
-  gpu::setTorchThreads(o.threads > 0
-                           ? o.threads
-                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  model::ModelRequest request = o.request;
-  request.training = false;
-  auto model = loadModel(o.model, request, nullptr);
+  auto model = loadForInference(o.model, o.request, o.threads);
   model::AdapterSet adapters(*model);
   if (!o.adapter.empty()) {
     adapters.add("adapter", o.adapter,
@@ -298,12 +303,7 @@ void runDecode(const DecodeOptions& o) {
                     std::to_string(ids.size()) + "]",
                 "give the number of leading tokens to prefill in one feed");
   }
-  gpu::setTorchThreads(o.threads > 0
-                           ? o.threads
-                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  model::ModelRequest request = o.request;
-  request.training = false;
-  auto model = loadModel(o.model, request, nullptr);
+  auto model = loadForInference(o.model, o.request, o.threads);
   model::DecodeSession session(
       *model, static_cast<int64_t>(ids.size()),
       o.step == "libtorch" ? model::DecodeStepPath::Libtorch : model::DecodeStepPath::Auto);

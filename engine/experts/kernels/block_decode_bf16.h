@@ -6,6 +6,7 @@
 // CpuFeatures::canUseAvx512Bf16.
 
 #include <cstdint>
+#include <memory>
 
 #include "engine/experts/expert_blocks.h"
 #include "engine/experts/expert_types.h"
@@ -37,5 +38,10 @@ class Bf16BlockSource final : public PackedMatrix {
   BlockLayout layout;
   bool transposed;  // B = Wᵀ
 };
+
+// The bf16 block backends' pack(): a view of `src` (B = W, or Wᵀ when transpose), refused by the
+// backend's name for weights that are not blocks.
+std::unique_ptr<PackedMatrix> bf16BlockSource(const SourceMatrix& src, bool transpose,
+                                              const char* backend);
 
 }  // namespace tandem::experts::kernels

@@ -1,9 +1,12 @@
 #include "engine/experts/kernels/block_gemm.h"
 
 #include <algorithm>
+#include <string>
 
 #include "engine/core/cpu_features.h"
+#include "engine/core/error.h"
 #include "engine/experts/expert_blocks.h"
+#include "engine/experts/kernels/block_decode_bf16.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem::experts::kernels {
@@ -76,6 +79,17 @@ bool fewRowGemmNT(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, cons
     q6kGemmNTAvx512(w, n0, n1, m, a, lda, c, ldc, accumulate);
   }
   return true;
+}
+
+std::unique_ptr<PackedMatrix> bf16BlockSource(const SourceMatrix& src, bool transpose,
+                                              const char* backend) {
+  if (!isBlockType(src.type)) {
+    throw Error(std::string(backend) + " multiplies block weights only, not " +
+                    std::string(weightTypeName(src.type)),
+                "use experts_format int4 or blocks, or another backend");
+  }
+  return std::make_unique<Bf16BlockSource>(transpose ? src.cols : src.rows,
+                                           transpose ? src.rows : src.cols, src, transpose);
 }
 
 }  // namespace tandem::experts::kernels

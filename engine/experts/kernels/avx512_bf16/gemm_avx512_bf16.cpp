@@ -286,13 +286,7 @@ class Avx512Bf16BlocksGemm final : public GemmBackend {
 
   std::unique_ptr<PackedMatrix> pack(const SourceMatrix& src, bool transpose, WeightFormat,
                                      int) const override {
-    if (!isBlockType(src.type)) {
-      throw Error("avx512_bf16_blocks multiplies block weights only, not " +
-                      std::string(weightTypeName(src.type)),
-                  "use experts_format int4 or blocks, or another backend");
-    }
-    return std::make_unique<Bf16BlockSource>(transpose ? src.cols : src.rows,
-                                             transpose ? src.rows : src.cols, src, transpose);
+    return bf16BlockSource(src, transpose, "avx512_bf16_blocks");
   }
 
   void gemmColumns(const PackedMatrix& packed, int64_t n0, int64_t n1, int64_t m, const float* a,
