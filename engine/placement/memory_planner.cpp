@@ -128,6 +128,12 @@ MemoryPlan placeGpuExperts(const PlanRequest& req, const Hardware& hw, const Eva
     const auto limit = static_cast<uint64_t>(static_cast<double>(g.free_bytes) * kGpuExpertsFill);
     const uint64_t used = plan.device(g.device())->total();
     if (used >= limit) continue;
+    // auto (split_experts) holds an incoming cache beside a partial one, so a count of every
+    // expert can fit where one fewer does not: try it first.
+    if (req.split_experts) {
+      place(E);
+      if (plan.device(g.device())->total() <= limit) continue;
+    }
     int64_t n =
         std::min<int64_t>(E, static_cast<int64_t>((limit - used) / (per_expert * layers.size())));
     auto fits = [&] { return plan.device(g.device())->total() <= limit; };

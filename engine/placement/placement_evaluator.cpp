@@ -285,7 +285,8 @@ void Evaluator::chargeResident(Books& books, const ModulePlacement& m, Device la
 // the streamed experts of two layers (a backward's copy of the next layer starts while this one
 // computes), at most every expert the cache does not hold, int8 ones cast to the model dtype to be
 // computed; and, when the cache is re-placed during the run, each layer's incoming cache beside
-// the one it replaces (the old one lives until the backward that used it).
+// the one it replaces (the old one lives until the backward that used it), unless the cache
+// holds every expert.
 void Evaluator::chargeSplitExperts(Books& books, const ModulePlacement& m,
                                    Device layer_device) const {
   if (hw_.gpus.empty()) return;  // no GPU: auto runs as cpu mode (model_resolver.cpp)
@@ -297,7 +298,8 @@ void Evaluator::chargeSplitExperts(Books& books, const ModulePlacement& m,
          layer_device.isGpu() ? PlanCategory::PinnedStaging : PlanCategory::Weights,
          "auto: host copy of the experts", per_expert * E);
   if (!layer_device.isGpu()) return;
-  if (req_.split_refresh && resident > 0)
+  // A cache of every expert has nothing to re-place: no incoming copy beside it.
+  if (req_.split_refresh && resident > 0 && resident < E)
     charge(books, layer_device, PlanCategory::ExpertCache, "auto: incoming resident experts",
            per_expert * resident);
   if (!books.split_buffers.insert(layer_device).second) return;

@@ -80,6 +80,21 @@ TEST(SplitExpertsMemory, TheAutoResidentCountLeavesRoomForTheSplit) {
             kGpuExpertsFill * static_cast<double>(gpu.capacity_bytes));
 }
 
+// Where every expert fits on the GPU, auto holds them all, as resident mode does: a cache of
+// every expert is never re-placed, so it needs no incoming copy (the V2-Lite run on the H200:
+// auto's planned cache was a little over half of resident mode's, and it streamed the rest).
+TEST(SplitExpertsMemory, AutoHoldsEveryExpertWhereTheyAllFit) {
+  PlanRequest split = qwen3("bf16", kAutoGpuExperts, true);
+  split.model.num_hidden_layers = 8;  // 8 x 128 bf16 experts: 9.7 GB, twice that does not fit
+  const MemoryPlan plan = planMemory(split, workstation());
+  ASSERT_TRUE(plan.fits);
+  EXPECT_EQ(plan.placement.find("model.layers.0.mlp.experts")->gpu_experts,
+            static_cast<int64_t>(E));
+  EXPECT_EQ(item(plan, "auto: incoming resident experts", true), 0u);
+  EXPECT_EQ(item(plan, "auto: streamed experts (2 layers)", true), 0u);
+  EXPECT_EQ(item(plan, "resident routed experts", true), 8 * E * kBf16Expert);
+}
+
 // Without a GPU auto runs as cpu mode: nothing of the split is charged.
 TEST(SplitExpertsMemory, WithoutAGpuNothingIsCharged) {
   Hardware cpu_only = workstation();
