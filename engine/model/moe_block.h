@@ -38,6 +38,10 @@ struct MoeBlock {
   // resident_format (the CPU engine's: experts_format).
   int64_t resident_count = 0;
   experts::ExpertWeightViews resident_source;
+  // Frees what resident_source points into (a random model's invented experts, converted copies)
+  // once the first call made the resident experts and the CPU engine packed the others into memory
+  // of its own (causal_lm_builder.cpp sets it unless keep_random_experts). Empty: nothing to free.
+  std::function<void()> release_resident_source;
   experts::WeightFormat resident_format = experts::WeightFormat::Bf16;
   mutable std::unique_ptr<ResidentExperts> resident;
   gpu::GatedMlp shared;              // undefined when the model has none
