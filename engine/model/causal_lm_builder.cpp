@@ -568,6 +568,19 @@ experts::ExpertWeightViews CausalLmBuilder::expertWeights(int i, MoeBlock& block
   const std::string first_gate = base(0) + (legacy_mixtral ? "w1" : "gate_proj") + ".weight";
   const bool fp8 = w_.isFp8(first_gate);
   if (fp8) views.type = experts::WeightType::FP8_E4M3;
+  // The e2e bench's int8 weights cache (WeightLoader::isInt8Rows): f32 views that every int8 path
+  // quantises back to the file's values bitwise; converted to the model dtype they would not.
+  const bool int8_rows = w_.isInt8Rows(first_gate);
+  if (int8_rows) {
+    if (m_.options_.experts_format != "int8") {
+      throw Error("the weights in " + w_.dir().string() +
+                      " hold the routed experts as int8 rows (an e2e bench weights cache written "
+                      "for experts_format int8), but this run asks for experts_format " +
+                      m_.options_.experts_format,
+                  "run with experts_format int8, or give this run another weights directory");
+    }
+    views.type = experts::WeightType::F32;
+  }
   for (int64_t e = 0; e < n; ++e) {
     auto one = [&](const std::string& leaf, const Shape& shape, std::vector<const float*>& scales) {
       const std::string name = base(e) + leaf + ".weight";
@@ -579,6 +592,7 @@ experts::ExpertWeightViews CausalLmBuilder::expertWeights(int i, MoeBlock& block
                         ": the experts of one layer must share a type",
                     "the checkpoint mixes formats: re-download or re-export it");
       }
+      if (int8_rows) return static_cast<const void*>(tensor.bytes.data());  // the loader's f32
       if (!fp8) return expertPointer(tensor, 0, block, name, shape);
       const at::Tensor& owned =
           block.expert_weight_owners.emplace_back(w_.blockScales(name, shape));
@@ -619,8 +633,8 @@ std::unique_ptr<CausalLm> CausalLm::random(const io::ModelConfig& config,
   return model;
 }
 
-void CausalLm::writeRandomWeights(const std::filesystem::path& file) const {
-  weights_->writeSynthesized(file);
+void CausalLm::writeRandomWeights(const std::filesystem::path& file, bool int8_experts) const {
+  weights_->writeSynthesized(file, int8_experts);
 }
 
 std::unique_ptr<CausalLm> CausalLm::load(const std::filesystem::path& model_dir,
