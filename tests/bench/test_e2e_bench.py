@@ -227,7 +227,8 @@ def test_int8_weights_dir_holds_the_engines_int8_experts(config_dir, tmp_path):
     engine's int8 rows (U8 values + each row's f32 max |w|: half the bf16 bytes), and every mode that loads the
     file trains the model the generating processes trained: the same losses (co-computation: the same, loaded or
     generated). A truncated file, a corrupt one and a run in another format are errors that say so."""
-    from safetensors.numpy import load_file, save_file
+    import torch
+    from safetensors.torch import load_file, save_file
 
     weights = tmp_path / "int8"
     first = bench(config_dir, "--experts", "gpu-offload", "--experts-format", "int8", "--weights-dir", str(weights))
@@ -239,25 +240,29 @@ def test_int8_weights_dir_holds_the_engines_int8_experts(config_dir, tmp_path):
             for proj, shape in (("gate_proj", (i, h)), ("up_proj", (i, h)), ("down_proj", (h, i))):
                 name = f"model.layers.{layer}.mlp.experts.{expert}.{proj}.weight"
                 assert name not in tensors
-                assert tensors[name + "_int8"].dtype.name == "uint8" and tensors[name + "_int8"].shape == shape
+                values = tensors[name + "_int8"]
+                assert values.dtype == torch.uint8 and tuple(values.shape) == shape
                 amax = tensors[name + "_int8_amax"]
-                assert amax.dtype.name == "float32" and amax.shape == (shape[0],) and (amax > 0).all()
+                assert amax.dtype == torch.float32 and tuple(amax.shape) == (shape[0],) and bool((amax > 0).all())
                 # Each row's largest |q| is 127: the row maximum is one of its values.
-                q = tensors[name + "_int8"].view("int8").astype(int)
-                assert (abs(q).max(axis=1) == 127).all()
+                q = values.view(torch.int8).int()
+                assert bool((q.abs().max(dim=1).values == 127).all())
+    # The experts' bytes: a byte a weight and 4 a row, against 2 a weight in bf16.
+    int8_bytes = sum(t.numel() * t.element_size() for n, t in tensors.items() if "_int8" in n)
+    assert int8_bytes == CONFIG["num_hidden_layers"] * e * (3 * h * i + 4 * (2 * i + h))
     bf16 = bench(config_dir, "--experts", "cpu", "--experts-format", "bf16", "--weights-dir", str(tmp_path / "bf16"))
-    expert_bytes_bf16 = CONFIG["num_hidden_layers"] * e * 3 * h * i * 2
-    assert bf16["weights"]["file_bytes"] - first["weights"]["file_bytes"] >= expert_bytes_bf16 // 2 * 0.9
+    assert first["weights"]["file_bytes"] < bf16["weights"]["file_bytes"]
 
-    generated_co = bench(config_dir, "--experts", "cpu", "--experts-format", "int8")
-    want = [s["loss"] for s in first["steps"]]
+    first_losses = [s["loss"] for s in first["steps"]]
     for setup in (["--experts", "cpu"], ["--experts", "gpu-offload"], ["--experts", "gpu-offload", "--gpu-experts", "3"],
                   ["--experts", "auto", "--expert-split", "cycle", "--gpu-experts", "3"]):
         loaded = bench(config_dir, *setup, "--experts-format", "int8", "--weights-dir", str(weights))
         assert loaded["weights"]["source"] == "loaded", setup
-        assert [s["loss"] for s in loaded["steps"]] == pytest.approx(want, rel=1e-6), setup
-        if setup == ["--experts", "cpu"]:  # the same weights as generated, bitwise: the same numbers
-            assert [s["loss"] for s in loaded["steps"]] == [s["loss"] for s in generated_co["steps"]]
+        generated = bench(config_dir, *setup, "--experts-format", "int8")
+        # The same int8 weights as generating them, bitwise: the same numbers.
+        assert [s["loss"] for s in loaded["steps"]] == [s["loss"] for s in generated["steps"]], setup
+        # Across set-ups as test_every_setup_trains_the_same_model (bf16 activations, other sums).
+        assert [s["loss"] for s in loaded["steps"]] == pytest.approx(first_losses, rel=2e-3), setup
 
     # Another format than the file's.
     assert "int8 rows" in run_failing(config_dir, "--experts-format", "bf16", "--weights-dir", str(weights))
