@@ -404,7 +404,9 @@ nlohmann::json costModelJson(const Options& o, const tandem::io::ModelConfig& co
 // the weights' generation and leave them in the page cache rather than in their own memory (a
 // 48-layer model's random bf16 experts, packs and auto's host copy do not fit the host at once
 // otherwise). Same weights either way: the builder asks for the same tensors, the file holds them
-// as generated (bf16), so the losses agree.
+// as generated (bf16), so the losses agree. With --experts-format int8 the file holds the routed
+// experts as the engine's int8 rows (WeightLoader::writeSynthesized: Qwen3-30B-A3B at 48 layers
+// 31 GB instead of 61), which load as f32 weights that quantise to the same int8 bitwise.
 std::unique_ptr<tandem::model::Model> buildModel(const Options& o,
                                                  const tandem::io::ModelConfig& config,
                                                  const tandem::model::ModelOptions& options,
@@ -436,8 +438,14 @@ std::unique_ptr<tandem::model::Model> buildModel(const Options& o,
     // The config first: the weights' file (written atomically) is what later runs look for.
     std::ofstream(dir / "config.json") << json.dump(1);
     const auto t_write = Clock::now();
-    model->writeRandomWeights(dir / "model.safetensors");
-    weights = {{"source", "generated"}, {"dir", dir.string()}, {"write_s", seconds(t_write)}};
+    // int8 experts: the file holds them as the engine quantises them (half the bf16 bytes).
+    const bool int8 = o.request.experts_format == "int8";
+    model->writeRandomWeights(dir / "model.safetensors", int8);
+    weights = {{"source", "generated"},
+               {"dir", dir.string()},
+               {"write_s", seconds(t_write)},
+               {"experts", int8 ? "int8_rows" : "as generated"},
+               {"file_bytes", fs::file_size(dir / "model.safetensors")}};
   }
   return model;
 }

@@ -101,7 +101,8 @@ def run_tandem(bench, config_dir, experts, args, targets, gpu_experts="0", trace
            "--embedding-std", str(args.embedding_std)]
     if args.layers:
         cmd += ["--layers", str(args.layers)]
-    cmd += weights_cache_flags(config_dir, args)
+    cmd += weights_cache_flags(config_dir, args, experts_format or args.experts_format,
+                               "resident" if experts == "cpu" and gpu_experts != "0" else experts)
     cmd += long_sequence_flags(args)
     if args.more_tokens:
         cmd += ["--more-tokens", args.more_tokens]
@@ -240,9 +241,10 @@ def main():
                              "busy time beside the CPU expert engine's (issue 28's trace)")
     parser.add_argument("--weights-cache",
                         help="Tandem: a directory for the random weights, one subdirectory per model and depth: the "
-                             "first process writes them (a 48-layer Qwen3-30B-A3B: 61 GB, V2-Lite: 31 GB), the later "
-                             "ones (in this call and later calls) load them from the mapped file instead of "
-                             "generating them. Delete it when done")
+                             "first process writes them (a 48-layer Qwen3-30B-A3B: 61 GB, V2-Lite: 31 GB; with "
+                             "--experts-format int8 the experts as int8 rows: 31 and 16 GB), the later ones (in this "
+                             "call and later calls) load them from the mapped file instead of generating them "
+                             "(int8: not resident mode, which generates). Delete it when done")
     parser.add_argument("--timeout", type=int, default=900)
     parser.add_argument("--out", help="also write the JSON here")
     parser.add_argument("--append", action="store_true",
@@ -276,13 +278,20 @@ def main():
     print(json.dumps(results, indent=1))
 
 
-def weights_cache_flags(config_dir, args):
+def weights_cache_flags(config_dir, args, experts_format="auto", mode=""):
     """Issue 28: with --weights-cache, one directory per model, depth and embedding std: the first Tandem
     process writes its random weights there, the later ones (this call's and later calls') map them."""
     if not getattr(args, "weights_cache", None):
         return []
     depth = args.layers or json.loads((Path(config_dir) / "config.json").read_text())["num_hidden_layers"]
     name = f"{Path(config_dir).name}-{depth}l-std{args.embedding_std:g}"
+    if experts_format == "int8":
+        # The experts as int8 rows (half the bf16 file: Qwen3 at 48 layers 31 GB, not 61). Loaded as
+        # f32 views that the engine packs and frees layer by layer; resident mode keeps its views until
+        # its first call, which in f32 would be twice the bf16 model: it generates its own instead.
+        if mode == "resident":
+            return []
+        name += "-int8"
     return ["--weights-dir", str(Path(args.weights_cache) / name)]
 
 

@@ -18,7 +18,7 @@ objects=()
 for f in engine/gpu/int8_kernels_cuda.cu engine/gpu/int4_kernels_cuda.cu engine/gpu/int4_dequant.cpp \
          engine/gpu/side_copy.cpp engine/gpu/row_scale.cpp \
          engine/gpu/checkpoint_offload.cpp \
-         engine/gpu/int8_cast.cpp engine/gpu/torch_runtime.cpp; do
+         engine/gpu/int8_cast.cpp engine/gpu/torch_runtime.cpp engine/gpu/host_block.cpp; do
   objects+=("engine/gpu/CMakeFiles/tandem_gpu.dir/$(basename "$f").o")
 done
 objects+=(engine/model/CMakeFiles/tandem_model.dir/machine_probe.cpp.o)

@@ -127,6 +127,9 @@ class ExpertLayer {
   // Bytes the packs hold now: forward packs, plus the Wᵀ packs when persistent (0 for the
   // zero-copy views of generic / avx2 / avx512 on F32/BF16/F16 weights).
   uint64_t packedBytes() const { return packs_.bytes(); }
+  // Whether the weight views given to create() are still read (ExpertPacks::readsViews): false
+  // once every expert is packed into memory of the layer's own, Wᵀ included.
+  bool readsWeightViews() const { return packs_.readsViews(); }
 
   // Frees every pack of `experts` (ids in [0, E)): from now on another device computes them (the
   // GPU-resident experts), so their slots must be kMaskedSlot in every later call, an Error

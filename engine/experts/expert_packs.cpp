@@ -147,6 +147,21 @@ uint64_t ExpertPacks::bytes() const {
   return bytes;
 }
 
+bool ExpertPacks::readsViews() const {
+  if (lora_only_) return false;
+  if (!packed_ || wt_policy_ != WtPolicy::Persistent) return true;
+  for (const SlicePacks& slice_packs : packs_) {
+    for (const auto* packs : {slice_packs.w, slice_packs.wt}) {
+      for (int p = 0; p < kExpertProjCount; ++p) {
+        for (const auto& pack : packs[p]) {
+          if (pack && pack->bytes() == 0) return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
 void ExpertPacks::chargePacks() {
   charges_.clear();  // first: the ledger's peak must not count both
   labels_.clear();

@@ -67,6 +67,10 @@ class ExpertPacks {
     return !released_.empty() && released_[static_cast<size_t>(expert)];
   }
   uint64_t bytes() const;  // what every pack holds now
+  // Whether a later call may still read the weight views: nothing packed yet (defer_packs), a Wᵀ
+  // built per backward (OnDemand, Background), or a zero-copy pack (its bytes are the views').
+  // false: the views' memory may be freed (a random model's invented experts, converted copies).
+  bool readsViews() const;
   // Of the views the packs read (a GGUF file may store each projection in another block type).
   WeightType weightType(ExpertProj proj) const { return weights_.typeOf(proj); }
 

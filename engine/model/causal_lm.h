@@ -63,7 +63,8 @@ class CausalLm {
                                           const ModelOptions& options, const LoraPlan* lora,
                                           uint64_t seed, ThreadPool& pool,
                                           double embedding_std = 0);
-  void writeRandomWeights(const std::filesystem::path& file) const;
+  // int8_experts: the routed experts as int8 rows (WeightLoader::writeSynthesized).
+  void writeRandomWeights(const std::filesystem::path& file, bool int8_experts = false) const;
   ~CausalLm();
 
   // input_ids [B, S] int64 (right-padded) -> hidden states after the final norm [B, S, hidden].

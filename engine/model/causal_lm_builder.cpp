@@ -262,6 +262,7 @@ class CausalLmBuilder {
   // experts, a GGUF's dequantised ones, converted copies), which would double the host memory
   // of the experts (the 48-layer Qwen3 shape: 58 GB of bf16 beside its int8 copy).
   void releaseOffloadedExperts(int i, MoeBlock& block);
+  std::vector<std::string> expertTensorNames(int i) const;  // every name layer i's experts may have
   bool keepsStoredBlocks(int i) const;
   std::optional<experts::ExpertWeightViews> ggufExpertBlocks(const std::string& p, int64_t n,
                                                              int64_t h, int64_t inter);
@@ -388,6 +389,21 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
   if (block->offload) {
     block->offload->setTokenChunk(block->token_chunk);
     if (!m_.options_.keep_random_experts) releaseOffloadedExperts(i, *block);
+  } else if (!m_.options_.keep_random_experts && block->resident_source.gate.empty() &&
+             !block->experts->readsWeightViews()) {
+    // auto and co: the CPU engine packed every expert into memory of its own, Wᵀ included (and
+    // auto's split made its host copy), so the loader's invented (random model) or converted
+    // experts are not read again: freed as offload mode frees them. A 48-layer Qwen3 random model
+    // kept 58 GB of bf16 beside its packs otherwise. Not for co mode's resident experts (the
+    // first call copies them from the views), the zero-copy backends or a Wᵀ built per backward.
+    releaseOffloadedExperts(i, *block);
+  } else if (!m_.options_.keep_random_experts && !block->resident_source.gate.empty()) {
+    // co mode's resident experts: freed after the first call copied them (MoeBlock::forward).
+    block->release_resident_source = [loader = &w_, names = expertTensorNames(i),
+                                      owners = &block->expert_weight_owners] {
+      loader->releaseOwned(names);
+      owners->clear();
+    };
   }
   block->keep_expert_forward =
       m_.options_.keep_expert_forward &&
@@ -409,7 +425,7 @@ std::unique_ptr<MoeBlock> CausalLmBuilder::buildMoe(int i) {
   return block;
 }
 
-void CausalLmBuilder::releaseOffloadedExperts(int i, MoeBlock& block) {
+std::vector<std::string> CausalLmBuilder::expertTensorNames(int i) const {
   const std::string p = layerPrefix(i);
   std::vector<std::string> names{p + "mlp.experts.gate_up_proj", p + "mlp.experts.down_proj"};
   for (int64_t e = 0; e < c_.num_experts; ++e) {
@@ -419,7 +435,11 @@ void CausalLmBuilder::releaseOffloadedExperts(int i, MoeBlock& block) {
       names.push_back(expert + leaf + ".weight");
     for (const char* leaf : {"w1", "w2", "w3"}) names.push_back(legacy + leaf + ".weight");
   }
-  w_.releaseOwned(names);
+  return names;
+}
+
+void CausalLmBuilder::releaseOffloadedExperts(int i, MoeBlock& block) {
+  w_.releaseOwned(expertTensorNames(i));
   block.expert_weight_owners.clear();
 }
 
@@ -548,6 +568,19 @@ experts::ExpertWeightViews CausalLmBuilder::expertWeights(int i, MoeBlock& block
   const std::string first_gate = base(0) + (legacy_mixtral ? "w1" : "gate_proj") + ".weight";
   const bool fp8 = w_.isFp8(first_gate);
   if (fp8) views.type = experts::WeightType::FP8_E4M3;
+  // The e2e bench's int8 weights cache (WeightLoader::isInt8Rows): f32 views that every int8 path
+  // quantises back to the file's values bitwise; converted to the model dtype they would not.
+  const bool int8_rows = w_.isInt8Rows(first_gate);
+  if (int8_rows) {
+    if (m_.options_.experts_format != "int8") {
+      throw Error("the weights in " + w_.dir().string() +
+                      " hold the routed experts as int8 rows (an e2e bench weights cache written "
+                      "for experts_format int8), but this run asks for experts_format " +
+                      m_.options_.experts_format,
+                  "run with experts_format int8, or give this run another weights directory");
+    }
+    views.type = experts::WeightType::F32;
+  }
   for (int64_t e = 0; e < n; ++e) {
     auto one = [&](const std::string& leaf, const Shape& shape, std::vector<const float*>& scales) {
       const std::string name = base(e) + leaf + ".weight";
@@ -559,6 +592,7 @@ experts::ExpertWeightViews CausalLmBuilder::expertWeights(int i, MoeBlock& block
                         ": the experts of one layer must share a type",
                     "the checkpoint mixes formats: re-download or re-export it");
       }
+      if (int8_rows) return static_cast<const void*>(tensor.bytes.data());  // the loader's f32
       if (!fp8) return expertPointer(tensor, 0, block, name, shape);
       const at::Tensor& owned =
           block.expert_weight_owners.emplace_back(w_.blockScales(name, shape));
@@ -599,8 +633,8 @@ std::unique_ptr<CausalLm> CausalLm::random(const io::ModelConfig& config,
   return model;
 }
 
-void CausalLm::writeRandomWeights(const std::filesystem::path& file) const {
-  weights_->writeSynthesized(file);
+void CausalLm::writeRandomWeights(const std::filesystem::path& file, bool int8_experts) const {
+  weights_->writeSynthesized(file, int8_experts);
 }
 
 std::unique_ptr<CausalLm> CausalLm::load(const std::filesystem::path& model_dir,

@@ -47,8 +47,8 @@ std::set<std::string> Model::loraLeaves() {
   return leaves;
 }
 
-void Model::writeRandomWeights(const std::filesystem::path& file) const {
-  lm_->writeRandomWeights(file);
+void Model::writeRandomWeights(const std::filesystem::path& file, bool int8_experts) const {
+  lm_->writeRandomWeights(file, int8_experts);
 }
 
 }  // namespace tandem::model

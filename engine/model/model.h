@@ -60,8 +60,9 @@ class Model {
   // the routed experts' gate_proj / up_proj / down_proj): what lora_target is checked against.
   std::set<std::string> loraLeaves();
 
-  // A random model's weights as a model.safetensors file (with random()).
-  void writeRandomWeights(const std::filesystem::path& file) const;
+  // A random model's weights as a model.safetensors file (with random()); int8_experts: the
+  // routed experts as int8 rows (WeightLoader::writeSynthesized: the e2e bench's int8 cache).
+  void writeRandomWeights(const std::filesystem::path& file, bool int8_experts = false) const;
 
   CausalLm& lm() { return *lm_; }
   const CausalLm& lm() const { return *lm_; }

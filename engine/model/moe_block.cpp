@@ -72,6 +72,11 @@ at::Tensor MoeBlock::forwardTokens(const at::Tensor& tokens, bool training,
           ResidentExperts::mostRouted(ids, experts->spec().num_experts, resident_count),
           tokens.scalar_type(), resident_format, tokens.device());
       experts->releaseExperts(resident->experts());  // the CPU engine packs the others only
+      if (release_resident_source && !experts->readsWeightViews()) {
+        resident_source = {};
+        release_resident_source();  // nothing reads the views any more
+        release_resident_source = nullptr;
+      }
     }
     ResidentExperts::Split split = resident->split(ids);
     pairs.resident += ids.numel() - split.other_pairs;

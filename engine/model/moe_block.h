@@ -37,7 +37,11 @@ struct MoeBlock {
   // from its routing, copied from resident_source (views as the CPU engine's) and kept in
   // resident_format (the CPU engine's: experts_format).
   int64_t resident_count = 0;
-  experts::ExpertWeightViews resident_source;
+  mutable experts::ExpertWeightViews resident_source;  // emptied once released (below)
+  // Frees what resident_source points into (a random model's invented experts, converted copies)
+  // once the first call made the resident experts and the CPU engine packed the others into memory
+  // of its own (causal_lm_builder.cpp sets it unless keep_random_experts). Empty: nothing to free.
+  mutable std::function<void()> release_resident_source;
   experts::WeightFormat resident_format = experts::WeightFormat::Bf16;
   mutable std::unique_ptr<ResidentExperts> resident;
   gpu::GatedMlp shared;              // undefined when the model has none

@@ -11,10 +11,18 @@
 #include "engine/core/thread_pool.h"
 #include "engine/experts/expert_blocks.h"
 #include "engine/experts/kernels/packed_gemm.h"
+#include "engine/gpu/host_block.h"
 #include "engine/gpu/int4_dequant.h"
 #include "engine/gpu/int8_cast.h"
 
 namespace tandem::model {
+
+std::vector<std::pair<std::vector<int64_t>, at::ScalarType>> StoredExpertWeights::int8Shapes(
+    int64_t n, int64_t hidden, int64_t intermediate) {
+  const int64_t H = hidden, I = intermediate;
+  return {{{n, I, H}, at::kChar}, {{n, I, H}, at::kChar}, {{n, H, I}, at::kChar},
+          {{n, I}, at::kFloat},   {{n, I}, at::kFloat},   {{n, H}, at::kFloat}};
+}
 
 StoredExpertWeights StoredExpertWeights::store(const experts::ExpertLayerSpec& spec,
                                                const experts::ExpertWeightViews& views,
@@ -25,7 +33,22 @@ StoredExpertWeights StoredExpertWeights::store(const experts::ExpertLayerSpec& s
   StoredExpertWeights s;
   s.dtype_ = dtype;
   if (format != experts::WeightFormat::Int8) {
-    s.stored_ = stackExpertWeights(spec, views, experts, where.dtype(dtype));
+    if (!where.device().is_cpu() || !where.pinned_memory()) {
+      s.stored_ = stackExpertWeights(spec, views, experts, where.dtype(dtype));
+      return s;
+    }
+    // A pinned host copy: one block for the layer (gpu::carveHostBlock, exactly its bytes), filled
+    // from one layer's plain copy (freed on return).
+    const TorchExpertWeights plain =
+        stackExpertWeights(spec, views, experts, at::TensorOptions().dtype(dtype));
+    const std::vector<at::Tensor> host = gpu::carveHostBlock({{plain.gate.sizes().vec(), dtype},
+                                                              {plain.up.sizes().vec(), dtype},
+                                                              {plain.down.sizes().vec(), dtype}},
+                                                             /*pinned=*/true);
+    host[0].copy_(plain.gate);
+    host[1].copy_(plain.up);
+    host[2].copy_(plain.down);
+    s.stored_ = {host[0], host[1], host[2]};
     return s;
   }
   // Quantised into host memory (pinned when `where` is), one expert per engine pool task with the
@@ -33,25 +56,23 @@ StoredExpertWeights StoredExpertWeights::store(const experts::ExpertLayerSpec& s
   // threads of their own in every task), then copied to `where`'s device in one go.
   const auto n = static_cast<int64_t>(experts.size());
   const int64_t H = spec.hidden, I = spec.intermediate;
-  const at::TensorOptions host = at::TensorOptions().pinned_memory(where.pinned_memory());
   struct Projection {
     const std::vector<const void*>& data;
     const std::vector<const float*>& block_scales;
     int64_t rows, cols;
     at::Tensor q, scale;  // host: [n, rows, cols] int8, [n, rows] fp32
   };
+  // The layer's six tensors in one host block (gpu::carveHostBlock: pinned for exactly its bytes).
+  const std::vector<at::Tensor> host =
+      gpu::carveHostBlock(int8Shapes(n, H, I), where.pinned_memory());
   auto projection = [&](const std::vector<const void*>& data,
-                        const std::vector<const float*>& block_scales, int64_t rows, int64_t cols) {
-    return Projection{data,
-                      block_scales,
-                      rows,
-                      cols,
-                      at::empty({n, rows, cols}, host.dtype(at::kChar)),
-                      at::empty({n, rows}, host.dtype(at::kFloat))};
+                        const std::vector<const float*>& block_scales, int64_t rows, int64_t cols,
+                        size_t index) {
+    return Projection{data, block_scales, rows, cols, host[index], host[3 + index]};
   };
-  std::array<Projection, 3> projections{projection(views.gate, views.gate_scale, I, H),
-                                        projection(views.up, views.up_scale, I, H),
-                                        projection(views.down, views.down_scale, H, I)};
+  std::array<Projection, 3> projections{projection(views.gate, views.gate_scale, I, H, 0),
+                                        projection(views.up, views.up_scale, I, H, 1),
+                                        projection(views.down, views.down_scale, H, I, 2)};
   ThreadPool::global().parallelFor(0, n, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> widened(static_cast<size_t>(H * I));
     for (int64_t i = begin; i < end; ++i) {
@@ -94,8 +115,6 @@ StoredExpertWeights StoredExpertWeights::storeInt4(const experts::ExpertLayerSpe
   s.intermediate_ = spec.intermediate;
   const auto n = static_cast<int64_t>(experts.size());
   const int64_t H = spec.hidden, I = spec.intermediate;
-  const at::TensorOptions host =
-      at::TensorOptions().pinned_memory(where.pinned_memory()).dtype(at::kByte);
   struct Projection {
     experts::ExpertProj proj;
     const std::vector<const void*>& data;
@@ -111,13 +130,18 @@ StoredExpertWeights StoredExpertWeights::storeInt4(const experts::ExpertLayerSpe
     const auto table_bytes = static_cast<int64_t>(experts::blockTableBytes(
         experts::WeightType::INT4, int4, rows, cols,
         "the experts' " + std::string(experts::expertProjName(proj)) + " weights"));
-    return Projection{proj, data, block_scales, view_bytes,
-                      rows, cols, table_bytes,  at::empty({n, rows, table_bytes / rows}, host)};
+    return Projection{proj, data, block_scales, view_bytes, rows, cols, table_bytes, at::Tensor()};
   };
   std::array<Projection, 3> projections{
       projection(experts::ExpertProj::Gate, views.gate, views.gate_scale, views.gate_bytes, I, H),
       projection(experts::ExpertProj::Up, views.up, views.up_scale, views.up_bytes, I, H),
       projection(experts::ExpertProj::Down, views.down, views.down_scale, views.down_bytes, H, I)};
+  // The layer's three tables in one host block (gpu::carveHostBlock: pinned for exactly its bytes).
+  std::vector<std::pair<std::vector<int64_t>, at::ScalarType>> shapes;
+  for (const Projection& p : projections)
+    shapes.push_back({{n, p.rows, p.table_bytes / p.rows}, at::kByte});
+  const std::vector<at::Tensor> host = gpu::carveHostBlock(shapes, where.pinned_memory());
+  for (size_t p = 0; p < projections.size(); ++p) projections[p].tables = host[p];
   // As int8's: one expert per engine pool task with the CPU engine's own kernels::dequantise and
   // quantiseInt4 (what Int4ExpertTables runs), no torch op. Tables the views already hold in this
   // spec are copied as they are.

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "engine/experts/expert_types.h"
@@ -69,6 +70,11 @@ class StoredExpertWeights {
   // themselves, or (int8) their values cast, with the row scales, or (int4) the tables
   // dequantised.
   TorchExpertWeights compute() const;
+
+  // int8: the shapes and dtypes of n experts' q (gate, up, down) then row scales (same order),
+  // kept in one host block (gpu::carveHostBlock; the planner sizes the host copy by it).
+  static std::vector<std::pair<std::vector<int64_t>, at::ScalarType>> int8Shapes(
+      int64_t n, int64_t hidden, int64_t intermediate);
 
   bool int8() const { return stored_.gate_scale.defined(); }
   bool int4() const { return int4_group_ > 0; }

@@ -129,18 +129,12 @@ std::unique_ptr<WeightLoader> WeightLoader::synthetic(at::ScalarType dtype, at::
 
 bool WeightLoader::has(const std::string& name) const {
   if (gguf_) return gguf_->find(name) != nullptr;
-  if (!synthetic_) return files_.contains(name) || isPackedInt4(name);
+  if (!synthetic_) return files_.contains(name) || isPackedInt4(name) || isInt8Rows(name);
   return name.find("gate_up_proj") == std::string::npos &&
          name.find("block_sparse_moe") == std::string::npos;
 }
 
-void WeightLoader::writeSynthesized(const std::filesystem::path& file) const {
-  if (released_owned_) {
-    throw Error("the random model's expert weights were freed after offload mode copied them",
-                "write a random model built with experts_mode cpu");
-  }
-  writeTensorFile(file, owned_);
-}
+// writeSynthesized: weight_loader_int8.cpp (with the int8 weights cache's writer).
 
 void WeightLoader::releaseOwned(const std::vector<std::string>& names) const {
   for (const std::string& name : names) {
@@ -210,7 +204,9 @@ void WeightLoader::keepOwned(const std::string& name, const at::Tensor& t) const
   owned_.emplace(name, t);
   io::TensorInfo info;
   info.name = name;
-  info.dtype = dtype_ == at::kBFloat16 ? io::DType::BF16 : io::DType::F32;
+  info.dtype = t.scalar_type() == at::kBFloat16 ? io::DType::BF16
+               : t.scalar_type() == at::kHalf   ? io::DType::F16
+                                                : io::DType::F32;
   info.shape = t.sizes().vec();
   info.end = t.nbytes();
   owned_info_[name] = info;
@@ -297,11 +293,14 @@ std::optional<WeightLoader::ExpertBlocks> WeightLoader::denseBlocks(
 
 io::TensorView WeightLoader::view(const std::string& name,
                                   const std::vector<int64_t>& shape) const {
-  if (synthetic_ || gguf_ || isPackedInt4(name)) {
+  const bool int8_rows = isInt8Rows(name);
+  if (synthetic_ || gguf_ || isPackedInt4(name) || int8_rows) {
     if (!owned_.contains(name)) {
-      keepOwned(name, synthetic_ ? invent(name, shape)
-                      : gguf_    ? dequantizeGguf(name, shape).to(dtype_)
-                                 : dequantizePackedInt4(name, shape).to(dtype_));
+      // int8 rows stay f32: they must quantise back to the file's values (isInt8Rows).
+      keepOwned(name, synthetic_  ? invent(name, shape)
+                      : gguf_     ? dequantizeGguf(name, shape).to(dtype_)
+                      : int8_rows ? dequantizeInt8Rows(name, shape)
+                                  : dequantizePackedInt4(name, shape).to(dtype_));
     }
     const at::Tensor& t = owned_.at(name);
     return {&owned_info_.at(name),

@@ -56,7 +56,14 @@ class WeightLoader {
   static std::unique_ptr<WeightLoader> synthetic(at::ScalarType dtype, at::Device device,
                                                  uint64_t seed, double std = kDefaultStd,
                                                  double embedding_std = 0);
-  void writeSynthesized(const std::filesystem::path& file) const;
+  // int8_experts: the routed experts' weights as int8 rows (the e2e bench's weights cache for
+  // experts_format int8, issue 28: a quarter of the f32 / half of the bf16 bytes): each expert
+  // weight X.weight [rows, cols] as X.weight_int8 (U8 holding the CPU engine's own
+  // kernels::quantiseRowsInt8 values) and X.weight_int8_amax (f32 [rows], each row's largest |w|).
+  // Written tensor by tensor, so the file never has to fit in memory. A loader of such a file
+  // hands the experts out as f32 (isInt8Rows), which every int8 path quantises back to the same
+  // values and scales, bitwise.
+  void writeSynthesized(const std::filesystem::path& file, bool int8_experts = false) const;
 
   // Synthetic loaders have the per-expert layout (no fused or legacy mixtral names).
   bool has(const std::string& name) const;
@@ -97,6 +104,11 @@ class WeightLoader {
   // compressed-tensors int4). load() and view() dequantise such a weight (to the model dtype);
   // packedInt4() hands out its three tensors, checked against `shape` [rows, cols], to repack.
   bool isPackedInt4(const std::string& name) const;
+  // Whether `name` (X.weight) is stored as writeSynthesized's int8 rows. view() then hands out an
+  // f32 CPU tensor this loader keeps (releaseOwned frees it): values q · amax / 127, the rows'
+  // ±127 entries ±amax exactly, so quantiseRowsInt8 gives the file's q and scale back. Wrong
+  // shapes or types of the two tensors: an Error that calls the file corrupt.
+  bool isInt8Rows(const std::string& name) const;
   experts::PackedInt4Weight packedInt4(const std::string& name,
                                        const std::vector<int64_t>& shape) const;
   // Synthetic loaders: invents these tensors (all of one shape) on all cores at once, the values
@@ -125,6 +137,8 @@ class WeightLoader {
   at::Tensor dequantizeGguf(const std::string& name, const std::vector<int64_t>& shape) const;
   // The pack-quantized weight `name` as an fp32 CPU tensor, after the checks of packedInt4().
   at::Tensor dequantizePackedInt4(const std::string& name, const std::vector<int64_t>& shape) const;
+  // The int8-rows weight `name` as an f32 CPU tensor (isInt8Rows), after the checks.
+  at::Tensor dequantizeInt8Rows(const std::string& name, const std::vector<int64_t>& shape) const;
   void keepOwned(const std::string& name, const at::Tensor& t) const;
 
   WeightLoader(at::ScalarType dtype, at::Device device);

@@ -107,6 +107,19 @@ std::string gpuExpertFormat(const std::string& weight_format, bool bf16) {
   return bf16 ? "bf16" : "fp32";
 }
 
+uint64_t splitHostCopyBytes(const ModelConfig& m, const std::string& weight_format, bool bf16) {
+  const std::string format = gpuExpertFormat(weight_format, bf16);
+  const ExpertFormat f = expertFormat(format);
+  const auto E = static_cast<uint64_t>(std::max<int64_t>(m.num_experts, 1));
+  const auto H = static_cast<uint64_t>(m.hidden_size), I = static_cast<uint64_t>(expertWidth(m));
+  auto aligned = [](uint64_t bytes) { return (bytes + 255) / 256 * 256; };  // kHostBlockAlignment
+  if (format == "int8")  // int8 values, then the fp32 row scales: tensors of their own
+    return 2 * aligned(E * I * H) + aligned(E * H * I) + 2 * aligned(E * I * 4) +
+           aligned(E * H * 4);
+  const int64_t h = m.hidden_size, i = expertWidth(m);
+  return 2 * aligned(E * f.matrixBytes(i, h)) + aligned(E * f.matrixBytes(h, i));
+}
+
 uint64_t residentExpertBytes(const ModelConfig& m, const std::string& weight_format, bool bf16) {
   return routedExpertBytes(m, gpuExpertFormat(weight_format, bf16)) /
          static_cast<uint64_t>(std::max<int64_t>(m.num_experts, 1));

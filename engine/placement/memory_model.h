@@ -27,6 +27,11 @@ uint64_t residentExpertBytes(const io::ModelConfig& m, const std::string& weight
 // `weight_format` (model::StoredExpertWeights): "int8", the int4 name as given ("int4:g64"), else
 // the model dtype's ("bf16" / "fp32": fp8 and GGUF blocks reach the GPU dequantised).
 std::string gpuExpertFormat(const std::string& weight_format, bool bf16);
+// experts_mode auto's host copy of one MoE layer's experts, to stream from (model::
+// StoredExpertWeights in gpuExpertFormat): one block per layer (gpu::carveHostBlock, pinned for
+// exactly its bytes on a GPU machine) holding gate, up, down (and int8's three row-scale vectors),
+// each from a multiple of 256 bytes.
+uint64_t splitHostCopyBytes(const io::ModelConfig& m, const std::string& weight_format, bool bf16);
 
 // LoRA parameters (A and B) a module gets from lora_target at rank r.
 int64_t loraParameters(const io::ModelConfig& m, ModuleKind kind, int layer,

@@ -296,7 +296,8 @@ void Evaluator::chargeSplitExperts(Books& books, const ModulePlacement& m,
       static_cast<uint64_t>(std::clamp<int64_t>(m.gpu_experts, 0, m_.num_experts));
   charge(books, Device::cpu(),
          layer_device.isGpu() ? PlanCategory::PinnedStaging : PlanCategory::Weights,
-         "auto: host copy of the experts", per_expert * E);
+         "auto: host copy of the experts",
+         memory::splitHostCopyBytes(m_, m.weight_format, act_bytes_ == 2));
   if (!layer_device.isGpu()) return;
   // A cache of every expert has nothing to re-place: no incoming copy beside it.
   if (req_.split_refresh && resident > 0 && resident < E)

@@ -104,5 +104,25 @@ TEST(SplitExpertsMemory, WithoutAGpuNothingIsCharged) {
   EXPECT_EQ(item(plan, "routed experts bf16", false), kLayers * E * kBf16Expert);
 }
 
+// Issue 28's H200 run: Qwen3-30B-A3B at 48 layers, int8 experts, auto with the planner's resident
+// count, the GPU capped at 24 GiB, on the 128 GB single-H200 machine. The host holds the CPU
+// engine's int8 packs of every expert (forward and persistent Wᵀ: 2 × 29 GB), auto's host copy
+// (29 GB, one exactly sized pinned block per layer) and the rest: the plan must say it fits.
+TEST(SplitExpertsMemory, Qwen3At48LayersInInt8FitsTheSingleH200Machine) {
+  Hardware h200 = resolveHardware("1xh200_xeon-16c_128g", kPresets / "hardware");
+  for (GpuSpec& gpu : h200.gpus) gpu.free_bytes = std::min<uint64_t>(gpu.free_bytes, 24ull << 30);
+  PlanRequest r = qwen3("int8", kAutoGpuExperts, true);
+  r.cutoff_len = 2048;
+  r.gradient_checkpointing = true;
+  const MemoryPlan plan = planMemory(r, h200);
+  std::string problems;
+  for (const std::string& p : plan.problems) problems += p + "; ";
+  EXPECT_TRUE(plan.fits) << problems;
+  EXPECT_EQ(item(plan, "auto: host copy of the experts", false), kLayers * E * kInt8Expert);
+  // With the packs, the copy is the bulk of the host's plan, which stays under the 128 GB.
+  EXPECT_GT(plan.hostBytes(), 3 * kLayers * E * kInt8Expert);
+  EXPECT_LT(plan.hostBytes(), 128ull * 1000 * 1000 * 1000);
+}
+
 }  // namespace
 }  // namespace tandem::placement

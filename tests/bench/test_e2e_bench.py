@@ -212,3 +212,72 @@ def test_weights_dir_writes_the_random_weights_once_and_later_runs_load_them(con
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1
     assert "holds another model" in result.stderr
+
+
+def run_failing(config_dir, *args):
+    cmd = [os.environ["TANDEM_E2E_BENCH"], "--config", str(config_dir), "--device", "cpu", "--tokens", "64",
+           "--steps", "1", *args]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    return result.stderr
+
+
+def test_int8_weights_dir_holds_the_engines_int8_experts(config_dir, tmp_path):
+    """Issue 28 (q3fit item 1): with --experts-format int8 the first process writes the routed experts as the CPU
+    engine's int8 rows (U8 values + each row's f32 max |w|: half the bf16 bytes), and every mode that loads the
+    file trains the model the generating processes trained: the same losses (co-computation: the same, loaded or
+    generated). A truncated file, a corrupt one and a run in another format are errors that say so."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    weights = tmp_path / "int8"
+    first = bench(config_dir, "--experts", "gpu-offload", "--experts-format", "int8", "--weights-dir", str(weights))
+    assert first["weights"]["source"] == "generated" and first["weights"]["experts"] == "int8_rows"
+    tensors = load_file(str(weights / "model.safetensors"))
+    h, i, e = CONFIG["hidden_size"], CONFIG["moe_intermediate_size"], CONFIG["num_experts"]
+    for layer in range(CONFIG["num_hidden_layers"]):
+        for expert in range(e):
+            for proj, shape in (("gate_proj", (i, h)), ("up_proj", (i, h)), ("down_proj", (h, i))):
+                name = f"model.layers.{layer}.mlp.experts.{expert}.{proj}.weight"
+                assert name not in tensors
+                values = tensors[name + "_int8"]
+                assert values.dtype == torch.uint8 and tuple(values.shape) == shape
+                amax = tensors[name + "_int8_amax"]
+                assert amax.dtype == torch.float32 and tuple(amax.shape) == (shape[0],) and bool((amax > 0).all())
+                # Each row's largest |q| is 127: the row maximum is one of its values.
+                q = values.view(torch.int8).int()
+                assert bool((q.abs().max(dim=1).values == 127).all())
+    # The experts' bytes: a byte a weight and 4 a row, against 2 a weight in bf16.
+    int8_bytes = sum(t.numel() * t.element_size() for n, t in tensors.items() if "_int8" in n)
+    assert int8_bytes == CONFIG["num_hidden_layers"] * e * (3 * h * i + 4 * (2 * i + h))
+    bf16 = bench(config_dir, "--experts", "cpu", "--experts-format", "bf16", "--weights-dir", str(tmp_path / "bf16"))
+    assert first["weights"]["file_bytes"] < bf16["weights"]["file_bytes"]
+
+    first_losses = [s["loss"] for s in first["steps"]]
+    for setup in (["--experts", "cpu"], ["--experts", "gpu-offload"], ["--experts", "gpu-offload", "--gpu-experts", "3"],
+                  ["--experts", "auto", "--expert-split", "cycle", "--gpu-experts", "3"]):
+        loaded = bench(config_dir, *setup, "--experts-format", "int8", "--weights-dir", str(weights))
+        assert loaded["weights"]["source"] == "loaded", setup
+        generated = bench(config_dir, *setup, "--experts-format", "int8")
+        # The same int8 weights as generating them, bitwise: the same numbers.
+        assert [s["loss"] for s in loaded["steps"]] == [s["loss"] for s in generated["steps"]], setup
+        # Across set-ups as test_every_setup_trains_the_same_model (bf16 activations, other sums).
+        assert [s["loss"] for s in loaded["steps"]] == pytest.approx(first_losses, rel=2e-3), setup
+
+    # Another format than the file's.
+    assert "int8 rows" in run_failing(config_dir, "--experts-format", "bf16", "--weights-dir", str(weights))
+    # Truncated (a write cut short, a full disk).
+    truncated = tmp_path / "truncated"
+    truncated.mkdir()
+    (truncated / "config.json").write_text((weights / "config.json").read_text())
+    data = (weights / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(data[: len(data) // 2])
+    assert "truncated" in run_failing(config_dir, "--experts-format", "int8", "--weights-dir", str(truncated))
+    # Corrupt: an expert's row maxima missing.
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "config.json").write_text((weights / "config.json").read_text())
+    del tensors["model.layers.1.mlp.experts.5.down_proj.weight_int8_amax"]
+    save_file(tensors, str(corrupt / "model.safetensors"))
+    message = run_failing(config_dir, "--experts-format", "int8", "--weights-dir", str(corrupt))
+    assert "corrupt" in message and "experts.5.down_proj.weight_int8_amax is missing" in message
