@@ -80,6 +80,13 @@ struct GpuRates {
   // are built there), during which the GPU waits.
   double layer_sync_ms = kFittedLayerSyncMs;
 
+  // Sets the fitted terms above to 0: rates that price the products and copies alone (tests
+  // that write a split's times out by hand).
+  void clearFittedTerms() {
+    expert_overhead_ms = weight_cast_bytes_per_s = offload_staging_bytes_per_s = 0;
+    split_streamed_expert_ms = split_cpu_call_ms = layer_sync_ms = 0;
+  }
+
   // Fitted to the H200 machine's e2e runs of DeepSeek-V2-Lite shapes, int8 experts, 2048 tokens,
   // checkpointing, GPU capped at 24 GiB (bench/results/cost_model_h200_v2lite_{8,27}l.json: the
   // lead's runs of 2026-12-03, main 5d273ba and auto2 2bf1f27), each with the run's own
