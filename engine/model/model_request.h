@@ -24,8 +24,10 @@ struct ModelRequest {
   // planned and run (relative paths from the working directory, as LLaMA-Factory reads it).
   std::filesystem::path placement_rule;
   // auto (training with a GPU: each expert per step resident, streamed or on the CPU engine;
-  // else cpu) | cpu (the CPU expert engine) | gpu-offload (streamed)
-  std::string experts_mode = "cpu";
+  // else cpu) | cpu (the CPU expert engine) | gpu-offload (streamed). auto is the default (issue
+  // 28): it is cpu mode wherever there is nothing to split (no GPU, generation), and a config
+  // that names a mode keeps it.
+  std::string experts_mode = "auto";
   // experts_mode auto: the split's policy, balance or cycle (a diagnostic that sends every
   // expert through every path in turn, and runs the split even without a GPU), and how many
   // micro-batches the resident cache follows the routing before it is re-placed (0: never).
