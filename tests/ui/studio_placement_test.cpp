@@ -79,6 +79,7 @@ class PlacementTest : public QObject {
   StudioPaths paths_;
   io::ModelConfig model_;
   placement::PlanRequest request_;
+  placement::PlanRequest auto_request_;  // experts_mode auto (the default)
 };
 
 void PlacementTest::initTestCase() {
@@ -87,7 +88,12 @@ void PlacementTest::initTestCase() {
   const train::TrainConfig config =
       test::demoConfig(paths_, fs::path(tmp_.path().toStdString()) / "out");
   model_ = io::readModelConfig(config.model_name_or_path);
-  request_ = train::planRequestFor(config, model_);
+  // The board's fixed modes (co, resident) as the sliders change them: experts_mode cpu (auto,
+  // the default, labels the split instead: `auto_request` below).
+  train::TrainConfig fixed = config;
+  fixed.experts_mode = "cpu";
+  request_ = train::planRequestFor(fixed, model_);
+  auto_request_ = train::planRequestFor(config, model_);
 }
 
 void PlacementTest::roundTripsARuleFile() {
@@ -302,6 +308,10 @@ void PlacementTest::theBoardReplansAsYouEditAndUndoes() {
   QVERIFY(model->prediction().has_value());
   QCOMPARE(model->plannedMode(), std::string("co"));
   QVERIFY(board.speedLabel()->text().contains(QStringLiteral("per-expert split")));
+  {  // experts_mode auto on the same machine runs the split: the board says so, not "co"
+    PlacementBoard auto_board(auto_request_, hardware);
+    QCOMPARE(auto_board.model()->plannedMode(), std::string("split"));
+  }
   QVERIFY(model->prediction()->lower_bound_ms <= model->prediction()->mode("co")->step_ms);
   const double co_cpu_experts_ms = model->prediction()->mode("co")->parts.cpu_experts_ms;
   checkAgainstThePlanner(board);
