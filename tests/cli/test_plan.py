@@ -251,12 +251,12 @@ def test_plan_predicts_tokens_per_s_per_experts_mode(tmp_path):
     """Issue 28: the cost model's block. On the H200 preset (16 AMX cores, PCIe 5) streaming Qwen3-30B's
     experts beats the CPU engine, on two 56-core Sapphire Rapids with PCIe 4 the CPU wins; the split is
     never worse than either, and every figure is the tokens of a step over its time."""
-    qwen = config(tmp_path, "qwen3-30b-a3b.json", gpu_experts=0)
+    qwen = config(tmp_path, "qwen3-30b-a3b.json", gpu_experts=0, experts_mode="auto")
     h200 = plan(qwen, "--hardware", HARDWARE[0])["cost_model"]
     ws = plan(qwen, "--hardware", REPO / "presets" / "hardware" / "2x4090-24g_xeon-spr-2s_512g.yaml")["cost_model"]
     for cost in (h200, ws):
         assert cost["rates_source"].startswith("preset ")
-        assert cost["plan_mode"] == "split"  # experts_mode auto, the default: the split's row
+        assert cost["plan_mode"] == "split"  # experts_mode auto: the split's row, not co's
         modes = {m["mode"]: m for m in cost["modes"]}
         assert set(modes) == {"co", "resident", "offload", "offload-resident"}
         for m in [*cost["modes"], cost["split"]]:

@@ -79,7 +79,7 @@ class PlacementTest : public QObject {
   StudioPaths paths_;
   io::ModelConfig model_;
   placement::PlanRequest request_;
-  placement::PlanRequest auto_request_;  // experts_mode auto (the default)
+  placement::PlanRequest auto_request_;  // the same with experts_mode auto
 };
 
 void PlacementTest::initTestCase() {
@@ -88,12 +88,11 @@ void PlacementTest::initTestCase() {
   const train::TrainConfig config =
       test::demoConfig(paths_, fs::path(tmp_.path().toStdString()) / "out");
   model_ = io::readModelConfig(config.model_name_or_path);
-  // The board's fixed modes (co, resident) as the sliders change them: experts_mode cpu (auto,
-  // the default, labels the split instead: `auto_request` below).
-  train::TrainConfig fixed = config;
-  fixed.experts_mode = "cpu";
-  request_ = train::planRequestFor(fixed, model_);
-  auto_request_ = train::planRequestFor(config, model_);
+  request_ = train::planRequestFor(config, model_);
+  // experts_mode auto labels the split, not the fixed mode its placement looks like.
+  train::TrainConfig with_auto = config;
+  with_auto.experts_mode = "auto";
+  auto_request_ = train::planRequestFor(with_auto, model_);
 }
 
 void PlacementTest::roundTripsARuleFile() {

@@ -117,7 +117,7 @@ void WizardTest::producesTheHandWrittenConfig() {
   QCOMPARE(field<QSpinBox>(wizard, "gpu_experts")->maximum(), 16);  // the model's experts
   field<QSpinBox>(wizard, "gpu_experts")->setValue(3);
   QCOMPARE(field<QComboBox>(wizard, "experts_mode")->currentData().toString(),
-           QStringLiteral("auto"));  // the default (issue 28)
+           QStringLiteral("cpu"));
   field<QComboBox>(wizard, "experts_mode")
       ->setCurrentIndex(
           field<QComboBox>(wizard, "experts_mode")->findData(QStringLiteral("gpu-offload")));
