@@ -175,8 +175,7 @@ void Evaluator::chargeExperts(Books& books, const ModulePlacement& m, Device lay
   // expert may be the CPU engine's on some call.)
   const bool made_at_load =
       !offload && (packs || f32_copy || (as_stored && held != m_.stored_expert_format));
-  // (auto without a GPU runs as cpu mode, whose engine skips the resident experts too.)
-  if (made_at_load && m.gpu_experts > 0 && !(req_.split_experts && !hw_.gpus.empty()))
+  if (made_at_load && m.gpu_experts > 0 && !req_.split_experts)
     weights = weights / experts * not_resident;
   charge(books, m.device, PlanCategory::Weights, "routed experts " + held, weights);
   if (packs || f32_copy) chargeTransposed(books, m, weights);
