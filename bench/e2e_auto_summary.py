@@ -5,13 +5,17 @@ split's), the step over the model's lower bound, each resource's busy time in th
 auto's split counts. Short enough for a device call's output.
 
     python3 bench/e2e_auto_summary.py result.json
+
+The predictions printed are the ones the run made. To recompute them with the current cost model
+(from each mode's cost_model.record, on any machine): tandem_e2e_bench --predict-from result.json.
 """
 
 import json
 import sys
 
 PREDICTED_MODE = {"tandem_co": "co", "tandem_resident": "resident", "tandem_offload": "offload",
-                  "tandem_offload_resident": "offload-resident", "tandem_auto": "split"}
+                  "tandem_offload_int4": "offload", "tandem_offload_resident": "offload-resident",
+                  "tandem_auto": "split"}
 
 
 def line(name, key, r):

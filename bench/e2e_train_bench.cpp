@@ -17,12 +17,14 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "bench/host_rss.h"
@@ -44,6 +46,7 @@
 #include "engine/model/moe_function.h"
 #include "engine/placement/memory_planner.h"
 #include "engine/placement/step_cost.h"
+#include "engine/placement/step_cost_record.h"
 
 namespace {
 
@@ -57,6 +60,7 @@ tandem::model::ModelRequest benchRequest() {
   request.device = "cuda:0";
   request.gpu_experts = "0";
   request.experts_wt_policy = "persistent";
+  request.experts_mode = "cpu";  // co unless --experts says otherwise (the comparisons' baseline)
   return request;
 }
 
@@ -343,6 +347,44 @@ nlohmann::json busyTraceStep(bool cuda, Step& step) {
   return out;
 }
 
+// What the prediction below was made from (step_cost_record.h), so `--predict-from` can
+// recompute it with a later cost model on another machine: config.json at the built depth, the
+// request, this machine's rates, the routing.
+nlohmann::json costModelRecord(const Options& o, const tandem::io::ModelConfig& config,
+                               const tandem::placement::StepCostRequest& request,
+                               const tandem::placement::MachineRates& rates,
+                               const tandem::placement::StepRouting& routing) {
+  std::ifstream in(std::filesystem::path(o.config_dir) / "config.json");
+  nlohmann::json config_json = nlohmann::json::parse(in);
+  config_json["num_hidden_layers"] = config.num_hidden_layers;
+  return nlohmann::json::parse(
+      tandem::placement::stepCostRecordToJson({request, rates, routing}, config_json.dump()));
+}
+
+// `--predict-from RESULT.json`: every recorded Tandem mode's prediction by the current cost model
+// against what the run measured, one line each (no model is built, no device is needed).
+int predictFrom(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw tandem::Error("cannot read " + path, "give the JSON e2e_train_bench.py wrote");
+  std::ostringstream text;
+  text << in.rdbuf();
+  const std::vector<tandem::placement::RecordedRun> runs =
+      tandem::placement::readRecordedRuns(text.str());
+  if (runs.empty())
+    throw tandem::Error(path + " has no cost-model record",
+                        "record the runs with a tandem_e2e_bench that writes cost_model.record");
+  for (const tandem::placement::RecordedRun& run : runs) {
+    const tandem::placement::ModePrediction m = tandem::placement::predictRecorded(run);
+    std::printf(
+        "%s %s: predicted %.0f tokens/s (%s), measured %.0f, predicted/measured %.2f; step %.1f "
+        "ms, busy ms CPU %.1f copy %.1f GPU %.1f\n",
+        run.model.c_str(), run.run.c_str(), m.tokens_per_s, m.mode.c_str(),
+        run.measured_tokens_per_s, m.tokens_per_s / run.measured_tokens_per_s, m.step_ms,
+        m.cpu_busy_ms, m.copy_busy_ms, m.gpu_busy_ms);
+  }
+  return 0;
+}
+
 // The cost model's prediction for this run (balanced routing; the calibrated rates of this
 // machine, measured once and cached) beside what the steps measured: the lower bound, every
 // mode's figure, and the CPU expert engine's predicted busy time against the measured one.
@@ -368,8 +410,10 @@ nlohmann::json costModelJson(const Options& o, const tandem::io::ModelConfig& co
     }
   }
   request.gpu = std::max(0, options.layerDevice(0).gpuIndex());
-  const tandem::placement::StepPrediction p = tandem::placement::predictStep(
-      request, rates.rates, tandem::placement::balancedRouting(config, o.tokens));
+  const tandem::placement::StepRouting routing =
+      tandem::placement::balancedRouting(config, o.tokens);
+  const tandem::placement::StepPrediction p =
+      tandem::placement::predictStep(request, rates.rates, routing);
   nlohmann::json modes = nlohmann::json::object();
   for (const auto* m : {&p.modes[0], &p.modes[1], &p.modes[2], &p.modes[3], &p.split}) {
     if (!m->available) continue;
@@ -382,7 +426,8 @@ nlohmann::json costModelJson(const Options& o, const tandem::io::ModelConfig& co
   nlohmann::json result = {{"rates_source", rates.rates.source},
                            {"calibration_s", rates.measured_s},
                            {"lower_bound_ms", p.lower_bound_ms},
-                           {"modes", modes}};
+                           {"modes", modes},
+                           {"record", costModelRecord(o, config, request, rates.rates, routing)}};
   // Measured over the timed steps (all but the first): mean step and CPU engine time.
   const nlohmann::json& steps = out["steps"];
   double step_ms = 0, engine_ms = 0;
@@ -630,7 +675,12 @@ void run(const Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{"Tandem end-to-end LoRA SFT step on a random model of real shapes"};
   Options o;
-  app.add_option("--config", o.config_dir, "dir with the model's config.json")->required();
+  std::string predict_from;
+  app.add_option("--predict-from", predict_from,
+                 "print each recorded mode's prediction by the current cost model against its "
+                 "measured tokens/s (an e2e_train_bench.py JSON with cost_model.record); nothing "
+                 "is built");
+  app.add_option("--config", o.config_dir, "dir with the model's config.json");
   app.add_option("--layers", o.layers, "decoder layers to build (0: all)");
   app.add_option("--tokens", o.tokens, "sequence length");
   app.add_option("--more-tokens", o.more_tokens,
@@ -691,6 +741,9 @@ int main(int argc, char** argv) {
       });
   CLI11_PARSE(app, argc, argv);
   try {
+    if (!predict_from.empty()) return predictFrom(predict_from);
+    if (o.config_dir.empty())
+      throw tandem::Error("--config is required", "give the dir with the model's config.json");
     run(o);
   } catch (const tandem::Error& e) {
     std::cerr << "error: " << e.what() << "\n";

@@ -373,7 +373,8 @@ def busy_trace_args(args):
 
 # Which of the cost model's modes each Tandem set-up runs.
 COST_MODEL_MODES = {"tandem_co": "co", "tandem_resident": "resident", "tandem_offload": "offload",
-                    "tandem_offload_resident": "offload-resident", "tandem_auto": "split"}
+                    "tandem_offload_int4": "offload", "tandem_offload_resident": "offload-resident",
+                    "tandem_auto": "split"}
 
 
 def cost_model_check(r):

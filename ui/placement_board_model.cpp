@@ -119,7 +119,9 @@ void PlacementBoardModel::fixGpuExperts(placement::Placement& placement) {
   }
 }
 
-std::string PlacementBoardModel::plannedMode() const { return placement::placementMode(plan_); }
+std::string PlacementBoardModel::plannedMode() const {
+  return placement::plannedMode(request_, plan_, rates_);
+}
 
 void PlacementBoardModel::setRates(placement::MachineRates rates) {
   rates_ = std::move(rates);

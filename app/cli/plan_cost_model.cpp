@@ -19,9 +19,30 @@ void printMode(const ModePrediction& m, bool bound, bool planned) {
     std::printf("  %-17s %s\n", m.mode.c_str(), m.why_not.c_str());
     return;
   }
-  std::printf("  %-17s %9.0f %10.0f %9.0f %9.0f %9.0f%s%s\n", m.mode.c_str(), m.tokens_per_s,
-              m.step_ms, m.cpu_busy_ms, m.copy_busy_ms, m.gpu_busy_ms,
-              planned ? "  (this plan)" : "", bound ? "  (the lower bound)" : "");
+  std::printf(
+      "  %-17s %9.0f %10.0f %9.0f %9.0f %9.0f%s%s\n", m.mode.c_str(), m.tokens_per_s, m.step_ms,
+      m.cpu_busy_ms, m.copy_busy_ms, m.gpu_busy_ms,
+      planned ? (m.mode == "split" ? "  (this plan: experts_mode auto)" : "  (this plan)") : "",
+      bound ? "  (the lower bound)" : "");
+}
+
+// The split's experts per MoE layer in its forward pass, runs of equal layers on one line.
+void printLayerSplits(const std::vector<placement::LayerSplitCounts>& layers) {
+  if (layers.empty()) return;
+  std::printf("  split per MoE layer (forward; resident / streamed / CPU experts):\n");
+  for (size_t i = 0; i < layers.size();) {
+    size_t j = i + 1;
+    while (j < layers.size() && layers[j].resident == layers[i].resident &&
+           layers[j].streamed == layers[i].streamed && layers[j].cpu == layers[i].cpu)
+      ++j;
+    const std::string range =
+        j - i == 1 ? std::to_string(layers[i].layer)
+                   : std::to_string(layers[i].layer) + "-" + std::to_string(layers[j - 1].layer);
+    std::printf("    layers %-9s %4lld / %4lld / %4lld\n", range.c_str(),
+                static_cast<long long>(layers[i].resident),
+                static_cast<long long>(layers[i].streamed), static_cast<long long>(layers[i].cpu));
+    i = j;
+  }
 }
 
 nlohmann::json modeJson(const ModePrediction& m) {
@@ -53,7 +74,6 @@ std::optional<PlanCostModel> planCostModel(const placement::PlanRequest& request
   if (!model.isMoe() || !request.training) return std::nullopt;
   PlanCostModel cost;
   cost.request = placement::stepCostRequestFor(request, plan);
-  cost.mode = placement::placementMode(plan);
   const placement::StepCostRequest& r = cost.request;
   placement::MachineRates rates;
   if (probed) {
@@ -76,6 +96,7 @@ std::optional<PlanCostModel> planCostModel(const placement::PlanRequest& request
   } else {
     rates = placement::presetRates(hardware);
   }
+  cost.mode = placement::plannedMode(request, plan, rates);
   cost.rates_source = rates.source;
   cost.rate_notes = rates.notes;
   if (rates.cpu.empty()) {
@@ -95,7 +116,8 @@ void printCostModel(const PlanCostModel& cost) {
               "copy ms", "GPU ms");
   for (const ModePrediction& m : p.modes)
     printMode(m, m.available && m.step_ms <= p.lower_bound_ms, m.mode == cost.mode);
-  printMode(p.split, p.split.step_ms <= p.lower_bound_ms, false);
+  printMode(p.split, p.split.step_ms <= p.lower_bound_ms, cost.mode == "split");
+  printLayerSplits(p.split.layer_splits);
   std::printf("  lower bound: %.0f ms a step, %.0f tokens/s at most\n", p.lower_bound_ms,
               p.lower_bound_tokens_per_s);
   for (const std::string& n : p.notes) std::printf("  note: %s\n", n.c_str());
@@ -139,13 +161,19 @@ void printCalibration(int64_t hidden, int64_t intermediate) {
 nlohmann::json costModelJson(const PlanCostModel& cost) {
   nlohmann::json modes = nlohmann::json::array();
   for (const ModePrediction& m : cost.prediction.modes) modes.push_back(modeJson(m));
+  nlohmann::json splitJson = modeJson(cost.prediction.split);
+  nlohmann::json layers = nlohmann::json::array();
+  for (const placement::LayerSplitCounts& l : cost.prediction.split.layer_splits)
+    layers.push_back(
+        {{"layer", l.layer}, {"resident", l.resident}, {"streamed", l.streamed}, {"cpu", l.cpu}});
+  splitJson["layers"] = layers;
   return {{"rates_source", cost.rates_source},
           {"plan_mode", cost.mode},
           {"rate_notes", cost.rate_notes},
           {"tokens", cost.request.tokens},
           {"resident_experts", cost.request.resident_experts},
           {"modes", modes},
-          {"split", modeJson(cost.prediction.split)},
+          {"split", splitJson},
           {"lower_bound_ms", cost.prediction.lower_bound_ms},
           {"lower_bound_tokens_per_s", cost.prediction.lower_bound_tokens_per_s},
           {"notes", cost.prediction.notes}};

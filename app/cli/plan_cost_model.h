@@ -20,7 +20,7 @@ namespace tandem::cli {
 struct PlanCostModel {
   placement::StepCostRequest request;
   placement::StepPrediction prediction;
-  std::string mode;          // the plan's own experts mode (placementMode)
+  std::string mode;          // the plan's own experts mode (plannedMode: auto's is "split")
   std::string rates_source;  // "calibrated", "cache", "preset ... (derived from specs)"
   std::vector<std::string> rate_notes;
 };

@@ -24,7 +24,9 @@ struct ModelRequest {
   // planned and run (relative paths from the working directory, as LLaMA-Factory reads it).
   std::filesystem::path placement_rule;
   // auto (training with a GPU: each expert per step resident, streamed or on the CPU engine;
-  // else cpu) | cpu (the CPU expert engine) | gpu-offload (streamed)
+  // else cpu) | cpu (the CPU expert engine) | gpu-offload (streamed). Not auto by default yet
+  // (issue 28 item 2): auto holds a second host copy of every expert (DeepSeek-V3 int8 no longer
+  // fits 1 TB) and measured 0.27x the best fixed mode on the H200 (docs/cost_model.md).
   std::string experts_mode = "cpu";
   // experts_mode auto: the split's policy, balance or cycle (a diagnostic that sends every
   // expert through every path in turn, and runs the split even without a GPU), and how many

@@ -65,6 +65,7 @@ placement::MachineRates flatRates(double cpu_flops, double gpu_flops, double lin
   gpu.host_to_device_bytes_per_s = link_bytes_per_s;
   gpu.device_to_host_bytes_per_s = link_bytes_per_s;
   gpu.expert_gemm.points = {{4, gpu_flops, gpu_flops}};
+  gpu.clearFittedTerms();  // the products and copies alone
   rates.gpus.push_back(gpu);
   return rates;
 }

@@ -51,6 +51,24 @@ std::string CalibrationKey::text() const {
 }
 
 std::string machineRatesToJson(const MachineRates& rates, const CalibrationKey& key) {
+  json out = json::parse(machineRatesToJson(rates));
+  out["key"] = key.text();
+  return out.dump(1);
+}
+
+std::optional<MachineRates> machineRatesFromJson(const std::string& json_text,
+                                                 const CalibrationKey& key) {
+  try {
+    if (json::parse(json_text).at("key").get<std::string>() != key.text()) return std::nullopt;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  std::optional<MachineRates> rates = machineRatesFromJson(json_text);
+  if (rates) rates->source = "cache";
+  return rates;
+}
+
+std::string machineRatesToJson(const MachineRates& rates) {
   json cpu = json::array();
   for (const ExpertEngineRates& r : rates.cpu)
     cpu.push_back({{"backend", r.backend},
@@ -68,7 +86,7 @@ std::string machineRatesToJson(const MachineRates& rates, const CalibrationKey& 
                     {"dense_flops_per_s", g.dense_flops_per_s}});
   }
   const json out = {{"format_version", kFormatVersion},
-                    {"key", key.text()},
+                    {"source", rates.source},
                     {"cpu", cpu},
                     {"host_memory_bytes_per_s", rates.host_memory_bytes_per_s},
                     {"cpu_dense_flops_per_s", rates.cpu_dense_flops_per_s},
@@ -77,14 +95,12 @@ std::string machineRatesToJson(const MachineRates& rates, const CalibrationKey& 
   return out.dump(1);
 }
 
-std::optional<MachineRates> machineRatesFromJson(const std::string& json_text,
-                                                 const CalibrationKey& key) {
+std::optional<MachineRates> machineRatesFromJson(const std::string& json_text) {
   try {
     const json in = json::parse(json_text);
     if (in.at("format_version").get<int>() != kFormatVersion) return std::nullopt;
-    if (in.at("key").get<std::string>() != key.text()) return std::nullopt;
     MachineRates rates;
-    rates.source = "cache";
+    rates.source = in.value("source", std::string("recorded"));
     for (const json& c : in.at("cpu")) {
       ExpertEngineRates r{c.at("backend").get<std::string>(), c.at("format").get<std::string>(),
                           curveFrom(c), c.at("forward_call_ms").get<double>(),

@@ -32,6 +32,10 @@ struct CalibrationKey {
 };
 
 std::string machineRatesToJson(const MachineRates& rates, const CalibrationKey& key);
+// The rates alone (the cache's fields without its key), as the e2e bench records them beside a
+// run (step_cost_record.h); nullopt when the text holds no usable rates.
+std::string machineRatesToJson(const MachineRates& rates);
+std::optional<MachineRates> machineRatesFromJson(const std::string& json_text);
 // nullopt when `json_text` is not a calibration of `key` with usable rates.
 std::optional<MachineRates> machineRatesFromJson(const std::string& json_text,
                                                  const CalibrationKey& key);

@@ -37,7 +37,13 @@ double LayerCosts::cpuMs(int64_t tokens) const {
 }
 
 double LayerCosts::gpuMs(int64_t tokens) const {
-  return has_gpu ? curveMs(gpu_gemm, pass, expertFlops(*this, tokens), tokens) : 0;
+  if (!has_gpu || tokens <= 0) return 0;
+  return curveMs(gpu_gemm, pass, expertFlops(*this, tokens), tokens) +
+         passCount(pass) * gpu_expert_overhead_ms;
+}
+
+double LayerCosts::streamedGpuMs() const {
+  return has_gpu ? passCount(pass) * streamed_expert_ms : 0;
 }
 
 double LayerCosts::copyMs() const {
@@ -62,6 +68,16 @@ LayerCosts expertLayerCosts(const MachineRates& rates, const ExpertCostShape& sh
     costs.gpu_gemm = gpu->expert_gemm;
     costs.host_to_device_bytes_per_s = gpu->host_to_device_bytes_per_s;
     costs.expert_bytes = shape.expert_bytes;
+    // bf16 experts are computed as held; int8 / int4 ones are cast to bf16 (2 bytes a weight)
+    // for each pass.
+    const double cast_ms = shape.format != "bf16" && gpu->weight_cast_bytes_per_s > 0
+                               ? 1e3 * 6.0 *
+                                     static_cast<double>(shape.hidden * shape.intermediate) /
+                                     gpu->weight_cast_bytes_per_s
+                               : 0.0;
+    costs.gpu_expert_overhead_ms = gpu->expert_overhead_ms + cast_ms;
+    costs.streamed_expert_ms = gpu->split_streamed_expert_ms;
+    costs.split_cpu_call_ms = gpu->split_cpu_call_ms;
   }
   return costs;
 }
@@ -111,8 +127,10 @@ ExpertSplit splitLayer(const LayerCosts& costs, std::span<const int64_t> tokens_
       const int64_t tokens = tokens_per_expert[static_cast<size_t>(others[moved])];
       if (tokens == 0) break;  // the rest cost nothing anywhere
       ExpertSplit next = split;
-      next.cpu_ms -= costs.cpuMs(tokens);
-      next.gpu_ms += costs.gpuMs(tokens);
+      // The host issues a streamed expert's device work before it calls the CPU engine: its
+      // staging delays the CPU side as much as it occupies the GPU.
+      next.cpu_ms += costs.streamedGpuMs() - costs.cpuMs(tokens);
+      next.gpu_ms += costs.gpuMs(tokens) + costs.streamedGpuMs();
       next.copy_ms = std::max(0.0, copied_ms + costs.copyMs() - costs.copy_head_start_ms);
       if (next.finishMs() >= split.finishMs()) break;
       copied_ms += costs.copyMs();
@@ -121,15 +139,38 @@ ExpertSplit splitLayer(const LayerCosts& costs, std::span<const int64_t> tokens_
       split.copy_ms = next.copy_ms;
     }
   }
-  split.streamed.assign(others.begin(), others.begin() + static_cast<std::ptrdiff_t>(moved));
   // The engine's call costs its fixed part when any of its experts has tokens (the greedy above
-  // leaves it out: one call either way until the last expert leaves, which it rarely pays to do).
-  for (size_t i = moved; i < others.size(); ++i) {
-    if (tokens_per_expert[static_cast<size_t>(others[i])] > 0) {
-      split.cpu_ms += costs.cpu_call_ms;
-      break;
+  // leaves it out: one call either way until the last expert leaves), and more beside a GPU
+  // that computes experts too (split_cpu_call_ms).
+  size_t routed = others.size();  // others[routed..]: no tokens
+  while (routed > 0 && tokens_per_expert[static_cast<size_t>(others[routed - 1])] == 0) --routed;
+  const bool gpu_computes = !split.resident.empty() || moved > 0;
+  if (moved < routed)
+    split.cpu_ms +=
+        costs.cpu_call_ms + (gpu_computes ? passCount(costs.pass) : 0.0) * costs.split_cpu_call_ms;
+  // The greedy stops at the first move that does not pay, before the call's fixed cost leaves
+  // with the last CPU expert: streaming every routed one may finish sooner.
+  if (costs.has_gpu && moved < routed) {
+    ExpertSplit all = split;
+    all.cpu_ms = costs.cpu_base_ms;
+    all.gpu_ms = costs.gpu_base_ms;
+    for (const int64_t e : split.resident)
+      all.gpu_ms += costs.gpuMs(tokens_per_expert[static_cast<size_t>(e)]);
+    for (size_t i = 0; i < routed; ++i) {
+      all.gpu_ms +=
+          costs.gpuMs(tokens_per_expert[static_cast<size_t>(others[i])]) + costs.streamedGpuMs();
+      all.cpu_ms += costs.streamedGpuMs();
+    }
+    all.copy_ms =
+        std::max(0.0, static_cast<double>(routed) * costs.copyMs() - costs.copy_head_start_ms);
+    if (all.finishMs() < split.finishMs()) {
+      split.cpu_ms = all.cpu_ms;
+      split.gpu_ms = all.gpu_ms;
+      split.copy_ms = all.copy_ms;
+      moved = routed;
     }
   }
+  split.streamed.assign(others.begin(), others.begin() + static_cast<std::ptrdiff_t>(moved));
   split.cpu.assign(others.begin() + static_cast<std::ptrdiff_t>(moved), others.end());
   std::sort(split.cpu.begin(), split.cpu.end());
   split.cpu_ms = std::max(split.cpu_ms, costs.cpu_base_ms);  // no negative drift from rounding

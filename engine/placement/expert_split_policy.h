@@ -41,8 +41,13 @@ struct LayerCosts {
   RateCurve gpu_gemm;       // the GPU's expert products
   double expert_bytes = 0;  // one expert's weights as streamed (its format)
   double host_to_device_bytes_per_s = 0;
-  double cpu_base_ms = 0;  // other CPU work beside the experts
-  double gpu_base_ms = 0;  // other GPU work beside the experts (the shared experts)
+  // Beyond the products, per expert and pass on the GPU (GpuRates' fitted terms): its grouping,
+  // elementwise products and launches, and the cast of int8 / int4 weights to bf16.
+  double gpu_expert_overhead_ms = 0;
+  double streamed_expert_ms = 0;  // a streamed expert's device-side staging, per copy
+  double split_cpu_call_ms = 0;   // the split's CPU call beside the GPU's, per pass
+  double cpu_base_ms = 0;         // other CPU work beside the experts
+  double gpu_base_ms = 0;         // other GPU work beside the experts (the shared experts)
   // Copy time available before the experts start (the streamed set chosen ahead from routing
   // statistics can be copied during the layer's attention); 0 when chosen after routing.
   double copy_head_start_ms = 0;
@@ -50,6 +55,7 @@ struct LayerCosts {
   double cpuMs(int64_t tokens) const;  // one expert computing `tokens` tokens on the CPU
   double gpuMs(int64_t tokens) const;  // the same on the GPU (its weights there)
   double copyMs() const;               // one expert's weights host → device (once per pass)
+  double streamedGpuMs() const;        // the GPU's staging of one streamed expert (per pass)
 };
 
 // The expert shape and format LayerCosts are built for.

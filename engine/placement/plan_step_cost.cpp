@@ -54,4 +54,12 @@ std::string placementMode(const MemoryPlan& plan) {
   return resident ? "resident" : "co";
 }
 
+std::string plannedMode(const PlanRequest& request, const MemoryPlan& plan,
+                        const MachineRates& rates) {
+  if (request.split_experts && request.training &&
+      rates.gpu(stepCostRequestFor(request, plan).gpu) != nullptr)
+    return "split";
+  return placementMode(plan);
+}
+
 }  // namespace tandem::placement

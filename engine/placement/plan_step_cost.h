@@ -19,4 +19,10 @@ StepCostRequest stepCostRequestFor(const PlanRequest& request, const MemoryPlan&
 // backend, and whether any layer keeps experts on its GPU).
 std::string placementMode(const MemoryPlan& plan);
 
+// The cost model's mode a run of this plan gets: "split" for experts_mode auto
+// (request.split_experts) on a GPU `rates` has terms for, else placementMode(plan) (auto without
+// a GPU runs as cpu mode: "co", or "resident" with a count of resident experts).
+std::string plannedMode(const PlanRequest& request, const MemoryPlan& plan,
+                        const MachineRates& rates);
+
 }  // namespace tandem::placement

@@ -71,13 +71,69 @@ std::vector<int64_t> hottest(const std::vector<int64_t>& tokens, int64_t count) 
 
 enum class Kind { Co, Offload, Split };
 
+// Offload mode's device-side staging of one streamed expert: int8 weights become their values in
+// the model dtype (2 bytes a weight written), int4 stay packed (their own bytes).
+double offloadStagingMs(const Context& c) {
+  if (!c.gpu || c.gpu->offload_staging_bytes_per_s <= 0) return 0;
+  const io::ModelConfig& m = c.request.model;
+  const double bytes =
+      c.request.weight_format.starts_with("int4")
+          ? c.forward.expert_bytes
+          : 6.0 * static_cast<double>(m.hidden_size) * static_cast<double>(m.moe_intermediate_size);
+  return 1e3 * bytes / c.gpu->offload_staging_bytes_per_s;
+}
+
+// The split with `streamed` experts streamed (the most routed after the resident ones) and the
+// rest on the CPU, priced as splitLayer prices its own choice.
+ExpertSplit forcedSplit(const LayerCosts& costs, const std::vector<int64_t>& tokens,
+                        const std::vector<int64_t>& resident_ids, int64_t streamed) {
+  ExpertSplit split = splitLayer(costs, tokens, resident_ids);  // resident set, base work
+  std::vector<int64_t> others = split.streamed;
+  others.insert(others.end(), split.cpu.begin(), split.cpu.end());
+  std::stable_sort(others.begin(), others.end(), [&](int64_t a, int64_t b) {
+    return tokens[static_cast<size_t>(a)] > tokens[static_cast<size_t>(b)];
+  });
+  split.streamed.clear();
+  split.cpu.clear();
+  split.cpu_ms = costs.cpu_base_ms;
+  split.gpu_ms = costs.gpu_base_ms;
+  for (const int64_t e : split.resident)
+    split.gpu_ms += costs.gpuMs(tokens[static_cast<size_t>(e)]);
+  bool cpu_called = false;
+  for (const int64_t e : others) {
+    const int64_t t = tokens[static_cast<size_t>(e)];
+    if (std::ssize(split.streamed) < streamed && t > 0) {
+      split.streamed.push_back(e);
+      split.gpu_ms += costs.gpuMs(t) + costs.streamedGpuMs();
+      split.cpu_ms += costs.streamedGpuMs();  // the host issues it first (splitLayer)
+    } else {
+      split.cpu.push_back(e);
+      split.cpu_ms += costs.cpuMs(t);
+      cpu_called = cpu_called || t > 0;
+    }
+  }
+  const bool gpu_computes = !split.resident.empty() || !split.streamed.empty();
+  if (cpu_called)
+    split.cpu_ms +=
+        costs.cpu_call_ms +
+        (gpu_computes ? (costs.pass == LayerPass::ForwardAndBackward ? 2.0 : 1.0) : 0.0) *
+            costs.split_cpu_call_ms;
+  split.copy_ms = std::max(
+      0.0, static_cast<double>(split.streamed.size()) * costs.copyMs() - costs.copy_head_start_ms);
+  return split;
+}
+
 // Adds the step's layers under one mode; returns the step's milliseconds.
 double layersMs(const Context& c, Kind kind, int64_t resident, ModePrediction& p) {
   const io::ModelConfig& m = c.request.model;
   double step_ms = 0;
+  double offload_copy_ms = 0, offload_gpu_ms = 0, offload_sync_ms = 0;  // offload: MoE totals
   size_t moe_index = 0;
+  const size_t moe_layers = c.routing.tokens_per_expert.size();
   for (int layer = 0; layer < m.num_hidden_layers; ++layer) {
     const bool moe = m.isMoeLayer(layer);
+    const bool first_moe = moe && moe_index == 0;
+    const bool last_moe = moe && moe_index + 1 == moe_layers;
     const std::vector<int64_t>* tokens =
         moe ? &c.routing.tokens_per_expert.at(moe_index++) : nullptr;
     const std::vector<int64_t> resident_ids =
@@ -95,15 +151,39 @@ double layersMs(const Context& c, Kind kind, int64_t resident, ModePrediction& p
         step_ms += dense_ms + shared_ms;
         continue;
       }
+      // The routing's round trip to the host before the layer's experts can start (every GPU
+      // mode groups the pairs on the host); the GPU waits (offload mode: below, beside its copy).
+      if (c.gpu) {
+        p.parts.gpu_wait_ms += c.gpu->layer_sync_ms;
+        if (kind != Kind::Offload) step_ms += c.gpu->layer_sync_ms;
+      }
       const LayerCosts& costs = c.costs(pass);
       const bool cpu_skips = pass == Pass::Recompute && c.request.keep_expert_forward;
       double cpu_ms = 0, gpu_ms = 0, copy_ms = 0;
       if (kind == Kind::Offload) {
         for (const int64_t t : *tokens) gpu_ms += costs.gpuMs(t);
-        // Copied for the forward and once more for the recomputation and backward together.
-        if (pass != Pass::Backward || !c.request.gradient_checkpointing)
-          copy_ms = static_cast<double>(tokens->size() - resident_ids.size()) * costs.copyMs();
-        step_ms += std::max(copy_ms, dense_ms + shared_ms + gpu_ms);
+        // Copied for the forward and once more for the recomputation and backward together;
+        // the streamer serves the layer it served last again without a copy, which in training
+        // is the first MoE layer's forward (the step before ended with it) and the last one's
+        // recomputation (right after its forward): expert_streamer.h.
+        const bool copies = pass != Pass::Backward || !c.request.gradient_checkpointing;
+        const bool turn = c.request.training && ((pass == Pass::Forward && first_moe) ||
+                                                 (pass != Pass::Forward && last_moe && copies));
+        if (copies && !turn) {
+          const auto streamed = static_cast<double>(tokens->size() - resident_ids.size());
+          copy_ms = streamed * costs.copyMs();
+          gpu_ms += streamed * offloadStagingMs(c);
+        }
+        // The routing's trip to the host idles the GPU, not the copy engine. With checkpointing
+        // the copy for a layer's recomputation overlaps its backward too (the streamer copies the
+        // layer before while this one recomputes and runs backward).
+        // The streamer keeps copying ahead while the GPU computes (it waits only for a free
+        // buffer), so over the step the copy engine and the GPU overlap: the step's MoE layers take
+        // the busier of the two (measured on the H200: offload's step within 1 % of its GPU's
+        // busy time, the routing's trip to the host hidden behind the queued work).
+        offload_gpu_ms += dense_ms + shared_ms + gpu_ms;
+        offload_sync_ms += c.gpu ? c.gpu->layer_sync_ms : 0.0;
+        offload_copy_ms += copy_ms;
       } else {
         LayerCosts layer_costs = costs;
         layer_costs.gpu_base_ms = c.gpu ? shared_ms : 0;
@@ -127,9 +207,14 @@ double layersMs(const Context& c, Kind kind, int64_t resident, ModePrediction& p
             }
           }
           if (cpu_called) split.cpu_ms += costs.cpu_call_ms;
+        } else if (c.request.split_streamed_experts >= 0) {
+          split = forcedSplit(layer_costs, *tokens, resident_ids, c.request.split_streamed_experts);
         } else {
           split = splitLayer(layer_costs, *tokens, resident_ids);
         }
+        if (kind == Kind::Split && pass == Pass::Forward)
+          p.layer_splits.push_back({layer, std::ssize(split.resident), std::ssize(split.streamed),
+                                    std::ssize(split.cpu)});
         if (cpu_skips) split.cpu_ms = layer_costs.cpu_base_ms;
         cpu_ms = split.cpu_ms - layer_costs.cpu_base_ms;
         gpu_ms = split.gpu_ms - layer_costs.gpu_base_ms;
@@ -153,6 +238,10 @@ double layersMs(const Context& c, Kind kind, int64_t resident, ModePrediction& p
       p.parts.copy_to_gpu_ms += copy_ms;
     }
   }
+  // The routing's trips to the host idle the GPU unless copies pace it (then they overlap the
+  // wait for a copy): offload-resident with every expert resident waits as resident mode does.
+  step_ms +=
+      std::max(offload_copy_ms, offload_gpu_ms + (offload_copy_ms > 0 ? 0 : offload_sync_ms));
   // lm_head and the loss: forward and the backward's dX, on the dense device.
   const double head_ms =
       ms(2.0 * 2.0 * static_cast<double>(m.vocab_size) * static_cast<double>(m.hidden_size) *

@@ -39,6 +39,10 @@ struct StepCostRequest {
   int64_t resident_experts = 0;        // per MoE layer the GPU can hold (the memory planner's)
   int64_t expert_lora_parameters = 0;  // stepped by the CPU AdamW (0: LoRA not on the experts)
   int gpu = 0;                         // the layers' GPU (cuda:<gpu>)
+  // >= 0: the split streams this many experts per layer and pass (the most routed after the
+  // resident ones; the rest stay on the CPU) instead of its own choice: how a recorded auto run
+  // whose split was decided with another cost model is priced (step_cost_record.h).
+  int64_t split_streamed_experts = -1;
 };
 
 // Pairs routed to each expert, per MoE layer: [moe layer][E].
@@ -57,7 +61,15 @@ struct StepParts {
   double copy_to_host_ms = 0;   // activations device → host
   double gpu_experts_ms = 0;    // resident and streamed experts' products
   double gpu_dense_ms = 0;      // attention, router, shared experts, dense MLPs, lm_head
+  double gpu_wait_ms = 0;       // the GPU idle while each MoE layer's routing goes to the host
   double optimizer_ms = 0;      // the CPU AdamW over the expert LoRA
+};
+
+// Where one MoE layer's routed experts run in the split's forward pass (experts routed no token
+// count with the CPU's, as splitLayer lists them).
+struct LayerSplitCounts {
+  int layer = 0;  // decoder layer index
+  int64_t resident = 0, streamed = 0, cpu = 0;
 };
 
 struct ModePrediction {
@@ -65,6 +77,7 @@ struct ModePrediction {
   bool available = true;
   std::string why_not;  // when not available
   StepParts parts;
+  std::vector<LayerSplitCounts> layer_splits;  // "split" only: per MoE layer, forward pass
   double cpu_busy_ms = 0, copy_busy_ms = 0, gpu_busy_ms = 0;
   double step_ms = 0;
   double tokens_per_s = 0;

@@ -75,14 +75,18 @@ TEST(StepCost, TheMachineDecidesWhetherStreamingOrTheCpuWins) {
   EXPECT_LT(h200.mode("offload")->step_ms, h200.mode("co")->step_ms);
   const StepPrediction ws = predict(requestFor(qwen), presetNamed("2x4090-24g_xeon-spr-2s_512g"));
   EXPECT_LT(ws.mode("co")->step_ms, ws.mode("offload")->step_ms);
-  // The split is at least as good as both on both, the CPU experts' forward kept or not.
+  // The split is at least as good as co on both, the CPU experts' forward kept or not, and the
+  // lower bound at most every mode. Not always as good as offload: the split stages its streamed
+  // experts one by one (GpuRates::split_streamed_expert_ms, fitted to the H200's auto run, which
+  // measured 1,703 tokens/s against offload's 3,954 at 27 layers), offload mode a layer at once.
   StepCostRequest kept = requestFor(qwen);
   kept.keep_expert_forward = true;
   const StepPrediction h200_kept = predict(kept, presetNamed("1xh200_xeon-16c_128g"));
   const StepPrediction ws_kept = predict(kept, presetNamed("2x4090-24g_xeon-spr-2s_512g"));
   for (const StepPrediction* p : {&h200, &ws, &h200_kept, &ws_kept}) {
     EXPECT_LE(p->split.step_ms, p->mode("co")->step_ms * (1 + 1e-9));
-    EXPECT_LE(p->split.step_ms, p->mode("offload")->step_ms * (1 + 1e-9));
+    EXPECT_LE(p->lower_bound_ms, p->mode("offload")->step_ms * (1 + 1e-9));
+    EXPECT_LE(p->lower_bound_ms, p->split.step_ms * (1 + 1e-9));
   }
 }
 

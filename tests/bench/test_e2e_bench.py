@@ -115,6 +115,18 @@ def test_busy_time_trace_and_cost_model_are_reported(config_dir, tmp_path):
     assert cost["measured_step_ms"] > 0 and cost["measured_cpu_expert_engine_ms"] > 0
     assert cost["step_over_lower_bound"] == pytest.approx(cost["measured_step_ms"] / cost["lower_bound_ms"])
     assert cost["modes"]["co"]["cpu_experts_ms"] > 0
+    # What the prediction was made from is recorded: --predict-from recomputes it (no model built).
+    assert cost["record"]["request"]["tokens"] == 64 and cost["record"]["rates"]["cpu"]
+    recorded = tmp_path / "recorded.json"
+    recorded.write_text(json.dumps({"tiny": {"tandem_co": r}}))
+    again = subprocess.run([os.environ["TANDEM_E2E_BENCH"], "--predict-from", str(recorded)],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.startswith(f"tiny tandem_co: predicted {cost['modes']['co']['tokens_per_s']:.0f} tokens/s (co)"), \
+        again.stdout
+    bad = subprocess.run([os.environ["TANDEM_E2E_BENCH"], "--predict-from", str(tmp_path / "none.json")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "cannot read" in bad.stderr
 
 
 def test_offloaded_checkpoints_report_the_planners_peak_beside_the_run(config_dir):

@@ -79,6 +79,7 @@ class PlacementTest : public QObject {
   StudioPaths paths_;
   io::ModelConfig model_;
   placement::PlanRequest request_;
+  placement::PlanRequest auto_request_;  // the same with experts_mode auto
 };
 
 void PlacementTest::initTestCase() {
@@ -88,6 +89,10 @@ void PlacementTest::initTestCase() {
       test::demoConfig(paths_, fs::path(tmp_.path().toStdString()) / "out");
   model_ = io::readModelConfig(config.model_name_or_path);
   request_ = train::planRequestFor(config, model_);
+  // experts_mode auto labels the split, not the fixed mode its placement looks like.
+  train::TrainConfig with_auto = config;
+  with_auto.experts_mode = "auto";
+  auto_request_ = train::planRequestFor(with_auto, model_);
 }
 
 void PlacementTest::roundTripsARuleFile() {
@@ -302,6 +307,10 @@ void PlacementTest::theBoardReplansAsYouEditAndUndoes() {
   QVERIFY(model->prediction().has_value());
   QCOMPARE(model->plannedMode(), std::string("co"));
   QVERIFY(board.speedLabel()->text().contains(QStringLiteral("per-expert split")));
+  {  // experts_mode auto on the same machine runs the split: the board says so, not "co"
+    PlacementBoard auto_board(auto_request_, hardware);
+    QCOMPARE(auto_board.model()->plannedMode(), std::string("split"));
+  }
   QVERIFY(model->prediction()->lower_bound_ms <= model->prediction()->mode("co")->step_ms);
   const double co_cpu_experts_ms = model->prediction()->mode("co")->parts.cpu_experts_ms;
   checkAgainstThePlanner(board);
