@@ -135,7 +135,7 @@ inline __m256 fold(__m512 v) {
 // four are (pairs by hadd, then the two 128-bit halves): a row's value does not depend on whether
 // a call's range put it in a group of four, so column splits (threads) give the same bits.
 template <int kW>
-void storeSums(const __m512* acc, float* y, bool accumulate) {
+__attribute__((always_inline)) inline void storeSums(const __m512* acc, float* y, bool accumulate) {
   if constexpr (kW == kRowsAtOnce) {
     const __m256 h01 = _mm256_hadd_ps(fold(acc[0]), fold(acc[1]));
     const __m256 h23 = _mm256_hadd_ps(fold(acc[2]), fold(acc[3]));
