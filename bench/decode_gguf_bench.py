@@ -42,10 +42,20 @@ CONFIG = dict(hidden_size=1024, intermediate_size=2048, moe_intermediate_size=51
               output_router_logits=False)
 
 
+# MARGINS. With every weight random (std 0.02) the logits are flat: std ~0.65 with top-2 margins of 0-0.25 over
+# 8192 tokens, under the ~2.5 % (relative L2) that int8-quantised activations (llama.cpp) or bf16 rounding
+# (Tandem) move them, so greedy paths parted at near-ties within a few tokens whatever the code did
+# (docs/benchmarks.md, "decode4"). The embeddings are scaled up EMBED_SCALE times (the layers see them through
+# RMSNorm, so they compute as before) and lm_head reads them back in a fixed permuted order: each position's
+# logits then have one token several logits ahead (a bigram chain the layers' outputs perturb but do not
+# decide), and "same greedy tokens" tells a step that computes the model from one that does not.
+EMBED_SCALE = 8.0
+
+
 def make_gguf(work):
     """The Q4_K_M GGUF of a random Qwen3-MoE (cached in `work`)."""
     import llama_reference as L
-    out = work / "model.q4_k_m.gguf"
+    out = work / "model.margins.q4_k_m.gguf"
     if out.exists():
         return out
     import torch
@@ -55,8 +65,15 @@ def make_gguf(work):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with torch.no_grad():
-        for p in model.parameters():  # std 0.02 everywhere, norms around 1: logits with clear argmaxes
+        for p in model.parameters():  # std 0.02 everywhere, norms around 1
             p.copy_(torch.randn_like(p) * 0.02 + (1.0 if p.dim() == 1 else 0.0))
+        # Clear logit margins (MARGINS): lm_head row i is the embedding of token perm[i], so the final hidden
+        # state, where the current token's (scaled-up) embedding is a large part next to the layers' outputs,
+        # points at one next token, perm⁻¹(current), well ahead of the rest.
+        embed = model.model.embed_tokens.weight
+        embed.mul_(EMBED_SCALE)
+        perm = torch.randperm(CONFIG["vocab_size"], generator=torch.Generator().manual_seed(2))
+        model.lm_head.weight.copy_(embed[perm] / EMBED_SCALE)
     model.save_pretrained(str(model_dir))
     L.write_tokenizer(model_dir, family="qwen2")
     f32 = L.convert_hf_to_gguf(model_dir, work / "model.f32.gguf")
