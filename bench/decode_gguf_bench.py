@@ -17,7 +17,10 @@
    * Tandem: `tandem debug generate --model X.gguf --dtype D --threads T`, its own prefill and decode seconds;
      the routed experts stay as Q4_K / Q6_K blocks (experts_format auto on a GGUF) on its CPU expert engine;
      decode steps after the prompt run engine/model/decode_session_cpu.h (plain C++, fp32 between the kernels).
-   decode tokens/s = (new - 1) / decode seconds; the ratio Tandem / llama.cpp (> 1: Tandem faster).
+   decode tokens/s = (new - 1) / decode seconds; the ratio Tandem / llama.cpp (> 1: Tandem faster). Also CPU
+   milliseconds per decode token on each side (llama.cpp: process_time around its decode loop; Tandem: its
+   process's rusage minus a one-token run's) and their ratio, decode_cpu_ratio (> 1: Tandem spends less), the
+   figure to read on a shared box: wall time there measures the other processes as much as the code.
 3. Prints one JSON object: medians, ratios, and how many generated tokens agree (llama.cpp multiplies int8-
    quantised activations, Tandem bf16 or fp32 ones: greedy paths may part after a while; reported, not hidden).
 """
@@ -25,6 +28,7 @@
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -97,12 +101,13 @@ def llama_worker(gguf, threads):
         start = time.perf_counter()
         llm.eval(prompt)
         tokens = [int(np.argmax(llm.scores[llm.n_tokens - 1]))]
-        first = time.perf_counter()
+        first, first_cpu = time.perf_counter(), time.process_time()
         while len(tokens) < new:
             llm.eval([tokens[-1]])
             tokens.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
-        last = time.perf_counter()
-        return {"prefill_s": first - start, "decode_s": last - first, "tokens": tokens}
+        last, last_cpu = time.perf_counter(), time.process_time()
+        return {"prefill_s": first - start, "decode_s": last - first, "decode_cpu_s": last_cpu - first_cpu,
+                "tokens": tokens}
 
     run(list(range(1, 9)), 2)  # warm-up
     print(json.dumps({"llama_cpp": llama_cpp.__version__}), flush=True)
@@ -127,15 +132,33 @@ class LlamaWorker:
         self.proc.wait(timeout=60)
 
 
+def rusage_cpu(cmd):
+    """The JSON `cmd` prints and its process's CPU seconds (rusage: user + system)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = proc.communicate(timeout=1800)
+    if proc.returncode != 0:
+        raise SystemExit(f"tandem failed: {' '.join(cmd)}\n{stderr[-3000:]}")
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return json.loads(stdout), usage.ru_utime + usage.ru_stime
+
+
 def tandem_times(tandem, gguf, prompt_file, new, dtype, threads):
-    cmd = [tandem, "debug", "generate", "--model", str(gguf), "--tokens", str(prompt_file), "--max-new-tokens",
-           str(new), "--dtype", dtype, "--threads", str(threads)]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    if run.returncode != 0:
-        raise SystemExit(f"tandem failed: {' '.join(cmd)}\n{run.stderr[-3000:]}")
-    out = json.loads(run.stdout)
+    """Tandem's own prefill / decode seconds and decode CPU seconds (`decode_cpu_s`: the process's CPU time over
+    its decode loop, all threads, as llama.cpp's process_time around its loop). A binary that does not report it
+    (older than this bench) gets the difference of its process CPU time (rusage) with a one-token run's (load
+    and prefill): the same quantity, noisier by the two processes' start-up."""
+    cmd = [tandem, "debug", "generate", "--model", str(gguf), "--tokens", str(prompt_file), "--dtype", dtype,
+           "--threads", str(threads), "--max-new-tokens"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out, after = rusage_cpu(cmd + [str(new)])
     timing = out["timing"][0]
-    return {"prefill_s": timing["prefill_s"], "decode_s": timing["decode_s"], "tokens": out["base"][0]}
+    decode_cpu = timing.get("decode_cpu_s", -1)
+    if decode_cpu < 0:
+        _, after_one = rusage_cpu(cmd + ["1"])
+        cpu_new = after - (before.ru_utime + before.ru_stime)
+        decode_cpu = cpu_new - (after_one - after)
+    return {"prefill_s": timing["prefill_s"], "decode_s": timing["decode_s"], "decode_cpu_s": decode_cpu,
+            "tokens": out["base"][0]}
 
 
 def main():
@@ -175,7 +198,10 @@ def main():
         return {"prefill_s": round(prefill, 4), "decode_s": round(decode, 4),
                 "prefill_tokens_per_s": round(args.prompt / prefill, 1),
                 "decode_tokens_per_s": round((args.new - 1) / decode, 2),
-                "decode_s_all": [round(r["decode_s"], 4) for r in runs]}
+                "decode_s_all": [round(r["decode_s"], 4) for r in runs],
+                # CPU milliseconds per decode token (median): less sensitive to other processes than wall time
+                "decode_cpu_ms_per_token": round(1e3 * statistics.median(r["decode_cpu_s"] for r in runs)
+                                                 / (args.new - 1), 3)}
 
     ours, theirs = summary(tandem_runs), summary(llama_runs)
     a, b = tandem_runs[0]["tokens"], llama_runs[0]["tokens"]
@@ -189,6 +215,9 @@ def main():
         "repeats": args.repeats, "llama_cpp": {**llama.info, **theirs}, "tandem": ours,
         "decode_ratio": round(ours["decode_tokens_per_s"] / theirs["decode_tokens_per_s"], 3),
         "prefill_ratio": round(ours["prefill_tokens_per_s"] / theirs["prefill_tokens_per_s"], 3),
+        # llama.cpp's CPU time per decode token over Tandem's (> 1: Tandem spends less CPU per token)
+        "decode_cpu_ratio": round(theirs["decode_cpu_ms_per_token"] / ours["decode_cpu_ms_per_token"], 3),
+        "load_average_1min": round(os.getloadavg()[0], 2),
         "same_first_tokens": agree,
     }
     print(json.dumps(result, indent=2))
