@@ -17,7 +17,10 @@
    * Tandem: `tandem debug generate --model X.gguf --dtype D --threads T`, its own prefill and decode seconds;
      the routed experts stay as Q4_K / Q6_K blocks (experts_format auto on a GGUF) on its CPU expert engine;
      decode steps after the prompt run engine/model/decode_session_cpu.h (plain C++, fp32 between the kernels).
-   decode tokens/s = (new - 1) / decode seconds; the ratio Tandem / llama.cpp (> 1: Tandem faster).
+   decode tokens/s = (new - 1) / decode seconds; the ratio Tandem / llama.cpp (> 1: Tandem faster). Also CPU
+   milliseconds per decode token on each side (llama.cpp: process_time around its decode loop; Tandem: its
+   process's rusage minus a one-token run's) and their ratio, decode_cpu_ratio (> 1: Tandem spends less), the
+   figure to read on a shared box: wall time there measures the other processes as much as the code.
 3. Prints one JSON object: medians, ratios, and how many generated tokens agree (llama.cpp multiplies int8-
    quantised activations, Tandem bf16 or fp32 ones: greedy paths may part after a while; reported, not hidden).
 """
@@ -25,6 +28,7 @@
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -42,10 +46,20 @@ CONFIG = dict(hidden_size=1024, intermediate_size=2048, moe_intermediate_size=51
               output_router_logits=False)
 
 
+# MARGINS. With every weight random (std 0.02) the logits are flat: std ~0.65 with top-2 margins of 0-0.25 over
+# 8192 tokens, under the ~2.5 % (relative L2) that int8-quantised activations (llama.cpp) or bf16 rounding
+# (Tandem) move them, so greedy paths parted at near-ties within a few tokens whatever the code did
+# (docs/benchmarks.md, "decode4"). The embeddings are scaled up EMBED_SCALE times (the layers see them through
+# RMSNorm, so they compute as before) and lm_head reads them back in a fixed permuted order: each position's
+# logits then have one token several logits ahead (a bigram chain the layers' outputs perturb but do not
+# decide), and "same greedy tokens" tells a step that computes the model from one that does not.
+EMBED_SCALE = 8.0
+
+
 def make_gguf(work):
     """The Q4_K_M GGUF of a random Qwen3-MoE (cached in `work`)."""
     import llama_reference as L
-    out = work / "model.q4_k_m.gguf"
+    out = work / "model.margins.q4_k_m.gguf"
     if out.exists():
         return out
     import torch
@@ -55,8 +69,15 @@ def make_gguf(work):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with torch.no_grad():
-        for p in model.parameters():  # std 0.02 everywhere, norms around 1: logits with clear argmaxes
+        for p in model.parameters():  # std 0.02 everywhere, norms around 1
             p.copy_(torch.randn_like(p) * 0.02 + (1.0 if p.dim() == 1 else 0.0))
+        # Clear logit margins (MARGINS): lm_head row i is the embedding of token perm[i], so the final hidden
+        # state, where the current token's (scaled-up) embedding is a large part next to the layers' outputs,
+        # points at one next token, perm⁻¹(current), well ahead of the rest.
+        embed = model.model.embed_tokens.weight
+        embed.mul_(EMBED_SCALE)
+        perm = torch.randperm(CONFIG["vocab_size"], generator=torch.Generator().manual_seed(2))
+        model.lm_head.weight.copy_(embed[perm] / EMBED_SCALE)
     model.save_pretrained(str(model_dir))
     L.write_tokenizer(model_dir, family="qwen2")
     f32 = L.convert_hf_to_gguf(model_dir, work / "model.f32.gguf")
@@ -80,12 +101,13 @@ def llama_worker(gguf, threads):
         start = time.perf_counter()
         llm.eval(prompt)
         tokens = [int(np.argmax(llm.scores[llm.n_tokens - 1]))]
-        first = time.perf_counter()
+        first, first_cpu = time.perf_counter(), time.process_time()
         while len(tokens) < new:
             llm.eval([tokens[-1]])
             tokens.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
-        last = time.perf_counter()
-        return {"prefill_s": first - start, "decode_s": last - first, "tokens": tokens}
+        last, last_cpu = time.perf_counter(), time.process_time()
+        return {"prefill_s": first - start, "decode_s": last - first, "decode_cpu_s": last_cpu - first_cpu,
+                "tokens": tokens}
 
     run(list(range(1, 9)), 2)  # warm-up
     print(json.dumps({"llama_cpp": llama_cpp.__version__}), flush=True)
@@ -110,15 +132,33 @@ class LlamaWorker:
         self.proc.wait(timeout=60)
 
 
+def rusage_cpu(cmd):
+    """The JSON `cmd` prints and its process's CPU seconds (rusage: user + system)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = proc.communicate(timeout=1800)
+    if proc.returncode != 0:
+        raise SystemExit(f"tandem failed: {' '.join(cmd)}\n{stderr[-3000:]}")
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return json.loads(stdout), usage.ru_utime + usage.ru_stime
+
+
 def tandem_times(tandem, gguf, prompt_file, new, dtype, threads):
-    cmd = [tandem, "debug", "generate", "--model", str(gguf), "--tokens", str(prompt_file), "--max-new-tokens",
-           str(new), "--dtype", dtype, "--threads", str(threads)]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    if run.returncode != 0:
-        raise SystemExit(f"tandem failed: {' '.join(cmd)}\n{run.stderr[-3000:]}")
-    out = json.loads(run.stdout)
+    """Tandem's own prefill / decode seconds and decode CPU seconds (`decode_cpu_s`: the process's CPU time over
+    its decode loop, all threads, as llama.cpp's process_time around its loop). A binary that does not report it
+    (older than this bench) gets the difference of its process CPU time (rusage) with a one-token run's (load
+    and prefill): the same quantity, noisier by the two processes' start-up."""
+    cmd = [tandem, "debug", "generate", "--model", str(gguf), "--tokens", str(prompt_file), "--dtype", dtype,
+           "--threads", str(threads), "--max-new-tokens"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out, after = rusage_cpu(cmd + [str(new)])
     timing = out["timing"][0]
-    return {"prefill_s": timing["prefill_s"], "decode_s": timing["decode_s"], "tokens": out["base"][0]}
+    decode_cpu = timing.get("decode_cpu_s", -1)
+    if decode_cpu < 0:
+        _, after_one = rusage_cpu(cmd + ["1"])
+        cpu_new = after - (before.ru_utime + before.ru_stime)
+        decode_cpu = cpu_new - (after_one - after)
+    return {"prefill_s": timing["prefill_s"], "decode_s": timing["decode_s"], "decode_cpu_s": decode_cpu,
+            "tokens": out["base"][0]}
 
 
 def main():
@@ -158,7 +198,10 @@ def main():
         return {"prefill_s": round(prefill, 4), "decode_s": round(decode, 4),
                 "prefill_tokens_per_s": round(args.prompt / prefill, 1),
                 "decode_tokens_per_s": round((args.new - 1) / decode, 2),
-                "decode_s_all": [round(r["decode_s"], 4) for r in runs]}
+                "decode_s_all": [round(r["decode_s"], 4) for r in runs],
+                # CPU milliseconds per decode token (median): less sensitive to other processes than wall time
+                "decode_cpu_ms_per_token": round(1e3 * statistics.median(r["decode_cpu_s"] for r in runs)
+                                                 / (args.new - 1), 3)}
 
     ours, theirs = summary(tandem_runs), summary(llama_runs)
     a, b = tandem_runs[0]["tokens"], llama_runs[0]["tokens"]
@@ -172,6 +215,9 @@ def main():
         "repeats": args.repeats, "llama_cpp": {**llama.info, **theirs}, "tandem": ours,
         "decode_ratio": round(ours["decode_tokens_per_s"] / theirs["decode_tokens_per_s"], 3),
         "prefill_ratio": round(ours["prefill_tokens_per_s"] / theirs["prefill_tokens_per_s"], 3),
+        # llama.cpp's CPU time per decode token over Tandem's (> 1: Tandem spends less CPU per token)
+        "decode_cpu_ratio": round(theirs["decode_cpu_ms_per_token"] / ours["decode_cpu_ms_per_token"], 3),
+        "load_average_1min": round(os.getloadavg()[0], 2),
         "same_first_tokens": agree,
     }
     print(json.dumps(result, indent=2))

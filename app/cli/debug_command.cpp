@@ -256,7 +256,8 @@ void runGenerate(const GenerateOptions& o) {
                                {"prompt_tokens", prompt.size()},
                                {"new_tokens", outcome.ids.size()},
                                {"prefill_s", outcome.prefill_seconds},
-                               {"decode_s", outcome.decode_seconds}});
+                               {"decode_s", outcome.decode_seconds},
+                               {"decode_cpu_s", outcome.decode_cpu_seconds}});
     }
   }
   std::printf("%s\n", out.dump().c_str());

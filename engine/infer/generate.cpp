@@ -4,6 +4,10 @@
 #include <chrono>
 #include <string>
 
+#ifndef _WIN32
+#include <time.h>
+#endif
+
 #include "engine/core/error.h"
 #include "engine/infer/sampler.h"
 #include "engine/model/decode_session.h"
@@ -15,6 +19,17 @@ namespace {
 
 double secondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// CPU seconds the process has used so far (every thread), or -1 where not measured.
+double processCpuSeconds() {
+#ifndef _WIN32
+  timespec t{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t) == 0) {
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  }
+#endif
+  return -1;
 }
 
 }  // namespace
@@ -50,6 +65,7 @@ TokenOutcome generateTokens(const model::Model& model, std::span<const int32_t> 
   std::vector<float> logits = session.feed(prompt);
   out.prefill_seconds = secondsSince(start);
   start = std::chrono::steady_clock::now();
+  const double cpu_start = processCpuSeconds();
   while (true) {
     const int32_t id = sampler.next(std::move(logits), seen);
     out.ids.push_back(id);
@@ -72,6 +88,8 @@ TokenOutcome generateTokens(const model::Model& model, std::span<const int32_t> 
     logits = session.feed(std::span<const int32_t>(&id, 1));
   }
   out.decode_seconds = secondsSince(start);
+  const double cpu_end = processCpuSeconds();
+  if (cpu_start >= 0 && cpu_end >= 0) out.decode_cpu_seconds = cpu_end - cpu_start;
   return out;
 }
 

@@ -24,6 +24,10 @@ struct TokenOutcome {
   FinishReason finish_reason = FinishReason::Length;
   double prefill_seconds = 0;
   double decode_seconds = 0;
+  // CPU seconds of the whole process (all threads) over the decode steps, or -1 where not measured
+  // (Windows): the benches' figure on a shared machine, where wall time also counts other
+  // processes.
+  double decode_cpu_seconds = -1;
 };
 
 // Sees each new id; returns false to end generation there (a stop string was completed).

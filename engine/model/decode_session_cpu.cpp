@@ -1,7 +1,14 @@
 #include "engine/model/decode_session_cpu.h"
 
-#include <ATen/ATen.h>
+// First, before libtorch's headers include it: GCC 12's AVX-512 headers trip
+// -W(maybe-)uninitialized on their own _mm256_undefined operands (as in the experts' kernels).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <cmath>
@@ -135,6 +142,72 @@ float dotBf16(const float* x, const Bf16* w, int64_t n) {
 void axpyBf16(float a, const Bf16* v, float* y, int64_t n) {
   if (hasAvx2Fma()) return axpyBf16Avx2(a, v, y, n);
   for (int64_t i = 0; i < n; ++i) y[i] += a * bf16ToFloat(v[i]);
+}
+
+// Attention of `groups` query heads that share one key/value head, over positions [0, length)
+// (AVX-512; head_dim a multiple of 16): q [groups, head_dim] fp32, keys / values [length, head_dim]
+// bf16 rows, probs [groups, length] scratch, out [groups, head_dim]. Each key and value row is
+// widened once for the whole group (a GQA group of 4 on Qwen3 shapes), and four heads' dot
+// products are summed in one reduction. The same arithmetic as the loops in Plan::attention:
+// fp32 scores times `scaling`, softmax from the maximum, probabilities / total times the values.
+bool hasAvx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return has;
+}
+
+__attribute__((target("avx512f,avx512bw"))) __m512 loadBf16x16(const Bf16* w) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
+__attribute__((target("avx512f,avx512bw"))) float sum16(__m512 v) {
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                 _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xEE)));
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
+
+__attribute__((target("avx512f,avx512bw"))) void attendGroupAvx512(
+    const float* q, int64_t groups, const Bf16* keys, const Bf16* values, int64_t length,
+    int64_t head_dim, float scaling, float* probs, float* out) {
+  constexpr int64_t kMaxChunks = 16;  // head_dim ≤ 256
+  const int64_t chunks = head_dim / 16;
+  for (int64_t j = 0; j < length; ++j) {
+    __m512 key[kMaxChunks];
+    for (int64_t c = 0; c < chunks; ++c) key[c] = loadBf16x16(keys + j * head_dim + 16 * c);
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* qg = q + g * head_dim;
+      __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qg), key[0]);
+      for (int64_t c = 1; c < chunks; ++c)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qg + 16 * c), key[c], acc);
+      probs[g * length + j] = sum16(acc) * scaling;
+    }
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    float* p = probs + g * length;
+    float top = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < length; ++j) top = std::max(top, p[j]);
+    float total = 0.0f;
+    for (int64_t j = 0; j < length; ++j) {
+      p[j] = std::exp(p[j] - top);
+      total += p[j];
+    }
+    for (int64_t j = 0; j < length; ++j) p[j] /= total;
+    std::fill(out + g * head_dim, out + (g + 1) * head_dim, 0.0f);
+  }
+  for (int64_t j = 0; j < length; ++j) {
+    __m512 value[kMaxChunks];
+    for (int64_t c = 0; c < chunks; ++c) value[c] = loadBf16x16(values + j * head_dim + 16 * c);
+    for (int64_t g = 0; g < groups; ++g) {
+      const __m512 weight = _mm512_set1_ps(probs[g * length + j]);
+      float* og = out + g * head_dim;
+      for (int64_t c = 0; c < chunks; ++c) {
+        _mm512_storeu_ps(og + 16 * c,
+                         _mm512_fmadd_ps(weight, value[c], _mm512_loadu_ps(og + 16 * c)));
+      }
+    }
+  }
 }
 
 float silu(float v) { return v / (1.0f + std::exp(-v)); }
@@ -396,6 +469,17 @@ void CpuDecodeStep::Plan::attention(const Layer& layer, LayerKvCache& cache, con
   // Softmax attention over positions [0, past] in fp32 (as attendToCache), each query head
   // reading its key/value head's rows in place.
   const int64_t length = past + 1, groups = heads / kv_heads;
+  if (hasAvx512() && head_dim % 16 == 0 && head_dim <= 256) {
+    if (static_cast<int64_t>(scores.size()) < groups * length)
+      scores.resize(static_cast<size_t>(groups * capacity));
+    for (int64_t kv = 0; kv < kv_heads; ++kv) {
+      attendGroupAvx512(q.data() + kv * groups * head_dim, groups, keys + kv * capacity * head_dim,
+                        values + kv * capacity * head_dim, length, head_dim, layer.scaling,
+                        scores.data(), context.data() + kv * groups * head_dim);
+    }
+    layer.o(context.data(), proj.data());
+    return;
+  }
   if (static_cast<int64_t>(scores.size()) < length) scores.resize(static_cast<size_t>(capacity));
   for (int64_t h = 0; h < heads; ++h) {
     const int64_t kv = h / groups;

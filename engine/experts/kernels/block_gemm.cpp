@@ -7,6 +7,7 @@
 #include "engine/core/error.h"
 #include "engine/experts/expert_blocks.h"
 #include "engine/experts/kernels/block_decode_bf16.h"
+#include "engine/experts/kernels/block_gemv.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem::experts::kernels {
@@ -71,6 +72,10 @@ bool hasFewRowGemmNT(WeightType type, int64_t m) {
 bool fewRowGemmNT(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
                   int64_t lda, float* c, int64_t ldc, bool accumulate) {
   if (!hasFewRowGemmNT(w.type, m)) return false;
+  if (m == 1 && hasBlockGemv(w.type)) {  // a decode step's row: the one-row kernel (block_gemv.h)
+    blockGemv(w, n0, n1, a, c, accumulate);
+    return true;
+  }
   if (w.type == WeightType::Q4_K) {
     q4kGemmNTVnni(w, n0, n1, m, a, lda, c, ldc, accumulate);
   } else if (w.type == WeightType::INT4 || w.type == WeightType::Q4_0) {

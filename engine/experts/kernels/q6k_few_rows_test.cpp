@@ -21,6 +21,7 @@
 #include "engine/experts/block_test_util.h"
 #include "engine/experts/expert_blocks.h"
 #include "engine/experts/kernels/block_gemm.h"
+#include "engine/experts/kernels/block_gemv.h"
 #include "engine/experts/kernels/expert_kernels.h"
 #include "engine/experts/kernels/few_row_test_util.h"
 #include "engine/experts/kernels/packed_gemm.h"
@@ -112,8 +113,16 @@ TEST(Q6kFewRows, MatchesTheQ8KReferenceAndFp64OnRaggedShapes) {
       std::vector<float> y, dispatched(static_cast<size_t>(m * ldc), -7.0f);
       ASSERT_NO_FATAL_FAILURE(
           testing::expectFewRowKernel(q6kGemmNTAvx512, view, w, want, x, m, lda, ldc, &y));
-      // The dispatcher takes it for Q6_K at this row count, with the same result.
+      // The dispatcher takes it for Q6_K at this row count, with the same result (one row: the
+      // one-row kernel, block_gemv_test.cpp; expectFewRowKernel's bounds hold for it too).
       ASSERT_TRUE(fewRowGemmNT(view, 3, n - 2, m, x.data(), lda, dispatched.data(), ldc, false));
+      if (m == 1 && hasBlockGemv(WeightType::Q6_K)) {
+        const auto one_row = [](const BlockWeights& v, int64_t n0, int64_t n1, int64_t,
+                                const float* a, int64_t, float* c, int64_t,
+                                bool accumulate) { blockGemv(v, n0, n1, a, c, accumulate); };
+        ASSERT_NO_FATAL_FAILURE(
+            testing::expectFewRowKernel(one_row, view, w, want, x, m, lda, ldc, &y));
+      }
       ASSERT_EQ(0, std::memcmp(y.data(), dispatched.data(), y.size() * sizeof(float)));
     }
   }
