@@ -22,6 +22,7 @@
 
 #include "engine/core/error.h"
 #include "engine/experts/expert_blocks.h"
+#include "engine/experts/kernels/avx512/block_halves_avx512.h"
 #include "engine/experts/kernels/block_gemm.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
@@ -40,12 +41,6 @@ Int4Layout int4Layout(const BlockWeights& w) {
   if (w.type == WeightType::Q4_0) return {};  // = int4 symmetric, group 32
   const bool symmetric = w.int4.symmetric;
   return {w.int4.group, blockLayout(w.type, w.int4).bytes, symmetric ? 2 : 4, symmetric};
-}
-
-float halfToFloat(const unsigned char* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return _cvtsh_ss(bits);
 }
 
 // The activations of a call, quantised once: q [m][k_pad] int8 in chunk order (per 128
@@ -187,10 +182,13 @@ void int4GemmNTVnni(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, co
   std::fill(d, d + 2 * (x.groups_pad + 4), 0.0f);
   for (int64_t j = n0; j < n1; ++j) {
     const unsigned char* row = w.data + j * w.row_bytes;
-    for (int64_t g = 0; g < groups; ++g) {
-      const unsigned char* block = row + g * l.block_bytes;
-      d[g] = halfToFloat(block);
-      offset[g] = l.symmetric ? -8.0f * d[g] : halfToFloat(block + 2);
+    blockHalvesToFloat(row, l.block_bytes, groups, d);
+    if (l.symmetric) {
+      for (int64_t g = 0; g < groups; g += 16) {
+        _mm512_storeu_ps(offset + g, _mm512_mul_ps(_mm512_loadu_ps(d + g), _mm512_set1_ps(-8.0f)));
+      }
+    } else {
+      blockHalvesToFloat(row + 2, l.block_bytes, groups, offset);
     }
     for (int64_t i0 = 0; i0 < m; i0 += kRowGroup) {
       // a constant count per call, so the accumulators are registers, not stack slots
