@@ -84,6 +84,12 @@ bool hasNibbleGemmNN(WeightType type);
 void nibbleGemmNNBf16(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
                       int64_t lda, float* c, int64_t ldc, bool accumulate,
                       const LowRankAddend* addend = nullptr);
+// The same products on AMX-BF16 tiles (16 rows of dY at a time), the nibble lookup and scaled dY
+// shared: amx_blocks' input gradient at a few rows. Needs AMX-BF16 (and the kernel's permission),
+// checked by the caller (amx_blocks exists only then).
+void nibbleGemmNNAmx(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
+                     int64_t lda, float* c, int64_t ldc, bool accumulate,
+                     const LowRankAddend* addend = nullptr);
 
 // A Q4_K block's 12 scale bytes → out [16]: the 8 six-bit scales, then the 8 six-bit mins.
 inline void unpackScalesQ4K(const uint8_t* scales, uint8_t* out) {

@@ -19,6 +19,7 @@
 #include "engine/core/cpu_features.h"
 #include "engine/experts/kernels/block_cases_test_util.h"
 #include "engine/experts/kernels/block_gemm.h"
+#include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem::experts::kernels {
 namespace {
@@ -69,8 +70,16 @@ void expectEveryGroupClose(const std::vector<float>& got, const std::vector<doub
   }
 }
 
-TEST(NibbleGradient, MatchesFp64OnRaggedShapes) {
-  if (!hasNibbleGemmNN(WeightType::INT4)) GTEST_SKIP() << "no AVX512_BF16 here";
+using NibbleKernel = void (*)(const BlockWeights&, int64_t, int64_t, int64_t, const float*, int64_t,
+                              float*, int64_t, bool, const LowRankAddend*);
+
+bool haveAmxBlocks() {
+  const std::vector<std::string> available =
+      availableGemmBackends(cpuFeatures(), WeightFormat::Blocks);
+  return std::find(available.begin(), available.end(), "amx_blocks") != available.end();
+}
+
+void checkRaggedShapes(NibbleKernel kernel) {
   std::mt19937 rng(17);
   constexpr int64_t kRank = 3;
   for (const BlockCase& c : nibbleCases()) {
@@ -90,7 +99,7 @@ TEST(NibbleGradient, MatchesFp64OnRaggedShapes) {
         // A window [32, cols − 64): starts on 32, not 64; the rest keeps its sentinel.
         const int64_t n0 = 32, n1 = cols - 64;
         std::vector<float> dx(static_cast<size_t>(m * cols), -7.0f);
-        nibbleGemmNNBf16(view, n0, n1, m, dy.data(), rows, dx.data(), cols, false);
+        kernel(view, n0, n1, m, dy.data(), rows, dx.data(), cols, false, nullptr);
         for (int64_t i = 0; i < m; ++i) {
           for (int64_t k = 0; k < cols; ++k) {
             if (k < n0 || k >= n1) {
@@ -100,15 +109,26 @@ TEST(NibbleGradient, MatchesFp64OnRaggedShapes) {
         }
         expectEveryGroupClose(dx, want, m, cols, n0, n1, 2e-2);
         // Whole width with the addend, then accumulated onto itself.
-        nibbleGemmNNBf16(view, 0, cols, m, dy.data(), rows, dx.data(), cols, false, &addend);
+        kernel(view, 0, cols, m, dy.data(), rows, dx.data(), cols, false, &addend);
         expectEveryGroupClose(dx, want_add, m, cols, 0, cols, 2e-2);
-        nibbleGemmNNBf16(view, 0, cols, m, dy.data(), rows, dx.data(), cols, true, &addend);
+        kernel(view, 0, cols, m, dy.data(), rows, dx.data(), cols, true, &addend);
         std::vector<double> twice = want_add;
         for (double& v : twice) v *= 2.0;
         expectEveryGroupClose(dx, twice, m, cols, 0, cols, 2e-2);
       }
     }
   }
+}
+
+TEST(NibbleGradient, MatchesFp64OnRaggedShapes) {
+  if (!hasNibbleGemmNN(WeightType::INT4)) GTEST_SKIP() << "no AVX512_BF16 here";
+  checkRaggedShapes(nibbleGemmNNBf16);
+}
+
+// The AMX-tile variant (amx_blocks' few-row input gradient) on the same cases.
+TEST(NibbleGradient, AmxMatchesFp64OnRaggedShapes) {
+  if (!haveAmxBlocks()) GTEST_SKIP() << "no AMX here (or capped by TANDEM_CPU_ISA)";
+  checkRaggedShapes(nibbleGemmNNAmx);
 }
 
 // One block's scale (int4 / Q4_0: d; Q4_K: d, and one sub-block's 6-bit scale and min) changed in

@@ -28,7 +28,9 @@
 #include "engine/core/error.h"
 #include "engine/core/ggml_blocks.h"
 #include "engine/experts/expert_blocks.h"
+#include "engine/experts/kernels/amx/amx_common.h"
 #include "engine/experts/kernels/avx512/block_halves_avx512.h"
+#include "engine/experts/kernels/avx512_transpose.h"
 #include "engine/experts/kernels/block_gemm.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
@@ -41,8 +43,6 @@ namespace gb = ggml_blocks;
 constexpr int64_t kChunk = 64;       // columns per micro-kernel chunk (4 vectors)
 constexpr int64_t kSegPairs = 32;    // pairs of rows of W per segment
 constexpr int kMaxRowsPerBlock = 6;  // rows of dY per register block: 6 × 4 accumulators
-// Groups of one call's columns at most (ExpertLayer's widest input: 8192 columns of 32).
-constexpr int64_t kMaxRowGroups = 256;
 
 // How one format lays its nibbles and scales out.
 struct NibbleFormat {
@@ -114,62 +114,101 @@ NibbleSpot nibbleSpot(const NibbleFormat& f, int64_t c) {
   return {base + e % half, e >= half ? 4 : 0};
 }
 
-// pairs [seg_pairs][64] of one 64-column chunk = (q[2p][col], q[2p + 1][col]) as bf16 integers
-// (minus 8 for symmetric formats); zeros past W's rows and past `cols_valid` columns.
-// The same bytes of the next segment's rows are prefetched meanwhile: W is read a segment of
-// whole rows at a time, not down a column span (which stalled on every row's first load).
-void decodeChunk(const NibbleFormat& f, const unsigned char* data, int64_t row_bytes, int64_t rows,
-                 int64_t r0, int64_t seg_pairs, int64_t col0, int64_t cols_valid,
-                 const __m512i& table, uint32_t* out) {
-  int64_t byte[4] = {};
-  __m128i shift[4];
-  int vectors = 0;  // vectors of the chunk inside W; the rest are zeros
-  for (int q = 0; q < 4 && 16 * q < cols_valid; ++q, ++vectors) {
-    const NibbleSpot spot = nibbleSpot(f, col0 + 16 * q);
-    byte[q] = spot.byte;
-    shift[q] = _mm_cvtsi32_si128(spot.shift);
+// Columns [s0, s1) of a segment's pairs of rows, s0 a multiple of 32, s1 − s0 ≤ kSpan, as
+// out [chunk][kSegPairs][64] (chunk = (col − s0) / 64): (q[2p][col], q[2p + 1][col]) as bf16
+// integers (minus 8 for the symmetric formats); zeros past W's rows and past s1 to the chunk's
+// end. Each 16 bytes of nibbles feed two vectors (low and high nibbles): the bytes of the two rows
+// are interleaved once, widened to words, and looked up twice (vpermw on the low 5 bits: the
+// table repeats, so the low nibble needs no mask). Meanwhile the same bytes of the next segment's
+// rows are prefetched: W is read a segment of whole rows at a time, not down a column span
+// (which stalled on every row's first load).
+struct NibbleJob {
+  int64_t byte;  // in the row
+  int lo, hi;    // destination vectors of the low / high nibbles (−1: outside [s0, s1))
+};
+
+int spanJobs(const NibbleFormat& f, int64_t s0, int64_t s1, NibbleJob* jobs) {
+  int n = 0;
+  for (int64_t col = s0; col < s1; col += 16) {
+    const NibbleSpot spot = nibbleSpot(f, col);
+    const int v = static_cast<int>((col - s0) / 16);
+    int j = 0;
+    while (j < n && jobs[j].byte != spot.byte) ++j;
+    if (j == n) jobs[n++] = {spot.byte, -1, -1};
+    (spot.shift ? jobs[j].hi : jobs[j].lo) = v;
   }
-  const __m128i low4 = _mm_set1_epi8(0x0F);
+  return n;
+}
+
+constexpr int64_t kSpan = 256;
+
+void decodeSpan(const NibbleFormat& f, const unsigned char* data, int64_t row_bytes, int64_t rows,
+                int64_t r0, int64_t seg_pairs, int64_t s0, int64_t s1, const __m512i& table,
+                uint32_t* out) {
+  NibbleJob jobs[kSpan / 16] = {};
+  const int n_jobs = spanJobs(f, s0, s1, jobs);
+  const int used = static_cast<int>((s1 - s0 + 15) / 16);
+  const int vectors = static_cast<int>((s1 - s0 + kChunk - 1) / kChunk * 4);
+  int64_t first = jobs[0].byte, last = jobs[0].byte;
+  for (int j = 1; j < n_jobs; ++j) {
+    first = std::min(first, jobs[j].byte);
+    last = std::max(last, jobs[j].byte);
+  }
   const int64_t next0 = r0 + 2 * seg_pairs, next1 = std::min(rows, next0 + 2 * kSegPairs);
   for (int64_t r = next0; r < next1; ++r) {
     const unsigned char* row = data + r * row_bytes;
-    _mm_prefetch(reinterpret_cast<const char*>(row + byte[0]), _MM_HINT_T0);
-    if (vectors > 0) {
-      _mm_prefetch(reinterpret_cast<const char*>(row + byte[vectors - 1] + 15), _MM_HINT_T0);
+    for (int64_t b = first; b < last + 16; b += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(row + b), _MM_HINT_T0);
     }
+    _mm_prefetch(reinterpret_cast<const char*>(row + last + 15), _MM_HINT_T0);
+  }
+  // Offsets in out of vector v at pair 0 (−1: not wanted).
+  const auto offset = [](int v) -> int64_t {
+    return v < 0 ? -1 : (v / 4) * kSegPairs * kChunk + 16 * (v % 4);
+  };
+  int64_t lo_at[kSpan / 16], hi_at[kSpan / 16];
+  for (int j = 0; j < n_jobs; ++j) {
+    lo_at[j] = offset(jobs[j].lo);
+    hi_at[j] = offset(jobs[j].hi);
   }
   for (int64_t p = 0; p < seg_pairs; ++p) {
     const int64_t r = r0 + 2 * p;
     const unsigned char* even = data + r * row_bytes;
     const bool has_odd = r + 1 < rows;
     const unsigned char* odd = has_odd ? even + row_bytes : even;
+    // an odd last row contributes nothing: its half of each pair is 0, not bf16(q − 8)
+    const __mmask32 keep = has_odd ? 0xffffffffu : 0x55555555u;
     uint32_t* dst = out + p * kChunk;
-    for (int q = 0; q < vectors; ++q) {
-      const __m128i a = _mm_and_si128(
-          _mm_srl_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(even + byte[q])),
-                        shift[q]),
-          low4);
-      const __m128i b = _mm_and_si128(
-          _mm_srl_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(odd + byte[q])), shift[q]),
-          low4);
-      const __m256i bytes = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(a, b)),
-                                                    _mm_unpackhi_epi8(a, b), 1);
-      __m512i words = _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(bytes), table);
-      // an odd last row contributes nothing: its half of each pair is 0, not bf16(q − 8)
-      if (!has_odd) words = _mm512_maskz_mov_epi16(0x55555555u, words);
-      _mm512_store_si512(dst + 16 * q, words);
+    for (int j = 0; j < n_jobs; ++j) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(even + jobs[j].byte));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(odd + jobs[j].byte));
+      const __m512i words = _mm512_cvtepu8_epi16(_mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_unpacklo_epi8(a, b)), _mm_unpackhi_epi8(a, b), 1));
+      if (lo_at[j] >= 0) {
+        _mm512_store_si512(dst + lo_at[j], _mm512_maskz_permutexvar_epi16(keep, words, table));
+      }
+      if (hi_at[j] >= 0) {
+        _mm512_store_si512(dst + hi_at[j], _mm512_maskz_permutexvar_epi16(
+                                               keep, _mm512_srli_epi16(words, 4), table));
+      }
     }
-    for (int q = vectors; q < 4; ++q) _mm512_store_si512(dst + 16 * q, _mm512_setzero_si512());
+    for (int v = used; v < vectors; ++v)
+      _mm512_store_si512(dst + offset(v), _mm512_setzero_si512());
+  }
+  // Pairs up to the next 16 (the AMX path's last k tile): zeros, not stale or unset memory.
+  for (int64_t p = seg_pairs; p < (seg_pairs + 15) / 16 * 16; ++p) {
+    for (int v = 0; v < vectors; ++v) {
+      _mm512_store_si512(out + p * kChunk + offset(v), _mm512_setzero_si512());
+    }
   }
 }
 
-// c [kM, ≤ 64] (+)= Σ_p a_s[i][p][group of the vector] · B[p] over one segment's pairs. Vectors 0-1
-// of the chunk share group ga, 2-3 group gb (a chunk's halves each lie in one group: groups are
-// ≥ 32 columns and chunks start on 32).
+// c [kM, ≤ 64] (+)= Σ_p A[i][p] · B[p] over one segment's pairs, A the scaled dY of the group of
+// the vector: vectors 0-1 of the chunk take a_lo (their group), 2-3 a_hi (a chunk's halves each
+// lie in one group: groups are ≥ 32 columns and chunks start on 32). A rows are kSegPairs apart.
 template <int kM>
-void microKernel(const uint32_t* a_s, int64_t a_stride, int64_t g_stride, int ga, int gb_,
-                 int64_t pairs, const uint32_t* bp, float* c, int64_t ldc, int64_t n_valid,
-                 bool accumulate) {
+void microKernel(const uint32_t* a_lo, const uint32_t* a_hi, int64_t pairs, const uint32_t* bp,
+                 float* c, int64_t ldc, int64_t n_valid, bool accumulate) {
   __m512 acc[kM][4];
 #pragma GCC unroll 8
   for (int i = 0; i < kM; ++i)
@@ -181,9 +220,10 @@ void microKernel(const uint32_t* a_s, int64_t a_stride, int64_t g_stride, int ga
     for (int q = 0; q < 4; ++q) bv[q] = reinterpret_cast<__m512bh>(_mm512_load_si512(bp + 16 * q));
 #pragma GCC unroll 8
     for (int i = 0; i < kM; ++i) {
-      const uint32_t* ai = a_s + i * a_stride + p * g_stride;
-      const auto lo = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(ai[ga])));
-      const auto hi = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(ai[gb_])));
+      const auto lo =
+          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a_lo[i * kSegPairs + p])));
+      const auto hi =
+          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a_hi[i * kSegPairs + p])));
       acc[i][0] = _mm512_dpbf16_ps(acc[i][0], lo, bv[0]);
       acc[i][1] = _mm512_dpbf16_ps(acc[i][1], lo, bv[1]);
       acc[i][2] = _mm512_dpbf16_ps(acc[i][2], hi, bv[2]);
@@ -204,6 +244,53 @@ void microKernel(const uint32_t* a_s, int64_t a_stride, int64_t g_stride, int ga
   }
 }
 
+// The same on AMX-BF16 tiles, 16 rows of dY at a time: A tiles straight from a_lo / a_hi (16 rows
+// × 16 pairs, kSegPairs · 4 bytes apart: zero rows past m), B tiles straight from the decoded
+// chunk (16 pairs × 16 columns, 256 bytes apart). Few rows leave A half empty, but the nibble
+// lookup, not the multiply, is the cost there, and it is shared with the vector kernel.
+TANDEM_AMX void amxChunk(const uint32_t* a_lo, const uint32_t* a_hi, int64_t m, int64_t pairs,
+                         const uint32_t* bp, float* c, int64_t ldc, int64_t n_valid,
+                         bool accumulate) {
+  alignas(64) float acc[16 * kChunk];
+  const int64_t k_tiles = (pairs + 15) / 16;
+  constexpr int64_t kAStride = kSegPairs * 4, kBStride = kChunk * 4;
+  for (int64_t i0 = 0; i0 < m; i0 += 16) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t kt = 0; kt < k_tiles; ++kt) {
+      _tile_loadd(4, a_lo + i0 * kSegPairs + 16 * kt, kAStride);
+      _tile_loadd(5, a_hi + i0 * kSegPairs + 16 * kt, kAStride);
+      const uint32_t* b = bp + kt * 16 * kChunk;
+      _tile_loadd(6, b, kBStride);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_loadd(7, b + 16, kBStride);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_loadd(6, b + 32, kBStride);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_loadd(7, b + 48, kBStride);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, acc, kBStride);
+    _tile_stored(1, acc + 16, kBStride);
+    _tile_stored(2, acc + 32, kBStride);
+    _tile_stored(3, acc + 48, kBStride);
+    for (int q = 0; q < 4; ++q) {
+      const int64_t left = n_valid - 16 * q;
+      if (left <= 0) break;
+      const __mmask16 mask =
+          left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+      for (int64_t i = i0; i < std::min(m, i0 + 16); ++i) {
+        float* out = c + i * ldc + 16 * q;
+        __m512 value = _mm512_load_ps(acc + (i - i0) * kChunk + 16 * q);
+        if (accumulate) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, out));
+        _mm512_mask_storeu_ps(out, mask, value);
+      }
+    }
+  }
+}
+
 constexpr decltype(&microKernel<1>) kMicroKernels[kMaxRowsPerBlock] = {
     microKernel<1>, microKernel<2>, microKernel<3>, microKernel<4>, microKernel<5>, microKernel<6>};
 
@@ -216,9 +303,11 @@ bool hasNibbleGemmNN(WeightType type) {
   return cpuFeatures().canUseAvx512Bf16();
 }
 
-void nibbleGemmNNBf16(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
-                      int64_t lda, float* c, int64_t ldc, bool accumulate,
-                      const LowRankAddend* addend) {
+namespace {
+
+void nibbleGemmNN(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
+                  int64_t lda, float* c, int64_t ldc, bool accumulate, const LowRankAddend* addend,
+                  bool amx) {
   if (m <= 0 || n1 <= n0) return;
   if (w.type != WeightType::INT4 && w.type != WeightType::Q4_0 && w.type != WeightType::Q4_K) {
     throw Error("nibbleGemmNNBf16: " + std::string(weightTypeName(w.type)) +
@@ -233,8 +322,8 @@ void nibbleGemmNNBf16(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, 
   const int64_t n_pairs = (N + 1) / 2;
   // nibble → bf16 of (nibble − bias), bias 8 for the symmetric formats
   alignas(64) uint16_t table_bits[32] = {};
-  for (int v = 0; v < 16; ++v) {
-    const float value = static_cast<float>(v - (f.symmetric ? 8 : 0));
+  for (int v = 0; v < 32; ++v) {
+    const float value = static_cast<float>(v % 16 - (f.symmetric ? 8 : 0));
     uint32_t bits;
     std::memcpy(&bits, &value, 4);
     table_bits[v] = static_cast<uint16_t>(bits >> 16);  // small integers: exact in bf16
@@ -243,96 +332,117 @@ void nibbleGemmNNBf16(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, 
   // Groups of the call's columns, a whole number of 8 (the scaled dY is built 8 groups at a
   // time: one vector of 8 pairs), and the chunks.
   const int64_t g0 = n0 / f.group, g1 = (n1 + f.group - 1) / f.group;
-  const int64_t g_pad = (g1 - g0 + 7) / 8 * 8;
-  if (g_pad > kMaxRowGroups) {
-    throw Error("nibbleGemmNNBf16: " + std::to_string(n1 - n0) + " columns of groups of " +
-                    std::to_string(f.group) + " exceed the kernel's " +
-                    std::to_string(kMaxRowGroups) + " groups a call",
-                "split the call's columns (gemmColumns) into narrower ranges");
-  }
-  const int64_t n_chunks = (n1 - n0 + kChunk - 1) / kChunk;
   // Rows per register block, as even as the blocks allow (8 rows: 4 + 4, not 6 + 2).
   const int64_t blocks = (m + kMaxRowsPerBlock - 1) / kMaxRowsPerBlock;
   const int64_t per_block = (m + blocks - 1) / blocks;
-  // Scratch: one decoded chunk [kSegPairs][64] (slot 1); dY scaled [m][kSegPairs][g_pad] bf16
-  // pairs, the offsets' sums [m][2 g_pad] and a segment's scales and offsets
-  // [kSegPairs][2 g_pad] each (slot 2; lanes 2j, 2j + 1: group g0 + j of a pair's two rows).
-  auto* chunk = static_cast<uint32_t*>(threadArena(1, static_cast<size_t>(kSegPairs * kChunk) * 4));
-  const int64_t a_stride = kSegPairs * g_pad, lanes = 2 * g_pad;
-  auto* a_s = static_cast<uint32_t*>(
-      threadArena(2, static_cast<size_t>(m * a_stride + m * lanes + 2 * kSegPairs * lanes) * 4));
-  auto* corr = reinterpret_cast<float*>(a_s + m * a_stride);
-  float* seg_s = corr + m * lanes;
-  float* seg_o = seg_s + kSegPairs * lanes;
-  std::fill(corr, corr + m * lanes, 0.0f);
-  // One row's scales and offsets: g_pad + 16 floats each (whole vectors past g1 − g0), zeros
-  // past g1 − g0 so the padding groups of the scaled dY are zeros.
-  float row_buf[4][kMaxRowGroups + 16] = {};
-  float* row_s[2] = {row_buf[0], row_buf[1]};
-  float* row_o[2] = {row_buf[2], row_buf[3]};
+  const int64_t n_groups = g1 - g0, g16 = (n_groups + 15) / 16 * 16;
+  const int64_t m_rows = amx ? (m + 15) / 16 * 16 : m;  // AMX reads whole 16-row tiles
+  constexpr int64_t kSegRows = 2 * kSegPairs;
+  // Scratch. Slot 1: one decoded span [kSpan / 64][kSegPairs][64]. Slot 2: the scaled dY
+  // [n_groups][m_rows][kSegPairs] bf16 pairs (zero rows past m), the offsets' sums [n_groups][m],
+  // a segment's dY [m][kSegRows] (zeros past W's rows), its rows' scales and offsets
+  // [kSegRows][g16] and the same transposed, [g16][kSegRows].
+  auto* span = static_cast<uint32_t*>(
+      threadArena(1, static_cast<size_t>(kSpan / kChunk * kSegPairs * kChunk) * 4));
+  const int64_t a_group = m_rows * kSegPairs;
+  const int64_t corr_len = (n_groups * m + 15) / 16 * 16;  // keeps what follows 64-byte aligned
+  const size_t floats =
+      static_cast<size_t>(n_groups * a_group + corr_len + m * kSegRows + 4 * kSegRows * g16);
+  auto* a_s = static_cast<uint32_t*>(threadArena(2, floats * 4));
+  auto* corr = reinterpret_cast<float*>(a_s + n_groups * a_group);
+  float* dy_seg = corr + corr_len;
+  float* row_s = dy_seg + m * kSegRows;  // [kSegRows][g16]
+  float* row_o = row_s + kSegRows * g16;
+  float* col_s = row_o + kSegRows * g16;  // [g16][kSegRows]
+  float* col_o = col_s + g16 * kSegRows;
+  std::fill(corr, corr + n_groups * m, 0.0f);
+  std::fill(row_s, row_s + 2 * kSegRows * g16, 0.0f);  // Q4_K writes only its groups
+  for (int64_t g = 0; g < n_groups && m_rows > m; ++g) {
+    std::fill(a_s + g * a_group + m * kSegPairs, a_s + (g + 1) * a_group, 0u);
+  }
+  if (amx) amx::ensureTileConfig();
 
   for (int64_t p0 = 0; p0 < n_pairs; p0 += kSegPairs) {
     const int64_t seg = std::min(kSegPairs, n_pairs - p0);
-    // Per pair: lanes 2j + e of seg_s / seg_o = group g0 + j of row 2 (p0 + p) + e.
-    const __m512i interleave =
-        _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-    for (int64_t p = 0; p < seg; ++p) {
-      for (int e = 0; e < 2; ++e) {
-        const int64_t r = 2 * (p0 + p) + e;
-        if (r < N) {
-          rowScales(f, w.data + r * w.row_bytes, g0, g1, row_s[e], row_o[e]);
-        } else {  // past W's last row: nothing (dY is 0 there too)
-          std::fill(row_s[e], row_s[e] + g_pad + 16, 0.0f);
-          std::fill(row_o[e], row_o[e] + g_pad + 16, 0.0f);
-        }
-      }
-      for (int64_t j = 0; j < g_pad; j += 8) {
-        const auto both = [&](float* const* rows) {
-          return _mm512_permutex2var_ps(_mm512_castps256_ps512(_mm256_loadu_ps(rows[0] + j)),
-                                        interleave,
-                                        _mm512_castps256_ps512(_mm256_loadu_ps(rows[1] + j)));
-        };
-        _mm512_store_ps(seg_s + p * lanes + 2 * j, both(row_s));
-        if (!f.symmetric) _mm512_store_ps(seg_o + p * lanes + 2 * j, both(row_o));
+    const int64_t r0 = 2 * p0, seg_rows = std::min(kSegRows, N - r0);
+    for (int64_t r = 0; r < kSegRows; ++r) {
+      if (r < seg_rows) {
+        rowScales(f, w.data + (r0 + r) * w.row_bytes, g0, g1, row_s + r * g16, row_o + r * g16);
+      } else {  // past W's last row: nothing (dY is 0 there too)
+        std::fill(row_s + r * g16, row_s + (r + 1) * g16, 0.0f);
+        std::fill(row_o + r * g16, row_o + (r + 1) * g16, 0.0f);
       }
     }
-    // a_s[i][p][j] = (bf16(dY[i, 2p] s[2p, j]), bf16(dY[i, 2p + 1] s[2p + 1, j])).
-    for (int64_t i = 0; i < m; ++i) {
-      const float* ai = a + i * lda;
-      float* corr_i = corr + i * lanes;
-      for (int64_t p = 0; p < seg; ++p) {
-        const int64_t n = 2 * (p0 + p);
-        __m512 dy;  // lanes 2j, 2j + 1: dY[i, n], dY[i, n + 1] (0 past W's last row)
-        if (n + 1 < N) {
-          double both;
-          std::memcpy(&both, ai + n, 8);
-          dy = _mm512_castpd_ps(_mm512_set1_pd(both));
-        } else {
-          dy = _mm512_maskz_mov_ps(0x5555, _mm512_set1_ps(ai[n]));
-        }
-        uint32_t* dst = a_s + i * a_stride + p * g_pad;
-        for (int64_t j = 0; j < g_pad; j += 8) {
-          const __m512 scaled = _mm512_mul_ps(dy, _mm512_load_ps(seg_s + p * lanes + 2 * j));
-          _mm256_store_si256(reinterpret_cast<__m256i*>(dst + j),
-                             reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(scaled)));
-          if (!f.symmetric) {
-            _mm512_store_ps(corr_i + 2 * j,
-                            _mm512_fmadd_ps(dy, _mm512_load_ps(seg_o + p * lanes + 2 * j),
-                                            _mm512_load_ps(corr_i + 2 * j)));
+    // [kSegRows][g16] → [g16][kSegRows], 16 × 16 at a time.
+    for (int t = 0; t < 2; ++t) {
+      if (t == 1 && f.symmetric) break;
+      const float* from = t ? row_o : row_s;
+      float* to = t ? col_o : col_s;
+      for (int64_t rb = 0; rb < kSegRows; rb += 16) {
+        for (int64_t gb = 0; gb < g16; gb += 16) {
+          __m512i v[16];
+          for (int r = 0; r < 16; ++r) {
+            v[r] = _mm512_castps_si512(_mm512_loadu_ps(from + (rb + r) * g16 + gb));
+          }
+          transpose16x16(v);
+          for (int g = 0; g < 16; ++g) {
+            _mm512_storeu_ps(to + (gb + g) * kSegRows + rb, _mm512_castsi512_ps(v[g]));
           }
         }
       }
     }
-    for (int64_t ch = 0; ch < n_chunks; ++ch) {
-      const int64_t col0 = n0 + ch * kChunk;
-      decodeChunk(f, w.data, w.row_bytes, N, 2 * p0, seg, col0, w.cols - col0, table, chunk);
-      const int ga = static_cast<int>(col0 / f.group - g0);
-      const int gb_ = static_cast<int>(std::min(col0 + 32, n1 - 1) / f.group - g0);
-      for (int64_t i0 = 0; i0 < m; i0 += per_block) {
-        const int64_t rows = std::min<int64_t>(per_block, m - i0);
-        kMicroKernels[rows - 1](a_s + i0 * a_stride, a_stride, g_pad, ga, gb_, seg, chunk,
-                                c + i0 * ldc + col0, ldc, n1 - col0, accumulate || p0 > 0);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t r = 0; r < kSegRows; r += 16) {
+        const int64_t left = seg_rows - r;
+        const __mmask16 mask = left >= 16  ? static_cast<__mmask16>(0xffff)
+                               : left <= 0 ? static_cast<__mmask16>(0)
+                                           : static_cast<__mmask16>((1u << left) - 1u);
+        _mm512_store_ps(dy_seg + i * kSegRows + r,
+                        _mm512_maskz_loadu_ps(mask, a + i * lda + r0 + r));
       }
+    }
+    // a_s[g][i][p] = (bf16(dY[i, 2p] s[2p, g]), bf16(dY[i, 2p + 1] s[2p + 1, g])): rows in order
+    // are pairs in order. corr[g][i] += Σ_r dY[i, r] o[r, g].
+    for (int64_t g = 0; g < n_groups; ++g) {
+      const float* sg = col_s + g * kSegRows;
+      const float* og = col_o + g * kSegRows;
+      for (int64_t i = 0; i < m; ++i) {
+        const float* dy = dy_seg + i * kSegRows;
+        uint32_t* dst = a_s + g * a_group + i * kSegPairs;
+        __m512 off = _mm512_setzero_ps();
+        for (int64_t r = 0; r < kSegRows; r += 32) {
+          const __m512 lo = _mm512_mul_ps(_mm512_load_ps(dy + r), _mm512_loadu_ps(sg + r));
+          const __m512 hi =
+              _mm512_mul_ps(_mm512_load_ps(dy + r + 16), _mm512_loadu_ps(sg + r + 16));
+          _mm512_store_si512(dst + r / 2, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+          if (!f.symmetric) {
+            off = _mm512_fmadd_ps(_mm512_load_ps(dy + r), _mm512_loadu_ps(og + r), off);
+            off = _mm512_fmadd_ps(_mm512_load_ps(dy + r + 16), _mm512_loadu_ps(og + r + 16), off);
+          }
+        }
+        if (!f.symmetric) corr[g * m + i] += _mm512_reduce_add_ps(off);
+      }
+    }
+    for (int64_t s0 = n0; s0 < n1;) {
+      const int64_t s1 = std::min(n1, (s0 / kSpan + 1) * kSpan);
+      decodeSpan(f, w.data, w.row_bytes, N, r0, seg, s0, s1, table, span);
+      if (amx) amx::tileInputsWritten();
+      for (int64_t col0 = s0; col0 < s1; col0 += kChunk) {
+        const uint32_t* chunk = span + (col0 - s0) / kChunk * kSegPairs * kChunk;
+        const uint32_t* a_lo = a_s + (col0 / f.group - g0) * a_group;
+        const uint32_t* a_hi = a_s + (std::min(col0 + 32, n1 - 1) / f.group - g0) * a_group;
+        const bool acc = accumulate || p0 > 0;
+        if (amx) {
+          amxChunk(a_lo, a_hi, m, seg, chunk, c + col0, ldc, n1 - col0, acc);
+          continue;
+        }
+        for (int64_t i0 = 0; i0 < m; i0 += per_block) {
+          const int64_t rows = std::min<int64_t>(per_block, m - i0);
+          kMicroKernels[rows - 1](a_lo + i0 * kSegPairs, a_hi + i0 * kSegPairs, seg, chunk,
+                                  c + i0 * ldc + col0, ldc, n1 - col0, acc);
+        }
+      }
+      s0 = s1;
     }
   }
   // The offsets' term (one value per row and group) and the low-rank addend.
@@ -346,7 +456,7 @@ void nibbleGemmNNBf16(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, 
       __m512 v = _mm512_maskz_loadu_ps(mask, ci + col);
       if (!f.symmetric) {  // 16 columns lie in one group (groups are ≥ 32, n0 is a multiple of 32)
         const int64_t j = col / f.group - g0;
-        v = _mm512_add_ps(v, _mm512_set1_ps(corr[i * lanes + 2 * j] + corr[i * lanes + 2 * j + 1]));
+        v = _mm512_add_ps(v, _mm512_set1_ps(corr[j * m + i]));
       }
       if (addend) {
         for (int64_t q = 0; q < addend->rank; ++q) {
@@ -357,6 +467,20 @@ void nibbleGemmNNBf16(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, 
       _mm512_mask_storeu_ps(ci + col, mask, v);
     }
   }
+}
+
+}  // namespace
+
+void nibbleGemmNNBf16(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
+                      int64_t lda, float* c, int64_t ldc, bool accumulate,
+                      const LowRankAddend* addend) {
+  nibbleGemmNN(w, n0, n1, m, a, lda, c, ldc, accumulate, addend, false);
+}
+
+void nibbleGemmNNAmx(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
+                     int64_t lda, float* c, int64_t ldc, bool accumulate,
+                     const LowRankAddend* addend) {
+  nibbleGemmNN(w, n0, n1, m, a, lda, c, ldc, accumulate, addend, true);
 }
 
 }  // namespace tandem::experts::kernels
