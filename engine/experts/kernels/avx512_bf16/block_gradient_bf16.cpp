@@ -158,9 +158,9 @@ void decodeSpan(const NibbleFormat& f, const unsigned char* data, int64_t row_by
   for (int64_t r = next0; r < next1; ++r) {
     const unsigned char* row = data + r * row_bytes;
     for (int64_t b = first; b < last + 16; b += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(row + b), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(row + b), _MM_HINT_T1);
     }
-    _mm_prefetch(reinterpret_cast<const char*>(row + last + 15), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(row + last + 15), _MM_HINT_T1);
   }
   // Offsets in out of vector v at pair 0 (−1: not wanted).
   const auto offset = [](int v) -> int64_t {
