@@ -11,6 +11,7 @@
 
 #include "engine/experts/expert_types.h"
 #include "engine/experts/kernels/expert_kernels.h"
+#include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem {
 struct CpuFeatures;
@@ -71,6 +72,24 @@ void int4GemmNTVnni(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, co
 bool hasFewRowGemmNT(WeightType type, int64_t m);
 bool fewRowGemmNT(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
                   int64_t lda, float* c, int64_t ldc, bool accumulate);
+
+// The input gradient (dY W) on 4-bit blocks as stored, for the bf16 block backends at few rows
+// (avx512_bf16/block_gradient_bf16.cpp): the nibbles become exact bf16 integers by a table lookup,
+// the scales multiply dY once per (row of W, group), the offsets (asymmetric int4, Q4_K's mins)
+// add one f32 term per row and group. No f32 or scaled-bf16 copy of W. Same arguments as
+// blockGemmNN plus the low-rank addend; n0 a multiple of 32. Types: int4 (any group, symmetric or
+// not), Q4_0, Q4_K; hasNibbleGemmNN also checks AVX512_BF16 on this CPU.
+inline constexpr int64_t kNibbleGradientMaxRows = 32;
+bool hasNibbleGemmNN(WeightType type);
+void nibbleGemmNNBf16(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
+                      int64_t lda, float* c, int64_t ldc, bool accumulate,
+                      const LowRankAddend* addend = nullptr);
+// The same products on AMX-BF16 tiles (16 rows of dY at a time), the nibble lookup and scaled dY
+// shared: amx_blocks' input gradient at a few rows. Needs AMX-BF16 (and the kernel's permission),
+// checked by the caller (amx_blocks exists only then).
+void nibbleGemmNNAmx(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, const float* a,
+                     int64_t lda, float* c, int64_t ldc, bool accumulate,
+                     const LowRankAddend* addend = nullptr);
 
 // A Q4_K block's 12 scale bytes → out [16]: the 8 six-bit scales, then the 8 six-bit mins.
 inline void unpackScalesQ4K(const uint8_t* scales, uint8_t* out) {

@@ -270,6 +270,18 @@ class AmxBlocksGemm final : public GemmBackend {
       }
       return;
     }
+    if (b.transposed && m <= kNibbleGradientMaxRows && hasNibbleGemmNN(b.src.type)) {
+      // The input gradient at a few rows on the nibbles as stored (scales on dY, block_gemm.h):
+      // the f32 decode into tiles cost more than the tiles' products there.
+      const BlockWeights w{static_cast<const unsigned char*>(b.src.data),
+                           b.src.type,
+                           b.src.int4,
+                           b.src.rows,
+                           b.src.cols,
+                           b.src.rowBytes()};
+      nibbleGemmNNAmx(w, n0, n1, m, a, lda, c, ldc, accumulate, addend);
+      return;
+    }
     const int64_t m16 = (m + 15) / 16, k = b.k();
     const int64_t k_pad = (k + kTileK - 1) / kTileK * kTileK;
     // bf16 rows of a [m16 · 16, k_pad] (slot 0; the forward's VNNI tiles of them follow).

@@ -8,7 +8,9 @@
 // not the multiply, was the cost.
 //
 // One group g (G elements, scale d_g, offset −8 d_g symmetric or m_g asymmetric) against one row
-// of a (int8 q, scale dx):  Σ w·x = dx · (d_g · Σ nibble · q  +  offset_g · Σ q).
+// of a (int8 q, scale dx):  Σ w·x = dx · (d_g · Σ nibble · q  +  offset_g · Σ q). Symmetric: the
+// −8 enters each int32 dot through its starting value (−8 Σ q of that lane, computed once per
+// call), so the dot is Σ (nibble − 8) · q and no offset term is left per row of W.
 
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined operands.
 #pragma GCC diagnostic push
@@ -22,6 +24,7 @@
 
 #include "engine/core/error.h"
 #include "engine/experts/expert_blocks.h"
+#include "engine/experts/kernels/avx512/block_halves_avx512.h"
 #include "engine/experts/kernels/block_gemm.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
@@ -42,12 +45,6 @@ Int4Layout int4Layout(const BlockWeights& w) {
   return {w.int4.group, blockLayout(w.type, w.int4).bytes, symmetric ? 2 : 4, symmetric};
 }
 
-float halfToFloat(const unsigned char* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return _cvtsh_ss(bits);
-}
-
 // The activations of a call, quantised once: q [m][k_pad] int8 in chunk order (per 128
 // elements: the first halves of its groups, then their second halves: the order the nibble
 // registers hold W in), dx [m], sums [m][groups_pad] f32 (Σ q over each group of W; zero padded).
@@ -55,15 +52,22 @@ struct Int8Rows {
   const int8_t* q;
   const float* dx;
   const float* sums;
+  const int32_t* neg8;  // symmetric formats: [m][chunks][16], −8 Σ q per lane; else nullptr
   int64_t k_pad, groups_pad;
 };
 
-Int8Rows quantiseRows(int64_t m, const float* a, int64_t lda, int64_t k, int64_t group) {
-  const int64_t k_pad = (k + kChunk - 1) / kChunk * kChunk;
+Int8Rows quantiseRows(int64_t m, const float* a, int64_t lda, int64_t k, int64_t group,
+                      bool symmetric) {
+  const int64_t k_pad = (k + kChunk - 1) / kChunk * kChunk, chunks = k_pad / kChunk;
   const int64_t groups_pad = (k / group + 15) / 16 * 16;
   auto* q = static_cast<int8_t*>(threadArena(0, static_cast<size_t>(m * k_pad)));
-  auto* scales = static_cast<float*>(threadArena(1, static_cast<size_t>(m * (1 + groups_pad)) * 4));
-  float* sums = scales + m;
+  // scales [m], sums [m][groups_pad], then (symmetric) −8 Σ q per lane [m][chunks][16], 64-byte
+  // aligned: groups_pad is a multiple of 16 and m is padded to 16.
+  const int64_t m16 = (m + 15) / 16 * 16;
+  auto* scales = static_cast<float*>(threadArena(
+      1, static_cast<size_t>(m16 * (1 + groups_pad) + (symmetric ? m * chunks * 16 : 0)) * 4));
+  float* sums = scales + m16;
+  auto* neg8 = symmetric ? reinterpret_cast<int32_t*>(sums + m * groups_pad) : nullptr;
   const int64_t half = group / 2, per_chunk = kChunk / group;
   for (int64_t i = 0; i < m; ++i) {
     const float* x = a + i * lda;
@@ -90,8 +94,19 @@ Int8Rows quantiseRows(int64_t m, const float* a, int64_t lda, int64_t k, int64_t
       }
       row_sums[g] = static_cast<float>(_mm512_reduce_add_epi32(sum));
     }
+    if (!symmetric) continue;
+    // Per chunk and int32 lane: −8 × the 8 activations that lane's two vpdpbusd multiply (4 of
+    // the first halves, 4 of the second), so that a dot started from it is Σ (nibble − 8) · q.
+    const __m512i eights = _mm512_set1_epi8(8);
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      const int8_t* qc = row + ch * kChunk;
+      __m512i s8 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), eights, _mm512_loadu_si512(qc));
+      s8 = _mm512_dpbusd_epi32(s8, eights, _mm512_loadu_si512(qc + kChunk / 2));
+      _mm512_store_si512(neg8 + (i * chunks + ch) * 16,
+                         _mm512_sub_epi32(_mm512_setzero_si512(), s8));
+    }
   }
-  return {q, scales, sums, k_pad, groups_pad};
+  return {q, scales, sums, neg8, k_pad, groups_pad};
 }
 
 // The nibbles of chunk c of one row of W: lo = first halves of its groups, hi = second halves
@@ -149,17 +164,20 @@ void dotRows(const unsigned char* row, const Int4Layout& l, int64_t k, const flo
 #pragma GCC unroll 8
     for (int i = 0; i < kRows; ++i) {
       const int8_t* q = x.q + (i0 + i) * x.k_pad + ch * kChunk;
-      __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.lo, _mm512_loadu_si512(q));
+      const __m512i start = x.neg8 ? _mm512_load_si512(x.neg8 + ((i0 + i) * chunks + ch) * 16)
+                                   : _mm512_setzero_si512();
+      __m512i dot = _mm512_dpbusd_epi32(start, w.lo, _mm512_loadu_si512(q));
       dot = _mm512_dpbusd_epi32(dot, w.hi, _mm512_loadu_si512(q + kChunk / 2));
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), w.d_lanes, acc[i]);
     }
   }
   for (int i = 0; i < kRows; ++i) {
-    const float* sums = x.sums + (i0 + i) * x.groups_pad;
-    __m512 off = _mm512_setzero_ps();
-    for (int64_t g = 0; g < x.groups_pad; g += 16)
-      off = _mm512_fmadd_ps(_mm512_loadu_ps(offset + g), _mm512_loadu_ps(sums + g), off);
-    const float value = x.dx[i0 + i] * (_mm512_reduce_add_ps(acc[i]) + _mm512_reduce_add_ps(off));
+    if (!x.neg8) {  // asymmetric: the offsets m_g · Σ q over each group (symmetric: in the dots)
+      const float* sums = x.sums + (i0 + i) * x.groups_pad;
+      for (int64_t g = 0; g < x.groups_pad; g += 16)
+        acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(offset + g), _mm512_loadu_ps(sums + g), acc[i]);
+    }
+    const float value = x.dx[i0 + i] * _mm512_reduce_add_ps(acc[i]);
     float& out = c[(i0 + i) * ldc + j];
     out = accumulate ? out + value : value;
   }
@@ -179,7 +197,7 @@ void int4GemmNTVnni(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, co
   }
   const Int4Layout l = int4Layout(w);
   const int64_t k = w.cols, groups = k / l.group;
-  const Int8Rows x = quantiseRows(m, a, lda, k, l.group);
+  const Int8Rows x = quantiseRows(m, a, lda, k, l.group, l.symmetric);
   // Per row of W: its group scales and offsets as f32 (slot 2; zero padded to 16 + 4 lanes so
   // the chunk loads and the offset dot never read past them).
   auto* d = static_cast<float*>(threadArena(2, static_cast<size_t>(2 * (x.groups_pad + 4)) * 4));
@@ -187,11 +205,8 @@ void int4GemmNTVnni(const BlockWeights& w, int64_t n0, int64_t n1, int64_t m, co
   std::fill(d, d + 2 * (x.groups_pad + 4), 0.0f);
   for (int64_t j = n0; j < n1; ++j) {
     const unsigned char* row = w.data + j * w.row_bytes;
-    for (int64_t g = 0; g < groups; ++g) {
-      const unsigned char* block = row + g * l.block_bytes;
-      d[g] = halfToFloat(block);
-      offset[g] = l.symmetric ? -8.0f * d[g] : halfToFloat(block + 2);
-    }
+    blockHalvesToFloat(row, l.block_bytes, groups, d);
+    if (!l.symmetric) blockHalvesToFloat(row + 2, l.block_bytes, groups, offset);
     for (int64_t i0 = 0; i0 < m; i0 += kRowGroup) {
       // a constant count per call, so the accumulators are registers, not stack slots
       switch (std::min<int64_t>(kRowGroup, m - i0)) {

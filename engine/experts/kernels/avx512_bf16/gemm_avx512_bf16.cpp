@@ -297,6 +297,16 @@ class Avx512Bf16BlocksGemm final : public GemmBackend {
     if (!b.transposed && m < kMinRowsForPairs && hasFewRowGemmNT(b.src.type, m)) {
       return fewRowForward(b, n0, n1, m, a, lda, c, ldc, accumulate, addend);
     }
+    if (b.transposed && m <= kNibbleGradientMaxRows && hasNibbleGemmNN(b.src.type)) {
+      // 4-bit input gradient at a few rows: nibbles as bf16 integers, the scales on dY.
+      const BlockWeights w{static_cast<const unsigned char*>(b.src.data),
+                           b.src.type,
+                           b.src.int4,
+                           b.src.rows,
+                           b.src.cols,
+                           b.src.rowBytes()};
+      return nibbleGemmNNBf16(w, n0, n1, m, a, lda, c, ldc, accumulate, addend);
+    }
     const int64_t pairs = (b.k() + 1) / 2;
     auto* a_pairs = static_cast<uint32_t*>(threadArena(0, static_cast<size_t>(m * pairs) * 4));
     toBf16Pairs(a, lda, m, b.k(), pairs, a_pairs);
