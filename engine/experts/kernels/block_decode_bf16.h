@@ -10,6 +10,7 @@
 
 #include "engine/experts/expert_blocks.h"
 #include "engine/experts/expert_types.h"
+#include "engine/experts/kernels/block_gemm.h"
 #include "engine/experts/kernels/packed_gemm.h"
 
 namespace tandem::experts::kernels {
@@ -33,6 +34,15 @@ class Bf16BlockSource final : public PackedMatrix {
   uint64_t bytes() const override { return 0; }
   const unsigned char* row(int64_t r) const {
     return static_cast<const unsigned char*>(src.data) + r * src.rowBytes();
+  }
+  // W's block table as the block kernels (block_gemm.h) read it.
+  BlockWeights blocks() const {
+    return {static_cast<const unsigned char*>(src.data),
+            src.type,
+            src.int4,
+            src.rows,
+            src.cols,
+            src.rowBytes()};
   }
   SourceMatrix src;  // W [rows, cols] as blocks
   BlockLayout layout;

@@ -257,12 +257,7 @@ class AmxBlocksGemm final : public GemmBackend {
     if (!b.transposed && m < kFewRowMaxRows && hasFewRowGemmNT(b.src.type, m)) {
       // A few rows (decode; ~8 per expert at 128 tokens) cannot amortise decoding B into tiles:
       // int8 dot products on the blocks as stored instead.
-      const BlockWeights w{static_cast<const unsigned char*>(b.src.data),
-                           b.src.type,
-                           b.src.int4,
-                           b.src.rows,
-                           b.src.cols,
-                           b.src.rowBytes()};
+      const BlockWeights w = b.blocks();
       fewRowGemmNT(w, n0, n1, m, a, lda, c, ldc, accumulate);
       if (addend) {
         avx512Kernels().matmulNN(m, n1 - n0, addend->rank, 1.0f, addend->z, addend->ldz,
@@ -273,12 +268,7 @@ class AmxBlocksGemm final : public GemmBackend {
     if (b.transposed && m <= kNibbleGradientMaxRows && hasNibbleGemmNN(b.src.type)) {
       // The input gradient at a few rows on the nibbles as stored (scales on dY, block_gemm.h):
       // the f32 decode into tiles cost more than the tiles' products there.
-      const BlockWeights w{static_cast<const unsigned char*>(b.src.data),
-                           b.src.type,
-                           b.src.int4,
-                           b.src.rows,
-                           b.src.cols,
-                           b.src.rowBytes()};
+      const BlockWeights w = b.blocks();
       nibbleGemmNNAmx(w, n0, n1, m, a, lda, c, ldc, accumulate, addend);
       return;
     }

@@ -299,12 +299,7 @@ class Avx512Bf16BlocksGemm final : public GemmBackend {
     }
     if (b.transposed && m <= kNibbleGradientMaxRows && hasNibbleGemmNN(b.src.type)) {
       // 4-bit input gradient at a few rows: nibbles as bf16 integers, the scales on dY.
-      const BlockWeights w{static_cast<const unsigned char*>(b.src.data),
-                           b.src.type,
-                           b.src.int4,
-                           b.src.rows,
-                           b.src.cols,
-                           b.src.rowBytes()};
+      const BlockWeights w = b.blocks();
       return nibbleGemmNNBf16(w, n0, n1, m, a, lda, c, ldc, accumulate, addend);
     }
     const int64_t pairs = (b.k() + 1) / 2;
@@ -339,12 +334,7 @@ class Avx512Bf16BlocksGemm final : public GemmBackend {
   static void fewRowForward(const Bf16BlockSource& b, int64_t n0, int64_t n1, int64_t m,
                             const float* a, int64_t lda, float* c, int64_t ldc, bool accumulate,
                             const LowRankAddend* addend) {
-    const BlockWeights w{static_cast<const unsigned char*>(b.src.data),
-                         b.src.type,
-                         b.src.int4,
-                         b.src.rows,
-                         b.src.cols,
-                         b.src.rowBytes()};
+    const BlockWeights w = b.blocks();
     fewRowGemmNT(w, n0, n1, m, a, lda, c, ldc, accumulate);
     if (addend) {
       avx512Kernels().matmulNN(m, n1 - n0, addend->rank, 1.0f, addend->z, addend->ldz,
